@@ -1,0 +1,222 @@
+"""The one strict converter between Hugging Face state dicts and ours, in both directions."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from .keymaps import FamilyMap, Join
+
+log = logging.getLogger(__name__)
+
+
+class CheckpointError(ValueError):
+    """A checkpoint does not match the model: lists every missing, unexpected and mismatched key."""
+
+    def __init__(self, message: str, missing: list[str] = (), unexpected: list[str] = (),
+                 mismatched: list[str] = ()) -> None:
+        super().__init__(message)
+        self.missing, self.unexpected, self.mismatched = list(missing), list(unexpected), list(mismatched)
+
+
+@dataclass
+class LoadReport:
+    """What a non-strict load left out. Keys are ours for `missing`, Hugging Face's otherwise."""
+
+    missing: list[str] = field(default_factory=list)
+    unexpected: list[str] = field(default_factory=list)
+    mismatched: list[str] = field(default_factory=list)
+    dropped: list[str] = field(default_factory=list)  # dropped on purpose (buffers, tied copies)
+
+    @property
+    def clean(self) -> bool:
+        return not (self.missing or self.unexpected or self.mismatched)
+
+
+# --- named transforms ----------------------------------------------------------------------------
+def _concat(tensors: list[torch.Tensor], config: Any) -> torch.Tensor:
+    return torch.cat(tensors, dim=0)
+
+
+def _split(tensor: torch.Tensor, n: int, config: Any) -> list[torch.Tensor]:
+    return list(tensor.chunk(n, dim=0))
+
+
+# kind → (join: HF tensors → ours, split: ours → HF tensors)
+JOINS: dict[str, tuple[Callable, Callable]] = {"concat": (_concat, _split)}
+
+
+def rename_legacy_layernorm(key: str) -> str:
+    """Old TF-converted checkpoints name LayerNorm parameters gamma/beta instead of weight/bias."""
+    if key.endswith(".gamma"):
+        return key[: -len(".gamma")] + ".weight"
+    if key.endswith(".beta"):
+        return key[: -len(".beta")] + ".bias"
+    return key
+
+
+# --- table expansion -----------------------------------------------------------------------------
+def expand(table: dict[str, Any], num_layers: int) -> dict[str, Any]:
+    """Substitute every ``{i}`` in a table's keys and values for layers 0..num_layers-1."""
+    out: dict[str, Any] = {}
+    for hf, ours in table.items():
+        indices = range(num_layers) if "{i}" in hf or (isinstance(ours, str) and "{i}" in ours) else [None]
+        for i in indices:
+            sub = (lambda s: s.replace("{i}", str(i))) if i is not None else (lambda s: s)
+            if isinstance(ours, Join):
+                out[sub(hf)] = Join(tuple(sub(s) for s in ours.sources), ours.kind)
+            else:
+                out[sub(hf)] = sub(ours) if isinstance(ours, str) else None
+    return out
+
+
+def family_table(fmap: FamilyMap, num_layers: int, heads: Iterable[str],
+                 pooler: bool) -> dict[str, Any]:
+    """HF key (for a task model, i.e. trunk keys with the base prefix) → our key, Join or None.
+
+    Join entries are stored under our key (their value lists the HF sources)."""
+    table: dict[str, Any] = {}
+    trunk = dict(fmap.trunk)
+    if pooler:
+        trunk.update(fmap.pooler)
+    for hf, ours in expand(trunk, num_layers).items():
+        table[hf if isinstance(ours, Join) else fmap.base_prefix + hf] = (
+            Join(tuple(fmap.base_prefix + s for s in ours.sources), ours.kind)
+            if isinstance(ours, Join) else ours)
+    for name in heads:
+        table.update(expand(fmap.heads[name], num_layers))
+    return table
+
+
+def detect_components(fmap: FamilyMap, hf_keys: Iterable[str]) -> tuple[list[str], bool]:
+    """Which heads, and whether a pooler, a checkpoint holds (by its keys; the family itself
+    always comes from config.json's model_type, never from the keys)."""
+    keys = {rename_legacy_layernorm(k).removeprefix(fmap.base_prefix) for k in hf_keys}
+    heads = [name for name, t in fmap.heads.items()
+             if any(k for k, v in t.items() if v is not None and k in keys)]
+    pooler = any(k in keys for k in fmap.pooler)
+    return heads, pooler
+
+
+def normalise_hf_keys(fmap: FamilyMap, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Rename legacy gamma/beta and give trunk keys the base prefix (base models have none)."""
+    out = {}
+    hf_keys = [k for t in (fmap.trunk, fmap.pooler) for k, v in t.items() if not isinstance(v, Join)]
+    hf_keys += [s for t in (fmap.trunk, fmap.pooler) for v in t.values() if isinstance(v, Join)
+                for s in v.sources]
+    trunk_roots = {k.split(".", 1)[0] for k in hf_keys}
+    for key, value in state.items():
+        key = rename_legacy_layernorm(key)
+        if not key.startswith(fmap.base_prefix) and key.split(".", 1)[0] in trunk_roots:
+            key = fmap.base_prefix + key
+        out[key] = value
+    return out
+
+
+# --- the two directions ----------------------------------------------------------------------------
+def hf_to_ours(hf_state: dict[str, torch.Tensor], fmap: FamilyMap, config: Any,
+               expected: dict[str, torch.Size], heads: Iterable[str], pooler: bool,
+               strict: bool = True) -> tuple[dict[str, torch.Tensor], LoadReport]:
+    """Convert a Hugging Face state dict into ours.
+
+    Args:
+        hf_state: the checkpoint's tensors, with or without the family's base prefix.
+        fmap: the family's key table.
+        config: our EncoderConfig (for layer counts and transforms).
+        expected: our model's state-dict keys → shapes.
+        heads, pooler: the components the model was built with.
+        strict: raise on any missing/unexpected/mismatched key instead of reporting it.
+
+    Returns:
+        (our state dict, report).
+
+    Raises:
+        CheckpointError: when strict and anything does not match; the message lists every key.
+    """
+    state = normalise_hf_keys(fmap, hf_state)
+    table = family_table(fmap, config.num_unique_layers, heads, pooler)
+    out: dict[str, torch.Tensor] = {}
+    report = LoadReport()
+    used: set[str] = set()
+    for hf_key, ours in table.items():
+        if ours is None:
+            if hf_key in state:
+                used.add(hf_key)
+                report.dropped.append(hf_key)
+            continue
+        if isinstance(ours, Join):
+            our_key, sources = hf_key, ours.sources
+            if all(s in state for s in sources):
+                out[our_key] = JOINS[ours.kind][0]([state[s] for s in sources], config)
+                used.update(sources)
+        elif hf_key in state:
+            out[ours] = state[hf_key]
+            used.add(hf_key)
+    report.unexpected = sorted(set(state) - used)
+    report.missing = sorted(set(expected) - set(out))
+    for key in sorted(set(out) - set(expected)):
+        report.unexpected.append(f"{key} (ours; not in this model)")
+        del out[key]
+    for key, tensor in out.items():
+        if tuple(tensor.shape) != tuple(expected[key]):
+            report.mismatched.append(
+                f"{key}: checkpoint {tuple(tensor.shape)} vs model {tuple(expected[key])}")
+    for bad in report.mismatched:
+        out.pop(bad.split(":", 1)[0], None)
+    if strict and not report.clean:
+        raise CheckpointError(_describe(report), report.missing, report.unexpected,
+                              report.mismatched)
+    if not report.clean:
+        log.warning("non-strict load: %s", _describe(report))
+    return out, report
+
+
+def ours_to_hf(state: dict[str, torch.Tensor], fmap: FamilyMap, config: Any,
+               heads: Iterable[str], pooler: bool) -> dict[str, torch.Tensor]:
+    """Convert our state dict into the Hugging Face layout of the matching class
+    (base model without prefix when there are no heads, else the prefixed task-model layout).
+
+    Raises:
+        CheckpointError: one of our keys has no place in the family's table.
+    """
+    heads = list(heads)
+    table = family_table(fmap, config.num_unique_layers, heads, pooler)
+    inverse: dict[str, tuple[str, Any]] = {}
+    for hf_key, ours in table.items():
+        if isinstance(ours, Join):
+            inverse[hf_key] = ("join", ours)
+        elif ours is not None:
+            inverse[ours] = ("rename", hf_key)
+    out: dict[str, torch.Tensor] = {}
+    unplaced = []
+    for key, tensor in state.items():
+        if key not in inverse:
+            unplaced.append(key)
+            continue
+        how, target = inverse[key]
+        if how == "rename":
+            out[target] = tensor
+        else:
+            parts = JOINS[target.kind][1](tensor, len(target.sources), config)
+            out.update(zip(target.sources, parts))
+    if unplaced:
+        raise CheckpointError(f"no Hugging Face {fmap.model_type} name for: {unplaced}",
+                              unexpected=unplaced)
+    if not heads:
+        out = {k.removeprefix(fmap.base_prefix): v for k, v in out.items()}
+    return {k: v.contiguous() for k, v in out.items()}
+
+
+def _describe(report: LoadReport) -> str:
+    parts = []
+    if report.missing:
+        parts.append(f"missing keys ({len(report.missing)}): {', '.join(report.missing)}")
+    if report.unexpected:
+        parts.append(f"unexpected keys ({len(report.unexpected)}): {', '.join(report.unexpected)}")
+    if report.mismatched:
+        parts.append(f"shape mismatches ({len(report.mismatched)}): {'; '.join(report.mismatched)}")
+    return "checkpoint does not match the model: " + " | ".join(parts)

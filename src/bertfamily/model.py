@@ -1,0 +1,91 @@
+"""`Model`: the encoder trunk plus whichever heads a checkpoint or a task asks for."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from .config import EncoderConfig
+from .modules.encoder import Encoder, EncoderOutput
+
+
+@dataclass
+class ModelOutput(EncoderOutput):
+    """EncoderOutput plus head outputs.
+
+    Attributes:
+        logits: (B, T, V) masked-LM vocabulary logits, or (M, V) at the M positions selected by
+            ``masked_positions``; None without an MLM head.
+        pair_logits: (B, 2) NSP/SOP logits; None without a pair head.
+    """
+
+    logits: torch.Tensor | None = None
+    pair_logits: torch.Tensor | None = None
+
+
+class Model(nn.Module):
+    """One model class for every family: `encoder` + optional `mlm_head` and `pair_head`.
+
+    Build with `bertfamily.build_model(config, heads=...)` or load with
+    `bertfamily.from_pretrained(path)`.
+    """
+
+    def __init__(self, config: EncoderConfig, encoder: Encoder,
+                 mlm_head: nn.Module | None = None, pair_head: nn.Module | None = None) -> None:
+        super().__init__()
+        self.config = config
+        self.encoder = encoder
+        self.mlm_head = mlm_head
+        self.pair_head = pair_head
+
+    @property
+    def heads(self) -> tuple[str, ...]:
+        """Names of the heads present, e.g. ("mlm", "pair")."""
+        return tuple(n for n, m in (("mlm", self.mlm_head), ("pair", self.pair_head))
+                     if m is not None)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                token_type_ids: torch.Tensor | None = None,
+                position_ids: torch.Tensor | None = None, *,
+                masked_positions: torch.Tensor | None = None,
+                output_hidden_states: bool = False,
+                output_attentions: bool = False) -> ModelOutput:
+        """Run the encoder and the heads.
+
+        Args:
+            input_ids: (B, T) int64 in [0, V).
+            attention_mask: (B, T) 0/1 (1 = real token); None = all real.
+            token_type_ids: (B, T) int64 segment ids (models with a segment embedding only).
+            position_ids: (B, T) int64; None = the model's position scheme.
+            masked_positions: optional (B, T) bool; the MLM head then runs only at these
+                positions and returns (M, V) logits (as the original BERT gathered them).
+            output_hidden_states / output_attentions: see `Encoder.forward`.
+
+        Raises:
+            ValueError: invalid inputs (see `Encoder.check_inputs`).
+        """
+        out = self.encoder(input_ids, attention_mask, token_type_ids, position_ids,
+                           output_hidden_states=output_hidden_states,
+                           output_attentions=output_attentions)
+        logits = pair_logits = None
+        if self.mlm_head is not None:
+            h = out.last_hidden_state
+            logits = self.mlm_head(h[masked_positions] if masked_positions is not None else h)
+        if self.pair_head is not None:
+            pair_logits = self.pair_head(out.pooler_output)
+        return ModelOutput(**vars(out), logits=logits, pair_logits=pair_logits)
+
+    def num_parameters(self, heads: bool = False) -> int:
+        """Parameter count, each shared tensor counted once; trunk only unless ``heads``."""
+        module = self if heads else self.encoder
+        return sum(p.numel() for p in module.parameters())
+
+    def save_pretrained(self, path: str | Path) -> Path:
+        """Write a Hugging Face directory (config.json + model.safetensors) that
+        `transformers.AutoModel.from_pretrained` loads with identical outputs. Atomic."""
+        from .checkpoints.io import save_pretrained
+
+        return save_pretrained(self, path)

@@ -1,0 +1,87 @@
+"""Multi-head self-attention through `torch.nn.functional.scaled_dot_product_attention`."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+
+@dataclass
+class AttentionContext:
+    """What every layer's attention needs about the batch, computed once per forward.
+
+    Attributes:
+        mask: (B, S) bool, True = real token to attend to.
+        bias: (B, 1, 1, S) float additive mask: 0 where ``mask``, the dtype's minimum elsewhere
+            (finite, so a row with no real key stays finite in every dtype).
+        need_weights: return attention probabilities and pre-softmax scores (slow path).
+        extras: per-attention-kind inputs provided by the encoder (e.g. relative position
+            embeddings shared by all layers, global attention masks).
+    """
+
+    mask: torch.Tensor
+    bias: torch.Tensor
+    need_weights: bool = False
+    extras: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_mask(cls, attention_mask: torch.Tensor, dtype: torch.dtype,
+                  need_weights: bool = False) -> "AttentionContext":
+        """Build from a (B, S) 0/1 mask (1 = keep)."""
+        mask = attention_mask.bool()
+        bias = torch.zeros(mask.shape, dtype=dtype, device=mask.device)
+        bias = bias.masked_fill(~mask, torch.finfo(dtype).min)[:, None, None, :]  # (B, 1, 1, S)
+        return cls(mask=mask, bias=bias, need_weights=need_weights)
+
+
+@dataclass
+class AttentionOutput:
+    """hidden: (B, T, H); probs/scores: (B, N, T, S) when weights were asked for, else None."""
+
+    hidden: torch.Tensor
+    probs: torch.Tensor | None = None
+    scores: torch.Tensor | None = None
+
+
+class SelfAttention(nn.Module):
+    """Scaled dot-product multi-head self-attention (Vaswani et al. 2017, eq. 1 and §3.2.2).
+
+    softmax(QKᵀ/√Dh + mask)·V per head, heads concatenated and projected. Q, K and V come from
+    one fused (3H, H) projection (rows ordered [Q; K; V]) so a single matmul produces all three.
+
+    Args:
+        hidden_size: H.
+        num_heads: N (Dh = H / N).
+        dropout: attention-probability dropout.
+        bias: whether the projections have biases.
+    """
+
+    def __init__(self, hidden_size: int, num_heads: int, dropout: float, bias: bool = True):
+        super().__init__()
+        self.num_heads = num_heads
+        self.head_dim = hidden_size // num_heads
+        self.qkv = nn.Linear(hidden_size, 3 * hidden_size, bias=bias)
+        self.out = nn.Linear(hidden_size, hidden_size, bias=bias)
+        self.dropout = dropout
+
+    def forward(self, x: torch.Tensor, ctx: AttentionContext) -> AttentionOutput:
+        """x: (B, T, H) float → AttentionOutput with hidden (B, T, H)."""
+        B, T, H = x.shape
+        qkv = self.qkv(x).view(B, T, 3, self.num_heads, self.head_dim)
+        q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # each (B, N, T, Dh)
+        p = self.dropout if self.training else 0.0
+        probs = scores = None
+        if ctx.need_weights:
+            scores = q @ k.transpose(-1, -2) / math.sqrt(self.head_dim)  # (B, N, T, S)
+            probs = torch.softmax(scores + ctx.bias, dim=-1, dtype=torch.float32).to(q.dtype)
+            y = F.dropout(probs, p, self.training) @ v  # (B, N, T, Dh)
+        else:
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=ctx.bias.to(q.dtype),
+                                               dropout_p=p)  # (B, N, T, Dh)
+        y = y.transpose(1, 2).reshape(B, T, H)  # (B, T, H)
+        return AttentionOutput(self.out(y), probs, scores)

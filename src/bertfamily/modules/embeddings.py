@@ -1,0 +1,60 @@
+"""Input embeddings: token + (segment) + (learned position) lookups, LayerNorm, optional E→H."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+class Embeddings(nn.Module):
+    """Sum of lookups in E dimensions, normalised, then (ALBERT) projected to H.
+
+    Args:
+        vocab_size: V.
+        embedding_size: E (= H except for ALBERT's factorised embedding, E=128).
+        max_positions: rows of the learned position table (0 = no absolute positions).
+        type_vocab_size: rows of the segment table (0 = no segment embedding, DistilBERT).
+        norm: the LayerNorm over E.
+        hidden_size: H; when it differs from E a projection E→H follows the norm (ALBERT,
+            Lan et al. 2020 §3.1 "factorized embedding parameterization").
+        dropout: dropout probability after the norm.
+        pad_token_id: row of the token table used for padding.
+    """
+
+    def __init__(self, vocab_size: int, embedding_size: int, max_positions: int,
+                 type_vocab_size: int, norm: nn.Module, hidden_size: int, dropout: float,
+                 pad_token_id: int = 0, add_positions: bool = True) -> None:
+        super().__init__()
+        self.token = nn.Embedding(vocab_size, embedding_size, padding_idx=pad_token_id)
+        self.segment = nn.Embedding(type_vocab_size, embedding_size) if type_vocab_size else None
+        self.position = nn.Embedding(max_positions, embedding_size) if max_positions else None
+        self.add_positions = add_positions  # DeBERTa keeps the table but does not add it
+        self.norm = norm
+        self.dropout = nn.Dropout(dropout)
+        self.projection = (nn.Linear(embedding_size, hidden_size)
+                           if hidden_size != embedding_size else None)
+
+    def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor,
+                token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
+        """Embed a batch.
+
+        Args:
+            input_ids: (B, T) int64 token ids.
+            position_ids: (B, T) or (1, T) int64 rows of the position table.
+            token_type_ids: (B, T) int64 segment ids; None = all zeros (ignored without a table).
+
+        Returns:
+            (B, T, H) float embeddings.
+        """
+        x = self.token(input_ids)  # (B, T, E)
+        if self.position is not None and self.add_positions:
+            x = x + self.position(position_ids)
+        if self.segment is not None:
+            if token_type_ids is None:
+                x = x + self.segment.weight[0]
+            else:
+                x = x + self.segment(token_type_ids)
+        x = self.dropout(self.norm(x))
+        if self.projection is not None:
+            x = self.projection(x)  # (B, T, E) -> (B, T, H)
+        return x

@@ -1,0 +1,170 @@
+"""The encoder trunk: embeddings, a schedule of (possibly shared) layers, optional pooler."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from .attention import AttentionContext
+
+
+@dataclass
+class EncoderOutput:
+    """Output of the trunk.
+
+    Attributes:
+        last_hidden_state: (B, T, H) float.
+        pooler_output: (B, H) float, tanh(dense(h[:, 0])), or None for models without a pooler.
+        hidden_states: L + 1 tensors (B, T, H) (embeddings, then each layer) when asked for.
+        attentions: L tensors (B, N, T, S) of softmax probabilities when asked for.
+        attention_scores: L tensors (B, N, T, S) of pre-softmax scores QKᵀ/√Dh (unmasked)
+            when asked for (TinyBERT distils these).
+    """
+
+    last_hidden_state: torch.Tensor
+    pooler_output: torch.Tensor | None = None
+    hidden_states: tuple[torch.Tensor, ...] | None = None
+    attentions: tuple[torch.Tensor, ...] | None = None
+    attention_scores: tuple[torch.Tensor, ...] | None = None
+
+
+class Pooler(nn.Module):
+    """(B, T, H) → (B, H): the first token's hidden state through dense + tanh (Devlin et al. §3)."""
+
+    def __init__(self, hidden_size: int) -> None:
+        super().__init__()
+        self.dense = nn.Linear(hidden_size, hidden_size)
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(self.dense(hidden[:, 0]))
+
+
+class Encoder(nn.Module):
+    """Embeddings → L layer steps → pooler.
+
+    Args:
+        embeddings: the input embedding module (returns (B, T, H)).
+        layers: the unique layers.
+        schedule: index into ``layers`` for each of the L steps (ALBERT reuses one layer;
+            Lan et al. 2020 §3.1 "cross-layer parameter sharing").
+        pooler: optional Pooler.
+        vocab_size, type_vocab_size, max_positions, position_offset, pad_token_id: limits used
+            to validate inputs before any lookup.
+    """
+
+    def __init__(self, embeddings: nn.Module, layers: list[nn.Module], schedule: list[int],
+                 pooler: nn.Module | None, *, vocab_size: int, type_vocab_size: int,
+                 max_positions: int, position_offset: int, pad_token_id: int) -> None:
+        super().__init__()
+        self.embeddings = embeddings
+        self.layers = nn.ModuleList(layers)
+        self.schedule = list(schedule)
+        self.pooler = pooler
+        self.vocab_size = vocab_size
+        self.type_vocab_size = type_vocab_size
+        self.max_positions = max_positions
+        self.position_offset = position_offset
+        self.pad_token_id = pad_token_id
+
+    # ------------------------------------------------------------------------------------------
+    def check_inputs(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
+                     token_type_ids: torch.Tensor | None,
+                     position_ids: torch.Tensor | None) -> None:
+        """Validate a batch before any embedding lookup.
+
+        Raises:
+            ValueError: input_ids not (B, T) integers or outside [0, vocab_size); a sequence
+                longer than the position table allows; attention_mask / token_type_ids /
+                position_ids of another shape than input_ids; token_type_ids outside
+                [0, type_vocab_size), or passed at all to a model without segment embeddings;
+                position_ids outside the table.
+        """
+        if input_ids.dim() != 2:
+            raise ValueError(f"input_ids must be (B, T), got shape {tuple(input_ids.shape)}")
+        if input_ids.dtype.is_floating_point or input_ids.dtype == torch.bool:
+            raise ValueError(f"input_ids must be an integer tensor, got {input_ids.dtype}")
+        B, T = input_ids.shape
+        if input_ids.numel():
+            lo, hi = int(input_ids.min()), int(input_ids.max())
+            if lo < 0 or hi >= self.vocab_size:
+                bad = lo if lo < 0 else hi
+                raise ValueError(f"input_ids contain {bad}, outside [0, vocab_size="
+                                 f"{self.vocab_size})")
+        limit = self.max_positions - self.position_offset
+        if T > limit:
+            raise ValueError(f"sequence length {T} exceeds the model's maximum of {limit} "
+                             f"positions (max_position_embeddings={self.max_positions}"
+                             + (f" minus the padding offset {self.position_offset})"
+                                if self.position_offset else ")"))
+        for name, t in (("attention_mask", attention_mask), ("token_type_ids", token_type_ids),
+                        ("position_ids", position_ids)):
+            if t is not None and tuple(t.shape) != (B, T) and not (
+                    name == "position_ids" and tuple(t.shape) == (1, T)):
+                raise ValueError(f"{name} has shape {tuple(t.shape)}; expected {(B, T)} like "
+                                 f"input_ids")
+        if token_type_ids is not None:
+            if self.type_vocab_size == 0:
+                raise ValueError("token_type_ids were given but this model has no segment "
+                                 "embedding (type_vocab_size=0); do not pass them")
+            if token_type_ids.numel() and (int(token_type_ids.min()) < 0 or
+                                           int(token_type_ids.max()) >= self.type_vocab_size):
+                raise ValueError(f"token_type_ids contain {int(token_type_ids.max())}, outside "
+                                 f"[0, type_vocab_size={self.type_vocab_size})")
+        if position_ids is not None and position_ids.numel() and (
+                int(position_ids.min()) < 0 or int(position_ids.max()) >= self.max_positions):
+            raise ValueError(f"position_ids must lie in [0, max_position_embeddings="
+                             f"{self.max_positions})")
+
+    def position_ids_for(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """(B, T) int64 positions: 0..T-1, or (RoBERTa) pad_token_id + 1 + rank among real tokens
+        with padding tokens at pad_token_id, so left and right padding give the same positions."""
+        if self.position_offset == 0:
+            return torch.arange(input_ids.shape[1], device=input_ids.device)[None, :]
+        real = input_ids.ne(self.pad_token_id).long()
+        return torch.cumsum(real, dim=1) * real + self.pad_token_id
+
+    # ------------------------------------------------------------------------------------------
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                token_type_ids: torch.Tensor | None = None,
+                position_ids: torch.Tensor | None = None, *,
+                output_hidden_states: bool = False,
+                output_attentions: bool = False) -> EncoderOutput:
+        """Run the trunk.
+
+        Args:
+            input_ids: (B, T) int64 in [0, V).
+            attention_mask: (B, T) 0/1, 1 = real token; None = all real.
+            token_type_ids: (B, T) int64 segment ids; None = zeros. Rejected by models
+                without a segment embedding.
+            position_ids: (B, T) or (1, T) int64; None = the model's scheme.
+            output_hidden_states: also return the L + 1 hidden states.
+            output_attentions: also return attention probabilities and scores (slower path).
+
+        Returns:
+            EncoderOutput.
+
+        Raises:
+            ValueError: see `check_inputs`.
+        """
+        self.check_inputs(input_ids, attention_mask, token_type_ids, position_ids)
+        if attention_mask is None:
+            attention_mask = torch.ones_like(input_ids)
+        if position_ids is None:
+            position_ids = self.position_ids_for(input_ids)
+        x = self.embeddings(input_ids, position_ids, token_type_ids)  # (B, T, H)
+        ctx = AttentionContext.from_mask(attention_mask, x.dtype, need_weights=output_attentions)
+        hidden, probs, scores = [x], [], []
+        for index in self.schedule:
+            x, att = self.layers[index](x, ctx)
+            hidden.append(x)
+            probs.append(att.probs)
+            scores.append(att.scores)
+        return EncoderOutput(
+            last_hidden_state=x,
+            pooler_output=self.pooler(x) if self.pooler is not None else None,
+            hidden_states=tuple(hidden) if output_hidden_states else None,
+            attentions=tuple(probs) if output_attentions else None,
+            attention_scores=tuple(scores) if output_attentions else None,
+        )

@@ -1,0 +1,72 @@
+"""The ten models of the BERT family (SPEC §1), plus tiny test presets, as plain data.
+
+Each preset is a dict of `EncoderConfig` overrides headed by the checkpoint it reproduces.
+The parameter count in the comment is the base model plus pooler, as transformers counts it.
+Families whose components are not built yet (ALBERT, DeBERTa, Longformer) are listed in
+`PENDING` and get their presets when their components land.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+PRESETS: dict[str, dict[str, Any]] = {
+    # google-research/bert uncased_L-12_H-768_A-12 (bert-base-uncased) — 109,482,240
+    "bert-base": dict(model_type="bert"),
+    # bert-large-uncased — 335,141,888
+    "bert-large": dict(model_type="bert", hidden_size=1024, num_hidden_layers=24,
+                       num_attention_heads=16, intermediate_size=4096),
+    # FacebookAI/roberta-base — 124,645,632. Byte-level BPE (50265); positions offset by
+    # pad_token_id + 1 = 2 (514 = 512 + 2); one unused segment; eps 1e-5; no NSP.
+    "roberta-base": dict(model_type="roberta", vocab_size=50265, max_position_embeddings=514,
+                         type_vocab_size=1, pad_token_id=1, position_scheme="absolute_from_padding",
+                         layer_norm_eps=1e-5, pair_head=None),
+    # distilbert-base-uncased — 66,362,880. 6 layers, no token types, no pooler.
+    "distilbert-base": dict(model_type="distilbert", num_hidden_layers=6, type_vocab_size=0,
+                            use_pooler=False, pair_head=None),
+    # SpanBERT/spanbert-base-cased — 108,310,272. Cased vocabulary (28996); segment table kept
+    # in the checkpoint although SpanBERT trains without NSP.
+    "spanbert-base": dict(model_type="bert", vocab_size=28996, pair_head=None),
+    # huawei-noah/TinyBERT_General_4L_312D — 14,350,248. FFN 1200 (not 4·312), Dh = 26.
+    "tinybert-4l": dict(model_type="bert", hidden_size=312, num_hidden_layers=4,
+                        num_attention_heads=12, intermediate_size=1200),
+    # google/bert_uncased_L-2_H-128_A-2 (prajjwal1/bert-tiny) — 4,385,920
+    "bert-tiny": dict(model_type="bert", hidden_size=128, num_hidden_layers=2,
+                      num_attention_heads=2, intermediate_size=512),
+    # --- tiny test presets: mutually distinct sizes so transpositions cannot hide --------------
+    "tiny-bert": dict(model_type="bert", vocab_size=99, hidden_size=32, num_hidden_layers=2,
+                      num_attention_heads=4, intermediate_size=37, max_position_embeddings=64),
+    "tiny-roberta": dict(model_type="roberta", vocab_size=99, hidden_size=32, num_hidden_layers=2,
+                         num_attention_heads=4, intermediate_size=37, max_position_embeddings=66,
+                         type_vocab_size=1, pad_token_id=1, position_scheme="absolute_from_padding",
+                         layer_norm_eps=1e-5, pair_head=None),
+    "tiny-distilbert": dict(model_type="distilbert", vocab_size=99, hidden_size=32,
+                            num_hidden_layers=2, num_attention_heads=4, intermediate_size=37,
+                            max_position_embeddings=64, type_vocab_size=0, use_pooler=False,
+                            pair_head=None),
+}
+
+# Published parameter counts (base model + pooler, as transformers counts it): SPEC §1.
+PUBLISHED_PARAMETERS: dict[str, int] = {
+    "bert-base": 109_482_240,
+    "bert-large": 335_141_888,
+    "roberta-base": 124_645_632,
+    "albert-base": 11_683_584,
+    "distilbert-base": 66_362_880,
+    "spanbert-base": 108_310_272,
+    "deberta-base": 138_601_728,
+    "longformer-base": 148_659_456,
+    "tinybert-4l": 14_350_248,
+    "bert-tiny": 4_385_920,
+}
+
+# The ten models of SPEC §1, in the order of the source documents.
+FAMILY = ["bert-base", "bert-large", "roberta-base", "albert-base", "distilbert-base",
+          "spanbert-base", "deberta-base", "longformer-base", "tinybert-4l", "bert-tiny"]
+
+PENDING = [name for name in FAMILY if name not in PRESETS]
+
+
+def preset_names(include_tiny: bool = True) -> list[str]:
+    """Names of the available presets (the ten models first, then the tiny test presets)."""
+    return [n for n in PRESETS if include_tiny or not n.startswith("tiny-")]

@@ -1,0 +1,45 @@
+import pytest
+
+from bertfamily import EncoderConfig
+from bertfamily.presets import PRESETS
+
+
+def test_heads_must_divide_hidden():
+    with pytest.raises(ValueError, match=r"hidden_size \(100\).*num_attention_heads \(12\)"):
+        EncoderConfig(hidden_size=100, num_attention_heads=12)
+
+
+@pytest.mark.parametrize("field,value", [("vocab_size", 0), ("hidden_act", "swish2"),
+                                         ("attention_kind", "magic"), ("pad_token_id", 40000),
+                                         ("hidden_dropout_prob", 1.5), ("num_hidden_groups", 5)])
+def test_invalid_values_raise(field, value):
+    with pytest.raises(ValueError, match=field):
+        EncoderConfig(**{field: value})
+
+
+def test_unknown_preset_lists_valid_names():
+    with pytest.raises(KeyError) as e:
+        EncoderConfig.from_preset("bert-huge")
+    for name in ("bert-base", "roberta-base", "bert-tiny"):
+        assert name in str(e.value)
+
+
+def test_overrides_and_derived_values():
+    c = EncoderConfig.from_preset("roberta-base", num_hidden_layers=3)
+    assert c.num_hidden_layers == 3 and c.vocab_size == 50265
+    assert c.max_sequence_length == 512  # 514 - pad_token_id(1) - 1
+    assert EncoderConfig.from_preset("tinybert-4l").head_dim == 26
+    with pytest.raises(TypeError):
+        EncoderConfig.from_preset("bert-base", hidden_sise=3)
+
+
+def test_layer_schedule():
+    assert EncoderConfig(num_hidden_layers=4).layer_schedule == [0, 1, 2, 3]
+    assert EncoderConfig(num_hidden_layers=4, num_hidden_groups=1).layer_schedule == [0, 0, 0, 0]
+    assert EncoderConfig(num_hidden_layers=4, num_hidden_groups=2,
+                         inner_group_num=2).layer_schedule == [0, 1, 0, 1, 2, 3, 2, 3]
+
+
+def test_presets_are_valid_configs():
+    for name in PRESETS:
+        EncoderConfig.from_preset(name)
