@@ -52,7 +52,9 @@ class Model(nn.Module):
                 position_ids: torch.Tensor | None = None, *,
                 masked_positions: torch.Tensor | None = None,
                 output_hidden_states: bool = False,
-                output_attentions: bool = False) -> ModelOutput:
+                output_attentions: bool = False,
+                condition: torch.Tensor | None = None,
+                **attention_inputs) -> ModelOutput:
         """Run the encoder and the heads.
 
         Args:
@@ -62,14 +64,16 @@ class Model(nn.Module):
             position_ids: (B, T) int64; None = the model's position scheme.
             masked_positions: optional (B, T) bool; the MLM head then runs only at these
                 positions and returns (M, V) logits (as the original BERT gathered them).
-            output_hidden_states / output_attentions: see `Encoder.forward`.
+            output_hidden_states / output_attentions / condition / attention_inputs: see
+                `Encoder.forward`.
 
         Raises:
             ValueError: invalid inputs (see `Encoder.check_inputs`).
         """
         out = self.encoder(input_ids, attention_mask, token_type_ids, position_ids,
                            output_hidden_states=output_hidden_states,
-                           output_attentions=output_attentions)
+                           output_attentions=output_attentions, condition=condition,
+                           **attention_inputs)
         logits = pair_logits = None
         if self.mlm_head is not None:
             h = out.last_hidden_state

@@ -20,6 +20,7 @@ class AttentionContext:
         bias: (B, 1, 1, S) float additive mask: 0 where ``mask``, the dtype's minimum elsewhere
             (finite, so a row with no real key stays finite in every dtype).
         need_weights: return attention probabilities and pre-softmax scores (slow path).
+        condition: (B, C) or (B, T, C) condition vector for conditional norms, or None.
         extras: per-attention-kind inputs provided by the encoder (e.g. relative position
             embeddings shared by all layers, global attention masks).
     """
@@ -27,6 +28,7 @@ class AttentionContext:
     mask: torch.Tensor
     bias: torch.Tensor
     need_weights: bool = False
+    condition: torch.Tensor | None = None
     extras: dict[str, Any] = field(default_factory=dict)
 
     @classmethod

@@ -67,6 +67,10 @@ class Encoder(nn.Module):
         self.max_positions = max_positions
         self.position_offset = position_offset
         self.pad_token_id = pad_token_id
+        # Optional encoder-level provider of attention inputs shared by all layers (e.g. DeBERTa's
+        # relative position embeddings): called once per forward as provider(x, ctx) -> dict,
+        # merged into ctx.extras.
+        self.attention_inputs: nn.Module | None = None
 
     # ------------------------------------------------------------------------------------------
     def check_inputs(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
@@ -130,7 +134,9 @@ class Encoder(nn.Module):
                 token_type_ids: torch.Tensor | None = None,
                 position_ids: torch.Tensor | None = None, *,
                 output_hidden_states: bool = False,
-                output_attentions: bool = False) -> EncoderOutput:
+                output_attentions: bool = False,
+                condition: torch.Tensor | None = None,
+                **attention_inputs) -> EncoderOutput:
         """Run the trunk.
 
         Args:
@@ -141,6 +147,9 @@ class Encoder(nn.Module):
             position_ids: (B, T) or (1, T) int64; None = the model's scheme.
             output_hidden_states: also return the L + 1 hidden states.
             output_attentions: also return attention probabilities and scores (slower path).
+            condition: (B, C) or (B, T, C) condition for conditional norms (None otherwise).
+            **attention_inputs: extra per-batch inputs of the attention kind (e.g. a global
+                attention mask), passed to every layer through ``ctx.extras``.
 
         Returns:
             EncoderOutput.
@@ -155,6 +164,10 @@ class Encoder(nn.Module):
             position_ids = self.position_ids_for(input_ids)
         x = self.embeddings(input_ids, position_ids, token_type_ids)  # (B, T, H)
         ctx = AttentionContext.from_mask(attention_mask, x.dtype, need_weights=output_attentions)
+        ctx.condition = condition
+        ctx.extras.update(attention_inputs)
+        if self.attention_inputs is not None:
+            ctx.extras.update(self.attention_inputs(x, ctx))
         hidden, probs, scores = [x], [], []
         for index in self.schedule:
             x, att = self.layers[index](x, ctx)
