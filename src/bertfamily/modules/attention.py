@@ -63,6 +63,8 @@ class SelfAttention(nn.Module):
         bias: whether the projections have biases.
     """
 
+    supports_unpadded = True  # accepts packed (total_tokens, H) input, see modules/unpad.py
+
     def __init__(self, hidden_size: int, num_heads: int, dropout: float, bias: bool = True):
         super().__init__()
         self.num_heads = num_heads
@@ -72,7 +74,10 @@ class SelfAttention(nn.Module):
         self.dropout = dropout
 
     def forward(self, x: torch.Tensor, ctx: AttentionContext) -> AttentionOutput:
-        """x: (B, T, H) float → AttentionOutput with hidden (B, T, H)."""
+        """x: (B, T, H) float → AttentionOutput with hidden (B, T, H); or packed real tokens
+        x: (total_tokens, H) with ``ctx.extras["seq_lengths"]`` → hidden (total_tokens, H)."""
+        if x.dim() == 2:
+            return AttentionOutput(self.out(self._packed(x, ctx.extras["seq_lengths"])))
         B, T, H = x.shape
         qkv = self.qkv(x).view(B, T, 3, self.num_heads, self.head_dim)
         q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # each (B, N, T, Dh)
@@ -87,3 +92,22 @@ class SelfAttention(nn.Module):
                                                dropout_p=p)  # (B, N, T, Dh)
         y = y.transpose(1, 2).reshape(B, T, H)  # (B, T, H)
         return AttentionOutput(self.out(y), probs, scores)
+
+    def _packed(self, x: torch.Tensor, lengths: list[int]) -> torch.Tensor:
+        """Attention over packed sequences: one SDPA call per sequence, no mask, no padding.
+
+        x: (total_tokens, H) with rows grouped by sequence (``lengths`` rows each) →
+        (total_tokens, H) context vectors before the output projection.
+        """
+        Ntot, H = x.shape
+        qkv = self.qkv(x).view(Ntot, 3, self.num_heads, self.head_dim)  # (Ntot, 3, N, Dh)
+        y = torch.empty(Ntot, self.num_heads, self.head_dim, dtype=x.dtype, device=x.device)
+        p = self.dropout if self.training else 0.0
+        start = 0
+        for n in lengths:
+            if n:
+                q, k, v = qkv[start:start + n].permute(1, 2, 0, 3).unbind(0)  # each (N, n, Dh)
+                y[start:start + n] = F.scaled_dot_product_attention(
+                    q, k, v, dropout_p=p).transpose(0, 1)  # (n, N, Dh)
+            start += n
+        return y.view(Ntot, H)

@@ -8,6 +8,7 @@ import torch
 from torch import nn
 
 from .attention import AttentionContext
+from .unpad import Unpadded
 
 
 @dataclass
@@ -71,6 +72,9 @@ class Encoder(nn.Module):
         # relative position embeddings): called once per forward as provider(x, ctx) -> dict,
         # merged into ctx.extras.
         self.attention_inputs: nn.Module | None = None
+        # Unpadded execution (see modules/unpad.py): on by default where it applies; set False to
+        # always run the padded batch.
+        self.unpad = True
 
     # ------------------------------------------------------------------------------------------
     def check_inputs(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
@@ -129,6 +133,17 @@ class Encoder(nn.Module):
         real = input_ids.ne(self.pad_token_id).long()
         return torch.cumsum(real, dim=1) * real + self.pad_token_id
 
+    def _unpad_plan(self, attention_mask: torch.Tensor,
+                    ctx: AttentionContext) -> Unpadded | None:
+        """An unpadding plan when it applies: switched on, a right-padded batch with padding,
+        no attention weights requested, no per-sequence condition, and attention components
+        that support packed sequences (``supports_unpadded``)."""
+        if not self.unpad or ctx.need_weights or ctx.condition is not None:
+            return None
+        if not all(getattr(layer.attention, "supports_unpadded", False) for layer in self.layers):
+            return None
+        return Unpadded.from_mask(attention_mask)
+
     # ------------------------------------------------------------------------------------------
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None,
@@ -168,12 +183,19 @@ class Encoder(nn.Module):
         ctx.extras.update(attention_inputs)
         if self.attention_inputs is not None:
             ctx.extras.update(self.attention_inputs(x, ctx))
+        plan = self._unpad_plan(attention_mask, ctx)
+        if plan is not None:
+            x = plan.gather(x)  # (B, T, H) -> (total_tokens, H)
+            ctx.extras["seq_lengths"] = plan.lengths
         hidden, probs, scores = [x], [], []
         for index in self.schedule:
             x, att = self.layers[index](x, ctx)
             hidden.append(x)
             probs.append(att.probs)
             scores.append(att.scores)
+        if plan is not None:
+            x = plan.scatter(x)  # (total_tokens, H) -> (B, T, H)
+            hidden = [plan.scatter(h) for h in hidden] if output_hidden_states else hidden
         return EncoderOutput(
             last_hidden_state=x,
             pooler_output=self.pooler(x) if self.pooler is not None else None,
