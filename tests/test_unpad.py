@@ -62,4 +62,4 @@ def test_unpadded_gradients_equal_padded():
                       if p.grad is not None})
     assert grads[0].keys() == grads[1].keys() and len(grads[0]) > 20
     for name in grads[0]:
-        torch.testing.assert_close(grads[0][name], grads[1][name], atol=1e-5, rtol=1e-4)
+        torch.testing.assert_close(grads[0][name], grads[1][name], atol=1e-4, rtol=1e-3)
