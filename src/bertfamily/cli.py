@@ -164,5 +164,25 @@ def search(query: list[str] = typer.Argument(..., help="One or more queries."),
         console.print(table)
 
 
+@app.command()
+def export(model: str = typer.Argument(..., help="Model directory or resource name."),
+           output: Path = typer.Argument(..., help="Output file (.onnx)."),
+           format: str = typer.Option("onnx", "--format", help="Export format (onnx)."),
+           opset: int = typer.Option(17, help="ONNX opset version.")):
+    """Export a model to ONNX with dynamic batch and sequence axes."""
+    from .checkpoints.io import from_pretrained
+    from .export import export_onnx, output_names
+    from .fetch import resolve_model
+
+    if format != "onnx":
+        _fail(ValueError(f"unsupported format {format!r}; supported: onnx"))
+    try:
+        m = from_pretrained(resolve_model(model))
+        export_onnx(m, output, opset=opset)
+    except (ValueError, RuntimeError, OSError) as e:
+        _fail(e)
+    console.print(f"wrote {output} (outputs: {', '.join(output_names(m))})")
+
+
 if __name__ == "__main__":
     app()

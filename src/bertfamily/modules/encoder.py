@@ -172,7 +172,8 @@ class Encoder(nn.Module):
         Raises:
             ValueError: see `check_inputs`.
         """
-        self.check_inputs(input_ids, attention_mask, token_type_ids, position_ids)
+        if not torch.jit.is_tracing():  # the ONNX exporter traces; values are checked eagerly
+            self.check_inputs(input_ids, attention_mask, token_type_ids, position_ids)
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids)
         if position_ids is None:
