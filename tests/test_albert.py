@@ -1,4 +1,4 @@
-"""ALBERT: parity with transformers, checkpoints both ways, shared layers, the albert-base preset."""
+"""ALBERT: parity with transformers, checkpoints both ways, shared layers, albert-base preset."""
 
 from __future__ import annotations
 

@@ -79,7 +79,8 @@ def build_model(config: EncoderConfig, heads: Iterable[str] = ()) -> Model:
     if "mlm" in heads:
         mlm = MaskedLMHead(config.hidden_size, config.embedding_size,
                            activation(config.hidden_act),
-                           build_norm(config, config.embedding_size, "mlm"), encoder.embeddings.token)
+                           build_norm(config, config.embedding_size, "mlm"),
+                           encoder.embeddings.token)
     if "pair" in heads:
         if not config.use_pooler:
             raise ValueError("the pair (NSP/SOP) head needs a pooler; this config has none")
