@@ -36,6 +36,10 @@ def hf_tiny(kind: str, cls_name: str, tmp_path_factory, **overrides):
         config = transformers.DistilBertConfig(vocab_size=99, dim=32, n_layers=2, n_heads=4,
                                                hidden_dim=37, max_position_embeddings=64,
                                                **overrides)
+    elif kind == "albert":
+        config = transformers.AlbertConfig(**{**TINY, "embedding_size": 16, "num_hidden_layers": 3,
+                                              "num_hidden_groups": 1, "hidden_act": "gelu_new",
+                                              **overrides})
     else:
         raise ValueError(kind)
     model = getattr(transformers, cls_name)(config).eval()

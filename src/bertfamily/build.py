@@ -15,12 +15,17 @@ from .modules.embeddings import Embeddings
 from .modules.encoder import Encoder, Pooler
 from .modules.ffn import FeedForward
 from .modules.layer import EncoderLayer
+from .modules.norms import ConditionalLayerNorm
 
 HEADS = ("mlm", "pair")
 
 
-def build_norm(config: EncoderConfig, size: int) -> nn.Module:
-    """The LayerNorm component (Ba et al. 2016) over ``size`` features."""
+def build_norm(config: EncoderConfig, size: int, site: str | None = None) -> nn.Module:
+    """The norm component over ``size`` features: LayerNorm (Ba et al. 2016), or Conditional
+    LayerNorm (SPEC §5) when ``site`` (one of `config.NORM_SITES`) is in
+    ``config.conditional_norms``."""
+    if site is not None and site in config.conditional_norms:
+        return ConditionalLayerNorm(size, config.condition_size, eps=config.layer_norm_eps)
     return nn.LayerNorm(size, eps=config.layer_norm_eps)
 
 
@@ -36,9 +41,9 @@ def build_layer(config: EncoderConfig) -> EncoderLayer:
     H = config.hidden_size
     return EncoderLayer(
         attention=build_attention(config),
-        attention_norm=build_norm(config, H),
+        attention_norm=build_norm(config, H, "attention"),
         ffn=FeedForward(H, config.intermediate_size, activation(config.hidden_act)),
-        ffn_norm=build_norm(config, H),
+        ffn_norm=build_norm(config, H, "ffn"),
         dropout=config.hidden_dropout_prob,
     )
 
@@ -48,7 +53,7 @@ def build_encoder(config: EncoderConfig) -> Encoder:
     embeddings = Embeddings(
         vocab_size=config.vocab_size, embedding_size=E,
         max_positions=config.max_position_embeddings, type_vocab_size=config.type_vocab_size,
-        norm=build_norm(config, E), hidden_size=config.hidden_size,
+        norm=build_norm(config, E, "embeddings"), hidden_size=config.hidden_size,
         dropout=config.hidden_dropout_prob, pad_token_id=config.pad_token_id)
     layers = [build_layer(config) for _ in range(config.num_unique_layers)]
     return Encoder(embeddings, layers, config.layer_schedule,
@@ -74,7 +79,8 @@ def build_model(config: EncoderConfig, heads: Iterable[str] = ()) -> Model:
     if "mlm" in heads:
         mlm = MaskedLMHead(config.hidden_size, config.embedding_size,
                            activation(config.hidden_act),
-                           build_norm(config, config.embedding_size), encoder.embeddings.token)
+                           build_norm(config, config.embedding_size, "mlm"),
+                           encoder.embeddings.token)
     if "pair" in heads:
         if not config.use_pooler:
             raise ValueError("the pair (NSP/SOP) head needs a pooler; this config has none")
@@ -85,7 +91,8 @@ def build_model(config: EncoderConfig, heads: Iterable[str] = ()) -> Model:
 
 
 def init_weights(model: nn.Module, std: float = 0.02) -> None:
-    """BERT initialisation: N(0, std) weights, zero biases, unit LayerNorm, zero padding row."""
+    """BERT initialisation: N(0, std) weights, zero biases, unit LayerNorm, zero padding row;
+    conditional norms start as plain LayerNorms (W_γ = W_β = 0)."""
     for module in model.modules():
         if isinstance(module, nn.Linear):
             nn.init.normal_(module.weight, 0.0, std)
@@ -98,6 +105,8 @@ def init_weights(model: nn.Module, std: float = 0.02) -> None:
         elif isinstance(module, nn.LayerNorm):
             nn.init.ones_(module.weight)
             nn.init.zeros_(module.bias)
+        elif isinstance(module, ConditionalLayerNorm):
+            module.reset_parameters()
     for module in model.modules():
         if isinstance(module, MaskedLMHead):
             nn.init.zeros_(module.bias)

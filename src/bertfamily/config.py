@@ -16,6 +16,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+NORM_SITES = ("embeddings", "attention", "ffn", "mlm")  # where a norm can be conditional
 ACTIVATIONS = ("gelu", "gelu_tanh", "gelu_sigmoid", "relu", "silu")
 ATTENTION_KINDS = ("full",)  # grows with the disentangled (DeBERTa) and windowed (Longformer) kinds
 POSITION_SCHEMES = ("absolute", "absolute_from_padding")
@@ -56,6 +57,11 @@ class EncoderConfig:
 
     # --- norms ---------------------------------------------------------------------------------
     layer_norm_eps: float = 1e-12
+    # Conditional Layer Normalization (SPEC §5): which norms take a condition c of size C.
+    # Sites: "embeddings" (in E), "attention" and "ffn" (the two norms of every layer, in H),
+    # "mlm" (the MLM head's norm, in E). Empty = ordinary LayerNorms everywhere.
+    conditional_norms: tuple[str, ...] = ()
+    condition_size: int | None = None  # C; required iff conditional_norms is not empty
 
     # --- layer sharing (ALBERT) ----------------------------------------------------------------
     # Unique layers = num_hidden_groups * inner_group_num; layer i runs group
@@ -120,6 +126,25 @@ class EncoderConfig:
         for name in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise ValueError(f"{name} must lie in [0, 1), got {getattr(self, name)}")
+        self._check_conditional_norms()
+
+    def _check_conditional_norms(self) -> None:
+        if isinstance(self.conditional_norms, str):
+            raise ValueError(f"conditional_norms must be a sequence of site names, got the "
+                             f"string {self.conditional_norms!r}")
+        sites = tuple(self.conditional_norms)
+        object.__setattr__(self, "conditional_norms", sites)  # lists (from JSON) become tuples
+        unknown = [s for s in sites if s not in NORM_SITES]
+        if unknown or len(set(sites)) != len(sites):
+            raise ValueError(f"conditional_norms {sites!r} must be distinct names from "
+                             f"{NORM_SITES}")
+        C = self.condition_size
+        if sites and (not isinstance(C, int) or isinstance(C, bool) or C <= 0):
+            raise ValueError(f"condition_size must be a positive integer when conditional_norms "
+                             f"is set, got {C!r}")
+        if not sites and C is not None:
+            raise ValueError(f"condition_size={C!r} given but conditional_norms is empty; name "
+                             f"the norms to condition, e.g. conditional_norms=('attention', 'ffn')")
 
     # --- derived values --------------------------------------------------------------------------
     @property

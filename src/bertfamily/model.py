@@ -26,6 +26,19 @@ class ModelOutput(EncoderOutput):
     pair_logits: torch.Tensor | None = None
 
 
+def _select(hidden: torch.Tensor, condition: torch.Tensor | None,
+            masked_positions: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Hidden states (and the condition of each) at ``masked_positions``: (M, H) and (M, C)."""
+    if masked_positions is None or condition is None:
+        return (hidden if masked_positions is None else hidden[masked_positions]), condition
+    if condition.dim() == 2:  # (B, C): one vector per sequence
+        condition = condition[:, None, :].expand(-1, hidden.shape[1], -1)  # (B, T, C)
+    if condition.shape[:2] != hidden.shape[:2]:
+        raise ValueError(f"condition has shape {tuple(condition.shape)}; expected (B, C) or "
+                         f"(B, T, C) with (B, T) = {tuple(hidden.shape[:2])}")
+    return hidden[masked_positions], condition[masked_positions]
+
+
 class Model(nn.Module):
     """One model class for every family: `encoder` + optional `mlm_head` and `pair_head`.
 
@@ -68,8 +81,13 @@ class Model(nn.Module):
                 `Encoder.forward`.
 
         Raises:
-            ValueError: invalid inputs (see `Encoder.check_inputs`).
+            ValueError: invalid inputs (see `Encoder.check_inputs`); a ``condition`` given to a
+                model without conditional norms, or missing / of the wrong size C for one with
+                them (see `modules.norms.ConditionalLayerNorm.check_condition`).
         """
+        if condition is not None and not self.takes_condition:
+            raise ValueError("condition= was given but this model has no conditional norms "
+                             "(EncoderConfig.conditional_norms is empty)")
         out = self.encoder(input_ids, attention_mask, token_type_ids, position_ids,
                            output_hidden_states=output_hidden_states,
                            output_attentions=output_attentions, condition=condition,
@@ -77,10 +95,18 @@ class Model(nn.Module):
         logits = pair_logits = None
         if self.mlm_head is not None:
             h = out.last_hidden_state
-            logits = self.mlm_head(h[masked_positions] if masked_positions is not None else h)
+            if getattr(self.mlm_head, "takes_condition", False):
+                logits = self.mlm_head(*_select(h, condition, masked_positions))
+            else:
+                logits = self.mlm_head(h[masked_positions] if masked_positions is not None else h)
         if self.pair_head is not None:
             pair_logits = self.pair_head(out.pooler_output)
         return ModelOutput(**vars(out), logits=logits, pair_logits=pair_logits)
+
+    @property
+    def takes_condition(self) -> bool:
+        """Whether any norm is conditional (forward then needs ``condition=``; SPEC §5)."""
+        return any(getattr(m, "takes_condition", False) for m in self.modules() if m is not self)
 
     def num_parameters(self, heads: bool = False) -> int:
         """Parameter count, each shared tensor counted once; trunk only unless ``heads``."""

@@ -2,7 +2,7 @@
 
 Each preset is a dict of `EncoderConfig` overrides headed by the checkpoint it reproduces.
 The parameter count in the comment is the base model plus pooler, as transformers counts it.
-Families whose components are not built yet (ALBERT, DeBERTa, Longformer) are listed in
+Families whose components are not built yet (DeBERTa, Longformer) are listed in
 `PENDING` and get their presets when their components land.
 """
 
@@ -33,6 +33,12 @@ PRESETS: dict[str, dict[str, Any]] = {
     # google/bert_uncased_L-2_H-128_A-2 (prajjwal1/bert-tiny) — 4,385,920
     "bert-tiny": dict(model_type="bert", hidden_size=128, num_hidden_layers=2,
                       num_attention_heads=2, intermediate_size=512),
+    # albert/albert-base-v2 — 11,683,584. Factorised embedding E=128 (LayerNorm in E, then
+    # E→H); all 12 layer steps run one shared layer; GELU tanh form ("gelu_new"); SOP; no dropout.
+    "albert-base": dict(model_type="albert", vocab_size=30000, embedding_size=128,
+                        num_hidden_groups=1, inner_group_num=1, hidden_act="gelu_tanh",
+                        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+                        pair_head="sop"),
     # --- tiny test presets: mutually distinct sizes so transpositions cannot hide --------------
     "tiny-bert": dict(model_type="bert", vocab_size=99, hidden_size=32, num_hidden_layers=2,
                       num_attention_heads=4, intermediate_size=37, max_position_embeddings=64),
@@ -44,6 +50,11 @@ PRESETS: dict[str, dict[str, Any]] = {
                             num_hidden_layers=2, num_attention_heads=4, intermediate_size=37,
                             max_position_embeddings=64, type_vocab_size=0, use_pooler=False,
                             pair_head=None),
+    "tiny-albert": dict(model_type="albert", vocab_size=99, embedding_size=16, hidden_size=32,
+                        num_hidden_layers=3, num_hidden_groups=1, num_attention_heads=4,
+                        intermediate_size=37, max_position_embeddings=64, hidden_act="gelu_tanh",
+                        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+                        pair_head="sop"),
 }
 
 # Published parameter counts (base model + pooler, as transformers counts it): SPEC §1.

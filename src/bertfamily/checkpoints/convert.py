@@ -31,6 +31,9 @@ class LoadReport:
     unexpected: list[str] = field(default_factory=list)
     mismatched: list[str] = field(default_factory=list)
     dropped: list[str] = field(default_factory=list)  # dropped on purpose (buffers, tied copies)
+    # ours: parameters ordinary checkpoints do not have (e.g. Conditional LayerNorm's W_γ, W_β),
+    # absent here and left at their initialisation; not an error.
+    newly_initialized: list[str] = field(default_factory=list)
 
     @property
     def clean(self) -> bool:
@@ -60,13 +63,33 @@ def rename_legacy_layernorm(key: str) -> str:
 
 
 # --- table expansion -----------------------------------------------------------------------------
-def expand(table: dict[str, Any], num_layers: int) -> dict[str, Any]:
-    """Substitute every ``{i}`` in a table's keys and values for layers 0..num_layers-1."""
+LAYER_FIELDS = ("{i}", "{g}", "{j}")
+
+
+def layer_fields(i: int, inner_group_num: int = 1) -> dict[str, int]:
+    """The template fields of unique layer ``i``: ``{i}`` itself, ``{g}`` its group and ``{j}``
+    its place in the group, for checkpoints that store layers in groups of ``inner_group_num``
+    (ALBERT's albert_layer_groups.{g}.albert_layers.{j}; i = g·inner_group_num + j)."""
+    return {"{i}": i, "{g}": i // inner_group_num, "{j}": i % inner_group_num}
+
+
+def _substitute(s: str, fields: dict[str, int]) -> str:
+    for name, value in fields.items():
+        s = s.replace(name, str(value))
+    return s
+
+
+def expand(table: dict[str, Any], num_layers: int, inner_group_num: int = 1) -> dict[str, Any]:
+    """Substitute the layer fields (``{i}``, ``{g}``, ``{j}``; see `layer_fields`) in a table's
+    keys and values for unique layers 0..num_layers-1."""
     out: dict[str, Any] = {}
     for hf, ours in table.items():
-        indices = range(num_layers) if "{i}" in hf or (isinstance(ours, str) and "{i}" in ours) else [None]
-        for i in indices:
-            sub = (lambda s: s.replace("{i}", str(i))) if i is not None else (lambda s: s)
+        texts = [hf] + (list(ours.sources) if isinstance(ours, Join) else
+                        [ours] if isinstance(ours, str) else [])
+        per_layer = any(f in t for t in texts for f in LAYER_FIELDS)
+        for i in (range(num_layers) if per_layer else [None]):
+            fields = layer_fields(i, inner_group_num) if i is not None else {}
+            sub = (lambda s, fields=fields: _substitute(s, fields))
             if isinstance(ours, Join):
                 out[sub(hf)] = Join(tuple(sub(s) for s in ours.sources), ours.kind)
             else:
@@ -75,20 +98,21 @@ def expand(table: dict[str, Any], num_layers: int) -> dict[str, Any]:
 
 
 def family_table(fmap: FamilyMap, num_layers: int, heads: Iterable[str],
-                 pooler: bool) -> dict[str, Any]:
+                 pooler: bool, inner_group_num: int = 1) -> dict[str, Any]:
     """HF key (for a task model, i.e. trunk keys with the base prefix) → our key, Join or None.
 
-    Join entries are stored under our key (their value lists the HF sources)."""
+    ``num_layers`` counts unique layers; ``inner_group_num`` sizes the groups of ``{g}``/``{j}``
+    templates. Join entries are stored under our key (their value lists the HF sources)."""
     table: dict[str, Any] = {}
     trunk = dict(fmap.trunk)
     if pooler:
         trunk.update(fmap.pooler)
-    for hf, ours in expand(trunk, num_layers).items():
+    for hf, ours in expand(trunk, num_layers, inner_group_num).items():
         table[hf if isinstance(ours, Join) else fmap.base_prefix + hf] = (
             Join(tuple(fmap.base_prefix + s for s in ours.sources), ours.kind)
             if isinstance(ours, Join) else ours)
     for name in heads:
-        table.update(expand(fmap.heads[name], num_layers))
+        table.update(expand(fmap.heads[name], num_layers, inner_group_num))
     return table
 
 
@@ -120,7 +144,8 @@ def normalise_hf_keys(fmap: FamilyMap, state: dict[str, torch.Tensor]) -> dict[s
 # --- the two directions ----------------------------------------------------------------------------
 def hf_to_ours(hf_state: dict[str, torch.Tensor], fmap: FamilyMap, config: Any,
                expected: dict[str, torch.Size], heads: Iterable[str], pooler: bool,
-               strict: bool = True) -> tuple[dict[str, torch.Tensor], LoadReport]:
+               strict: bool = True, optional: Iterable[str] = ()
+               ) -> tuple[dict[str, torch.Tensor], LoadReport]:
     """Convert a Hugging Face state dict into ours.
 
     Args:
@@ -130,6 +155,8 @@ def hf_to_ours(hf_state: dict[str, torch.Tensor], fmap: FamilyMap, config: Any,
         expected: our model's state-dict keys → shapes.
         heads, pooler: the components the model was built with.
         strict: raise on any missing/unexpected/mismatched key instead of reporting it.
+        optional: our keys that ordinary checkpoints lack (see `new_parameter_keys`); when absent
+            they are reported as ``newly_initialized``, not as missing.
 
     Returns:
         (our state dict, report).
@@ -138,7 +165,8 @@ def hf_to_ours(hf_state: dict[str, torch.Tensor], fmap: FamilyMap, config: Any,
         CheckpointError: when strict and anything does not match; the message lists every key.
     """
     state = normalise_hf_keys(fmap, hf_state)
-    table = family_table(fmap, config.num_unique_layers, heads, pooler)
+    table = family_table(fmap, config.num_unique_layers, heads, pooler,
+                         getattr(config, "inner_group_num", 1))
     out: dict[str, torch.Tensor] = {}
     report = LoadReport()
     used: set[str] = set()
@@ -157,7 +185,9 @@ def hf_to_ours(hf_state: dict[str, torch.Tensor], fmap: FamilyMap, config: Any,
             out[ours] = state[hf_key]
             used.add(hf_key)
     report.unexpected = sorted(set(state) - used)
-    report.missing = sorted(set(expected) - set(out))
+    absent = set(expected) - set(out)
+    report.newly_initialized = sorted(absent & set(optional))
+    report.missing = sorted(absent - set(optional))
     for key in sorted(set(out) - set(expected)):
         report.unexpected.append(f"{key} (ours; not in this model)")
         del out[key]
@@ -172,7 +202,20 @@ def hf_to_ours(hf_state: dict[str, torch.Tensor], fmap: FamilyMap, config: Any,
                               report.mismatched)
     if not report.clean:
         log.warning("non-strict load: %s", _describe(report))
+    if report.newly_initialized:
+        log.info("newly initialised (not in the checkpoint): %s",
+                 ", ".join(report.newly_initialized))
     return out, report
+
+
+def new_parameter_keys(model: torch.nn.Module) -> list[str]:
+    """State-dict keys of parameters that ordinary checkpoints do not hold: those a module lists
+    in its ``new_parameters`` attribute (e.g. `ConditionalLayerNorm`'s W_γ, W_β)."""
+    keys = []
+    for prefix, module in model.named_modules():
+        for name in getattr(module, "new_parameters", ()):
+            keys.append(f"{prefix}.{name}" if prefix else name)
+    return keys
 
 
 def ours_to_hf(state: dict[str, torch.Tensor], fmap: FamilyMap, config: Any,
@@ -184,7 +227,8 @@ def ours_to_hf(state: dict[str, torch.Tensor], fmap: FamilyMap, config: Any,
         CheckpointError: one of our keys has no place in the family's table.
     """
     heads = list(heads)
-    table = family_table(fmap, config.num_unique_layers, heads, pooler)
+    table = family_table(fmap, config.num_unique_layers, heads, pooler,
+                         getattr(config, "inner_group_num", 1))
     inverse: dict[str, tuple[str, Any]] = {}
     for hf_key, ours in table.items():
         if isinstance(ours, Join):

@@ -13,7 +13,8 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from ..config import EncoderConfig
-from .convert import CheckpointError, LoadReport, detect_components, hf_to_ours, ours_to_hf
+from .convert import (CheckpointError, LoadReport, detect_components, hf_to_ours,
+                      new_parameter_keys, ours_to_hf)
 from .keymaps import FAMILIES, HF_ACTIVATIONS, OUR_ACTIVATIONS_TO_HF, FamilyMap
 
 log = logging.getLogger(__name__)
@@ -129,7 +130,8 @@ def read_weights(path: str | Path) -> dict[str, torch.Tensor]:
 
 
 def from_pretrained(path: str | Path, *, heads: list[str] | None = None, strict: bool = True,
-                    return_report: bool = False, dtype: torch.dtype | None = None):
+                    return_report: bool = False, dtype: torch.dtype | None = None,
+                    config_overrides: dict[str, Any] | None = None):
     """Load a local Hugging Face model directory into a `bertfamily.Model`.
 
     Args:
@@ -139,6 +141,10 @@ def from_pretrained(path: str | Path, *, heads: list[str] | None = None, strict:
             with ``return_report``, in a `LoadReport`).
         return_report: return (model, report) instead of the model.
         dtype: cast the parameters (e.g. torch.bfloat16); None keeps float32.
+        config_overrides: EncoderConfig fields to change before building, e.g.
+            ``{"conditional_norms": ("attention", "ffn"), "condition_size": 16}`` to load an
+            ordinary checkpoint into a conditional model (its W_γ, W_β are then reported as
+            ``newly_initialized``, zero, so the model starts as the checkpoint).
 
     Returns:
         The model in eval mode (or (model, LoadReport)).
@@ -158,11 +164,12 @@ def from_pretrained(path: str | Path, *, heads: list[str] | None = None, strict:
     heads = found_heads if heads is None else list(heads)
     if "pair" in heads:
         has_pooler = True
-    config = config.replace(use_pooler=has_pooler and config.use_pooler)
+    config = config.replace(use_pooler=has_pooler and config.use_pooler,
+                            **(config_overrides or {}))
     model = build_model(config, heads=heads)
     expected = {k: v.shape for k, v in model.state_dict().items()}
     state, report = hf_to_ours(hf_state, fmap, config, expected, heads, config.use_pooler,
-                               strict=strict)
+                               strict=strict, optional=new_parameter_keys(model))
     model.load_state_dict(state, strict=False)
     model.eval()
     if dtype is not None:

@@ -1,7 +1,9 @@
 """Per-family key tables: Hugging Face names → ours. Data only; `convert.py` applies them.
 
-Templates use ``{i}`` for the layer index. A value of ``None`` drops the key on purpose
-(buffers, and tied decoder copies that equal the token embedding). `Join` entries build one of
+Templates use ``{i}`` for the unique-layer index; tables of families that store their unique
+layers in groups (ALBERT) use ``{g}`` for the group and ``{j}`` for the layer inside it
+(i = g·inner_group_num + j; see `convert.layer_fields`). A value of ``None`` drops the key on
+purpose (buffers, and tied decoder copies that equal the token embedding). `Join` entries build one of
 our tensors from several Hugging Face tensors (our attention keeps Q, K and V in one fused
 projection) with a named, tested transform from `convert.JOINS`.
 
@@ -177,7 +179,50 @@ DISTILBERT = FamilyMap(
     config_required={"sinusoidal_pos_embds": False},
 )
 
-FAMILIES: dict[str, FamilyMap] = {m.model_type: m for m in (BERT, ROBERTA, DISTILBERT)}
+# ---------------------------------------------------------------------------------------------
+# ALBERT (Lan et al. 2020): factorised embedding (lookups and LayerNorm in E, then E→H in the
+# encoder), unique layers stored in groups, pooler as a bare Linear, MLM head in E, SOP head.
+_ALBERT_LAYER = "encoder.albert_layer_groups.{g}.albert_layers.{j}"
+ALBERT = FamilyMap(
+    model_type="albert",
+    base_prefix="albert.",
+    trunk={
+        "embeddings.word_embeddings.weight": "encoder.embeddings.token.weight",
+        "embeddings.token_type_embeddings.weight": "encoder.embeddings.segment.weight",
+        "embeddings.position_embeddings.weight": "encoder.embeddings.position.weight",
+        **_wb("embeddings.LayerNorm", "encoder.embeddings.norm"),
+        "embeddings.position_ids": None,  # buffer
+        "embeddings.token_type_ids": None,  # buffer
+        **_wb("encoder.embedding_hidden_mapping_in", "encoder.embeddings.projection"),
+        **_qkv(f"{_ALBERT_LAYER}.attention.query", f"{_ALBERT_LAYER}.attention.key",
+               f"{_ALBERT_LAYER}.attention.value", "encoder.layers.{i}.attention.qkv"),
+        **_wb(f"{_ALBERT_LAYER}.attention.dense", "encoder.layers.{i}.attention.out"),
+        **_wb(f"{_ALBERT_LAYER}.attention.LayerNorm", "encoder.layers.{i}.attention_norm"),
+        **_wb(f"{_ALBERT_LAYER}.ffn", "encoder.layers.{i}.ffn.up"),
+        **_wb(f"{_ALBERT_LAYER}.ffn_output", "encoder.layers.{i}.ffn.down"),
+        **_wb(f"{_ALBERT_LAYER}.full_layer_layer_norm", "encoder.layers.{i}.ffn_norm"),
+    },
+    pooler=_wb("pooler", "encoder.pooler.dense"),
+    heads={
+        "mlm": {
+            **_wb("predictions.dense", "mlm_head.dense"),
+            **_wb("predictions.LayerNorm", "mlm_head.norm"),
+            "predictions.bias": "mlm_head.bias",
+            "predictions.decoder.weight": None,  # tied to the token embedding
+            "predictions.decoder.bias": None,  # alias of predictions.bias
+        },
+        "pair": _wb("sop_classifier.classifier", "pair_head.classifier"),
+    },
+    architectures={"": "AlbertModel", "mlm": "AlbertForMaskedLM",
+                   "mlm+pair": "AlbertForPreTraining"},
+    config_fields={**_BERT_CONFIG, "embedding_size": "embedding_size",
+                   "num_hidden_groups": "num_hidden_groups", "inner_group_num": "inner_group_num"},
+    # ALBERT pretrains with sentence-order prediction (Lan et al. 2020 §4.1).
+    config_fixed={"position_scheme": "absolute", "pair_head": "sop"},
+    config_required={"position_embedding_type": "absolute"},
+)
+
+FAMILIES: dict[str, FamilyMap] = {m.model_type: m for m in (BERT, ROBERTA, DISTILBERT, ALBERT)}
 
 # Hugging Face activation names → ours, and back.
 HF_ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh",

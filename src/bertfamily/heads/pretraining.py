@@ -6,6 +6,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from ..modules.norms import call_norm
+
 
 class MaskedLMHead(nn.Module):
     """(.., H) → (.., V) vocabulary logits (Devlin et al. 2019 §3.1, Task #1).
@@ -17,7 +19,7 @@ class MaskedLMHead(nn.Module):
         hidden_size: H.
         embedding_size: E (= H except ALBERT).
         act: activation module.
-        norm: LayerNorm over E.
+        norm: LayerNorm over E (or a Conditional LayerNorm: then ``takes_condition``).
         decoder_weight_owner: the token embedding module whose ``weight`` (V, E) is the decoder.
     """
 
@@ -36,9 +38,14 @@ class MaskedLMHead(nn.Module):
         """(V, E), tied to the token embedding."""
         return self._embedding[0].weight
 
-    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        """hidden (.., H) float → logits (.., V) float."""
-        x = self.norm(self.act(self.dense(hidden)))  # (.., E)
+    @property
+    def takes_condition(self) -> bool:
+        """Whether the head's norm is conditional (forward then needs ``condition``)."""
+        return getattr(self.norm, "takes_condition", False)
+
+    def forward(self, hidden: torch.Tensor, condition: torch.Tensor | None = None) -> torch.Tensor:
+        """hidden (.., H) float [, condition (B, C) or (.., C) float] → logits (.., V) float."""
+        x = call_norm(self.norm, self.act(self.dense(hidden)), condition)  # (.., E)
         return F.linear(x, self.decoder_weight, self.bias)  # (.., V)
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from .norms import call_norm
+
 
 class Embeddings(nn.Module):
     """Sum of lookups in E dimensions, normalised, then (ALBERT) projected to H.
@@ -14,7 +16,7 @@ class Embeddings(nn.Module):
         embedding_size: E (= H except for ALBERT's factorised embedding, E=128).
         max_positions: rows of the learned position table (0 = no absolute positions).
         type_vocab_size: rows of the segment table (0 = no segment embedding, DistilBERT).
-        norm: the LayerNorm over E.
+        norm: the LayerNorm over E (or a Conditional LayerNorm, which then needs ``condition``).
         hidden_size: H; when it differs from E a projection E→H follows the norm (ALBERT,
             Lan et al. 2020 §3.1 "factorized embedding parameterization").
         dropout: dropout probability after the norm.
@@ -35,13 +37,15 @@ class Embeddings(nn.Module):
                            if hidden_size != embedding_size else None)
 
     def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor,
-                token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
+                token_type_ids: torch.Tensor | None = None,
+                condition: torch.Tensor | None = None) -> torch.Tensor:
         """Embed a batch.
 
         Args:
             input_ids: (B, T) int64 token ids.
             position_ids: (B, T) or (1, T) int64 rows of the position table.
             token_type_ids: (B, T) int64 segment ids; None = all zeros (ignored without a table).
+            condition: (B, C) or (B, T, C) float, for a conditional norm; else unused.
 
         Returns:
             (B, T, H) float embeddings.
@@ -54,7 +58,7 @@ class Embeddings(nn.Module):
                 x = x + self.segment.weight[0]
             else:
                 x = x + self.segment(token_type_ids)
-        x = self.dropout(self.norm(x))
+        x = self.dropout(call_norm(self.norm, x, condition))
         if self.projection is not None:
             x = self.projection(x)  # (B, T, E) -> (B, T, H)
         return x

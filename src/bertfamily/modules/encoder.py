@@ -178,7 +178,8 @@ class Encoder(nn.Module):
             attention_mask = torch.ones_like(input_ids)
         if position_ids is None:
             position_ids = self.position_ids_for(input_ids)
-        x = self.embeddings(input_ids, position_ids, token_type_ids)  # (B, T, H)
+        x = self.embeddings(input_ids, position_ids, token_type_ids,
+                            **({"condition": condition} if condition is not None else {}))
         ctx = AttentionContext.from_mask(attention_mask, x.dtype, need_weights=output_attentions)
         ctx.condition = condition
         ctx.extras.update(attention_inputs)
