@@ -36,13 +36,20 @@ def hf_tiny(kind: str, cls_name: str, tmp_path_factory, **overrides):
         config = transformers.DistilBertConfig(vocab_size=99, dim=32, n_layers=2, n_heads=4,
                                                hidden_dim=37, max_position_embeddings=64,
                                                **overrides)
+    elif kind == "deberta":
+        config = transformers.DebertaConfig(**{**TINY, "type_vocab_size": 0,
+                                               "relative_attention": True,
+                                               "pos_att_type": "c2p|p2c",
+                                               "position_biased_input": False,
+                                               "legacy": False, **overrides})
     else:
         raise ValueError(kind)
     model = getattr(transformers, cls_name)(config).eval()
     # Non-trivial LayerNorm and bias values so a swapped weight/bias cannot hide.
     with torch.no_grad():
         for name, p in model.named_parameters():
-            if "LayerNorm" in name or "layer_norm" in name or name.endswith("bias"):
+            if ("LayerNorm" in name or "layer_norm" in name or name.endswith("bias")
+                    or name.endswith(("q_bias", "v_bias"))):
                 p.add_(torch.randn_like(p) * 0.1)
     path = tmp_path_factory.mktemp(f"{kind}-{cls_name}")
     model.save_pretrained(path)
