@@ -263,3 +263,16 @@ def test_bad_config_raises(bad):
 def test_pos_att_type_list_is_normalised():
     config = EncoderConfig.from_preset("tiny-deberta", pos_att_type=["P2C", "c2p"])
     assert config.pos_att_type == "p2c|c2p"
+
+
+def test_benchmark_quick_runs():
+    """benchmarks/deberta.py --quick: same weights in both, so outputs agree; ratio printed."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location(
+        "bench_deberta", Path(__file__).parents[1] / "benchmarks" / "deberta.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    r = bench.run(quick=True)
+    assert r["max_abs_diff"] < 1e-5 and r["ratio"] > 0
