@@ -40,13 +40,20 @@ def hf_tiny(kind: str, cls_name: str, tmp_path_factory, **overrides):
         config = transformers.AlbertConfig(**{**TINY, "embedding_size": 16, "num_hidden_layers": 3,
                                               "num_hidden_groups": 1, "hidden_act": "gelu_new",
                                               **overrides})
+    elif kind == "deberta":
+        config = transformers.DebertaConfig(**{**TINY, "type_vocab_size": 0,
+                                               "relative_attention": True,
+                                               "pos_att_type": "c2p|p2c",
+                                               "position_biased_input": False,
+                                               "legacy": False, **overrides})
     else:
         raise ValueError(kind)
     model = getattr(transformers, cls_name)(config).eval()
     # Non-trivial LayerNorm and bias values so a swapped weight/bias cannot hide.
     with torch.no_grad():
         for name, p in model.named_parameters():
-            if "LayerNorm" in name or "layer_norm" in name or name.endswith("bias"):
+            if ("LayerNorm" in name or "layer_norm" in name or name.endswith("bias")
+                    or name.endswith(("q_bias", "v_bias"))):
                 p.add_(torch.randn_like(p) * 0.1)
     path = tmp_path_factory.mktemp(f"{kind}-{cls_name}")
     model.save_pretrained(path)

@@ -75,6 +75,9 @@ def test_zero_init_equals_unconditioned_model_exactly(preset):
     assert len(result.missing_keys) == 2 * n_norms
     ids, mask = _batch()
     condition = torch.randn(3, 6)
+    # Same execution path for both (a conditioned forward runs padded; the plain model would
+    # otherwise take the unpadded path, equal only to float tolerance): bit-for-bit comparison.
+    plain.encoder.unpad = False
     with torch.no_grad():
         a, b = plain(ids, mask), cond(ids, mask, condition=condition)
     for name in ("last_hidden_state", "pooler_output", "logits", "pair_logits"):

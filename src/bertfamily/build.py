@@ -7,10 +7,12 @@ from collections.abc import Iterable
 from torch import nn
 
 from .config import EncoderConfig
+from .heads.enhanced_mask_decoder import EnhancedMaskDecoder
 from .heads.pretraining import MaskedLMHead, PairHead
 from .model import Model
 from .modules.activations import activation
 from .modules.attention import SelfAttention
+from .modules.attention_disentangled import DisentangledSelfAttention, RelativePositionEmbeddings
 from .modules.embeddings import Embeddings
 from .modules.encoder import Encoder, Pooler
 from .modules.ffn import FeedForward
@@ -34,6 +36,12 @@ def build_attention(config: EncoderConfig) -> nn.Module:
     if config.attention_kind == "full":
         return SelfAttention(config.hidden_size, config.num_attention_heads,
                              config.attention_probs_dropout_prob, bias=config.attention_bias)
+    if config.attention_kind == "disentangled":
+        return DisentangledSelfAttention(
+            config.hidden_size, config.num_attention_heads, config.attention_probs_dropout_prob,
+            position_dropout=config.hidden_dropout_prob,
+            pos_att_type=tuple(t for t in config.pos_att_type.split("|") if t),
+            relative=config.relative_attention)
     raise ValueError(f"attention_kind {config.attention_kind!r} has no builder")
 
 
@@ -48,19 +56,29 @@ def build_layer(config: EncoderConfig) -> EncoderLayer:
     )
 
 
-def build_encoder(config: EncoderConfig) -> Encoder:
+def build_encoder(config: EncoderConfig, position_table: bool | None = None) -> Encoder:
+    """The trunk. ``position_table``: keep the absolute position table even when it is not added
+    at the input (DeBERTa's enhanced mask decoder reads it); None = only when it is added."""
     E = config.embedding_size
+    if position_table is None:
+        position_table = config.position_biased_input
     embeddings = Embeddings(
         vocab_size=config.vocab_size, embedding_size=E,
-        max_positions=config.max_position_embeddings, type_vocab_size=config.type_vocab_size,
+        max_positions=config.max_position_embeddings if position_table else 0,
+        type_vocab_size=config.type_vocab_size,
         norm=build_norm(config, E, "embeddings"), hidden_size=config.hidden_size,
-        dropout=config.hidden_dropout_prob, pad_token_id=config.pad_token_id)
+        dropout=config.hidden_dropout_prob, pad_token_id=config.pad_token_id,
+        add_positions=config.position_biased_input)
     layers = [build_layer(config) for _ in range(config.num_unique_layers)]
-    return Encoder(embeddings, layers, config.layer_schedule,
-                   Pooler(config.hidden_size) if config.use_pooler else None,
-                   vocab_size=config.vocab_size, type_vocab_size=config.type_vocab_size,
-                   max_positions=config.max_position_embeddings,
-                   position_offset=config.position_offset, pad_token_id=config.pad_token_id)
+    encoder = Encoder(embeddings, layers, config.layer_schedule,
+                      Pooler(config.hidden_size) if config.use_pooler else None,
+                      vocab_size=config.vocab_size, type_vocab_size=config.type_vocab_size,
+                      max_positions=config.max_position_embeddings,
+                      position_offset=config.position_offset, pad_token_id=config.pad_token_id)
+    if config.relative_attention:  # DeBERTa: one relative table shared by all layers
+        encoder.attention_inputs = RelativePositionEmbeddings(config.relative_span,
+                                                              config.hidden_size)
+    return encoder
 
 
 def build_model(config: EncoderConfig, heads: Iterable[str] = ()) -> Model:
@@ -74,7 +92,8 @@ def build_model(config: EncoderConfig, heads: Iterable[str] = ()) -> Model:
     unknown = set(heads) - set(HEADS)
     if unknown:
         raise ValueError(f"unknown heads {sorted(unknown)}; valid: {HEADS}")
-    encoder = build_encoder(config)
+    emd = config.emd_layers > 0 and "mlm" in heads
+    encoder = build_encoder(config, position_table=config.position_biased_input or emd)
     mlm = pair = None
     if "mlm" in heads:
         mlm = MaskedLMHead(config.hidden_size, config.embedding_size,
@@ -85,7 +104,8 @@ def build_model(config: EncoderConfig, heads: Iterable[str] = ()) -> Model:
         if not config.use_pooler:
             raise ValueError("the pair (NSP/SOP) head needs a pooler; this config has none")
         pair = PairHead(config.hidden_size)
-    model = Model(config, encoder, mlm, pair)
+    model = Model(config, encoder, mlm, pair,
+                  mlm_decoder=EnhancedMaskDecoder(config.emd_layers) if emd else None)
     init_weights(model, config.initializer_range)
     return model
 

@@ -19,6 +19,8 @@ from typing import Any
 NORM_SITES = ("embeddings", "attention", "ffn", "mlm")  # where a norm can be conditional
 ACTIVATIONS = ("gelu", "gelu_tanh", "gelu_sigmoid", "relu", "silu")
 ATTENTION_KINDS = ("full",)  # grows with the disentangled (DeBERTa) and windowed (Longformer) kinds
+ATTENTION_KINDS += ("disentangled",)  # DeBERTa (He et al. 2021 §3.1)
+RELATIVE_ATTENTION_TYPES = ("c2p", "p2c")  # DeBERTa's position terms
 POSITION_SCHEMES = ("absolute", "absolute_from_padding")
 
 
@@ -51,6 +53,15 @@ class EncoderConfig:
     # --- attention -----------------------------------------------------------------------------
     attention_kind: str = "full"
     attention_bias: bool = True
+    # DeBERTa (attention_kind "disentangled"; He et al. 2021 §3.1). relative_attention: the
+    # encoder owns a (2k, H) relative position table shared by all layers, k =
+    # max_relative_positions (<= 0 means max_position_embeddings). pos_att_type: the position
+    # terms added to content-to-content, "c2p|p2c", "c2p", "p2c" or "" (a list is accepted and
+    # joined). position_biased_input=False: no absolute position embedding is added at the input.
+    relative_attention: bool = False
+    max_relative_positions: int = -1
+    pos_att_type: str = ""
+    position_biased_input: bool = True
 
     # --- feed-forward --------------------------------------------------------------------------
     hidden_act: str = "gelu"  # gelu = exact erf form x·Φ(x)
@@ -72,6 +83,10 @@ class EncoderConfig:
     # --- heads ---------------------------------------------------------------------------------
     use_pooler: bool = True
     pair_head: str | None = "nsp"  # "nsp", "sop" or None: the sentence-pair pretraining head
+    # DeBERTa enhanced mask decoder (He et al. 2021 §3.3): with an MLM head, the last layer is
+    # re-applied this many times with absolute positions added to its queries (0 = off, the MLM
+    # head reads the last hidden state as transformers' DebertaForMaskedLM does; 2 = pretraining).
+    emd_layers: int = 0
 
     # --- regularisation and init ---------------------------------------------------------------
     hidden_dropout_prob: float = 0.1
@@ -106,6 +121,7 @@ class EncoderConfig:
         if self.attention_kind not in ATTENTION_KINDS:
             raise ValueError(
                 f"attention_kind {self.attention_kind!r} is not one of {ATTENTION_KINDS}")
+        self._check_disentangled()
         if self.position_scheme not in POSITION_SCHEMES:
             raise ValueError(
                 f"position_scheme {self.position_scheme!r} is not one of {POSITION_SCHEMES}")
@@ -146,6 +162,28 @@ class EncoderConfig:
             raise ValueError(f"condition_size={C!r} given but conditional_norms is empty; name "
                              f"the norms to condition, e.g. conditional_norms=('attention', 'ffn')")
 
+    def _check_disentangled(self) -> None:
+        """Normalise and validate the DeBERTa fields (see the attention block above)."""
+        types = self.pos_att_type
+        if isinstance(types, (list, tuple)):
+            types = "|".join(types)
+        if not isinstance(types, str):
+            raise ValueError(f"pos_att_type must be a string like 'c2p|p2c', got {types!r}")
+        parts = [t.strip().lower() for t in types.split("|") if t.strip()]
+        bad = [t for t in parts if t not in RELATIVE_ATTENTION_TYPES]
+        if bad or len(set(parts)) != len(parts):
+            raise ValueError(f"pos_att_type {self.pos_att_type!r}: each term must be one of "
+                             f"{RELATIVE_ATTENTION_TYPES}, at most once")
+        object.__setattr__(self, "pos_att_type", "|".join(parts))
+        if (self.relative_attention or parts) and self.attention_kind != "disentangled":
+            raise ValueError(f"relative_attention / pos_att_type need attention_kind "
+                             f"'disentangled', got {self.attention_kind!r}")
+        if not isinstance(self.emd_layers, int) or self.emd_layers < 0:
+            raise ValueError(f"emd_layers must be an integer >= 0, got {self.emd_layers!r}")
+        if self.emd_layers and self.position_biased_input:
+            raise ValueError("emd_layers > 0 (enhanced mask decoder) needs position_biased_input="
+                             "False: the decoder is where absolute positions enter")
+
     # --- derived values --------------------------------------------------------------------------
     @property
     def head_dim(self) -> int:
@@ -161,6 +199,13 @@ class EncoderConfig:
     def max_sequence_length(self) -> int:
         """Longest input the position table allows (RoBERTa: 514 - 1 - 1 = 512)."""
         return self.max_position_embeddings - self.position_offset
+
+    @property
+    def relative_span(self) -> int:
+        """k: relative distances are clipped to [-k, k) (DeBERTa; max_position_embeddings when
+        max_relative_positions <= 0, as in the published checkpoints)."""
+        k = self.max_relative_positions
+        return k if k >= 1 else self.max_position_embeddings
 
     @property
     def num_unique_layers(self) -> int:

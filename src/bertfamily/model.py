@@ -47,12 +47,15 @@ class Model(nn.Module):
     """
 
     def __init__(self, config: EncoderConfig, encoder: Encoder,
-                 mlm_head: nn.Module | None = None, pair_head: nn.Module | None = None) -> None:
+                 mlm_head: nn.Module | None = None, pair_head: nn.Module | None = None,
+                 mlm_decoder: nn.Module | None = None) -> None:
         super().__init__()
         self.config = config
         self.encoder = encoder
         self.mlm_head = mlm_head
         self.pair_head = pair_head
+        # Optional decoder between the trunk and the MLM head (DeBERTa's enhanced mask decoder).
+        self.mlm_decoder = mlm_decoder
 
     @property
     def heads(self) -> tuple[str, ...]:
@@ -88,13 +91,18 @@ class Model(nn.Module):
         if condition is not None and not self.takes_condition:
             raise ValueError("condition= was given but this model has no conditional norms "
                              "(EncoderConfig.conditional_norms is empty)")
+        decode = self.mlm_head is not None and self.mlm_decoder is not None
         out = self.encoder(input_ids, attention_mask, token_type_ids, position_ids,
-                           output_hidden_states=output_hidden_states,
+                           output_hidden_states=output_hidden_states or decode,
                            output_attentions=output_attentions, condition=condition,
                            **attention_inputs)
         logits = pair_logits = None
         if self.mlm_head is not None:
             h = out.last_hidden_state
+            if decode:
+                h = self._decode(out, input_ids, position_ids)
+                if not output_hidden_states:
+                    out.hidden_states = None
             if getattr(self.mlm_head, "takes_condition", False):
                 logits = self.mlm_head(*_select(h, condition, masked_positions))
             else:
@@ -107,6 +115,16 @@ class Model(nn.Module):
     def takes_condition(self) -> bool:
         """Whether any norm is conditional (forward then needs ``condition=``; SPEC §5)."""
         return any(getattr(m, "takes_condition", False) for m in self.modules() if m is not self)
+
+    def _decode(self, out, input_ids: torch.Tensor,
+                position_ids: torch.Tensor | None) -> torch.Tensor:
+        """(B, T, H) states for the MLM head from the enhanced mask decoder (absolute positions
+        of the encoder's position table, last layer re-applied)."""
+        if position_ids is None:
+            position_ids = self.encoder.position_ids_for(input_ids)
+        positions = self.encoder.embeddings.position(position_ids)  # (B or 1, T, H)
+        last = self.encoder.layers[self.encoder.schedule[-1]]
+        return self.mlm_decoder(out.hidden_states, out.attention_context, last, positions)
 
     def num_parameters(self, heads: bool = False) -> int:
         """Parameter count, each shared tensor counted once; trunk only unless ``heads``."""

@@ -2,7 +2,7 @@
 
 Each preset is a dict of `EncoderConfig` overrides headed by the checkpoint it reproduces.
 The parameter count in the comment is the base model plus pooler, as transformers counts it.
-Families whose components are not built yet (DeBERTa, Longformer) are listed in
+Families whose components are not built yet are listed in
 `PENDING` and get their presets when their components land.
 """
 
@@ -39,6 +39,13 @@ PRESETS: dict[str, dict[str, Any]] = {
                         num_hidden_groups=1, inner_group_num=1, hidden_act="gelu_tanh",
                         hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
                         pair_head="sop"),
+    # microsoft/deberta-base — 138,601,728. Relative positions only (k = 512), c2p + p2c, no
+    # absolute position at the input (the table returns in the enhanced mask decoder, 2 steps, when
+    # an MLM head is built), no token types, no pooler in the base model, eps 1e-7.
+    "deberta-base": dict(model_type="deberta", attention_kind="disentangled", vocab_size=50265,
+                         type_vocab_size=0, relative_attention=True, max_relative_positions=-1,
+                         pos_att_type="c2p|p2c", position_biased_input=False, layer_norm_eps=1e-7,
+                         use_pooler=False, pair_head=None, emd_layers=2),
     # --- tiny test presets: mutually distinct sizes so transpositions cannot hide --------------
     "tiny-bert": dict(model_type="bert", vocab_size=99, hidden_size=32, num_hidden_layers=2,
                       num_attention_heads=4, intermediate_size=37, max_position_embeddings=64),
@@ -55,6 +62,12 @@ PRESETS: dict[str, dict[str, Any]] = {
                         intermediate_size=37, max_position_embeddings=64, hidden_act="gelu_tanh",
                         hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
                         pair_head="sop"),
+    "tiny-deberta": dict(model_type="deberta", attention_kind="disentangled", vocab_size=99,
+                         hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                         intermediate_size=37, max_position_embeddings=64, type_vocab_size=0,
+                         relative_attention=True, max_relative_positions=-1,
+                         pos_att_type="c2p|p2c", position_biased_input=False, layer_norm_eps=1e-7,
+                         use_pooler=False, pair_head=None, emd_layers=2),
 }
 
 # Published parameter counts (base model + pooler, as transformers counts it): SPEC §1.

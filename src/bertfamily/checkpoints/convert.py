@@ -49,8 +49,24 @@ def _split(tensor: torch.Tensor, n: int, config: Any) -> list[torch.Tensor]:
     return list(tensor.chunk(n, dim=0))
 
 
+def _deinterleave_heads(tensors: list[torch.Tensor], config: Any) -> torch.Tensor:
+    """DeBERTa's fused in_proj (3H, H), rows [q0, k0, v0, q1, k1, v1, ...] per head of Dh rows,
+    → ours (3H, H), rows [Q; K; V] with heads in order inside each block."""
+    (w,) = tensors
+    N = config.num_attention_heads
+    return w.unflatten(0, (N, 3, -1)).transpose(0, 1).flatten(0, 2)  # (N,3,Dh,·)→(3,N,Dh,·)
+
+
+def _interleave_heads(tensor: torch.Tensor, n: int, config: Any) -> list[torch.Tensor]:
+    """Inverse of `_deinterleave_heads`: ours [Q; K; V] → per-head [q0, k0, v0, q1, ...]."""
+    N = config.num_attention_heads
+    return [tensor.unflatten(0, (3, N, -1)).transpose(0, 1).flatten(0, 2)]
+
+
 # kind → (join: HF tensors → ours, split: ours → HF tensors)
-JOINS: dict[str, tuple[Callable, Callable]] = {"concat": (_concat, _split)}
+JOINS: dict[str, tuple[Callable, Callable]] = {"concat": (_concat, _split),
+                                               "heads_interleaved": (_deinterleave_heads,
+                                                                     _interleave_heads)}
 
 
 def rename_legacy_layernorm(key: str) -> str:
@@ -189,7 +205,10 @@ def hf_to_ours(hf_state: dict[str, torch.Tensor], fmap: FamilyMap, config: Any,
     report.newly_initialized = sorted(absent & set(optional))
     report.missing = sorted(absent - set(optional))
     for key in sorted(set(out) - set(expected)):
-        report.unexpected.append(f"{key} (ours; not in this model)")
+        if key in fmap.optional:  # this configuration has no place for it, on purpose
+            report.dropped.append(key)
+        else:
+            report.unexpected.append(f"{key} (ours; not in this model)")
         del out[key]
     for key, tensor in out.items():
         if tuple(tensor.shape) != tuple(expected[key]):

@@ -54,6 +54,12 @@ class FamilyMap:
     config_fields: dict[str, str]
     config_fixed: dict[str, Any] = field(default_factory=dict)
     config_required: dict[str, Any] = field(default_factory=dict)
+    # Added for DeBERTa. optional: our keys a model may lack by configuration; the checkpoint's
+    # tensor is then dropped on purpose (DeBERTa's absolute position table, kept in published
+    # checkpoints although position_biased_input=False). config_written: config.json values
+    # always written on save (not read back).
+    optional: tuple[str, ...] = ()
+    config_written: dict[str, Any] = field(default_factory=dict)
 
 
 def _wb(hf: str, ours: str) -> dict[str, str]:
@@ -222,7 +228,59 @@ ALBERT = FamilyMap(
     config_required={"position_embedding_type": "absolute"},
 )
 
-FAMILIES: dict[str, FamilyMap] = {m.model_type: m for m in (BERT, ROBERTA, DISTILBERT, ALBERT)}
+# DeBERTa v1 (microsoft/deberta-base; transformers' modeling_deberta.py). The checkpoint keeps
+# Q/K/V in one bias-free `in_proj` whose rows are interleaved per head [q0, k0, v0, q1, ...]
+# (Join kind "heads_interleaved"), with separate q_bias / v_bias.
+_DL = "encoder.layer.{i}.attention"
+DEBERTA = FamilyMap(
+    model_type="deberta",
+    base_prefix="deberta.",
+    trunk={
+        "embeddings.word_embeddings.weight": "encoder.embeddings.token.weight",
+        "embeddings.position_embeddings.weight": "encoder.embeddings.position.weight",
+        "embeddings.token_type_embeddings.weight": "encoder.embeddings.segment.weight",
+        **_wb("embeddings.LayerNorm", "encoder.embeddings.norm"),
+        "embeddings.position_ids": None,  # buffer
+        "encoder.rel_embeddings.weight": "encoder.attention_inputs.embeddings.weight",
+        "encoder.layers.{i}.attention.qkv.weight": Join((f"{_DL}.self.in_proj.weight",),
+                                                        "heads_interleaved"),
+        f"{_DL}.self.q_bias": "encoder.layers.{i}.attention.q_bias",
+        f"{_DL}.self.v_bias": "encoder.layers.{i}.attention.v_bias",
+        f"{_DL}.self.pos_proj.weight": "encoder.layers.{i}.attention.pos_key.weight",
+        **_wb(f"{_DL}.self.pos_q_proj", "encoder.layers.{i}.attention.pos_query"),
+        **_wb(f"{_DL}.output.dense", "encoder.layers.{i}.attention.out"),
+        **_wb(f"{_DL}.output.LayerNorm", "encoder.layers.{i}.attention_norm"),
+        **_wb("encoder.layer.{i}.intermediate.dense", "encoder.layers.{i}.ffn.up"),
+        **_wb("encoder.layer.{i}.output.dense", "encoder.layers.{i}.ffn.down"),
+        **_wb("encoder.layer.{i}.output.LayerNorm", "encoder.layers.{i}.ffn_norm"),
+    },
+    # DebertaModel has no pooler; the ContextPooler (`pooler.dense`, GELU) belongs to the
+    # sequence-classification model and is wired with the task heads.
+    pooler={},
+    heads={
+        # The layout the published checkpoints store and transformers reads when the config
+        # says legacy=False (its default legacy=True reads a BERT-like `cls.predictions.*`
+        # head instead); we always write legacy=False.
+        "mlm": {
+            **_wb("lm_predictions.lm_head.dense", "mlm_head.dense"),
+            **_wb("lm_predictions.lm_head.LayerNorm", "mlm_head.norm"),
+            "lm_predictions.lm_head.bias": "mlm_head.bias",
+        },
+    },
+    architectures={"": "DebertaModel", "mlm": "DebertaForMaskedLM"},
+    config_fields={**_BERT_CONFIG, "relative_attention": "relative_attention",
+                   "max_relative_positions": "max_relative_positions",
+                   "pos_att_type": "pos_att_type",
+                   "position_biased_input": "position_biased_input",
+                   "emd_layers": "emd_layers"},
+    config_fixed={"attention_kind": "disentangled", "position_scheme": "absolute",
+                  "use_pooler": False, "pair_head": None},
+    optional=("encoder.embeddings.position.weight",),
+    config_written={"legacy": False},
+)
+
+FAMILIES: dict[str, FamilyMap] = {m.model_type: m for m in (BERT, ROBERTA, DISTILBERT, ALBERT,
+                                                           DEBERTA)}
 
 # Hugging Face activation names → ours, and back.
 HF_ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh",

@@ -106,8 +106,9 @@ class SelfAttention(nn.Module):
         start = 0
         for n in lengths:
             if n:
-                q, k, v = qkv[start:start + n].permute(1, 2, 0, 3).unbind(0)  # each (N, n, Dh)
+                # 4-D (1, N, n, Dh) inputs: the fused CPU/GPU kernels need a batch dimension.
+                q, k, v = qkv[start:start + n].permute(1, 2, 0, 3)[:, None].unbind(0)
                 y[start:start + n] = F.scaled_dot_product_attention(
-                    q, k, v, dropout_p=p).transpose(0, 1)  # (n, N, Dh)
+                    q, k, v, dropout_p=p)[0].transpose(0, 1)  # (n, N, Dh)
             start += n
         return y.view(Ntot, H)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import nn
@@ -22,6 +22,8 @@ class EncoderOutput:
         attentions: L tensors (B, N, T, S) of softmax probabilities when asked for.
         attention_scores: L tensors (B, N, T, S) of pre-softmax scores QKᵀ/√Dh (unmasked)
             when asked for (TinyBERT distils these).
+        attention_context: the batch's AttentionContext (mask, encoder-level attention inputs),
+            for decoders that re-apply a layer (DeBERTa's enhanced mask decoder).
     """
 
     last_hidden_state: torch.Tensor
@@ -29,6 +31,7 @@ class EncoderOutput:
     hidden_states: tuple[torch.Tensor, ...] | None = None
     attentions: tuple[torch.Tensor, ...] | None = None
     attention_scores: tuple[torch.Tensor, ...] | None = None
+    attention_context: AttentionContext | None = field(default=None, repr=False)
 
 
 class Pooler(nn.Module):
@@ -204,4 +207,5 @@ class Encoder(nn.Module):
             hidden_states=tuple(hidden) if output_hidden_states else None,
             attentions=tuple(probs) if output_attentions else None,
             attention_scores=tuple(scores) if output_attentions else None,
+            attention_context=ctx,
         )

@@ -1,0 +1,207 @@
+"""DeBERTa's disentangled self-attention and its encoder-level relative position table.
+
+He et al. 2021, "DeBERTa: Decoding-enhanced BERT with Disentangled Attention", §3.1: each token
+is represented by its content H and, relative to every other token, by a relative position P.
+The attention score of query i and key j sums up to three terms (eq. 2 and 4)::
+
+    Ã[i, j] = Q^c_i · K^c_j                 content-to-content  (c2c)
+            + Q^c_i · K^r_δ(i,j)             content-to-position (c2p)
+            + K^c_j · Q^r_δ(i,j)             position-to-content (p2c)
+
+    Q^c = H W_q,  K^c = H W_k,  V^c = H W_v,  K^r = P W_k,r,  Q^r = P W_q,r
+
+with δ the clipped relative distance (eq. 3) and the scores scaled by 1/√(Dh·(1 + number of
+position terms)) (eq. 4 uses √(3d) for the three terms).
+
+Index convention (the published checkpoints and transformers' DebertaModel): for a sequence of
+length T, span s = min(T, k), the table rows used are ``table[k - s : k + s]`` and the pair
+(i, j) reads row ``clamp(i - j + s, 0, 2s - 1)`` of that slice, for c2p *and* p2c.
+
+Speed: instead of gathering a (B, N, T, T) index out of (B, N, T, 2s) products, the encoder
+hands every layer the 2T - 1 rows one per distance d = i - j (clipping already applied, so the
+rows beyond ±k repeat the edge row); the products (B, N, T, 2T - 1) are then read as (B, N, T, T)
+through a strided view (row i starts one column earlier than row i - 1, the "relative shift" of
+Dai et al. 2019 §3.3 / Huang et al. 2018 §3.4.1), and c2c, the mask, softmax and the product with
+V run in one `scaled_dot_product_attention` call.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from .attention import AttentionContext, AttentionOutput
+
+
+def relative_rows(seq_len: int, max_relative_positions: int,
+                  device: torch.device | None = None) -> torch.Tensor:
+    """Rows of the (2k, H) relative table read for each distance d = i - j.
+
+    Args:
+        seq_len: T.
+        max_relative_positions: k.
+
+    Returns:
+        (2T - 1,) int64; entry r is the table row for distance d = r - (T - 1), i.e.
+        ``k - s + clamp(d + s, 0, 2s - 1)`` with s = min(T, k) (distances beyond ±k clipped).
+    """
+    span = min(seq_len, max_relative_positions)
+    d = torch.arange(-(seq_len - 1), seq_len, device=device)
+    return (d + span).clamp(0, 2 * span - 1) + (max_relative_positions - span)
+
+
+class RelativePositionEmbeddings(nn.Module):
+    """The relative position table P (2k, H), owned by the encoder and shared by all layers.
+
+    Called once per forward as the encoder's ``attention_inputs`` provider.
+
+    Args:
+        max_relative_positions: k (distances are clipped to [-k, k)).
+        hidden_size: H.
+    """
+
+    def __init__(self, max_relative_positions: int, hidden_size: int) -> None:
+        super().__init__()
+        self.max_relative_positions = max_relative_positions
+        self.embeddings = nn.Embedding(2 * max_relative_positions, hidden_size)
+
+    def forward(self, x: torch.Tensor, ctx: AttentionContext) -> dict[str, torch.Tensor]:
+        """x: (B, T, H) → {"relative_embeddings": (2T - 1, H)}, row r for distance r - (T - 1)."""
+        rows = relative_rows(x.shape[1], self.max_relative_positions, x.device)
+        return {"relative_embeddings": self.embeddings(rows)}  # (2T - 1, H)
+
+
+def _relative_view(full: torch.Tensor) -> torch.Tensor:
+    """(B, N, T, 2T - 1) contiguous → (B, N, T, T) view ``out[.., a, b] = full[.., a, b - a + T - 1]``.
+
+    Row a of the result starts at column T - 1 - a of row a of ``full`` (flat offset
+    a·(2T - 2) + T - 1 + b), a strided view without a copy or a gather.
+    """
+    B, N, T, R = full.shape
+    return full.as_strided((B, N, T, T), (N * T * R, T * R, R - 1, 1),
+                           full.storage_offset() + T - 1)
+
+
+class DisentangledSelfAttention(nn.Module):
+    """Multi-head disentangled self-attention (He et al. 2021 §3.1, eq. 2–4).
+
+    Parameters follow the checkpoints: one fused Q/K/V projection without bias (our rows
+    [Q; K; V]; the checkpoints interleave them per head, see `checkpoints.convert.JOINS`),
+    separate Q and V biases, a K^r projection without bias (c2p) and a Q^r projection with bias
+    (p2c), then the output projection.
+
+    Masking: keys are masked with the batch's finite additive bias (the dtype's minimum), the
+    softmax runs in fp32, and rows of padding queries are zeroed, so every masked entry of the
+    probabilities is exactly zero (the original XSoftmax).
+
+    Reads from ``ctx.extras``: ``relative_embeddings`` (2T - 1, H) from
+    `RelativePositionEmbeddings` (without it only c2c is computed), and optionally
+    ``key_value_states`` (B, T, H): keys and values come from these instead of the layer input
+    (the enhanced mask decoder queries with absolute positions added; §3.3).
+
+    Args:
+        hidden_size: H.
+        num_heads: N.
+        dropout: attention-probability dropout.
+        position_dropout: dropout on the relative embeddings (the hidden dropout in DeBERTa).
+        pos_att_type: position terms, a subset of ("c2p", "p2c").
+        relative: build the position projections (relative_attention).
+    """
+
+    def __init__(self, hidden_size: int, num_heads: int, dropout: float,
+                 position_dropout: float, pos_att_type: tuple[str, ...],
+                 relative: bool = True) -> None:
+        super().__init__()
+        H = hidden_size
+        self.num_heads = num_heads
+        self.head_dim = H // num_heads
+        self.pos_att_type = tuple(pos_att_type)
+        # eq. 4: √(3d) with c2p and p2c; in general √(Dh · (1 + number of position terms)).
+        self.scale = math.sqrt(self.head_dim * (1 + len(self.pos_att_type)))
+        self.qkv = nn.Linear(H, 3 * H, bias=False)
+        self.q_bias = nn.Parameter(torch.zeros(H))
+        self.v_bias = nn.Parameter(torch.zeros(H))
+        self.pos_key = nn.Linear(H, H, bias=False) if relative and "c2p" in pos_att_type else None
+        self.pos_query = nn.Linear(H, H) if relative and "p2c" in pos_att_type else None
+        self.out = nn.Linear(H, H)
+        self.dropout = dropout
+        self.position_dropout = position_dropout
+
+    def _heads(self, t: torch.Tensor) -> torch.Tensor:
+        """(.., T, H) → (.., N, T, Dh)."""
+        return t.unflatten(-1, (self.num_heads, self.head_dim)).transpose(-3, -2)
+
+    def _project(self, x: torch.Tensor, ctx: AttentionContext):
+        """Q (scaled, with bias), K, V, each (B, N, T, Dh)."""
+        B, T, H = x.shape
+        kv_states = ctx.extras.get("key_value_states")
+        if kv_states is None:
+            qkv = self.qkv(x).view(B, T, 3, self.num_heads, self.head_dim)
+            q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # each (B, N, T, Dh)
+        else:
+            w_q, w_kv = self.qkv.weight.split([H, 2 * H])
+            q = self._heads(F.linear(x, w_q))  # (B, N, T, Dh)
+            kv = F.linear(kv_states, w_kv).view(B, T, 2, self.num_heads, self.head_dim)
+            k, v = kv.permute(2, 0, 3, 1, 4).unbind(0)  # each (B, N, T, Dh)
+        q = (q + self.q_bias.view(self.num_heads, 1, self.head_dim)) / self.scale
+        v = v + self.v_bias.view(self.num_heads, 1, self.head_dim)
+        return q, k, v
+
+    def relative_scores(self, q: torch.Tensor, k: torch.Tensor,
+                        rel: torch.Tensor) -> torch.Tensor | None:
+        """c2p + p2c scores (B, N, T, T) (eq. 2, second and third terms), or None.
+
+        Args:
+            q: (B, N, T, Dh) queries, already divided by the scale.
+            k: (B, N, T, Dh) keys.
+            rel: (2T - 1, H) relative embeddings, row r for distance i - j = r - (T - 1).
+        """
+        rel = F.dropout(rel, self.position_dropout, self.training)
+        score = None
+        if self.pos_key is not None:
+            # Rows in descending distance so that row i of the product, read from column
+            # T - 1 - i on, gives distances i - 0, i - 1, ... (the strided view).
+            pk = self._heads(self.pos_key(rel.flip(0)))  # (N, 2T-1, Dh)
+            score = _relative_view(q @ pk.transpose(-1, -2))  # (B, N, T, T)
+        if self.pos_query is not None:
+            pq = self._heads(self.pos_query(rel)) / self.scale  # (N, 2T-1, Dh), ascending
+            # (k @ pqᵀ)[j, i - j + T - 1] read as [j, i], then transposed to [i, j].
+            p2c = _relative_view(k @ pq.transpose(-1, -2)).transpose(-1, -2)  # (B, N, T, T)
+            score = p2c if score is None else score + p2c
+        return score
+
+    def forward(self, x: torch.Tensor, ctx: AttentionContext) -> AttentionOutput:
+        """x: (B, T, H) float → AttentionOutput with hidden (B, T, H)."""
+        B, T, H = x.shape
+        q, k, v = self._project(x, ctx)
+        rel = ctx.extras.get("relative_embeddings")
+        rel_scores = self.relative_scores(q, k, rel) if rel is not None else None
+        p = self.dropout if self.training else 0.0
+        query_keep = ctx.mask[:, None, :, None]  # (B, 1, T, 1)
+        probs = scores = None
+        if ctx.need_weights:
+            scores = q @ k.transpose(-1, -2)  # (B, N, T, S)
+            if rel_scores is not None:
+                scores = scores + rel_scores
+            probs = torch.softmax(scores.float() + ctx.bias.float(), dim=-1)
+            probs = probs.masked_fill(~(query_keep & ctx.mask[:, None, None, :]), 0.0)
+            probs = probs.to(q.dtype)
+            y = F.dropout(probs, p, self.training) @ v  # (B, N, T, Dh)
+        else:
+            bias = ctx.bias.to(q.dtype)  # (B, 1, 1, S)
+            if rel_scores is not None:
+                bias = rel_scores + bias  # (B, N, T, S)
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=p,
+                                               scale=1.0)  # (B, N, T, Dh)
+            y = y * query_keep.to(y.dtype)  # padding queries attend to nothing (XSoftmax)
+        y = y.transpose(1, 2).reshape(B, T, H)  # (B, T, H)
+        return AttentionOutput(self.out(y), probs, scores)
+
+
+def with_key_value_states(ctx: AttentionContext, states: torch.Tensor) -> AttentionContext:
+    """A copy of ``ctx`` whose attention takes keys and values from ``states`` (B, T, H)."""
+    return dataclasses.replace(ctx, extras={**ctx.extras, "key_value_states": states})

@@ -1,0 +1,1 @@
+"""Naive, obviously-correct reference implementations that the real kernels must match."""
