@@ -68,11 +68,15 @@ def config_sizes(config: EncoderConfig) -> set[int]:
     return {v for k, v in symbol_table(config, 0, 0).items() if k not in ("B", "T")}
 
 
-def choose_batch_shape(config: EncoderConfig, batch: int = 5, seq_len: int = 16) -> tuple[int, int]:
+def choose_batch_shape(config: EncoderConfig | list[EncoderConfig], batch: int = 5,
+                       seq_len: int = 16) -> tuple[int, int]:
     """(B, T) near the requested values but distinct from each other and from every size of the
-    config, so each traced size maps to exactly one symbol. T stays within the position table."""
+    config(s), so each traced size maps to exactly one symbol (one shape for a list of configs
+    compared side by side). T stays within the position table."""
+    configs = config if isinstance(config, list) else [config]
     # 1-4 occur as structural counts (the pair head's 2 classes, the 3 of fused Q/K/V).
-    taken = config_sizes(config) | {1, 2, 3, 4}
+    taken = {1, 2, 3, 4}.union(*(config_sizes(c) for c in configs))
+    config = min(configs, key=lambda c: c.max_sequence_length)
     while batch in taken:
         batch += 1
     taken.add(batch)
