@@ -164,5 +164,9 @@ def search(query: list[str] = typer.Argument(..., help="One or more queries."),
         console.print(table)
 
 
+from .cli_inspect import register as _register_inspect  # noqa: E402  (look-inside commands)
+
+_register_inspect(app)
+
 if __name__ == "__main__":
     app()

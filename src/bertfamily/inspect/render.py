@@ -18,13 +18,14 @@ def params_rich(table: ParamTable) -> Table:
     with a subtotal line after each block and the total at the end."""
     heads = f", heads: {', '.join(table.heads)}" if table.heads else ""
     t = Table(title=f"{table.name} — parameters{heads}", show_lines=False)
-    for col, kw in (("component", {}), ("type", {}), ("output shape", {}), ("", {"style": "dim"}),
-                    ("parameters", {"justify": "right"}), ("note", {"style": "dim"})):
+    for col, kw in (("component", {"no_wrap": True}), ("type", {}), ("output shape", {}),
+                    ("", {"style": "dim"}), ("parameters", {"justify": "right", "no_wrap": True}),
+                    ("note", {"style": "dim"})):
         t.add_column(col, **kw)
     subtotals = table.subtotals()
     rows = table.rows
     for i, r in enumerate(rows):
-        name = Text(r.name, style="italic" if r.shared else "")
+        name = Text(r.name.removeprefix("encoder."), style="italic" if r.shared else "")
         t.add_row(name, r.kind, r.output_shape, table.concrete(r.output_shape),
                   f"{r.params:,}", ("shared · " if r.shared else "") + r.note)
         if i + 1 == len(rows) or rows[i + 1].block != r.block:
@@ -39,7 +40,7 @@ def dataflow_rich(trace: Trace, diff: TraceDiff | None = None) -> Table:
     parameters, repetitions, and △ where the step differs structurally from the reference."""
     sym = ", ".join(f"{k}={v}" for k, v in trace.symbols.items())
     t = Table(title=f"{trace.name} — dataflow of one forward pass ({sym})")
-    for col, kw in (("", {}), ("step", {}), ("operation", {"max_width": 44}), ("in", {}),
+    for col, kw in (("", {}), ("step", {"no_wrap": True}), ("operation", {"max_width": 44}), ("in", {}),
                     ("out", {}), ("out (numbers)", {"style": "dim"}),
                     ("params", {"justify": "right"}), ("×", {"justify": "right"}),
                     ("difference", {"max_width": 36, "style": "yellow"})):

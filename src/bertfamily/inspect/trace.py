@@ -116,12 +116,8 @@ def _tensors(obj: Any, name: str = "") -> list[tuple[str, torch.Tensor]]:
     """Tensors in an output, named by dataclass field where there is one (one level deep)."""
     if isinstance(obj, torch.Tensor):
         return [(name, obj)]
-    if isinstance(obj, (tuple, list)):
-        out = []
-        for item in obj:
-            out.extend(_tensors(item, name) if isinstance(item, torch.Tensor) or (
-                dataclasses.is_dataclass(item) and not name) else [])
-        return out
+    if isinstance(obj, (tuple, list)):  # e.g. a layer's (hidden, attention output): tensors only
+        return [(name, item) for item in obj if isinstance(item, torch.Tensor)]
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         return [(f.name, v) for f in dataclasses.fields(obj)
                 if isinstance(v := getattr(obj, f.name), torch.Tensor)]
