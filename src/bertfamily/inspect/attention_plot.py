@@ -52,17 +52,26 @@ def attention_weights(text: str, model: str | Path | None = None, *, layer: int 
     batch = tok([text])
     with torch.no_grad():
         out = net(**batch, output_attentions=True)
-    L = len(out.attentions)
+    ids = batch["input_ids"][0].tolist()
+    tokens = [str(t) for t in tok.convert_ids_to_tokens(ids)]
+    return tokens, pick_head(out.attentions, layer, head)[0]
+
+
+def pick_head(attentions: tuple[torch.Tensor, ...], layer: int, head: int) -> torch.Tensor:
+    """(B, T, S) float32 probabilities of one layer and head from L tensors (B, N, T, S).
+
+    Raises:
+        ValueError: layer outside [-L, L) or head outside [0, N).
+    """
+    L = len(attentions)
     if not -L <= layer < L:
         raise ValueError(f"layer {layer} is out of range: the model has {L} layers "
                          f"(0..{L - 1}, or negative from the end)")
-    probs = out.attentions[layer]  # (B, N, T, S)
+    probs = attentions[layer]  # (B, N, T, S)
     N = probs.shape[1]
     if not 0 <= head < N:
         raise ValueError(f"head {head} is out of range: the model has {N} heads (0..{N - 1})")
-    ids = batch["input_ids"][0].tolist()
-    tokens = [str(t) for t in tok.convert_ids_to_tokens(ids)]
-    return tokens, probs[0, head].float()
+    return probs[:, head].float()
 
 
 def plot_attention(tokens: list[str], probs: torch.Tensor, output: str | Path, *,
