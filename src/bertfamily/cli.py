@@ -183,6 +183,9 @@ def export(model: str = typer.Argument(..., help="Model directory or resource na
         _fail(e)
     console.print(f"wrote {output} (outputs: {', '.join(output_names(m))})")
 
+from .cli_inspect import register as _register_inspect  # noqa: E402  (look-inside commands)
+
+_register_inspect(app)
 
 if __name__ == "__main__":
     app()

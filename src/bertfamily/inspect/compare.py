@@ -1,0 +1,201 @@
+"""Differences from BERT-base (computed by comparing traces) and the ten-model comparison table
+(computed from the presets and the code)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..config import EncoderConfig
+from ..presets import FAMILY, PENDING, PRESETS, PUBLISHED_PARAMETERS
+from .describe import FIELD_NOTES
+from .models import meta_model
+from .trace import Step, Trace
+
+REFERENCE = "bert-base"
+
+# The per-head width is the one size the family otherwise keeps (64): a different Dh changes the
+# score scaling √Dh, so it is marked like a structural difference. Other sizes (H, I, N, L, V)
+# scale the same design and are shown as plain size differences.
+STRUCTURAL_SIZES = ("Dh",)
+
+# Descriptive text of SPEC §1 that is not a config value (objectives live in the training code,
+# tasks in the heads): documentation data, keyed by the family's preset names.
+DESCRIPTIONS: dict[str, dict[str, str]] = {
+    "bert-base": {"pretraining": "MLM + NSP", "tasks": "general NLU, QA, classification"},
+    "bert-large": {"pretraining": "MLM + NSP", "tasks": "high-accuracy NLU"},
+    "roberta-base": {"pretraining": "MLM, dynamic masking, no NSP",
+                     "tasks": "general NLU, robust"},
+    "albert-base": {"pretraining": "MLM + SOP", "tasks": "parameter-efficient NLU"},
+    "distilbert-base": {"pretraining": "distillation (soft CE + MLM + cosine)",
+                        "tasks": "fast, light inference"},
+    "spanbert-base": {"pretraining": "span MLM + SBO, no NSP", "tasks": "QA, coreference"},
+    "deberta-base": {"pretraining": "MLM (+ enhanced mask decoder)",
+                     "tasks": "SuperGLUE-level NLU"},
+    "longformer-base": {"pretraining": "MLM (continued from RoBERTa)",
+                        "tasks": "long-document QA and classification"},
+    "tinybert-4l": {"pretraining": "two-stage distillation", "tasks": "on-device NLU"},
+    "bert-tiny": {"pretraining": "MLM + NSP (direct pretraining)", "tasks": "edge deployment"},
+}
+
+
+# ----------------------------------------------------------------------------------------------
+@dataclass
+class StepDiff:
+    """How one step differs from the reference model's step with the same key.
+
+    ``structural`` lists △ differences (absent from the reference, another symbolic shape,
+    shared weights, another head dimension); ``sizes`` lists plain size differences.
+    """
+
+    structural: list[str] = field(default_factory=list)
+    sizes: list[str] = field(default_factory=list)
+
+    @property
+    def marked(self) -> bool:
+        return bool(self.structural)
+
+
+@dataclass
+class TraceDiff:
+    """Differences of a whole trace from the reference: per step, the reference's steps this
+    model lacks, and notes on the config fields that differ."""
+
+    reference: str
+    steps: dict[str, StepDiff]
+    missing: list[Step]
+    notes: list[str]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"reference": self.reference, "notes": self.notes,
+                "missing": [s.key for s in self.missing],
+                "steps": {k: {"structural": d.structural, "sizes": d.sizes}
+                          for k, d in self.steps.items() if d.structural or d.sizes}}
+
+
+def _symbols_used(step: Step) -> set[str]:
+    used: set[str] = set()
+    for text in step.input_symbols + step.output_symbols:
+        for part in text.strip("()").split(","):
+            part = part.strip().lstrip("0123456789").removesuffix("+1")
+            if part:
+                used.add(part)
+    return used
+
+
+def diff_traces(ref: Trace, other: Trace) -> TraceDiff:
+    """Compare ``other`` with ``ref`` step by step (by alignment key)."""
+    ref_steps = ref.by_key()
+    diffs: dict[str, StepDiff] = {}
+    for step in other.steps:
+        d = StepDiff()
+        r = ref_steps.get(step.key)
+        if r is None:
+            d.structural.append(f"not in {ref.name}")
+        else:
+            if step.output_symbols != r.output_symbols:
+                d.structural.append(f"output {', '.join(step.output_symbols)} vs "
+                                    f"{', '.join(r.output_symbols)}")
+            elif step.input_symbols != r.input_symbols:
+                d.structural.append(f"input {', '.join(step.input_symbols)} vs "
+                                    f"{', '.join(r.input_symbols)}")
+            if step.shared != r.shared:
+                d.structural.append(step.note or "shared weights")
+            for sym in sorted(_symbols_used(step) - {"B", "T"}):
+                a, b = other.symbols.get(sym), ref.symbols.get(sym)
+                if a is not None and b is not None and a != b:
+                    text = f"{sym} = {a} ({ref.name}: {b})"
+                    (d.structural if sym in STRUCTURAL_SIZES else d.sizes).append(text)
+            if step.repeat != r.repeat and step.depth == 0:
+                d.sizes.append(f"× {step.repeat} ({ref.name}: × {r.repeat})")
+            if step.params != r.params and not d.sizes and step.params and r.params:
+                d.sizes.append(f"{step.params:,} parameters ({ref.name}: {r.params:,})")
+        diffs[step.key] = d
+    keys = {s.key for s in other.steps}
+    missing = [s for s in ref.steps if s.key not in keys]
+    return TraceDiff(ref.name, diffs, missing, config_notes(other.config, ref.config))
+
+
+def config_notes(config: EncoderConfig, ref: EncoderConfig | None = None) -> list[str]:
+    """Short notes for the config fields whose note differs from the reference's."""
+    out = []
+    for fn in FIELD_NOTES.values():
+        text = fn(config)
+        if text and (ref is None or fn(ref) != text):
+            out.append(text)
+    return out
+
+
+# ----------------------------------------------------------------------------------------------
+COLUMNS = ["model", "status", "layers", "hidden", "heads", "d_k", "ffn", "vocab", "segments",
+           "positions", "special", "parameters", "published", "pretraining", "tasks"]
+
+
+def _positions(c: EncoderConfig) -> str:
+    if c.attention_kind == "disentangled" or getattr(c, "position_biased_input", True) is False:
+        return "relative (in attention)"
+    text = "learned absolute"
+    if c.position_scheme == "absolute_from_padding":
+        text += ", from pad+1"
+    return f"{text}, {c.max_position_embeddings}"
+
+
+def _segments(c: EncoderConfig) -> str:
+    return {0: "none", 1: "1 (unused)"}.get(c.type_vocab_size, str(c.type_vocab_size))
+
+
+def comparison_rows(names: list[str] | None = None) -> list[dict[str, Any]]:
+    """One row per model (default: the ten of SPEC §1): sizes from the preset, parameters
+    counted from the code (base model + pooler, on the meta device), special mechanisms from the
+    config's fields; families whose components are pending are listed with status "pending".
+
+    Raises:
+        KeyError: a name that is neither a preset nor a pending family member.
+    """
+    rows = []
+    for name in names or FAMILY:
+        desc = DESCRIPTIONS.get(name, {})
+        row: dict[str, Any] = {k: None for k in COLUMNS}
+        row.update(model=name, published=PUBLISHED_PARAMETERS.get(name),
+                   pretraining=desc.get("pretraining", ""), tasks=desc.get("tasks", ""))
+        if name in PRESETS:
+            c = EncoderConfig.from_preset(name)
+            row.update(status="available", layers=c.num_hidden_layers, hidden=c.hidden_size,
+                       heads=c.num_attention_heads, d_k=c.head_dim,
+                       ffn=f"{c.hidden_size}→{c.intermediate_size}→{c.hidden_size}",
+                       vocab=c.vocab_size, segments=_segments(c), positions=_positions(c),
+                       special="; ".join(config_notes(c, None)) or "reference design, post-LN",
+                       parameters=meta_model(c).num_parameters())
+        elif name in PENDING:
+            row.update(status="pending")
+        else:
+            raise KeyError(f"unknown model {name!r}; known: {', '.join(FAMILY + list(PRESETS))}")
+        rows.append(row)
+    return rows
+
+
+def format_rows(rows: list[dict[str, Any]], fmt: str) -> str:
+    """Render comparison rows as "markdown", "csv" or "json".
+
+    Raises:
+        ValueError: another format.
+    """
+    if fmt == "json":
+        return json.dumps(rows, indent=2, ensure_ascii=False)
+    cell = lambda v: "" if v is None else (f"{v:,}" if isinstance(v, int) else str(v))  # noqa: E731
+    if fmt == "csv":
+        buf = io.StringIO()
+        w = csv.DictWriter(buf, fieldnames=COLUMNS, lineterminator="\n")
+        w.writeheader()
+        for r in rows:
+            w.writerow({k: "" if r[k] is None else r[k] for k in COLUMNS})
+        return buf.getvalue()
+    if fmt == "markdown":
+        lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+        for r in rows:
+            lines.append("| " + " | ".join(cell(r[k]).replace("|", "\\|") for k in COLUMNS) + " |")
+        return "\n".join(lines) + "\n"
+    raise ValueError(f"format must be markdown, csv or json, got {fmt!r}")

@@ -1,0 +1,123 @@
+"""What each kind of step computes, as text: tables keyed by component type, operation name and
+config field (the shapes themselves always come from the trace)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..config import EncoderConfig
+
+# Attention kinds (config.attention_kind) -> the formula of one attention layer. A new kind
+# adds one entry; an unknown kind falls back to its class docstring.
+ATTENTION_FORMULAS: dict[str, str] = {
+    "full": "softmax(QKᵀ/√Dh + mask)·V per head, heads concatenated, ·W_O",
+    "disentangled": "three score terms c2c + c2p + p2c: "
+                    "softmax((Q_c·K_cᵀ + Q_c·K_rᵀ + K_c·Q_rᵀ)/√(3Dh) + mask)·V",
+    "windowed": "band of 2W+1 keys around each token (scores (B, N, T, 2W+1)) + global rows "
+                "that attend to all T with their own Q/K/V",
+}
+
+# Short notes on what a config field changes, shown with the steps that differ from BERT-base.
+FIELD_NOTES: dict[str, Any] = {
+    "embedding_size": lambda c: (f"factorised embedding: lookups in E={c.embedding_size}, "
+                                 f"then E→H={c.hidden_size} projection"
+                                 if c.embedding_size != c.hidden_size else ""),
+    "num_hidden_groups": lambda c: (f"{c.num_hidden_layers} layer steps share "
+                                    f"{c.num_unique_layers} unique layer(s)"
+                                    if c.num_unique_layers < c.num_hidden_layers else ""),
+    "attention_kind": lambda c: ("" if c.attention_kind == "full" else
+                                 f"{c.attention_kind} attention: "
+                                 f"{ATTENTION_FORMULAS.get(c.attention_kind, '')}"),
+    "use_pooler": lambda c: "" if c.use_pooler else "no pooler: the [CLS] state is used as is",
+    "type_vocab_size": lambda c: {0: "no segment embedding",
+                                  1: "one-row segment table: a constant vector, no segment ids"
+                                  }.get(c.type_vocab_size, ""),
+    "position_scheme": lambda c: ("positions start at pad_token_id + 1 and skip padding"
+                                  if c.position_scheme == "absolute_from_padding" else ""),
+    "head_dim": lambda c: f"head dimension Dh = {c.head_dim}" if c.head_dim != 64 else "",
+}
+
+_GELU = {"none": "GELU x·Φ(x) (exact, erf)", "tanh": "GELU, tanh approximation"}
+
+
+def _fmt(shape, config: EncoderConfig) -> str:
+    from .symbols import shape_symbols, symbol_table
+
+    return shape_symbols(tuple(shape), symbol_table(config, 0, 0)).replace(", ", "×")
+
+
+def describe_module(module: nn.Module, config: EncoderConfig) -> tuple[str, str]:
+    """(operation text, kind) for a module call."""
+    kind = type(module).__name__
+    if isinstance(module, nn.Embedding):
+        return f"lookup: rows of E ∈ ℝ^{_fmt(module.weight.shape, config)}", kind
+    if isinstance(module, nn.Linear):
+        b = " + b" if module.bias is not None else ""
+        return f"x·Wᵀ{b}, W ∈ ℝ^{_fmt(module.weight.shape, config)}", kind
+    if isinstance(module, nn.LayerNorm):
+        return "(x − μ)/√(σ² + ε)·γ + β", kind
+    if getattr(module, "takes_condition", False):
+        return "conditional LayerNorm: γ = γ0 + c·W_γ, β = β0 + c·W_β", kind
+    if isinstance(module, nn.GELU):
+        return _GELU.get(module.approximate, "GELU"), kind
+    if kind == "SigmoidGELU":
+        return "GELU, x·σ(1.702x) approximation", kind
+    if isinstance(module, (nn.ReLU, nn.SiLU, nn.Tanh)):
+        return kind, kind
+    text = {
+        "Embeddings": "token + segment + position lookups, summed, LayerNorm, dropout",
+        "EncoderLayer": "post-LN: x = LN(x + Attn(x)); x = LN(x + FFN(x))",
+        "FeedForward": "H → I → activation → H",
+        "Pooler": "tanh(h[:, 0]·Wᵀ + b): the first token's state",
+        "MaskedLMHead": "dense H→E, activation, LayerNorm, ·E_tokᵀ (tied) + bias",
+        "PairHead": "pooled·Wᵀ + b → 2 classes (NSP / SOP)",
+    }.get(kind)
+    if text is not None:
+        if kind == "Embeddings" and config.embedding_size != config.hidden_size:
+            text += ", then E→H projection"
+        return text, kind
+    if hasattr(module, "qkv") or "Attention" in kind:
+        return ATTENTION_FORMULAS.get(config.attention_kind, _doc(module)), kind
+    return _doc(module), kind
+
+
+def _doc(module: nn.Module) -> str:
+    doc = (type(module).__doc__ or type(module).__name__).strip().splitlines()[0]
+    return doc.rstrip(".")
+
+
+def describe_op(name: str, in_sym: list[str], out_sym: list[str], args: tuple,
+                config: EncoderConfig) -> str:
+    """Text of a traced tensor operation inside a composite, from its name and shapes."""
+    out = out_sym[0] if out_sym else ""
+    if name == "unbind":
+        return f"split into {len(out_sym)} per-head tensors (Q, K, V)" if len(out_sym) == 3 else \
+            f"split into {len(out_sym)} tensors"
+    if name in ("view", "reshape", "permute", "transpose", "flatten", "unflatten", "split",
+                "chunk"):
+        return "concatenate heads" if out.count(",") == 2 else "split into heads"
+    if name in ("matmul", "bmm", "baddbmm", "einsum"):
+        if out.endswith("T, T)"):
+            return "scores: Q·Kᵀ (scaled by 1/√Dh, mask added)"
+        if out.endswith("T, Dh)"):
+            return "weighted sum of values: probs·V"
+        if out.endswith("+1)"):
+            return "band scores: each query against the keys of its window"
+        return f"product → {out}"
+    if name == "softmax":
+        return "softmax over keys (probabilities)"
+    if name == "scaled_dot_product_attention":
+        return "fused softmax(QKᵀ/√Dh + mask)·V"
+    if name == "gather":
+        return "pick each (query, key) pair's relative-distance score"
+    if name == "linear":
+        w = next((a for a in args[1:] if isinstance(a, torch.Tensor)), None)
+        if w is not None and w.dim() == 2 and w.shape[0] == config.vocab_size:
+            return "decoder: x·E_tokᵀ + bias (weights tied to the token embedding)"
+        return "linear"
+    if name == "tanh":
+        return "tanh"
+    return name

@@ -1,0 +1,201 @@
+"""The parameter table: every component of a model in dataflow order, with its output shape and
+parameter count, subtotals per block and the total — a Keras-style model summary built from
+the code.
+
+Counts come from the full-size model built on the meta device (exact, no memory); the order and
+the output shapes come from a traced forward pass of the same model with fewer layer steps and
+a small vocabulary (shapes are symbolic, so they do not depend on those sizes). Shared weights
+(ALBERT's layers, the MLM decoder tied to the token embedding) are counted once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from torch import nn
+
+from ..config import EncoderConfig
+from .models import meta_model, resolve_config
+from .symbols import config_sizes, evaluate, symbol_table
+from .trace import Trace, trace
+
+
+@dataclass
+class ParamRow:
+    """One row of the table.
+
+    Attributes:
+        block: the part it belongs to ("embeddings", "layer 0", "pooler", "mlm_head"...).
+        name: module path in the model (``encoder.layers.0.attention``) or a description.
+        kind: component class name.
+        output_shape: symbolic output shape, e.g. "(B, T, H)" ("" when not traced).
+        params: parameters counted on this row (0 for reuse of shared weights).
+        shared: True when the row reuses weights counted on an earlier row.
+        note: e.g. "runs layer 0's weights" or "tied to encoder.embeddings.token".
+    """
+
+    block: str
+    name: str
+    kind: str
+    output_shape: str
+    params: int
+    shared: bool = False
+    note: str = ""
+
+
+@dataclass
+class ParamTable:
+    """Rows in dataflow order, per-block subtotals and the total."""
+
+    name: str
+    config: EncoderConfig
+    heads: list[str]
+    rows: list[ParamRow]
+    symbols: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def total(self) -> int:
+        return sum(r.params for r in self.rows)
+
+    def subtotals(self) -> dict[str, int]:
+        """Block -> parameters, in dataflow order."""
+        out: dict[str, int] = {}
+        for r in self.rows:
+            out[r.block] = out.get(r.block, 0) + r.params
+        return out
+
+    def concrete(self, shape: str) -> str:
+        """"(B, T, H)" -> "(B, T, 768)": the model's sizes, B and T left symbolic."""
+        if not shape:
+            return ""
+        table = {k: v for k, v in self.symbols.items() if k not in ("B", "T")}
+        parts = []
+        for part in shape.strip("()").split(", "):
+            try:
+                parts.append(str(evaluate(f"({part})", table)[0]))
+            except ValueError:
+                parts.append(part)
+        return "(" + ", ".join(parts) + ")"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "heads": self.heads, "total": self.total,
+                "subtotals": self.subtotals(), "rows": [dataclasses.asdict(r) for r in self.rows]}
+
+
+def _shape_trace(config: EncoderConfig, heads: list[str]) -> Trace:
+    """A trace of the same architecture with a small vocabulary: its symbolic shapes are the
+    full model's (V is distinct from every other size either way)."""
+    sizes = config_sizes(config)
+    v = 1009
+    while v in sizes or v <= config.pad_token_id:
+        v += 1
+    return trace(config.replace(vocab_size=v), heads=heads)
+
+
+def parameter_table(model: str | Path | EncoderConfig, *, heads: list[str] | tuple[str, ...] = (),
+                    vocab_size: int | None = None, condition_size: int | None = None) -> ParamTable:
+    """The parameter table of a preset, checkpoint directory (its config) or config.
+
+    Args:
+        model: preset name, model directory or EncoderConfig.
+        heads: heads to include ("mlm", "nsp"/"sop", and any head this build provides).
+        vocab_size: override V (21128 for Chinese BERT-base).
+        condition_size: turn the norms into Conditional LayerNorms of condition size C.
+
+    Returns:
+        A `ParamTable` whose ``total`` equals the model's parameter count (shared tensors once).
+
+    Raises:
+        PendingModelError / ValueError: see `resolve_config` and `build_heads`.
+    """
+    name, config = resolve_config(model, vocab_size=vocab_size, condition_size=condition_size)
+    heads = list(heads)
+    full = meta_model(config, heads)
+    shapes = _shape_trace(config, heads)
+    modules = dict(full.named_modules())
+    counted: set[int] = set()
+    rows: list[ParamRow] = []
+
+    def count(module: nn.Module, recurse: bool = True) -> int:
+        new = [p for p in module.parameters(recurse=recurse) if id(p) not in counted]
+        counted.update(id(p) for p in new)
+        return sum(p.numel() for p in new)
+
+    steps = [s for s in shapes.steps if s.block != "inputs" and not s.kind.startswith("op:")]
+    blocks: list[tuple[Any, list[Any]]] = []  # (top-level step, its depth-1 children)
+    for s in steps:
+        if s.depth == 0:
+            blocks.append((s, []))
+        elif s.depth == 1 and blocks:
+            blocks[-1][1].append(s)
+
+    def emit(block: str, top, children, path_of) -> None:
+        top_module = modules.get(path_of(top.key))
+        if top_module is None:
+            return
+        if not children:
+            rows.append(ParamRow(block, path_of(top.key), top.kind, top.output_symbols[0]
+                                 if top.output_symbols else "", count(top_module)))
+            return
+        for c in children:
+            m = modules.get(path_of(c.key))
+            if m is not None:
+                rows.append(ParamRow(block, path_of(c.key), c.kind,
+                                     c.output_symbols[0] if c.output_symbols else "", count(m)))
+        own = [(n, p) for n, p in top_module.named_parameters(recurse=False)
+               if id(p) not in counted]
+        for n, p in own:
+            counted.add(id(p))
+            rows.append(ParamRow(block, f"{path_of(top.key)}.{n}", "Parameter",
+                                 top.output_symbols[0] if top.output_symbols else "", p.numel()))
+        # Whatever the block owns that the traced forward did not run (kept for checkpoints).
+        rest = count(top_module)
+        if rest:
+            rows.append(ParamRow(block, f"{path_of(top.key)} (not run in this forward)",
+                                 "Parameter", "", rest))
+
+    schedule = config.layer_schedule
+    for top, children in blocks:
+        if top.key.endswith("layers.*"):
+            first_use: dict[int, int] = {}
+            for i, u in enumerate(schedule):
+                sub = lambda key, u=u: key.replace("*", str(u), 1)  # noqa: E731
+                if u in first_use:
+                    rows.append(ParamRow(f"layer {i}", sub(top.key), top.kind,
+                                         top.output_symbols[0], 0, shared=True,
+                                         note=f"runs the weights of layer step {first_use[u]} "
+                                              f"(shared)"))
+                    continue
+                first_use[u] = i
+                emit(f"layer {i}", top, children, sub)
+        else:
+            emit(top.key.removeprefix("encoder."), top, children, lambda key: key)
+    _tied_rows(full, rows, modules)
+    leftover = [(n, p) for n, p in full.named_parameters() if id(p) not in counted]
+    for n, p in leftover:  # parameters of modules no forward step reached
+        counted.add(id(p))
+        rows.append(ParamRow(n.split(".")[0], n, "Parameter", "", p.numel(),
+                             note="not run in this forward"))
+    return ParamTable(name=name, config=config, heads=heads, rows=rows,
+                      symbols=symbol_table(config, 0, 0))
+
+
+def _tied_rows(model: nn.Module, rows: list[ParamRow], modules: dict[str, nn.Module]) -> None:
+    """A zero-count row for each head whose decoder reuses another module's weight."""
+    owner = {id(p): n for n, p in model.named_parameters()}
+    for path, m in modules.items():
+        w = getattr(type(m), "decoder_weight", None) and m.decoder_weight
+        if w is None or id(w) not in owner or owner[id(w)].startswith(path + "."):
+            continue
+        at = max((i for i, r in enumerate(rows) if r.name.startswith(path + ".")), default=None)
+        row = ParamRow(path, f"{path}.decoder", "tied weight", "", 0, shared=True,
+                       note=f"tied to {owner[id(w)]}")
+        if at is None:
+            rows.append(row)
+        else:
+            row.block = rows[at].block
+            row.output_shape = rows[at].output_shape
+            rows.insert(at, row)

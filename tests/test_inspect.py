@@ -1,0 +1,244 @@
+"""Look inside: parameter table, traced dataflow, differences, comparison table, CLI."""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import io
+import json
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from bertfamily import EncoderConfig, build_model
+from bertfamily.cli import app
+from bertfamily.inspect.compare import comparison_rows, diff_traces, format_rows
+from bertfamily.inspect.explore import align, default_heads
+from bertfamily.inspect.models import PendingModelError, meta_model, resolve_config, shrink_layers
+from bertfamily.inspect.params import parameter_table
+from bertfamily.inspect.symbols import evaluate, shape_symbols, symbol_table
+from bertfamily.inspect.trace import example_inputs, trace, trace_model
+from bertfamily.presets import FAMILY, PENDING, PRESETS, PUBLISHED_PARAMETERS
+
+runner = CliRunner()
+SMALL_V = 1009  # shrunk vocabulary for traces (distinct from every other size of the presets)
+
+
+def _heads(config):
+    return default_heads(config)
+
+
+# --- parameter table ---------------------------------------------------------------------------
+@pytest.mark.parametrize("name", list(PRESETS))
+def test_params_add_up_to_the_real_count(name):
+    config = EncoderConfig.from_preset(name)
+    heads = _heads(config)
+    table = parameter_table(name, heads=heads)
+    real = sum(p.numel() for p in meta_model(config, heads).parameters())  # shared: once
+    assert table.total == real
+    assert sum(table.subtotals().values()) == real
+    if name in PUBLISHED_PARAMETERS:  # trunk only: the published figure of SPEC §1
+        trunk = sum(v for k, v in table.subtotals().items() if not k.endswith("_head"))
+        assert trunk == PUBLISHED_PARAMETERS[name]
+
+
+def test_chinese_bert_base_figures_of_spec():
+    table = parameter_table("bert-base", heads=["mlm"], vocab_size=21128)
+    by_name = {r.name: r.params for r in table.rows}
+    expected = {
+        "encoder.embeddings.token": 16_226_304, "encoder.embeddings.segment": 1_536,
+        "encoder.embeddings.position": 393_216, "encoder.embeddings.norm": 1_536,
+        "encoder.layers.0.attention": 2_362_368, "encoder.layers.0.attention_norm": 1_536,
+        "encoder.layers.0.ffn": 4_722_432, "encoder.layers.0.ffn_norm": 1_536,
+        "encoder.layers.11.ffn": 4_722_432,
+        "mlm_head.dense": 590_592, "mlm_head.norm": 1_536, "mlm_head.bias": 21_128,
+    }
+    for name, count in expected.items():
+        assert by_name[name] == count, name
+    decoder = next(r for r in table.rows if r.name == "mlm_head.decoder")
+    assert decoder.params == 0 and decoder.shared and "embeddings.token" in decoder.note
+    assert next(r for r in table.rows if r.name == "mlm_head.bias").output_shape == "(B, T, V)"
+    assert table.concrete("(B, T, V)") == "(B, T, 21128)"
+    # dataflow order: embeddings, 12 layers, pooler, MLM head
+    blocks = list(table.subtotals())
+    assert blocks[0] == "embeddings" and blocks[1:13] == [f"layer {i}" for i in range(12)]
+    assert blocks[13:] == ["pooler", "mlm_head"]
+
+
+def test_shared_layers_counted_once_and_marked():
+    config = EncoderConfig.from_preset("bert-base", num_hidden_groups=1)
+    table = parameter_table(config, heads=["mlm"])
+    shared = [r for r in table.rows if r.shared and r.kind == "EncoderLayer"]
+    assert [r.block for r in shared] == [f"layer {i}" for i in range(1, 12)]
+    assert all(r.params == 0 and "shared" in r.note for r in shared)
+    assert table.subtotals()["layer 0"] == 7_087_872
+    assert table.total == sum(p.numel() for p in meta_model(config, ["mlm"]).parameters())
+    assert table.total == parameter_table("bert-base", heads=["mlm"]).total - 11 * 7_087_872
+
+
+def test_conditional_layer_norm_option():
+    fields = {f.name for f in dataclasses.fields(EncoderConfig)}
+    if not {"condition_size", "conditional_norms"} <= fields:
+        pytest.skip("this build has no Conditional LayerNorm config fields yet (ALBERT/CLN "
+                    "branch)")
+    table = parameter_table("bert-base", condition_size=128)
+    norm = next(r for r in table.rows if r.name == "encoder.embeddings.norm")
+    assert norm.params == 198_144  # 1,536 + 2 · 128 · 768 (SPEC §5)
+    _, config = resolve_config("bert-base", condition_size=128)
+    assert table.total == sum(p.numel() for p in meta_model(config).parameters())
+
+
+def test_params_bad_input():
+    with pytest.raises(ValueError, match="head 'sbx' is not available"):
+        parameter_table("bert-tiny", heads=["sbx"])
+    with pytest.raises(ValueError, match="neither a preset"):
+        parameter_table("bert-huge")
+    for name in PENDING:
+        with pytest.raises(PendingModelError, match="pending"):
+            parameter_table(name)
+
+
+# --- dataflow ----------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def traces():
+    """Shrunk traces (two layer steps, small vocabulary) of every preset, with the model and
+    batch they were traced on."""
+    out = {}
+    for name in PRESETS:
+        config = EncoderConfig.from_preset(name, vocab_size=SMALL_V)
+        torch.manual_seed(0)
+        model = build_model(shrink_layers(config), heads=_heads(config))
+        inputs = example_inputs(config, 5, 16 if config.num_attention_heads != 16 else 17)
+        tr = trace_model(model, name=name, full_config=config, inputs=inputs)
+        out[name] = (tr, model, inputs)
+    return out
+
+
+@pytest.mark.parametrize("name", list(PRESETS))
+def test_every_shown_shape_is_the_real_tensor_shape(name, traces):
+    tr, model, inputs = traces[name]
+    # Independent hooks: the first output tensor of every module at the first layer step.
+    actual: dict[str, tuple] = {}
+
+    def hook(path):
+        def fn(module, args, output):
+            first = output if isinstance(output, torch.Tensor) else next(
+                (v for v in (output if isinstance(output, tuple) else vars(output).values())
+                 if isinstance(v, torch.Tensor)), None)
+            if first is not None:
+                actual.setdefault(path, tuple(first.shape))
+        return fn
+
+    handles = [m.register_forward_hook(hook(p)) for p, m in model.named_modules() if p]
+    with torch.no_grad():
+        out = model(**inputs, output_hidden_states=True, output_attentions=True)
+    for h in handles:
+        h.remove()
+    steps = tr.by_key()
+    checked = 0
+    for s in tr.steps:
+        for text, (_, shape) in zip(s.output_symbols, s.outputs):
+            assert evaluate(text, tr.symbols) == shape, (s.key, text, shape)
+        if not s.kind.startswith("op:") and s.block != "inputs":
+            assert s.output_shape == actual[s.key.replace("*", "0")], s.key
+            checked += 1
+    assert checked >= 10
+    B, T = inputs["input_ids"].shape
+    assert steps["inputs.input_ids"].output_symbols == ["(B, T)"]
+    assert steps["encoder.embeddings"].output_shape == tuple(out.hidden_states[0].shape)
+    assert steps["encoder.layers.*"].output_shape == tuple(out.hidden_states[1].shape)
+    attn = steps["encoder.layers.*.attention"]
+    assert dict(attn.outputs)["probs"] == tuple(out.attentions[0].shape)
+    assert dict(attn.outputs)["scores"] == tuple(out.attention_scores[0].shape)
+    assert steps["encoder.layers.*.attention:softmax#0"].output_shape == tuple(
+        out.attentions[0].shape)
+    assert steps["encoder.layers.*.attention:matmul#0"].output_symbols == ["(B, N, T, T)"]
+    assert steps["mlm_head"].output_shape == tuple(out.logits.shape) == (B, T, SMALL_V)
+    if model.encoder.pooler is not None:
+        assert steps["encoder.pooler"].output_shape == tuple(out.pooler_output.shape)
+    assert steps["encoder.layers.*"].repeat == tr.config.num_hidden_layers
+
+
+def test_symbols_round_trip():
+    config = EncoderConfig.from_preset("tinybert-4l")
+    table = symbol_table(config, 5, 16)
+    assert shape_symbols((5, 12, 16, 26), table) == "(B, N, 16, Dh)".replace("16", "T")
+    assert shape_symbols((5, 16, 936), table) == "(B, T, 3H)"
+    assert evaluate("(B, T, 3H)", table) == (5, 16, 936)
+    with pytest.raises(ValueError, match="unknown shape symbol"):
+        evaluate("(B, Q)", table)
+
+
+def test_differences_from_bert_base_come_from_the_traces(traces):
+    ref = traces["bert-base"][0]
+    roberta = diff_traces(ref, traces["roberta-base"][0])
+    assert {s.key for s in roberta.missing} >= {"inputs.token_type_ids", "encoder.embeddings.segment"}
+    distil = diff_traces(ref, traces["distilbert-base"][0])
+    assert "encoder.pooler" in {s.key for s in distil.missing}
+    assert any("6" in x for x in distil.steps["encoder.layers.*"].sizes)
+    tiny = diff_traces(ref, traces["tinybert-4l"][0])
+    scores = tiny.steps["encoder.layers.*.attention:matmul#0"]
+    assert scores.marked and "Dh = 26 (bert-base: 64)" in scores.structural
+    large = diff_traces(ref, traces["bert-large"][0])
+    assert not any(d.marked for d in large.steps.values()) and not large.missing
+    assert not any(d.marked for d in diff_traces(ref, ref).steps.values())
+    # Sharing (ALBERT's schedule) on a BERT preset: the layer step is marked as shared.
+    shared_cfg = EncoderConfig.from_preset("bert-base", vocab_size=SMALL_V, num_hidden_groups=1)
+    shared = trace(shared_cfg, heads=["mlm", "pair"], batch=5, seq_len=16)
+    layer = diff_traces(ref, shared).steps["encoder.layers.*"]
+    assert layer.marked and "weights shared" in " ".join(layer.structural)
+    # A structural difference: E < H (factorised embedding) adds a projection step.
+    fact = trace(EncoderConfig.from_preset("bert-base", vocab_size=SMALL_V, embedding_size=128),
+                 batch=5, seq_len=16)
+    fd = diff_traces(ref, fact)
+    assert fd.steps["encoder.embeddings.projection"].marked
+    assert fact.by_key()["encoder.embeddings.token"].output_symbols == ["(B, T, E)"]
+    assert fd.steps["encoder.embeddings.token"].marked
+
+
+def test_align_keeps_every_step_once(traces):
+    rows = align([traces[n][0] for n in ("bert-base", "distilbert-base", "roberta-base")])
+    keys = [r.key for r in rows]
+    assert len(keys) == len(set(keys))
+    assert keys.index("encoder.embeddings.segment") < keys.index("encoder.layers.*")
+
+
+# --- comparison table --------------------------------------------------------------------------
+def test_comparison_table_lists_the_ten():
+    rows = comparison_rows()
+    assert [r["model"] for r in rows] == FAMILY
+    for r in rows:
+        if r["model"] in PRESETS:
+            assert r["status"] == "available"
+            assert r["parameters"] == PUBLISHED_PARAMETERS[r["model"]]
+        else:
+            assert r["status"] == "pending" and r["parameters"] is None
+    tiny = next(r for r in rows if r["model"] == "tinybert-4l")
+    assert tiny["d_k"] == 26 and "Dh = 26" in tiny["special"]
+    assert next(r for r in rows if r["model"] == "distilbert-base")["segments"] == "none"
+    assert json.loads(format_rows(rows, "json"))[0]["model"] == "bert-base"
+    parsed = list(csv.DictReader(io.StringIO(format_rows(rows, "csv"))))
+    assert len(parsed) == 10 and parsed[0]["parameters"] == "109482240"
+    md = format_rows(rows, "markdown").splitlines()
+    assert len(md) == 12 and "109,482,240" in md[2]
+    with pytest.raises(ValueError, match="format"):
+        format_rows(rows, "xml")
+
+
+# --- command line ------------------------------------------------------------------------------
+def test_cli_params_dataflow_models():
+    result = runner.invoke(app, ["params", "bert-base", "--vocab-size", "21128", "--head", "mlm"])
+    assert result.exit_code == 0, result.output
+    for figure in ("16,226,304", "393,216", "2,362,368", "4,722,432", "590,592", "21,128"):
+        assert figure in result.output
+    result = runner.invoke(app, ["params", "bert-tiny", "--json"])
+    assert json.loads(result.output)["total"] == PUBLISHED_PARAMETERS["bert-tiny"]
+    result = runner.invoke(app, ["dataflow", "tiny-distilbert", "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert "encoder.pooler" in data["differences"]["missing"]
+    result = runner.invoke(app, ["models", "--format", "csv"])
+    assert result.exit_code == 0 and result.output.count("\n") == 11
+    result = runner.invoke(app, ["params", "bert-tiny", "--head", "nope"])
+    assert result.exit_code == 2 and "not available" in result.output
