@@ -11,6 +11,7 @@ from .heads.pretraining import MaskedLMHead, PairHead
 from .model import Model
 from .modules.activations import activation
 from .modules.attention import SelfAttention
+from .modules.attention_windowed import GlobalAttentionInputs, WindowedSelfAttention
 from .modules.embeddings import Embeddings
 from .modules.encoder import Encoder, Pooler
 from .modules.ffn import FeedForward
@@ -24,18 +25,23 @@ def build_norm(config: EncoderConfig, size: int) -> nn.Module:
     return nn.LayerNorm(size, eps=config.layer_norm_eps)
 
 
-def build_attention(config: EncoderConfig) -> nn.Module:
-    """The attention component named by ``config.attention_kind``."""
+def build_attention(config: EncoderConfig, index: int = 0) -> nn.Module:
+    """The attention component named by ``config.attention_kind``, for unique layer ``index``."""
     if config.attention_kind == "full":
         return SelfAttention(config.hidden_size, config.num_attention_heads,
                              config.attention_probs_dropout_prob, bias=config.attention_bias)
+    if config.attention_kind == "windowed":
+        return WindowedSelfAttention(config.hidden_size, config.num_attention_heads,
+                                     config.attention_probs_dropout_prob,
+                                     window=config.attention_windows[index],
+                                     bias=config.attention_bias)
     raise ValueError(f"attention_kind {config.attention_kind!r} has no builder")
 
 
-def build_layer(config: EncoderConfig) -> EncoderLayer:
+def build_layer(config: EncoderConfig, index: int = 0) -> EncoderLayer:
     H = config.hidden_size
     return EncoderLayer(
-        attention=build_attention(config),
+        attention=build_attention(config, index),
         attention_norm=build_norm(config, H),
         ffn=FeedForward(H, config.intermediate_size, activation(config.hidden_act)),
         ffn_norm=build_norm(config, H),
@@ -50,12 +56,15 @@ def build_encoder(config: EncoderConfig) -> Encoder:
         max_positions=config.max_position_embeddings, type_vocab_size=config.type_vocab_size,
         norm=build_norm(config, E), hidden_size=config.hidden_size,
         dropout=config.hidden_dropout_prob, pad_token_id=config.pad_token_id)
-    layers = [build_layer(config) for _ in range(config.num_unique_layers)]
-    return Encoder(embeddings, layers, config.layer_schedule,
-                   Pooler(config.hidden_size) if config.use_pooler else None,
-                   vocab_size=config.vocab_size, type_vocab_size=config.type_vocab_size,
-                   max_positions=config.max_position_embeddings,
-                   position_offset=config.position_offset, pad_token_id=config.pad_token_id)
+    layers = [build_layer(config, i) for i in range(config.num_unique_layers)]
+    encoder = Encoder(embeddings, layers, config.layer_schedule,
+                      Pooler(config.hidden_size) if config.use_pooler else None,
+                      vocab_size=config.vocab_size, type_vocab_size=config.type_vocab_size,
+                      max_positions=config.max_position_embeddings,
+                      position_offset=config.position_offset, pad_token_id=config.pad_token_id)
+    if config.attention_kind == "windowed":  # global_attention_mask → GlobalTokens, once
+        encoder.attention_inputs = GlobalAttentionInputs()
+    return encoder
 
 
 def build_model(config: EncoderConfig, heads: Iterable[str] = ()) -> Model:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 ACTIVATIONS = ("gelu", "gelu_tanh", "gelu_sigmoid", "relu", "silu")
-ATTENTION_KINDS = ("full",)  # grows with the disentangled (DeBERTa) and windowed (Longformer) kinds
+ATTENTION_KINDS = ("full", "windowed")  # grows with the disentangled (DeBERTa) kind
 POSITION_SCHEMES = ("absolute", "absolute_from_padding")
 
 
@@ -50,6 +50,10 @@ class EncoderConfig:
     # --- attention -----------------------------------------------------------------------------
     attention_kind: str = "full"
     attention_bias: bool = True
+    # windowed (Longformer): the full window of each layer (even; a token sees W = window / 2
+    # tokens on each side); one int for every layer or a sequence of L ints. Used only by
+    # attention_kind "windowed".
+    attention_window: int | tuple[int, ...] = 512
 
     # --- feed-forward --------------------------------------------------------------------------
     hidden_act: str = "gelu"  # gelu = exact erf form x·Φ(x)
@@ -100,6 +104,7 @@ class EncoderConfig:
         if self.attention_kind not in ATTENTION_KINDS:
             raise ValueError(
                 f"attention_kind {self.attention_kind!r} is not one of {ATTENTION_KINDS}")
+        self._check_attention_window()
         if self.position_scheme not in POSITION_SCHEMES:
             raise ValueError(
                 f"position_scheme {self.position_scheme!r} is not one of {POSITION_SCHEMES}")
@@ -121,6 +126,21 @@ class EncoderConfig:
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise ValueError(f"{name} must lie in [0, 1), got {getattr(self, name)}")
 
+    def _check_attention_window(self) -> None:
+        window = self.attention_window
+        if isinstance(window, (list, tuple)):
+            window = tuple(window)
+            object.__setattr__(self, "attention_window", window)
+            if len(window) != self.num_hidden_layers:
+                raise ValueError(
+                    f"attention_window lists {len(window)} windows; expected one per layer "
+                    f"(num_hidden_layers={self.num_hidden_layers})")
+        for value in (window if isinstance(window, tuple) else (window,)):
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0 or value % 2:
+                raise ValueError(
+                    f"attention_window must be a positive even integer (the full window, twice "
+                    f"the one-sided window), got {value!r}")
+
     # --- derived values --------------------------------------------------------------------------
     @property
     def head_dim(self) -> int:
@@ -136,6 +156,12 @@ class EncoderConfig:
     def max_sequence_length(self) -> int:
         """Longest input the position table allows (RoBERTa: 514 - 1 - 1 = 512)."""
         return self.max_position_embeddings - self.position_offset
+
+    @property
+    def attention_windows(self) -> list[int]:
+        """The full attention window of each of the L layers (windowed attention)."""
+        w = self.attention_window
+        return list(w) if isinstance(w, tuple) else [w] * self.num_hidden_layers
 
     @property
     def num_unique_layers(self) -> int:

@@ -33,6 +33,12 @@ PRESETS: dict[str, dict[str, Any]] = {
     # google/bert_uncased_L-2_H-128_A-2 (prajjwal1/bert-tiny) — 4,385,920
     "bert-tiny": dict(model_type="bert", hidden_size=128, num_hidden_layers=2,
                       num_attention_heads=2, intermediate_size=512),
+    # allenai/longformer-base-4096 — 148,659,456. RoBERTa-base plus global Q/K/V projections per
+    # layer; 4098 positions (4096 + the padding offset 2); sliding window 512 (256 per side).
+    "longformer-base": dict(model_type="longformer", vocab_size=50265, max_position_embeddings=4098,
+                            type_vocab_size=1, pad_token_id=1, position_scheme="absolute_from_padding",
+                            layer_norm_eps=1e-5, pair_head=None, attention_kind="windowed",
+                            attention_window=512),
     # --- tiny test presets: mutually distinct sizes so transpositions cannot hide --------------
     "tiny-bert": dict(model_type="bert", vocab_size=99, hidden_size=32, num_hidden_layers=2,
                       num_attention_heads=4, intermediate_size=37, max_position_embeddings=64),
@@ -44,6 +50,11 @@ PRESETS: dict[str, dict[str, Any]] = {
                             num_hidden_layers=2, num_attention_heads=4, intermediate_size=37,
                             max_position_embeddings=64, type_vocab_size=0, use_pooler=False,
                             pair_head=None),
+    "tiny-longformer": dict(model_type="longformer", vocab_size=99, hidden_size=32,
+                            num_hidden_layers=2, num_attention_heads=4, intermediate_size=37,
+                            max_position_embeddings=66, type_vocab_size=1, pad_token_id=1,
+                            position_scheme="absolute_from_padding", layer_norm_eps=1e-5,
+                            pair_head=None, attention_kind="windowed", attention_window=(4, 6)),
 }
 
 # Published parameter counts (base model + pooler, as transformers counts it): SPEC §1.
