@@ -164,5 +164,10 @@ def search(query: list[str] = typer.Argument(..., help="One or more queries."),
         console.print(table)
 
 
+from .cli_longformer import register as _register_longformer  # noqa: E402
+
+_register_longformer(app)
+
+
 if __name__ == "__main__":
     app()
