@@ -137,7 +137,8 @@ def test_save_pretrained_loads_in_transformers(hf_mlm, tmp_path):
 # --- the chunked kernel against the dense reference ------------------------------------------
 @pytest.mark.parametrize("windows", [(2, 4, 8), (6, 2, 30), (10, 10, 10)])
 @pytest.mark.parametrize("padding", ["right", "left"])
-def test_chunked_equals_dense_reference(windows, padding):
+@pytest.mark.parametrize("per_call", [1024, 5])  # 5: several SDPA calls per layer
+def test_chunked_equals_dense_reference(windows, padding, per_call):
     config = EncoderConfig.from_preset("tiny-longformer", num_hidden_layers=3,
                                        attention_window=windows)
     torch.manual_seed(2)
@@ -146,6 +147,8 @@ def test_chunked_equals_dense_reference(windows, padding):
         for name, p in model.named_parameters():
             p.add_(torch.randn_like(p) * 0.05)
     assert [layer.attention.window for layer in model.encoder.layers] == list(windows)
+    for layer in model.encoder.layers:
+        layer.attention.queries_per_call = per_call
     reference = build_model(config, heads=["mlm"]).eval()
     reference.load_state_dict(model.state_dict())
     for layer, window in zip(reference.encoder.layers, windows):

@@ -139,6 +139,9 @@ class WindowedSelfAttention(nn.Module):
         self.kv_global = nn.Linear(hidden_size, 2 * hidden_size, bias=bias)
         self.out = nn.Linear(hidden_size, hidden_size, bias=bias)
         self.dropout = dropout
+        # Queries per scaled_dot_product_attention call (whole blocks of W): bounds the memory
+        # of the blocked keys and values; the result does not depend on it.
+        self.queries_per_call = 1024
 
     def extra_repr(self) -> str:
         return f"window={self.window}, num_heads={self.num_heads}"
@@ -160,7 +163,7 @@ class WindowedSelfAttention(nn.Module):
         N, Dh = self.num_heads, self.head_dim
         glob: GlobalTokens | None = ctx.extras.get("global_tokens")
         p = self.dropout if self.training else 0.0
-        q, k, v = self.qkv(x).view(B, T, 3, N, Dh).permute(2, 0, 3, 1, 4).unbind(0)  # (B, N, T, Dh)
+        q, k, v = self.qkv(x).view(B, T, 3, N, Dh).unbind(2)  # (B, T, N, Dh) views
         y = self._local(q, k, v, ctx.mask, glob, p)  # (B, T, N, Dh)
         y = y.reshape(B, T, H)
         if glob is not None:
@@ -172,16 +175,17 @@ class WindowedSelfAttention(nn.Module):
                glob: GlobalTokens | None, p: float) -> torch.Tensor:
         """Band (plus global keys) attention of every query with the local projections.
 
-        q, k, v: (B, N, T, Dh); mask: (B, T) bool real tokens → (B, T, N, Dh).
+        q, k, v: (B, T, N, Dh); mask: (B, T) bool real tokens → (B, T, N, Dh).
         """
-        B, N, T, Dh = q.shape
+        B, T, N, Dh = q.shape
         W = self.one_sided
         nb = -(-T // W)  # query blocks of W
         extra = nb * W - T  # padding of the last block
         # Keys/values padded by W on each side (plus the last block's padding), then cut into
         # overlapping windows of 3W starting every W: block c sees keys [(c-1)W, (c+2)W).
-        kp = F.pad(k, (0, 0, W, W + extra)).unfold(2, 3 * W, W).transpose(-1, -2)  # (B,N,nb,3W,Dh)
-        vp = F.pad(v, (0, 0, W, W + extra)).unfold(2, 3 * W, W).transpose(-1, -2)
+        # unfold gives views (B, nb, N, 3W, Dh); they are copied group by group below.
+        kb = F.pad(k, (0, 0, 0, 0, W, W + extra)).unfold(1, 3 * W, W).transpose(-1, -2)
+        vb = F.pad(v, (0, 0, 0, 0, W, W + extra)).unfold(1, 3 * W, W).transpose(-1, -2)
         key_ok = mask if glob is None else mask & ~glob.is_global  # global keys come once, below
         key_ok = F.pad(key_ok, (W, W + extra), value=False).unfold(1, 3 * W, W)  # (B, nb, 3W)
         # Query a (of block c) and key b (of its 3W keys) are |i - j| <= W apart iff a <= b <= a+2W.
@@ -191,22 +195,31 @@ class WindowedSelfAttention(nn.Module):
         allowed = band[None, None] & key_ok[:, :, None, :]  # (B, nb, W, 3W)
         if glob is not None:
             G = glob.index.shape[1]
-            idx = glob.index[:, None, :, None].expand(B, N, G, Dh)
-            gk = k.gather(2, idx)[:, :, None].expand(B, N, nb, G, Dh)  # (B, N, nb, G, Dh)
-            gv = v.gather(2, idx)[:, :, None].expand(B, N, nb, G, Dh)
-            kp = torch.cat([gk, kp], dim=3)  # (B, N, nb, G + 3W, Dh)
-            vp = torch.cat([gv, vp], dim=3)
-            allowed = torch.cat([glob.valid[:, None, None, :].expand(B, nb, W, G), allowed], dim=3)
-        S = kp.shape[3]
-        qb = F.pad(q, (0, 0, 0, extra)).view(B, N, nb, W, Dh)
-        # One SDPA call over B·nb blocks: (B·nb, N, W, Dh) queries against (B·nb, N, S, Dh) keys.
-        qb = qb.transpose(1, 2).reshape(B * nb, N, W, Dh)
-        kp = kp.transpose(1, 2).reshape(B * nb, N, S, Dh)
-        vp = vp.transpose(1, 2).reshape(B * nb, N, S, Dh)
-        bias = torch.zeros(allowed.shape, dtype=q.dtype, device=q.device)
-        bias = bias.masked_fill_(~allowed, torch.finfo(q.dtype).min).view(B * nb, 1, W, S)
-        y = F.scaled_dot_product_attention(qb, kp, vp, attn_mask=bias, dropout_p=p)  # (B·nb,N,W,Dh)
-        y = y.view(B, nb, N, W, Dh).transpose(2, 3).reshape(B, nb * W, N, Dh)
+            idx = glob.index[:, :, None, None].expand(B, G, N, Dh)
+            gk = k.gather(1, idx).transpose(1, 2)[:, None].expand(B, nb, N, G, Dh)
+            gv = v.gather(1, idx).transpose(1, 2)[:, None].expand(B, nb, N, G, Dh)
+            gok = glob.valid[:, None, None, :].expand(B, nb, W, G)  # (B, nb, W, G)
+        # SDPA over groups of blocks, (B·n, N, W, Dh) queries against (B·n, N, S, Dh) keys each:
+        # the blocked copies of K and V then never exceed about queries_per_call·3 rows.
+        qp = F.pad(q, (0, 0, 0, 0, 0, extra))  # (B, nb·W, N, Dh)
+        y = q.new_empty(B, nb * W, N, Dh)
+        step = max(1, self.queries_per_call // W)
+        for c0 in range(0, nb, step):
+            c1 = min(nb, c0 + step)
+            n = c1 - c0
+            kc, vc, ok = kb[:, c0:c1], vb[:, c0:c1], allowed[:, c0:c1]
+            if glob is not None:
+                kc = torch.cat([gk[:, :n], kc], dim=3)  # (B, n, N, G + 3W, Dh), one copy
+                vc = torch.cat([gv[:, :n], vc], dim=3)
+                ok = torch.cat([gok[:, :n], ok], dim=3)
+            S = kc.shape[3]
+            qc = qp[:, c0 * W:c1 * W].reshape(B * n, W, N, Dh).transpose(1, 2)
+            bias = torch.zeros(ok.shape, dtype=q.dtype, device=q.device)
+            bias = bias.masked_fill_(~ok, torch.finfo(q.dtype).min).view(B * n, 1, W, S)
+            yc = F.scaled_dot_product_attention(qc, kc.reshape(B * n, N, S, Dh),
+                                                vc.reshape(B * n, N, S, Dh), attn_mask=bias,
+                                                dropout_p=p)  # (B·n, N, W, Dh)
+            y[:, c0 * W:c1 * W] = yc.view(B, n, N, W, Dh).transpose(2, 3).reshape(B, n * W, N, Dh)
         return y[:, :T]
 
     def _global(self, x: torch.Tensor, y: torch.Tensor, ctx: AttentionContext,
