@@ -96,6 +96,8 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="tiny sizes (smoke test)")
     ap.add_argument("--lengths", type=int, nargs="+", default=None)
     ap.add_argument("--repeat", type=int, default=1)
+    ap.add_argument("--impls", nargs="+", default=["ours", "transformers"],
+                    choices=["ours", "transformers"])
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch default)")
     ap.add_argument("--child", nargs=2, metavar=("IMPL", "T"), help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -106,7 +108,7 @@ def main() -> None:
     lengths = args.lengths or ([256, 128] if args.quick else [4096, 2048])
     rows = []
     for T in lengths:
-        for impl in ("ours", "transformers"):
+        for impl in args.impls:
             cmd = [sys.executable, __file__, "--child", impl, str(T), "--repeat", str(args.repeat),
                    "--threads", str(args.threads)] + (["--quick"] if args.quick else [])
             proc = subprocess.run(cmd, capture_output=True, text=True,
@@ -118,6 +120,8 @@ def main() -> None:
             r = rows[-1]
             print(f"{impl:>12}  T={T:5d}  {r['seconds']:8.2f} s  peak RSS {r['peak_rss_mb']:8.0f} MB"
                   f"  forward +{r['forward_mb']:7.0f} MB", flush=True)
+    if len(args.impls) < 2:
+        return
     print()
     print(f"{'T':>5}  {'time ours/transformers':>22}  {'peak RSS ratio':>14}  {'forward memory ratio':>20}")
     for T in lengths:

@@ -159,50 +159,49 @@ class WindowedSelfAttention(nn.Module):
         if ctx.need_weights:
             raise ValueError("output_attentions is not available for windowed attention: the "
                              "point of it is never to build the (T, T) attention matrix")
-        B, T, H = x.shape
-        N, Dh = self.num_heads, self.head_dim
         glob: GlobalTokens | None = ctx.extras.get("global_tokens")
         p = self.dropout if self.training else 0.0
-        q, k, v = self.qkv(x).view(B, T, 3, N, Dh).unbind(2)  # (B, T, N, Dh) views
-        y = self._local(q, k, v, ctx.mask, glob, p)  # (B, T, N, Dh)
-        y = y.reshape(B, T, H)
+        y = self._local(x, ctx.mask, glob, p)  # (B, T, H)
         if glob is not None:
             y = self._global(x, y, ctx, glob, p)
-        y = y * ctx.mask[:, :, None].to(y.dtype)  # padding queries give zeros
+        if not bool(ctx.mask.all()):
+            y = y.masked_fill(~ctx.mask[:, :, None], 0.0)  # padding queries give zeros
         return AttentionOutput(self.out(y))
 
-    def _local(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor,
-               glob: GlobalTokens | None, p: float) -> torch.Tensor:
+    def _local(self, x: torch.Tensor, mask: torch.Tensor, glob: GlobalTokens | None,
+               p: float) -> torch.Tensor:
         """Band (plus global keys) attention of every query with the local projections.
 
-        q, k, v: (B, T, N, Dh); mask: (B, T) bool real tokens → (B, T, N, Dh).
+        x: (B, T, H); mask: (B, T) bool real tokens → (B, T, H).
         """
-        B, T, N, Dh = q.shape
-        W = self.one_sided
+        B, T, H = x.shape
+        N, Dh, W = self.num_heads, self.head_dim, self.one_sided
         nb = -(-T // W)  # query blocks of W
         extra = nb * W - T  # padding of the last block
-        # Keys/values padded by W on each side (plus the last block's padding), then cut into
-        # overlapping windows of 3W starting every W: block c sees keys [(c-1)W, (c+2)W).
-        # unfold gives views (B, nb, N, 3W, Dh); they are copied group by group below.
-        kb = F.pad(k, (0, 0, 0, 0, W, W + extra)).unfold(1, 3 * W, W).transpose(-1, -2)
-        vb = F.pad(v, (0, 0, 0, 0, W, W + extra)).unfold(1, 3 * W, W).transpose(-1, -2)
+        # The input is padded by W rows in front and W (+ the last block's padding) behind, so
+        # that the projections come out padded: block c's queries are padded rows
+        # [(c+1)W, (c+2)W), its keys the 3W padded rows [cW, (c+3)W), i.e. original positions
+        # [(c-1)W, (c+2)W). Padding rows are never attended to (key_ok) and are cut at the end.
+        qkv = self.qkv(F.pad(x, (0, 0, W, W + extra))).view(B, nb * W + 2 * W, 3, N, Dh)
+        q, k, v = qkv.unbind(2)  # (B, (nb+2)W, N, Dh) views
+        kb = k.unfold(1, 3 * W, W).transpose(-1, -2)  # (B, nb, N, 3W, Dh) views
+        vb = v.unfold(1, 3 * W, W).transpose(-1, -2)
         key_ok = mask if glob is None else mask & ~glob.is_global  # global keys come once, below
         key_ok = F.pad(key_ok, (W, W + extra), value=False).unfold(1, 3 * W, W)  # (B, nb, 3W)
         # Query a (of block c) and key b (of its 3W keys) are |i - j| <= W apart iff a <= b <= a+2W.
-        a = torch.arange(W, device=q.device)[:, None]
-        b = torch.arange(3 * W, device=q.device)[None, :]
+        a = torch.arange(W, device=x.device)[:, None]
+        b = torch.arange(3 * W, device=x.device)[None, :]
         band = (b >= a) & (b <= a + 2 * W)  # (W, 3W)
         allowed = band[None, None] & key_ok[:, :, None, :]  # (B, nb, W, 3W)
         if glob is not None:
             G = glob.index.shape[1]
-            idx = glob.index[:, :, None, None].expand(B, G, N, Dh)
+            idx = (glob.index + W)[:, :, None, None].expand(B, G, N, Dh)  # padded rows
             gk = k.gather(1, idx).transpose(1, 2)[:, None].expand(B, nb, N, G, Dh)
             gv = v.gather(1, idx).transpose(1, 2)[:, None].expand(B, nb, N, G, Dh)
             gok = glob.valid[:, None, None, :].expand(B, nb, W, G)  # (B, nb, W, G)
         # SDPA over groups of blocks, (B·n, N, W, Dh) queries against (B·n, N, S, Dh) keys each:
         # the blocked copies of K and V then never exceed about queries_per_call·3 rows.
-        qp = F.pad(q, (0, 0, 0, 0, 0, extra))  # (B, nb·W, N, Dh)
-        y = q.new_empty(B, nb * W, N, Dh)
+        y = x.new_empty(B, nb * W, N, Dh)
         step = max(1, self.queries_per_call // W)
         for c0 in range(0, nb, step):
             c1 = min(nb, c0 + step)
@@ -213,14 +212,14 @@ class WindowedSelfAttention(nn.Module):
                 vc = torch.cat([gv[:, :n], vc], dim=3)
                 ok = torch.cat([gok[:, :n], ok], dim=3)
             S = kc.shape[3]
-            qc = qp[:, c0 * W:c1 * W].reshape(B * n, W, N, Dh).transpose(1, 2)
-            bias = torch.zeros(ok.shape, dtype=q.dtype, device=q.device)
-            bias = bias.masked_fill_(~ok, torch.finfo(q.dtype).min).view(B * n, 1, W, S)
+            qc = q[:, (c0 + 1) * W:(c1 + 1) * W].reshape(B * n, W, N, Dh).transpose(1, 2)
+            bias = torch.zeros(ok.shape, dtype=x.dtype, device=x.device)
+            bias = bias.masked_fill_(~ok, torch.finfo(x.dtype).min).view(B * n, 1, W, S)
             yc = F.scaled_dot_product_attention(qc, kc.reshape(B * n, N, S, Dh),
                                                 vc.reshape(B * n, N, S, Dh), attn_mask=bias,
                                                 dropout_p=p)  # (B·n, N, W, Dh)
             y[:, c0 * W:c1 * W] = yc.view(B, n, N, W, Dh).transpose(2, 3).reshape(B, n * W, N, Dh)
-        return y[:, :T]
+        return y[:, :T].reshape(B, T, H)
 
     def _global(self, x: torch.Tensor, y: torch.Tensor, ctx: AttentionContext,
                 glob: GlobalTokens, p: float) -> torch.Tensor:
