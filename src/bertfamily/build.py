@@ -13,6 +13,7 @@ from .model import Model
 from .modules.activations import activation
 from .modules.attention import SelfAttention
 from .modules.attention_disentangled import DisentangledSelfAttention, RelativePositionEmbeddings
+from .modules.attention_windowed import GlobalAttentionInputs, WindowedSelfAttention
 from .modules.embeddings import Embeddings
 from .modules.encoder import Encoder, Pooler
 from .modules.ffn import FeedForward
@@ -31,8 +32,8 @@ def build_norm(config: EncoderConfig, size: int, site: str | None = None) -> nn.
     return nn.LayerNorm(size, eps=config.layer_norm_eps)
 
 
-def build_attention(config: EncoderConfig) -> nn.Module:
-    """The attention component named by ``config.attention_kind``."""
+def build_attention(config: EncoderConfig, index: int = 0) -> nn.Module:
+    """The attention component named by ``config.attention_kind``, for unique layer ``index``."""
     if config.attention_kind == "full":
         return SelfAttention(config.hidden_size, config.num_attention_heads,
                              config.attention_probs_dropout_prob, bias=config.attention_bias)
@@ -42,13 +43,18 @@ def build_attention(config: EncoderConfig) -> nn.Module:
             position_dropout=config.hidden_dropout_prob,
             pos_att_type=tuple(t for t in config.pos_att_type.split("|") if t),
             relative=config.relative_attention)
+    if config.attention_kind == "windowed":
+        return WindowedSelfAttention(config.hidden_size, config.num_attention_heads,
+                                     config.attention_probs_dropout_prob,
+                                     window=config.attention_windows[index],
+                                     bias=config.attention_bias)
     raise ValueError(f"attention_kind {config.attention_kind!r} has no builder")
 
 
-def build_layer(config: EncoderConfig) -> EncoderLayer:
+def build_layer(config: EncoderConfig, index: int = 0) -> EncoderLayer:
     H = config.hidden_size
     return EncoderLayer(
-        attention=build_attention(config),
+        attention=build_attention(config, index),
         attention_norm=build_norm(config, H, "attention"),
         ffn=FeedForward(H, config.intermediate_size, activation(config.hidden_act)),
         ffn_norm=build_norm(config, H, "ffn"),
@@ -69,7 +75,7 @@ def build_encoder(config: EncoderConfig, position_table: bool | None = None) -> 
         norm=build_norm(config, E, "embeddings"), hidden_size=config.hidden_size,
         dropout=config.hidden_dropout_prob, pad_token_id=config.pad_token_id,
         add_positions=config.position_biased_input)
-    layers = [build_layer(config) for _ in range(config.num_unique_layers)]
+    layers = [build_layer(config, i) for i in range(config.num_unique_layers)]
     encoder = Encoder(embeddings, layers, config.layer_schedule,
                       Pooler(config.hidden_size) if config.use_pooler else None,
                       vocab_size=config.vocab_size, type_vocab_size=config.type_vocab_size,
@@ -78,6 +84,8 @@ def build_encoder(config: EncoderConfig, position_table: bool | None = None) -> 
     if config.relative_attention:  # DeBERTa: one relative table shared by all layers
         encoder.attention_inputs = RelativePositionEmbeddings(config.relative_span,
                                                               config.hidden_size)
+    if config.attention_kind == "windowed":  # global_attention_mask → GlobalTokens, once
+        encoder.attention_inputs = GlobalAttentionInputs()
     return encoder
 
 

@@ -187,5 +187,10 @@ from .cli_inspect import register as _register_inspect  # noqa: E402  (look-insi
 
 _register_inspect(app)
 
+from .cli_longformer import register as _register_longformer  # noqa: E402
+
+_register_longformer(app)
+
+
 if __name__ == "__main__":
     app()

@@ -18,8 +18,7 @@ from typing import Any
 
 NORM_SITES = ("embeddings", "attention", "ffn", "mlm")  # where a norm can be conditional
 ACTIVATIONS = ("gelu", "gelu_tanh", "gelu_sigmoid", "relu", "silu")
-ATTENTION_KINDS = ("full",)  # grows with the disentangled (DeBERTa) and windowed (Longformer) kinds
-ATTENTION_KINDS += ("disentangled",)  # DeBERTa (He et al. 2021 §3.1)
+ATTENTION_KINDS = ("full", "disentangled", "windowed")  # BERT; DeBERTa §3.1; Longformer §3
 RELATIVE_ATTENTION_TYPES = ("c2p", "p2c")  # DeBERTa's position terms
 POSITION_SCHEMES = ("absolute", "absolute_from_padding")
 
@@ -62,6 +61,10 @@ class EncoderConfig:
     max_relative_positions: int = -1
     pos_att_type: str = ""
     position_biased_input: bool = True
+    # windowed (Longformer): the full window of each layer (even; a token sees W = window / 2
+    # tokens on each side); one int for every layer or a sequence of L ints. Used only by
+    # attention_kind "windowed".
+    attention_window: int | tuple[int, ...] = 512
 
     # --- feed-forward --------------------------------------------------------------------------
     hidden_act: str = "gelu"  # gelu = exact erf form x·Φ(x)
@@ -122,6 +125,7 @@ class EncoderConfig:
             raise ValueError(
                 f"attention_kind {self.attention_kind!r} is not one of {ATTENTION_KINDS}")
         self._check_disentangled()
+        self._check_attention_window()
         if self.position_scheme not in POSITION_SCHEMES:
             raise ValueError(
                 f"position_scheme {self.position_scheme!r} is not one of {POSITION_SCHEMES}")
@@ -184,6 +188,21 @@ class EncoderConfig:
             raise ValueError("emd_layers > 0 (enhanced mask decoder) needs position_biased_input="
                              "False: the decoder is where absolute positions enter")
 
+    def _check_attention_window(self) -> None:
+        window = self.attention_window
+        if isinstance(window, (list, tuple)):
+            window = tuple(window)
+            object.__setattr__(self, "attention_window", window)
+            if len(window) != self.num_hidden_layers:
+                raise ValueError(
+                    f"attention_window lists {len(window)} windows; expected one per layer "
+                    f"(num_hidden_layers={self.num_hidden_layers})")
+        for value in (window if isinstance(window, tuple) else (window,)):
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0 or value % 2:
+                raise ValueError(
+                    f"attention_window must be a positive even integer (the full window, twice "
+                    f"the one-sided window), got {value!r}")
+
     # --- derived values --------------------------------------------------------------------------
     @property
     def head_dim(self) -> int:
@@ -206,6 +225,12 @@ class EncoderConfig:
         max_relative_positions <= 0, as in the published checkpoints)."""
         k = self.max_relative_positions
         return k if k >= 1 else self.max_position_embeddings
+
+    @property
+    def attention_windows(self) -> list[int]:
+        """The full attention window of each of the L layers (windowed attention)."""
+        w = self.attention_window
+        return list(w) if isinstance(w, tuple) else [w] * self.num_hidden_layers
 
     @property
     def num_unique_layers(self) -> int:

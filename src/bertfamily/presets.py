@@ -46,6 +46,12 @@ PRESETS: dict[str, dict[str, Any]] = {
                          type_vocab_size=0, relative_attention=True, max_relative_positions=-1,
                          pos_att_type="c2p|p2c", position_biased_input=False, layer_norm_eps=1e-7,
                          use_pooler=False, pair_head=None, emd_layers=2),
+    # allenai/longformer-base-4096 — 148,659,456. RoBERTa-base plus global Q/K/V projections per
+    # layer; 4098 positions (4096 + the padding offset 2); sliding window 512 (256 per side).
+    "longformer-base": dict(model_type="longformer", vocab_size=50265, max_position_embeddings=4098,
+                            type_vocab_size=1, pad_token_id=1, position_scheme="absolute_from_padding",
+                            layer_norm_eps=1e-5, pair_head=None, attention_kind="windowed",
+                            attention_window=512),
     # --- tiny test presets: mutually distinct sizes so transpositions cannot hide --------------
     "tiny-bert": dict(model_type="bert", vocab_size=99, hidden_size=32, num_hidden_layers=2,
                       num_attention_heads=4, intermediate_size=37, max_position_embeddings=64),
@@ -68,6 +74,11 @@ PRESETS: dict[str, dict[str, Any]] = {
                          relative_attention=True, max_relative_positions=-1,
                          pos_att_type="c2p|p2c", position_biased_input=False, layer_norm_eps=1e-7,
                          use_pooler=False, pair_head=None, emd_layers=2),
+    "tiny-longformer": dict(model_type="longformer", vocab_size=99, hidden_size=32,
+                            num_hidden_layers=2, num_attention_heads=4, intermediate_size=37,
+                            max_position_embeddings=66, type_vocab_size=1, pad_token_id=1,
+                            position_scheme="absolute_from_padding", layer_norm_eps=1e-5,
+                            pair_head=None, attention_kind="windowed", attention_window=(4, 6)),
 }
 
 # Published parameter counts (base model + pooler, as transformers counts it): SPEC §1.

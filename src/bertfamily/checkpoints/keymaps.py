@@ -279,8 +279,32 @@ DEBERTA = FamilyMap(
     config_written={"legacy": False},
 )
 
+# Longformer: the RoBERTa layout with separate Q/K/V projections for global attention. Ours:
+# encoder.layers.{i}.attention.{qkv,query_global,kv_global,out}.* (kv_global = [K_g; V_g]).
+_LF_SELF = "encoder.layer.{i}.attention.self"
+LONGFORMER = FamilyMap(
+    model_type="longformer",
+    base_prefix="longformer.",
+    trunk={
+        **{k: v for k, v in _BERT_TRUNK.items() if ".attention.qkv." not in k},
+        **_qkv(f"{_LF_SELF}.query", f"{_LF_SELF}.key", f"{_LF_SELF}.value",
+               "encoder.layers.{i}.attention.qkv"),
+        **_wb(f"{_LF_SELF}.query_global", "encoder.layers.{i}.attention.query_global"),
+        "encoder.layers.{i}.attention.kv_global.weight": Join(
+            (f"{_LF_SELF}.key_global.weight", f"{_LF_SELF}.value_global.weight")),
+        "encoder.layers.{i}.attention.kv_global.bias": Join(
+            (f"{_LF_SELF}.key_global.bias", f"{_LF_SELF}.value_global.bias")),
+    },
+    pooler=_BERT_POOLER,
+    heads={"mlm": ROBERTA.heads["mlm"]},  # lm_head.* as in RoBERTa
+    architectures={"": "LongformerModel", "mlm": "LongformerForMaskedLM"},
+    config_fields={**_BERT_CONFIG, "attention_window": "attention_window"},
+    config_fixed={"position_scheme": "absolute_from_padding", "pair_head": None,
+                  "attention_kind": "windowed"},
+)
+
 FAMILIES: dict[str, FamilyMap] = {m.model_type: m for m in (BERT, ROBERTA, DISTILBERT, ALBERT,
-                                                           DEBERTA)}
+                                                             DEBERTA, LONGFORMER)}
 
 # Hugging Face activation names → ours, and back.
 HF_ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh",

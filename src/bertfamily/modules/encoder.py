@@ -195,7 +195,8 @@ class Encoder(nn.Module):
         hidden, probs, scores = [x], [], []
         for index in self.schedule:
             x, att = self.layers[index](x, ctx)
-            hidden.append(x)
+            if output_hidden_states:  # else each layer's output is freed (long inputs)
+                hidden.append(x)
             probs.append(att.probs)
             scores.append(att.scores)
         if plan is not None:

@@ -1,0 +1,66 @@
+"""Default global attention masks for task heads on windowed-attention (Longformer) models.
+
+Beltagy et al. 2020, §4 ("Task-specific global attention") and §6: classification puts global
+attention on the first token (<s>, whose state the classifier reads); extractive QA puts it on
+every question token. A caller can always pass an explicit ``global_attention_mask`` instead.
+"""
+
+from __future__ import annotations
+
+import torch
+
+TASKS = ("classification", "qa")
+
+
+def default_global_attention_mask(input_ids: torch.Tensor, task: str, *,
+                                  sep_token_id: int | None = None,
+                                  attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+    """The global attention mask a task head uses when the caller gives none.
+
+    Args:
+        input_ids: (B, T) int64.
+        task: "classification" — the first real token of each row (column 0 with right padding,
+            as transformers' LongformerForSequenceClassification; with left padding the first
+            real token, where transformers would pick a padding position and so no token);
+            "qa" — every real token before the first ``sep_token_id`` of each row, i.e.
+            ``<s>`` and the question of ``<s> question </s></s> context </s>`` (as
+            transformers' LongformerForQuestionAnswering, which also demands exactly three
+            separators; one is enough here).
+        sep_token_id: separator id (Longformer/RoBERTa: 2); required for "qa".
+        attention_mask: (B, T) 0/1, 1 = real token; None = all real.
+
+    Returns:
+        (B, T) int64, 1 = global attention, 0 = local.
+
+    Raises:
+        ValueError: unknown task; input_ids not (B, T); attention_mask of another shape;
+            "qa" without sep_token_id, or a row without a separator after a question.
+    """
+    if task not in TASKS:
+        raise ValueError(f"unknown task {task!r}; expected one of {TASKS}")
+    if input_ids.dim() != 2:
+        raise ValueError(f"input_ids must be (B, T), got shape {tuple(input_ids.shape)}")
+    B, T = input_ids.shape
+    if attention_mask is None:
+        real = torch.ones(B, T, dtype=torch.bool, device=input_ids.device)
+    else:
+        if tuple(attention_mask.shape) != (B, T):
+            raise ValueError(f"attention_mask has shape {tuple(attention_mask.shape)}; "
+                             f"expected {(B, T)} like input_ids")
+        real = attention_mask.bool()
+    positions = torch.arange(T, device=input_ids.device)[None, :].expand(B, T)
+    if task == "classification":
+        # First real position per row (argmax returns the first True).
+        first = real.int().argmax(dim=1, keepdim=True)  # (B, 1)
+        return ((positions == first) & real).long()
+    if sep_token_id is None:
+        raise ValueError("task 'qa' needs sep_token_id to find where the question ends")
+    is_sep = (input_ids == sep_token_id) & real
+    has_sep = is_sep.any(dim=1)
+    if not bool(has_sep.all()):
+        rows = torch.nonzero(~has_sep).flatten().tolist()
+        raise ValueError(f"rows {rows} hold no separator (sep_token_id={sep_token_id}); "
+                         f"expected <s> question </s></s> context </s>, or pass "
+                         f"global_attention_mask explicitly")
+    question_end = is_sep.int().argmax(dim=1, keepdim=True)  # first separator, (B, 1)
+    return ((positions < question_end) & real).long()

@@ -1,0 +1,238 @@
+"""Sliding-window plus global self-attention (Longformer), in O(T·W) memory.
+
+Beltagy, Peters & Cohan 2020, "Longformer: The Long-Document Transformer", §3.1: every token
+attends to the W = window / 2 tokens on each side of it ("sliding window"); a few task-chosen
+tokens have *global* attention: they attend to every token and every token attends to them,
+through their own projections Q_g, K_g, V_g (§3.1 "Linear Projections for Global Attention").
+
+Semantics (those of the published checkpoints, allenai/longformer-base-4096):
+- a non-global query i attends, with the local Q, K, V, to the keys j with |i - j| <= W that are
+  real and not global, plus to every global key (each key counted once);
+- a global query attends, with Q_g (applied to the global token), K_g and V_g (applied to every
+  token), to every real key;
+- padding keys are never attended to; outputs at padding positions are zero before the output
+  projection.
+
+Nothing of size (T, T) is built: queries are cut into blocks of W, each block attends to the 3W
+keys around it (its own block and the two neighbours) plus the global keys, through
+`torch.nn.functional.scaled_dot_product_attention` with a band mask. Memory per layer is
+O(B·T·(3W + G)) for the mask and O(B·N·T·Dh) for the blocked keys and values (G = most global
+tokens in a row). Any T works: the last block is padded inside the component and trimmed again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from .attention import AttentionContext, AttentionOutput
+
+GLOBAL_MASK_KEY = "global_attention_mask"  # the name callers pass to Model.forward
+
+
+@dataclass
+class GlobalTokens:
+    """Where the global tokens of a batch are, computed once per forward for all layers.
+
+    Attributes:
+        is_global: (B, T) bool, True at real tokens with global attention.
+        index: (B, G) int64 positions of the global tokens of each row, ascending; rows with fewer
+            than G global tokens are padded with 0 (see ``valid``).
+        valid: (B, G) bool, True where ``index`` names a real global token.
+    """
+
+    is_global: torch.Tensor
+    index: torch.Tensor
+    valid: torch.Tensor
+
+
+def check_global_attention_mask(global_attention_mask: torch.Tensor,
+                                shape: tuple[int, int]) -> torch.Tensor:
+    """Validate a user's global attention mask and return it as (B, T) bool.
+
+    Args:
+        global_attention_mask: (B, T) with values 0 (local attention) or 1 (global attention),
+            integer or bool.
+        shape: (B, T) of input_ids.
+
+    Raises:
+        ValueError: not a tensor, another shape than input_ids, a float dtype or values other
+            than 0 and 1.
+    """
+    if not isinstance(global_attention_mask, torch.Tensor):
+        raise ValueError(f"{GLOBAL_MASK_KEY} must be a (B, T) tensor, got "
+                         f"{type(global_attention_mask).__name__}")
+    if tuple(global_attention_mask.shape) != tuple(shape):
+        raise ValueError(f"{GLOBAL_MASK_KEY} has shape {tuple(global_attention_mask.shape)}; "
+                         f"expected {tuple(shape)} like input_ids")
+    if global_attention_mask.dtype.is_floating_point or global_attention_mask.is_complex():
+        raise ValueError(f"{GLOBAL_MASK_KEY} must hold integers 0/1 or bools, got "
+                         f"{global_attention_mask.dtype}")
+    if global_attention_mask.dtype != torch.bool and global_attention_mask.numel() and (
+            int(global_attention_mask.min()) < 0 or int(global_attention_mask.max()) > 1):
+        raise ValueError(f"{GLOBAL_MASK_KEY} must hold only 0 (local) and 1 (global), got values "
+                         f"in [{int(global_attention_mask.min())}, "
+                         f"{int(global_attention_mask.max())}]")
+    return global_attention_mask.bool()
+
+
+class GlobalAttentionInputs(nn.Module):
+    """Encoder-level provider (see `Encoder.attention_inputs`): turns the caller's
+    ``global_attention_mask`` into `GlobalTokens` once per forward, shared by every layer.
+
+    A global flag on a padding token is ignored (as in the published model, where the merged mask
+    is attention_mask · (global_attention_mask + 1)).
+    """
+
+    def forward(self, x: torch.Tensor, ctx: AttentionContext) -> dict:
+        """x: (B, T, H) embeddings (only the shape is used) → {"global_tokens": GlobalTokens or None}.
+
+        Raises:
+            ValueError: see `check_global_attention_mask`.
+        """
+        mask = ctx.extras.get(GLOBAL_MASK_KEY)
+        if mask is None:
+            return {"global_tokens": None}
+        is_global = check_global_attention_mask(mask, tuple(x.shape[:2])).to(x.device) & ctx.mask
+        counts = is_global.sum(dim=1)  # (B,)
+        G = int(counts.max()) if counts.numel() else 0
+        if G == 0:
+            return {"global_tokens": None}
+        # A stable sort puts each row's global positions first, in ascending order.
+        order = torch.sort((~is_global).to(torch.int8), dim=1, stable=True).indices  # (B, T)
+        index = order[:, :G]  # (B, G)
+        valid = torch.arange(G, device=x.device)[None, :] < counts[:, None]  # (B, G)
+        return {"global_tokens": GlobalTokens(is_global, index.masked_fill(~valid, 0), valid)}
+
+
+class WindowedSelfAttention(nn.Module):
+    """Longformer self-attention: sliding window of W = window / 2 per side, plus global tokens.
+
+    Args:
+        hidden_size: H.
+        num_heads: N (Dh = H / N).
+        dropout: attention-probability dropout.
+        window: the full window (even, > 0); one-sided W = window / 2.
+        bias: whether the projections have biases.
+
+    Parameters: ``qkv`` (3H, H) local Q, K, V (rows [Q; K; V]); ``query_global`` (H, H);
+    ``kv_global`` (2H, H) global K, V (rows [K_g; V_g]); ``out`` (H, H).
+
+    Raises:
+        ValueError: a window that is odd or not positive.
+    """
+
+    def __init__(self, hidden_size: int, num_heads: int, dropout: float, window: int,
+                 bias: bool = True) -> None:
+        super().__init__()
+        if isinstance(window, bool) or not isinstance(window, int) or window <= 0 or window % 2:
+            raise ValueError(f"attention window must be a positive even integer, got {window!r}")
+        self.num_heads = num_heads
+        self.head_dim = hidden_size // num_heads
+        self.window = window
+        self.one_sided = window // 2
+        self.qkv = nn.Linear(hidden_size, 3 * hidden_size, bias=bias)
+        self.query_global = nn.Linear(hidden_size, hidden_size, bias=bias)
+        self.kv_global = nn.Linear(hidden_size, 2 * hidden_size, bias=bias)
+        self.out = nn.Linear(hidden_size, hidden_size, bias=bias)
+        self.dropout = dropout
+        # Queries per scaled_dot_product_attention call (whole blocks of W): bounds the memory
+        # of the blocked keys and values; the result does not depend on it.
+        self.queries_per_call = 1024
+
+    def extra_repr(self) -> str:
+        return f"window={self.window}, num_heads={self.num_heads}"
+
+    # ------------------------------------------------------------------------------------------
+    def forward(self, x: torch.Tensor, ctx: AttentionContext) -> AttentionOutput:
+        """x: (B, T, H) float → AttentionOutput with hidden (B, T, H).
+
+        Reads ``ctx.extras["global_tokens"]`` (a `GlobalTokens` or None, from
+        `GlobalAttentionInputs`).
+
+        Raises:
+            ValueError: when attention weights are asked for (they would be (T, T)).
+        """
+        if ctx.need_weights:
+            raise ValueError("output_attentions is not available for windowed attention: the "
+                             "point of it is never to build the (T, T) attention matrix")
+        glob: GlobalTokens | None = ctx.extras.get("global_tokens")
+        p = self.dropout if self.training else 0.0
+        y = self._local(x, ctx.mask, glob, p)  # (B, T, H)
+        if glob is not None:
+            y = self._global(x, y, ctx, glob, p)
+        if not bool(ctx.mask.all()):
+            y = y.masked_fill(~ctx.mask[:, :, None], 0.0)  # padding queries give zeros
+        return AttentionOutput(self.out(y))
+
+    def _local(self, x: torch.Tensor, mask: torch.Tensor, glob: GlobalTokens | None,
+               p: float) -> torch.Tensor:
+        """Band (plus global keys) attention of every query with the local projections.
+
+        x: (B, T, H); mask: (B, T) bool real tokens → (B, T, H).
+        """
+        B, T, H = x.shape
+        N, Dh, W = self.num_heads, self.head_dim, self.one_sided
+        nb = -(-T // W)  # query blocks of W
+        extra = nb * W - T  # padding of the last block
+        # The input is padded by W rows in front and W (+ the last block's padding) behind, so
+        # that the projections come out padded: block c's queries are padded rows
+        # [(c+1)W, (c+2)W), its keys the 3W padded rows [cW, (c+3)W), i.e. original positions
+        # [(c-1)W, (c+2)W). Padding rows are never attended to (key_ok) and are cut at the end.
+        qkv = self.qkv(F.pad(x, (0, 0, W, W + extra))).view(B, nb * W + 2 * W, 3, N, Dh)
+        q, k, v = qkv.unbind(2)  # (B, (nb+2)W, N, Dh) views
+        kb = k.unfold(1, 3 * W, W).transpose(-1, -2)  # (B, nb, N, 3W, Dh) views
+        vb = v.unfold(1, 3 * W, W).transpose(-1, -2)
+        key_ok = mask if glob is None else mask & ~glob.is_global  # global keys come once, below
+        key_ok = F.pad(key_ok, (W, W + extra), value=False).unfold(1, 3 * W, W)  # (B, nb, 3W)
+        # Query a (of block c) and key b (of its 3W keys) are |i - j| <= W apart iff a <= b <= a+2W.
+        a = torch.arange(W, device=x.device)[:, None]
+        b = torch.arange(3 * W, device=x.device)[None, :]
+        band = (b >= a) & (b <= a + 2 * W)  # (W, 3W)
+        allowed = band[None, None] & key_ok[:, :, None, :]  # (B, nb, W, 3W)
+        if glob is not None:
+            G = glob.index.shape[1]
+            idx = (glob.index + W)[:, :, None, None].expand(B, G, N, Dh)  # padded rows
+            gk = k.gather(1, idx).transpose(1, 2)[:, None].expand(B, nb, N, G, Dh)
+            gv = v.gather(1, idx).transpose(1, 2)[:, None].expand(B, nb, N, G, Dh)
+            gok = glob.valid[:, None, None, :].expand(B, nb, W, G)  # (B, nb, W, G)
+        # SDPA over groups of blocks, (B·n, N, W, Dh) queries against (B·n, N, S, Dh) keys each:
+        # the blocked copies of K and V then never exceed about queries_per_call·3 rows.
+        y = x.new_empty(B, nb * W, N, Dh)
+        step = max(1, self.queries_per_call // W)
+        for c0 in range(0, nb, step):
+            c1 = min(nb, c0 + step)
+            n = c1 - c0
+            kc, vc, ok = kb[:, c0:c1], vb[:, c0:c1], allowed[:, c0:c1]
+            if glob is not None:
+                kc = torch.cat([gk[:, :n], kc], dim=3)  # (B, n, N, G + 3W, Dh), one copy
+                vc = torch.cat([gv[:, :n], vc], dim=3)
+                ok = torch.cat([gok[:, :n], ok], dim=3)
+            S = kc.shape[3]
+            qc = q[:, (c0 + 1) * W:(c1 + 1) * W].reshape(B * n, W, N, Dh).transpose(1, 2)
+            bias = torch.zeros(ok.shape, dtype=x.dtype, device=x.device)
+            bias = bias.masked_fill_(~ok, torch.finfo(x.dtype).min).view(B * n, 1, W, S)
+            yc = F.scaled_dot_product_attention(qc, kc.reshape(B * n, N, S, Dh),
+                                                vc.reshape(B * n, N, S, Dh), attn_mask=bias,
+                                                dropout_p=p)  # (B·n, N, W, Dh)
+            y[:, c0 * W:c1 * W] = yc.view(B, n, N, W, Dh).transpose(2, 3).reshape(B, n * W, N, Dh)
+        return y[:, :T].reshape(B, T, H)
+
+    def _global(self, x: torch.Tensor, y: torch.Tensor, ctx: AttentionContext,
+                glob: GlobalTokens, p: float) -> torch.Tensor:
+        """Replace the rows of global tokens in y (B, T, H) by their global attention:
+        softmax(Q_g(x_g) K_g(x)ᵀ / √Dh + padding mask) V_g(x)."""
+        B, T, H = x.shape
+        N, Dh, G = self.num_heads, self.head_dim, glob.index.shape[1]
+        xg = x.gather(1, glob.index[:, :, None].expand(B, G, H))  # (B, G, H)
+        qg = self.query_global(xg).view(B, G, N, Dh).transpose(1, 2)  # (B, N, G, Dh)
+        kg, vg = self.kv_global(x).view(B, T, 2, N, Dh).permute(2, 0, 3, 1, 4).unbind(0)
+        out = F.scaled_dot_product_attention(qg, kg, vg, attn_mask=ctx.bias.to(qg.dtype),
+                                             dropout_p=p)  # (B, N, G, Dh)
+        out = out.transpose(1, 2).reshape(B, G, H)
+        y = y.clone()
+        y[glob.is_global] = out[glob.valid]  # both in (row, ascending position) order
+        return y
