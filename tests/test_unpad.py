@@ -19,9 +19,13 @@ def _random_right_padded(B, T, vocab, pad, seed):
     return ids, mask
 
 
-@pytest.mark.parametrize("preset", ["tiny-bert", "tiny-roberta", "tiny-distilbert"])
+@pytest.mark.parametrize("preset", ["tiny-bert", "tiny-roberta", "tiny-distilbert", "tiny-albert"])
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_unpadded_equals_padded(preset, seed):
+@pytest.mark.parametrize("strategy", ["padded", "per_sequence"])
+def test_unpadded_equals_padded(preset, seed, strategy, monkeypatch):
+    from bertfamily.modules.attention import SelfAttention
+
+    monkeypatch.setattr(SelfAttention, "packed_strategy", strategy)
     model = build_model(EncoderConfig.from_preset(preset), heads=["mlm"]).eval()
     ids, mask = _random_right_padded(6, 11, 99, model.config.pad_token_id, seed)
     assert Unpadded.from_mask(mask) is not None  # the packed path really runs

@@ -64,6 +64,10 @@ class SelfAttention(nn.Module):
     """
 
     supports_unpadded = True  # accepts packed (total_tokens, H) input, see modules/unpad.py
+    # How packed input attends: "padded" scatters Q/K/V back to (B, N, T, Dh) for one masked
+    # SDPA call (attention is a small share of the FLOPs; one big call beats B small ones on
+    # CPU); "per_sequence" runs one unmasked SDPA call per sequence.
+    packed_strategy = "padded"
 
     def __init__(self, hidden_size: int, num_heads: int, dropout: float, bias: bool = True):
         super().__init__()
@@ -77,6 +81,8 @@ class SelfAttention(nn.Module):
         """x: (B, T, H) float → AttentionOutput with hidden (B, T, H); or packed real tokens
         x: (total_tokens, H) with ``ctx.extras["seq_lengths"]`` → hidden (total_tokens, H)."""
         if x.dim() == 2:
+            if self.packed_strategy == "padded":
+                return AttentionOutput(self.out(self._packed_padded(x, ctx)))
             return AttentionOutput(self.out(self._packed(x, ctx.extras["seq_lengths"])))
         B, T, H = x.shape
         qkv = self.qkv(x).view(B, T, 3, self.num_heads, self.head_dim)
@@ -112,3 +118,15 @@ class SelfAttention(nn.Module):
                     q, k, v, dropout_p=p)[0].transpose(0, 1)  # (n, N, Dh)
             start += n
         return y.view(Ntot, H)
+
+    def _packed_padded(self, x: torch.Tensor, ctx: AttentionContext) -> torch.Tensor:
+        """Packed (total_tokens, H) → context (total_tokens, H): the projections run on real
+        tokens only; Q/K/V are scattered to the padded (B, N, T, Dh) layout for one masked SDPA
+        call, and the real rows gathered back."""
+        plan = ctx.extras["unpadded"]
+        B, T, H = plan.batch_size, plan.seq_len, x.shape[-1]
+        qkv = x.new_zeros(B * T, 3 * H).index_copy_(0, plan.index, self.qkv(x))
+        q, k, v = qkv.view(B, T, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
+        p = self.dropout if self.training else 0.0
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=ctx.bias.to(q.dtype), dropout_p=p)
+        return y.transpose(1, 2).reshape(B * T, H).index_select(0, plan.index)  # (Ntot, H)

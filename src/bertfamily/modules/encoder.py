@@ -192,6 +192,7 @@ class Encoder(nn.Module):
         if plan is not None:
             x = plan.gather(x)  # (B, T, H) -> (total_tokens, H)
             ctx.extras["seq_lengths"] = plan.lengths
+            ctx.extras["unpadded"] = plan
         hidden, probs, scores = [x], [], []
         for index in self.schedule:
             x, att = self.layers[index](x, ctx)
