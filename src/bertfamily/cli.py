@@ -25,7 +25,22 @@ def _dtype(name: str):
 
     if name not in DTYPES:
         raise typer.BadParameter(f"dtype must be one of {sorted(DTYPES)}")
+    if name == "bf16" and not bf16_supported():
+        err.print("[yellow]warning:[/] this CPU has no native bf16 matrix units; bf16 will run "
+                  "but may be slower than fp32")
     return getattr(torch, DTYPES[name])
+
+
+def bf16_supported() -> bool:
+    """Whether bf16 matrix multiplies run natively here (CUDA, or a CPU with AVX512-BF16/AMX)."""
+    import torch
+
+    if torch.cuda.is_available():
+        return torch.cuda.is_bf16_supported()
+    try:
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):
+        return False
 
 
 def _fail(e: Exception) -> None:
