@@ -144,6 +144,20 @@ def test_tiny_model_learns_separable_task(tiny_dir, tmp_path):
         assert (tmp_path / "run" / name).is_file(), name
     preds, metrics = predict("classify", tmp_path / "run" / "best", path, labelled=True)
     assert metrics["accuracy"] == 1.0
+    from typer.testing import CliRunner
+
+    from bertfamily.cli import app
+
+    out = tmp_path / "pred.jsonl"
+    r = CliRunner().invoke(app, ["predict", "--task", "classify", "--model",
+                                 str(tmp_path / "run" / "best"), "-i", str(path), "-o", str(out),
+                                 "--labelled"])
+    assert r.exit_code == 0, r.output
+    assert [json.loads(x)["label"] for x in out.read_text().splitlines()] == [
+        x["label"] for x in rows]
+    r = CliRunner().invoke(app, ["predict", "--task", "ner", "--model",
+                                 str(tmp_path / "run" / "best"), "-i", str(path)])
+    assert r.exit_code == 2 and "'classify' head" in r.output
     clf = TextClassifier(tmp_path / "run" / "best")
     (top,) = clf("the film was superb", top_k=2)
     assert top[0]["label"] == "pos" and top[0]["score"] > top[1]["score"]

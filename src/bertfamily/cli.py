@@ -164,5 +164,9 @@ def search(query: list[str] = typer.Argument(..., help="One or more queries."),
         console.print(table)
 
 
+from .cli_finetune import register as _register_finetune  # noqa: E402
+
+_register_finetune(app)
+
 if __name__ == "__main__":
     app()
