@@ -150,3 +150,21 @@ def test_read_squad(tmp_path):
 def test_window_too_small_is_a_clear_error(tok):
     with pytest.raises(ValueError, match="doc_stride"):
         prepare_windows(tok, [QAExample("x", "q " * 10, "c " * 50)], max_length=16, doc_stride=8)
+
+
+def test_max_context_rule_picks_the_central_window(tok):
+    ctx = FILLER
+    ex = QAExample("q7", "which word?", ctx)
+    feats = prepare_windows(tok, [ex], max_length=32, doc_stride=16)
+    a, b = feats[0], feats[1]
+    shared = [o for o in a.offsets if o is not None and o in b.offsets]
+    span = shared[-2]  # next to the end of window 0, well inside window 1
+    i, j = a.offsets.index(span), b.offsets.index(span)
+    assert not a.token_is_max_context[i] and b.token_is_max_context[j]
+    targets = [None] * len(feats)
+    targets[0], targets[1] = (i, i), (j, j)
+    s, e = _logits(feats, targets, high=5.0)
+    s[1][j] = e[1][j] = 3.0  # less confident where the token has more context
+    pred = postprocess([ex], feats, s, e)[0]
+    assert pred.answer.text == ctx[span[0]:span[1]]
+    assert pred.answer.score == 6.0  # from window 1, not the 10.0 of window 0
