@@ -184,3 +184,21 @@ def test_tiny_model_learns_toy_ner(tiny_dir, tmp_path):
     (ents,) = tagger(text)
     assert [(e.type, e.text, e.start, e.end) for e in ents] == [("loc", "rome", 12, 16)]
     assert text[ents[0].start:ents[0].end] == ents[0].text
+
+
+def test_qa_pipeline_offsets_over_windows(tiny_dir, tmp_path):
+    import torch
+
+    from bertfamily.pipelines.qa import QuestionAnswerer
+
+    torch.manual_seed(1)
+    model = bf.from_pretrained(tiny_dir, heads=["qa"], new_heads=True)
+    model.save_pretrained(tmp_path / "qa")
+    bf.load_tokenizer(tiny_dir).save_pretrained(tmp_path / "qa")
+    qa = QuestionAnswerer(tmp_path / "qa", max_length=24, doc_stride=6)
+    assert qa.model.task == "qa"
+    context = "北京 is a city 👍🏽 with many people; " * 6
+    answers = qa("where is it?", context, top_k=3, max_answer_length=5)
+    assert len(answers) == 3 and answers[0].score >= answers[1].score >= answers[2].score
+    for a in answers:
+        assert a.text and context[a.start:a.end] == a.text
