@@ -202,3 +202,33 @@ def test_qa_pipeline_offsets_over_windows(tiny_dir, tmp_path):
     assert len(answers) == 3 and answers[0].score >= answers[1].score >= answers[2].score
     for a in answers:
         assert a.text and context[a.start:a.end] == a.text
+
+
+def test_pair_and_choice_batches(tiny_dir, tmp_path):
+    import torch
+
+    from bertfamily.finetune.run import FinetuneOptions, TaskData, pad_batch
+    from bertfamily.heads.tasks import task_loss
+
+    tok = bf.load_tokenizer(tiny_dir)
+    (tmp_path / "p.tsv").write_text("a\tb\tl\nhello there\tgeneral kenobi\tyes\nx\ty\tno\n",
+                                    encoding="utf-8")
+    data = TaskData("pair", tok, FinetuneOptions(text_column="a", text_pair_column="b",
+                                                 label_column="l"))
+    rows = data.load(tmp_path / "p.tsv")
+    assert data.label_names == ("no", "yes") and [r["labels"] for r in rows] == [1, 0]
+    second = tok.tokenize("general kenobi")
+    assert rows[0]["token_type_ids"].count(1) == len(second) + 1  # second text + its [SEP]
+    assert rows[0]["token_type_ids"][-len(second) - 1:] == [1] * (len(second) + 1)
+    (tmp_path / "c.jsonl").write_text(
+        json.dumps({"text": "the sky is", "choices": ["blue", "made of green cheese"],
+                    "label": 0}) + "\n" +
+        json.dumps({"text": "grass is", "choices": ["green", "loud"], "label": 0}) + "\n")
+    choice = TaskData("choice", tok, FinetuneOptions())
+    batch = pad_batch(choice.load(tmp_path / "c.jsonl"), tok.pad_token_id)
+    assert batch["input_ids"].shape[:2] == (2, 2) and batch["labels"].tolist() == [0, 0]
+    model = bf.from_pretrained(tiny_dir, heads=["choice"], new_heads=True)
+    out = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
+    assert out.logits.shape == (2, 2)
+    loss = task_loss("choice", out, batch)
+    assert torch.isfinite(loss) and loss.requires_grad
