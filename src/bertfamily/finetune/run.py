@@ -12,11 +12,10 @@ from __future__ import annotations
 import json
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
 from ..checkpoints.io import atomic_write, from_pretrained
@@ -54,7 +53,6 @@ class FinetuneOptions:
     batch_size: int = 32
     eval_batch_size: int = 64
     epochs: float = 3.0
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 # --- padding ----------------------------------------------------------------------------------
@@ -216,10 +214,8 @@ class TaskData:
             self.last_confusion = (gold, pred)
             return metrics, preds
         if t == "ner":
-            true, predicted = [], []
-            for o_i, o in enumerate(outs):
-                for row_logits in o.logits.argmax(-1).tolist():
-                    predicted.append(row_logits)
+            true: list[list[str]] = []
+            predicted = [row for o in outs for row in o.logits.argmax(-1).tolist()]  # (T,) each
             words_pred = []
             for e, s, p in zip(self.encodings, self.sentences, predicted):
                 wp = word_predictions(e.word_ids, p, len(s.words), default=0)
