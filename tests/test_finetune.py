@@ -232,3 +232,31 @@ def test_pair_and_choice_batches(tiny_dir, tmp_path):
     assert out.logits.shape == (2, 2)
     loss = task_loss("choice", out, batch)
     assert torch.isfinite(loss) and loss.requires_grad
+
+
+def test_qa_task_data_and_evaluation(tiny_dir, tmp_path):
+    from bertfamily.finetune.run import FinetuneOptions, TaskData, pad_batch
+    from bertfamily.heads.tasks import task_loss
+
+    ctx = "Das Café liegt in Zürich. " * 5 + "It opened in 1999 near 北京路."
+    data = {"data": [{"paragraphs": [{"context": ctx, "qas": [
+        {"id": "a", "question": "when?", "answers": [{"text": "1999",
+                                                      "answer_start": ctx.index("1999")}]},
+        {"id": "b", "question": "where?", "answers": [], "is_impossible": True}]}]}]}
+    (tmp_path / "s.json").write_text(json.dumps(data, ensure_ascii=False), encoding="utf-8")
+    tok = bf.load_tokenizer(tiny_dir)
+    task = TaskData("qa", tok, FinetuneOptions(max_length=24, doc_stride=6))
+    rows = task.load(tmp_path / "s.json")
+    assert len(rows) > 2  # long context → several windows per question
+    labelled = [(r, f) for r, f in zip(rows, task.features) if r["start_positions"]]
+    assert len(labelled) >= 1 and all(task.features[i].example_index == 0
+                                      for i, r in enumerate(rows) if r["start_positions"])
+    r, f = labelled[0]
+    assert tok.decode(r["input_ids"][r["start_positions"]:r["end_positions"] + 1]) == "1999"
+    model = bf.from_pretrained(tiny_dir, heads=["qa"], new_heads=True).eval()
+    batch = pad_batch(rows, tok.pad_token_id)
+    out = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
+    assert task_loss("qa", out, batch).item() > 0
+    metrics, preds = task.evaluate(model, rows)
+    assert set(metrics) == {"exact_match", "f1"} and [p["id"] for p in preds] == ["a", "b"]
+    assert all(ctx[p["start"]:p["end"]] == p["answer"] for p in preds)
