@@ -67,10 +67,10 @@ def ner(work: Path, max_time: float) -> dict:
         text = "\n\n".join("\n".join(f"{w}\t{t}" for w, t in zip(sents[i].words, sents[i].tags))
                            for i in idx) + "\n"
         (work / f"{name}.conll").write_text(text, encoding="utf-8")
-    opts = FinetuneOptions(max_length=128, batch_size=16, eval_batch_size=64, epochs=20)
+    opts = FinetuneOptions(max_length=128, batch_size=16, eval_batch_size=64)
     res = finetune("ner", fetch("all-MiniLM-L6-v2"), work / "train.conll", work / "dev.conll",
                    work / "run", opts, learning_rate=2e-4, max_time_s=max_time,
-                   eval_every=50, early_stopping_patience=4, progress=False)
+                   max_steps=130, eval_every=40, early_stopping_patience=4, progress=False)
     t = time.time()
     _, test = predict("ner", work / "run" / "best", work / "test.conll", opts, labelled=True)
     gold = [sents[i].tags for i in parts["test"]]
