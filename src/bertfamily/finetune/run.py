@@ -282,7 +282,7 @@ def finetune(task: str, model_dir: str | Path, train_file: str | Path,
     pad = tok.pad_token_id or 0
     batch_size = min(opts.batch_size, len(train_rows))
     source = IndexedBatches(train_rows, batch_size, lambda rows, rng: pad_batch(rows, pad))
-    steps = max(1, int(opts.epochs * len(source)))
+    steps = int(train_config.get("max_steps") or max(1, int(opts.epochs * len(source))))
 
     def loss_fn(m, batch):
         out_ = m(**{k: v for k, v in batch.items() if k in MODEL_INPUTS})
