@@ -9,6 +9,7 @@ from torch import nn
 from .config import EncoderConfig
 from .heads.enhanced_mask_decoder import EnhancedMaskDecoder
 from .heads.pretraining import MaskedLMHead, PairHead
+from .heads.tasks import TASK_HEADS, SequenceHead, SpanHead, TokenHead
 from .model import Model
 from .modules.activations import activation
 from .modules.attention import SelfAttention
@@ -20,7 +21,7 @@ from .modules.ffn import FeedForward
 from .modules.layer import EncoderLayer
 from .modules.norms import ConditionalLayerNorm
 
-HEADS = ("mlm", "pair")
+HEADS = ("mlm", "pair") + TASK_HEADS
 
 
 def build_norm(config: EncoderConfig, size: int, site: str | None = None) -> nn.Module:
@@ -89,17 +90,49 @@ def build_encoder(config: EncoderConfig, position_table: bool | None = None) -> 
     return encoder
 
 
-def build_model(config: EncoderConfig, heads: Iterable[str] = ()) -> Model:
-    """A randomly initialised `Model` with the chosen heads ("mlm", "pair").
+def build_task_head(config: EncoderConfig, task: str) -> nn.Module:
+    """The fine-tuning head for ``task`` (one of `heads.tasks.TASK_HEADS`), its variant chosen
+    by ``classifier_pooling`` / ``choice_pooling`` / ``classifier_activation``.
 
     Raises:
-        ValueError: an unknown head name, or "pair" for a config whose ``pair_head`` is None
-            or without a pooler.
+        ValueError: unknown task, or a pooled-output head on a config without a pooler.
+    """
+    dropout = (config.classifier_dropout if config.classifier_dropout is not None
+               else config.hidden_dropout_prob)
+    H = config.hidden_size
+    if task in ("classify", "choice"):
+        pooling = config.classifier_pooling if task == "classify" else config.choice_pooling
+        if pooling == "pooler" and not config.use_pooler:
+            raise ValueError(f"the {task!r} head of this config reads the pooled output, but "
+                             "use_pooler is False")
+        act = (nn.Tanh() if config.classifier_activation == "tanh"
+               else activation(config.classifier_activation))
+        return SequenceHead(H, config.num_labels if task == "classify" else 1, pooling, act,
+                            dropout)
+    if task == "tokens":
+        return TokenHead(H, config.num_labels, dropout)
+    if task == "qa":
+        return SpanHead(H)
+    raise ValueError(f"unknown task head {task!r}; valid: {TASK_HEADS}")
+
+
+def build_model(config: EncoderConfig, heads: Iterable[str] = ()) -> Model:
+    """A randomly initialised `Model` with the chosen heads: pretraining heads ("mlm",
+    "pair") or one fine-tuning head ("classify", "tokens", "qa", "choice").
+
+    Raises:
+        ValueError: an unknown head name, "pair" for a config whose ``pair_head`` is None
+            or without a pooler, more than one task head, or a task head with "mlm"/"pair".
     """
     heads = tuple(heads)
     unknown = set(heads) - set(HEADS)
     if unknown:
         raise ValueError(f"unknown heads {sorted(unknown)}; valid: {HEADS}")
+    tasks = [h for h in heads if h in TASK_HEADS]
+    if tasks and len(tasks) != len(heads):
+        raise ValueError(f"a task head cannot be combined with other heads, got {heads}")
+    if len(tasks) > 1:
+        raise ValueError(f"at most one task head per model, got {tasks}")
     emd = config.emd_layers > 0 and "mlm" in heads
     encoder = build_encoder(config, position_table=config.position_biased_input or emd)
     mlm = pair = None
@@ -112,8 +145,10 @@ def build_model(config: EncoderConfig, heads: Iterable[str] = ()) -> Model:
         if not config.use_pooler:
             raise ValueError("the pair (NSP/SOP) head needs a pooler; this config has none")
         pair = PairHead(config.hidden_size)
+    task_head = build_task_head(config, tasks[0]) if tasks else None
     model = Model(config, encoder, mlm, pair,
-                  mlm_decoder=EnhancedMaskDecoder(config.emd_layers) if emd else None)
+                  mlm_decoder=EnhancedMaskDecoder(config.emd_layers) if emd else None,
+                  task_head=task_head, task=tasks[0] if tasks else None)
     init_weights(model, config.initializer_range)
     return model
 

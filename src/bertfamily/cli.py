@@ -206,6 +206,9 @@ from .cli_longformer import register as _register_longformer  # noqa: E402
 
 _register_longformer(app)
 
+from .cli_finetune import register as _register_finetune  # noqa: E402
+
+_register_finetune(app)
 
 if __name__ == "__main__":
     app()

@@ -91,6 +91,17 @@ class EncoderConfig:
     # head reads the last hidden state as transformers' DebertaForMaskedLM does; 2 = pretraining).
     emd_layers: int = 0
 
+    # --- task heads (fine-tuning; heads/tasks.py) -------------------------------------------------
+    # How sequence-level heads read a sequence: "pooler" = the encoder's pooled [CLS] (BERT,
+    # ALBERT); "first_token_dense" = the first token through the head's own dense H→H and
+    # classifier_activation (RoBERTa/Longformer: tanh; DistilBERT: relu; DeBERTa: gelu).
+    classifier_pooling: str = "pooler"
+    choice_pooling: str = "pooler"  # multiple choice (RoBERTa/Longformer use the pooler here)
+    classifier_activation: str = "tanh"
+    classifier_dropout: float | None = None  # None = hidden_dropout_prob
+    # Label names in id order (config.json's id2label); C = len; one label = regression (MSE).
+    label_names: tuple[str, ...] = ("LABEL_0", "LABEL_1")
+
     # --- regularisation and init ---------------------------------------------------------------
     hidden_dropout_prob: float = 0.1
     attention_probs_dropout_prob: float = 0.1
@@ -147,6 +158,19 @@ class EncoderConfig:
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise ValueError(f"{name} must lie in [0, 1), got {getattr(self, name)}")
         self._check_conditional_norms()
+        # task heads
+        for name in ("classifier_pooling", "choice_pooling"):
+            if getattr(self, name) not in ("pooler", "first_token_dense"):
+                raise ValueError(f"{name} must be 'pooler' or 'first_token_dense', got "
+                                 f"{getattr(self, name)!r}")
+        if self.classifier_activation not in ("tanh",) + ACTIVATIONS:
+            raise ValueError(f"classifier_activation {self.classifier_activation!r} is not one "
+                             f"of {('tanh',) + ACTIVATIONS}")
+        if self.classifier_dropout is not None and not 0.0 <= self.classifier_dropout < 1.0:
+            raise ValueError(f"classifier_dropout must lie in [0, 1), got {self.classifier_dropout}")
+        object.__setattr__(self, "label_names", tuple(str(n) for n in self.label_names))
+        if not self.label_names or len(set(self.label_names)) != len(self.label_names):
+            raise ValueError(f"label_names must be non-empty and distinct, got {self.label_names}")
 
     def _check_conditional_norms(self) -> None:
         if isinstance(self.conditional_norms, str):
@@ -231,6 +255,15 @@ class EncoderConfig:
         """The full attention window of each of the L layers (windowed attention)."""
         w = self.attention_window
         return list(w) if isinstance(w, tuple) else [w] * self.num_hidden_layers
+
+    @property
+    def num_labels(self) -> int:
+        """C: number of outputs of the classification heads (1 = regression)."""
+        return len(self.label_names)
+
+    @property
+    def label2id(self) -> dict[str, int]:
+        return {name: i for i, name in enumerate(self.label_names)}
 
     @property
     def num_unique_layers(self) -> int:

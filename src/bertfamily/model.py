@@ -18,12 +18,17 @@ class ModelOutput(EncoderOutput):
 
     Attributes:
         logits: (B, T, V) masked-LM vocabulary logits, or (M, V) at the M positions selected by
-            ``masked_positions``; None without an MLM head.
+            ``masked_positions``; None without an MLM head. With a task head: (B, C) class
+            scores ("classify"; C = 1: regression), (B, T, C) per-token scores ("tokens"),
+            (B, K) one score per choice ("choice").
         pair_logits: (B, 2) NSP/SOP logits; None without a pair head.
+        start_logits, end_logits: (B, T) answer-span scores of the "qa" head.
     """
 
     logits: torch.Tensor | None = None
     pair_logits: torch.Tensor | None = None
+    start_logits: torch.Tensor | None = None
+    end_logits: torch.Tensor | None = None
 
 
 def _select(hidden: torch.Tensor, condition: torch.Tensor | None,
@@ -40,7 +45,8 @@ def _select(hidden: torch.Tensor, condition: torch.Tensor | None,
 
 
 class Model(nn.Module):
-    """One model class for every family: `encoder` + optional `mlm_head` and `pair_head`.
+    """One model class for every family: `encoder` + optional `mlm_head` and `pair_head`, or
+    one fine-tuning `task_head` named by ``task`` ("classify", "tokens", "qa", "choice").
 
     Build with `bertfamily.build_model(config, heads=...)` or load with
     `bertfamily.from_pretrained(path)`.
@@ -48,7 +54,8 @@ class Model(nn.Module):
 
     def __init__(self, config: EncoderConfig, encoder: Encoder,
                  mlm_head: nn.Module | None = None, pair_head: nn.Module | None = None,
-                 mlm_decoder: nn.Module | None = None) -> None:
+                 mlm_decoder: nn.Module | None = None, *,
+                 task_head: nn.Module | None = None, task: str | None = None) -> None:
         super().__init__()
         self.config = config
         self.encoder = encoder
@@ -56,12 +63,14 @@ class Model(nn.Module):
         self.pair_head = pair_head
         # Optional decoder between the trunk and the MLM head (DeBERTa's enhanced mask decoder).
         self.mlm_decoder = mlm_decoder
+        self.task_head = task_head
+        self.task = task if task_head is not None else None
 
     @property
     def heads(self) -> tuple[str, ...]:
         """Names of the heads present, e.g. ("mlm", "pair")."""
-        return tuple(n for n, m in (("mlm", self.mlm_head), ("pair", self.pair_head))
-                     if m is not None)
+        return tuple(n for n, m in (("mlm", self.mlm_head), ("pair", self.pair_head),
+                                    (self.task, self.task_head)) if m is not None)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None,
@@ -83,6 +92,9 @@ class Model(nn.Module):
             output_hidden_states / output_attentions / condition / attention_inputs: see
                 `Encoder.forward`.
 
+        With the "choice" head, input_ids and the other (B, T) inputs are (B, K, T): K choices
+        per example, flattened to (B·K, T) for the encoder; ``logits`` is then (B, K).
+
         Raises:
             ValueError: invalid inputs (see `Encoder.check_inputs`); a ``condition`` given to a
                 model without conditional norms, or missing / of the wrong size C for one with
@@ -91,6 +103,11 @@ class Model(nn.Module):
         if condition is not None and not self.takes_condition:
             raise ValueError("condition= was given but this model has no conditional norms "
                              "(EncoderConfig.conditional_norms is empty)")
+        if self.task == "choice":
+            return self._forward_choice(input_ids, attention_mask, token_type_ids, position_ids,
+                                        output_hidden_states=output_hidden_states,
+                                        output_attentions=output_attentions,
+                                        condition=condition, **attention_inputs)
         decode = self.mlm_head is not None and self.mlm_decoder is not None
         out = self.encoder(input_ids, attention_mask, token_type_ids, position_ids,
                            output_hidden_states=output_hidden_states or decode,
@@ -109,7 +126,27 @@ class Model(nn.Module):
                 logits = self.mlm_head(h[masked_positions] if masked_positions is not None else h)
         if self.pair_head is not None:
             pair_logits = self.pair_head(out.pooler_output)
-        return ModelOutput(**vars(out), logits=logits, pair_logits=pair_logits)
+        start = end = None
+        if self.task_head is not None:
+            scores = self.task_head(out.last_hidden_state, out.pooler_output)
+            if self.task == "qa":
+                start, end = scores.unbind(-1)  # (B, T) each
+            else:
+                logits = scores
+        return ModelOutput(**vars(out), logits=logits, pair_logits=pair_logits,
+                           start_logits=start, end_logits=end)
+
+    def _forward_choice(self, input_ids: torch.Tensor, *tensors: torch.Tensor | None,
+                        **kwargs) -> ModelOutput:
+        """Multiple choice: (B, K, T) inputs → (B·K, T) through the encoder → (B, K) scores."""
+        if input_ids.dim() != 3:
+            raise ValueError(f"the choice head takes input_ids of shape (B, K, T), got "
+                             f"{tuple(input_ids.shape)}")
+        B, K, T = input_ids.shape
+        flat = [t.reshape(B * K, -1) if t is not None else None for t in tensors]
+        out = self.encoder(input_ids.reshape(B * K, T), *flat, **kwargs)
+        scores = self.task_head(out.last_hidden_state, out.pooler_output)  # (B·K, 1)
+        return ModelOutput(**vars(out), logits=scores.view(B, K))
 
     @property
     def takes_condition(self) -> bool:

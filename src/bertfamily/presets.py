@@ -10,6 +10,14 @@ from __future__ import annotations
 
 from typing import Any
 
+# Task-head variants (heads/tasks.py). RoBERTa: RobertaClassificationHead (first token, dense,
+# tanh, out_proj), but its multiple-choice model uses the pooler. DistilBERT: pre_classifier +
+# ReLU on the first token, for classification and multiple choice alike.
+_ROBERTA_HEADS = dict(classifier_pooling="first_token_dense", choice_pooling="pooler",
+                      classifier_activation="tanh")
+_DISTILBERT_HEADS = dict(classifier_pooling="first_token_dense",
+                         choice_pooling="first_token_dense", classifier_activation="relu")
+
 PRESETS: dict[str, dict[str, Any]] = {
     # google-research/bert uncased_L-12_H-768_A-12 (bert-base-uncased) — 109,482,240
     "bert-base": dict(model_type="bert"),
@@ -20,10 +28,10 @@ PRESETS: dict[str, dict[str, Any]] = {
     # pad_token_id + 1 = 2 (514 = 512 + 2); one unused segment; eps 1e-5; no NSP.
     "roberta-base": dict(model_type="roberta", vocab_size=50265, max_position_embeddings=514,
                          type_vocab_size=1, pad_token_id=1, position_scheme="absolute_from_padding",
-                         layer_norm_eps=1e-5, pair_head=None),
+                         layer_norm_eps=1e-5, pair_head=None, **_ROBERTA_HEADS),
     # distilbert-base-uncased — 66,362,880. 6 layers, no token types, no pooler.
     "distilbert-base": dict(model_type="distilbert", num_hidden_layers=6, type_vocab_size=0,
-                            use_pooler=False, pair_head=None),
+                            use_pooler=False, pair_head=None, **_DISTILBERT_HEADS),
     # SpanBERT/spanbert-base-cased — 108,310,272. Cased vocabulary (28996); segment table kept
     # in the checkpoint although SpanBERT trains without NSP.
     "spanbert-base": dict(model_type="bert", vocab_size=28996, pair_head=None),
@@ -58,11 +66,11 @@ PRESETS: dict[str, dict[str, Any]] = {
     "tiny-roberta": dict(model_type="roberta", vocab_size=99, hidden_size=32, num_hidden_layers=2,
                          num_attention_heads=4, intermediate_size=37, max_position_embeddings=66,
                          type_vocab_size=1, pad_token_id=1, position_scheme="absolute_from_padding",
-                         layer_norm_eps=1e-5, pair_head=None),
+                         layer_norm_eps=1e-5, pair_head=None, **_ROBERTA_HEADS),
     "tiny-distilbert": dict(model_type="distilbert", vocab_size=99, hidden_size=32,
                             num_hidden_layers=2, num_attention_heads=4, intermediate_size=37,
                             max_position_embeddings=64, type_vocab_size=0, use_pooler=False,
-                            pair_head=None),
+                            pair_head=None, **_DISTILBERT_HEADS),
     "tiny-albert": dict(model_type="albert", vocab_size=99, embedding_size=16, hidden_size=32,
                         num_hidden_layers=3, num_hidden_groups=1, num_attention_heads=4,
                         intermediate_size=37, max_position_embeddings=64, hidden_act="gelu_tanh",

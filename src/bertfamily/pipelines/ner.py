@@ -1,0 +1,94 @@
+"""`EntityTagger`: raw text → entity spans with character offsets, types and scores."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from ..checkpoints.io import from_pretrained
+from ..finetune.data import repair_bio, word_ids_from_offsets, word_predictions
+from ..tokenization import load_tokenizer
+
+
+@dataclass
+class Entity:
+    """``text`` == the input[start:end] (character offsets); ``score``: mean probability of
+    the entity's word tags."""
+
+    type: str
+    text: str
+    start: int
+    end: int
+    score: float
+
+
+def bio_spans(tags: Sequence[str]) -> list[tuple[str, int, int]]:
+    """(type, first word, last word + 1) of each entity of a BIO or BIOES tag sequence
+    (S- starts and ends an entity, E- ends one; an I-/E- of another type starts a new one)."""
+    spans, cur = [], None
+    for i, tag in enumerate(list(tags) + ["O"]):
+        kind, typ = tag[:1], tag[2:]
+        if cur and (kind in ("O", "B", "S") or typ != cur[0]):
+            spans.append((cur[0], cur[1], i))
+            cur = None
+        if kind in ("B", "S") or (kind in ("I", "E") and cur is None):
+            cur = (typ, i)
+        if kind in ("E", "S") and cur:
+            spans.append((cur[0], cur[1], i + 1))
+            cur = None
+    return spans
+
+
+class EntityTagger:
+    """A fine-tuned token-classification directory, ready to tag raw text.
+
+    Words are whitespace-separated, as in the CoNLL files the model was trained on; each word
+    takes the tag of its first sub-token.
+
+    Raises:
+        ValueError: the directory's model has no "tokens" head.
+    """
+
+    def __init__(self, path: str | Path, max_length: int | None = None) -> None:
+        self.model = from_pretrained(path).eval()
+        if self.model.task != "tokens":
+            raise ValueError(f"{path} holds a {self.model.task!r} head, not a token classifier")
+        self.tokenizer = load_tokenizer(path)
+        self.max_length = max_length
+        self.labels = self.model.config.label_names
+
+    @torch.no_grad()
+    def __call__(self, texts: str | Sequence[str], batch_size: int = 32) -> list[list[Entity]]:
+        """Per text, its entities in order of appearance."""
+        texts = [texts] if isinstance(texts, str) else list(texts)
+        out: list[list[Entity]] = []
+        o_id = self.labels.index("O") if "O" in self.labels else 0
+        for i in range(0, len(texts), batch_size):
+            chunk = texts[i:i + batch_size]
+            enc = self.tokenizer(chunk, max_length=self.max_length, return_offsets=True)
+            offsets = enc.pop("offset_mapping").tolist()
+            probs = self.model(**enc).logits.float().softmax(-1)  # (B, T, C)
+            for text, offs, p in zip(chunk, offsets, probs):
+                words = [(m.start(), m.end()) for m in re.finditer(r"\S+", text)]
+                if not words:
+                    out.append([])
+                    continue
+                wids = word_ids_from_offsets([tuple(o) for o in offs], words)
+                best = p.argmax(-1).tolist()
+                tag_ids = word_predictions(wids, best, len(words), default=o_id)
+                first = {}
+                for t, w in enumerate(wids):
+                    if w is not None and w not in first:
+                        first[w] = float(p[t].max())
+                tags = repair_bio([self.labels[j] for j in tag_ids])
+                ents = []
+                for typ, a, b in bio_spans(tags):
+                    s, e = words[a][0], words[b - 1][1]
+                    score = sum(first.get(w, 0.0) for w in range(a, b)) / (b - a)
+                    ents.append(Entity(typ, text[s:e], s, e, score))
+                out.append(ents)
+        return out

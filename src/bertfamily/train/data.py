@@ -1,0 +1,118 @@
+"""Positionable batch sources: the trainer's view of the data.
+
+A *batch source* is a callable ``source(epoch, start=0) -> Iterator[batch]`` that yields the
+batches of one epoch of this process, beginning with batch number ``start``. Calling it again
+with the same arguments must give the same batches: this is what lets a checkpoint store the
+data position as ``(epoch, batches consumed)`` and a resumed run continue exactly.
+
+`IndexedBatches` is the standard source over an indexable dataset (shuffled per epoch from a
+seed, sharded over data-parallel ranks, seeded collation for dynamic masking). `as_batch_source`
+adapts anything else (a list of batches, a ``DataLoader``, a factory without ``start``).
+"""
+
+from __future__ import annotations
+
+import inspect
+import itertools
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+
+__all__ = ["BatchSource", "IndexedBatches", "as_batch_source", "default_collate"]
+
+
+class BatchSource(Protocol):
+    def __call__(self, epoch: int, start: int = 0) -> Iterator[Any]: ...
+
+
+def default_collate(examples: list[Any], rng: np.random.Generator) -> Any:
+    """Stack a list of dicts of equal-shape arrays/tensors/numbers into a dict of tensors."""
+    del rng
+    first = examples[0]
+    if isinstance(first, dict):
+        return {k: torch.as_tensor(np.stack([np.asarray(e[k]) for e in examples]))
+                for k in first}
+    return torch.as_tensor(np.stack([np.asarray(e) for e in examples]))
+
+
+class IndexedBatches:
+    """Batches of ``dataset[i]`` in a seeded per-epoch order, sharded over ranks.
+
+    Each epoch the indices are permuted with ``numpy.random.default_rng((seed, epoch))`` (or
+    kept in order when ``shuffle`` is False) and cut into *global* batches of
+    ``batch_size * world_size`` examples; rank r takes the r-th slice of ``batch_size`` of each
+    global batch, so K processes with ``batch_size`` b see exactly the examples one process
+    with ``batch_size`` K·b would. An incomplete last global batch is dropped.
+
+    Args:
+        dataset: anything with ``__len__`` and ``__getitem__(int)``.
+        batch_size: examples per process per batch.
+        collate: ``(examples, rng) -> batch``; ``rng`` is a numpy Generator seeded from
+            (seed, epoch, batch number, rank), so random choices made at collation (dynamic
+            masking) are reproducible and differ between epochs.
+        shuffle / seed: the per-epoch order.
+        rank / world_size: this process's data-parallel position.
+
+    Raises:
+        ValueError: a non-positive batch size, or fewer examples than one global batch.
+    """
+
+    def __init__(self, dataset: Sequence[Any], batch_size: int,
+                 collate: Callable[[list[Any], np.random.Generator], Any] = default_collate, *,
+                 shuffle: bool = True, seed: int = 0, rank: int = 0, world_size: int = 1) -> None:
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        if len(dataset) < batch_size * world_size:
+            raise ValueError(f"{len(dataset)} examples is fewer than one global batch of "
+                             f"{batch_size} x {world_size} processes")
+        self.dataset, self.batch_size, self.collate = dataset, batch_size, collate
+        self.shuffle, self.seed, self.rank, self.world_size = shuffle, seed, rank, world_size
+
+    def __len__(self) -> int:
+        """Batches per epoch (per process)."""
+        return len(self.dataset) // (self.batch_size * self.world_size)
+
+    def __call__(self, epoch: int, start: int = 0) -> Iterator[Any]:
+        n = len(self.dataset)
+        order = (np.random.default_rng((self.seed, epoch)).permutation(n) if self.shuffle
+                 else np.arange(n))
+        g = self.batch_size * self.world_size
+        for b in range(start, len(self)):
+            lo = b * g + self.rank * self.batch_size
+            examples = [self.dataset[int(i)] for i in order[lo:lo + self.batch_size]]
+            rng = np.random.default_rng((self.seed, epoch, b, self.rank, 1))
+            yield self.collate(examples, rng)
+
+
+def as_batch_source(obj: Any) -> BatchSource:
+    """Adapt ``obj`` to the `BatchSource` protocol.
+
+    - a callable accepting ``start``: returned as is;
+    - a callable ``(epoch) -> iterable``: batches before ``start`` are skipped by iterating;
+    - a re-iterable (list, ``DataLoader``): the same each epoch (``set_epoch`` is called on its
+      sampler when it has one, as for ``DistributedSampler``), skipping by iterating.
+
+    Raises:
+        TypeError: ``obj`` is neither callable nor iterable.
+    """
+    if callable(obj) and not hasattr(obj, "__iter__"):
+        params = inspect.signature(obj).parameters
+        if "start" in params:
+            return obj
+
+        def from_factory(epoch: int, start: int = 0) -> Iterator[Any]:
+            return itertools.islice(iter(obj(epoch)), start, None)
+
+        return from_factory
+    if isinstance(obj, Iterable):
+        def from_iterable(epoch: int, start: int = 0) -> Iterator[Any]:
+            sampler = getattr(obj, "sampler", None)
+            if hasattr(sampler, "set_epoch"):
+                sampler.set_epoch(epoch)
+            return itertools.islice(iter(obj), start, None)
+
+        return from_iterable
+    raise TypeError(f"train_batches must be a batch source, a factory or an iterable, "
+                    f"got {type(obj).__name__}")

@@ -1,0 +1,124 @@
+"""Data-parallel helpers so that one command runs alone or under ``torchrun``.
+
+``torchrun --nproc_per_node=K ...`` sets ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK`` and
+``MASTER_ADDR/PORT``; `init_distributed` reads them and starts the process group (gloo on CPU,
+nccl on CUDA). Without them it returns a single-process `DistInfo` and starts nothing. Only
+rank 0 logs, writes metrics and saves checkpoints (`DistInfo.is_main`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+__all__ = ["DistInfo", "init_distributed", "cleanup_distributed", "all_gather_objects",
+           "broadcast_object", "all_reduce_mean", "shard_range"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class DistInfo:
+    """Where this process sits: ``rank`` in [0, ``world_size``), its ``device``."""
+
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+    device: torch.device = torch.device("cpu")
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def distributed(self) -> bool:
+        return self.world_size > 1
+
+
+def init_distributed(device: str = "auto") -> DistInfo:
+    """Start (or join) the process group described by the torchrun environment variables.
+
+    Args:
+        device: "auto" (CUDA if available, else CPU), "cpu" or "cuda".
+
+    Returns:
+        The process's `DistInfo`; ``world_size`` 1 and no process group outside torchrun.
+
+    Raises:
+        ValueError: unknown ``device`` or "cuda" without a GPU.
+    """
+    if device not in ("auto", "cpu", "cuda"):
+        raise ValueError(f"device must be 'auto', 'cpu' or 'cuda', got {device!r}")
+    use_cuda = torch.cuda.is_available() if device == "auto" else device == "cuda"
+    if use_cuda and not torch.cuda.is_available():
+        raise ValueError("device='cuda' but torch.cuda.is_available() is False")
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    rank = int(os.environ.get("RANK", "0"))
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    if use_cuda:
+        torch.cuda.set_device(local)
+        dev = torch.device("cuda", local)
+    else:
+        dev = torch.device("cpu")
+    if world > 1 and not dist.is_initialized():
+        backend = "nccl" if use_cuda else "gloo"
+        dist.init_process_group(backend=backend, rank=rank, world_size=world)
+        logger.info("process group: %s, rank %d of %d", backend, rank, world)
+    if dist.is_initialized():
+        rank, world = dist.get_rank(), dist.get_world_size()
+    return DistInfo(rank=rank, world_size=world, local_rank=local, device=dev)
+
+
+def cleanup_distributed() -> None:
+    """Destroy the process group if one is running."""
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def all_gather_objects(obj: Any) -> list[Any]:
+    """[obj of rank 0, obj of rank 1, ...]; ``[obj]`` when not distributed."""
+    if not (dist.is_initialized() and dist.get_world_size() > 1):
+        return [obj]
+    out: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(out, obj)
+    return out
+
+
+def broadcast_object(obj: Any, src: int = 0) -> Any:
+    """Rank ``src``'s ``obj`` on every rank (identity when not distributed)."""
+    if not (dist.is_initialized() and dist.get_world_size() > 1):
+        return obj
+    box = [obj]
+    dist.broadcast_object_list(box, src=src)
+    return box[0]
+
+
+def all_reduce_mean(values: dict[str, float], device: torch.device) -> dict[str, float]:
+    """Average each float of ``values`` over ranks (same keys on every rank)."""
+    if not values or not (dist.is_initialized() and dist.get_world_size() > 1):
+        return dict(values)
+    keys = sorted(values)
+    t = torch.tensor([float(values[k]) for k in keys], dtype=torch.float64, device=device)
+    dist.all_reduce(t)
+    t /= dist.get_world_size()
+    return dict(zip(keys, t.tolist()))
+
+
+def shard_range(n: int, rank: int, world_size: int) -> range:
+    """The contiguous slice of ``range(n)`` owned by ``rank``: equal parts of ``n // world``
+    items (a remainder is dropped so every rank does the same amount of work).
+
+    Raises:
+        ValueError: rank outside [0, world_size) or ``n < world_size``.
+    """
+    if not 0 <= rank < world_size:
+        raise ValueError(f"rank {rank} outside [0, world_size={world_size})")
+    if n < world_size:
+        raise ValueError(f"cannot shard {n} items over {world_size} processes")
+    per = n // world_size
+    return range(rank * per, (rank + 1) * per)

@@ -1,0 +1,518 @@
+"""`Trainer`: one small, resumable training loop shared by pretraining, fine-tuning and distillation.
+
+The loop knows nothing about the task. It gets
+
+- ``model``: an ``nn.Module`` (moved to the device; wrapped in DistributedDataParallel under
+  ``torchrun``);
+- ``loss_fn(model, batch) -> (loss, {name: float})``: the scalar loss to minimise and named
+  components to log. ``model`` is the DDP wrapper when distributed: call it
+  (``model(**inputs)``) rather than its submodules, and use `unwrap` for attributes;
+- ``train_batches``: a positionable batch source (see `bertfamily.train.data`): the data
+  position ``(epoch, batches consumed)`` is stored in checkpoints so ``resume`` continues with the
+  very next batch;
+- ``eval_fn(model) -> {name: float}`` (optional): run on rank 0 under ``torch.no_grad`` in eval
+  mode, every ``eval_every`` steps and at the end; names are logged with an ``eval_`` prefix.
+
+What it does per optimizer step: ``grad_accum_steps`` forward/backward passes (gradient sync only
+on the last under DDP), gradient clipping at ``max_grad_norm``, AdamW (no decay on biases and
+norms, `optim.param_groups`), a learning-rate schedule (`schedules`). Outputs in
+``output_dir``:
+
+- ``metrics.jsonl``: one JSON object per log/eval event (``step``, ``split``, values);
+- ``checkpoint.pt``: model + optimizer + scheduler + RNG states of every rank + data position +
+  counters, replaced atomically every ``save_every`` steps, at the end, and on Ctrl-C/SIGTERM;
+- ``model/``: the final weights (``save_pretrained`` layout when the model has one, else
+  ``model_state.pt``); ``best/``: the same for the best evaluation when ``metric_for_best``
+  is set;
+- ``loss.png``: the loss curve (when matplotlib is installed).
+
+Example::
+
+    cfg = TrainConfig(output_dir="runs/x", max_steps=1000, learning_rate=1e-4, warmup_ratio=0.1)
+    Trainer(model, loss_fn, IndexedBatches(dataset, 32, collate), cfg, eval_fn).train()
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import logging
+import math
+import random
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from ..checkpoints.io import atomic_write
+from .data import as_batch_source
+from .distributed import (DistInfo, all_gather_objects, all_reduce_mean, broadcast_object,
+                          init_distributed)
+from .optim import build_optimizer
+from .schedules import SCHEDULES, build_scheduler
+
+__all__ = ["TrainConfig", "TrainState", "Trainer", "unwrap", "CHECKPOINT_FILE", "METRICS_FILE"]
+
+logger = logging.getLogger(__name__)
+
+CHECKPOINT_FILE = "checkpoint.pt"
+METRICS_FILE = "metrics.jsonl"
+MODEL_STATE_FILE = "model_state.pt"
+
+LossFn = Callable[[nn.Module, Any], tuple[torch.Tensor, dict[str, float]]]
+EvalFn = Callable[[nn.Module], dict[str, float]]
+
+
+@dataclass
+class TrainConfig:
+    """Everything the loop needs besides the model, the loss and the data.
+
+    Attributes:
+        output_dir: where metrics, checkpoints and the final model go.
+        max_steps: optimizer steps to train for (also the length of the "linear" schedule).
+        max_time_s: wall-clock budget in seconds for this call of `Trainer.train` (None: no
+            limit); the loop stops after the step that crosses it and saves a checkpoint.
+        batch_size: examples per process per micro-batch. The trainer takes batches as given;
+            this field is for the code that builds the batch source (and the record).
+        grad_accum_steps: micro-batches per optimizer step.
+        learning_rate / weight_decay / adam_betas / adam_eps: AdamW (`optim.build_optimizer`).
+        warmup_steps: linear warm-up length; when 0, ``warmup_ratio * max_steps`` is used.
+        schedule: "linear" | "inverse_sqrt" | "constant" (`schedules.lr_factor`).
+        max_grad_norm: clip the global gradient L2 norm to this (None or 0: no clipping).
+        bf16: run forward passes under ``torch.autocast(dtype=torch.bfloat16)``.
+        eval_every / save_every / log_every: in optimizer steps (0: only at the end; logging
+            at least at the end).
+        seed: seeds python, numpy and torch (plus the rank) at the start of a fresh run.
+        resume: continue from ``output_dir/checkpoint.pt`` when it exists (else start fresh).
+        metric_for_best: an ``eval_fn`` key (with or without the ``eval_`` prefix) that selects
+            the best checkpoint (``output_dir/best``); None: no selection.
+        greater_is_better: whether a larger ``metric_for_best`` is better.
+        early_stopping_patience: stop after this many evaluations without improvement of
+            ``metric_for_best`` (None: never).
+        load_best_at_end: load the best weights into the model before returning.
+        device: "auto" | "cpu" | "cuda".
+        progress: show a progress bar (rank 0 only).
+        find_unused_parameters: passed to DistributedDataParallel.
+    """
+
+    output_dir: str | Path
+    max_steps: int = 1000
+    max_time_s: float | None = None
+    batch_size: int = 32
+    grad_accum_steps: int = 1
+    learning_rate: float = 1e-4
+    weight_decay: float = 0.01
+    adam_betas: tuple[float, float] = (0.9, 0.999)
+    adam_eps: float = 1e-6
+    warmup_steps: int = 0
+    warmup_ratio: float = 0.0
+    schedule: str = "linear"
+    max_grad_norm: float | None = 1.0
+    bf16: bool = False
+    eval_every: int = 0
+    save_every: int = 0
+    log_every: int = 10
+    seed: int = 0
+    resume: bool = False
+    metric_for_best: str | None = None
+    greater_is_better: bool = False
+    early_stopping_patience: int | None = None
+    load_best_at_end: bool = False
+    device: str = "auto"
+    progress: bool = True
+    find_unused_parameters: bool = False
+
+    def __post_init__(self) -> None:
+        self.output_dir = Path(self.output_dir)
+        for name in ("max_steps", "grad_accum_steps", "batch_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("eval_every", "save_every", "log_every", "warmup_steps"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if not 0.0 <= self.warmup_ratio < 1.0:
+            raise ValueError(f"warmup_ratio must lie in [0, 1), got {self.warmup_ratio}")
+        if self.schedule not in SCHEDULES:
+            raise ValueError(f"schedule must be one of {SCHEDULES}, got {self.schedule!r}")
+        if self.max_time_s is not None and self.max_time_s <= 0:
+            raise ValueError(f"max_time_s must be > 0 or None, got {self.max_time_s}")
+        if self.early_stopping_patience is not None and self.metric_for_best is None:
+            raise ValueError("early_stopping_patience needs metric_for_best")
+        if self.load_best_at_end and self.metric_for_best is None:
+            raise ValueError("load_best_at_end needs metric_for_best")
+
+    @property
+    def num_warmup_steps(self) -> int:
+        return self.warmup_steps or int(self.warmup_ratio * self.max_steps)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["output_dir"] = str(self.output_dir)
+        return d
+
+
+@dataclass
+class TrainState:
+    """Counters saved in the checkpoint. ``epoch``/``batch_in_epoch``: the data position (the
+    next batch to read); ``best_*``/``bad_evals``: best-checkpoint and early-stopping state."""
+
+    step: int = 0
+    epoch: int = 0
+    batch_in_epoch: int = 0
+    best_metric: float | None = None
+    best_step: int | None = None
+    bad_evals: int = 0
+    last_eval: dict[str, float] = field(default_factory=dict)
+
+
+def unwrap(model: nn.Module) -> nn.Module:
+    """The module inside a DistributedDataParallel wrapper (or ``model`` itself)."""
+    return model.module if isinstance(model, nn.parallel.DistributedDataParallel) else model
+
+
+def _rng_state() -> dict[str, Any]:
+    state = {"python": random.getstate(), "numpy": np.random.get_state(),
+             "torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def _set_rng_state(state: dict[str, Any]) -> None:
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def _to_device(batch: Any, device: torch.device) -> Any:
+    if isinstance(batch, torch.Tensor):
+        return batch.to(device, non_blocking=True)
+    if isinstance(batch, dict):
+        return {k: _to_device(v, device) for k, v in batch.items()}
+    if isinstance(batch, (list, tuple)):
+        return type(batch)(_to_device(v, device) for v in batch)
+    return batch
+
+
+class _Stop(Exception):
+    """Raised by the SIGTERM handler; handled like Ctrl-C."""
+
+
+class Trainer:
+    """The training loop; see the module docstring.
+
+    Args:
+        model: the module to train (its parameters are optimised; tied weights once).
+        loss_fn: ``(model, batch) -> (loss, components)``; ``loss`` a scalar float tensor,
+            ``components`` floats (or 0-d tensors) logged as ``train`` metrics.
+        train_batches: a batch source ``(epoch, start) -> iterator`` (e.g. `IndexedBatches`),
+            a factory ``(epoch) -> iterable`` or a re-iterable such as a DataLoader.
+        config: `TrainConfig`.
+        eval_fn: ``(model) -> {name: float}``; optional.
+        dist: the process's `DistInfo`; None = `init_distributed(config.device)`.
+    """
+
+    def __init__(self, model: nn.Module, loss_fn: LossFn, train_batches: Any,
+                 config: TrainConfig, eval_fn: EvalFn | None = None,
+                 dist: DistInfo | None = None) -> None:
+        self.config = config
+        self.dist = dist or init_distributed(config.device)
+        self.model = model.to(self.dist.device)
+        self.loss_fn, self.eval_fn = loss_fn, eval_fn
+        self.source = as_batch_source(train_batches)
+        self.wrapped: nn.Module = self.model
+        if self.dist.distributed:
+            ids = [self.dist.device.index] if self.dist.device.type == "cuda" else None
+            self.wrapped = nn.parallel.DistributedDataParallel(
+                self.model, device_ids=ids, find_unused_parameters=config.find_unused_parameters)
+        self.optimizer = build_optimizer(self.model, config.learning_rate, config.weight_decay,
+                                         config.adam_betas, config.adam_eps)
+        self.scheduler = build_scheduler(self.optimizer, config.schedule,
+                                         config.num_warmup_steps, config.max_steps)
+        self.state = TrainState()
+        self.output_dir = Path(config.output_dir)
+        self._batches = None
+        self._step_start: tuple[int, int, dict] | None = None
+
+    # ------------------------------------------------------------------ checkpoints
+
+    @property
+    def checkpoint_path(self) -> Path:
+        return self.output_dir / CHECKPOINT_FILE
+
+    def save_checkpoint(self, gather: bool = True) -> None:
+        """Write ``checkpoint.pt`` atomically (rank 0). ``gather``: collect every rank's RNG
+        state (a collective call; False on interrupt, when other ranks may be gone)."""
+        rngs = all_gather_objects(_rng_state()) if gather else [_rng_state()]
+        if not self.dist.is_main:
+            return
+        payload = {
+            "format": 1,
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "state": dataclasses.asdict(self.state),
+            "rng": rngs,
+            "config": self.config.to_dict(),
+        }
+        atomic_write(self.checkpoint_path, lambda tmp: torch.save(payload, tmp))
+        logger.info("checkpoint at step %d -> %s", self.state.step, self.checkpoint_path)
+
+    def load_checkpoint(self, path: str | Path | None = None) -> None:
+        """Restore everything `save_checkpoint` wrote (each rank takes its own RNG state;
+        with a different number of processes, rank r takes state r mod saved ranks)."""
+        path = Path(path) if path else self.checkpoint_path
+        payload = torch.load(path, map_location="cpu", weights_only=False)
+        self.model.load_state_dict(payload["model"])
+        self.optimizer.load_state_dict(payload["optimizer"])
+        self.scheduler.load_state_dict(payload["scheduler"])
+        self.state = TrainState(**payload["state"])
+        rngs = payload["rng"]
+        _set_rng_state(rngs[self.dist.rank % len(rngs)])
+        logger.info("resumed from %s at step %d", path, self.state.step)
+
+    def _save_model(self, directory: Path) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        state = {k: v.detach().cpu() for k, v in self.model.state_dict().items()}
+        atomic_write(directory / MODEL_STATE_FILE, lambda tmp: torch.save(state, tmp))
+        if hasattr(self.model, "save_pretrained"):
+            self.model.save_pretrained(directory)
+
+    # ------------------------------------------------------------------ metrics
+
+    def _log(self, record: dict[str, Any]) -> None:
+        if not self.dist.is_main:
+            return
+        self.output_dir.mkdir(parents=True, exist_ok=True)
+        with open(self.output_dir / METRICS_FILE, "a", encoding="utf-8") as f:
+            f.write(json.dumps(record) + "\n")
+
+    def evaluate(self) -> dict[str, float]:
+        """Run ``eval_fn`` on rank 0 (no grad, eval mode) and share the result with all ranks.
+        Keys get an ``eval_`` prefix."""
+        result: dict[str, float] = {}
+        if self.eval_fn is not None and self.dist.is_main:
+            was_training = self.model.training
+            self.model.eval()
+            with torch.no_grad(), self._autocast():
+                raw = self.eval_fn(self.model)
+            self.model.train(was_training)
+            result = {(k if k.startswith("eval_") else f"eval_{k}"): float(v)
+                      for k, v in raw.items()}
+        return broadcast_object(result)
+
+    def _autocast(self):
+        if not self.config.bf16:
+            return contextlib.nullcontext()
+        return torch.autocast(self.dist.device.type, dtype=torch.bfloat16)
+
+    def _check_best(self, metrics: dict[str, float]) -> bool:
+        """Update best/early-stopping state; True when training should stop."""
+        name = self.config.metric_for_best
+        if name is None:
+            return False
+        key = name if name.startswith("eval_") else f"eval_{name}"
+        if key not in metrics:
+            raise ValueError(f"metric_for_best {name!r} not among eval metrics {sorted(metrics)}")
+        value, best = metrics[key], self.state.best_metric
+        better = best is None or (value > best if self.config.greater_is_better else value < best)
+        if better:
+            self.state.best_metric, self.state.best_step, self.state.bad_evals = (
+                value, self.state.step, 0)
+            if self.dist.is_main:
+                self._save_model(self.output_dir / "best")
+            return False
+        self.state.bad_evals += 1
+        patience = self.config.early_stopping_patience
+        return patience is not None and self.state.bad_evals >= patience
+
+    # ------------------------------------------------------------------ the loop
+
+    def _next_batch(self) -> Any:
+        """The next batch, moving to the next epoch when one runs out. Advances the data
+        position in ``self.state``."""
+        for _ in range(2):
+            if self._batches is None:
+                self._batches = iter(self.source(self.state.epoch, start=self.state.batch_in_epoch))
+            try:
+                batch = next(self._batches)
+            except StopIteration:
+                if self.state.batch_in_epoch == 0:
+                    raise ValueError(f"the batch source yielded no batch for epoch "
+                                     f"{self.state.epoch}") from None
+                self.state.epoch += 1
+                self.state.batch_in_epoch = 0
+                self._batches = None
+                continue
+            self.state.batch_in_epoch += 1
+            return batch
+        raise ValueError(f"the batch source yielded no batch for epoch {self.state.epoch}")
+
+    def _train_step(self) -> dict[str, float]:
+        """One optimizer step over ``grad_accum_steps`` micro-batches; returns the mean loss and
+        components (this rank)."""
+        cfg, k = self.config, self.config.grad_accum_steps
+        sums: dict[str, float] = {}
+        self._step_start = (self.state.epoch, self.state.batch_in_epoch, _rng_state())
+        for i in range(k):
+            batch = _to_device(self._next_batch(), self.dist.device)
+            sync = i == k - 1 or not self.dist.distributed
+            ctx = contextlib.nullcontext() if sync else self.wrapped.no_sync()
+            with ctx:
+                with self._autocast():
+                    loss, parts = self.loss_fn(self.wrapped, batch)
+                if not torch.isfinite(loss):
+                    raise FloatingPointError(f"loss is {loss.item()} at step {self.state.step}")
+                (loss / k).backward()
+            for name, v in {"loss": loss, **parts}.items():
+                v = v.detach() if isinstance(v, torch.Tensor) else v
+                sums[name] = sums.get(name, 0.0) + float(v) / k
+        if cfg.max_grad_norm:
+            norm = nn.utils.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)
+            sums["grad_norm"] = float(norm)
+        sums["lr"] = self.scheduler.get_last_lr()[0]
+        self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.state.step += 1
+        self._step_start = None
+        return sums
+
+    def train(self) -> dict[str, Any]:
+        """Train until ``max_steps``, the time budget, early stopping or an interrupt.
+
+        Returns:
+            ``{"step", "stopped" ("max_steps" | "time" | "early_stopping" | "interrupted"),
+            "elapsed_s", "train": last logged train metrics, "eval": last eval metrics,
+            "best_metric", "best_step"}``.
+
+        Raises:
+            FloatingPointError: a non-finite loss.
+            ValueError: an empty batch source or an unknown ``metric_for_best``.
+        """
+        cfg = self.config
+        if self.dist.is_main:
+            self.output_dir.mkdir(parents=True, exist_ok=True)
+        if cfg.resume and self.checkpoint_path.is_file():
+            self.load_checkpoint()
+        else:
+            random.seed(cfg.seed + self.dist.rank)
+            np.random.seed(cfg.seed + self.dist.rank)
+            torch.manual_seed(cfg.seed + self.dist.rank)
+        self.wrapped.train()
+        self._batches = None
+        start, stopped = time.monotonic(), "max_steps"
+        window: dict[str, float] = {}
+        window_n, last_train = 0, {}
+        previous = None
+        if self.dist.is_main:
+            with contextlib.suppress(ValueError):  # not the main thread: keep the default
+                previous = signal.signal(signal.SIGTERM, self._on_sigterm)
+        bar = self._progress()
+        try:
+            while self.state.step < cfg.max_steps:
+                if cfg.max_time_s is not None and time.monotonic() - start >= cfg.max_time_s:
+                    stopped = "time"
+                    break
+                values = self._train_step()
+                for name, v in values.items():
+                    window[name] = window.get(name, 0.0) + v
+                window_n += 1
+                step = self.state.step
+                if bar is not None:
+                    bar[0].update(bar[1], completed=step,
+                                  description=f"loss {values['loss']:.4f}")
+                if (cfg.log_every and step % cfg.log_every == 0) or step == cfg.max_steps:
+                    means = all_reduce_mean({n: v / window_n for n, v in window.items()},
+                                            self.dist.device)
+                    last_train = means
+                    self._log({"step": step, "split": "train", "epoch": self.state.epoch,
+                               "time_s": round(time.monotonic() - start, 3), **means})
+                    window, window_n = {}, 0
+                if cfg.eval_every and step % cfg.eval_every == 0 and self.eval_fn is not None:
+                    if self._eval_and_check():
+                        stopped = "early_stopping"
+                        break
+                if cfg.save_every and step % cfg.save_every == 0:
+                    self.save_checkpoint()
+        except (KeyboardInterrupt, _Stop):
+            stopped = "interrupted"
+            logger.warning("interrupted at step %d; saving a checkpoint", self.state.step)
+            self._finish_bar(bar)
+            self._rewind_position()
+            self.save_checkpoint(gather=False)
+            return self._summary(stopped, start, last_train)
+        finally:
+            if previous is not None:
+                signal.signal(signal.SIGTERM, previous)
+            self._finish_bar(bar)
+        if window_n:
+            last_train = all_reduce_mean({n: v / window_n for n, v in window.items()},
+                                         self.dist.device)
+            self._log({"step": self.state.step, "split": "train", "epoch": self.state.epoch,
+                       "time_s": round(time.monotonic() - start, 3), **last_train})
+        if self.eval_fn is not None and self.state.last_eval.get("step") != self.state.step:
+            if stopped != "early_stopping":
+                self._eval_and_check()
+        self.save_checkpoint()
+        if self.dist.is_main:
+            self._save_model(self.output_dir / "model")
+            from .plot import plot_metrics
+
+            plot_metrics(self.output_dir / METRICS_FILE, self.output_dir / "loss.png")
+        if cfg.load_best_at_end and self.state.best_step is not None:
+            best = torch.load(self.output_dir / "best" / MODEL_STATE_FILE, map_location="cpu")
+            self.model.load_state_dict(best)
+        return self._summary(stopped, start, last_train)
+
+    def _eval_and_check(self) -> bool:
+        metrics = self.evaluate()
+        stop = self._check_best(metrics)
+        self.state.last_eval = {"step": self.state.step, **metrics}
+        self._log({"step": self.state.step, "split": "eval", **metrics})
+        return stop
+
+    def _rewind_position(self) -> None:
+        """After an interrupt inside a step, that step's micro-batches were read but not
+        applied: point the data position and the RNG states back at the step's start and drop
+        the gradients."""
+        if self._step_start is not None:
+            self.state.epoch, self.state.batch_in_epoch, rng = self._step_start
+            _set_rng_state(rng)  # dropout of the abandoned micro-batches is drawn again
+            self._step_start = None
+        self.optimizer.zero_grad(set_to_none=True)
+
+    def _summary(self, stopped: str, start: float, last_train: dict) -> dict[str, Any]:
+        return {"step": self.state.step, "stopped": stopped,
+                "elapsed_s": round(time.monotonic() - start, 3), "train": last_train,
+                "eval": {k: v for k, v in self.state.last_eval.items() if k != "step"},
+                "best_metric": self.state.best_metric, "best_step": self.state.best_step}
+
+    def _on_sigterm(self, signum, frame) -> None:
+        raise _Stop()
+
+    def _progress(self):
+        if not (self.config.progress and self.dist.is_main):
+            return None
+        from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
+                                   TimeElapsedColumn, TimeRemainingColumn)
+
+        p = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                     TimeElapsedColumn(), TimeRemainingColumn(), transient=False)
+        p.start()
+        task = p.add_task("training", total=self.config.max_steps, completed=self.state.step)
+        return p, task
+
+    @staticmethod
+    def _finish_bar(bar) -> None:
+        if bar is not None:
+            bar[0].stop()

@@ -1,0 +1,46 @@
+"""The loss curve of a run as a PNG (matplotlib, optional)."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+__all__ = ["plot_metrics"]
+
+logger = logging.getLogger(__name__)
+
+
+def plot_metrics(metrics_path: str | Path, png_path: str | Path) -> Path | None:
+    """Plot train ``loss`` (and ``eval_loss`` when logged) against ``step`` from a
+    ``metrics.jsonl``; written atomically. Returns the path, or None when matplotlib is not
+    installed or there is nothing to plot."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        logger.info("matplotlib not installed; no loss curve")
+        return None
+    from ..checkpoints.io import atomic_write
+
+    records = [json.loads(line) for line in Path(metrics_path).read_text().splitlines() if line]
+    train = [(r["step"], r["loss"]) for r in records if r.get("split") == "train" and "loss" in r]
+    evals = [(r["step"], r["eval_loss"]) for r in records
+             if r.get("split") == "eval" and "eval_loss" in r]
+    if not train:
+        return None
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ax.plot(*zip(*train), label="train loss")
+    if evals:
+        ax.plot(*zip(*evals), "o-", label="eval loss")
+    ax.set_xlabel("optimizer step")
+    ax.set_ylabel("loss")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    png_path = Path(png_path)
+    atomic_write(png_path, lambda tmp: fig.savefig(tmp, format="png", dpi=100))
+    plt.close(fig)
+    return png_path

@@ -1,0 +1,54 @@
+"""Learning-rate schedules as multiplicative factors of the peak rate (for `LambdaLR`).
+
+- ``"linear"``: linear warm-up from 0 to 1 over ``warmup_steps``, then linear decay to 0 at
+  ``total_steps`` (Devlin et al. 2019, Appendix A.2).
+- ``"inverse_sqrt"``: linear warm-up, then ``sqrt(warmup_steps / step)`` (Vaswani et al. 2017
+  §5.3, rescaled so that the factor is 1 at the end of warm-up).
+- ``"constant"``: linear warm-up, then 1.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch
+from torch.optim.lr_scheduler import LambdaLR
+
+__all__ = ["SCHEDULES", "lr_factor", "build_scheduler"]
+
+SCHEDULES = ("linear", "inverse_sqrt", "constant")
+
+
+def lr_factor(schedule: str, warmup_steps: int, total_steps: int) -> Callable[[int], float]:
+    """The factor f(step) in [0, 1] applied to the peak learning rate at optimizer step ``step``
+    (0-based: ``step`` updates have been made).
+
+    Raises:
+        ValueError: unknown schedule, negative warm-up, or ``total_steps`` < 1 for "linear".
+    """
+    if schedule not in SCHEDULES:
+        raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
+    if warmup_steps < 0:
+        raise ValueError(f"warmup_steps must be >= 0, got {warmup_steps}")
+    if schedule == "linear" and total_steps < 1:
+        raise ValueError(f"the linear schedule needs total_steps >= 1, got {total_steps}")
+
+    def factor(step: int) -> float:
+        # Step s trains with the rate of position s + 1 so that the first update is not zero.
+        s = step + 1
+        if warmup_steps and s <= warmup_steps:
+            return s / warmup_steps
+        if schedule == "linear":
+            return max(0.0, (total_steps - step) / max(1, total_steps - warmup_steps))
+        if schedule == "inverse_sqrt":
+            return math.sqrt(max(warmup_steps, 1) / s)
+        return 1.0
+
+    return factor
+
+
+def build_scheduler(optimizer: torch.optim.Optimizer, schedule: str, warmup_steps: int,
+                    total_steps: int) -> LambdaLR:
+    """A `LambdaLR` over ``optimizer`` following `lr_factor`; call ``.step()`` once per update."""
+    return LambdaLR(optimizer, lr_factor(schedule, warmup_steps, total_steps))
