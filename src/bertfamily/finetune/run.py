@@ -14,6 +14,7 @@ import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import torch
@@ -75,18 +76,22 @@ def pad_batch(rows: list[dict[str, Any]], pad_id: int) -> dict[str, torch.Tensor
     return out
 
 
-def _batches(rows: list[dict], size: int, pad_id: int):
-    for i in range(0, len(rows), size):
-        yield pad_batch(rows[i:i + size], pad_id)
-
-
 def _run(model, rows: list[dict], size: int, pad_id: int) -> list:
-    """Forward every row in eval mode; returns the output per batch."""
-    outs = []
+    """Forward every row in eval mode, in length-sorted batches (little padding), and return
+    one output per row, in the rows' order, each with a batch dimension of 1 (``logits``,
+    ``start_logits``, ``end_logits`` as the model gives them)."""
+    order = sorted(range(len(rows)), key=lambda i: -len(rows[i]["input_ids"]))
+    per_row: list = [None] * len(rows)
     with torch.no_grad():
-        for batch in _batches(rows, size, pad_id):
-            outs.append(model(**{k: v for k, v in batch.items() if k in MODEL_INPUTS}))
-    return outs
+        for start in range(0, len(order), size):
+            idx = order[start:start + size]
+            batch = pad_batch([rows[i] for i in idx], pad_id)
+            out = model(**{k: v for k, v in batch.items() if k in MODEL_INPUTS})
+            for j, i in enumerate(idx):
+                per_row[i] = SimpleNamespace(**{
+                    name: getattr(out, name)[j:j + 1] for name in
+                    ("logits", "start_logits", "end_logits") if getattr(out, name) is not None})
+    return per_row
 
 
 # --- task data --------------------------------------------------------------------------------

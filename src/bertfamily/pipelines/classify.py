@@ -9,6 +9,7 @@ import torch
 
 from ..checkpoints.io import from_pretrained
 from ..tokenization import load_tokenizer
+from .batching import sorted_batches, token_lengths
 
 
 class TextClassifier:
@@ -38,17 +39,19 @@ class TextClassifier:
         best first; a regression model (one label) gives ``[{"label", "score": value}]``."""
         texts = [texts] if isinstance(texts, str) else list(texts)
         pairs = [text_pairs] if isinstance(text_pairs, str) else text_pairs
-        out: list[list[dict]] = []
-        for i in range(0, len(texts), batch_size):
-            enc = self.tokenizer(texts[i:i + batch_size],
-                                 pairs[i:i + batch_size] if pairs is not None else None,
+        out: list[list[dict]] = [[] for _ in texts]
+        for idx in sorted_batches(token_lengths(self.tokenizer, texts, pairs), batch_size):
+            enc = self.tokenizer([texts[i] for i in idx],
+                                 [pairs[i] for i in idx] if pairs is not None else None,
                                  max_length=self.max_length)
             logits = self.model(**enc).logits.float()  # (B, C)
             if logits.shape[-1] == 1:
-                out += [[{"label": self.labels[0], "score": float(v)}] for v in logits[:, 0]]
+                for i, v in zip(idx, logits[:, 0]):
+                    out[i] = [{"label": self.labels[0], "score": float(v)}]
                 continue
             probs = logits.softmax(-1)
             top = probs.topk(min(top_k, probs.shape[-1]), dim=-1)
-            out += [[{"label": self.labels[j], "score": float(p)} for p, j in
-                     zip(ps.tolist(), js.tolist())] for ps, js in zip(top.values, top.indices)]
+            for i, ps, js in zip(idx, top.values, top.indices):
+                out[i] = [{"label": self.labels[j], "score": float(p)}
+                          for p, j in zip(ps.tolist(), js.tolist())]
         return out

@@ -12,6 +12,7 @@ import torch
 from ..checkpoints.io import from_pretrained
 from ..finetune.data import repair_bio, word_ids_from_offsets, word_predictions
 from ..tokenization import load_tokenizer
+from .batching import sorted_batches, token_lengths
 
 
 @dataclass
@@ -65,17 +66,16 @@ class EntityTagger:
     def __call__(self, texts: str | Sequence[str], batch_size: int = 32) -> list[list[Entity]]:
         """Per text, its entities in order of appearance."""
         texts = [texts] if isinstance(texts, str) else list(texts)
-        out: list[list[Entity]] = []
+        out: list[list[Entity]] = [[] for _ in texts]
         o_id = self.labels.index("O") if "O" in self.labels else 0
-        for i in range(0, len(texts), batch_size):
-            chunk = texts[i:i + batch_size]
+        for idx in sorted_batches(token_lengths(self.tokenizer, texts), batch_size):
+            chunk = [texts[i] for i in idx]
             enc = self.tokenizer(chunk, max_length=self.max_length, return_offsets=True)
             offsets = enc.pop("offset_mapping").tolist()
             probs = self.model(**enc).logits.float().softmax(-1)  # (B, T, C)
-            for text, offs, p in zip(chunk, offsets, probs):
+            for row, text, offs, p in zip(idx, chunk, offsets, probs):
                 words = [(m.start(), m.end()) for m in re.finditer(r"\S+", text)]
                 if not words:
-                    out.append([])
                     continue
                 wids = word_ids_from_offsets([tuple(o) for o in offs], words)
                 best = p.argmax(-1).tolist()
@@ -90,5 +90,5 @@ class EntityTagger:
                     s, e = words[a][0], words[b - 1][1]
                     score = sum(first.get(w, 0.0) for w in range(a, b)) / (b - a)
                     ents.append(Entity(typ, text[s:e], s, e, score))
-                out.append(ents)
+                out[row] = ents
         return out
