@@ -53,7 +53,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     "albert-base": dict(model_type="albert", vocab_size=30000, embedding_size=128,
                         num_hidden_groups=1, inner_group_num=1, hidden_act="gelu_tanh",
                         hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
-                        pair_head="sop"),
+                        pair_head="sop", classifier_dropout=0.1),  # classifier_dropout_prob
     # microsoft/deberta-base — 138,601,728. Relative positions only (k = 512), c2p + p2c, no
     # absolute position at the input (the table returns in the enhanced mask decoder, 2 steps, when
     # an MLM head is built), no token types, no pooler in the base model, eps 1e-7.
@@ -82,7 +82,7 @@ PRESETS: dict[str, dict[str, Any]] = {
                         num_hidden_layers=3, num_hidden_groups=1, num_attention_heads=4,
                         intermediate_size=37, max_position_embeddings=64, hidden_act="gelu_tanh",
                         hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
-                        pair_head="sop"),
+                        pair_head="sop", classifier_dropout=0.1),
     "tiny-deberta": dict(model_type="deberta", attention_kind="disentangled", vocab_size=99,
                          hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
                          intermediate_size=37, max_position_embeddings=64, type_vocab_size=0,
