@@ -12,29 +12,11 @@ from bertfamily import EncoderConfig, build_model
 from bertfamily.heads.global_attention import default_global_attention_mask
 from bertfamily.presets import PUBLISHED_PARAMETERS
 
+from helpers import hf_longformer
 from reference.longformer import DenseReference
 
 ATOL = 1e-5
 B, T = 3, 11  # T is not a multiple of any window used below
-
-
-def hf_longformer(cls_name: str, tmp_path_factory, window=(4, 6), **overrides):
-    """A random transformers Longformer of a tiny config, saved; returns (dir, model)."""
-    import transformers
-
-    torch.manual_seed(0)
-    config = transformers.LongformerConfig(
-        vocab_size=99, hidden_size=32, num_hidden_layers=len(window), num_attention_heads=4,
-        intermediate_size=37, max_position_embeddings=66, type_vocab_size=1, pad_token_id=1,
-        layer_norm_eps=1e-5, attention_window=list(window), **overrides)
-    model = getattr(transformers, cls_name)(config).eval()
-    with torch.no_grad():  # non-trivial norms and biases so that a swap cannot hide
-        for name, p in model.named_parameters():
-            if "LayerNorm" in name or "layer_norm" in name or name.endswith("bias"):
-                p.add_(torch.randn_like(p) * 0.1)
-    path = tmp_path_factory.mktemp(f"longformer-{cls_name}")
-    model.save_pretrained(path)
-    return path, model
 
 
 def batch(padding: str, seed: int = 1):

@@ -101,6 +101,10 @@ class EncoderConfig:
     classifier_dropout: float | None = None  # None = hidden_dropout_prob
     # Label names in id order (config.json's id2label); C = len; one label = regression (MSE).
     label_names: tuple[str, ...] = ("LABEL_0", "LABEL_1")
+    # Separator token id (config.json's sep_token_id). Windowed-attention (Longformer) task heads
+    # read it to put default global attention on the question (qa) or the answer (choice); see
+    # heads/global_attention.py. None = unknown (those defaults then need an explicit mask).
+    sep_token_id: int | None = None
 
     # --- regularisation and init ---------------------------------------------------------------
     hidden_dropout_prob: float = 0.1
@@ -169,6 +173,11 @@ class EncoderConfig:
         if self.classifier_dropout is not None and not 0.0 <= self.classifier_dropout < 1.0:
             raise ValueError(f"classifier_dropout must lie in [0, 1), got {self.classifier_dropout}")
         object.__setattr__(self, "label_names", tuple(str(n) for n in self.label_names))
+        if self.sep_token_id is not None and (
+                isinstance(self.sep_token_id, bool) or not isinstance(self.sep_token_id, int)
+                or not 0 <= self.sep_token_id < self.vocab_size):
+            raise ValueError(f"sep_token_id must be None or an integer in [0, vocab_size="
+                             f"{self.vocab_size}), got {self.sep_token_id!r}")
         if not self.label_names or len(set(self.label_names)) != len(self.label_names):
             raise ValueError(f"label_names must be non-empty and distinct, got {self.label_names}")
 

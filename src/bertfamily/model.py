@@ -103,6 +103,8 @@ class Model(nn.Module):
         if condition is not None and not self.takes_condition:
             raise ValueError("condition= was given but this model has no conditional norms "
                              "(EncoderConfig.conditional_norms is empty)")
+        attention_inputs = self._task_attention_inputs(input_ids, attention_mask,
+                                                       attention_inputs)
         if self.task == "choice":
             return self._forward_choice(input_ids, attention_mask, token_type_ids, position_ids,
                                         output_hidden_states=output_hidden_states,
@@ -144,9 +146,35 @@ class Model(nn.Module):
                              f"{tuple(input_ids.shape)}")
         B, K, T = input_ids.shape
         flat = [t.reshape(B * K, -1) if t is not None else None for t in tensors]
+        for name, value in kwargs.items():  # per-token attention inputs (global_attention_mask)
+            if isinstance(value, torch.Tensor) and tuple(value.shape[:2]) == (B, K):
+                kwargs[name] = value.reshape(B * K, *value.shape[2:])
         out = self.encoder(input_ids.reshape(B * K, T), *flat, **kwargs)
         scores = self.task_head(out.last_hidden_state, out.pooler_output)  # (B·K, 1)
         return ModelOutput(**vars(out), logits=scores.view(B, K))
+
+    def _task_attention_inputs(self, input_ids: torch.Tensor,
+                               attention_mask: torch.Tensor | None, attention_inputs: dict) -> dict:
+        """Task-specific global attention (Beltagy et al. 2020 §4): a windowed-attention model
+        with a classify, qa or choice head and no ``global_attention_mask`` from the caller
+        gets the default of `heads.global_attention.default_global_attention_mask` (first
+        token; question tokens; answer tokens), the separator id from
+        ``config.sep_token_id``. An explicit mask (even all zeros) is used as given."""
+        from .heads.global_attention import HEAD_DEFAULTS, default_global_attention_mask
+
+        if (self.config.attention_kind != "windowed" or self.task not in HEAD_DEFAULTS
+                or attention_inputs.get("global_attention_mask") is not None):
+            return attention_inputs
+        ids, mask = input_ids, attention_mask
+        if self.task == "choice" and input_ids.dim() == 3:  # (B, K, T) → (B·K, T) and back
+            ids = input_ids.flatten(0, 1)
+            mask = attention_mask.flatten(0, 1) if attention_mask is not None else None
+        if mask is not None and tuple(mask.shape) != tuple(ids.shape):
+            return attention_inputs  # let the encoder report the shape error
+        default = default_global_attention_mask(ids, HEAD_DEFAULTS[self.task],
+                                                sep_token_id=self.config.sep_token_id,
+                                                attention_mask=mask)
+        return {**attention_inputs, "global_attention_mask": default.view(input_ids.shape)}
 
     @property
     def takes_condition(self) -> bool:

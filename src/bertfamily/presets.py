@@ -18,6 +18,13 @@ _ROBERTA_HEADS = dict(classifier_pooling="first_token_dense", choice_pooling="po
 _DISTILBERT_HEADS = dict(classifier_pooling="first_token_dense",
                          choice_pooling="first_token_dense", classifier_activation="relu")
 
+# DeBERTa: ContextPooler (first token, dense, GELU) then classifier, for sequence classification;
+# transformers has no DeBERTa (v1) multiple-choice class, ours reads the first token the same way.
+_DEBERTA_HEADS = dict(classifier_pooling="first_token_dense",
+                      choice_pooling="first_token_dense", classifier_activation="gelu")
+# Longformer: RoBERTa's heads; the separator id places default global attention (qa, choice).
+_LONGFORMER_HEADS = dict(_ROBERTA_HEADS, sep_token_id=2)
+
 PRESETS: dict[str, dict[str, Any]] = {
     # google-research/bert uncased_L-12_H-768_A-12 (bert-base-uncased) — 109,482,240
     "bert-base": dict(model_type="bert"),
@@ -46,20 +53,20 @@ PRESETS: dict[str, dict[str, Any]] = {
     "albert-base": dict(model_type="albert", vocab_size=30000, embedding_size=128,
                         num_hidden_groups=1, inner_group_num=1, hidden_act="gelu_tanh",
                         hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
-                        pair_head="sop"),
+                        pair_head="sop", classifier_dropout=0.1),  # classifier_dropout_prob
     # microsoft/deberta-base — 138,601,728. Relative positions only (k = 512), c2p + p2c, no
     # absolute position at the input (the table returns in the enhanced mask decoder, 2 steps, when
     # an MLM head is built), no token types, no pooler in the base model, eps 1e-7.
     "deberta-base": dict(model_type="deberta", attention_kind="disentangled", vocab_size=50265,
                          type_vocab_size=0, relative_attention=True, max_relative_positions=-1,
                          pos_att_type="c2p|p2c", position_biased_input=False, layer_norm_eps=1e-7,
-                         use_pooler=False, pair_head=None, emd_layers=2),
+                         use_pooler=False, pair_head=None, emd_layers=2, **_DEBERTA_HEADS),
     # allenai/longformer-base-4096 — 148,659,456. RoBERTa-base plus global Q/K/V projections per
     # layer; 4098 positions (4096 + the padding offset 2); sliding window 512 (256 per side).
     "longformer-base": dict(model_type="longformer", vocab_size=50265, max_position_embeddings=4098,
                             type_vocab_size=1, pad_token_id=1, position_scheme="absolute_from_padding",
                             layer_norm_eps=1e-5, pair_head=None, attention_kind="windowed",
-                            attention_window=512),
+                            attention_window=512, **_LONGFORMER_HEADS),
     # --- tiny test presets: mutually distinct sizes so transpositions cannot hide --------------
     "tiny-bert": dict(model_type="bert", vocab_size=99, hidden_size=32, num_hidden_layers=2,
                       num_attention_heads=4, intermediate_size=37, max_position_embeddings=64),
@@ -75,18 +82,19 @@ PRESETS: dict[str, dict[str, Any]] = {
                         num_hidden_layers=3, num_hidden_groups=1, num_attention_heads=4,
                         intermediate_size=37, max_position_embeddings=64, hidden_act="gelu_tanh",
                         hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
-                        pair_head="sop"),
+                        pair_head="sop", classifier_dropout=0.1),
     "tiny-deberta": dict(model_type="deberta", attention_kind="disentangled", vocab_size=99,
                          hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
                          intermediate_size=37, max_position_embeddings=64, type_vocab_size=0,
                          relative_attention=True, max_relative_positions=-1,
                          pos_att_type="c2p|p2c", position_biased_input=False, layer_norm_eps=1e-7,
-                         use_pooler=False, pair_head=None, emd_layers=2),
+                         use_pooler=False, pair_head=None, emd_layers=2, **_DEBERTA_HEADS),
     "tiny-longformer": dict(model_type="longformer", vocab_size=99, hidden_size=32,
                             num_hidden_layers=2, num_attention_heads=4, intermediate_size=37,
                             max_position_embeddings=66, type_vocab_size=1, pad_token_id=1,
                             position_scheme="absolute_from_padding", layer_norm_eps=1e-5,
-                            pair_head=None, attention_kind="windowed", attention_window=(4, 6)),
+                            pair_head=None, attention_kind="windowed", attention_window=(4, 6),
+                            **_LONGFORMER_HEADS),
 }
 
 # Published parameter counts (base model + pooler, as transformers counts it): SPEC §1.

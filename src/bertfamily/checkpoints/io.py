@@ -71,7 +71,7 @@ def config_from_hf(hf_config: dict[str, Any]) -> EncoderConfig:
             raise ModelDirectoryError(
                 f"{fmap.model_type} config has {name}={hf_config[name]!r}; only {value!r} is "
                 f"supported")
-    fields: dict[str, Any] = {"model_type": fmap.model_type}
+    fields: dict[str, Any] = {"model_type": fmap.model_type, **fmap.config_defaults}
     for hf_name, ours in fmap.config_fields.items():
         if hf_name in hf_config and hf_config[hf_name] is not None:
             fields[ours] = hf_config[hf_name]
@@ -80,6 +80,12 @@ def config_from_hf(hf_config: dict[str, Any]) -> EncoderConfig:
         raise ModelDirectoryError(f"unsupported activation {act!r}; supported: "
                                   f"{sorted(HF_ACTIVATIONS)}")
     fields["hidden_act"] = HF_ACTIVATIONS[act]
+    head_act = fields.get("classifier_activation")  # tanh is not a hidden_act, kept as is
+    if head_act is not None and head_act != "tanh":
+        if head_act not in HF_ACTIVATIONS:
+            raise ModelDirectoryError(f"unsupported classifier activation {head_act!r}; "
+                                      f"supported: {['tanh'] + sorted(HF_ACTIVATIONS)}")
+        fields["classifier_activation"] = HF_ACTIVATIONS[head_act]
     fields.update(fmap.config_fixed)
     if "pair_head" not in fmap.config_fixed:
         fields["pair_head"] = "nsp"
@@ -138,7 +144,8 @@ def config_to_hf(config: EncoderConfig, architecture: str) -> dict[str, Any]:
         value = getattr(config, ours)
         if value is None:  # optional fields (classifier_dropout): transformers' default
             continue
-        out[hf_name] = OUR_ACTIVATIONS_TO_HF[value] if ours == "hidden_act" else value
+        out[hf_name] = (OUR_ACTIVATIONS_TO_HF.get(value, value)
+                        if ours in ("hidden_act", "classifier_activation") else value)
     out["id2label"] = {str(i): name for i, name in enumerate(config.label_names)}
     out["label2id"] = dict(config.label2id)
     for name, value in fmap.config_required.items():

@@ -61,6 +61,10 @@ class FamilyMap:
     # always written on save (not read back).
     optional: tuple[str, ...] = ()
     config_written: dict[str, Any] = field(default_factory=dict)
+    # Added for the task heads. config_defaults: EncoderConfig fields this family takes when
+    # config.json does not name them (transformers' class defaults, e.g. DeBERTa's
+    # pooler_hidden_act "gelu"); values read from config.json win.
+    config_defaults: dict[str, Any] = field(default_factory=dict)
 
 
 def _wb(hf: str, ours: str) -> dict[str, str]:
@@ -259,10 +263,15 @@ ALBERT = FamilyMap(
             "predictions.decoder.bias": None,  # alias of predictions.bias
         },
         "pair": _wb("sop_classifier.classifier", "pair_head.classifier"),
+        # Albert*: pooled [CLS] → dropout → classifier, as BERT
+        **task_heads(classify={"classifier": "task_head.out"},
+                     choice={"classifier": "task_head.out"}),
     },
     architectures={"": "AlbertModel", "mlm": "AlbertForMaskedLM",
-                   "mlm+pair": "AlbertForPreTraining"},
-    config_fields={**_BERT_CONFIG, "embedding_size": "embedding_size",
+                   "mlm+pair": "AlbertForPreTraining", **task_architectures("Albert")},
+    config_fields={**{k: v for k, v in _BERT_CONFIG.items() if k != "classifier_dropout"},
+                   "classifier_dropout_prob": "classifier_dropout",  # AlbertConfig's name
+                   "embedding_size": "embedding_size",
                    "num_hidden_groups": "num_hidden_groups", "inner_group_num": "inner_group_num"},
     # ALBERT pretrains with sentence-order prediction (Lan et al. 2020 §4.1).
     config_fixed={"position_scheme": "absolute", "pair_head": "sop"},
@@ -307,17 +316,30 @@ DEBERTA = FamilyMap(
             **_wb("lm_predictions.lm_head.LayerNorm", "mlm_head.norm"),
             "lm_predictions.lm_head.bias": "mlm_head.bias",
         },
+        # DebertaForSequenceClassification: ContextPooler (`pooler.dense` on the first token,
+        # pooler_hidden_act) → dropout → classifier. transformers has no DeBERTa (v1) multiple-
+        # choice class: our choice head (first token, like classify) trains but cannot be saved.
+        **{name: table for name, table in task_heads(
+            classify={"pooler.dense": "task_head.dense", "classifier": "task_head.out"},
+            choice={}).items() if name != "choice"},
     },
-    architectures={"": "DebertaModel", "mlm": "DebertaForMaskedLM"},
-    config_fields={**_BERT_CONFIG, "relative_attention": "relative_attention",
+    architectures={"": "DebertaModel", "mlm": "DebertaForMaskedLM",
+                   **{k: v for k, v in task_architectures("Deberta").items() if k != "choice"}},
+    config_fields={**{k: v for k, v in _BERT_CONFIG.items() if k != "classifier_dropout"},
+                   "cls_dropout": "classifier_dropout",  # DebertaConfig's name
+                   "pooler_hidden_act": "classifier_activation",
+                   "relative_attention": "relative_attention",
                    "max_relative_positions": "max_relative_positions",
                    "pos_att_type": "pos_att_type",
                    "position_biased_input": "position_biased_input",
                    "emd_layers": "emd_layers"},
     config_fixed={"attention_kind": "disentangled", "position_scheme": "absolute",
-                  "use_pooler": False, "pair_head": None},
+                  "use_pooler": False, "pair_head": None,
+                  "classifier_pooling": "first_token_dense",
+                  "choice_pooling": "first_token_dense"},
     optional=("encoder.embeddings.position.weight",),
     config_written={"legacy": False},
+    config_defaults={"classifier_activation": "gelu"},  # DebertaConfig.pooler_hidden_act
 )
 
 # Longformer: the RoBERTa layout with separate Q/K/V projections for global attention. Ours:
@@ -337,11 +359,18 @@ LONGFORMER = FamilyMap(
             (f"{_LF_SELF}.key_global.bias", f"{_LF_SELF}.value_global.bias")),
     },
     pooler=_BERT_POOLER,
-    heads={"mlm": ROBERTA.heads["mlm"]},  # lm_head.* as in RoBERTa
-    architectures={"": "LongformerModel", "mlm": "LongformerForMaskedLM"},
-    config_fields={**_BERT_CONFIG, "attention_window": "attention_window"},
+    # lm_head.* and the task heads as in RoBERTa (LongformerClassificationHead: first token →
+    # dense → tanh → out_proj; multiple choice: pooled output → classifier). Default global
+    # attention of the task heads: Model.forward, heads/global_attention.py.
+    heads=ROBERTA.heads,
+    architectures={"": "LongformerModel", "mlm": "LongformerForMaskedLM",
+                   **task_architectures("Longformer")},
+    config_fields={**_BERT_CONFIG, "attention_window": "attention_window",
+                   "sep_token_id": "sep_token_id"},
     config_fixed={"position_scheme": "absolute_from_padding", "pair_head": None,
-                  "attention_kind": "windowed"},
+                  "attention_kind": "windowed", "classifier_pooling": "first_token_dense",
+                  "choice_pooling": "pooler", "classifier_activation": "tanh"},
+    config_defaults={"sep_token_id": 2},  # LongformerConfig's default
 )
 
 FAMILIES: dict[str, FamilyMap] = {m.model_type: m for m in (BERT, ROBERTA, DISTILBERT, ALBERT,

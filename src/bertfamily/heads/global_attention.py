@@ -2,14 +2,20 @@
 
 Beltagy et al. 2020, §4 ("Task-specific global attention") and §6: classification puts global
 attention on the first token (<s>, whose state the classifier reads); extractive QA puts it on
-every question token. A caller can always pass an explicit ``global_attention_mask`` instead.
+every question token. Multiple choice follows transformers' LongformerForMultipleChoice:
+global attention on the tokens after the question, i.e. the candidate answer. A caller can
+always pass an explicit ``global_attention_mask`` instead.
 """
 
 from __future__ import annotations
 
 import torch
 
-TASKS = ("classification", "qa")
+TASKS = ("classification", "qa", "choice")
+# Task head (heads/tasks.py) → the default of this module that `Model.forward` applies to a
+# windowed-attention model when the caller gives no global_attention_mask. Token
+# classification has none (as transformers' LongformerForTokenClassification).
+HEAD_DEFAULTS = {"classify": "classification", "qa": "qa", "choice": "choice"}
 
 
 def default_global_attention_mask(input_ids: torch.Tensor, task: str, *,
@@ -25,8 +31,11 @@ def default_global_attention_mask(input_ids: torch.Tensor, task: str, *,
             "qa" — every real token before the first ``sep_token_id`` of each row, i.e.
             ``<s>`` and the question of ``<s> question </s></s> context </s>`` (as
             transformers' LongformerForQuestionAnswering, which also demands exactly three
-            separators; one is enough here).
-        sep_token_id: separator id (Longformer/RoBERTa: 2); required for "qa".
+            separators; one is enough here);
+            "choice" — every real token after the first two separators, i.e. the answer of
+            ``<s> question </s></s> answer </s>`` and its closing ``</s>`` (as transformers'
+            LongformerForMultipleChoice with right padding).
+        sep_token_id: separator id (Longformer/RoBERTa: 2); required for "qa" and "choice".
         attention_mask: (B, T) 0/1, 1 = real token; None = all real.
 
     Returns:
@@ -34,7 +43,7 @@ def default_global_attention_mask(input_ids: torch.Tensor, task: str, *,
 
     Raises:
         ValueError: unknown task; input_ids not (B, T); attention_mask of another shape;
-            "qa" without sep_token_id, or a row without a separator after a question.
+            "qa"/"choice" without sep_token_id, or a row without a separator.
     """
     if task not in TASKS:
         raise ValueError(f"unknown task {task!r}; expected one of {TASKS}")
@@ -54,7 +63,8 @@ def default_global_attention_mask(input_ids: torch.Tensor, task: str, *,
         first = real.int().argmax(dim=1, keepdim=True)  # (B, 1)
         return ((positions == first) & real).long()
     if sep_token_id is None:
-        raise ValueError("task 'qa' needs sep_token_id to find where the question ends")
+        raise ValueError(f"task {task!r} needs sep_token_id to find where the question ends "
+                         f"(EncoderConfig.sep_token_id, config.json's sep_token_id)")
     is_sep = (input_ids == sep_token_id) & real
     has_sep = is_sep.any(dim=1)
     if not bool(has_sep.all()):
@@ -63,4 +73,6 @@ def default_global_attention_mask(input_ids: torch.Tensor, task: str, *,
                          f"expected <s> question </s></s> context </s>, or pass "
                          f"global_attention_mask explicitly")
     question_end = is_sep.int().argmax(dim=1, keepdim=True)  # first separator, (B, 1)
+    if task == "choice":  # skip the separator pair after the question
+        return ((positions > question_end + 1) & real).long()
     return ((positions < question_end) & real).long()
