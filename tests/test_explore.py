@@ -68,7 +68,7 @@ def test_explorer_in_headless_chromium(page, browser):
     columns = browser.find_elements(By.CSS_SELECTOR, "#flow th.model")
     assert [c.get_attribute("data-model") for c in columns] == FAMILY
     # A shape read from the rendered page equals the traced one.
-    key = "encoder.layers.*.attention:matmul#0"
+    key = "encoder.layers.*.attention:matmul(B,N,T,T)#0"
     cell = browser.find_element(By.CSS_SELECTOR, f'td[data-model="tinybert-4l"][data-key="{key}"]')
     shape = cell.find_element(By.CSS_SELECTOR, ".shape").text
     numbers = cell.find_element(By.CSS_SELECTOR, ".numbers").text
