@@ -68,7 +68,7 @@ def test_explorer_in_headless_chromium(page, browser):
     columns = browser.find_elements(By.CSS_SELECTOR, "#flow th.model")
     assert [c.get_attribute("data-model") for c in columns] == FAMILY
     # A shape read from the rendered page equals the traced one.
-    key = "encoder.layers.*.attention:matmul#0"
+    key = "encoder.layers.*.attention:matmul(B,N,T,T)#0"
     cell = browser.find_element(By.CSS_SELECTOR, f'td[data-model="tinybert-4l"][data-key="{key}"]')
     shape = cell.find_element(By.CSS_SELECTOR, ".shape").text
     numbers = cell.find_element(By.CSS_SELECTOR, ".numbers").text
@@ -130,3 +130,38 @@ def test_attention_cli(minilm_dir, tmp_path):
     result = CliRunner().invoke(app, ["attention", "x", "--model", str(minilm_dir), "--output",
                                       str(tmp_path / "a.jpg")])
     assert result.exit_code == 2 and ".png" in result.output
+
+
+def test_attention_band_for_longformer(minilm_dir, tmp_path):
+    """Windowed attention: the heatmap shows the band of 2W+1 key offsets around each token."""
+    import shutil as sh
+
+    import torch
+    import transformers
+    from PIL import Image
+    from typer.testing import CliRunner
+
+    from bertfamily.cli import app
+    from bertfamily.inspect.attention_plot import attention_weights, figure_pixels
+
+    torch.manual_seed(0)
+    config = transformers.LongformerConfig(
+        vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+        intermediate_size=37, max_position_embeddings=66, type_vocab_size=1, pad_token_id=0,
+        attention_window=[4, 6])
+    path = tmp_path / "tiny-longformer"
+    transformers.LongformerModel(config).save_pretrained(path)
+    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                 "vocab.txt"):
+        sh.copy(minilm_dir / name, path / name)
+    text = "The cat sat on the mat."
+    tokens, probs = attention_weights(text, path, layer=1, head=2)
+    assert probs.shape == (len(tokens), 7)  # W = 3 on each side: 2W + 1 = 7 columns
+    assert torch.allclose(probs.sum(-1), torch.ones(len(tokens)), atol=1e-5)
+    assert not probs[0, :3].any() and not probs[-1, -3:].any()  # no keys before / after
+    out = tmp_path / "band.png"
+    result = CliRunner().invoke(app, ["attention", text, "--model", str(path), "--layer", "0",
+                                      "--output", str(out)])
+    assert result.exit_code == 0, result.output
+    with Image.open(out) as image:
+        assert image.size == figure_pixels(len(tokens))

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import csv
-import dataclasses
 import io
 import json
 
@@ -17,7 +16,7 @@ from bertfamily.inspect.compare import comparison_rows, diff_traces, format_rows
 from bertfamily.inspect.explore import align, default_heads
 from bertfamily.inspect.models import PendingModelError, meta_model, resolve_config, shrink_layers
 from bertfamily.inspect.params import parameter_table
-from bertfamily.inspect.symbols import evaluate, shape_symbols, symbol_table
+from bertfamily.inspect.symbols import choose_batch_shape, evaluate, shape_symbols, symbol_table
 from bertfamily.inspect.trace import example_inputs, trace, trace_model
 from bertfamily.presets import FAMILY, PENDING, PRESETS, PUBLISHED_PARAMETERS
 
@@ -38,9 +37,29 @@ def test_params_add_up_to_the_real_count(name):
     real = sum(p.numel() for p in meta_model(config, heads).parameters())  # shared: once
     assert table.total == real
     assert sum(table.subtotals().values()) == real
+    assert table.trunk_total == meta_model(config).num_parameters()  # base model + pooler
+    assert table.trunk_total == sum(table.subtotals()[b] for b in table.subtotals()
+                                    if b in {r.block for r in table.rows if r.part == "trunk"})
     if name in PUBLISHED_PARAMETERS:  # trunk only: the published figure of SPEC §1
-        trunk = sum(v for k, v in table.subtotals().items() if not k.endswith("_head"))
-        assert trunk == PUBLISHED_PARAMETERS[name]
+        assert table.trunk_total == PUBLISHED_PARAMETERS[name]
+
+
+def test_deberta_emd_position_table_is_its_own_head_row():
+    """The absolute position table exists only for the enhanced mask decoder (MLM head): the
+    trunk is the published 138,601,728; the table is a labelled row of the decoder's block."""
+    trunk_only = parameter_table("deberta-base")
+    assert trunk_only.total == trunk_only.trunk_total == PUBLISHED_PARAMETERS["deberta-base"]
+    assert not any("position" in r.name and "relative" not in r.name for r in trunk_only.rows
+                   if r.name.startswith("encoder.embeddings"))
+    table = parameter_table("deberta-base", heads=["mlm"])
+    assert table.trunk_total == PUBLISHED_PARAMETERS["deberta-base"]
+    row = next(r for r in table.rows if r.name == "encoder.embeddings.position")
+    assert (row.block, row.part, row.params) == ("mlm_decoder", "head", 512 * 768)
+    assert "run only by mlm_decoder" in row.note and row.output_shape == "(1, T, H)"
+    assert table.subtotals()["embeddings"] == 50265 * 768 + 2 * 768
+    result = runner.invoke(app, ["params", "deberta-base", "--head", "mlm"])
+    assert result.exit_code == 0 and "393,216" in result.output
+    assert f"{PUBLISHED_PARAMETERS['deberta-base']:,}" in result.output
 
 
 def test_chinese_bert_base_figures_of_spec():
@@ -78,10 +97,6 @@ def test_shared_layers_counted_once_and_marked():
 
 
 def test_conditional_layer_norm_option():
-    fields = {f.name for f in dataclasses.fields(EncoderConfig)}
-    if not {"condition_size", "conditional_norms"} <= fields:
-        pytest.skip("this build has no Conditional LayerNorm config fields yet (ALBERT/CLN "
-                    "branch)")
     table = parameter_table("bert-base", condition_size=128)
     norm = next(r for r in table.rows if r.name == "encoder.embeddings.norm")
     assert norm.params == 198_144  # 1,536 + 2 · 128 · 768 (SPEC §5)
@@ -109,7 +124,7 @@ def traces():
         config = EncoderConfig.from_preset(name, vocab_size=SMALL_V)
         torch.manual_seed(0)
         model = build_model(shrink_layers(config), heads=_heads(config))
-        inputs = example_inputs(config, 5, 16 if config.num_attention_heads != 16 else 17)
+        inputs = example_inputs(config, *choose_batch_shape(config, 5, 16))
         tr = trace_model(model, name=name, full_config=config, inputs=inputs)
         out[name] = (tr, model, inputs)
     return out
@@ -121,11 +136,17 @@ def test_every_shown_shape_is_the_real_tensor_shape(name, traces):
     # Independent hooks: the first output tensor of every module at the first layer step.
     actual: dict[str, tuple] = {}
 
+    def first_tensor(obj, depth=0):
+        if isinstance(obj, torch.Tensor) or depth > 1:
+            return obj if isinstance(obj, torch.Tensor) else None
+        items = (obj.values() if isinstance(obj, dict) else obj if isinstance(obj, tuple)
+                 else vars(obj).values() if hasattr(obj, "__dict__") else ())
+        return next((t for t in (first_tensor(v, depth + 1) for v in items) if t is not None),
+                    None)
+
     def hook(path):
         def fn(module, args, output):
-            first = output if isinstance(output, torch.Tensor) else next(
-                (v for v in (output if isinstance(output, tuple) else vars(output).values())
-                 if isinstance(v, torch.Tensor)), None)
+            first = first_tensor(output)
             if first is not None:
                 actual.setdefault(path, tuple(first.shape))
         return fn
@@ -151,9 +172,25 @@ def test_every_shown_shape_is_the_real_tensor_shape(name, traces):
     attn = steps["encoder.layers.*.attention"]
     assert dict(attn.outputs)["probs"] == tuple(out.attentions[0].shape)
     assert dict(attn.outputs)["scores"] == tuple(out.attention_scores[0].shape)
-    assert steps["encoder.layers.*.attention:softmax#0"].output_shape == tuple(
-        out.attentions[0].shape)
-    assert steps["encoder.layers.*.attention:matmul#0"].output_symbols == ["(B, N, T, T)"]
+    if tr.config.attention_kind == "windowed":
+        # Band-shaped scores and probabilities, global-key columns and global rows; no (T, T).
+        G = int(inputs["global_attention_mask"].sum(1).max())
+        assert tr.symbols["G"] == G and tr.symbols["W"] == tr.config.attention_windows[0] // 2
+        shown = dict(zip((n for n, _ in attn.outputs), attn.output_symbols))
+        assert shown == {"hidden": "(B, T, H)", "probs": "(B, N, T, 2W+1)",
+                         "scores": "(B, N, T, 2W+1)", "global_key_probs": "(B, N, T, G)",
+                         "global_probs": "(B, N, G, T)"}
+        band = steps["encoder.layers.*.attention:matmul(B,N,T,2W+1)#0"]
+        assert band.output_symbols == ["(B, N, T, 2W+1)"] and "band" in band.operation
+        assert steps["encoder.layers.*.attention:softmax#0"].output_symbols == ["(B, N, T, G+2W+1)"]
+        assert steps["encoder.layers.*.attention:matmul(B,N,G,T)#0"].operation.startswith(
+            "global rows")
+        assert not any(t.endswith("T, T)") for st in tr.steps for t in st.output_symbols)
+    else:
+        assert steps["encoder.layers.*.attention:softmax#0"].output_shape == tuple(
+            out.attentions[0].shape)
+        assert steps["encoder.layers.*.attention:matmul(B,N,T,T)#0"].output_symbols == [
+            "(B, N, T, T)"]
     assert steps["mlm_head"].output_shape == tuple(out.logits.shape) == (B, T, SMALL_V)
     if model.encoder.pooler is not None:
         assert steps["encoder.pooler"].output_shape == tuple(out.pooler_output.shape)
@@ -178,7 +215,7 @@ def test_differences_from_bert_base_come_from_the_traces(traces):
     assert "encoder.pooler" in {s.key for s in distil.missing}
     assert any("6" in x for x in distil.steps["encoder.layers.*"].sizes)
     tiny = diff_traces(ref, traces["tinybert-4l"][0])
-    scores = tiny.steps["encoder.layers.*.attention:matmul#0"]
+    scores = tiny.steps["encoder.layers.*.attention:matmul(B,N,T,T)#0"]
     assert scores.marked and "Dh = 26 (bert-base: 64)" in scores.structural
     large = diff_traces(ref, traces["bert-large"][0])
     assert not any(d.marked for d in large.steps.values()) and not large.missing
@@ -195,6 +232,24 @@ def test_differences_from_bert_base_come_from_the_traces(traces):
     assert fd.steps["encoder.embeddings.projection"].marked
     assert fact.by_key()["encoder.embeddings.token"].output_symbols == ["(B, T, E)"]
     assert fd.steps["encoder.embeddings.token"].marked
+    # The families of issue 6's list, from their own presets.
+    albert = diff_traces(ref, traces["albert-base"][0])
+    assert albert.steps["encoder.embeddings.projection"].marked  # E→H
+    assert traces["albert-base"][0].by_key()["encoder.embeddings.projection"].output_symbols == [
+        "(B, T, H)"]
+    assert "weights shared" in " ".join(albert.steps["encoder.layers.*"].structural)
+    deberta = diff_traces(ref, traces["deberta-base"][0])
+    att = "encoder.layers.*.attention"
+    c2p, p2c = f"{att}:matmul(B,N,T,2T-1)#0", f"{att}:matmul(B,N,T,2T-1)#1"
+    assert deberta.steps[c2p].marked and deberta.steps[p2c].marked  # the two position terms
+    assert deberta.steps[f"{att}.pos_key"].marked and deberta.steps[f"{att}.pos_query"].marked
+    assert not deberta.steps[f"{att}:matmul(B,N,T,T)#0"].marked  # c2c: BERT's QKᵀ itself
+    assert "c2c + c2p + p2c" in deberta.steps[att].structural[0]
+    longformer = diff_traces(ref, traces["longformer-base"][0])
+    for key in (f"{att}:matmul(B,N,T,2W+1)#0", f"{att}:matmul(B,N,G,T)#0", f"{att}.query_global",
+                f"{att}.kv_global", f"{att}:softmax#0", "inputs.global_attention_mask"):
+        assert longformer.steps[key].marked, key
+    assert f"{att}:matmul(B,N,T,T)#0" in {s.key for s in longformer.missing}
 
 
 def test_align_keeps_every_step_once(traces):

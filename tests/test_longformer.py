@@ -84,6 +84,50 @@ def test_outputs_match_transformers(which, padding, glob, request):
 
 
 @pytest.mark.parametrize("padding", ["right", "left"])
+@pytest.mark.parametrize("glob", ["none", "first", "different"])
+def test_attention_weights_match_transformers(hf_base, padding, glob):
+    """output_attentions: band probabilities (B, N, T, 2W+1), the global-key columns and the
+    global rows equal transformers' ``attentions`` / ``global_attentions``; hidden unchanged."""
+    path, ref = hf_base
+    ours = bf.from_pretrained(path)
+    ids, mask = batch(padding)
+    g = global_mask(glob, mask)
+    kw = {} if g is None else {"global_attention_mask": g}
+    caught = []
+    handles = [layer.attention.register_forward_hook(lambda m, a, o: caught.append(o))
+               for layer in ours.encoder.layers]
+    with torch.no_grad():
+        a = ours(ids, mask, output_attentions=True, **kw)
+        plain = ours(ids, mask, **kw)
+        b = ref(input_ids=ids, attention_mask=mask, output_attentions=True, **kw)
+    for h in handles:
+        h.remove()
+    torch.testing.assert_close(a.last_hidden_state, plain.last_hidden_state, atol=ATOL, rtol=0)
+    G = 0 if g is None else int(g.sum(1).max())
+    for layer, window in enumerate([4, 6]):
+        probs, out = a.attentions[layer], caught[layer]
+        assert probs.shape == (B, 4, T, window + 1)  # 2W + 1 band columns, never (T, T)
+        assert a.attention_scores[layer].shape == (B, 4, T, window + 1)
+        assert b.attentions[layer].shape[-1] == G + window + 1
+        torch.testing.assert_close(probs, b.attentions[layer][..., G:], atol=ATOL, rtol=0)
+        assert float(probs.max()) > 0.3  # not a near-uniform or all-zero tensor
+        if G == 0:
+            assert out.global_key_probs is None and out.global_probs is None
+            continue
+        torch.testing.assert_close(out.global_key_probs, b.attentions[layer][..., :G],
+                                   atol=ATOL, rtol=0)
+        rows = out.global_probs.transpose(2, 3)  # (B, N, T, G) like transformers
+        valid = (torch.arange(G)[None, :] < g.sum(1)[:, None])[:, None, None, :].expand_as(rows)
+        torch.testing.assert_close(rows[valid], b.global_attentions[layer][:, :, :T][valid],
+                                   atol=ATOL, rtol=0)
+        assert not rows[~valid].any()
+        # every real local query's probabilities (band + global keys) sum to one
+        local = mask.bool() & ~g.bool()
+        total = probs.sum(-1) + out.global_key_probs.sum(-1)
+        torch.testing.assert_close(total.permute(0, 2, 1)[local], torch.ones(int(local.sum()), 4))
+
+
+@pytest.mark.parametrize("padding", ["right", "left"])
 def test_padded_row_equals_row_alone(hf_base, padding):
     ours = bf.from_pretrained(hf_base[0])
     ids, mask = batch(padding)
@@ -210,8 +254,6 @@ def test_bad_global_attention_mask():
         model(ids, global_attention_mask=torch.zeros(2, 5))
     with pytest.raises(ValueError, match=r"only 0 \(local\) and 1 \(global\)"):
         model(ids, global_attention_mask=torch.full((2, 5), 2))
-    with pytest.raises(ValueError, match="output_attentions"):
-        model(ids, output_attentions=True)
     with pytest.raises(ValueError, match=r"4096 exceeds the model's maximum of 4095"):
         big = build_model(EncoderConfig.from_preset(
             "tiny-longformer", max_position_embeddings=4097)).eval()

@@ -35,11 +35,19 @@ def attention_weights(text: str, model: str | Path | None = None, *, layer: int 
 
     Returns:
         (tokens (T,), probabilities (T, S) float32; S = T for full attention, the band width
-        2W+1 for windowed attention, whose column j is the key at offset j − W).
+        2W+1 for windowed attention (Longformer, no global tokens), whose column j is the key
+        at offset j − W).
 
     Raises:
         ValueError: empty text, layer or head out of range (the message names the limits).
     """
+    tokens, probs, _ = _attention(text, model, layer, head)
+    return tokens, probs
+
+
+def _attention(text: str, model: str | Path | None, layer: int,
+               head: int) -> tuple[list[str], torch.Tensor, bool]:
+    """`attention_weights` plus whether the probabilities are a band (windowed attention)."""
     from ..checkpoints.io import from_pretrained
     from ..fetch import resolve_model
     from ..tokenization import load_tokenizer
@@ -54,7 +62,8 @@ def attention_weights(text: str, model: str | Path | None = None, *, layer: int 
         out = net(**batch, output_attentions=True)
     ids = batch["input_ids"][0].tolist()
     tokens = [str(t) for t in tok.convert_ids_to_tokens(ids)]
-    return tokens, pick_head(out.attentions, layer, head)[0]
+    band = net.config.attention_kind == "windowed"
+    return tokens, pick_head(out.attentions, layer, head)[0], band
 
 
 def pick_head(attentions: tuple[torch.Tensor, ...], layer: int, head: int) -> torch.Tensor:
@@ -75,9 +84,10 @@ def pick_head(attentions: tuple[torch.Tensor, ...], layer: int, head: int) -> to
 
 
 def plot_attention(tokens: list[str], probs: torch.Tensor, output: str | Path, *,
-                   title: str = "") -> Path:
+                   title: str = "", band: bool | None = None) -> Path:
     """Write a heatmap of ``probs`` (T, S) with token labels to ``output`` (PNG, atomically).
-    The image is `figure_pixels(T)` in size.
+    The image is `figure_pixels(T)` in size. ``band``: the columns are the 2W + 1 key offsets
+    −W..W of windowed attention (default: when S ≠ T).
 
     Raises:
         ValueError: ``output`` does not end in .png, or probs does not have T rows.
@@ -99,7 +109,13 @@ def plot_attention(tokens: list[str], probs: torch.Tensor, output: str | Path, *
     fig, ax = plt.subplots(figsize=(side, side), dpi=DPI)
     image = ax.imshow(probs.numpy(), cmap="viridis", vmin=0.0, aspect="auto")
     ax.set_yticks(range(T), tokens, fontsize=8)
-    if S == T:
+    if band is None:
+        band = S != T
+    if band and S % 2 == 0:
+        raise ValueError(f"a band of windowed attention has an odd width 2W+1, got {S} columns")
+    if not band:
+        if S != T:
+            raise ValueError(f"probs has {S} columns for {T} tokens (full attention: T × T)")
         ax.set_xticks(range(T), tokens, rotation=90, fontsize=8)
         ax.set_xlabel("key token")
     else:  # band of windowed attention: column j is the key at offset j - W
@@ -121,6 +137,8 @@ def plot_attention(tokens: list[str], probs: torch.Tensor, output: str | Path, *
 def attention_heatmap(text: str, output: str | Path, model: str | Path | None = None, *,
                       layer: int = -1, head: int = 0) -> Path:
     """`attention_weights` then `plot_attention`; returns the PNG path."""
-    tokens, probs = attention_weights(text, model, layer=layer, head=head)
+    tokens, probs, band = _attention(text, model, layer, head)
     name = Path(str(model)).name if model else "all-MiniLM-L6-v2"
-    return plot_attention(tokens, probs, output, title=f"{name}: layer {layer}, head {head}")
+    kind = f", band of {probs.shape[1]} keys" if band else ""
+    return plot_attention(tokens, probs, output, title=f"{name}: layer {layer}, head {head}{kind}",
+                          band=band)

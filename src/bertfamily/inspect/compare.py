@@ -96,6 +96,10 @@ def diff_traces(ref: Trace, other: Trace) -> TraceDiff:
         if r is None:
             d.structural.append(f"not in {ref.name}")
         else:
+            if step.kind != r.kind and not step.kind.startswith("op:"):
+                # Another component in the same place (DeBERTa's disentangled or Longformer's
+                # windowed attention, a conditional norm): what it computes is the difference.
+                d.structural.append(f"{step.kind}: {step.operation}")
             if step.output_symbols != r.output_symbols:
                 d.structural.append(f"output {', '.join(step.output_symbols)} vs "
                                     f"{', '.join(r.output_symbols)}")

@@ -74,6 +74,12 @@ def describe_module(module: nn.Module, config: EncoderConfig) -> tuple[str, str]
         "Pooler": "tanh(h[:, 0]·Wᵀ + b): the first token's state",
         "MaskedLMHead": "dense H→E, activation, LayerNorm, ·E_tokᵀ (tied) + bias",
         "PairHead": "pooled·Wᵀ + b → 2 classes (NSP / SOP)",
+        "GlobalAttentionInputs": "global_attention_mask → positions of the G global tokens, "
+                                 "once for all layers",
+        "RelativePositionEmbeddings": "relative position table P: one row per distance "
+                                      "i − j, shared by all layers",
+        "EnhancedMaskDecoder": "re-applies the last layer with absolute positions added to "
+                               "its queries (He et al. 2021 §3.3)",
     }.get(kind)
     if text is not None:
         if kind == "Embeddings" and config.embedding_size != config.hidden_size:
@@ -99,7 +105,23 @@ def describe_op(name: str, in_sym: list[str], out_sym: list[str], args: tuple,
     if name in ("view", "reshape", "permute", "transpose", "flatten", "unflatten", "split",
                 "chunk"):
         return "concatenate heads" if out.count(",") == 2 else "split into heads"
+    first_in = in_sym[0] if in_sym else ""
     if name in ("matmul", "bmm", "baddbmm", "einsum"):
+        # Windowed attention (Longformer): band, global-key columns, global rows.
+        if out.endswith("T, G)"):
+            return "scores of every query for the G global keys"
+        if out.endswith("G, T)"):
+            return "global rows: Q_g·K_gᵀ, each global token against all T keys"
+        if out.endswith("G, Dh)"):
+            return "global rows: probs·V_g"
+        if out.endswith("T, Dh)") and first_in.endswith("G)"):
+            return "plus the global keys' probabilities · their values"
+        if out.endswith("T, Dh)") and first_in.endswith("2W+1)"):
+            return "band probs·V: weighted sum of the window's values"
+        # Disentangled attention (DeBERTa): relative-position products.
+        if out.endswith("2T-1)"):
+            return ("position term: content against the relative table, one column per "
+                    "distance i − j (read as (T, T) through a strided view)")
         if out.endswith("T, T)"):
             return "scores: Q·Kᵀ (scaled by 1/√Dh, mask added)"
         if out.endswith("T, Dh)"):
@@ -108,11 +130,15 @@ def describe_op(name: str, in_sym: list[str], out_sym: list[str], args: tuple,
             return "band scores: each query against the keys of its window"
         return f"product → {out}"
     if name == "softmax":
+        if out.endswith("G+2W+1)"):
+            return "softmax over the global keys and the band together (probabilities)"
         return "softmax over keys (probabilities)"
     if name == "scaled_dot_product_attention":
         return "fused softmax(QKᵀ/√Dh + mask)·V"
     if name == "gather":
-        return "pick each (query, key) pair's relative-distance score"
+        if "G" in out:
+            return "pick the rows of the G global tokens"
+        return "gather"
     if name == "linear":
         w = next((a for a in args[1:] if isinstance(a, torch.Tensor)), None)
         if w is not None and w.dim() == 2 and w.shape[0] == config.vocab_size:

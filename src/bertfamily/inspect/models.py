@@ -104,7 +104,10 @@ def shrink_layers(config: EncoderConfig, max_groups: int = 2, max_per_group: int
     groups = config.num_hidden_groups
     per_group = config.num_hidden_layers // groups
     g, p = min(groups, max_groups), min(per_group, max_per_group)
-    return config.replace(num_hidden_layers=g * p, num_hidden_groups=g)
+    changes: dict = dict(num_hidden_layers=g * p, num_hidden_groups=g)
+    if isinstance(config.attention_window, tuple):  # per-layer windows: those of the kept layers
+        changes["attention_window"] = config.attention_window[:g * p]
+    return config.replace(**changes)
 
 
 def available_family() -> list[str]:

@@ -35,6 +35,9 @@ class ParamRow:
         params: parameters counted on this row (0 for reuse of shared weights).
         shared: True when the row reuses weights counted on an earlier row.
         note: e.g. "runs layer 0's weights" or "tied to encoder.embeddings.token".
+        part: "trunk" (run by the encoder's forward: the published base-model count) or "head"
+            (run by a head: MLM, pair head, DeBERTa's enhanced mask decoder with its absolute
+            position table).
     """
 
     block: str
@@ -44,6 +47,7 @@ class ParamRow:
     params: int
     shared: bool = False
     note: str = ""
+    part: str = "trunk"
 
 
 @dataclass
@@ -59,6 +63,16 @@ class ParamTable:
     @property
     def total(self) -> int:
         return sum(r.params for r in self.rows)
+
+    @property
+    def trunk_total(self) -> int:
+        """Parameters the encoder trunk runs (base model + pooler: the published figure)."""
+        return sum(r.params for r in self.rows if r.part == "trunk")
+
+    @property
+    def head_total(self) -> int:
+        """Parameters only the heads run (``total - trunk_total``)."""
+        return self.total - self.trunk_total
 
     def subtotals(self) -> dict[str, int]:
         """Block -> parameters, in dataflow order."""
@@ -82,6 +96,7 @@ class ParamTable:
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "heads": self.heads, "total": self.total,
+                "trunk_total": self.trunk_total, "head_total": self.head_total,
                 "subtotals": self.subtotals(), "rows": [dataclasses.asdict(r) for r in self.rows]}
 
 
@@ -131,34 +146,62 @@ def parameter_table(model: str | Path | EncoderConfig, *, heads: list[str] | tup
             blocks.append((s, []))
         elif s.depth == 1 and blocks:
             blocks[-1][1].append(s)
+    # Modules that run as top-level steps of their own: a parent's leftover count skips them
+    # (DeBERTa's encoder.embeddings.position, run only by the enhanced mask decoder).
+    run_alone = {top.key for top, _ in blocks if "*" not in top.key}
 
-    def emit(block: str, top, children, path_of) -> None:
+    def emit(block: str, top, children, path_of, part: str = "trunk", note: str = "") -> None:
         top_module = modules.get(path_of(top.key))
         if top_module is None:
             return
         if not children:
             rows.append(ParamRow(block, path_of(top.key), top.kind, top.output_symbols[0]
-                                 if top.output_symbols else "", count(top_module)))
+                                 if top.output_symbols else "", count(top_module), note=note,
+                                 part=part))
             return
         for c in children:
             m = modules.get(path_of(c.key))
             if m is not None:
                 rows.append(ParamRow(block, path_of(c.key), c.kind,
-                                     c.output_symbols[0] if c.output_symbols else "", count(m)))
+                                     c.output_symbols[0] if c.output_symbols else "", count(m),
+                                     part=part))
         own = [(n, p) for n, p in top_module.named_parameters(recurse=False)
                if id(p) not in counted]
         for n, p in own:
             counted.add(id(p))
             rows.append(ParamRow(block, f"{path_of(top.key)}.{n}", "Parameter",
-                                 top.output_symbols[0] if top.output_symbols else "", p.numel()))
-        # Whatever the block owns that the traced forward did not run (kept for checkpoints).
-        rest = count(top_module)
+                                 top.output_symbols[0] if top.output_symbols else "", p.numel(),
+                                 part=part))
+        # Whatever the block owns that the traced forward did not run (kept for checkpoints),
+        # except submodules that run as steps of their own elsewhere.
+        prefix = path_of(top.key) + "."
+        elsewhere = {id(p) for key in run_alone if key.startswith(prefix)
+                     for p in modules[key].parameters()} if run_alone else set()
+        rest = [p for p in top_module.parameters()
+                if id(p) not in counted and id(p) not in elsewhere]
+        counted.update(id(p) for p in rest)
         if rest:
             rows.append(ParamRow(block, f"{path_of(top.key)} (not run in this forward)",
-                                 "Parameter", "", rest))
+                                 "Parameter", "", sum(p.numel() for p in rest), part=part))
+
+    def consumer(index: int) -> str:
+        """The first later top-level step outside the encoder: the head that runs a trunk
+        module outside the trunk's forward."""
+        later = (t.key for t, _ in blocks[index + 1:] if not t.key.startswith("encoder."))
+        return next(later, "head")
 
     schedule = config.layer_schedule
-    for top, children in blocks:
+    for index, (top, children) in enumerate(blocks):
+        if not top.trunk:
+            if top.key.startswith("encoder."):  # a trunk module that only a head runs
+                head = consumer(index)
+                emit(head, top, children, lambda key: key, "head",
+                     f"owned by the encoder but run only by {head}, not by the trunk: "
+                     f"counted with the heads")
+            else:
+                emit(top.key, top, children, lambda key: key, "head",
+                     top.operation if not children and not top.params else "")
+            continue
         if top.key.endswith("layers.*"):
             first_use: dict[int, int] = {}
             for i, u in enumerate(schedule):
@@ -178,7 +221,8 @@ def parameter_table(model: str | Path | EncoderConfig, *, heads: list[str] | tup
     for n, p in leftover:  # parameters of modules no forward step reached
         counted.add(id(p))
         rows.append(ParamRow(n.split(".")[0], n, "Parameter", "", p.numel(),
-                             note="not run in this forward"))
+                             note="not run in this forward",
+                             part="trunk" if n.startswith("encoder.") else "head"))
     return ParamTable(name=name, config=config, heads=heads, rows=rows,
                       symbols=symbol_table(config, 0, 0))
 
@@ -192,7 +236,7 @@ def _tied_rows(model: nn.Module, rows: list[ParamRow], modules: dict[str, nn.Mod
             continue
         at = max((i for i, r in enumerate(rows) if r.name.startswith(path + ".")), default=None)
         row = ParamRow(path, f"{path}.decoder", "tied weight", "", 0, shared=True,
-                       note=f"tied to {owner[id(w)]}")
+                       note=f"tied to {owner[id(w)]}", part="head")
         if at is None:
             rows.append(row)
         else:

@@ -31,6 +31,11 @@ def params_rich(table: ParamTable) -> Table:
         if i + 1 == len(rows) or rows[i + 1].block != r.block:
             t.add_row(Text(f"  {r.block} subtotal", style="bold"), "", "", "",
                       Text(f"{subtotals[r.block]:,}", style="bold"), "", end_section=True)
+    if table.head_total:
+        t.add_row(Text("trunk (base model + pooler)", style="bold"), "", "", "",
+                  Text(f"{table.trunk_total:,}", style="bold"), "")
+        t.add_row(Text("heads", style="bold"), "", "", "",
+                  Text(f"{table.head_total:,}", style="bold"), "")
     t.add_row(Text("total", style="bold"), "", "", "", Text(f"{table.total:,}", style="bold"), "")
     return t
 

@@ -2,7 +2,7 @@
 
 The names are the package's shape legend (config.py): B batch, T sequence, S key length,
 H hidden, N heads, Dh head dim, I FFN inner, E embedding (ALBERT), V vocab, W window,
-R relative positions, C condition size, L layers. Sizes are matched against the values of one
+R relative positions, C condition size, G global tokens, L layers. Sizes are matched against the values of one
 config and one batch, so a size that two symbols share is ambiguous: the first symbol of
 `symbol_table`'s order wins (B and T first). Callers pick B and T distinct from the config's
 sizes (`choose_batch_shape`) so that cannot happen for them.
@@ -10,6 +10,7 @@ sizes (`choose_batch_shape`) so that cannot happen for them.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -23,6 +24,12 @@ EXTRA_SYMBOLS: dict[str, tuple[str, Any]] = {
     "attention_window": ("W", lambda v: (v[0] if isinstance(v, (list, tuple)) else v) // 2),
     "max_relative_positions": ("R", lambda v: v if isinstance(v, int) and v > 0 else None),
     "condition_size": ("C", lambda v: v),
+}
+# When a field of EXTRA_SYMBOLS applies: W only with windowed attention, R only with relative
+# attention (every config has both fields, with defaults).
+EXTRA_SYMBOL_WHEN: dict[str, Any] = {
+    "attention_window": lambda c: getattr(c, "attention_kind", "") == "windowed",
+    "max_relative_positions": lambda c: bool(getattr(c, "relative_attention", False)),
 }
 
 LEGEND: dict[str, str] = {
@@ -38,6 +45,7 @@ LEGEND: dict[str, str] = {
     "W": "one-sided attention window (Longformer)",
     "R": "maximum relative distance (DeBERTa)",
     "C": "condition size (Conditional LayerNorm)",
+    "G": "tokens with global attention in the traced batch (Longformer)",
     "L": "layers",
 }
 
@@ -55,6 +63,8 @@ def symbol_table(config: EncoderConfig, batch: int, seq_len: int) -> dict[str, i
     table["I"] = config.intermediate_size
     table["V"] = config.vocab_size
     for field_name, (symbol, fn) in EXTRA_SYMBOLS.items():
+        if field_name in EXTRA_SYMBOL_WHEN and not EXTRA_SYMBOL_WHEN[field_name](config):
+            continue  # the field has a default in every config but means nothing here
         value = getattr(config, field_name, None)
         if value is not None:
             size = fn(value)
@@ -64,8 +74,13 @@ def symbol_table(config: EncoderConfig, batch: int, seq_len: int) -> dict[str, i
 
 
 def config_sizes(config: EncoderConfig) -> set[int]:
-    """Every size a symbol of the config stands for (batch and sequence excluded)."""
-    return {v for k, v in symbol_table(config, 0, 0).items() if k not in ("B", "T")}
+    """Every size a symbol of the config stands for (batch and sequence excluded), plus the
+    band width 2W + 1 of windowed attention (a size the traced tensors have)."""
+    table = symbol_table(config, 0, 0)
+    sizes = {v for k, v in table.items() if k not in ("B", "T")}
+    if "W" in table:
+        sizes.add(2 * table["W"] + 1)
+    return sizes
 
 
 def choose_batch_shape(config: EncoderConfig | list[EncoderConfig], batch: int = 5,
@@ -85,12 +100,20 @@ def choose_batch_shape(config: EncoderConfig | list[EncoderConfig], batch: int =
     return batch, min(seq_len, config.max_sequence_length)
 
 
+# Symbols that may be added to another form: "G+2W+1", the global-key columns and the band of
+# windowed attention side by side.
+ADDITIVE_SYMBOLS = ("G",)
+
+
 def dim_symbol(size: int, table: dict[str, int]) -> str:
-    """Name of one size: a symbol ("H"), a small multiple ("3H"), a band ("2W+1"), or the
-    number itself when nothing matches."""
+    """Name of one size: a symbol ("H"), a small multiple ("3H"), a band ("2W+1"), the relative
+    distances of a sequence ("2T-1"), global columns beside a band ("G+2W+1"), or the number
+    itself when nothing matches."""
     for name, value in table.items():
         if size == value:
             return name
+    if "G" in table and "W" in table and size == table["G"] + 2 * table["W"] + 1:
+        return "G+2W+1"  # global-key columns beside the band (before small multiples match)
     for name, value in table.items():
         if name in ("B", "T") or value <= 1:
             continue
@@ -99,6 +122,14 @@ def dim_symbol(size: int, table: dict[str, int]) -> str:
                 return f"{k}{name}"
             if size == k * value + 1:
                 return f"{k}{name}+1"
+    if "T" in table and table["T"] > 1 and size == 2 * table["T"] - 1:
+        return "2T-1"
+    for name in ADDITIVE_SYMBOLS:
+        value = table.get(name)
+        if value and size > value:
+            rest = dim_symbol(size - value, {k: v for k, v in table.items() if k != name})
+            if not rest.isdigit() and "+" in rest:
+                return f"{name}+{rest}"
     return str(size)
 
 
@@ -119,17 +150,21 @@ def evaluate(symbolic: str, table: dict[str, int]) -> tuple[int, ...]:
         return ()
     out = []
     for part in inner.split(","):
-        part = part.strip()
-        if part.isdigit():
-            out.append(int(part))
-            continue
-        plus = 0
-        if part.endswith("+1"):
-            part, plus = part[:-2], 1
-        k = 1
-        if part[:1].isdigit():
-            k, part = int(part[0]), part[1:]
-        if part not in table:
-            raise ValueError(f"unknown shape symbol {part!r} in {symbolic!r}; known: {sorted(table)}")
-        out.append(k * table[part] + plus)
+        total = 0
+        # A sum of terms, each a number or a symbol with an optional one-digit factor:
+        # "768", "H", "3H", "2W+1", "2T-1", "G+2W+1".
+        for sign, term in re.findall(r"([+-]?)\s*([^+-]+)", part.strip()):
+            term = term.strip()
+            if term.isdigit():
+                value = int(term)
+            else:
+                k = 1
+                if term[:1].isdigit():
+                    k, term = int(term[0]), term[1:]
+                if term not in table:
+                    raise ValueError(f"unknown shape symbol {term!r} in {symbolic!r}; known: "
+                                     f"{sorted(table)}")
+                value = k * table[term]
+            total += -value if sign == "-" else value
+        out.append(total)
     return tuple(out)

@@ -24,7 +24,7 @@ from ..config import EncoderConfig
 from ..model import Model
 from .describe import describe_module, describe_op
 from .models import build_heads, shrink_layers
-from .symbols import choose_batch_shape, shape_symbols, symbol_table
+from .symbols import choose_batch_shape, config_sizes, shape_symbols, symbol_table
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +36,7 @@ TRACED_OPS = {"linear", "matmul", "__matmul__", "bmm", "baddbmm", "einsum", "sof
 RESHAPE_OPS = {"view", "reshape", "permute", "transpose", "flatten", "unflatten", "split",
                "chunk"}
 SKIPPED_MODULES = (nn.Dropout,)
+PRODUCT_OPS = {"matmul", "bmm", "baddbmm", "einsum"}
 
 
 @dataclass
@@ -45,7 +46,8 @@ class Step:
     Attributes:
         key: alignment key, the same for the same role in every model: the module path with
             layer indices replaced by ``*`` (``encoder.layers.*.attention``), operations
-            suffixed ``:op#k`` (k-th such operation in that module call).
+            suffixed ``:op#k`` (k-th such operation in that module call; products are named by
+            their symbolic output shape, ``:matmul(B,N,T,T)#0``, so roles line up across models).
         label: short display name.
         kind: component class name (``SelfAttention``) or ``op:<name>``.
         operation: what the step computes, as text.
@@ -59,6 +61,9 @@ class Step:
         repeat: how many times the step runs per forward (L for steps inside a layer).
         shared: the step runs the weights of an earlier layer step (ALBERT).
         note: extra text (e.g. which unique layers the L steps run).
+        trunk: the step ran inside the encoder trunk's forward (False for inputs and heads,
+            and for a trunk module that only a head runs, like DeBERTa's absolute position
+            table in the enhanced mask decoder).
     """
 
     key: str
@@ -75,6 +80,7 @@ class Step:
     repeat: int = 1
     shared: bool = False
     note: str = ""
+    trunk: bool = False
 
     @property
     def output_shape(self) -> tuple[int, ...] | None:
@@ -113,11 +119,20 @@ class Trace:
 
 # ----------------------------------------------------------------------------------------------
 def _tensors(obj: Any, name: str = "") -> list[tuple[str, torch.Tensor]]:
-    """Tensors in an output, named by dataclass field where there is one (one level deep)."""
+    """Tensors in an output, named by dataclass field or dict key where there is one (one level
+    deep; a dict's dataclass values, e.g. Longformer's GlobalTokens, one level further)."""
     if isinstance(obj, torch.Tensor):
         return [(name, obj)]
     if isinstance(obj, (tuple, list)):  # e.g. a layer's (hidden, attention output): tensors only
         return [(name, item) for item in obj if isinstance(item, torch.Tensor)]
+    if isinstance(obj, dict):  # encoder-level attention inputs: {"relative_embeddings": ...}
+        out: list[tuple[str, torch.Tensor]] = []
+        for key, value in obj.items():
+            if isinstance(value, torch.Tensor):
+                out.append((str(key), value))
+            elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+                out += [(f"{key}.{n}", t) for n, t in _tensors(value)]
+        return out
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         return [(f.name, v) for f in dataclasses.fields(obj)
                 if isinstance(v := getattr(obj, f.name), torch.Tensor)]
@@ -176,6 +191,7 @@ class _Tracer(TorchFunctionMode):
             self.unit_modules.append(path)
         unit = self.unit if ".layers." in path + "." or self._is_unit(path) else -1
         depth = sum(1 for c in self.stack if c.step is not None)
+        in_trunk = any(c.path == "encoder" for c in self.stack)
         call = _Call(path, module, depth, unit)
         self.stack.append(call)
         # The trunk container is not a step of its own (its parts are); nor are dropouts
@@ -191,7 +207,8 @@ class _Tracer(TorchFunctionMode):
             key=key, label="layer" if label == "layers.*" else label,
             kind=kind, operation=op, inputs=shapes, outputs=[],
             input_symbols=[shape_symbols(s, self.symbols) for s in shapes], output_symbols=[],
-            params=sum(p.numel() for p in module.parameters()), depth=depth, block=_block(path))
+            params=sum(p.numel() for p in module.parameters()), depth=depth, block=_block(path),
+            trunk=in_trunk)
         self.steps.append(call.step)
 
     def _post(self, module: nn.Module, args: tuple, output: Any) -> None:
@@ -224,18 +241,24 @@ class _Tracer(TorchFunctionMode):
         elif name not in TRACED_OPS:
             return
         name = "matmul" if name == "__matmul__" else name
-        k = call.op_counts.get(name, 0)
-        call.op_counts[name] = k + 1
         out_shapes = [tuple(t.shape) for t in outs][:1] if name != "unbind" else [
             tuple(outs[0].shape)] * len(outs)
         in_sym = [shape_symbols(s, self.symbols) for s in ins]
         out_sym = [shape_symbols(s, self.symbols) for s in out_shapes]
+        # Products are keyed by their symbolic output shape, so the same role lines up across
+        # models whatever other products an attention kind adds before it (DeBERTa's position
+        # terms, Longformer's global columns): "matmul(B,N,T,T)#0" is the scores QKᵀ.
+        role = (f"matmul{out_sym[0].replace(' ', '')}" if name in PRODUCT_OPS and out_sym
+                else name)
+        k = call.op_counts.get(role, 0)
+        call.op_counts[role] = k + 1
         text = describe_op(name, in_sym, out_sym, args, self.model.config)
         base = call.step.key
         self.steps.append(Step(
-            key=f"{base}:{name}#{k}", label=f"{call.step.label} · {name}", kind=f"op:{name}",
+            key=f"{base}:{role}#{k}", label=f"{call.step.label} · {name}", kind=f"op:{name}",
             operation=text, inputs=ins, outputs=[("", s) for s in out_shapes], input_symbols=in_sym,
-            output_symbols=out_sym, params=0, depth=call.step.depth + 1, block=call.step.block))
+            output_symbols=out_sym, params=0, depth=call.step.depth + 1, block=call.step.block,
+            trunk=call.step.trunk))
 
 
 def _block(path: str) -> str:
@@ -249,8 +272,10 @@ def _block(path: str) -> str:
 def example_inputs(config: EncoderConfig, batch: int, seq_len: int,
                    seed: int = 0) -> dict[str, torch.Tensor]:
     """A batch for tracing: random ids away from the padding id, the last two tokens of the
-    last row padded, segment ids (0 then 1) when the model has two or more segments, and a
-    condition vector when the model has conditional norms."""
+    last row padded, segment ids (0 then 1) when the model has two or more segments, a
+    condition vector when the model has conditional norms, and (windowed attention) a global
+    attention mask on the first G tokens of every row (`global_token_count`), so the trace
+    shows the global rows and columns beside the band."""
     g = torch.Generator().manual_seed(seed)
     low = config.pad_token_id + 1 if config.pad_token_id + 1 < config.vocab_size else 0
     ids = torch.randint(low, config.vocab_size, (batch, seq_len), generator=g)
@@ -266,7 +291,22 @@ def example_inputs(config: EncoderConfig, batch: int, seq_len: int,
     C = getattr(config, "condition_size", None)
     if C and getattr(config, "conditional_norms", ()):
         inputs["condition"] = torch.randn(batch, C, generator=g)
+    if config.attention_kind == "windowed":
+        glob = torch.zeros(batch, seq_len, dtype=torch.long)
+        glob[:, :global_token_count(config, batch, seq_len)] = 1
+        inputs["global_attention_mask"] = glob
     return inputs
+
+
+def global_token_count(config: EncoderConfig, batch: int, seq_len: int) -> int:
+    """G for a traced batch of a windowed model: the smallest count from 5 up that differs from
+    B, T and every size of the config (so "G" names exactly one size), and leaves at least
+    one local token; 1 when no such count exists (then G is shown as a number)."""
+    taken = {batch, seq_len} | config_sizes(config)
+    for g in range(5, seq_len - 1):
+        if g not in taken:
+            return g
+    return 1
 
 
 def trace_model(model: Model, *, name: str = "model", batch: int | None = None,
@@ -292,6 +332,11 @@ def trace_model(model: Model, *, name: str = "model", batch: int | None = None,
         batch, seq_len = batch or b, seq_len or t
     inputs = inputs if inputs is not None else example_inputs(config, batch, seq_len)
     symbols = symbol_table(config, batch, seq_len)
+    glob = inputs.get("global_attention_mask")
+    if glob is not None:
+        G = int(glob.bool().sum(dim=1).max()) if glob.numel() else 0
+        if G > 1 and G not in symbols.values() and G not in config_sizes(config):
+            symbols["G"] = G
     tracer = _Tracer(model, symbols)
     input_steps = [Step(key=f"inputs.{k}", label=k, kind="input",
                         operation=_INPUT_TEXT.get(k, "input"), inputs=[],
@@ -319,6 +364,7 @@ _INPUT_TEXT = {
     "attention_mask": "1 = real token, 0 = padding",
     "token_type_ids": "segment ids (sentence A = 0, B = 1)",
     "condition": "condition vector c for the Conditional LayerNorms",
+    "global_attention_mask": "1 = global attention (attends to and is attended by all T)",
 }
 
 

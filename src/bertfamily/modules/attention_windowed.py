@@ -18,6 +18,12 @@ keys around it (its own block and the two neighbours) plus the global keys, thro
 `torch.nn.functional.scaled_dot_product_attention` with a band mask. Memory per layer is
 O(B·T·(3W + G)) for the mask and O(B·N·T·Dh) for the blocked keys and values (G = most global
 tokens in a row). Any T works: the last block is padded inside the component and trimmed again.
+
+Attention weights (``output_attentions``) come in the band layout of transformers'
+LongformerSelfAttention, never as a (T, T) matrix: per query the 2W + 1 keys at offsets
+-W..W (scores and probabilities (B, N, T, 2W+1)), the probabilities of every query for the
+global keys (B, N, T, G), and the global rows (B, N, G, T); see `WindowedAttentionOutput`. They
+are computed chunk by chunk of queries, in O(B·N·T·(2W + 1 + G)) memory.
 """
 
 from __future__ import annotations
@@ -27,6 +33,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 from torch.nn import functional as F
+
+import math
 
 from .attention import AttentionContext, AttentionOutput
 
@@ -108,6 +116,30 @@ class GlobalAttentionInputs(nn.Module):
         return {"global_tokens": GlobalTokens(is_global, index.masked_fill(~valid, 0), valid)}
 
 
+@dataclass
+class WindowedAttentionOutput(AttentionOutput):
+    """Output of `WindowedSelfAttention`; the weights are set only when they were asked for.
+
+    Attributes:
+        hidden: (B, T, H).
+        probs: (B, N, T, 2W+1) float, band probabilities: column c is the key at offset c - W
+            from the query (0 where that key is padding, global, or outside the sequence, and
+            on the rows of global and padding queries, whose attention is elsewhere), as the
+            last 2W + 1 columns of transformers' Longformer ``attentions``.
+        scores: (B, N, T, 2W+1) float, band scores q·k/√Dh before masking and softmax (0 where
+            the window runs past either end of the sequence).
+        global_key_probs: (B, N, T, G) float, probabilities of every query for the G global
+            keys of its row (ascending positions; transformers' first G columns), or None
+            without global tokens.
+        global_probs: (B, N, G, T) float, the global rows: each global token's probabilities
+            over all T keys (its own Q_g, K_g), or None without global tokens (transformers'
+            ``global_attentions``, transposed).
+    """
+
+    global_key_probs: torch.Tensor | None = None
+    global_probs: torch.Tensor | None = None
+
+
 class WindowedSelfAttention(nn.Module):
     """Longformer self-attention: sliding window of W = window / 2 per side, plus global tokens.
 
@@ -142,31 +174,89 @@ class WindowedSelfAttention(nn.Module):
         # Queries per scaled_dot_product_attention call (whole blocks of W): bounds the memory
         # of the blocked keys and values; the result does not depend on it.
         self.queries_per_call = 1024
+        # Weights path: (query, key) pairs per chunk of queries (bounds the unfolded K and V).
+        self.pairs_per_chunk = 1 << 15
 
     def extra_repr(self) -> str:
         return f"window={self.window}, num_heads={self.num_heads}"
 
     # ------------------------------------------------------------------------------------------
-    def forward(self, x: torch.Tensor, ctx: AttentionContext) -> AttentionOutput:
-        """x: (B, T, H) float → AttentionOutput with hidden (B, T, H).
+    def forward(self, x: torch.Tensor, ctx: AttentionContext) -> WindowedAttentionOutput:
+        """x: (B, T, H) float → `WindowedAttentionOutput` with hidden (B, T, H), plus the band
+        weights when ``ctx.need_weights`` (slower path, same hidden).
 
         Reads ``ctx.extras["global_tokens"]`` (a `GlobalTokens` or None, from
         `GlobalAttentionInputs`).
-
-        Raises:
-            ValueError: when attention weights are asked for (they would be (T, T)).
         """
-        if ctx.need_weights:
-            raise ValueError("output_attentions is not available for windowed attention: the "
-                             "point of it is never to build the (T, T) attention matrix")
         glob: GlobalTokens | None = ctx.extras.get("global_tokens")
         p = self.dropout if self.training else 0.0
-        y = self._local(x, ctx.mask, glob, p)  # (B, T, H)
+        weights: dict[str, torch.Tensor | None] = {}
+        if ctx.need_weights:
+            y, weights = self._local_with_weights(x, ctx.mask, glob, p)
+        else:
+            y = self._local(x, ctx.mask, glob, p)  # (B, T, H)
         if glob is not None:
-            y = self._global(x, y, ctx, glob, p)
+            y, global_probs = self._global(x, y, ctx, glob, p, ctx.need_weights)
+            if ctx.need_weights:
+                weights["global_probs"] = global_probs
         if not bool(ctx.mask.all()):
             y = y.masked_fill(~ctx.mask[:, :, None], 0.0)  # padding queries give zeros
-        return AttentionOutput(self.out(y))
+        return WindowedAttentionOutput(self.out(y), **weights)
+
+    def _local_with_weights(self, x: torch.Tensor, mask: torch.Tensor,
+                            glob: GlobalTokens | None, p: float):
+        """The band attention of `_local` with explicit scores and probabilities, chunk by
+        chunk of queries (never (T, T)).
+
+        x: (B, T, H); mask: (B, T) bool real tokens → ((B, T, H), {"probs": (B, N, T, 2W+1),
+        "scores": (B, N, T, 2W+1), "global_key_probs": (B, N, T, G) or None}).
+        """
+        B, T, H = x.shape
+        N, Dh, W = self.num_heads, self.head_dim, self.one_sided
+        K = 2 * W + 1  # band width: keys at offsets -W..W
+        q, k, v = self.qkv(x).view(B, T, 3, N, Dh).permute(2, 0, 3, 1, 4).unbind(0)  # (B, N, T, Dh)
+        q = q / math.sqrt(Dh)
+        kp, vp = F.pad(k, (0, 0, W, W)), F.pad(v, (0, 0, W, W))  # (B, N, T + 2W, Dh)
+        key_ok = mask if glob is None else mask & ~glob.is_global  # global keys come once
+        band_ok = F.pad(key_ok, (W, W), value=False).unfold(1, K, 1)  # (B, T, 2W+1)
+        if glob is not None:
+            idx = glob.index[:, None, :, None].expand(B, N, -1, Dh)  # (B, N, G, Dh)
+            gk, gv = k.gather(2, idx), v.gather(2, idx)  # (B, N, G, Dh)
+            g_ok = glob.valid[:, None, None, :]  # (B, 1, 1, G)
+        y = x.new_empty(B, N, T, Dh)
+        probs = x.new_zeros(B, N, T, K)
+        scores = x.new_zeros(B, N, T, K)
+        gprobs = x.new_zeros(B, N, T, glob.index.shape[1]) if glob is not None else None
+        low = torch.finfo(torch.float32).min
+        step = max(1, self.pairs_per_chunk // K)
+        for t0 in range(0, T, step):
+            t1 = min(T, t0 + step)
+            qc = q[:, :, t0:t1]  # (B, N, m, Dh)
+            kc = kp[:, :, t0:t1 + 2 * W].unfold(2, K, 1)  # (B, N, m, Dh, 2W+1) view
+            vc = vp[:, :, t0:t1 + 2 * W].unfold(2, K, 1)
+            s = torch.einsum("bnqd,bnqdk->bnqk", qc, kc)  # (B, N, m, 2W+1) band scores
+            scores[:, :, t0:t1] = s
+            s = s.float().masked_fill(~band_ok[:, None, t0:t1], low)
+            if glob is not None:
+                sg = torch.einsum("bnqd,bngd->bnqg", qc, gk)  # (B, N, m, G)
+                s = torch.cat([sg.float().masked_fill(~g_ok, low), s], dim=-1)
+            pc = torch.softmax(s, dim=-1).to(x.dtype)  # (B, N, m, G + 2W+1)
+            pd = F.dropout(pc, p, self.training)
+            G = pc.shape[-1] - K
+            yc = torch.einsum("bnqk,bnqdk->bnqd", pd[..., G:], vc)  # (B, N, m, Dh)
+            if glob is not None:
+                yc = yc + pd[..., :G] @ gv
+                gprobs[:, :, t0:t1] = pc[..., :G]
+            y[:, :, t0:t1] = yc
+            probs[:, :, t0:t1] = pc[..., G:]
+        # Rows of padding and global queries: their attention is elsewhere (transformers zeroes
+        # them too); masked columns are exactly 0 already.
+        away = ~mask if glob is None else ~mask | glob.is_global  # (B, T)
+        probs = probs.masked_fill(away[:, None, :, None], 0.0)
+        if gprobs is not None:
+            gprobs = gprobs.masked_fill(away[:, None, :, None], 0.0)
+        y = y.transpose(1, 2).reshape(B, T, H)
+        return y, {"probs": probs, "scores": scores, "global_key_probs": gprobs}
 
     def _local(self, x: torch.Tensor, mask: torch.Tensor, glob: GlobalTokens | None,
                p: float) -> torch.Tensor:
@@ -222,17 +312,30 @@ class WindowedSelfAttention(nn.Module):
         return y[:, :T].reshape(B, T, H)
 
     def _global(self, x: torch.Tensor, y: torch.Tensor, ctx: AttentionContext,
-                glob: GlobalTokens, p: float) -> torch.Tensor:
+                glob: GlobalTokens, p: float, need_weights: bool = False):
         """Replace the rows of global tokens in y (B, T, H) by their global attention:
-        softmax(Q_g(x_g) K_g(x)ᵀ / √Dh + padding mask) V_g(x)."""
+        softmax(Q_g(x_g) K_g(x)ᵀ / √Dh + padding mask) V_g(x).
+
+        Returns:
+            (y (B, T, H), the global rows' probabilities (B, N, G, T) when ``need_weights``
+            (0 on padding keys and on the slots of rows with fewer than G global tokens),
+            else None).
+        """
         B, T, H = x.shape
         N, Dh, G = self.num_heads, self.head_dim, glob.index.shape[1]
         xg = x.gather(1, glob.index[:, :, None].expand(B, G, H))  # (B, G, H)
         qg = self.query_global(xg).view(B, G, N, Dh).transpose(1, 2)  # (B, N, G, Dh)
         kg, vg = self.kv_global(x).view(B, T, 2, N, Dh).permute(2, 0, 3, 1, 4).unbind(0)
-        out = F.scaled_dot_product_attention(qg, kg, vg, attn_mask=ctx.bias.to(qg.dtype),
-                                             dropout_p=p)  # (B, N, G, Dh)
+        probs = None
+        if need_weights:
+            s = (qg @ kg.transpose(-1, -2)).float() / math.sqrt(Dh)  # (B, N, G, T)
+            probs = torch.softmax(s + ctx.bias.float(), dim=-1).to(x.dtype)
+            probs = probs.masked_fill(~glob.valid[:, None, :, None], 0.0)
+            out = F.dropout(probs, p, self.training) @ vg  # (B, N, G, Dh)
+        else:
+            out = F.scaled_dot_product_attention(qg, kg, vg, attn_mask=ctx.bias.to(qg.dtype),
+                                                 dropout_p=p)  # (B, N, G, Dh)
         out = out.transpose(1, 2).reshape(B, G, H)
         y = y.clone()
         y[glob.is_global] = out[glob.valid]  # both in (row, ascending position) order
-        return y
+        return y, probs
