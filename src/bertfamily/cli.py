@@ -166,3 +166,8 @@ def search(query: list[str] = typer.Argument(..., help="One or more queries."),
 
 if __name__ == "__main__":
     app()
+
+# --- issue-pretrain: tokenizer train, pretrain, fill-mask ---
+from .cli_pretrain import register as _register_pretrain  # noqa: E402
+
+_register_pretrain(app)
