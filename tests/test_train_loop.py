@@ -20,6 +20,15 @@ from bertfamily.train.distributed import DistInfo, shard_range
 V, T = 99, 8
 
 
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Tiny models on a shared CPU: one intra-op thread avoids oversubscription stalls."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 def tiny_model(dropout: float = 0.1):
     torch.manual_seed(0)
     cfg = EncoderConfig.from_preset("tiny-bert", hidden_dropout_prob=dropout, use_pooler=False,

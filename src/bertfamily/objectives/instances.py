@@ -13,7 +13,7 @@ word-start flags. An `Instance` holds one example before masking: ``[CLS] A [SEP
   length limit, crossing document boundaries with an extra separator, no pair label.
 
 Pairs that are too long are truncated longest-first (one token from the longer of A and B at a
-time, from the end) until they fit.
+time; A loses its beginning and B its end, so the A|B boundary stays as built) until they fit.
 """
 
 from __future__ import annotations
@@ -59,8 +59,9 @@ class Instance:
 
 def truncate_longest_first(a: list[Segment], b: list[Segment], max_tokens: int
                            ) -> tuple[Segment, Segment]:
-    """Concatenate each side and drop tokens from the end of the longer side until
-    ``len(A) + len(B) <= max_tokens``."""
+    """Concatenate each side and drop one token at a time from the longer side until
+    ``len(A) + len(B) <= max_tokens``: from the front of A and the end of B, so that the
+    A|B boundary the pair objectives judge stays intact."""
     A, B = _cat(a), _cat(b)
     la, lb = len(A.ids), len(B.ids)
     while la + lb > max_tokens:
@@ -68,7 +69,8 @@ def truncate_longest_first(a: list[Segment], b: list[Segment], max_tokens: int
             la -= 1
         else:
             lb -= 1
-    return Segment(A.ids[:la], A.starts[:la]), Segment(B.ids[:lb], B.starts[:lb])
+    cut = len(A.ids) - la
+    return Segment(A.ids[cut:], A.starts[cut:]), Segment(B.ids[:lb], B.starts[:lb])
 
 
 def _cat(segments: Sequence[Segment]) -> Segment:

@@ -155,14 +155,23 @@ class MLMCollator:
         pair = [inst.pair_label for inst, _, _ in rows]
         if all(p >= 0 for p in pair):
             batch["pair_labels"] = np.asarray(pair, np.int64)
+        batch = {k: torch.from_numpy(v) for k, v in batch.items()}
         if self.sbo:
-            left, right, rel = (np.zeros((B, T), np.int64) for _ in range(3))
-            for b in range(B):
-                for s, e in _spans_of(labels[b] != IGNORE_INDEX):
-                    left[b, s:e], right[b, s:e] = s - 1, e
-                    rel[b, s:e] = np.arange(e - s)
-            batch.update(sbo_left=left, sbo_right=right, sbo_rel=rel)
-        return {k: torch.from_numpy(v) for k, v in batch.items()}
+            batch.update(self._sbo_fields(labels))
+        return batch
+
+    @staticmethod
+    def _sbo_fields(labels: np.ndarray) -> dict[str, torch.Tensor]:
+        """SBO targets from (B, T) labels: for each predicted token of a maximal run s..e-1,
+        the left boundary s-1, the right boundary e and its offset i - s."""
+        B, T = labels.shape
+        left, right, rel = (np.zeros((B, T), np.int64) for _ in range(3))
+        for b in range(B):
+            for s, e in _spans_of(labels[b] != IGNORE_INDEX):
+                left[b, s:e], right[b, s:e] = s - 1, e
+                rel[b, s:e] = np.arange(e - s)
+        return {"sbo_left": torch.from_numpy(left), "sbo_right": torch.from_numpy(right),
+                "sbo_rel": torch.from_numpy(rel)}
 
 
 class PretrainingModel(nn.Module):
@@ -236,7 +245,8 @@ def unigram_log_probs(instances: Sequence[Instance], vocab_size: int,
     for inst in instances:
         np.add.at(counts, inst.input_ids[~inst.special], 1)
     counts[list(special_ids)] = 0
-    return torch.from_numpy(np.log(counts / counts.sum()))
+    with np.errstate(divide="ignore"):
+        return torch.from_numpy(np.log(counts / counts.sum()))
 
 
 @torch.no_grad()
