@@ -13,6 +13,7 @@ Sentence splitting uses pysbd (rule-based, pure Python, no data download).
 from __future__ import annotations
 
 import bz2
+import contextlib
 import json
 import logging
 import re
@@ -28,6 +29,9 @@ __all__ = ["read_documents", "split_sentences", "write_documents", "parse_rdata_
 logger = logging.getLogger(__name__)
 
 Document = list[str]  # sentences (or lines) of one document
+
+_DROP_LINK_NAMESPACES = {"file", "image", "category"}
+_DROP_TAGS = {"ref", "gallery", "math", "timeline", "score", "imagemap", "syntaxhighlight"}
 
 
 @lru_cache(maxsize=4)
@@ -162,9 +166,11 @@ def austen_documents(lines: list[str]) -> list[Document]:
     """A novel's lines → documents (one per chapter), each a list of sentences (pysbd).
 
     Lines are hard-wrapped prose; paragraphs are separated by empty lines and chapters start
-    with a line like "CHAPTER 1" / "Chapter 1"."""
+    with a line like "CHAPTER 1" / "Chapter 1". Front matter before the first chapter (title,
+    author, "VOLUME I") is dropped."""
     chapter = re.compile(r"^\s*(chapter|CHAPTER)\s+[\dIVXLC]+", re.IGNORECASE)
     docs, paragraphs, para = [], [], []
+    seen_chapter = False
 
     def flush_para():
         if para:
@@ -174,9 +180,10 @@ def austen_documents(lines: list[str]) -> list[Document]:
     for line in lines:
         if chapter.match(line):
             flush_para()
-            if paragraphs:
+            if paragraphs and seen_chapter:  # text before the first chapter: front matter
                 docs.append(paragraphs[:])
-                paragraphs.clear()
+            paragraphs.clear()
+            seen_chapter = True
         elif not line.strip():
             flush_para()
         else:
@@ -193,8 +200,9 @@ def austen_documents(lines: list[str]) -> list[Document]:
 def wiki_xml_to_documents(path: Path) -> Iterator[tuple[str, Document]]:
     """(title, sentences) for each article of a MediaWiki XML dump (``.xml`` or ``.bz2``).
 
-    Markup is stripped with mwparserfromhell (``strip_code``: templates, tables, references and
-    file links dropped, link text kept); redirects and non-article namespaces are skipped."""
+    Markup is stripped with mwparserfromhell: ``<ref>``, ``<gallery>``, ``<math>`` and similar
+    tags are removed with their content, then ``strip_code`` drops templates, tables and file
+    links and keeps link text; redirects and non-article namespaces are skipped."""
     import xml.etree.ElementTree as ET
 
     import mwparserfromhell
@@ -212,7 +220,17 @@ def wiki_xml_to_documents(path: Path) -> Iterator[tuple[str, Document]]:
                 text = elem.text or ""
             elif tag == "page":
                 if ns == "0" and text and not text.lstrip().lower().startswith("#redirect"):
-                    plain = mwparserfromhell.parse(text).strip_code(normalize=True, collapse=True)
+                    code = mwparserfromhell.parse(text)
+                    for tag in code.filter_tags(
+                            matches=lambda n: str(n.tag).strip().lower() in _DROP_TAGS):
+                        with contextlib.suppress(ValueError):  # already gone with a parent
+                            code.remove(tag)
+                    for link in code.filter_wikilinks(
+                            matches=lambda n: str(n.title).split(":")[0].strip().lower()
+                            in _DROP_LINK_NAMESPACES):
+                        with contextlib.suppress(ValueError):
+                            code.remove(link)
+                    plain = code.strip_code(normalize=True, collapse=True)
                     sentences = []
                     for para in plain.split("\n"):
                         para = re.sub(r"\s+", " ", para).strip()
