@@ -90,3 +90,29 @@ def test_continued_pretraining_from_minilm_adds_fresh_head(minilm_dir):
     assert model.mlm_head.decoder_weight is model.encoder.embeddings.token.weight
     with pytest.raises(ValueError, match="no masked-LM head"):
         FillMask(minilm_dir)
+
+
+def test_cli_tokenizer_train_pretrain_and_resume(trained, tmp_path):
+    import json
+
+    root, _ = trained
+    runner = CliRunner()
+    res = runner.invoke(app, ["tokenizer", "train", str(root / "toy.txt"), "-o",
+                              str(tmp_path / "tok"), "--vocab-size", "120",
+                              "--min-frequency", "1"])
+    assert res.exit_code == 0, res.output
+    args = ["pretrain", str(root / "toy.txt"), "-o", str(tmp_path / "run"), "--tokenizer",
+            str(tmp_path / "tok"), "--preset", "tiny-bert", "--objectives", "mlm,nsp",
+            "--masking", "span", "--max-length", "32", "--batch-size", "4", "--log-every", "1",
+            "--eval-every", "0", "--save-every", "2", "--no-progress", "--device", "cpu"]
+    res = runner.invoke(app, args + ["--max-steps", "3"])
+    assert res.exit_code == 0, res.output
+    res = runner.invoke(app, args + ["--max-steps", "5", "--resume"])
+    assert res.exit_code == 0, res.output
+    rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    steps = [r["step"] for r in rows if r["split"] == "train"]
+    assert steps == [1, 2, 3, 4, 5]  # the second run continued at step 4
+    assert all("pair_loss" in r for r in rows if r["split"] == "train")
+    res = runner.invoke(app, ["pretrain", str(root / "toy.txt"), "-o", str(tmp_path / "bad"),
+                              "--tokenizer", str(tmp_path / "tok"), "--objectives", "nsp,sop"])
+    assert res.exit_code == 2 and "objectives" in res.output
