@@ -121,3 +121,40 @@ is long enough to be kept if it were an article page.</text></revision></page></
     assert "Cats were domesticated" in text
     for junk in ("{{", "[[", "cite", "Infobox", "'''", "thumb", "=="):
         assert junk not in text
+
+
+def test_entity_spans_flow_from_jsonl_to_instances(tmp_path):
+    import numpy as np
+
+    from bertfamily.objectives.instances import SpecialIds
+    from bertfamily.objectives.masking import MaskingConfig
+    from bertfamily.objectives.pretraining import (MLMCollator, build_instances,
+                                                   tokenize_documents)
+    from bertfamily.train.tokenizer import train_tokenizer
+
+    text = "Elizabeth Bennet lives at Longbourn House. Mr. Darcy owns Pemberley."
+    ents = [[0, 16], [26, 41], [43, 52]]  # "Elizabeth Bennet", "Longbourn House", "Mr. Darcy"
+    jl = tmp_path / "c.jsonl"
+    jl.write_text("".join(json.dumps({"text": text, "entities": ents}) + "\n" for _ in range(3)))
+    docs = read_documents(jl, split=True)
+    assert docs[0] == ["Elizabeth Bennet lives at Longbourn House.", "Mr. Darcy owns Pemberley."]
+    assert docs[0][0].entities == ((0, 16), (26, 41)) and docs[0][1].entities == ((0, 9),)
+    tok = train_tokenizer([text] * 5, "wordpiece", 200, min_frequency=1)
+    segs = tokenize_documents(docs, tok)
+    assert tok.backend.decode(segs[0][0].ids[slice(*segs[0][0].entities[0])].tolist()) == (
+        "elizabeth bennet")
+    inst = build_instances(segs, "nsp", 40, SpecialIds(tok.cls_token_id, tok.sep_token_id))
+    collate = MLMCollator(MaskingConfig(strategy="entity", mlm_probability=0.5),
+                          vocab_size=tok.vocab_size, mask_token_id=tok.mask_token_id,
+                          pad_token_id=0, special_ids=tok.all_special_ids)
+    whole = 0
+    for seed in range(30):
+        b = collate(inst, np.random.default_rng(seed))
+        for r, i in enumerate(inst):
+            chosen = (b["labels"][r] != -100).numpy()
+            for s, e in i.entities:
+                assert tok.decode(i.input_ids[s:e].tolist()) in (
+                    "elizabeth bennet", "longbourn house", "mr. darcy")
+                assert chosen[s:e].all() or not chosen[s:e].any()
+                whole += chosen[s:e].all()
+    assert whole > 10

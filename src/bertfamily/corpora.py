@@ -4,7 +4,8 @@
 Corpus formats accepted by `read_documents`:
 
 - plain text (``.txt``): one sentence (or paragraph) per line, a blank line between documents;
-- JSONL (``.jsonl``): one document per line, text in a field (default ``"text"``);
+- JSONL (``.jsonl``): one document per line, text in a field (default ``"text"``), optionally
+  ``"entities"``: [[start, end], ...] character spans of phrases/entities (ERNIE-style masking);
 - a directory written by ``datasets.Dataset.save_to_disk`` (needs the ``datasets`` package).
 
 Sentence splitting uses pysbd (rule-based, pure Python, no data download).
@@ -23,7 +24,7 @@ from collections.abc import Iterable, Iterator
 from functools import lru_cache
 from pathlib import Path
 
-__all__ = ["read_documents", "split_sentences", "write_documents", "parse_rdata_strings",
+__all__ = ["Sentence", "read_documents", "split_sentences", "write_documents", "parse_rdata_strings",
            "austen_from_rdb", "wiki_xml_to_documents"]
 
 logger = logging.getLogger(__name__)
@@ -32,6 +33,34 @@ Document = list[str]  # sentences (or lines) of one document
 
 _DROP_LINK_NAMESPACES = {"file", "image", "category"}
 _DROP_TAGS = {"ref", "gallery", "math", "timeline", "score", "imagemap", "syntaxhighlight"}
+
+
+class Sentence(str):
+    """A line of text with phrase/entity spans supplied by the corpus: ``entities`` holds
+    (start, end) character offsets into the string (end exclusive), masked as units by the
+    "entity" masking strategy (ERNIE, Sun et al. 2019 §3.2)."""
+
+    entities: tuple[tuple[int, int], ...] = ()
+
+    def __new__(cls, text: str, entities=()):
+        obj = super().__new__(cls, text)
+        obj.entities = tuple((int(s), int(e)) for s, e in entities)
+        return obj
+
+
+def _annotated_pieces(text: str, pieces: list[str], entities) -> list[str]:
+    """Locate each piece in ``text`` (in order) and give it the entities inside it."""
+    out, cursor = [], 0
+    for piece in pieces:
+        start = text.find(piece, cursor)
+        if start < 0:
+            out.append(piece)
+            continue
+        end = start + len(piece)
+        cursor = end
+        out.append(Sentence(piece, [(s - start, e - start) for s, e in entities
+                                    if start <= s and e <= end]))
+    return out
 
 
 @lru_cache(maxsize=4)
@@ -71,7 +100,13 @@ def read_documents(path: str | Path, *, text_field: str = "text", split: bool = 
             record = json.loads(line)
             if text_field not in record:
                 raise ValueError(f"{path}:{n} has no field {text_field!r}")
-            docs.append([x.strip() for x in str(record[text_field]).splitlines() if x.strip()])
+            text = str(record[text_field])
+            pieces = [x.strip() for x in text.splitlines() if x.strip()]
+            if split:
+                pieces = [p for line in pieces for p in split_sentences(line, language)]
+            if record.get("entities"):
+                pieces = _annotated_pieces(text, pieces, record["entities"])
+            docs.append(pieces)
     elif path.is_file():
         docs, current = [], []
         for line in path.read_text(encoding="utf-8").splitlines():
@@ -84,7 +119,7 @@ def read_documents(path: str | Path, *, text_field: str = "text", split: bool = 
             docs.append(current)
     else:
         raise ValueError(f"corpus {path} does not exist")
-    if split:
+    if split and path.suffix != ".jsonl":
         docs = [[s for line in doc for s in split_sentences(line, language)] for doc in docs]
     docs = [d for d in docs if d]
     if not docs:

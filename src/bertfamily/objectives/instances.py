@@ -29,10 +29,17 @@ __all__ = ["Segment", "Instance", "SpecialIds", "nsp_instances", "sop_instances"
 
 @dataclass
 class Segment:
-    """ids (n,) int32 token ids; starts (n,) bool word-start flags."""
+    """ids (n,) int32 token ids; starts (n,) bool word-start flags; entities: (start, end)
+    token ranges (end exclusive) of phrases/entities supplied with the corpus."""
 
     ids: np.ndarray
     starts: np.ndarray
+    entities: list[tuple[int, int]] = field(default_factory=list)
+
+    def slice(self, lo: int, hi: int) -> "Segment":
+        """Tokens lo..hi-1, keeping the entities that lie wholly inside."""
+        return Segment(self.ids[lo:hi], self.starts[lo:hi],
+                       [(s - lo, e - lo) for s, e in self.entities if lo <= s and e <= hi])
 
 
 @dataclass(frozen=True)
@@ -69,15 +76,18 @@ def truncate_longest_first(a: list[Segment], b: list[Segment], max_tokens: int
             la -= 1
         else:
             lb -= 1
-    cut = len(A.ids) - la
-    return Segment(A.ids[cut:], A.starts[cut:]), Segment(B.ids[:lb], B.starts[:lb])
+    return A.slice(len(A.ids) - la, len(A.ids)), B.slice(0, lb)
 
 
 def _cat(segments: Sequence[Segment]) -> Segment:
     if not segments:
         return Segment(np.zeros(0, np.int32), np.zeros(0, bool))
+    entities, offset = [], 0
+    for seg in segments:
+        entities += [(s + offset, e + offset) for s, e in seg.entities]
+        offset += len(seg.ids)
     return Segment(np.concatenate([s.ids for s in segments]),
-                   np.concatenate([s.starts for s in segments]))
+                   np.concatenate([s.starts for s in segments]), entities)
 
 
 def _assemble(a: Segment, b: Segment | None, sp: SpecialIds, label: int = -1) -> Instance:
@@ -90,8 +100,11 @@ def _assemble(a: Segment, b: Segment | None, sp: SpecialIds, label: int = -1) ->
         types += [1] * (len(b.ids) + 1)
         special += [False] * len(b.ids) + [True]
         starts += list(b.starts) + [True]
+    entities = [(s + 1, e + 1) for s, e in a.entities]  # after [CLS]
+    if b is not None:
+        entities += [(s + len(a.ids) + 2, e + len(a.ids) + 2) for s, e in b.entities]
     return Instance(np.concatenate(parts_ids).astype(np.int64), np.asarray(types, np.int64),
-                    np.asarray(special, bool), np.asarray(starts, bool), label)
+                    np.asarray(special, bool), np.asarray(starts, bool), label, entities)
 
 
 def _chunks(doc: list[Segment], max_tokens: int, short_seq_prob: float,
@@ -167,7 +180,7 @@ def packed_instances(docs: list[list[Segment]], max_length: int, special: Specia
     length = 0
     for d, doc in enumerate(docs):
         for seg in doc:
-            seg = Segment(seg.ids[:budget], seg.starts[:budget])
+            seg = seg.slice(0, budget)
             if length + len(seg.ids) > budget and current:
                 out.append(_assemble(_cat(current), None, special))
                 current, length = [], 0

@@ -36,7 +36,8 @@ def tokenize_documents(docs: Sequence[Sequence[str]], tokenizer, *,
                        chinese_words: bool = False) -> list[list[Segment]]:
     """Tokenise each sentence without special tokens; word starts from the token strings
     (WordPiece ``##``, BPE ``Ġ``, Unigram ``▁``) or, with ``chinese_words``, from jieba words
-    over the character offsets."""
+    over the character offsets. Sentences that carry ``.entities`` (character spans, see
+    `bertfamily.corpora.Sentence`) get them as token ranges for entity masking."""
     from .masking import chinese_word_ids
 
     backend, scheme = tokenizer.backend, tokenizer.scheme
@@ -55,10 +56,22 @@ def tokenize_documents(docs: Sequence[Sequence[str]], tokenizer, *,
                 starts = np.concatenate([[True], wid[1:] != wid[:-1]])
             else:
                 starts = word_starts(enc.tokens, scheme)
-            doc.append(Segment(np.asarray(enc.ids, np.int32), starts))
+            doc.append(Segment(np.asarray(enc.ids, np.int32), starts,
+                               _token_spans(getattr(text, "entities", ()), enc.offsets)))
         if doc:
             segments.append(doc)
     return segments
+
+
+def _token_spans(char_spans, offsets) -> list[tuple[int, int]]:
+    """Character spans → token ranges (end exclusive): the tokens whose characters lie inside
+    the span; spans covering no token are dropped."""
+    out = []
+    for cs, ce in char_spans:
+        inside = [i for i, (s, e) in enumerate(offsets) if e > s and s >= cs and e <= ce]
+        if inside:
+            out.append((inside[0], inside[-1] + 1))
+    return out
 
 
 def build_instances(docs: list[list[Segment]], kind: str, max_length: int, special: SpecialIds,
