@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -244,7 +245,7 @@ def mask_tokens(input_ids: np.ndarray, special: np.ndarray, config: MaskingConfi
     per_span = config.replace_per_span if config.replace_per_span is not None else (
         config.strategy == "span")
     groups = spans if per_span else [(i, i + 1) for i in np.flatnonzero(chosen)]
-    allowed = np.setdiff1d(np.arange(vocab_size), np.asarray(list(special_ids), dtype=np.int64))
+    allowed = _replacement_ids(vocab_size, tuple(special_ids))
     for s, e in groups:
         u = rng.random()
         if u < config.mask_prob:
@@ -252,6 +253,12 @@ def mask_tokens(input_ids: np.ndarray, special: np.ndarray, config: MaskingConfi
         elif u < config.mask_prob + config.random_prob:
             out[s:e] = rng.choice(allowed, size=e - s)
     return MaskResult(out, labels, sorted(spans), lengths)
+
+
+@lru_cache(maxsize=8)
+def _replacement_ids(vocab_size: int, special_ids: tuple[int, ...]) -> np.ndarray:
+    """Ids a random replacement may take: every id but the special ones."""
+    return np.setdiff1d(np.arange(vocab_size), np.asarray(special_ids, dtype=np.int64))
 
 
 def _grow_spans(units, budget, config, rng, chosen):
