@@ -116,3 +116,21 @@ def test_cli_tokenizer_train_pretrain_and_resume(trained, tmp_path):
     res = runner.invoke(app, ["pretrain", str(root / "toy.txt"), "-o", str(tmp_path / "bad"),
                               "--tokenizer", str(tmp_path / "tok"), "--objectives", "nsp,sop"])
     assert res.exit_code == 2 and "objectives" in res.output
+
+
+def test_spanbert_recipe_span_masking_and_sbo(trained, tmp_path):
+    import json
+
+    root, _ = trained
+    cfg = PretrainConfig(corpus=[root / "toy.txt"], tokenizer=root / "tok",
+                         preset="spanbert-base", max_length=32, eval_documents=4,
+                         eval_batches=1,
+                         overrides=dict(hidden_size=32, num_hidden_layers=1,
+                                        num_attention_heads=2, intermediate_size=37))
+    tc = TrainConfig(output_dir=tmp_path, max_steps=3, batch_size=4, log_every=1,
+                     progress=False, device="cpu")
+    summary = pretrain(cfg, tc)
+    assert summary["objectives"] == ["mlm", "sbo"]
+    rows = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert all("sbo_loss" in r and "pair_loss" not in r for r in rows if r["split"] == "train")
+    assert (tmp_path / "model" / "sbo_head.safetensors").is_file()

@@ -42,7 +42,8 @@ def pretrain(
                                                 "directory or resource (fresh heads if absent)."),
         objectives: Optional[str] = typer.Option(None, help="e.g. mlm,nsp | mlm,sop | mlm | "
                                                  "mlm,sbo (default: the preset's)."),
-        masking: str = typer.Option("token", help="token | whole_word | ngram | entity | span"),
+        masking: Optional[str] = typer.Option(None, help="token | whole_word | ngram | entity | "
+                                              "span (default: the preset's, else token)"),
         mlm_probability: float = typer.Option(0.15),
         max_predictions: Optional[int] = typer.Option(None, help="Cap per sequence."),
         static_copies: int = typer.Option(0, help="0: dynamic masking; k: k static maskings."),
@@ -86,8 +87,9 @@ def pretrain(
             corpus=corpus, tokenizer=tokenizer, preset=preset, overrides=overrides,
             init_from=resolve_model(init_from) if init_from else None,
             objectives=objectives.split(",") if objectives else None,
-            masking=MaskingConfig(strategy=masking, mlm_probability=mlm_probability,
-                                  max_predictions=max_predictions),
+            masking=MaskingConfig(strategy=masking or "token", mlm_probability=mlm_probability,
+                                  max_predictions=max_predictions)
+            if masking or mlm_probability != 0.15 or max_predictions else None,
             static_copies=static_copies, max_length=max_length,
             split_sentences=split_sentences, chinese_words=chinese_words)
         tc = TrainConfig(output_dir=output, max_steps=max_steps, max_time_s=max_time,

@@ -1,8 +1,9 @@
 """`pretrain`: corpus + tokenizer + preset (or an existing checkpoint) → a pretrained model.
 
-Objectives default to the preset's (SPEC §1): MLM plus the config's ``pair_head`` ("nsp" for
+Objectives default to the preset's (SPEC §1): `RECIPES` where the config does not imply them
+(SpanBERT: MLM + SBO with span masking), else MLM plus the config's ``pair_head`` ("nsp" for
 BERT, "sop" for ALBERT, none for RoBERTa-style presets, which then get full-sentence packing);
-``objectives`` overrides them, e.g. ``("mlm", "sbo")`` with span masking for SpanBERT.
+``objectives`` and ``masking`` override them.
 
 Continued pretraining: ``init_from`` loads an existing Hugging Face directory (e.g. the real
 all-MiniLM-L6-v2, which ships without an MLM head); heads the checkpoint lacks are freshly
@@ -30,9 +31,20 @@ from .data import IndexedBatches
 from .distributed import init_distributed
 from .loop import TrainConfig, Trainer
 
-__all__ = ["PretrainConfig", "pretrain", "load_for_continued_pretraining"]
+__all__ = ["RECIPES", "PretrainConfig", "pretrain", "load_for_continued_pretraining"]
 
 logger = logging.getLogger(__name__)
+
+
+# Pretraining recipes of the presets whose objectives are not implied by their config (SPEC §1):
+# data, like PRESETS; used for a model from scratch when objectives / masking are not given.
+RECIPES: dict[str, dict[str, Any]] = {
+    # SpanBERT (Joshi et al. 2020 §3): span masking + span boundary objective, no NSP.
+    "spanbert-base": {"objectives": ("mlm", "sbo"), "masking": "span"},
+    # RoBERTa (Liu et al. 2019 §4.1-4.2): dynamic masking, full-sentence packing, no NSP —
+    # what pair_head=None already gives; listed for completeness.
+    "roberta-base": {"objectives": ("mlm",), "masking": "token"},
+}
 
 
 @dataclass
@@ -44,8 +56,10 @@ class PretrainConfig:
         tokenizer: a tokenizer directory (None: the one in ``init_from``).
         preset: preset name for a model from scratch; overrides: EncoderConfig field values.
         init_from: an existing model directory to continue pretraining.
-        objectives: subset of ("mlm", "nsp", "sop", "sbo"); None = the preset's default.
-        masking: `MaskingConfig` (strategy, rate, 80/10/10, cap).
+        objectives: subset of ("mlm", "nsp", "sop", "sbo"); None = the preset's recipe
+            (`RECIPES`), else MLM + the config's ``pair_head``.
+        masking: `MaskingConfig` (strategy, rate, 80/10/10, cap); None = the recipe's
+            strategy, else "token".
         static_copies: 0 = dynamic masking; k > 0 = k fixed maskings per instance.
         max_length: tokens per instance, specials included.
         short_seq_prob: probability of a shorter target length (NSP/SOP instances).
@@ -62,7 +76,7 @@ class PretrainConfig:
     overrides: dict[str, Any] = field(default_factory=dict)
     init_from: str | Path | None = None
     objectives: Sequence[str] | None = None
-    masking: MaskingConfig = field(default_factory=MaskingConfig)
+    masking: MaskingConfig | None = None
     static_copies: int = 0
     max_length: int = 128
     short_seq_prob: float = 0.1
@@ -144,6 +158,11 @@ def pretrain(cfg: PretrainConfig, train: TrainConfig) -> dict[str, Any]:
         config = model.config
     else:
         config = EncoderConfig.from_preset(cfg.preset, **cfg.overrides)
+        recipe = RECIPES.get(cfg.preset, {})
+        if cfg.objectives is None and "objectives" in recipe:
+            cfg = dataclasses.replace(cfg, objectives=recipe["objectives"])
+        if cfg.masking is None and "masking" in recipe:
+            cfg = dataclasses.replace(cfg, masking=MaskingConfig(strategy=recipe["masking"]))
         objectives = _objectives(cfg, config)
         pair = next((o for o in objectives if o in ("nsp", "sop")), None)
         config = config.replace(vocab_size=tok.vocab_size, pad_token_id=tok.pad_token_id,
@@ -151,6 +170,8 @@ def pretrain(cfg: PretrainConfig, train: TrainConfig) -> dict[str, Any]:
                                 max_position_embeddings=max(config.max_position_embeddings,
                                                             cfg.max_length + config.position_offset))
         model = build_model(config, heads=["mlm"] + (["pair"] if pair else []))
+    if cfg.masking is None:
+        cfg = dataclasses.replace(cfg, masking=MaskingConfig())
     if config.vocab_size < tok.vocab_size:
         raise ValueError(f"tokenizer has {tok.vocab_size} tokens, the model only "
                          f"{config.vocab_size}")
