@@ -147,7 +147,8 @@ def _ddp_worker(rank, world, port, out_dir, data):
     torch.set_num_threads(1)
     model = tiny_model(dropout=0.0)
     src = IndexedBatches(data, 2, seed=5, rank=rank, world_size=world)
-    c = TrainConfig(output_dir=out_dir, max_steps=4, grad_accum_steps=2, learning_rate=1e-3,
+    c = TrainConfig(output_dir=out_dir, max_steps=4, max_time_s=3600, grad_accum_steps=2,
+                    learning_rate=1e-3,
                     log_every=1, progress=False, device="cpu")
     Trainer(model, loss_fn, src, c, dist=DistInfo(rank, world, rank)).train()
     torch.distributed.destroy_process_group()
