@@ -51,6 +51,8 @@ def pretrain(
         layers: Optional[int] = typer.Option(None, help="Override num_hidden_layers."),
         hidden: Optional[int] = typer.Option(None, help="Override hidden_size (FFN = 4H)."),
         heads: Optional[int] = typer.Option(None, help="Override num_attention_heads."),
+        dropout: Optional[float] = typer.Option(None, help="Override hidden and attention "
+                                                "dropout."),
         batch_size: int = typer.Option(32, min=1, help="Per process."),
         grad_accum: int = typer.Option(1, min=1),
         max_steps: int = typer.Option(10000, min=1),
@@ -83,6 +85,8 @@ def pretrain(
             overrides.update(hidden_size=hidden, intermediate_size=4 * hidden)
         if heads:
             overrides["num_attention_heads"] = heads
+        if dropout is not None:
+            overrides.update(hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout)
         cfg = PretrainConfig(
             corpus=corpus, tokenizer=tokenizer, preset=preset, overrides=overrides,
             init_from=resolve_model(init_from) if init_from else None,
