@@ -38,8 +38,8 @@ def trained(tmp_path_factory):
     train_tokenizer(corpus, "wordpiece", 120, min_frequency=1, output_dir=root / "tok")
     cfg = PretrainConfig(corpus=[corpus], tokenizer=root / "tok", preset="tiny-bert", overrides=dict(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0),
                          objectives=["mlm"], max_length=32, eval_documents=4, eval_batches=2,
-                         masking=MaskingConfig(strategy="whole_word"))
-    tc = TrainConfig(output_dir=root / "run", max_steps=500, batch_size=16, learning_rate=3e-3,
+                         masking=MaskingConfig(strategy="token", mlm_probability=0.3))
+    tc = TrainConfig(output_dir=root / "run", max_steps=600, batch_size=16, learning_rate=1e-2,
                      warmup_steps=10, log_every=50, eval_every=0, progress=False, device="cpu")
     summary = pretrain(cfg, tc)
     return root, summary
@@ -47,7 +47,7 @@ def trained(tmp_path_factory):
 
 def test_pretraining_learns_and_fill_mask_predicts(trained):
     root, summary = trained
-    assert summary["stopped"] == "max_steps" and summary["step"] == 500
+    assert summary["stopped"] == "max_steps" and summary["step"] == 600
     ev = summary["eval"]
     assert ev["eval_accuracy"] > ev["eval_baseline_accuracy"] + 0.3
     assert ev["eval_perplexity"] < ev["eval_baseline_perplexity"] / 2

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
 from ..objectives.instances import SpecialIds
 from ..objectives.masking import MaskingConfig
@@ -147,6 +148,7 @@ def pretrain(cfg: PretrainConfig, train: TrainConfig) -> dict[str, Any]:
         raise ValueError(f"tokenizer {tok_dir} has no mask or pad token")
 
     fresh: list[str] = []
+    torch.manual_seed(train.seed)  # new weights (model, fresh heads, SBO) depend on the seed only
     if cfg.init_from is not None:
         from ..checkpoints.io import read_hf_config, config_from_hf
 
