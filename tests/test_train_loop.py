@@ -20,6 +20,15 @@ from bertfamily.train.distributed import DistInfo, shard_range
 V, T = 99, 8
 
 
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Tiny models on a shared CPU: one intra-op thread avoids oversubscription stalls."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 def tiny_model(dropout: float = 0.1):
     torch.manual_seed(0)
     cfg = EncoderConfig.from_preset("tiny-bert", hidden_dropout_prob=dropout, use_pooler=False,
@@ -138,7 +147,8 @@ def _ddp_worker(rank, world, port, out_dir, data):
     torch.set_num_threads(1)
     model = tiny_model(dropout=0.0)
     src = IndexedBatches(data, 2, seed=5, rank=rank, world_size=world)
-    c = TrainConfig(output_dir=out_dir, max_steps=4, grad_accum_steps=2, learning_rate=1e-3,
+    c = TrainConfig(output_dir=out_dir, max_steps=4, max_time_s=3600, grad_accum_steps=2,
+                    learning_rate=1e-3,
                     log_every=1, progress=False, device="cpu")
     Trainer(model, loss_fn, src, c, dist=DistInfo(rank, world, rank)).train()
     torch.distributed.destroy_process_group()

@@ -173,3 +173,22 @@ def init_weights(model: nn.Module, std: float = 0.02) -> None:
     for module in model.modules():
         if isinstance(module, MaskedLMHead):
             nn.init.zeros_(module.bias)
+
+
+# --- pretraining heads outside the checkpoint layout (issue-pretrain) ------------------------
+
+
+def build_span_boundary_head(config: EncoderConfig, model: Model, max_positions: int = 32,
+                             position_size: int | None = None) -> nn.Module:
+    """SpanBERT's span boundary head (SBO, Joshi et al. 2020 §3.2) for ``model``, its decoder
+    tied to the model's token embedding; BERT initialisation."""
+    from .heads.span_boundary import SpanBoundaryHead
+
+    P = position_size or config.hidden_size
+    head = SpanBoundaryHead(config.hidden_size, config.embedding_size, P, max_positions,
+                            activation(config.hidden_act), build_norm(config, config.hidden_size),
+                            build_norm(config, config.embedding_size),
+                            model.encoder.embeddings.token)
+    init_weights(head, config.initializer_range)
+    nn.init.zeros_(head.bias)
+    return head

@@ -212,3 +212,8 @@ _register_finetune(app)
 
 if __name__ == "__main__":
     app()
+
+# --- issue-pretrain: tokenizer train, pretrain, fill-mask ---
+from .cli_pretrain import register as _register_pretrain  # noqa: E402
+
+_register_pretrain(app)

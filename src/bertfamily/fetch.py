@@ -252,6 +252,112 @@ KINDS: dict[str, Kind] = {
 }
 
 
+# --- pretraining corpora (issue-pretrain): apt packages and a platform-pinned wheel ----------
+
+
+def _download_apt_deb(resource: Resource, dest: Path) -> Path:
+    """``apt-get download PACKAGE=VERSION`` into ``dest`` (works as root or as a user with
+    read access to the apt lists); return the ``.deb``.
+
+    Raises:
+        FetchError: apt-get is missing or failed, or left no single ``.deb``.
+    """
+    spec = f"{resource.package}={resource.version}"
+    logger.info("downloading %s with apt-get (%s)", spec, resource.name)
+    try:
+        proc = subprocess.run(["apt-get", "download", spec], cwd=dest, capture_output=True,
+                              text=True, check=False)
+    except FileNotFoundError as e:
+        raise FetchError(f"resource {resource.name!r} needs apt-get, which is not installed") from e
+    debs = sorted(dest.glob("*.deb"))
+    if proc.returncode != 0 or len(debs) != 1:
+        tail = "\n".join((proc.stderr or proc.stdout or "").strip().splitlines()[-_PIP_TAIL_LINES:])
+        raise FetchError(f"apt-get download {spec} for resource {resource.name!r} failed "
+                         f"(exit code {proc.returncode}, {len(debs)} .deb files).\napt said:\n{tail}")
+    return debs[0]
+
+
+def _extract_austen(archive: Path, member: str, dest: Path) -> None:
+    """``dpkg-deb -x`` the package, keep ``member`` (janeaustenr's Rdata.rdb) and write the
+    six novels as plain text: ``<title>.txt`` each and ``austen.txt`` (one sentence per line,
+    a blank line between chapters), sentence-split with pysbd."""
+    from .corpora import austen_documents, austen_from_rdb, write_documents
+
+    with tempfile.TemporaryDirectory(dir=dest.parent) as tmp:
+        proc = subprocess.run(["dpkg-deb", "-x", str(archive), tmp], capture_output=True,
+                              text=True, check=False)
+        if proc.returncode != 0:
+            raise FetchError(f"dpkg-deb -x {archive.name} failed: {proc.stderr.strip()}")
+        rdb = Path(tmp).joinpath(*_safe_relative(member).parts)
+        if not rdb.is_file():
+            raise FetchError(f"{archive.name} contains no {member!r}")
+        shutil.copyfile(rdb, dest / rdb.name)
+    everything = []
+    for title, lines in austen_from_rdb(dest / "Rdata.rdb"):
+        docs = austen_documents(lines)
+        name = "_".join(title.lower().split())
+        write_documents(docs, dest / f"{name}.txt")
+        everything.extend(docs)
+    write_documents(everything, dest / "austen.txt")
+
+
+def _download_wheel_cp311(resource: Resource, dest: Path) -> Path:
+    """The cp311 manylinux x86-64 wheel whatever the local Python (its sha256 is pinned)."""
+    spec = f"{resource.package}=={resource.version}"
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+           "--no-cache-dir", "--disable-pip-version-check", "--progress-bar", "off",
+           "--python-version", "3.11", "--implementation", "cp", "--abi", "cp311",
+           "--platform", "manylinux_2_17_x86_64", spec, "-d", str(dest)]
+    logger.info("downloading %s with pip (%s)", spec, resource.name)
+    proc = _run_command(cmd)
+    wheels = sorted(dest.glob("*.whl"))
+    if proc.returncode != 0 or len(wheels) != 1:
+        tail = "\n".join((proc.stderr or proc.stdout or "").strip().splitlines()[-_PIP_TAIL_LINES:])
+        raise FetchError(f"pip download of {spec} for resource {resource.name!r} failed "
+                         f"(exit code {proc.returncode}).\npip said:\n{tail}")
+    return wheels[0]
+
+
+def _extract_gensim_data(archive: Path, member: str, dest: Path) -> None:
+    """Unpack gensim's test data, then write plain-text corpora beside it: ``wiki.txt`` (the
+    Wikipedia XML extract, markup stripped, one article per document) and
+    ``lee_background.txt`` / ``lee.txt`` (one news document per input line), one sentence a
+    line with blank lines between documents."""
+    from .corpora import split_sentences, wiki_xml_to_documents, write_documents
+
+    _extract_zip(archive, member, dest)
+    wiki = dest / "enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2"
+    write_documents((doc for _title, doc in wiki_xml_to_documents(wiki)), dest / "wiki.txt")
+    for name in ("lee_background", "lee"):
+        lines = (dest / f"{name}.cor").read_text(encoding="latin-1").splitlines()
+        write_documents((split_sentences(x) for x in lines if x.strip()), dest / f"{name}.txt")
+
+
+KINDS["apt-deb"] = Kind(download=_download_apt_deb, extract=_extract_austen)
+KINDS["pip-wheel-cp311"] = Kind(download=_download_wheel_cp311, extract=_extract_gensim_data)
+RESOURCES["janeausten"] = Resource(
+    name="janeausten", kind="apt-deb", package="r-cran-janeaustenr", version="1.0.0-1",
+    sha256="df6bddf211906d1ff404f8ff662c21b34e6660e7f54a311084e749050c019c95",
+    member="usr/lib/R/site-library/janeaustenr/data/Rdata.rdb",
+    files={"Rdata.rdb": "8fb5198960d0da724b1562f96e4221e5c1b41ff455000280b02c55980c3d8f21"},
+    description="Jane Austen's six novels (public domain), from Debian's r-cran-janeaustenr; "
+                "austen.txt = all six, one sentence a line, blank line between chapters")
+RESOURCES["gensim-test-data"] = Resource(
+    name="gensim-test-data", kind="pip-wheel-cp311", package="gensim", version="4.3.3",
+    sha256="d662bf96e3d741b6ab61a54be842a7cbf5e45193008b2f4225c758cafd7f9cdc",
+    member="gensim/test/test_data/",
+    files={
+        "enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2":
+            "a53f4648dec40467ebdcbc7a1307eddb51fe6e28e9309f6ebde81ba0d04bea2d",
+        "lee_background.cor": "5d78d6dafd953bbf65797bef09a9ffb9ec430583381be705f8fd460000f370fb",
+        "lee.cor": "a878f9a58f6743c32985c56c2f2f75988386216b38a4023a01fd3bcf7884d93e",
+        "pang_lee_polarity.cor":
+            "662c1b7c3bd0612eaaaf3f0c694cbd3897e30c0d87d2940b46c9fd0d15ed70c1",
+    },
+    description="gensim 4.3.3 test data: a 206-page English Wikipedia extract (wiki.txt, "
+                "markup stripped), Lee news corpus (lee_background.txt), Pang & Lee polarity")
+
+
 # --------------------------------------------------------------------------- fetch
 
 

@@ -420,7 +420,8 @@ class Trainer:
         bar = self._progress()
         try:
             while self.state.step < cfg.max_steps:
-                if cfg.max_time_s is not None and time.monotonic() - start >= cfg.max_time_s:
+                if cfg.max_time_s is not None and self._all_agree(
+                        time.monotonic() - start >= cfg.max_time_s):
                     stopped = "time"
                     break
                 values = self._train_step()
@@ -473,6 +474,14 @@ class Trainer:
             best = torch.load(self.output_dir / "best" / MODEL_STATE_FILE, map_location="cpu")
             self.model.load_state_dict(best)
         return self._summary(stopped, start, last_train)
+
+    def _all_agree(self, flag: bool) -> bool:
+        """True on every rank when it is True on any (so all ranks stop at the same step)."""
+        if not self.dist.distributed:
+            return flag
+        t = torch.tensor([float(flag)], device=self.dist.device)
+        torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MAX)
+        return bool(t.item())
 
     def _eval_and_check(self) -> bool:
         metrics = self.evaluate()

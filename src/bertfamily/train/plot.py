@@ -32,9 +32,13 @@ def plot_metrics(metrics_path: str | Path, png_path: str | Path) -> Path | None:
     if not train:
         return None
     fig, ax = plt.subplots(figsize=(7, 4))
-    ax.plot(*zip(*train), label="train loss")
+    ax.plot(*zip(*train), label="train loss (all objectives)")
+    mlm = [(r["step"], r["mlm_loss"]) for r in records
+           if r.get("split") == "train" and "mlm_loss" in r]
+    if mlm and any("pair_loss" in r or "sbo_loss" in r for r in records):
+        ax.plot(*zip(*mlm), label="train MLM loss")
     if evals:
-        ax.plot(*zip(*evals), "o-", label="eval loss")
+        ax.plot(*zip(*evals), "o-", label="held-out eval_loss")
     ax.set_xlabel("optimizer step")
     ax.set_ylabel("loss")
     ax.grid(alpha=0.3)

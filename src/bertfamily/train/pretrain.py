@@ -1,0 +1,230 @@
+"""`pretrain`: corpus + tokenizer + preset (or an existing checkpoint) → a pretrained model.
+
+Objectives default to the preset's (SPEC §1): `RECIPES` where the config does not imply them
+(SpanBERT: MLM + SBO with span masking), else MLM plus the config's ``pair_head`` ("nsp" for
+BERT, "sop" for ALBERT, none for RoBERTa-style presets, which then get full-sentence packing);
+``objectives`` and ``masking`` override them.
+
+Continued pretraining: ``init_from`` loads an existing Hugging Face directory (e.g. the real
+all-MiniLM-L6-v2, which ships without an MLM head); heads the checkpoint lacks are freshly
+initialised (BERT init) and reported, any other missing or unexpected weight is an error.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..objectives.instances import SpecialIds
+from ..objectives.masking import MaskingConfig
+from ..objectives.pretraining import (MLMCollator, PretrainingModel, build_instances,
+                                      evaluate_mlm, static_maskings, tokenize_documents,
+                                      unigram_log_probs)
+from .data import IndexedBatches
+from .distributed import init_distributed
+from .loop import TrainConfig, Trainer
+
+__all__ = ["RECIPES", "PretrainConfig", "pretrain", "load_for_continued_pretraining"]
+
+logger = logging.getLogger(__name__)
+
+
+# Pretraining recipes of the presets whose objectives are not implied by their config (SPEC §1):
+# data, like PRESETS; used for a model from scratch when objectives / masking are not given.
+RECIPES: dict[str, dict[str, Any]] = {
+    # SpanBERT (Joshi et al. 2020 §3): span masking + span boundary objective, no NSP.
+    "spanbert-base": {"objectives": ("mlm", "sbo"), "masking": "span"},
+    # RoBERTa (Liu et al. 2019 §4.1-4.2): dynamic masking, full-sentence packing, no NSP —
+    # what pair_head=None already gives; listed for completeness.
+    "roberta-base": {"objectives": ("mlm",), "masking": "token"},
+}
+
+
+@dataclass
+class PretrainConfig:
+    """What to pretrain on and how (the optimisation lives in `TrainConfig`).
+
+    Attributes:
+        corpus: corpus files (see `bertfamily.corpora.read_documents`).
+        tokenizer: a tokenizer directory (None: the one in ``init_from``).
+        preset: preset name for a model from scratch; overrides: EncoderConfig field values.
+        init_from: an existing model directory to continue pretraining.
+        objectives: subset of ("mlm", "nsp", "sop", "sbo"); None = the preset's recipe
+            (`RECIPES`), else MLM + the config's ``pair_head``.
+        masking: `MaskingConfig` (strategy, rate, 80/10/10, cap); None = the recipe's
+            strategy, else "token".
+        static_copies: 0 = dynamic masking; k > 0 = k fixed maskings per instance.
+        max_length: tokens per instance, specials included.
+        short_seq_prob: probability of a shorter target length (NSP/SOP instances).
+        eval_documents: documents held out for evaluation (taken at random, seeded).
+        eval_batches: held-out batches evaluated (fixed masking).
+        split_sentences: split corpus lines into sentences with pysbd.
+        chinese_words: word boundaries for whole-word masking from jieba.
+        text_field: the JSONL/dataset text field.
+    """
+
+    corpus: Sequence[str | Path]
+    tokenizer: str | Path | None = None
+    preset: str = "bert-tiny"
+    overrides: dict[str, Any] = field(default_factory=dict)
+    init_from: str | Path | None = None
+    objectives: Sequence[str] | None = None
+    masking: MaskingConfig | None = None
+    static_copies: int = 0
+    max_length: int = 128
+    short_seq_prob: float = 0.1
+    eval_documents: int = 20
+    eval_batches: int = 20
+    split_sentences: bool = False
+    chinese_words: bool = False
+    text_field: str = "text"
+
+
+def load_for_continued_pretraining(path: str | Path, heads: Sequence[str]):
+    """Load ``path`` with ``heads``, initialising heads the checkpoint lacks.
+
+    Returns:
+        (model, names of freshly initialised parameters).
+
+    Raises:
+        ValueError: a weight of the trunk is missing, or a weight is unexpected/mismatched.
+    """
+    from ..checkpoints.io import from_pretrained
+
+    model, report = from_pretrained(path, heads=list(heads), strict=False, return_report=True)
+    head_prefixes = ("mlm_head.", "pair_head.")
+    fresh = [k for k in report.missing if k.startswith(head_prefixes)]
+    trunk_missing = [k for k in report.missing if not k.startswith(head_prefixes)]
+    if trunk_missing or report.unexpected or report.mismatched:
+        raise ValueError(f"{path} does not fit: missing {trunk_missing}, unexpected "
+                         f"{report.unexpected}, mismatched {report.mismatched}")
+    if fresh:
+        logger.warning("continued pretraining from %s: %d head weights freshly initialised "
+                       "(%s)", path, len(fresh), ", ".join(fresh))
+    return model.train(), fresh
+
+
+def _objectives(cfg: PretrainConfig, config) -> tuple[str, ...]:
+    if cfg.objectives is not None:
+        objs = tuple(cfg.objectives)
+    else:
+        objs = ("mlm",) + ((config.pair_head,) if config.pair_head else ())
+    bad = set(objs) - {"mlm", "nsp", "sop", "sbo"}
+    if bad or "mlm" not in objs or {"nsp", "sop"} <= set(objs):
+        raise ValueError(f"objectives must include 'mlm', at most one of 'nsp'/'sop', and "
+                         f"optionally 'sbo'; got {objs}")
+    return objs
+
+
+def pretrain(cfg: PretrainConfig, train: TrainConfig) -> dict[str, Any]:
+    """Build data, model and heads, and run the `Trainer`. Works alone or under torchrun.
+
+    Returns:
+        The `Trainer.train` summary plus ``objectives``, ``instances`` (train/eval counts),
+        ``parameters`` and ``fresh_heads``. Also written to ``output_dir/summary.json``.
+
+    Raises:
+        ValueError: bad corpus, objectives, or a tokenizer/model mismatch.
+    """
+    from ..build import build_model, build_span_boundary_head
+    from ..config import EncoderConfig
+    from ..corpora import read_documents
+    from ..tokenization import load_tokenizer
+
+    dist = init_distributed(train.device)
+    tok_dir = cfg.tokenizer or cfg.init_from
+    if tok_dir is None:
+        raise ValueError("give a tokenizer directory (or init_from a model directory)")
+    tok = load_tokenizer(tok_dir)
+    if tok.mask_token_id is None or tok.pad_token_id is None:
+        raise ValueError(f"tokenizer {tok_dir} has no mask or pad token")
+
+    fresh: list[str] = []
+    torch.manual_seed(train.seed)  # new weights (model, fresh heads, SBO) depend on the seed only
+    if cfg.init_from is not None:
+        from ..checkpoints.io import read_hf_config, config_from_hf
+
+        base = config_from_hf(read_hf_config(cfg.init_from))
+        objectives = _objectives(cfg, base)
+        pair = next((o for o in objectives if o in ("nsp", "sop")), None)
+        model, fresh = load_for_continued_pretraining(
+            cfg.init_from, ["mlm"] + (["pair"] if pair else []))
+        config = model.config
+    else:
+        config = EncoderConfig.from_preset(cfg.preset, **cfg.overrides)
+        recipe = RECIPES.get(cfg.preset, {})
+        if cfg.objectives is None and "objectives" in recipe:
+            cfg = dataclasses.replace(cfg, objectives=recipe["objectives"])
+        if cfg.masking is None and "masking" in recipe:
+            cfg = dataclasses.replace(cfg, masking=MaskingConfig(strategy=recipe["masking"]))
+        objectives = _objectives(cfg, config)
+        pair = next((o for o in objectives if o in ("nsp", "sop")), None)
+        config = config.replace(vocab_size=tok.vocab_size, pad_token_id=tok.pad_token_id,
+                                pair_head=pair, use_pooler=pair is not None,
+                                max_position_embeddings=max(config.max_position_embeddings,
+                                                            cfg.max_length + config.position_offset))
+        model = build_model(config, heads=["mlm"] + (["pair"] if pair else []))
+    if cfg.masking is None:
+        cfg = dataclasses.replace(cfg, masking=MaskingConfig())
+    if config.vocab_size < tok.vocab_size:
+        raise ValueError(f"tokenizer has {tok.vocab_size} tokens, the model only "
+                         f"{config.vocab_size}")
+    if config.use_pooler and not pair:
+        train = dataclasses.replace(train, find_unused_parameters=True)
+
+    docs = [d for path in cfg.corpus for d in read_documents(
+        path, text_field=cfg.text_field, split=cfg.split_sentences)]
+    order = np.random.default_rng(train.seed).permutation(len(docs))
+    n_eval = min(cfg.eval_documents, max(2, len(docs) // 10))
+    if len(docs) - n_eval < 2:
+        raise ValueError(f"the corpus has {len(docs)} documents; need at least {n_eval + 2}")
+    eval_docs = [docs[i] for i in order[:n_eval]]
+    train_docs = [docs[i] for i in order[n_eval:]]
+    kind = pair or "packed"
+    special = SpecialIds(cls=tok.cls_token_id, sep=tok.sep_token_id)
+    seg_train = tokenize_documents(train_docs, tok, chinese_words=cfg.chinese_words)
+    seg_eval = tokenize_documents(eval_docs, tok, chinese_words=cfg.chinese_words)
+    train_inst = build_instances(seg_train, kind, cfg.max_length, special, train.seed,
+                                 cfg.short_seq_prob)
+    eval_inst = build_instances(seg_eval, kind, cfg.max_length, special, train.seed + 1,
+                                cfg.short_seq_prob)
+    special_ids = tok.all_special_ids
+    common = dict(vocab_size=tok.vocab_size, mask_token_id=tok.mask_token_id,
+                  special_ids=special_ids)
+    dataset = (static_maskings(train_inst, cfg.masking, cfg.static_copies, seed=train.seed,
+                               **common) if cfg.static_copies else train_inst)
+    sbo = "sbo" in objectives
+    collate = MLMCollator(cfg.masking, pad_token_id=tok.pad_token_id, sbo=sbo, **common)
+    source = IndexedBatches(dataset, train.batch_size, collate, seed=train.seed,
+                            rank=dist.rank, world_size=dist.world_size)
+    fixed = static_maskings(eval_inst, cfg.masking, 1, seed=train.seed + 2, **common)
+    eval_batches = [collate(fixed[i:i + train.batch_size], np.random.default_rng(0))
+                    for i in range(0, len(fixed), train.batch_size)][:cfg.eval_batches]
+    unigram = unigram_log_probs(train_inst, tok.vocab_size, special_ids)
+    sbo_head = build_span_boundary_head(config, model) if sbo else None
+    pmodel = PretrainingModel(model, sbo_head, pair_objective=pair is not None)
+    logger.info("pretraining %s (%d parameters) on %d/%d train/eval instances, objectives %s",
+                config.model_type, model.num_parameters(heads=True), len(train_inst),
+                len(eval_inst), objectives)
+
+    trainer = Trainer(pmodel, lambda m, b: m(b), source, train,
+                      eval_fn=lambda m: evaluate_mlm(m, eval_batches, unigram), dist=dist)
+    summary = trainer.train()
+    summary.update(objectives=list(objectives), fresh_heads=fresh,
+                   instances={"train": len(train_inst), "eval": len(eval_inst)},
+                   parameters=model.num_parameters(heads=True), world_size=dist.world_size)
+    if dist.is_main:
+        out = Path(train.output_dir)
+        for sub in ("model", "best"):
+            if (out / sub).is_dir():
+                tok.save_pretrained(out / sub)
+        (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
+    return summary
