@@ -120,3 +120,20 @@ def test_sbo_against_naive_reference():
     torch.testing.assert_close(parts["sbo_loss"], ref, atol=1e-5, rtol=1e-5)
     assert b["sbo_left"][0, 2:5].tolist() == [1, 1, 1] and b["sbo_right"][0, 2:5].tolist() == [
         5, 5, 5] and b["sbo_rel"][2, 3:7].tolist() == [0, 1, 2, 3]
+
+
+def test_mlm_sop_loss_equals_albert_for_pretraining(tmp_path_factory):
+    """SOP (Lan et al. 2020 §4.1) through the same pair head: AlbertForPreTraining's loss
+    (MLM + sentence-order) on the same weights and batch."""
+    path, hf = hf_tiny("albert", "AlbertForPreTraining", tmp_path_factory)
+    ours = from_pretrained(path)
+    assert ours.heads == ("mlm", "pair") and ours.config.pair_head == "sop"
+    b = batch()
+    with torch.no_grad():
+        ref = hf(b["input_ids"], attention_mask=b["attention_mask"],
+                 token_type_ids=b["token_type_ids"], labels=b["labels"],
+                 sentence_order_label=b["pair_labels"])
+        loss, parts = PretrainingModel(ours)(b)
+    torch.testing.assert_close(loss, ref.loss, atol=1e-5, rtol=1e-5)
+    sop_ref = F.cross_entropy(ref.sop_logits, b["pair_labels"])
+    torch.testing.assert_close(parts["pair_loss"], sop_ref, atol=1e-5, rtol=1e-5)
