@@ -1,7 +1,9 @@
 """Acceptance run of the distillation issue: real all-MiniLM-L6-v2 teacher, a 3-layer student,
 the Austen novels; TinyBERT general distillation vs an MLM-only baseline for the same time
-from the same initialisation (teacher layers 0, 2, 4 copied); cosine similarity of mean-pooled sentence embeddings
-(student vs teacher) on held-out sentences.
+from the same initialisation (chosen teacher layers copied, --init-layers); cosine similarity
+of mean-pooled sentence embeddings (student vs teacher) on held-out sentences, raw and after a
+ridge map student → teacher fitted on training-novel sentences (fair to a student whose space
+is rotated).
 
 Usage (long; run niced in the background on the shared machine)::
 
@@ -28,7 +30,7 @@ TRAIN_NOVELS = ("emma", "mansfield_park", "northanger_abbey", "pride_and_prejudi
 HELD_OUT = "persuasion"
 
 
-def prepare(out: Path, n_eval: int, n_fit: int) -> None:
+def prepare(out: Path, n_eval: int, n_fit: int, init_layers: list[int]) -> None:
     from bertfamily.build import build_model
     from bertfamily.config import EncoderConfig
     from bertfamily.fetch import fetch
@@ -43,13 +45,13 @@ def prepare(out: Path, n_eval: int, n_fit: int) -> None:
     held = [held[i] for i in rng.choice(len(held), n_eval, replace=False)]
     fit = [fit[i] for i in rng.choice(len(fit), n_fit, replace=False)]
     (out / "heldout.json").write_text(json.dumps({"heldout": held, "fit": fit}))
-    # Both students start from the same initialisation: teacher layers 0, 2, 4 copied
-    # (DistilBERT's initialisation; H = 384 = the teacher's, so the student's own hidden
+    # Both students start from the same initialisation: chosen teacher layers copied
+    # (DistilBERT's idea; H = 384 = the teacher's, so the student's own hidden
     # states live in the teacher's space). A random 3-layer model is kept as a reference row.
     from bertfamily.checkpoints.io import from_pretrained
     from bertfamily.distill import init_student
 
-    init_student(from_pretrained(teacher_dir), [0, 2, 4]).save_pretrained(out / "init")
+    init_student(from_pretrained(teacher_dir), init_layers).save_pretrained(out / "init")
     load_tokenizer(teacher_dir).save_pretrained(out / "init")
     torch.manual_seed(0)
     teacher_cfg = json.loads((teacher_dir / "config.json").read_text())
@@ -101,7 +103,7 @@ def evaluate(out: Path) -> dict:
     data = json.loads((out / "heldout.json").read_text())
     teacher_dir = fetch("all-MiniLM-L6-v2")
     models = {"teacher": teacher_dir, "random 3-layer init (reference)": out / "random_init",
-              "teacher layers 0,2,4 copied = both students' start": out / "init",
+              "teacher layers copied = both students' start": out / "init",
               "MLM-only baseline": out / "baseline" / "model",
               "TinyBERT-distilled": out / "distilled" / "model"}
     emb = {}
@@ -142,6 +144,9 @@ def main() -> None:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--max-length", type=int, default=64)
     ap.add_argument("--only", default=None)
+    ap.add_argument("--init-layers", default="1,3,5",
+                    help="teacher layers copied into both students (1,3,5 = the layers the "
+                         "TinyBERT mapping compares them with)")
     ap.add_argument("--n-eval", type=int, default=500)
     ap.add_argument("--n-fit", type=int, default=2000)
     a = ap.parse_args()
@@ -151,7 +156,7 @@ def main() -> None:
     for step in steps:
         t0 = time.time()
         if step == "prepare":
-            prepare(a.out, a.n_eval, a.n_fit)
+            prepare(a.out, a.n_eval, a.n_fit, [int(x) for x in a.init_layers.split(",")])
         elif step == "distill":
             run_distill(a.out, a.seconds, a.device, a.max_length)
         elif step == "baseline":

@@ -159,8 +159,8 @@ def test_tinybert_loss_follows_the_layer_mapping():
 
 def tiny_teacher(layers: int = 4, heads=("mlm",)):
     torch.manual_seed(0)
-    cfg = EncoderConfig.from_preset("tiny-bert", num_hidden_layers=layers, hidden_dropout_prob=0.0,
-                                    attention_probs_dropout_prob=0.0)
+    cfg = EncoderConfig.from_preset("tiny-bert", num_hidden_layers=layers,
+                                    hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
     return build_model(cfg, heads=heads).eval()
 
 
