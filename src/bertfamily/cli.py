@@ -217,3 +217,8 @@ if __name__ == "__main__":
 from .cli_pretrain import register as _register_pretrain  # noqa: E402
 
 _register_pretrain(app)
+
+# --- issue-distill: distill, distill init ---
+from .cli_distill import register as _register_distill  # noqa: E402
+
+_register_distill(app)

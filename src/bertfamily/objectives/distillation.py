@@ -1,0 +1,270 @@
+"""Knowledge-distillation losses: DistilBERT (Sanh et al. 2019) and TinyBERT (Jiao et al. 2020).
+
+Pure functions on tensors (shapes: B batch, T sequence, S key length = T, N heads, H hidden,
+V vocabulary); `bertfamily.distill` wires them to models, data and the shared `Trainer`.
+
+Layer mapping (TinyBERT §3.1, "mapping function" g(m) = m·k with k = L_teacher / L_student):
+
+- hidden states, as the tuples ``EncoderOutput.hidden_states`` index them (0 = embedding
+  output, m = output of layer m): student index m ↔ teacher index m·k, for m = 0..L_student
+  (so the embedding outputs are matched with each other, eq. 9, and the last layers with
+  each other);
+- attention scores, as ``EncoderOutput.attention_scores`` index them (0-based, index i =
+  layer i + 1): student index i ↔ teacher index (i + 1)·k − 1 = i·k + k − 1, i.e. the
+  1-based student layer m attends like the 1-based teacher layer m·k, the same layer whose
+  output its hidden state is matched with. Example: 4-layer student, 12-layer teacher (k = 3):
+  hidden 0,1,2,3,4 ↔ 0,3,6,9,12; attention 0,1,2,3 ↔ 2,5,8,11.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.nn import functional as F
+
+from .masking import IGNORE_INDEX
+
+__all__ = ["DISTILBERT_DEFAULTS", "layer_step", "hidden_layer_map", "attention_layer_map",
+           "soft_target_kl", "soft_cross_entropy", "masked_cosine_loss", "masked_mse",
+           "attention_score_mse", "distilbert_loss", "tinybert_intermediate_loss"]
+
+# Sanh et al. 2019 §3 / the authors' training script: temperature 2, α_ce 5, α_mlm 2, α_cos 1.
+DISTILBERT_DEFAULTS = {"temperature": 2.0, "alpha_ce": 5.0, "alpha_mlm": 2.0, "alpha_cos": 1.0}
+
+
+# --- layer mapping ---------------------------------------------------------------------------
+
+def layer_step(teacher_layers: int, student_layers: int) -> int:
+    """k = teacher layers / student layers (TinyBERT §3.1).
+
+    Raises:
+        ValueError: a non-positive count, a student deeper than the teacher, or counts that do
+            not divide.
+    """
+    if teacher_layers < 1 or student_layers < 1:
+        raise ValueError(f"layer counts must be >= 1, got teacher {teacher_layers}, "
+                         f"student {student_layers}")
+    if teacher_layers % student_layers:
+        raise ValueError(f"teacher layers ({teacher_layers}) must be a multiple of student "
+                         f"layers ({student_layers}) for the TinyBERT layer mapping")
+    return teacher_layers // student_layers
+
+
+def hidden_layer_map(teacher_layers: int, student_layers: int) -> list[tuple[int, int]]:
+    """[(student index, teacher index)] into the hidden-state tuples, embeddings (0, 0)
+    included: m ↔ m·k for m = 0..student_layers."""
+    k = layer_step(teacher_layers, student_layers)
+    return [(m, m * k) for m in range(student_layers + 1)]
+
+
+def attention_layer_map(teacher_layers: int, student_layers: int) -> list[tuple[int, int]]:
+    """[(student index, teacher index)] into the 0-based attention-score tuples:
+    i ↔ i·k + k − 1 (1-based: layer m ↔ layer m·k)."""
+    k = layer_step(teacher_layers, student_layers)
+    return [(i, i * k + k - 1) for i in range(student_layers)]
+
+
+# --- elementary losses ------------------------------------------------------------------------
+
+def soft_target_kl(student_logits: torch.Tensor, teacher_logits: torch.Tensor,
+                   temperature: float = 2.0, mask: torch.Tensor | None = None) -> torch.Tensor:
+    """T²·KL(softmax(teacher/T) ‖ softmax(student/T)), mean over the selected positions
+    (Hinton et al. 2015 §2; DistilBERT's L_ce, Sanh et al. 2019 §3). The T² factor keeps the
+    gradient scale independent of T.
+
+    Args:
+        student_logits / teacher_logits: (..., V) float, same shape.
+        temperature: T > 0.
+        mask: optional bool tensor of the leading shape (...): positions to average over
+            (e.g. non-padding tokens); None = all.
+
+    Returns:
+        0-d float32 tensor (0 when no position is selected).
+
+    Raises:
+        ValueError: shape mismatch (e.g. different vocabularies) or T <= 0.
+    """
+    if student_logits.shape != teacher_logits.shape:
+        raise ValueError(f"student logits {tuple(student_logits.shape)} and teacher logits "
+                         f"{tuple(teacher_logits.shape)} differ; soft targets need the same "
+                         f"vocabulary")
+    if temperature <= 0:
+        raise ValueError(f"temperature must be > 0, got {temperature}")
+    s, t = student_logits.float(), teacher_logits.float()
+    if mask is not None:
+        s, t = s[mask], t[mask]
+    if s.numel() == 0:
+        return student_logits.sum() * 0.0
+    log_p_s = F.log_softmax(s / temperature, dim=-1)
+    log_p_t = F.log_softmax(t / temperature, dim=-1)
+    kl = (log_p_t.exp() * (log_p_t - log_p_s)).sum(-1)  # (M,)
+    return kl.mean() * temperature ** 2
+
+
+def soft_cross_entropy(student_logits: torch.Tensor, teacher_logits: torch.Tensor,
+                       temperature: float = 1.0) -> torch.Tensor:
+    """TinyBERT's prediction-layer loss (Jiao et al. 2020 eq. 10): −Σ softmax(z_T/t)·
+    log_softmax(z_S/t), mean over the leading dimensions. Used in task distillation on the
+    teacher's task logits ((B, C) for classification).
+
+    Raises:
+        ValueError: shape mismatch or t <= 0.
+    """
+    if student_logits.shape != teacher_logits.shape:
+        raise ValueError(f"student logits {tuple(student_logits.shape)} and teacher logits "
+                         f"{tuple(teacher_logits.shape)} differ")
+    if temperature <= 0:
+        raise ValueError(f"temperature must be > 0, got {temperature}")
+    p_t = F.softmax(teacher_logits.float() / temperature, dim=-1)
+    return -(p_t * F.log_softmax(student_logits.float() / temperature, dim=-1)).sum(-1).mean()
+
+
+def masked_cosine_loss(student_hidden: torch.Tensor, teacher_hidden: torch.Tensor,
+                       attention_mask: torch.Tensor) -> torch.Tensor:
+    """DistilBERT's L_cos (Sanh et al. 2019 §3): mean over real tokens of 1 − cos(h_S, h_T)
+    (torch's CosineEmbeddingLoss with target 1).
+
+    Args:
+        student_hidden / teacher_hidden: (B, T, H) float, same H.
+        attention_mask: (B, T) 0/1, 1 = real token.
+
+    Raises:
+        ValueError: different hidden sizes.
+    """
+    if student_hidden.shape != teacher_hidden.shape:
+        raise ValueError(f"cosine loss needs equal hidden states; student "
+                         f"{tuple(student_hidden.shape)} vs teacher "
+                         f"{tuple(teacher_hidden.shape)} (configure a projection)")
+    keep = attention_mask.bool()
+    s, t = student_hidden[keep].float(), teacher_hidden[keep].float()  # (M, H)
+    if s.numel() == 0:
+        return student_hidden.sum() * 0.0
+    return (1.0 - F.cosine_similarity(s, t, dim=-1, eps=1e-8)).mean()
+
+
+def masked_mse(student: torch.Tensor, teacher: torch.Tensor,
+               attention_mask: torch.Tensor) -> torch.Tensor:
+    """Mean squared error over the real tokens of (B, T, H) tensors: Σ over real tokens and
+    features / (real tokens · H) (TinyBERT eq. 8/9 restricted to non-padding positions).
+
+    Raises:
+        ValueError: shape mismatch.
+    """
+    if student.shape != teacher.shape:
+        raise ValueError(f"MSE needs equal shapes; got {tuple(student.shape)} and "
+                         f"{tuple(teacher.shape)}")
+    keep = attention_mask.bool()
+    s, t = student[keep].float(), teacher[keep].float()
+    if s.numel() == 0:
+        return student.sum() * 0.0
+    return F.mse_loss(s, t)
+
+
+def attention_score_mse(student_scores: torch.Tensor, teacher_scores: torch.Tensor,
+                        attention_mask: torch.Tensor) -> torch.Tensor:
+    """TinyBERT's attention loss (eq. 7) on pre-softmax scores QKᵀ/√Dh: the entries whose
+    query or key is padding are zeroed in both (they carry no information; the official code
+    zeroes the masked keys), and the squared error is averaged over the N·(real query, real
+    key) entries that remain.
+
+    Args:
+        student_scores / teacher_scores: (B, N, T, S) float (same N).
+        attention_mask: (B, T) 0/1, 1 = real token.
+
+    Raises:
+        ValueError: shape mismatch (e.g. different head counts).
+    """
+    if student_scores.shape != teacher_scores.shape:
+        raise ValueError(f"attention scores differ in shape: student "
+                         f"{tuple(student_scores.shape)} vs teacher "
+                         f"{tuple(teacher_scores.shape)}; TinyBERT needs the same number of "
+                         f"heads")
+    m = attention_mask.bool()
+    pair = (m[:, :, None] & m[:, None, :])[:, None].expand_as(student_scores)  # (B, N, T, S)
+    s = student_scores.float().masked_fill(~pair, 0.0)
+    t = teacher_scores.float().masked_fill(~pair, 0.0)
+    count = pair.sum()
+    if count == 0:
+        return student_scores.sum() * 0.0
+    return ((s - t) ** 2).sum() / count
+
+
+# --- the recipes ------------------------------------------------------------------------------
+
+def distilbert_loss(student_logits: torch.Tensor, teacher_logits: torch.Tensor,
+                    student_hidden: torch.Tensor, teacher_hidden: torch.Tensor,
+                    attention_mask: torch.Tensor, labels: torch.Tensor | None, *,
+                    temperature: float = 2.0, alpha_ce: float = 5.0, alpha_mlm: float = 2.0,
+                    alpha_cos: float = 1.0) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """DistilBERT's triple loss (Sanh et al. 2019 §3):
+    α_ce·T²·KL(p_T ‖ p_S) + α_mlm·CE(student, labels) + α_cos·(1 − cos(h_S, h_T)).
+
+    The soft-target and cosine terms run on every non-padding position (the published
+    script's default); the MLM term on the positions with a label (≠ -100).
+
+    Args:
+        student_logits / teacher_logits: (B, T, V) float, same V.
+        student_hidden / teacher_hidden: (B, T, H) last hidden states (student projected to
+            the teacher's H when sizes differ).
+        attention_mask: (B, T) 0/1.
+        labels: (B, T) int64 MLM targets, -100 elsewhere; None or α_mlm = 0 skips the term.
+
+    Returns:
+        (loss, {"ce_loss", "mlm_loss", "cos_loss"}) — parts detached and unweighted.
+    """
+    mask = attention_mask.bool()
+    ce = soft_target_kl(student_logits, teacher_logits, temperature, mask)
+    cos = masked_cosine_loss(student_hidden, teacher_hidden, attention_mask)
+    loss = alpha_ce * ce + alpha_cos * cos
+    parts = {"ce_loss": ce.detach(), "cos_loss": cos.detach()}
+    if labels is not None and alpha_mlm:
+        sel = labels != IGNORE_INDEX
+        mlm = (F.cross_entropy(student_logits[sel].float(), labels[sel]) if sel.any()
+               else student_logits.sum() * 0.0)
+        loss = loss + alpha_mlm * mlm
+        parts["mlm_loss"] = mlm.detach()
+    return loss, parts
+
+
+def tinybert_intermediate_loss(student_hidden: tuple[torch.Tensor, ...],
+                               teacher_hidden: tuple[torch.Tensor, ...],
+                               student_scores: tuple[torch.Tensor, ...],
+                               teacher_scores: tuple[torch.Tensor, ...],
+                               attention_mask: torch.Tensor, *,
+                               embedding_projection=None, hidden_projection=None
+                               ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """TinyBERT's Transformer-layer and embedding-layer distillation (Jiao et al. 2020 §3.1,
+    eq. 7–9, 11): Σ_m MSE(A_S^m, A_T^{g(m)}) + Σ_m MSE(H_S^m W_h, H_T^{g(m)}) +
+    MSE(E_S W_e, E_T), each layer weight λ = 1, with the mapping in the module docstring.
+
+    Args:
+        student_hidden / teacher_hidden: L+1 tensors (B, T, H_S) / (B, T, H_T) each.
+        student_scores / teacher_scores: L tensors (B, N, T, T) each.
+        attention_mask: (B, T) 0/1.
+        embedding_projection / hidden_projection: W_e, W_h (callables H_S → H_T); None =
+            identity (then H_S must equal H_T).
+
+    Returns:
+        (loss, {"embedding_loss", "hidden_loss", "attention_loss"}) — each the sum over its
+        layers, detached.
+
+    Raises:
+        ValueError: layer counts that do not divide, or shapes that do not match.
+    """
+    ls, lt = len(student_scores), len(teacher_scores)
+    if len(student_hidden) != ls + 1 or len(teacher_hidden) != lt + 1:
+        raise ValueError("hidden-state tuples must hold L + 1 tensors (embeddings first)")
+    we = embedding_projection or (lambda x: x)
+    wh = hidden_projection or (lambda x: x)
+    emb = hid = att = None
+    for s, t in hidden_layer_map(lt, ls):
+        if s == 0:
+            emb = masked_mse(we(student_hidden[0]), teacher_hidden[0], attention_mask)
+        else:
+            term = masked_mse(wh(student_hidden[s]), teacher_hidden[t], attention_mask)
+            hid = term if hid is None else hid + term
+    for s, t in attention_layer_map(lt, ls):
+        term = attention_score_mse(student_scores[s], teacher_scores[t], attention_mask)
+        att = term if att is None else att + term
+    loss = emb + hid + att
+    return loss, {"embedding_loss": emb.detach(), "hidden_loss": hid.detach(),
+                  "attention_loss": att.detach()}
