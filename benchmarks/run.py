@@ -105,6 +105,19 @@ def bench_bert(args, rows: list[dict], peaks: dict) -> None:
         ref.save_pretrained(tmp)
         ours = bf.from_pretrained(tmp).eval()
     H, I, L = hf_config.hidden_size, hf_config.intermediate_size, hf_config.num_hidden_layers
+    ort_session = None
+    try:  # ONNX Runtime where installed: the same weights, exported by bertfamily (padded graph)
+        import onnxruntime
+
+        from bertfamily.export import export_onnx
+
+        onnx_path = Path(tempfile.mkdtemp()) / "bert.onnx"
+        export_onnx(ours, onnx_path)
+        options = onnxruntime.SessionOptions()
+        options.intra_op_num_threads = torch.get_num_threads()
+        ort_session = onnxruntime.InferenceSession(str(onnx_path), options)
+    except ImportError:
+        pass
     for dtype_name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
         ref.to(dtype)
         ours.to(dtype)
@@ -121,7 +134,12 @@ def bench_bert(args, rows: list[dict], peaks: dict) -> None:
                 with torch.inference_mode():
                     ref(input_ids=ids, attention_mask=mask)
 
-            t = interleaved({"bertfamily": run_ours, "transformers": run_ref}, args.repeats)
+            fns = {"bertfamily": run_ours, "transformers": run_ref}
+            if ort_session is not None and dtype_name == "fp32":
+                feed = {"input_ids": ids.numpy(), "attention_mask": mask.numpy(),
+                        "token_type_ids": torch.zeros_like(ids).numpy()}
+                fns["onnxruntime"] = lambda: ort_session.run(None, feed)
+            t = interleaved(fns, args.repeats)
             flops = encoder_flops(lengths, H, I, L)
             peak = peaks[dtype_name]
             for impl, sec in t.items():
