@@ -363,3 +363,58 @@ def test_cli_init_train_and_resume(toy_teacher, tmp_path):
                             "--student", "tiny-bert", "--layers", "3", "--corpus", str(corpus),
                             "-o", str(tmp_path / "bad"), "--device", "cpu", "--no-progress"])
     assert r.exit_code == 2 and "multiple" in r.output
+
+
+# --- TinyBERT task distillation ------------------------------------------------------------------
+
+def test_task_distillation_two_stages(toy_teacher, tmp_path):
+    from bertfamily.checkpoints.io import from_pretrained
+    from bertfamily.distill import distill_task
+    from bertfamily.tokenization import load_tokenizer
+
+    teacher_dir, _ = toy_teacher
+    tok = load_tokenizer(teacher_dir)
+    torch.manual_seed(0)
+    cfg = EncoderConfig.from_preset("tiny-bert", num_hidden_layers=2, vocab_size=tok.vocab_size,
+                                    label_names=("neg", "pos"), hidden_dropout_prob=0.0,
+                                    attention_probs_dropout_prob=0.0)
+    teacher = build_model(cfg, heads=["classify"])
+    with torch.no_grad():  # peaked teacher logits (a random head's are nearly uniform)
+        teacher.task_head.out.weight.mul_(30.0)
+    tdir = tmp_path / "teacher"
+    teacher.save_pretrained(tdir)
+    tok.save_pretrained(tdir)
+    before_t = {k: v.clone() for k, v in from_pretrained(tdir).state_dict().items()}
+    words = ["cat sat on the mat", "dog ran to the park", "bird sang in a tree", "the ball"]
+    csv = tmp_path / "train.csv"
+    csv.write_text("sentence,y\n" + "".join(f"{w} {i},{'pos' if i % 2 else 'neg'}\n"
+                                            for i, w in enumerate(words * 4)))
+    out = tmp_path / "run"
+    runner = CliRunner()
+    r = runner.invoke(app, ["distill", "--method", "tinybert-task", "--teacher", str(tdir),
+                            "--student", "1", "--train", str(csv), "--text-column", "sentence",
+                            "--label-column", "y", "-o", str(out), "--intermediate-steps", "5",
+                            "--prediction-steps", "30", "--batch-size", "8", "--lr", "3e-3",
+                            "--warmup", "0", "--log-every", "1", "--device", "cpu",
+                            "--no-progress"])
+    assert r.exit_code == 0, r.output
+    inter = [json.loads(x) for x in (out / "intermediate" / "metrics.jsonl").read_text()
+             .splitlines()]
+    pred = [json.loads(x) for x in (out / "prediction" / "metrics.jsonl").read_text()
+            .splitlines()]
+    assert {"embedding_loss", "hidden_loss", "attention_loss"} <= set(inter[0])
+    losses = [row["prediction_loss"] for row in pred if "prediction_loss" in row]
+    assert len(losses) == 30 and np.mean(losses[-5:]) < np.mean(losses[:5])
+    # The student's logits moved toward the teacher's; the teacher did not move.
+    student = from_pretrained(out / "model").eval()
+    t_model = from_pretrained(tdir).eval()
+    assert student.config.num_hidden_layers == 1 and student.config.label_names == ("neg", "pos")
+    enc = tok([w for w in words], padding=True, return_tensors="pt")
+    inputs = dict(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"])
+    fresh = from_pretrained(out / "intermediate" / "model").eval()  # before stage 2
+    with torch.no_grad():
+        t_logits = t_model(**inputs).logits
+        gap_after = soft_cross_entropy(student(**inputs).logits, t_logits).item()
+        gap_fresh = soft_cross_entropy(fresh(**inputs).logits, t_logits).item()
+    assert gap_after < gap_fresh
+    assert all(torch.equal(v, t_model.state_dict()[k]) for k, v in before_t.items())

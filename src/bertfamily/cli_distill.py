@@ -16,7 +16,7 @@ distill_app = typer.Typer(help="Knowledge distillation (DistilBERT, TinyBERT).",
 @distill_app.callback()
 def distill(
         ctx: typer.Context,
-        method: Optional[str] = typer.Option(None, help="distilbert | tinybert"),
+        method: Optional[str] = typer.Option(None, help="distilbert | tinybert | tinybert-task"),
         teacher: Optional[str] = typer.Option(None, help="Teacher model directory or resource."),
         student: str = typer.Option("tinybert-4l", help="Student preset name or directory."),
         corpus: Optional[list[Path]] = typer.Option(None, help="Corpus file(s); repeatable."),
@@ -25,7 +25,8 @@ def distill(
         hidden: Optional[int] = typer.Option(None, help="Preset student: hidden_size (FFN 4H)."),
         heads: Optional[int] = typer.Option(None, help="Preset student: attention heads."),
         projection: bool = typer.Option(False, help="Learn a student→teacher projection."),
-        temperature: float = typer.Option(2.0, help="DistilBERT soft-target temperature."),
+        temperature: Optional[float] = typer.Option(
+            None, help="Soft-target temperature (default: distilbert 2, tinybert-task 1)."),
         alpha_ce: float = typer.Option(5.0),
         alpha_mlm: float = typer.Option(2.0),
         alpha_cos: float = typer.Option(1.0),
@@ -43,10 +44,42 @@ def distill(
         seed: int = typer.Option(0),
         resume: bool = typer.Option(False, help="Continue from OUTPUT/checkpoint.pt."),
         device: str = typer.Option("auto"),
-        no_progress: bool = typer.Option(False)):
+        no_progress: bool = typer.Option(False),
+        train: Optional[Path] = typer.Option(
+            None, help="tinybert-task: classification CSV/TSV/JSONL."),
+        text_column: str = typer.Option("text", help="tinybert-task: text column."),
+        label_column: str = typer.Option("label", help="tinybert-task: label column."),
+        intermediate_steps: int = typer.Option(100, min=0, help="tinybert-task: stage 1."),
+        prediction_steps: int = typer.Option(100, min=0, help="tinybert-task: stage 2.")):
     """Distil a teacher into a student (DistilBERT or TinyBERT general distillation).
     Runs under torchrun; `distill init` builds a layer-copied student."""
     if ctx.invoked_subcommand is not None:
+        return
+    if method == "tinybert-task":
+        if not (teacher and train and output):
+            _fail(ValueError("tinybert-task needs --teacher, --train and --output"))
+        from .distill import distill_task
+        from .fetch import resolve_model
+
+        try:
+            # --student: a directory, a preset, or teacher layers to copy ("1,3").
+            chosen = ([int(x) for x in student.split(",")]
+                      if student.replace(",", "").isdigit() else student)
+            overrides = {k: v for k, v in (("num_hidden_layers", layers),
+                                           ("num_attention_heads", heads)) if v}
+            if hidden:
+                overrides.update(hidden_size=hidden, intermediate_size=4 * hidden)
+            res = distill_task(
+                resolve_model(teacher), train, output, student=chosen,
+                student_overrides=overrides, intermediate_steps=intermediate_steps,
+                prediction_steps=prediction_steps, text_column=text_column,
+                label_column=label_column, max_length=max_length, batch_size=batch_size,
+                temperature=1.0 if temperature is None else temperature, projection=projection,
+                learning_rate=lr, warmup_ratio=warmup, schedule=schedule,
+                log_every=log_every, seed=seed, device=device, progress=not no_progress)
+        except (ValueError, OSError, KeyError) as e:
+            _fail(e)
+        console.print_json(data={k: res[k] for k in ("labels", "parameters")})
         return
     if not (method and teacher and corpus and output):
         _fail(ValueError("distill needs --method, --teacher, --corpus and --output"))
@@ -65,7 +98,8 @@ def distill(
             overrides["num_attention_heads"] = heads
         cfg = DistillConfig(teacher=resolve_model(teacher), method=method, corpus=corpus,
                             student=student, student_overrides=overrides,
-                            projection=projection, temperature=temperature, alpha_ce=alpha_ce,
+                            projection=projection,
+                            temperature=2.0 if temperature is None else temperature, alpha_ce=alpha_ce,
                             alpha_mlm=alpha_mlm, alpha_cos=alpha_cos, max_length=max_length)
         tc = TrainConfig(output_dir=output, max_steps=max_steps, max_time_s=max_time,
                          batch_size=batch_size, grad_accum_steps=grad_accum, learning_rate=lr,

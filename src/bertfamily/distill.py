@@ -18,8 +18,8 @@ Methods:
   W_e / W_h, attention scores). Needs the same vocabulary and head count, and teacher layers
   a multiple of student layers. Task distillation (§3.3, second stage) is the same
   intermediate loss on task data followed by `objectives.distillation.soft_cross_entropy`
-  between the student's and the teacher's task logits; the task heads live in the
-  fine-tuning area, so this module provides the loss function only.
+  between the student's and the teacher's task logits: `TaskDistillationModel` and
+  `distill_task` (sequence classification, two stages on the shared `Trainer`).
 """
 
 from __future__ import annotations
@@ -38,10 +38,11 @@ from torch import nn
 from .config import EncoderConfig
 from .model import Model
 from .objectives.distillation import (DISTILBERT_DEFAULTS, distilbert_loss, layer_step,
-                                      tinybert_intermediate_loss)
+                                      soft_cross_entropy, tinybert_intermediate_loss)
 
 __all__ = ["METHODS", "PROJECTION_FILE", "init_student", "check_compatible",
-           "DistillationModel", "DistillConfig", "distill", "STRUCTURE_FIELDS"]
+           "DistillationModel", "DistillConfig", "distill", "STRUCTURE_FIELDS",
+           "TASK_STAGES", "TaskDistillationModel", "distill_task"]
 
 logger = logging.getLogger(__name__)
 
@@ -422,3 +423,155 @@ def distill(cfg: DistillConfig, train) -> dict[str, Any]:
                 tok.save_pretrained(out / sub)
         (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
     return summary
+
+
+# --- TinyBERT task distillation (Jiao et al. 2020 §3.2, second stage) ---------------------------
+
+TASK_STAGES = ("intermediate", "prediction")
+
+
+class TaskDistillationModel(DistillationModel):
+    """TinyBERT task distillation for sequence classification; ``forward(batch) -> (loss,
+    parts)``.
+
+    Stage "intermediate": `tinybert_intermediate_loss` (parts ``embedding_loss``,
+    ``hidden_loss``, ``attention_loss``) on task inputs. Stage "prediction":
+    ``soft_cross_entropy(student_logits, teacher_logits, temperature)`` (part
+    ``prediction_loss``). Set ``stage`` between the two runs. Teacher and student both need a
+    classify head with the same labels; the teacher is frozen and not a submodule.
+
+    Raises:
+        ValueError: an incompatible pair (`check_compatible` "tinybert"), missing classify
+            heads, different label sets, an unknown stage.
+    """
+
+    def __init__(self, student: Model, teacher: Model, *, stage: str = "intermediate",
+                 projection: bool = False, temperature: float = 1.0) -> None:
+        for name, m in (("teacher", teacher), ("student", student)):
+            if m.task != "classify":
+                raise ValueError(f"task distillation needs a {name} with a classify head; "
+                                 f"it has {m.heads or 'none'}")
+        if teacher.config.label_names != student.config.label_names:
+            raise ValueError(f"teacher labels {teacher.config.label_names} and student labels "
+                             f"{student.config.label_names} differ")
+        super().__init__(student, teacher, "tinybert", projection=projection,
+                         temperature=temperature)
+        self.stage = stage
+
+    @property
+    def stage(self) -> str:
+        return self._stage
+
+    @stage.setter
+    def stage(self, value: str) -> None:
+        if value not in TASK_STAGES:
+            raise ValueError(f"stage must be one of {TASK_STAGES}, got {value!r}")
+        self._stage = value
+
+    def forward(self, batch: dict[str, torch.Tensor]):
+        if self.stage == "intermediate":
+            return super().forward(batch)
+        teacher = self.teacher
+        if next(teacher.parameters()).device != batch["input_ids"].device:
+            teacher.to(batch["input_ids"].device)
+        teacher.eval()
+        with torch.no_grad():
+            t = teacher(**self._inputs(teacher, batch)).logits
+        s = self.student(**self._inputs(self.student, batch)).logits
+        loss = soft_cross_entropy(s, t, self.weights["temperature"])
+        return loss, {"prediction_loss": loss.detach()}
+
+
+def _task_student(student, teacher: Model, tok, label_names, overrides: dict[str, Any],
+                  max_length: int) -> Model:
+    """A classify student: a directory, teacher layers (ints; fresh head) or a preset name."""
+    from .build import build_model
+    from .checkpoints.io import from_pretrained
+
+    if not isinstance(student, (str, Path)):
+        model = init_student(teacher, list(student), heads=["classify"])
+        fresh = build_model(model.config, heads=["classify"])
+        model.task_head.load_state_dict(fresh.task_head.state_dict())
+        return model.train()
+    if Path(str(student)).is_dir():
+        return from_pretrained(student, heads=["classify"], new_heads=True,
+                               label_names=label_names).train()
+    config = EncoderConfig.from_preset(str(student), **overrides)
+    config = config.replace(
+        vocab_size=teacher.config.vocab_size, pad_token_id=tok.pad_token_id,
+        label_names=tuple(label_names),
+        max_position_embeddings=max(config.max_position_embeddings,
+                                    max_length + config.position_offset))
+    return build_model(config, heads=["classify"]).train()
+
+
+def distill_task(teacher: str | Path, train_file: str | Path, output_dir: str | Path, *,
+                 student: str | Path | Sequence[int] | None = None,
+                 student_overrides: dict[str, Any] | None = None,
+                 intermediate_steps: int = 100, prediction_steps: int = 100,
+                 text_column: str = "text", label_column: str = "label",
+                 max_length: int = 128, batch_size: int = 32, temperature: float = 1.0,
+                 projection: bool = False, **train_config: Any) -> dict[str, Any]:
+    """TinyBERT task distillation of a sequence classifier (Jiao et al. 2020 §3.2).
+
+    Stage 1 ("intermediate", ``intermediate_steps``) then stage 2 ("prediction",
+    ``prediction_steps``), each a `Trainer` run in ``output_dir/<stage>`` (its metrics.jsonl
+    holds the loss parts); the final student + tokenizer go to ``output_dir/model``.
+
+    Args:
+        teacher: a model directory with a classify head and a tokenizer (fine-tuned teacher).
+        train_file: classification CSV/TSV/JSONL (`finetune.run.TaskData`); its labels must be
+            the teacher's label_names.
+        student: a model directory, a preset name (sizes from ``student_overrides``), or teacher
+            layers to copy (`init_student`, fresh classify head); None = every other layer.
+        temperature: soft cross-entropy temperature (stage 2).
+        train_config: `TrainConfig` fields shared by both stages (learning_rate, device, ...).
+
+    Returns:
+        {"intermediate": summary, "prediction": summary, "labels": [...], "parameters": n}.
+
+    Raises:
+        ValueError: incompatible pair, a teacher without a classify head, unknown labels.
+    """
+    import dataclasses
+
+    from .checkpoints.io import from_pretrained
+    from .finetune.run import FinetuneOptions, TaskData, pad_batch
+    from .tokenization import load_tokenizer
+    from .train import IndexedBatches, TrainConfig, Trainer
+
+    out = Path(output_dir)
+    tok = load_tokenizer(teacher)
+    teacher_model = from_pretrained(teacher)
+    if teacher_model.task != "classify":
+        raise ValueError(f"the teacher {teacher} has no classify head (heads: "
+                         f"{teacher_model.heads or 'none'}); fine-tune it first")
+    labels = teacher_model.config.label_names
+    opts = FinetuneOptions(text_column=text_column, label_column=label_column,
+                           max_length=max_length)
+    rows = TaskData("classify", tok, opts, label_names=labels).load(train_file)
+    if student is None:
+        student = list(range(1, teacher_model.config.num_hidden_layers, 2))
+    student_model = _task_student(student, teacher_model, tok, labels,
+                                  student_overrides or {}, max_length)
+    model = TaskDistillationModel(student_model, teacher_model, projection=projection,
+                                  temperature=temperature)
+    pad = tok.pad_token_id or 0
+    source = IndexedBatches(rows, min(batch_size, len(rows)),
+                            lambda rs, rng: pad_batch(rs, pad))
+    base = dict(batch_size=min(batch_size, len(rows)), find_unused_parameters=True)
+    result: dict[str, Any] = {"labels": list(labels),
+                              "parameters": student_model.num_parameters()}
+    for stage, steps in (("intermediate", intermediate_steps), ("prediction", prediction_steps)):
+        if steps <= 0:
+            continue
+        model.stage = stage
+        cfg = TrainConfig(output_dir=out / stage, max_steps=steps, **{**base, **train_config})
+        cfg = dataclasses.replace(cfg, find_unused_parameters=True)
+        logger.info("task distillation, stage %s: %d steps on %d examples", stage, steps,
+                    len(rows))
+        result[stage] = Trainer(model, lambda m, b: m(b), source, cfg).train()
+    model.save_pretrained(out / "model")
+    tok.save_pretrained(out / "model")
+    (out / "summary.json").write_text(json.dumps(result, indent=2, default=str))
+    return result
