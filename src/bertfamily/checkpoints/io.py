@@ -151,8 +151,6 @@ def config_to_hf(config: EncoderConfig, architecture: str) -> dict[str, Any]:
     for name, value in fmap.config_required.items():
         out[name] = value
     out.update(fmap.config_written)
-    if config.model_type == "distilbert":
-        out["sinusoidal_pos_embds"] = False
     out["tie_word_embeddings"] = True
     return out
 
