@@ -24,14 +24,12 @@ Methods:
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from torch import nn
 
@@ -359,12 +357,12 @@ def distill(cfg: DistillConfig, train) -> dict[str, Any]:
     from .corpora import read_documents
     from .objectives.instances import SpecialIds
     from .objectives.masking import MaskingConfig
-    from .objectives.pretraining import (MLMCollator, build_instances, static_maskings,
-                                         tokenize_documents)
+    from .objectives.pretraining import MLMCollator, build_instances, tokenize_documents
     from .tokenization import load_tokenizer
     from .train.data import IndexedBatches
     from .train.distributed import init_distributed
     from .train.loop import Trainer
+    from .train.pretrain import finish_run, fixed_eval_batches, split_documents
 
     if cfg.method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {cfg.method!r}")
@@ -383,13 +381,10 @@ def distill(cfg: DistillConfig, train) -> dict[str, Any]:
 
     docs = [d for path in cfg.corpus for d in read_documents(
         path, text_field=cfg.text_field, split=cfg.split_sentences)]
-    order = np.random.default_rng(train.seed).permutation(len(docs))
-    n_eval = min(cfg.eval_documents, max(2, len(docs) // 10))
-    if len(docs) - n_eval < 2:
-        raise ValueError(f"the corpus has {len(docs)} documents; need at least {n_eval + 2}")
+    train_docs, eval_docs = split_documents(docs, cfg.eval_documents, train.seed)
     special = SpecialIds(cls=tok.cls_token_id, sep=tok.sep_token_id)
-    seg_train = tokenize_documents([docs[i] for i in order[n_eval:]], tok)
-    seg_eval = tokenize_documents([docs[i] for i in order[:n_eval]], tok)
+    seg_train = tokenize_documents(train_docs, tok)
+    seg_eval = tokenize_documents(eval_docs, tok)
     train_inst = build_instances(seg_train, "packed", cfg.max_length, special, train.seed)
     eval_inst = build_instances(seg_eval, "packed", cfg.max_length, special, train.seed + 1)
     # DistilBERT trains on masked inputs (MLM); TinyBERT's general distillation on plain text:
@@ -401,9 +396,8 @@ def distill(cfg: DistillConfig, train) -> dict[str, Any]:
     collate = MLMCollator(masking, pad_token_id=tok.pad_token_id, **common)
     source = IndexedBatches(train_inst, train.batch_size, collate, seed=train.seed,
                             rank=dist.rank, world_size=dist.world_size)
-    fixed = static_maskings(eval_inst, masking, 1, seed=train.seed + 2, **common)
-    eval_batches = [collate(fixed[i:i + train.batch_size], np.random.default_rng(0))
-                    for i in range(0, len(fixed), train.batch_size)][:cfg.eval_batches]
+    eval_batches = fixed_eval_batches(eval_inst, masking, collate, train.batch_size,
+                                      cfg.eval_batches, train.seed + 2, **common)
     logger.info("distilling (%s) %d-parameter teacher into %d-parameter student on %d/%d "
                 "train/eval instances", cfg.method, teacher.num_parameters(),
                 student.num_parameters(), len(train_inst), len(eval_inst))
@@ -417,11 +411,7 @@ def distill(cfg: DistillConfig, train) -> dict[str, Any]:
                    instances={"train": len(train_inst), "eval": len(eval_inst)},
                    world_size=dist.world_size)
     if dist.is_main:
-        out = Path(train.output_dir)
-        for sub in ("model", "best"):
-            if (out / sub).is_dir():
-                tok.save_pretrained(out / sub)
-        (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
+        finish_run(train.output_dir, tok, summary)
     return summary
 
 
@@ -539,6 +529,7 @@ def distill_task(teacher: str | Path, train_file: str | Path, output_dir: str | 
     from .finetune.run import FinetuneOptions, TaskData, pad_batch
     from .tokenization import load_tokenizer
     from .train import IndexedBatches, TrainConfig, Trainer
+    from .train.pretrain import finish_run
 
     out = Path(output_dir)
     tok = load_tokenizer(teacher)
@@ -572,6 +563,5 @@ def distill_task(teacher: str | Path, train_file: str | Path, output_dir: str | 
                     len(rows))
         result[stage] = Trainer(model, lambda m, b: m(b), source, cfg).train()
     model.save_pretrained(out / "model")
-    tok.save_pretrained(out / "model")
-    (out / "summary.json").write_text(json.dumps(result, indent=2, default=str))
+    finish_run(out, tok, result)
     return result

@@ -124,6 +124,42 @@ def _objectives(cfg: PretrainConfig, config) -> tuple[str, ...]:
     return objs
 
 
+def split_documents(docs: Sequence[Any], eval_documents: int,
+                    seed: int) -> tuple[list[Any], list[Any]]:
+    """(train, held-out) documents: a seeded shuffle, min(eval_documents, max(2, N/10)) held out.
+
+    Raises:
+        ValueError: fewer than two documents would be left for training.
+    """
+    order = np.random.default_rng(seed).permutation(len(docs))
+    n_eval = min(eval_documents, max(2, len(docs) // 10))
+    if len(docs) - n_eval < 2:
+        raise ValueError(f"the corpus has {len(docs)} documents; need at least {n_eval + 2}")
+    return [docs[i] for i in order[n_eval:]], [docs[i] for i in order[:n_eval]]
+
+
+def fixed_eval_batches(instances: Sequence[Any], masking: MaskingConfig, collate: MLMCollator,
+                       batch_size: int, limit: int, seed: int, **common: Any) -> list[dict]:
+    """At most ``limit`` held-out batches masked once with ``seed``, so every evaluation scores
+    the same positions."""
+    fixed = static_maskings(instances, masking, 1, seed=seed, **common)
+    return [collate(fixed[i:i + batch_size], np.random.default_rng(0))
+            for i in range(0, len(fixed), batch_size)][:limit]
+
+
+def finish_run(output_dir: str | Path, tokenizer: Any, summary: dict[str, Any]) -> None:
+    """Save the tokenizer beside the run's ``model/`` and ``best/`` directories and write
+    ``summary.json`` atomically (call on the main process only)."""
+    from ..checkpoints.io import atomic_write
+
+    out = Path(output_dir)
+    for sub in ("model", "best"):
+        if (out / sub).is_dir():
+            tokenizer.save_pretrained(out / sub)
+    text = json.dumps(summary, indent=2, default=str)
+    atomic_write(out / "summary.json", lambda tmp: tmp.write_text(text))
+
+
 def pretrain(cfg: PretrainConfig, train: TrainConfig) -> dict[str, Any]:
     """Build data, model and heads, and run the `Trainer`. Works alone or under torchrun.
 
@@ -182,12 +218,7 @@ def pretrain(cfg: PretrainConfig, train: TrainConfig) -> dict[str, Any]:
 
     docs = [d for path in cfg.corpus for d in read_documents(
         path, text_field=cfg.text_field, split=cfg.split_sentences)]
-    order = np.random.default_rng(train.seed).permutation(len(docs))
-    n_eval = min(cfg.eval_documents, max(2, len(docs) // 10))
-    if len(docs) - n_eval < 2:
-        raise ValueError(f"the corpus has {len(docs)} documents; need at least {n_eval + 2}")
-    eval_docs = [docs[i] for i in order[:n_eval]]
-    train_docs = [docs[i] for i in order[n_eval:]]
+    train_docs, eval_docs = split_documents(docs, cfg.eval_documents, train.seed)
     kind = pair or "packed"
     special = SpecialIds(cls=tok.cls_token_id, sep=tok.sep_token_id)
     seg_train = tokenize_documents(train_docs, tok, chinese_words=cfg.chinese_words)
@@ -205,9 +236,8 @@ def pretrain(cfg: PretrainConfig, train: TrainConfig) -> dict[str, Any]:
     collate = MLMCollator(cfg.masking, pad_token_id=tok.pad_token_id, sbo=sbo, **common)
     source = IndexedBatches(dataset, train.batch_size, collate, seed=train.seed,
                             rank=dist.rank, world_size=dist.world_size)
-    fixed = static_maskings(eval_inst, cfg.masking, 1, seed=train.seed + 2, **common)
-    eval_batches = [collate(fixed[i:i + train.batch_size], np.random.default_rng(0))
-                    for i in range(0, len(fixed), train.batch_size)][:cfg.eval_batches]
+    eval_batches = fixed_eval_batches(eval_inst, cfg.masking, collate, train.batch_size,
+                                      cfg.eval_batches, train.seed + 2, **common)
     unigram = unigram_log_probs(train_inst, tok.vocab_size, special_ids)
     sbo_head = build_span_boundary_head(config, model) if sbo else None
     pmodel = PretrainingModel(model, sbo_head, pair_objective=pair is not None)
@@ -222,9 +252,5 @@ def pretrain(cfg: PretrainConfig, train: TrainConfig) -> dict[str, Any]:
                    instances={"train": len(train_inst), "eval": len(eval_inst)},
                    parameters=model.num_parameters(heads=True), world_size=dist.world_size)
     if dist.is_main:
-        out = Path(train.output_dir)
-        for sub in ("model", "best"):
-            if (out / sub).is_dir():
-                tok.save_pretrained(out / sub)
-        (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
+        finish_run(train.output_dir, tok, summary)
     return summary
