@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import tempfile
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -30,6 +29,8 @@ from typing import Any, Literal
 import numpy as np
 import tokenizers
 from tokenizers import AddedToken, decoders, models, normalizers, pre_tokenizers, processors
+
+from .files import write_text_atomic
 
 __all__ = ["Tokenizer", "TokenizerNotFoundError", "load_tokenizer"]
 
@@ -383,14 +384,14 @@ class Tokenizer:
         serialised = json.loads(self.backend.to_str())
         serialised["truncation"] = None  # the wrapper, not the file, decides these
         serialised["padding"] = None
-        _atomic_write(out / TOKENIZER_FILE, json.dumps(serialised, ensure_ascii=False, indent=2))
+        write_text_atomic(out / TOKENIZER_FILE, json.dumps(serialised, ensure_ascii=False, indent=2))
 
         special_map = {f"{role}_token": _token_to_json(tok) for role, tok in self._special.items()}
         if self.scheme == "bpe":
             # transformers' RoBERTa tokenizer also has bos/eos roles; they are cls/sep there.
             special_map["bos_token"] = special_map["cls_token"]
             special_map["eos_token"] = special_map["sep_token"]
-        _atomic_write(out / SPECIAL_TOKENS_MAP_FILE, json.dumps(special_map, indent=2))
+        write_text_atomic(out / SPECIAL_TOKENS_MAP_FILE, json.dumps(special_map, indent=2))
 
         config: dict[str, Any] = {"tokenizer_class": "PreTrainedTokenizerFast", **self.hf_config}
         config.update(special_map)
@@ -399,14 +400,14 @@ class Tokenizer:
         config["model_input_names"] = ["input_ids"] + (
             ["token_type_ids"] if self.has_token_type_ids else []
         ) + ["attention_mask"]  # fmt: skip
-        _atomic_write(out / TOKENIZER_CONFIG_FILE, json.dumps(config, indent=2))
+        write_text_atomic(out / TOKENIZER_CONFIG_FILE, json.dumps(config, indent=2))
 
         if self.scheme == "wordpiece":
             vocab = self.backend.get_vocab(with_added_tokens=False)
             by_id = sorted(vocab.items(), key=lambda kv: kv[1])
             if [i for _, i in by_id] != list(range(len(by_id))):
                 raise ValueError("WordPiece vocabulary ids are not contiguous; cannot write vocab.txt")
-            _atomic_write(out / WORDPIECE_VOCAB_FILE, "".join(t + "\n" for t, _ in by_id))
+            write_text_atomic(out / WORDPIECE_VOCAB_FILE, "".join(t + "\n" for t, _ in by_id))
         logger.info("saved tokenizer to %s", out)
         return out
 
@@ -638,13 +639,3 @@ def _to_tensors(fields: dict[str, list[list[Any]]], return_tensors: ReturnTensor
     return {key: torch.from_numpy(a) for key, a in arrays.items()}
 
 
-def _atomic_write(path: Path, text: str) -> None:
-    """Write ``text`` to a temporary file next to ``path``, then ``os.replace`` it in."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise

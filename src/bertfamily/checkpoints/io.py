@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +11,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from ..config import EncoderConfig
+from ..files import atomic_write
 from .convert import (CheckpointError, LoadReport, detect_components, hf_to_ours,
                       new_parameter_keys, ours_to_hf, rename_legacy_layernorm)
 from .keymaps import FAMILIES, HF_ACTIVATIONS, OUR_ACTIVATIONS_TO_HF, FamilyMap
@@ -268,20 +267,6 @@ def _accept_new_heads(report: LoadReport, fmap: FamilyMap, state: dict) -> LoadR
         log.info("initialised fresh: %s", key)
     return LoadReport(missing, unexpected, mismatched,
                       report.dropped + [k for k in report.unexpected if k not in unexpected])
-
-
-def atomic_write(path: Path, write) -> None:
-    """Call ``write(tmp_path)`` then rename onto ``path`` (same directory, so the rename is
-    atomic): readers see the old file or the new one, never half of one."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    os.close(fd)
-    try:
-        write(Path(tmp))
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def save_pretrained(model, path: str | Path) -> Path:

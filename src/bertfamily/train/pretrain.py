@@ -150,14 +150,13 @@ def fixed_eval_batches(instances: Sequence[Any], masking: MaskingConfig, collate
 def finish_run(output_dir: str | Path, tokenizer: Any, summary: dict[str, Any]) -> None:
     """Save the tokenizer beside the run's ``model/`` and ``best/`` directories and write
     ``summary.json`` atomically (call on the main process only)."""
-    from ..checkpoints.io import atomic_write
+    from ..files import write_text_atomic
 
     out = Path(output_dir)
     for sub in ("model", "best"):
         if (out / sub).is_dir():
             tokenizer.save_pretrained(out / sub)
-    text = json.dumps(summary, indent=2, default=str)
-    atomic_write(out / "summary.json", lambda tmp: tmp.write_text(text))
+    write_text_atomic(out / "summary.json", json.dumps(summary, indent=2, default=str))
 
 
 def pretrain(cfg: PretrainConfig, train: TrainConfig) -> dict[str, Any]:
