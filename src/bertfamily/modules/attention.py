@@ -79,11 +79,12 @@ class SelfAttention(nn.Module):
 
     def forward(self, x: torch.Tensor, ctx: AttentionContext) -> AttentionOutput:
         """x: (B, T, H) float → AttentionOutput with hidden (B, T, H); or packed real tokens
-        x: (total_tokens, H) with ``ctx.extras["seq_lengths"]`` → hidden (total_tokens, H)."""
+        x: (total_tokens, H) with the plan in ``ctx.extras["unpadded"]`` → hidden
+        (total_tokens, H)."""
         if x.dim() == 2:
             if self.packed_strategy == "padded":
                 return AttentionOutput(self.out(self._packed_padded(x, ctx)))
-            return AttentionOutput(self.out(self._packed(x, ctx.extras["seq_lengths"])))
+            return AttentionOutput(self.out(self._packed(x, ctx.extras["unpadded"].lengths)))
         B, T, H = x.shape
         qkv = self.qkv(x).view(B, T, 3, self.num_heads, self.head_dim)
         q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # each (B, N, T, Dh)

@@ -191,7 +191,6 @@ class Encoder(nn.Module):
         plan = self._unpad_plan(attention_mask, ctx)
         if plan is not None:
             x = plan.gather(x)  # (B, T, H) -> (total_tokens, H)
-            ctx.extras["seq_lengths"] = plan.lengths
             ctx.extras["unpadded"] = plan
         hidden, probs, scores = [x], [], []
         for index in self.schedule:

@@ -13,6 +13,7 @@ import torch
 
 from ..checkpoints.io import from_pretrained
 from ..tokenization import load_tokenizer
+from .batching import sorted_batches, token_lengths
 
 log = logging.getLogger(__name__)
 
@@ -129,11 +130,8 @@ class SentenceEmbedder:
         texts = list(texts)
         if not texts:
             return np.zeros((0, self.dimension), dtype=np.float32)
-        lengths = [len(e.ids) for e in self.tokenizer.backend.encode_batch(texts)]
-        order = np.argsort(lengths, kind="stable")[::-1]
         out = np.zeros((len(texts), self.dimension), dtype=np.float32)
-        for start in range(0, len(texts), batch_size):
-            idx = order[start:start + batch_size]
+        for idx in sorted_batches(token_lengths(self.tokenizer, texts), batch_size):
             batch = self.tokenizer([texts[i] for i in idx], max_length=self.max_length)
             batch = {k: v.to(self.device) for k, v in batch.items()
                      if k in ("input_ids", "attention_mask", "token_type_ids")}
