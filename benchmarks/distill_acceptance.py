@@ -48,7 +48,7 @@ def prepare(out: Path, n_eval: int, n_fit: int, init_layers: list[int]) -> None:
     # Both students start from the same initialisation: chosen teacher layers copied
     # (DistilBERT's idea; H = 384 = the teacher's, so the student's own hidden
     # states live in the teacher's space). A random 3-layer model is kept as a reference row.
-    from bertfamily.checkpoints.io import from_pretrained
+    from bertfamily.pretrained import from_pretrained
     from bertfamily.distill import init_student
 
     init_student(from_pretrained(teacher_dir), init_layers).save_pretrained(out / "init")

@@ -324,7 +324,7 @@ def toy_teacher(tmp_path_factory):
 
 
 def test_cli_init_train_and_resume(toy_teacher, tmp_path):
-    from bertfamily.checkpoints.io import from_pretrained
+    from bertfamily.pretrained import from_pretrained
 
     teacher_dir, corpus = toy_teacher
     runner = CliRunner()
@@ -368,7 +368,7 @@ def test_cli_init_train_and_resume(toy_teacher, tmp_path):
 # --- TinyBERT task distillation ------------------------------------------------------------------
 
 def test_task_distillation_two_stages(toy_teacher, tmp_path):
-    from bertfamily.checkpoints.io import from_pretrained
+    from bertfamily.pretrained import from_pretrained
     from bertfamily.distill import distill_task
     from bertfamily.tokenization import load_tokenizer
 

@@ -303,7 +303,7 @@ def test_default_qa_mask_matches_transformers():
 def test_convert_roberta_to_longformer(tmp_path_factory, tmp_path):
     import transformers
 
-    from bertfamily.checkpoints.longformer import to_longformer
+    from bertfamily.to_longformer import to_longformer
     from helpers import hf_tiny
 
     path, roberta = hf_tiny("roberta", "RobertaForMaskedLM", tmp_path_factory)
@@ -336,7 +336,7 @@ def test_convert_roberta_to_longformer(tmp_path_factory, tmp_path):
 
 
 def test_convert_rejects_bad_sources(tmp_path_factory, tmp_path):
-    from bertfamily.checkpoints.longformer import to_longformer
+    from bertfamily.to_longformer import to_longformer
     from helpers import hf_tiny
 
     bert, _ = hf_tiny("bert", "BertModel", tmp_path_factory)

@@ -9,7 +9,7 @@ import torch
 from torch.nn import functional as F
 
 from bertfamily.build import build_model, build_span_boundary_head
-from bertfamily.checkpoints.io import from_pretrained
+from bertfamily.pretrained import from_pretrained
 from bertfamily.config import EncoderConfig
 from bertfamily.objectives.instances import Instance
 from bertfamily.objectives.masking import MaskingConfig

@@ -2,7 +2,8 @@
 
 from .build import build_model
 from .checkpoints.convert import CheckpointError, LoadReport
-from .checkpoints.io import ModelDirectoryError, from_pretrained
+from .checkpoints.io import ModelDirectoryError
+from .pretrained import from_pretrained
 from .config import EncoderConfig
 from .model import Model, ModelOutput
 from .tokenization import Tokenizer, load_tokenizer

@@ -117,7 +117,7 @@ def embed(sentences: list[str] = typer.Argument(None, help="Sentences to embed."
     """Sentence embeddings; prints the cosine-similarity matrix (or writes --output)."""
     import numpy as np
 
-    from .checkpoints.io import atomic_write
+    from .files import atomic_write
     from .pipelines.embed import cosine_matrix
 
     try:
@@ -185,7 +185,7 @@ def export(model: str = typer.Argument(..., help="Model directory or resource na
            format: str = typer.Option("onnx", "--format", help="Export format (onnx)."),
            opset: int = typer.Option(17, help="ONNX opset version.")):
     """Export a model to ONNX with dynamic batch and sequence axes."""
-    from .checkpoints.io import from_pretrained
+    from .pretrained import from_pretrained
     from .export import export_onnx, output_names
     from .fetch import resolve_model
 

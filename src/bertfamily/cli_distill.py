@@ -124,7 +124,7 @@ def init(teacher: str = typer.Option(..., help="Teacher model directory or resou
          fold_token_types: bool = typer.Option(
              True, help="Fold the teacher's segment row 0 into positions when dropped.")):
     """A student initialised from chosen teacher layers (DistilBERT-style)."""
-    from .checkpoints.io import from_pretrained
+    from .pretrained import from_pretrained
     from .distill import init_student
     from .fetch import resolve_model
     from .tokenization import load_tokenizer

@@ -76,7 +76,7 @@ def register(app: typer.Typer) -> None:
                 label_column: str = "label", max_length: int = typer.Option(128, min=8),
                 null_threshold: Optional[float] = None):
         """Predictions of a fine-tuned model on a file (JSONL to --output or the screen)."""
-        from .checkpoints.io import atomic_write
+        from .files import atomic_write
         from .finetune.run import predict as run
 
         try:

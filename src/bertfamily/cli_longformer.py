@@ -1,4 +1,4 @@
-"""`bertfamily convert to-longformer`: a thin command around `checkpoints.longformer.to_longformer`."""
+"""`bertfamily convert to-longformer`: a thin command around `to_longformer.to_longformer`."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ def register(app: typer.Typer) -> None:
             window: int = typer.Option(512, help="Full attention window (even).")):
         """RoBERTa → Longformer: position table copied block by block, global projections
         initialised from the local ones (Beltagy et al. 2020, §5)."""
-        from .checkpoints.longformer import to_longformer
+        from .to_longformer import to_longformer
         from .cli import _fail, console
 
         try:

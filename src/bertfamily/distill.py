@@ -253,7 +253,7 @@ class DistillationModel(nn.Module):
         ``distill_projections.safetensors``."""
         from safetensors.torch import save_file
 
-        from .checkpoints.io import atomic_write
+        from .files import atomic_write
 
         path = Path(path)
         self.student.save_pretrained(path)
@@ -312,7 +312,7 @@ def _load_student(cfg: DistillConfig, teacher: Model, tok) -> Model:
             from .train.pretrain import load_for_continued_pretraining
 
             return load_for_continued_pretraining(path, heads)[0]
-        from .checkpoints.io import from_pretrained
+        from .pretrained import from_pretrained
 
         return from_pretrained(path).train()
     config = EncoderConfig.from_preset(str(cfg.student), **cfg.student_overrides)
@@ -353,7 +353,7 @@ def distill(cfg: DistillConfig, train) -> dict[str, Any]:
     """
     import dataclasses
 
-    from .checkpoints.io import from_pretrained
+    from .pretrained import from_pretrained
     from .corpora import read_documents
     from .objectives.instances import SpecialIds
     from .objectives.masking import MaskingConfig
@@ -476,7 +476,7 @@ def _task_student(student, teacher: Model, tok, label_names, overrides: dict[str
                   max_length: int) -> Model:
     """A classify student: a directory, teacher layers (ints; fresh head) or a preset name."""
     from .build import build_model
-    from .checkpoints.io import from_pretrained
+    from .pretrained import from_pretrained
 
     if not isinstance(student, (str, Path)):
         model = init_student(teacher, list(student), heads=["classify"])
@@ -525,7 +525,7 @@ def distill_task(teacher: str | Path, train_file: str | Path, output_dir: str | 
     """
     import dataclasses
 
-    from .checkpoints.io import from_pretrained
+    from .pretrained import from_pretrained
     from .finetune.run import FinetuneOptions, TaskData, pad_batch
     from .tokenization import load_tokenizer
     from .train import IndexedBatches, TrainConfig, Trainer

@@ -8,7 +8,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from .checkpoints.io import atomic_write
+from .files import atomic_write
 from .model import Model
 
 log = logging.getLogger(__name__)

@@ -8,6 +8,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from .checkpoints.io import save_pretrained
 from .config import EncoderConfig
 from .modules.encoder import Encoder, EncoderOutput
 
@@ -199,6 +200,4 @@ class Model(nn.Module):
     def save_pretrained(self, path: str | Path) -> Path:
         """Write a Hugging Face directory (config.json + model.safetensors) that
         `transformers.AutoModel.from_pretrained` loads with identical outputs. Atomic."""
-        from .checkpoints.io import save_pretrained
-
         return save_pretrained(self, path)

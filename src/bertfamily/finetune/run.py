@@ -19,7 +19,8 @@ from typing import Any
 
 import torch
 
-from ..checkpoints.io import atomic_write, from_pretrained
+from ..files import atomic_write
+from ..pretrained import from_pretrained
 from ..heads.tasks import IGNORE_INDEX, task_loss
 from ..tokenization import load_tokenizer
 from .data import (DataError, align_labels, encode_words, label_list, read_conll, read_table,

@@ -48,7 +48,7 @@ def attention_weights(text: str, model: str | Path | None = None, *, layer: int 
 def _attention(text: str, model: str | Path | None, layer: int,
                head: int) -> tuple[list[str], torch.Tensor, bool]:
     """`attention_weights` plus whether the probabilities are a band (windowed attention)."""
-    from ..checkpoints.io import from_pretrained
+    from ..pretrained import from_pretrained
     from ..fetch import resolve_model
     from ..tokenization import load_tokenizer
 
@@ -97,7 +97,7 @@ def plot_attention(tokens: list[str], probs: torch.Tensor, output: str | Path, *
     matplotlib.use("Agg")
     from matplotlib import pyplot as plt
 
-    from ..checkpoints.io import atomic_write
+    from ..files import atomic_write
 
     output = Path(output)
     if output.suffix.lower() != ".png":

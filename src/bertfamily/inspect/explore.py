@@ -92,7 +92,7 @@ def build_page(names: list[str] | None = None, *, vocab_size: int | None = None,
 
 def write_page(path: str | Path, names: list[str] | None = None, **kwargs) -> Path:
     """Write the explorer page atomically to ``path`` (.html)."""
-    from ..checkpoints.io import atomic_write
+    from ..files import atomic_write
 
     path = Path(path)
     page = build_page(names, **kwargs)

@@ -240,7 +240,7 @@ class PretrainingModel(nn.Module):
 
         from safetensors.torch import save_file
 
-        from ..checkpoints.io import atomic_write
+        from ..files import atomic_write
 
         self.model.save_pretrained(path)
         if self.sbo_head is not None:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import torch
 
-from ..checkpoints.io import from_pretrained
+from ..pretrained import from_pretrained
 from ..tokenization import load_tokenizer
 from .batching import sorted_batches, token_lengths
 

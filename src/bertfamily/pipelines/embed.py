@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..checkpoints.io import from_pretrained
+from ..pretrained import from_pretrained
 from ..tokenization import load_tokenizer
 from .batching import sorted_batches, token_lengths
 

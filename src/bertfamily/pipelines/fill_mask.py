@@ -42,7 +42,7 @@ class FillMask:
 
     def __init__(self, path: str | Path, device: str = "cpu",
                  dtype: torch.dtype | None = None) -> None:
-        from ..checkpoints.io import from_pretrained
+        from ..pretrained import from_pretrained
         from ..tokenization import load_tokenizer
 
         self.path = Path(path)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import torch
 
-from ..checkpoints.io import from_pretrained
+from ..pretrained import from_pretrained
 from ..finetune.data import repair_bio, word_ids_from_offsets, word_predictions
 from ..tokenization import load_tokenizer
 from .batching import sorted_batches, token_lengths

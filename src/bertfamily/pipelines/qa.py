@@ -6,7 +6,7 @@ from pathlib import Path
 
 import torch
 
-from ..checkpoints.io import from_pretrained
+from ..pretrained import from_pretrained
 from ..finetune.qa import Answer, QAExample, postprocess, prepare_windows
 from ..tokenization import load_tokenizer
 

@@ -51,7 +51,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..checkpoints.io import atomic_write
+from ..files import atomic_write
 from .data import as_batch_source
 from .distributed import (DistInfo, all_gather_objects, all_reduce_mean, broadcast_object,
                           init_distributed)

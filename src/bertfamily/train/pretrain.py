@@ -97,7 +97,7 @@ def load_for_continued_pretraining(path: str | Path, heads: Sequence[str]):
     Raises:
         ValueError: a weight of the trunk is missing, or a weight is unexpected/mismatched.
     """
-    from ..checkpoints.io import from_pretrained
+    from ..pretrained import from_pretrained
 
     model, report = from_pretrained(path, heads=list(heads), strict=False, return_report=True)
     head_prefixes = ("mlm_head.", "pair_head.")

@@ -17,7 +17,10 @@ from pathlib import Path
 
 import torch
 
-from .io import ModelDirectoryError, atomic_write, config_from_hf, read_hf_config
+from .build import build_model
+from .checkpoints.io import ModelDirectoryError, config_from_hf, read_hf_config
+from .files import atomic_write
+from .pretrained import from_pretrained
 
 log = logging.getLogger(__name__)
 
@@ -72,9 +75,6 @@ def to_longformer(model_dir: str | Path, output_dir: str | Path, *, max_position
         ModelDirectoryError: not a readable model directory, or not a RoBERTa-family checkpoint.
         ValueError: ``max_positions`` shorter than the source's limit, or a bad window.
     """
-    from ..build import build_model
-    from .io import from_pretrained
-
     model_dir, output_dir = Path(model_dir), Path(output_dir)
     source_config = config_from_hf(read_hf_config(model_dir))
     if source_config.position_scheme != "absolute_from_padding" or (

@@ -1,0 +1,107 @@
+"""Directory → `Model`: read a Hugging Face model directory, build the model, load its weights."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .build import build_model
+from .checkpoints.convert import (CheckpointError, LoadReport, detect_components, hf_to_ours,
+                                  new_parameter_keys, rename_legacy_layernorm)
+from .checkpoints.io import config_from_hf, family_of, read_hf_config, read_weights, task_of
+from .checkpoints.keymaps import FamilyMap
+from .heads.tasks import TASK_HEADS
+
+log = logging.getLogger(__name__)
+
+
+def from_pretrained(path: str | Path, *, heads: list[str] | None = None, strict: bool = True,
+                    return_report: bool = False, dtype: torch.dtype | None = None,
+                    new_heads: bool = False, config_overrides: dict[str, Any] | None = None,
+                    **more_overrides: Any):
+    """Load a local Hugging Face model directory into a `bertfamily.Model`.
+
+    Args:
+        path: directory with config.json and model.safetensors / pytorch_model.bin.
+        heads: heads to build (subset of "mlm", "pair", or one task head "classify", "tokens",
+            "qa", "choice"); None = the heads the checkpoint holds (task heads from
+            config.json's ``architectures``).
+        new_heads: fine-tuning start: heads (and a pooler) the checkpoint lacks, or holds with
+            another shape (another number of labels), are freshly initialised, and the
+            checkpoint's other heads are dropped; everything else stays strict.
+        strict: raise on missing/unexpected/mismatched keys (else report them in the log and,
+            with ``return_report``, in a `LoadReport`).
+        return_report: return (model, report) instead of the model.
+        dtype: cast the parameters (e.g. torch.bfloat16); None keeps float32.
+        config_overrides: EncoderConfig fields to change before building, e.g.
+            ``{"conditional_norms": ("attention", "ffn"), "condition_size": 16}`` to load an
+            ordinary checkpoint into a conditional model (its W_γ, W_β are then reported as
+            ``newly_initialized``, zero, so the model starts as the checkpoint), or
+            ``label_names``. Fields may also be given as keyword arguments.
+
+    Returns:
+        The model in eval mode (or (model, LoadReport)).
+
+    Raises:
+        ModelDirectoryError: no directory, no config.json, no weights, unsupported model_type.
+        CheckpointError: when strict, every missing or unexpected key and shape mismatch.
+    """
+    path = Path(path)
+    hf_config = read_hf_config(path)
+    fmap = family_of(hf_config)
+    config = config_from_hf(hf_config)
+    overrides = {**(config_overrides or {}), **more_overrides}
+    if overrides:
+        config = config.replace(**overrides)
+    hf_state = read_weights(path)
+    found_heads, has_pooler = detect_components(fmap, hf_state)
+    task = task_of(fmap, hf_config)
+    found_heads = [h for h in found_heads if h not in TASK_HEADS] + ([task] if task else [])
+    heads = found_heads if heads is None else list(heads)
+    if "pair" in heads:
+        has_pooler = True
+    tasks = [h for h in heads if h in TASK_HEADS]
+    if tasks:  # a task head has a pooler exactly when it reads the pooled output
+        pooling = config.choice_pooling if tasks[0] == "choice" else config.classifier_pooling
+        has_pooler = tasks[0] in ("classify", "choice") and pooling == "pooler"
+        if has_pooler and not config.use_pooler:
+            config = config.replace(use_pooler=True)
+    config = config.replace(use_pooler=has_pooler and config.use_pooler)
+    model = build_model(config, heads=heads)
+    expected = {k: v.shape for k, v in model.state_dict().items()}
+    state, report = hf_to_ours(hf_state, fmap, config, expected, heads, config.use_pooler,
+                               strict=strict and not new_heads,
+                               optional=new_parameter_keys(model))
+    if new_heads:
+        report = _accept_new_heads(report, fmap, state)
+        if strict and not report.clean:
+            raise CheckpointError(
+                "checkpoint does not match the model beyond its heads: "
+                f"missing {report.missing}, unexpected {report.unexpected}, "
+                f"mismatched {report.mismatched}", report.missing, report.unexpected,
+                report.mismatched)
+    model.load_state_dict(state, strict=False)
+    model.eval()
+    if dtype is not None:
+        model.to(dtype)
+    log.info("loaded %s (%s, heads=%s) from %s", fmap.model_type, f"{model.num_parameters():,}"
+             " parameters", heads, path)
+    return (model, report) if return_report else model
+
+
+def _accept_new_heads(report: LoadReport, fmap: FamilyMap, state: dict) -> LoadReport:
+    """What remains wrong after allowing fresh heads/pooler and dropped foreign heads."""
+    head_keys = {k.replace("{i}", "") for t in fmap.heads.values() for k in t}
+    pooler_keys = {fmap.base_prefix + k for k in fmap.pooler} | set(fmap.pooler)
+    fresh = ("task_head.", "mlm_head.", "pair_head.", "encoder.pooler.")
+    missing = [k for k in report.missing if not k.startswith(fresh)]
+    unexpected = [k for k in report.unexpected
+                  if rename_legacy_layernorm(k) not in head_keys | pooler_keys]
+    mismatched = [m for m in report.mismatched if not m.startswith("task_head.")]
+    for key in [k for k in report.missing if k.startswith(fresh)]:
+        log.info("initialised fresh: %s", key)
+    return LoadReport(missing, unexpected, mismatched,
+                      report.dropped + [k for k in report.unexpected if k not in unexpected])
