@@ -118,3 +118,29 @@ def test_unsupported_variant(tmp_path_factory, tmp_path):
     (tmp_path / "config.json").write_text(json.dumps(cfg))
     with pytest.raises(ModelDirectoryError, match="position_embedding_type"):
         bf.from_pretrained(tmp_path)
+
+
+@pytest.mark.parametrize("heads", [(), ("classify",), ("mlm",)])
+def test_unknown_forward_keywords_raise_type_error(heads):
+    """A typo'd keyword is never silently ignored, on any model and any head."""
+    model = build_model(EncoderConfig.from_preset("tiny-longformer"), heads=heads).eval()
+    ids = torch.tensor([[0, 5, 6, 2]])
+    mask = torch.tensor([[1, 0, 0, 0]])
+    with pytest.raises(TypeError, match="global_attention_masks"):
+        model(ids, global_attention_masks=mask)
+    with pytest.raises(TypeError, match="atention_mask"):
+        model.encoder(ids, atention_mask=mask)
+    with torch.no_grad():  # the spelled-right keyword is read: it changes the output
+        plain = model(ids).last_hidden_state
+        glob = model(ids, global_attention_mask=torch.tensor([[0, 1, 0, 0]])).last_hidden_state
+    assert (plain - glob).abs().max() > 1e-4
+
+
+@pytest.mark.parametrize("preset", ["tiny-bert", "tiny-deberta", "tiny-albert"])
+def test_global_attention_mask_rejected_without_windowed_attention(preset):
+    model = build_model(EncoderConfig.from_preset(preset)).eval()
+    ids = torch.tensor([[1, 5, 6, 2]])
+    with pytest.raises(TypeError, match="global_attention_mask is not an input of this model"):
+        model(ids, global_attention_mask=torch.ones_like(ids))
+    with pytest.raises(TypeError, match="global_attention_mask is not an input"):
+        model.encoder(ids, global_attention_mask=torch.ones_like(ids))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -11,10 +12,9 @@ from safetensors.torch import load_file, save_file
 import bertfamily as bf
 from bertfamily import EncoderConfig, build_model
 from bertfamily.checkpoints.convert import JOINS
-from bertfamily.modules.attention import AttentionContext
 from bertfamily.modules.attention_disentangled import (DisentangledSelfAttention,
-                                                       RelativePositionEmbeddings,
-                                                       with_key_value_states)
+                                                       RelativePositionEmbeddings)
+from bertfamily.modules.context import AttentionContext
 
 from helpers import hf_tiny
 from reference.disentangled import disentangled_attention
@@ -149,7 +149,7 @@ def test_matches_naive_reference(pos_att_type, k, T, weights_path):
     mask = torch.ones(3, T, dtype=torch.long)
     mask[1, T // 2 + 1:] = 0
     ctx = AttentionContext.from_mask(mask, x.dtype, need_weights=weights_path)
-    ctx.extras.update(rel(x, ctx))
+    ctx = dataclasses.replace(ctx, **rel(x, ctx))
     with torch.no_grad():
         got = att(x, ctx).hidden
     want = disentangled_attention(x, mask, rel.embeddings.weight, w, 4, pos_att_type)
@@ -165,9 +165,9 @@ def test_separate_query_states_match_reference():
     x, q = torch.randn(2, 6, 32), torch.randn(2, 6, 32)
     mask = torch.tensor([[1] * 6, [1] * 4 + [0] * 2])
     ctx = AttentionContext.from_mask(mask, x.dtype)
-    ctx.extras.update(rel(x, ctx))
+    ctx = dataclasses.replace(ctx, **rel(x, ctx))
     with torch.no_grad():
-        got = att(q, with_key_value_states(ctx, x)).hidden
+        got = att(q, dataclasses.replace(ctx, key_value_states=x)).hidden
     want = disentangled_attention(x, mask, rel.embeddings.weight, w, 4, ("c2p", "p2c"),
                                   query_states=q)
     torch.testing.assert_close(got.double(), want, atol=1e-5, rtol=0)
@@ -217,10 +217,10 @@ def test_emd_uses_absolute_positions_only_in_the_decoder():
         a = model(ids, mask)
         b = model(ids, mask, position_ids=shifted)
         # by hand: the last layer twice, queries = H_{L-1} + P, keys/values = H_{L-1}
-        out = model.encoder(ids, mask, output_hidden_states=True)
+        out, ctx = model.encoder(ids, mask, output_hidden_states=True, return_context=True)
         layer = model.encoder.layers[-1]
         h = out.hidden_states[-2]
-        ctx = with_key_value_states(out.attention_context, h)
+        ctx = dataclasses.replace(ctx, key_value_states=h)
         q = h + model.encoder.embeddings.position.weight[:7]
         for _ in range(2):
             q, _ = layer(q, ctx)

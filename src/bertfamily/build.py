@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 
 from torch import nn
 
 from .config import EncoderConfig
 from .heads.enhanced_mask_decoder import EnhancedMaskDecoder
+from .heads.global_attention import HEAD_DEFAULTS, TaskGlobalAttention
 from .heads.pretraining import MaskedLMHead, PairHead
 from .heads.tasks import TASK_HEADS, SequenceHead, SpanHead, TokenHead
 from .model import Model
@@ -26,30 +28,88 @@ HEADS = ("mlm", "pair") + TASK_HEADS
 
 def build_norm(config: EncoderConfig, size: int, site: str | None = None) -> nn.Module:
     """The norm component over ``size`` features: LayerNorm (Ba et al. 2016), or Conditional
-    LayerNorm (SPEC §5) when ``site`` (one of `config.NORM_SITES`) is in
+    LayerNorm (`modules.norms.ConditionalLayerNorm`) when ``site`` (one of `config.NORM_SITES`) is in
     ``config.conditional_norms``."""
     if site is not None and site in config.conditional_norms:
         return ConditionalLayerNorm(size, config.condition_size, eps=config.layer_norm_eps)
     return nn.LayerNorm(size, eps=config.layer_norm_eps)
 
 
+@dataclass(frozen=True)
+class AttentionKind:
+    """How one ``EncoderConfig.attention_kind`` is assembled.
+
+    Attributes:
+        layer: (config, unique layer index) → the attention component of that layer.
+        encoder_inputs: config → the encoder-level provider of attention inputs shared by every
+            layer (see `Encoder.attention_inputs`), or None.
+        task_inputs: (config, task head name) → the task head's defaults for optional encoder
+            inputs (a `Model`'s ``default_inputs``), or None.
+    """
+
+    layer: Callable[[EncoderConfig, int], nn.Module]
+    encoder_inputs: Callable[[EncoderConfig], nn.Module | None] = lambda config: None
+    task_inputs: Callable[[EncoderConfig, str], Callable | None] = lambda config, task: None
+
+
+def _full(config: EncoderConfig, index: int) -> nn.Module:
+    return SelfAttention(config.hidden_size, config.num_attention_heads,
+                         config.attention_probs_dropout_prob, bias=config.attention_bias)
+
+
+def _disentangled(config: EncoderConfig, index: int) -> nn.Module:
+    return DisentangledSelfAttention(
+        config.hidden_size, config.num_attention_heads, config.attention_probs_dropout_prob,
+        position_dropout=config.hidden_dropout_prob,
+        pos_att_type=tuple(t for t in config.pos_att_type.split("|") if t),
+        relative=config.relative_attention)
+
+
+def _relative_table(config: EncoderConfig) -> nn.Module | None:
+    # One relative table shared by all layers (He et al. 2021 §3.1).
+    if not config.relative_attention:
+        return None
+    return RelativePositionEmbeddings(config.relative_span, config.hidden_size)
+
+
+def _windowed(config: EncoderConfig, index: int) -> nn.Module:
+    return WindowedSelfAttention(config.hidden_size, config.num_attention_heads,
+                                 config.attention_probs_dropout_prob,
+                                 window=config.attention_windows[index],
+                                 bias=config.attention_bias)
+
+
+def _task_global_attention(config: EncoderConfig, task: str) -> TaskGlobalAttention | None:
+    # Beltagy et al. 2020 §4: each task head puts global attention on its own tokens.
+    if task not in HEAD_DEFAULTS:
+        return None
+    return TaskGlobalAttention(HEAD_DEFAULTS[task], config.sep_token_id)
+
+
+ATTENTION_KINDS: dict[str, AttentionKind] = {
+    "full": AttentionKind(_full),
+    "disentangled": AttentionKind(_disentangled, encoder_inputs=_relative_table),
+    "windowed": AttentionKind(_windowed, encoder_inputs=lambda config: GlobalAttentionInputs(),
+                              task_inputs=_task_global_attention),
+}
+
+
+def attention_kind(config: EncoderConfig) -> AttentionKind:
+    """The `AttentionKind` of ``config.attention_kind``.
+
+    Raises:
+        ValueError: a kind with no entry in `ATTENTION_KINDS`.
+    """
+    try:
+        return ATTENTION_KINDS[config.attention_kind]
+    except KeyError:
+        raise ValueError(f"attention_kind {config.attention_kind!r} has no builder; known: "
+                         f"{sorted(ATTENTION_KINDS)}") from None
+
+
 def build_attention(config: EncoderConfig, index: int = 0) -> nn.Module:
     """The attention component named by ``config.attention_kind``, for unique layer ``index``."""
-    if config.attention_kind == "full":
-        return SelfAttention(config.hidden_size, config.num_attention_heads,
-                             config.attention_probs_dropout_prob, bias=config.attention_bias)
-    if config.attention_kind == "disentangled":
-        return DisentangledSelfAttention(
-            config.hidden_size, config.num_attention_heads, config.attention_probs_dropout_prob,
-            position_dropout=config.hidden_dropout_prob,
-            pos_att_type=tuple(t for t in config.pos_att_type.split("|") if t),
-            relative=config.relative_attention)
-    if config.attention_kind == "windowed":
-        return WindowedSelfAttention(config.hidden_size, config.num_attention_heads,
-                                     config.attention_probs_dropout_prob,
-                                     window=config.attention_windows[index],
-                                     bias=config.attention_bias)
-    raise ValueError(f"attention_kind {config.attention_kind!r} has no builder")
+    return attention_kind(config).layer(config, index)
 
 
 def build_layer(config: EncoderConfig, index: int = 0) -> EncoderLayer:
@@ -82,11 +142,7 @@ def build_encoder(config: EncoderConfig, position_table: bool | None = None) -> 
                       vocab_size=config.vocab_size, type_vocab_size=config.type_vocab_size,
                       max_positions=config.max_position_embeddings,
                       position_offset=config.position_offset, pad_token_id=config.pad_token_id)
-    if config.relative_attention:  # DeBERTa: one relative table shared by all layers
-        encoder.attention_inputs = RelativePositionEmbeddings(config.relative_span,
-                                                              config.hidden_size)
-    if config.attention_kind == "windowed":  # global_attention_mask → GlobalTokens, once
-        encoder.attention_inputs = GlobalAttentionInputs()
+    encoder.attention_inputs = attention_kind(config).encoder_inputs(config)
     return encoder
 
 
@@ -145,10 +201,15 @@ def build_model(config: EncoderConfig, heads: Iterable[str] = ()) -> Model:
         if not config.use_pooler:
             raise ValueError("the pair (NSP/SOP) head needs a pooler; this config has none")
         pair = PairHead(config.hidden_size)
-    task_head = build_task_head(config, tasks[0]) if tasks else None
-    model = Model(config, encoder, mlm, pair,
-                  mlm_decoder=EnhancedMaskDecoder(config.emd_layers) if emd else None,
-                  task_head=task_head, task=tasks[0] if tasks else None)
+    task = tasks[0] if tasks else None
+    decoder = None
+    if emd:  # the decoder re-applies the encoder's last layer with its absolute positions
+        decoder = EnhancedMaskDecoder(config.emd_layers, encoder.embeddings.position,
+                                      encoder.layers[encoder.schedule[-1]])
+    model = Model(config, encoder, mlm, pair, mlm_decoder=decoder,
+                  task_head=build_task_head(config, task) if task else None, task=task,
+                  default_inputs=attention_kind(config).task_inputs(config, task) if task
+                  else None)
     init_weights(model, config.initializer_range)
     return model
 
@@ -175,7 +236,7 @@ def init_weights(model: nn.Module, std: float = 0.02) -> None:
             nn.init.zeros_(module.bias)
 
 
-# --- pretraining heads outside the checkpoint layout (issue-pretrain) ------------------------
+# --- pretraining heads outside the checkpoint layout -------------------------------------------
 
 
 def build_span_boundary_head(config: EncoderConfig, model: Model, max_positions: int = 32,

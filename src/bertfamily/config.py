@@ -71,7 +71,7 @@ class EncoderConfig:
 
     # --- norms ---------------------------------------------------------------------------------
     layer_norm_eps: float = 1e-12
-    # Conditional Layer Normalization (SPEC §5): which norms take a condition c of size C.
+    # Conditional Layer Normalization (modules/norms.py): which norms take a condition c of size C.
     # Sites: "embeddings" (in E), "attention" and "ffn" (the two norms of every layer, in H),
     # "mlm" (the MLM head's norm, in E). Empty = ordinary LayerNorms everywhere.
     conditional_norms: tuple[str, ...] = ()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -49,6 +50,16 @@ class Model(nn.Module):
     """One model class for every family: `encoder` + optional `mlm_head` and `pair_head`, or
     one fine-tuning `task_head` named by ``task`` ("classify", "tokens", "qa", "choice").
 
+    It holds no family knowledge: what differs between families is in the components that
+    `bertfamily.build.build_model` gives it —
+
+    - ``mlm_decoder``: an optional decoder between the trunk and the MLM head, called as
+      ``mlm_decoder(hidden_states, attention_context, position_ids)`` (e.g. an enhanced mask
+      decoder, wired to the encoder's position table and last layer at build time);
+    - ``default_inputs``: an optional callable ``(input_ids, attention_mask) -> {keyword:
+      tensor}`` giving the task head's defaults for optional encoder inputs the caller left out
+      (e.g. task-specific global attention for windowed attention).
+
     Build with `bertfamily.build_model(config, heads=...)` or load with
     `bertfamily.from_pretrained(path)`.
     """
@@ -56,16 +67,17 @@ class Model(nn.Module):
     def __init__(self, config: EncoderConfig, encoder: Encoder,
                  mlm_head: nn.Module | None = None, pair_head: nn.Module | None = None,
                  mlm_decoder: nn.Module | None = None, *,
-                 task_head: nn.Module | None = None, task: str | None = None) -> None:
+                 task_head: nn.Module | None = None, task: str | None = None,
+                 default_inputs: Callable[..., dict[str, torch.Tensor]] | None = None) -> None:
         super().__init__()
         self.config = config
         self.encoder = encoder
         self.mlm_head = mlm_head
         self.pair_head = pair_head
-        # Optional decoder between the trunk and the MLM head (DeBERTa's enhanced mask decoder).
         self.mlm_decoder = mlm_decoder
         self.task_head = task_head
         self.task = task if task_head is not None else None
+        self.default_inputs = default_inputs
 
     @property
     def heads(self) -> tuple[str, ...]:
@@ -76,11 +88,11 @@ class Model(nn.Module):
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None,
                 position_ids: torch.Tensor | None = None, *,
+                global_attention_mask: torch.Tensor | None = None,
                 masked_positions: torch.Tensor | None = None,
                 output_hidden_states: bool = False,
                 output_attentions: bool = False,
-                condition: torch.Tensor | None = None,
-                **attention_inputs) -> ModelOutput:
+                condition: torch.Tensor | None = None) -> ModelOutput:
         """Run the encoder and the heads.
 
         Args:
@@ -88,39 +100,47 @@ class Model(nn.Module):
             attention_mask: (B, T) 0/1 (1 = real token); None = all real.
             token_type_ids: (B, T) int64 segment ids (models with a segment embedding only).
             position_ids: (B, T) int64; None = the model's position scheme.
+            global_attention_mask: (B, T) 0/1, 1 = global attention (windowed-attention models
+                only); None = the task head's default (Beltagy et al. 2020 §4), else none.
             masked_positions: optional (B, T) bool; the MLM head then runs only at these
-                positions and returns (M, V) logits (as the original BERT gathered them).
-            output_hidden_states / output_attentions / condition / attention_inputs: see
-                `Encoder.forward`.
+                positions and returns (M, V) logits (as the original pretraining code gathered them).
+            output_hidden_states / output_attentions / condition: see `Encoder.forward`.
 
         With the "choice" head, input_ids and the other (B, T) inputs are (B, K, T): K choices
         per example, flattened to (B·K, T) for the encoder; ``logits`` is then (B, K).
 
         Raises:
-            ValueError: invalid inputs (see `Encoder.check_inputs`); a ``condition`` given to a
-                model without conditional norms, or missing / of the wrong size C for one with
-                them (see `modules.norms.ConditionalLayerNorm.check_condition`).
+            TypeError: an unknown keyword argument; a ``global_attention_mask`` for a model
+                whose attention reads none (see `Encoder.forward`).
+            ValueError: invalid inputs (see `Encoder.check_inputs`); a ``condition`` given to a model
+                without conditional norms, or missing / of the wrong size C for one with them
+                (see `modules.norms.ConditionalLayerNorm.check_condition`).
         """
         if condition is not None and not self.takes_condition:
             raise ValueError("condition= was given but this model has no conditional norms "
                              "(EncoderConfig.conditional_norms is empty)")
-        attention_inputs = self._task_attention_inputs(input_ids, attention_mask,
-                                                       attention_inputs)
         if self.task == "choice":
             return self._forward_choice(input_ids, attention_mask, token_type_ids, position_ids,
+                                        global_attention_mask=global_attention_mask,
                                         output_hidden_states=output_hidden_states,
                                         output_attentions=output_attentions,
-                                        condition=condition, **attention_inputs)
+                                        condition=condition)
+        if global_attention_mask is None and self.default_inputs is not None:
+            global_attention_mask = self.default_inputs(input_ids, attention_mask).get(
+                "global_attention_mask")
         decode = self.mlm_head is not None and self.mlm_decoder is not None
-        out = self.encoder(input_ids, attention_mask, token_type_ids, position_ids,
-                           output_hidden_states=output_hidden_states or decode,
-                           output_attentions=output_attentions, condition=condition,
-                           **attention_inputs)
+        out, ctx = self.encoder(input_ids, attention_mask, token_type_ids, position_ids,
+                                global_attention_mask=global_attention_mask,
+                                output_hidden_states=output_hidden_states or decode,
+                                output_attentions=output_attentions, condition=condition,
+                                return_context=True)
         logits = pair_logits = None
         if self.mlm_head is not None:
             h = out.last_hidden_state
             if decode:
-                h = self._decode(out, input_ids, position_ids)
+                if position_ids is None:
+                    position_ids = self.encoder.position_ids_for(input_ids)
+                h = self.mlm_decoder(out.hidden_states, ctx, position_ids)
                 if not output_hidden_states:
                     out.hidden_states = None
             if getattr(self.mlm_head, "takes_condition", False):
@@ -140,57 +160,29 @@ class Model(nn.Module):
                            start_logits=start, end_logits=end)
 
     def _forward_choice(self, input_ids: torch.Tensor, *tensors: torch.Tensor | None,
+                        global_attention_mask: torch.Tensor | None,
                         **kwargs) -> ModelOutput:
         """Multiple choice: (B, K, T) inputs → (B·K, T) through the encoder → (B, K) scores."""
         if input_ids.dim() != 3:
             raise ValueError(f"the choice head takes input_ids of shape (B, K, T), got "
                              f"{tuple(input_ids.shape)}")
         B, K, T = input_ids.shape
+        ids = input_ids.reshape(B * K, T)
         flat = [t.reshape(B * K, -1) if t is not None else None for t in tensors]
-        for name, value in kwargs.items():  # per-token attention inputs (global_attention_mask)
-            if isinstance(value, torch.Tensor) and tuple(value.shape[:2]) == (B, K):
-                kwargs[name] = value.reshape(B * K, *value.shape[2:])
-        out = self.encoder(input_ids.reshape(B * K, T), *flat, **kwargs)
+        if global_attention_mask is not None:
+            if tuple(global_attention_mask.shape[:2]) == (B, K):  # else the encoder reports it
+                global_attention_mask = global_attention_mask.reshape(B * K, -1)
+        elif self.default_inputs is not None:
+            global_attention_mask = self.default_inputs(ids, flat[0]).get(
+                "global_attention_mask")
+        out = self.encoder(ids, *flat, global_attention_mask=global_attention_mask, **kwargs)
         scores = self.task_head(out.last_hidden_state, out.pooler_output)  # (B·K, 1)
         return ModelOutput(**vars(out), logits=scores.view(B, K))
 
-    def _task_attention_inputs(self, input_ids: torch.Tensor,
-                               attention_mask: torch.Tensor | None, attention_inputs: dict) -> dict:
-        """Task-specific global attention (Beltagy et al. 2020 §4): a windowed-attention model
-        with a classify, qa or choice head and no ``global_attention_mask`` from the caller
-        gets the default of `heads.global_attention.default_global_attention_mask` (first
-        token; question tokens; answer tokens), the separator id from
-        ``config.sep_token_id``. An explicit mask (even all zeros) is used as given."""
-        from .heads.global_attention import HEAD_DEFAULTS, default_global_attention_mask
-
-        if (self.config.attention_kind != "windowed" or self.task not in HEAD_DEFAULTS
-                or attention_inputs.get("global_attention_mask") is not None):
-            return attention_inputs
-        ids, mask = input_ids, attention_mask
-        if self.task == "choice" and input_ids.dim() == 3:  # (B, K, T) → (B·K, T) and back
-            ids = input_ids.flatten(0, 1)
-            mask = attention_mask.flatten(0, 1) if attention_mask is not None else None
-        if mask is not None and tuple(mask.shape) != tuple(ids.shape):
-            return attention_inputs  # let the encoder report the shape error
-        default = default_global_attention_mask(ids, HEAD_DEFAULTS[self.task],
-                                                sep_token_id=self.config.sep_token_id,
-                                                attention_mask=mask)
-        return {**attention_inputs, "global_attention_mask": default.view(input_ids.shape)}
-
     @property
     def takes_condition(self) -> bool:
-        """Whether any norm is conditional (forward then needs ``condition=``; SPEC §5)."""
+        """Whether any norm is conditional (forward then needs ``condition=``)."""
         return any(getattr(m, "takes_condition", False) for m in self.modules() if m is not self)
-
-    def _decode(self, out, input_ids: torch.Tensor,
-                position_ids: torch.Tensor | None) -> torch.Tensor:
-        """(B, T, H) states for the MLM head from the enhanced mask decoder (absolute positions
-        of the encoder's position table, last layer re-applied)."""
-        if position_ids is None:
-            position_ids = self.encoder.position_ids_for(input_ids)
-        positions = self.encoder.embeddings.position(position_ids)  # (B or 1, T, H)
-        last = self.encoder.layers[self.encoder.schedule[-1]]
-        return self.mlm_decoder(out.hidden_states, out.attention_context, last, positions)
 
     def num_parameters(self, heads: bool = False) -> int:
         """Parameter count, each shared tensor counted once; trunk only unless ``heads``."""

@@ -1,4 +1,4 @@
-"""The ten models of the BERT family (SPEC §1), plus tiny test presets, as plain data.
+"""The ten models of the BERT family, plus tiny test presets, as plain data.
 
 Each preset is a dict of `EncoderConfig` overrides headed by the checkpoint it reproduces.
 The parameter count in the comment is the base model plus pooler, as transformers counts it.
@@ -97,7 +97,7 @@ PRESETS: dict[str, dict[str, Any]] = {
                             **_LONGFORMER_HEADS),
 }
 
-# Published parameter counts (base model + pooler, as transformers counts it): SPEC §1.
+# Published parameter counts (base model + pooler, as transformers counts it).
 PUBLISHED_PARAMETERS: dict[str, int] = {
     "bert-base": 109_482_240,
     "bert-large": 335_141_888,
@@ -111,7 +111,7 @@ PUBLISHED_PARAMETERS: dict[str, int] = {
     "bert-tiny": 4_385_920,
 }
 
-# The ten models of SPEC §1, in the order of the source documents.
+# The ten models of the family, in the order of the source documents.
 FAMILY = ["bert-base", "bert-large", "roberta-base", "albert-base", "distilbert-base",
           "spanbert-base", "deberta-base", "longformer-base", "tinybert-4l", "bert-tiny"]
 

@@ -60,7 +60,7 @@ class DenseReference(nn.Module):
     def forward(self, x, ctx):
         from bertfamily.modules.attention import AttentionOutput
 
-        glob = ctx.extras.get("global_tokens")
+        glob = ctx.global_tokens
         is_global = glob.is_global if glob is not None else torch.zeros_like(ctx.mask)
         return AttentionOutput(dense_windowed_attention(self.inner, x, ctx.mask, is_global,
                                                         self.window))

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 from torch import nn
 
-from ..modules.attention_disentangled import with_key_value_states
+from ..modules.context import AttentionContext
 
 
 class EnhancedMaskDecoder(nn.Module):
@@ -25,29 +27,35 @@ class EnhancedMaskDecoder(nn.Module):
 
     Args:
         num_steps: how many times the last layer is re-applied (``EncoderConfig.emd_layers``).
+        position: the encoder's absolute position table (an ``nn.Embedding``).
+        layer: the encoder's last layer.
+
+    Both are the encoder's own modules, wired in by `bertfamily.build.build_model`; they are held
+    outside the module tree (so their parameters are stored and counted once, by the encoder).
     """
 
-    def __init__(self, num_steps: int) -> None:
+    def __init__(self, num_steps: int, position: nn.Module, layer: nn.Module) -> None:
         super().__init__()
         self.num_steps = num_steps
+        self._shared = (position, layer)  # a tuple: not registered as submodules
 
-    def forward(self, hidden_states: tuple[torch.Tensor, ...], ctx, layer: nn.Module,
-                positions: torch.Tensor) -> torch.Tensor:
+    def forward(self, hidden_states: tuple[torch.Tensor, ...], ctx: AttentionContext,
+                position_ids: torch.Tensor) -> torch.Tensor:
         """Decode.
 
         Args:
             hidden_states: the encoder's L + 1 hidden states, each (B, T, H); the input of the
                 last layer (``hidden_states[-2]``) is used.
             ctx: the batch's `AttentionContext` (mask, relative embeddings).
-            layer: the encoder's last layer.
-            positions: (B, T, H) or (1, T, H) absolute position embeddings.
+            position_ids: (B, T) or (1, T) int64 absolute positions.
 
         Returns:
             (B, T, H) float, the states the MLM head reads.
         """
+        position, layer = self._shared
         keys = hidden_states[-2]  # (B, T, H)
-        ctx = with_key_value_states(ctx, keys)
-        query = keys + positions  # (B, T, H)
+        ctx = dataclasses.replace(ctx, key_value_states=keys)
+        query = keys + position(position_ids)  # (B, T, H)
         for _ in range(self.num_steps):
             query, _ = layer(query, ctx)
         return query

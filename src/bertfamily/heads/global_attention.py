@@ -9,13 +9,40 @@ always pass an explicit ``global_attention_mask`` instead.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 TASKS = ("classification", "qa", "choice")
-# Task head (heads/tasks.py) → the default of this module that `Model.forward` applies to a
-# windowed-attention model when the caller gives no global_attention_mask. Token
-# classification has none (as transformers' LongformerForTokenClassification).
+# Task head (heads/tasks.py) → the default of this module that a windowed-attention model with
+# that head applies when the caller gives no global_attention_mask. Token classification has
+# none (as transformers' LongformerForTokenClassification).
 HEAD_DEFAULTS = {"classify": "classification", "qa": "qa", "choice": "choice"}
+
+
+@dataclass(frozen=True)
+class TaskGlobalAttention:
+    """The default global attention of one task head (a `Model`'s ``default_inputs``
+    component, attached by `bertfamily.build.build_model` to windowed-attention models).
+
+    Calling it with (B, T) ``input_ids`` and ``attention_mask`` returns
+    {"global_attention_mask": (B, T) int64} from `default_global_attention_mask`, or {} when the
+    mask's shape differs from the ids' (the encoder then reports the shape error).
+
+    Attributes:
+        task: one of `TASKS`.
+        sep_token_id: the separator id (``EncoderConfig.sep_token_id``).
+    """
+
+    task: str
+    sep_token_id: int | None
+
+    def __call__(self, input_ids: torch.Tensor,
+                 attention_mask: torch.Tensor | None) -> dict[str, torch.Tensor]:
+        if attention_mask is not None and tuple(attention_mask.shape) != tuple(input_ids.shape):
+            return {}
+        return {"global_attention_mask": default_global_attention_mask(
+            input_ids, self.task, sep_token_id=self.sep_token_id, attention_mask=attention_mask)}
 
 
 def default_global_attention_mask(input_ids: torch.Tensor, task: str, *,

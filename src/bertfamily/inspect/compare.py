@@ -22,7 +22,7 @@ REFERENCE = "bert-base"
 # scale the same design and are shown as plain size differences.
 STRUCTURAL_SIZES = ("Dh",)
 
-# Descriptive text of SPEC §1 that is not a config value (objectives live in the training code,
+# Descriptive text of the family table that is not a config value (objectives live in the training code,
 # tasks in the heads): documentation data, keyed by the family's preset names.
 DESCRIPTIONS: dict[str, dict[str, str]] = {
     "bert-base": {"pretraining": "MLM + NSP", "tasks": "general NLU, QA, classification"},
@@ -152,7 +152,7 @@ def _segments(c: EncoderConfig) -> str:
 
 
 def comparison_rows(names: list[str] | None = None) -> list[dict[str, Any]]:
-    """One row per model (default: the ten of SPEC §1): sizes from the preset, parameters
+    """One row per model (default: the ten of the family): sizes from the preset, parameters
     counted from the code (base model + pooler, on the meta device), special mechanisms from the
     config's fields; families whose components are pending are listed with status "pending".
 

@@ -34,7 +34,7 @@ def resolve_config(model: str | Path | EncoderConfig, *, vocab_size: int | None 
             an `EncoderConfig`.
         vocab_size: override V (e.g. 21128 for Chinese BERT).
         condition_size: make the model's norms Conditional LayerNorms of condition size C
-            (SPEC §5); which norms: ``conditional_norms`` (default: every site the config allows).
+            (`modules.norms.ConditionalLayerNorm`); which norms: ``conditional_norms`` (default: every site the config allows).
 
     Raises:
         PendingModelError: a family preset not available in this build.

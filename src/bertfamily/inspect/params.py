@@ -146,9 +146,11 @@ def parameter_table(model: str | Path | EncoderConfig, *, heads: list[str] | tup
             blocks.append((s, []))
         elif s.depth == 1 and blocks:
             blocks[-1][1].append(s)
-    # Modules that run as top-level steps of their own: a parent's leftover count skips them
-    # (DeBERTa's encoder.embeddings.position, run only by the enhanced mask decoder).
-    run_alone = {top.key for top, _ in blocks if "*" not in top.key}
+    # Modules that run as top-level steps of their own, or only inside a head: a parent's
+    # leftover count skips them (DeBERTa's encoder.embeddings.position, run only by the
+    # enhanced mask decoder).
+    run_alone = {top.key for top, _ in blocks if "*" not in top.key} | {
+        s.key for s in steps if not s.trunk and "*" not in s.key and s.key.startswith("encoder.")}
 
     def emit(block: str, top, children, path_of, part: str = "trunk", note: str = "") -> None:
         top_module = modules.get(path_of(top.key))
@@ -162,9 +164,10 @@ def parameter_table(model: str | Path | EncoderConfig, *, heads: list[str] | tup
         for c in children:
             m = modules.get(path_of(c.key))
             if m is not None:
+                borrowed = part == "head" and c.key.startswith("encoder.")
                 rows.append(ParamRow(block, path_of(c.key), c.kind,
                                      c.output_symbols[0] if c.output_symbols else "", count(m),
-                                     part=part))
+                                     part=part, note=_borrowed(block) if borrowed else ""))
         own = [(n, p) for n, p in top_module.named_parameters(recurse=False)
                if id(p) not in counted]
         for n, p in own:
@@ -195,9 +198,7 @@ def parameter_table(model: str | Path | EncoderConfig, *, heads: list[str] | tup
         if not top.trunk:
             if top.key.startswith("encoder."):  # a trunk module that only a head runs
                 head = consumer(index)
-                emit(head, top, children, lambda key: key, "head",
-                     f"owned by the encoder but run only by {head}, not by the trunk: "
-                     f"counted with the heads")
+                emit(head, top, children, lambda key: key, "head", _borrowed(head))
             else:
                 emit(top.key, top, children, lambda key: key, "head",
                      top.operation if not children and not top.params else "")
@@ -243,3 +244,8 @@ def _tied_rows(model: nn.Module, rows: list[ParamRow], modules: dict[str, nn.Mod
             row.block = rows[at].block
             row.output_shape = rows[at].output_shape
             rows.insert(at, row)
+
+
+def _borrowed(head: str) -> str:
+    """The note of a trunk module that only a head runs."""
+    return f"owned by the encoder but run only by {head}, not by the trunk: counted with the heads"

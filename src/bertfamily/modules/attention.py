@@ -3,42 +3,13 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
 import torch
 from torch import nn
 from torch.nn import functional as F
 
-
-@dataclass
-class AttentionContext:
-    """What every layer's attention needs about the batch, computed once per forward.
-
-    Attributes:
-        mask: (B, S) bool, True = real token to attend to.
-        bias: (B, 1, 1, S) float additive mask: 0 where ``mask``, the dtype's minimum elsewhere
-            (finite, so a row with no real key stays finite in every dtype).
-        need_weights: return attention probabilities and pre-softmax scores (slow path).
-        condition: (B, C) or (B, T, C) condition vector for conditional norms, or None.
-        extras: per-attention-kind inputs provided by the encoder (e.g. relative position
-            embeddings shared by all layers, global attention masks).
-    """
-
-    mask: torch.Tensor
-    bias: torch.Tensor
-    need_weights: bool = False
-    condition: torch.Tensor | None = None
-    extras: dict[str, Any] = field(default_factory=dict)
-
-    @classmethod
-    def from_mask(cls, attention_mask: torch.Tensor, dtype: torch.dtype,
-                  need_weights: bool = False) -> "AttentionContext":
-        """Build from a (B, S) 0/1 mask (1 = keep)."""
-        mask = attention_mask.bool()
-        bias = torch.zeros(mask.shape, dtype=dtype, device=mask.device)
-        bias = bias.masked_fill(~mask, torch.finfo(dtype).min)[:, None, None, :]  # (B, 1, 1, S)
-        return cls(mask=mask, bias=bias, need_weights=need_weights)
+from .context import AttentionContext
 
 
 @dataclass
@@ -79,12 +50,12 @@ class SelfAttention(nn.Module):
 
     def forward(self, x: torch.Tensor, ctx: AttentionContext) -> AttentionOutput:
         """x: (B, T, H) float → AttentionOutput with hidden (B, T, H); or packed real tokens
-        x: (total_tokens, H) with the plan in ``ctx.extras["unpadded"]`` → hidden
+        x: (total_tokens, H) with the plan in ``ctx.unpadded`` → hidden
         (total_tokens, H)."""
         if x.dim() == 2:
             if self.packed_strategy == "padded":
                 return AttentionOutput(self.out(self._packed_padded(x, ctx)))
-            return AttentionOutput(self.out(self._packed(x, ctx.extras["unpadded"].lengths)))
+            return AttentionOutput(self.out(self._packed(x, ctx.unpadded.lengths)))
         B, T, H = x.shape
         qkv = self.qkv(x).view(B, T, 3, self.num_heads, self.head_dim)
         q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # each (B, N, T, Dh)
@@ -124,7 +95,7 @@ class SelfAttention(nn.Module):
         """Packed (total_tokens, H) → context (total_tokens, H): the projections run on real
         tokens only; Q/K/V are scattered to the padded (B, N, T, Dh) layout for one masked SDPA
         call, and the real rows gathered back."""
-        plan = ctx.extras["unpadded"]
+        plan = ctx.unpadded
         B, T, H = plan.batch_size, plan.seq_len, x.shape[-1]
         qkv = x.new_zeros(B * T, 3 * H).index_copy_(0, plan.index, self.qkv(x))
         q, k, v = qkv.view(B, T, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4).unbind(0)

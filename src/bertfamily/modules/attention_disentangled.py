@@ -27,14 +27,14 @@ V run in one `scaled_dot_product_attention` call.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 
 import torch
 from torch import nn
 from torch.nn import functional as F
 
-from .attention import AttentionContext, AttentionOutput
+from .attention import AttentionOutput
+from .context import AttentionContext
 
 
 def relative_rows(seq_len: int, max_relative_positions: int,
@@ -64,13 +64,16 @@ class RelativePositionEmbeddings(nn.Module):
         hidden_size: H.
     """
 
+    inputs = ()  # reads no forward keyword of Encoder/Model
+
     def __init__(self, max_relative_positions: int, hidden_size: int) -> None:
         super().__init__()
         self.max_relative_positions = max_relative_positions
         self.embeddings = nn.Embedding(2 * max_relative_positions, hidden_size)
 
     def forward(self, x: torch.Tensor, ctx: AttentionContext) -> dict[str, torch.Tensor]:
-        """x: (B, T, H) → {"relative_embeddings": (2T - 1, H)}, row r for distance r - (T - 1)."""
+        """x: (B, T, H) → the context fields to set: {"relative_embeddings": (2T - 1, H)},
+        row r for distance r - (T - 1)."""
         rows = relative_rows(x.shape[1], self.max_relative_positions, x.device)
         return {"relative_embeddings": self.embeddings(rows)}  # (2T - 1, H)
 
@@ -98,9 +101,9 @@ class DisentangledSelfAttention(nn.Module):
     softmax runs in fp32, and rows of padding queries are zeroed, so every masked entry of the
     probabilities is exactly zero (the original XSoftmax).
 
-    Reads from ``ctx.extras``: ``relative_embeddings`` (2T - 1, H) from
+    Reads ``ctx.relative_embeddings`` (2T - 1, H) from
     `RelativePositionEmbeddings` (without it only c2c is computed), and optionally
-    ``key_value_states`` (B, T, H): keys and values come from these instead of the layer input
+    ``ctx.key_value_states`` (B, T, H): keys and values come from these instead of the layer input
     (the enhanced mask decoder queries with absolute positions added; §3.3).
 
     Args:
@@ -138,7 +141,7 @@ class DisentangledSelfAttention(nn.Module):
     def _project(self, x: torch.Tensor, ctx: AttentionContext):
         """Q (scaled, with bias), K, V, each (B, N, T, Dh)."""
         B, T, H = x.shape
-        kv_states = ctx.extras.get("key_value_states")
+        kv_states = ctx.key_value_states
         if kv_states is None:
             qkv = self.qkv(x).view(B, T, 3, self.num_heads, self.head_dim)
             q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # each (B, N, T, Dh)
@@ -178,7 +181,7 @@ class DisentangledSelfAttention(nn.Module):
         """x: (B, T, H) float → AttentionOutput with hidden (B, T, H)."""
         B, T, H = x.shape
         q, k, v = self._project(x, ctx)
-        rel = ctx.extras.get("relative_embeddings")
+        rel = ctx.relative_embeddings
         rel_scores = self.relative_scores(q, k, rel) if rel is not None else None
         p = self.dropout if self.training else 0.0
         query_keep = ctx.mask[:, None, :, None]  # (B, 1, T, 1)
@@ -200,8 +203,3 @@ class DisentangledSelfAttention(nn.Module):
             y = y * query_keep.to(y.dtype)  # padding queries attend to nothing (XSoftmax)
         y = y.transpose(1, 2).reshape(B, T, H)  # (B, T, H)
         return AttentionOutput(self.out(y), probs, scores)
-
-
-def with_key_value_states(ctx: AttentionContext, states: torch.Tensor) -> AttentionContext:
-    """A copy of ``ctx`` whose attention takes keys and values from ``states`` (B, T, H)."""
-    return dataclasses.replace(ctx, extras={**ctx.extras, "key_value_states": states})

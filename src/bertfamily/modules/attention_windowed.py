@@ -28,33 +28,17 @@ are computed chunk by chunk of queries, in O(B·N·T·(2W + 1 + G)) memory.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
 from torch import nn
 from torch.nn import functional as F
 
-import math
-
-from .attention import AttentionContext, AttentionOutput
+from .attention import AttentionOutput
+from .context import AttentionContext, GlobalTokens
 
 GLOBAL_MASK_KEY = "global_attention_mask"  # the name callers pass to Model.forward
-
-
-@dataclass
-class GlobalTokens:
-    """Where the global tokens of a batch are, computed once per forward for all layers.
-
-    Attributes:
-        is_global: (B, T) bool, True at real tokens with global attention.
-        index: (B, G) int64 positions of the global tokens of each row, ascending; rows with fewer
-            than G global tokens are padded with 0 (see ``valid``).
-        valid: (B, G) bool, True where ``index`` names a real global token.
-    """
-
-    is_global: torch.Tensor
-    index: torch.Tensor
-    valid: torch.Tensor
 
 
 def check_global_attention_mask(global_attention_mask: torch.Tensor,
@@ -95,13 +79,16 @@ class GlobalAttentionInputs(nn.Module):
     is attention_mask · (global_attention_mask + 1)).
     """
 
+    inputs = (GLOBAL_MASK_KEY,)  # the forward keywords of Encoder/Model this provider reads
+
     def forward(self, x: torch.Tensor, ctx: AttentionContext) -> dict:
-        """x: (B, T, H) embeddings (only the shape is used) → {"global_tokens": GlobalTokens or None}.
+        """x: (B, T, H) embeddings (only the shape is used) → the context fields to set:
+        {"global_tokens": GlobalTokens or None}.
 
         Raises:
             ValueError: see `check_global_attention_mask`.
         """
-        mask = ctx.extras.get(GLOBAL_MASK_KEY)
+        mask = ctx.global_attention_mask
         if mask is None:
             return {"global_tokens": None}
         is_global = check_global_attention_mask(mask, tuple(x.shape[:2])).to(x.device) & ctx.mask
@@ -185,10 +172,10 @@ class WindowedSelfAttention(nn.Module):
         """x: (B, T, H) float → `WindowedAttentionOutput` with hidden (B, T, H), plus the band
         weights when ``ctx.need_weights`` (slower path, same hidden).
 
-        Reads ``ctx.extras["global_tokens"]`` (a `GlobalTokens` or None, from
+        Reads ``ctx.global_tokens`` (a `GlobalTokens` or None, from
         `GlobalAttentionInputs`).
         """
-        glob: GlobalTokens | None = ctx.extras.get("global_tokens")
+        glob = ctx.global_tokens
         p = self.dropout if self.training else 0.0
         weights: dict[str, torch.Tensor | None] = {}
         if ctx.need_weights:

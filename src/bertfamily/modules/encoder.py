@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import dataclasses
+from dataclasses import dataclass
 
 import torch
 from torch import nn
 
-from .attention import AttentionContext
+from .context import AttentionContext
 from .unpad import Unpadded
 
 
@@ -22,8 +23,6 @@ class EncoderOutput:
         attentions: L tensors (B, N, T, S) of softmax probabilities when asked for.
         attention_scores: L tensors (B, N, T, S) of pre-softmax scores QKᵀ/√Dh (unmasked)
             when asked for (TinyBERT distils these).
-        attention_context: the batch's AttentionContext (mask, encoder-level attention inputs),
-            for decoders that re-apply a layer (DeBERTa's enhanced mask decoder).
     """
 
     last_hidden_state: torch.Tensor
@@ -31,7 +30,6 @@ class EncoderOutput:
     hidden_states: tuple[torch.Tensor, ...] | None = None
     attentions: tuple[torch.Tensor, ...] | None = None
     attention_scores: tuple[torch.Tensor, ...] | None = None
-    attention_context: AttentionContext | None = field(default=None, repr=False)
 
 
 class Pooler(nn.Module):
@@ -71,9 +69,10 @@ class Encoder(nn.Module):
         self.max_positions = max_positions
         self.position_offset = position_offset
         self.pad_token_id = pad_token_id
-        # Optional encoder-level provider of attention inputs shared by all layers (e.g. DeBERTa's
-        # relative position embeddings): called once per forward as provider(x, ctx) -> dict,
-        # merged into ctx.extras.
+        # Optional encoder-level provider of attention inputs shared by all layers (e.g. the
+        # relative position embeddings of disentangled attention): called once per forward as
+        # provider(x, ctx) -> {AttentionContext field: value}; its ``inputs`` attribute names
+        # the forward keywords it reads (e.g. global_attention_mask).
         self.attention_inputs: nn.Module | None = None
         # Unpadded execution (see modules/unpad.py): on by default where it applies; set False to
         # always run the padded batch.
@@ -147,14 +146,33 @@ class Encoder(nn.Module):
             return None
         return Unpadded.from_mask(attention_mask)
 
+    @property
+    def forward_inputs(self) -> tuple[str, ...]:
+        """The optional forward keywords of this encoder's attention kind (e.g.
+        ("global_attention_mask",) for windowed attention); others are rejected."""
+        return tuple(getattr(self.attention_inputs, "inputs", ()))
+
+    def attention_context(self, x: torch.Tensor, attention_mask: torch.Tensor, *,
+                          need_weights: bool = False, condition: torch.Tensor | None = None,
+                          global_attention_mask: torch.Tensor | None = None) -> AttentionContext:
+        """The batch's `AttentionContext` for embeddings ``x`` (B, T, H) and the (B, T) 0/1
+        ``attention_mask``, with the attention kind's encoder-level inputs filled in."""
+        ctx = AttentionContext.from_mask(attention_mask, x.dtype, need_weights=need_weights,
+                                         condition=condition,
+                                         global_attention_mask=global_attention_mask)
+        if self.attention_inputs is not None:
+            ctx = dataclasses.replace(ctx, **self.attention_inputs(x, ctx))
+        return ctx
+
     # ------------------------------------------------------------------------------------------
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None,
                 position_ids: torch.Tensor | None = None, *,
+                global_attention_mask: torch.Tensor | None = None,
                 output_hidden_states: bool = False,
                 output_attentions: bool = False,
                 condition: torch.Tensor | None = None,
-                **attention_inputs) -> EncoderOutput:
+                return_context: bool = False):
         """Run the trunk.
 
         Args:
@@ -163,18 +181,25 @@ class Encoder(nn.Module):
             token_type_ids: (B, T) int64 segment ids; None = zeros. Rejected by models
                 without a segment embedding.
             position_ids: (B, T) or (1, T) int64; None = the model's scheme.
+            global_attention_mask: (B, T) 0/1 or bool, 1 = global attention (Beltagy et al.
+                2020 §3.1); windowed-attention models only.
             output_hidden_states: also return the L + 1 hidden states.
             output_attentions: also return attention probabilities and scores (slower path).
             condition: (B, C) or (B, T, C) condition for conditional norms (None otherwise).
-            **attention_inputs: extra per-batch inputs of the attention kind (e.g. a global
-                attention mask), passed to every layer through ``ctx.extras``.
+            return_context: also return the batch's `AttentionContext` (for a decoder that
+                re-applies a layer, e.g. DeBERTa's enhanced mask decoder).
 
         Returns:
-            EncoderOutput.
+            EncoderOutput, or (EncoderOutput, AttentionContext) with ``return_context``.
 
         Raises:
             ValueError: see `check_inputs`.
+            TypeError: a ``global_attention_mask`` for an attention kind that reads none.
         """
+        if global_attention_mask is not None and "global_attention_mask" not in (
+                self.forward_inputs):
+            raise TypeError("global_attention_mask is not an input of this model: its attention "
+                            "reads none (only windowed attention has global tokens)")
         if not torch.jit.is_tracing():  # the ONNX exporter traces; values are checked eagerly
             self.check_inputs(input_ids, attention_mask, token_type_ids, position_ids)
         if attention_mask is None:
@@ -183,18 +208,17 @@ class Encoder(nn.Module):
             position_ids = self.position_ids_for(input_ids)
         x = self.embeddings(input_ids, position_ids, token_type_ids,
                             **({"condition": condition} if condition is not None else {}))
-        ctx = AttentionContext.from_mask(attention_mask, x.dtype, need_weights=output_attentions)
-        ctx.condition = condition
-        ctx.extras.update(attention_inputs)
-        if self.attention_inputs is not None:
-            ctx.extras.update(self.attention_inputs(x, ctx))
+        ctx = self.attention_context(x, attention_mask, need_weights=output_attentions,
+                                     condition=condition,
+                                     global_attention_mask=global_attention_mask)
         plan = self._unpad_plan(attention_mask, ctx)
+        run_ctx = ctx
         if plan is not None:
             x = plan.gather(x)  # (B, T, H) -> (total_tokens, H)
-            ctx.extras["unpadded"] = plan
+            run_ctx = dataclasses.replace(ctx, unpadded=plan)
         hidden, probs, scores = [x], [], []
         for index in self.schedule:
-            x, att = self.layers[index](x, ctx)
+            x, att = self.layers[index](x, run_ctx)
             if output_hidden_states:  # else each layer's output is freed (long inputs)
                 hidden.append(x)
             probs.append(att.probs)
@@ -202,11 +226,11 @@ class Encoder(nn.Module):
         if plan is not None:
             x = plan.scatter(x)  # (total_tokens, H) -> (B, T, H)
             hidden = [plan.scatter(h) for h in hidden] if output_hidden_states else hidden
-        return EncoderOutput(
+        out = EncoderOutput(
             last_hidden_state=x,
             pooler_output=self.pooler(x) if self.pooler is not None else None,
             hidden_states=tuple(hidden) if output_hidden_states else None,
             attentions=tuple(probs) if output_attentions else None,
             attention_scores=tuple(scores) if output_attentions else None,
-            attention_context=ctx,
         )
+        return (out, ctx) if return_context else out

@@ -8,12 +8,13 @@ from torch.nn import functional as F
 
 
 class ConditionalLayerNorm(nn.Module):
-    """LayerNorm whose gain and bias depend on a condition vector c (SPEC §5)::
+    """LayerNorm whose gain and bias depend on a condition vector c::
 
         γ = γ0 + c·W_γ        β = β0 + c·W_β        y = γ ⊙ (x − μ) / √(σ² + eps) + β
 
-    (Ba et al. 2016, eq. 15 for the normalisation; the conditional γ, β follow the
-    parameter-analysis document, SPEC §5.) W_γ, W_β have shape (C, H), no bias, and start at zero,
+    (Ba et al. 2016, eq. 15 for the normalisation; γ and β as functions of a condition follow
+    the conditional normalisation of de Vries et al. 2017, "Modulating early visual processing
+    by language", §3.1, applied to LayerNorm.) W_γ, W_β have shape (C, H), no bias, and start at zero,
     so a fresh conditional norm computes exactly the plain LayerNorm with γ0, β0. Parameters:
     2H + 2CH (H=768, C=128: 1,536 + 196,608 = 198,144).
 

@@ -1,0 +1,68 @@
+"""What every layer's attention needs about the batch, computed once per forward by the encoder."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .unpad import Unpadded
+
+
+@dataclass
+class GlobalTokens:
+    """Where the global tokens of a batch are (windowed attention), shared by all layers.
+
+    Attributes:
+        is_global: (B, T) bool, True at real tokens with global attention.
+        index: (B, G) int64 positions of the global tokens of each row, ascending; rows with fewer
+            than G global tokens are padded with 0 (see ``valid``).
+        valid: (B, G) bool, True where ``index`` names a real global token.
+    """
+
+    is_global: torch.Tensor
+    index: torch.Tensor
+    valid: torch.Tensor
+
+
+@dataclass
+class AttentionContext:
+    """The batch as every attention layer sees it.
+
+    The optional fields are set by the encoder-level input provider of an attention kind
+    (`Encoder.attention_inputs`) or by a decoder; a kind reads only its own.
+
+    Attributes:
+        mask: (B, S) bool, True = real token to attend to.
+        bias: (B, 1, 1, S) float additive mask: 0 where ``mask``, the dtype's minimum elsewhere
+            (finite, so a row with no real key stays finite in every dtype).
+        need_weights: return attention probabilities and pre-softmax scores (slow path).
+        condition: (B, C) or (B, T, C) condition vector for conditional norms, or None.
+        unpadded: the unpadding plan when the layers run on packed real tokens
+            (see `modules.unpad`), else None.
+        relative_embeddings: (2T - 1, H) relative position embeddings shared by all layers
+            (disentangled attention), row r for distance r - (T - 1).
+        key_value_states: (B, T, H) states to take keys and values from instead of the layer
+            input (DeBERTa's enhanced mask decoder), else None.
+        global_attention_mask: (B, T) 0/1 caller's global attention mask (windowed attention).
+        global_tokens: the global tokens derived from it (windowed attention), else None.
+    """
+
+    mask: torch.Tensor
+    bias: torch.Tensor
+    need_weights: bool = False
+    condition: torch.Tensor | None = None
+    unpadded: Unpadded | None = None
+    relative_embeddings: torch.Tensor | None = None
+    key_value_states: torch.Tensor | None = None
+    global_attention_mask: torch.Tensor | None = None
+    global_tokens: GlobalTokens | None = None
+
+    @classmethod
+    def from_mask(cls, attention_mask: torch.Tensor, dtype: torch.dtype,
+                  need_weights: bool = False, **fields) -> AttentionContext:
+        """Build from a (B, S) 0/1 mask (1 = keep); ``fields`` set the optional attributes."""
+        mask = attention_mask.bool()
+        bias = torch.zeros(mask.shape, dtype=dtype, device=mask.device)
+        bias = bias.masked_fill(~mask, torch.finfo(dtype).min)[:, None, None, :]  # (B, 1, 1, S)
+        return cls(mask=mask, bias=bias, need_weights=need_weights, **fields)
