@@ -14,11 +14,11 @@ from bertfamily import EncoderConfig, build_model
 from bertfamily.cli import app
 from bertfamily.inspect.compare import comparison_rows, diff_traces, format_rows
 from bertfamily.inspect.explore import align, default_heads
-from bertfamily.inspect.models import PendingModelError, meta_model, resolve_config, shrink_layers
+from bertfamily.inspect.models import meta_model, resolve_config, shrink_layers
 from bertfamily.inspect.params import parameter_table
 from bertfamily.inspect.symbols import choose_batch_shape, evaluate, shape_symbols, symbol_table
 from bertfamily.inspect.trace import example_inputs, trace, trace_model
-from bertfamily.presets import FAMILY, PENDING, PRESETS, PUBLISHED_PARAMETERS
+from bertfamily.presets import FAMILY, PRESETS, PUBLISHED_PARAMETERS
 
 runner = CliRunner()
 SMALL_V = 1009  # shrunk vocabulary for traces (distinct from every other size of the presets)
@@ -109,9 +109,6 @@ def test_params_bad_input():
         parameter_table("bert-tiny", heads=["sbx"])
     with pytest.raises(ValueError, match="neither a preset"):
         parameter_table("bert-huge")
-    for name in PENDING:
-        with pytest.raises(PendingModelError, match="pending"):
-            parameter_table(name)
 
 
 # --- dataflow ----------------------------------------------------------------------------------
@@ -264,11 +261,7 @@ def test_comparison_table_lists_the_ten():
     rows = comparison_rows()
     assert [r["model"] for r in rows] == FAMILY
     for r in rows:
-        if r["model"] in PRESETS:
-            assert r["status"] == "available"
-            assert r["parameters"] == PUBLISHED_PARAMETERS[r["model"]]
-        else:
-            assert r["status"] == "pending" and r["parameters"] is None
+        assert r["parameters"] == PUBLISHED_PARAMETERS[r["model"]]
     tiny = next(r for r in rows if r["model"] == "tinybert-4l")
     assert tiny["d_k"] == 26 and "Dh = 26" in tiny["special"]
     assert next(r for r in rows if r["model"] == "distilbert-base")["segments"] == "none"

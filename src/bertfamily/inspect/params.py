@@ -124,7 +124,7 @@ def parameter_table(model: str | Path | EncoderConfig, *, heads: list[str] | tup
         A `ParamTable` whose ``total`` equals the model's parameter count (shared tensors once).
 
     Raises:
-        PendingModelError / ValueError: see `resolve_config` and `build_heads`.
+        ValueError: see `resolve_config` and `build_heads`.
     """
     name, config = resolve_config(model, vocab_size=vocab_size, condition_size=condition_size)
     heads = list(heads)

@@ -77,5 +77,5 @@ def models_rich(rows: list[dict[str, Any]]) -> Table:
     for r in rows:
         cells = ["" if r[c] is None else (f"{r[c]:,}" if isinstance(r[c], int) else str(r[c]))
                  for c in COLUMNS]
-        t.add_row(*cells, style="dim" if r["status"] == "pending" else None)
+        t.add_row(*cells)
     return t

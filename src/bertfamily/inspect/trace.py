@@ -398,7 +398,7 @@ def trace(model: str | EncoderConfig, *, heads: list[str] | tuple[str, ...] = ()
     schedule shown are the full model's.
 
     Raises:
-        PendingModelError / ValueError: see `resolve_config`, `build_heads`.
+        ValueError: see `resolve_config`, `build_heads`.
     """
     from ..build import build_model
     from .models import resolve_config
