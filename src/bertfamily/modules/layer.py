@@ -6,12 +6,7 @@ import torch
 from torch import nn
 
 from .attention import AttentionContext, AttentionOutput
-
-
-def apply_norm(norm: nn.Module, x: torch.Tensor, ctx: AttentionContext) -> torch.Tensor:
-    """Call a norm component, handing it the batch's condition if it takes one
-    (components with ``takes_condition = True``, e.g. Conditional LayerNorm)."""
-    return norm(x, ctx.condition) if getattr(norm, "takes_condition", False) else norm(x)
+from .norms import call_norm
 
 
 class EncoderLayer(nn.Module):
@@ -36,6 +31,6 @@ class EncoderLayer(nn.Module):
     def forward(self, x: torch.Tensor, ctx: AttentionContext) -> tuple[torch.Tensor, AttentionOutput]:
         """x: (B, T, H) → ((B, T, H), the attention's output with optional weights)."""
         att = self.attention(x, ctx)
-        x = apply_norm(self.attention_norm, x + self.dropout(att.hidden), ctx)
-        x = apply_norm(self.ffn_norm, x + self.dropout(self.ffn(x)), ctx)
+        x = call_norm(self.attention_norm, x + self.dropout(att.hidden), ctx.condition)
+        x = call_norm(self.ffn_norm, x + self.dropout(self.ffn(x)), ctx.condition)
         return x, att
