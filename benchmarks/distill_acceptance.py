@@ -49,7 +49,7 @@ def prepare(out: Path, n_eval: int, n_fit: int, init_layers: list[int]) -> None:
     # (DistilBERT's idea; H = 384 = the teacher's, so the student's own hidden
     # states live in the teacher's space). A random 3-layer model is kept as a reference row.
     from bertfamily.pretrained import from_pretrained
-    from bertfamily.distill import init_student
+    from bertfamily.recipes.distill import init_student
 
     init_student(from_pretrained(teacher_dir), init_layers).save_pretrained(out / "init")
     load_tokenizer(teacher_dir).save_pretrained(out / "init")
@@ -80,7 +80,7 @@ def corpus():
 
 
 def run_distill(out: Path, seconds: float, device: str, max_length: int) -> dict:
-    from bertfamily.distill import DistillConfig, distill
+    from bertfamily.recipes.distill import DistillConfig, distill
     from bertfamily.fetch import fetch
 
     cfg = DistillConfig(teacher=fetch("all-MiniLM-L6-v2"), method="tinybert", corpus=corpus(),
@@ -89,7 +89,7 @@ def run_distill(out: Path, seconds: float, device: str, max_length: int) -> dict
 
 
 def run_baseline(out: Path, seconds: float, device: str, max_length: int) -> dict:
-    from bertfamily.train.pretrain import PretrainConfig, pretrain
+    from bertfamily.recipes.pretrain import PretrainConfig, pretrain
 
     cfg = PretrainConfig(corpus=corpus(), init_from=out / "init", objectives=["mlm"],
                          max_length=max_length, eval_batches=4)

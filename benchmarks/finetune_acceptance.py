@@ -24,9 +24,12 @@ from pathlib import Path
 import numpy as np
 
 from bertfamily.fetch import fetch
-from bertfamily.finetune.data import read_conll, read_table
-from bertfamily.finetune.metrics import classification_metrics, entity_metrics
-from bertfamily.finetune.run import FinetuneOptions, finetune, predict
+from bertfamily.recipes.finetune import (FINETUNE_TRAIN_DEFAULTS, FinetuneConfig, finetune,
+                                         predict)
+from bertfamily.tasks.data import read_conll, read_table
+from bertfamily.tasks.encode import TaskOptions
+from bertfamily.tasks.metrics import classification_metrics, entity_metrics
+from bertfamily.train import TrainConfig
 
 
 def split(n: int, test: int, dev: int):
@@ -43,10 +46,13 @@ def sentiment(work: Path, max_time: float) -> dict:
             w = csv.writer(f)
             w.writerow(["text", "label"])
             w.writerows([rows[i].text, rows[i].label] for i in idx)
-    opts = FinetuneOptions(max_length=64, batch_size=32, eval_batch_size=128)
-    res = finetune("classify", fetch("all-MiniLM-L6-v2"), work / "train.csv", work / "dev.csv",
-                   work / "run", opts, learning_rate=1e-4, max_time_s=max_time, max_steps=300,
-                   eval_every=50, early_stopping_patience=3, progress=False)
+    opts = TaskOptions(max_length=64, eval_batch_size=128)
+    res = finetune(FinetuneConfig("classify", fetch("all-MiniLM-L6-v2"), work / "train.csv",
+                                  work / "dev.csv", opts, epochs=None),
+                   TrainConfig(**{**FINETUNE_TRAIN_DEFAULTS, "learning_rate": 1e-4},
+                               output_dir=work / "run", batch_size=32, max_time_s=max_time,
+                               max_steps=300, eval_every=50, log_every=0,
+                               early_stopping_patience=3, progress=False))
     t = time.time()
     preds, test = predict("classify", work / "run" / "best", work / "test.csv", opts,
                           labelled=True)
@@ -67,10 +73,13 @@ def ner(work: Path, max_time: float) -> dict:
         text = "\n\n".join("\n".join(f"{w}\t{t}" for w, t in zip(sents[i].words, sents[i].tags))
                            for i in idx) + "\n"
         (work / f"{name}.conll").write_text(text, encoding="utf-8")
-    opts = FinetuneOptions(max_length=128, batch_size=16, eval_batch_size=64)
-    res = finetune("ner", fetch("all-MiniLM-L6-v2"), work / "train.conll", work / "dev.conll",
-                   work / "run", opts, learning_rate=2e-4, max_time_s=max_time,
-                   max_steps=130, eval_every=40, early_stopping_patience=4, progress=False)
+    opts = TaskOptions(max_length=128, eval_batch_size=64)
+    res = finetune(FinetuneConfig("ner", fetch("all-MiniLM-L6-v2"), work / "train.conll",
+                                  work / "dev.conll", opts, epochs=None),
+                   TrainConfig(**{**FINETUNE_TRAIN_DEFAULTS, "learning_rate": 2e-4},
+                               output_dir=work / "run", batch_size=16, max_time_s=max_time,
+                               max_steps=130, eval_every=40, log_every=0,
+                               early_stopping_patience=4, progress=False))
     t = time.time()
     _, test = predict("ner", work / "run" / "best", work / "test.conll", opts, labelled=True)
     gold = [sents[i].tags for i in parts["test"]]

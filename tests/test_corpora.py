@@ -130,7 +130,7 @@ def test_entity_spans_flow_from_jsonl_to_instances(tmp_path):
     from bertfamily.objectives.masking import MaskingConfig
     from bertfamily.objectives.pretraining import (MLMCollator, build_instances,
                                                    tokenize_documents)
-    from bertfamily.train.tokenizer import train_tokenizer
+    from bertfamily.recipes.tokenizer import train_tokenizer
 
     text = "Elizabeth Bennet lives at Longbourn House. Mr. Darcy owns Pemberley."
     ents = [[0, 16], [26, 41], [43, 52]]  # "Elizabeth Bennet", "Longbourn House", "Mr. Darcy"

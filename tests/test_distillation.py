@@ -14,12 +14,14 @@ from typer.testing import CliRunner
 from bertfamily import build_model
 from bertfamily.cli import app
 from bertfamily.config import EncoderConfig
-from bertfamily.distill import DistillationModel, check_compatible, init_student
-from bertfamily.objectives.distillation import (attention_layer_map, attention_score_mse,
-                                                distilbert_loss, hidden_layer_map, layer_step,
+from bertfamily.objectives.distillation import (DistilBertObjective, TinyBertObjective,
+                                                attention_layer_map, attention_score_mse,
+                                                check_compatible, distilbert_loss,
+                                                hidden_layer_map, layer_step,
                                                 masked_cosine_loss, masked_mse,
                                                 soft_cross_entropy, soft_target_kl,
                                                 tinybert_intermediate_loss)
+from bertfamily.recipes.distill import init_student
 from bertfamily.train import IndexedBatches, TrainConfig, Trainer
 
 V = 99
@@ -233,7 +235,7 @@ def test_incompatible_pairs_raise_clear_errors():
         check_compatible("bogus", t, t)
     student = build_model(small.replace(num_hidden_layers=2, num_hidden_groups=2))
     with pytest.raises(ValueError, match="MLM head"):
-        DistillationModel(student, tiny_teacher(heads=()), "distilbert", projection=True)
+        DistilBertObjective(student, tiny_teacher(heads=()), projection=True)
 
 
 # --- a few steps of each method on the shared Trainer --------------------------------------------
@@ -260,7 +262,8 @@ def _train(model, tmp_path, steps=25, **kw):
     model.eval()
     with torch.no_grad():
         before = model(fixed)
-    summary = Trainer(model, lambda m, b: m(b), IndexedBatches(_batches(), 8), cfg).train()
+    summary = Trainer(model, lambda m, b: m(b), IndexedBatches(_batches(), 8), cfg,
+                      save_fn=lambda m, d: m.save_pretrained(d)).train()
     model.eval()
     with torch.no_grad():
         after = model(fixed)
@@ -273,7 +276,7 @@ def test_tinybert_steps_reduce_the_loss_with_a_projection(tmp_path):
     torch.manual_seed(1)
     student = build_model(EncoderConfig.from_preset(
         "tiny-bert", hidden_size=16, intermediate_size=20, num_hidden_layers=2))
-    model = DistillationModel(student, teacher, "tinybert")
+    model = TinyBertObjective(student, teacher)
     assert set(model.projections) == {"hidden", "embedding"}
     before, after, summary, rows = _train(model, tmp_path)
     assert after[0].item() < 0.7 * before[0].item()
@@ -290,7 +293,7 @@ def test_distilbert_steps_reduce_the_loss(tmp_path):
         teacher.mlm_head.bias.normal_(0.0, 3.0)
     torch.manual_seed(1)
     student = build_model(EncoderConfig.from_preset("tiny-distilbert"), heads=["mlm"])
-    model = DistillationModel(student, teacher, "distilbert")
+    model = DistilBertObjective(student, teacher)
     before, after, summary, rows = _train(model, tmp_path)
     # The distillation terms (soft targets, cosine) fall; the total with MLM as well.
     assert after[1]["ce_loss"] < 0.7 * before[1]["ce_loss"]
@@ -306,7 +309,7 @@ def test_distilbert_steps_reduce_the_loss(tmp_path):
 
 @pytest.fixture(scope="module")
 def toy_teacher(tmp_path_factory):
-    from bertfamily.train.tokenizer import train_tokenizer
+    from bertfamily.recipes.tokenizer import train_tokenizer
 
     root = tmp_path_factory.mktemp("distill_cli")
     words = "the cat sat on a mat and dog ran to park with ball while bird sang in tree".split()
@@ -369,7 +372,6 @@ def test_cli_init_train_and_resume(toy_teacher, tmp_path):
 
 def test_task_distillation_two_stages(toy_teacher, tmp_path):
     from bertfamily.pretrained import from_pretrained
-    from bertfamily.distill import distill_task
     from bertfamily.tokenization import load_tokenizer
 
     teacher_dir, _ = toy_teacher

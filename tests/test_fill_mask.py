@@ -13,8 +13,8 @@ from bertfamily.cli import app
 from bertfamily.objectives.masking import MaskingConfig
 from bertfamily.pipelines.fill_mask import FillMask
 from bertfamily.train import TrainConfig
-from bertfamily.train.pretrain import PretrainConfig, load_for_continued_pretraining, pretrain
-from bertfamily.train.tokenizer import train_tokenizer
+from bertfamily.recipes.pretrain import PretrainConfig, load_for_continued_pretraining, pretrain
+from bertfamily.recipes.tokenizer import train_tokenizer
 
 FACTS = ["the sky is blue .", "the grass is green .", "the sun is yellow .",
          "the snow is white .", "the night is dark ."]

@@ -8,9 +8,9 @@ import json
 import pytest
 
 import bertfamily as bf
-from bertfamily.finetune.data import (DataError, align_labels, encode_words, label_list,
+from bertfamily.tasks.data import (DataError, align_labels, encode_words, label_list,
                                       read_conll, read_table, read_text, repair_bio)
-from bertfamily.finetune.metrics import (classification_metrics, entity_metrics, exact_match,
+from bertfamily.tasks.metrics import (classification_metrics, entity_metrics, exact_match,
                                          normalize_answer, squad_metrics, token_f1)
 from bertfamily.pipelines.ner import bio_spans
 
@@ -125,8 +125,10 @@ def tiny_dir(minilm_dir, tmp_path_factory):
 
 
 def test_tiny_model_learns_separable_task(tiny_dir, tmp_path):
-    from bertfamily.finetune.run import FinetuneOptions, finetune, predict
     from bertfamily.pipelines.classify import TextClassifier
+    from bertfamily.recipes.finetune import FinetuneConfig, finetune, predict
+    from bertfamily.tasks.encode import TaskOptions
+    from bertfamily.train import TrainConfig
 
     good = ["excellent", "wonderful", "great", "superb"]
     bad = ["terrible", "awful", "horrible", "dreadful"]
@@ -134,9 +136,11 @@ def test_tiny_model_learns_separable_task(tiny_dir, tmp_path):
             for lab, ws in (("pos", good), ("neg", bad)) for w in ws for s in ("", "today")]
     path = tmp_path / "train.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
-    res = finetune("classify", tiny_dir, path, path, tmp_path / "run",
-                   FinetuneOptions(batch_size=8, max_length=16), max_steps=40,
-                   learning_rate=3e-3, warmup_ratio=0.0, eval_every=10, progress=False)
+    res = finetune(FinetuneConfig("classify", tiny_dir, path, path, TaskOptions(max_length=16),
+                                  epochs=None),
+                   TrainConfig(output_dir=tmp_path / "run", batch_size=8, max_steps=40,
+                               learning_rate=3e-3, warmup_ratio=0.0, eval_every=10, log_every=0,
+                               progress=False))
     assert res["labels"] == ["neg", "pos"]
     assert res["eval"]["accuracy"] == 1.0 and res["eval"]["mcc"] == 1.0
     for name in ("metrics.jsonl", "confusion_matrix.png", "eval_predictions.jsonl",
@@ -165,8 +169,10 @@ def test_tiny_model_learns_separable_task(tiny_dir, tmp_path):
 
 
 def test_tiny_model_learns_toy_ner(tiny_dir, tmp_path):
-    from bertfamily.finetune.run import FinetuneOptions, finetune
     from bertfamily.pipelines.ner import EntityTagger
+    from bertfamily.recipes.finetune import FinetuneConfig, finetune
+    from bertfamily.tasks.encode import TaskOptions
+    from bertfamily.train import TrainConfig
 
     cities, words = ["paris", "london", "rome", "oslo"], ["we", "flew", "to", "happily"]
     lines = []
@@ -175,9 +181,11 @@ def test_tiny_model_learns_toy_ner(tiny_dir, tmp_path):
         lines += [f"{w}\t{'B-loc' if w == c else 'O'}" for w in sent] + [""]
     path = tmp_path / "train.conll"
     path.write_text("\n".join(lines), encoding="utf-8")
-    res = finetune("ner", tiny_dir, path, path, tmp_path / "run",
-                   FinetuneOptions(batch_size=6, max_length=16), max_steps=40,
-                   learning_rate=3e-3, warmup_ratio=0.0, eval_every=10, progress=False)
+    res = finetune(FinetuneConfig("ner", tiny_dir, path, path, TaskOptions(max_length=16),
+                                  epochs=None),
+                   TrainConfig(output_dir=tmp_path / "run", batch_size=6, max_steps=40,
+                               learning_rate=3e-3, warmup_ratio=0.0, eval_every=10, log_every=0,
+                               progress=False))
     assert res["eval"]["f1"] == 1.0
     tagger = EntityTagger(tmp_path / "run" / "best")
     text = "we  flew to rome today"
@@ -207,13 +215,13 @@ def test_qa_pipeline_offsets_over_windows(tiny_dir, tmp_path):
 def test_pair_and_choice_batches(tiny_dir, tmp_path):
     import torch
 
-    from bertfamily.finetune.run import FinetuneOptions, TaskData, pad_batch
-    from bertfamily.heads.tasks import task_loss
+    from bertfamily.objectives.tasks import task_loss
+    from bertfamily.tasks.encode import TaskData, TaskOptions, pad_batch
 
     tok = bf.load_tokenizer(tiny_dir)
     (tmp_path / "p.tsv").write_text("a\tb\tl\nhello there\tgeneral kenobi\tyes\nx\ty\tno\n",
                                     encoding="utf-8")
-    data = TaskData("pair", tok, FinetuneOptions(text_column="a", text_pair_column="b",
+    data = TaskData("pair", tok, TaskOptions(text_column="a", text_pair_column="b",
                                                  label_column="l"))
     rows = data.load(tmp_path / "p.tsv")
     assert data.label_names == ("no", "yes") and [r["labels"] for r in rows] == [1, 0]
@@ -224,7 +232,7 @@ def test_pair_and_choice_batches(tiny_dir, tmp_path):
         json.dumps({"text": "the sky is", "choices": ["blue", "made of green cheese"],
                     "label": 0}) + "\n" +
         json.dumps({"text": "grass is", "choices": ["green", "loud"], "label": 0}) + "\n")
-    choice = TaskData("choice", tok, FinetuneOptions())
+    choice = TaskData("choice", tok, TaskOptions())
     batch = pad_batch(choice.load(tmp_path / "c.jsonl"), tok.pad_token_id)
     assert batch["input_ids"].shape[:2] == (2, 2) and batch["labels"].tolist() == [0, 0]
     model = bf.from_pretrained(tiny_dir, heads=["choice"], new_heads=True)
@@ -235,8 +243,8 @@ def test_pair_and_choice_batches(tiny_dir, tmp_path):
 
 
 def test_qa_task_data_and_evaluation(tiny_dir, tmp_path):
-    from bertfamily.finetune.run import FinetuneOptions, TaskData, pad_batch
-    from bertfamily.heads.tasks import task_loss
+    from bertfamily.objectives.tasks import task_loss
+    from bertfamily.tasks.encode import TaskData, TaskOptions, pad_batch
 
     ctx = "Das Café liegt in Zürich. " * 5 + "It opened in 1999 near 北京路."
     data = {"data": [{"paragraphs": [{"context": ctx, "qas": [
@@ -245,7 +253,7 @@ def test_qa_task_data_and_evaluation(tiny_dir, tmp_path):
         {"id": "b", "question": "where?", "answers": [], "is_impossible": True}]}]}]}
     (tmp_path / "s.json").write_text(json.dumps(data, ensure_ascii=False), encoding="utf-8")
     tok = bf.load_tokenizer(tiny_dir)
-    task = TaskData("qa", tok, FinetuneOptions(max_length=24, doc_stride=6))
+    task = TaskData("qa", tok, TaskOptions(max_length=24, doc_stride=6))
     rows = task.load(tmp_path / "s.json")
     assert len(rows) > 2  # long context → several windows per question
     labelled = [(r, f) for r, f in zip(rows, task.features) if r["start_positions"]]

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 import bertfamily as bf
-from bertfamily.finetune.data import DataError
-from bertfamily.finetune.qa import QAExample, postprocess, prepare_windows, read_squad
+from bertfamily.tasks.data import DataError
+from bertfamily.tasks.qa import QAExample, postprocess, prepare_windows, read_squad
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,7 @@ import torch
 import bertfamily as bf
 from bertfamily import EncoderConfig, build_model
 from bertfamily.checkpoints.convert import CheckpointError
-from bertfamily.heads.tasks import task_loss
+from bertfamily.objectives.tasks import task_loss
 
 from helpers import hf_tiny
 

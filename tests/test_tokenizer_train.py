@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from bertfamily.tokenization import load_tokenizer
-from bertfamily.train.tokenizer import train_tokenizer
+from bertfamily.recipes.tokenizer import train_tokenizer
 
 TEXT = ["It is a truth universally acknowledged, that a single man in possession of a good "
         "fortune, must be in want of a wife.",

@@ -119,7 +119,8 @@ def test_early_stopping_and_best(tmp_path):
                   cfg(tmp_path, max_steps=50, eval_every=1, grad_accum_steps=1,
                       metric_for_best="accuracy", greater_is_better=True,
                       early_stopping_patience=2, load_best_at_end=True),
-                  eval_fn=lambda m: {"accuracy": next(scores)}).train()
+                  eval_fn=lambda m: {"accuracy": next(scores)},
+                  save_fn=lambda m, d: m.save_pretrained(d)).train()
     assert out["stopped"] == "early_stopping" and out["step"] == 4
     assert out["best_step"] == 2 and out["best_metric"] == pytest.approx(0.7)
     assert (tmp_path / "best" / "model.safetensors").is_file()

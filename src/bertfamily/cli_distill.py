@@ -58,8 +58,9 @@ def distill(
     if method == "tinybert-task":
         if not (teacher and train and output):
             _fail(ValueError("tinybert-task needs --teacher, --train and --output"))
-        from .distill import distill_task
+        from .recipes.distill import TaskDistillConfig, distill_task
         from .fetch import resolve_model
+        from .train.loop import TrainConfig
 
         try:
             # --student: a directory, a preset, or teacher layers to copy ("1,3").
@@ -70,20 +71,23 @@ def distill(
             if hidden:
                 overrides.update(hidden_size=hidden, intermediate_size=4 * hidden)
             res = distill_task(
-                resolve_model(teacher), train, output, student=chosen,
-                student_overrides=overrides, intermediate_steps=intermediate_steps,
-                prediction_steps=prediction_steps, text_column=text_column,
-                label_column=label_column, max_length=max_length, batch_size=batch_size,
-                temperature=1.0 if temperature is None else temperature, projection=projection,
-                learning_rate=lr, warmup_ratio=warmup, schedule=schedule,
-                log_every=log_every, seed=seed, device=device, progress=not no_progress)
+                TaskDistillConfig(
+                    resolve_model(teacher), train, student=chosen,
+                    student_overrides=overrides, intermediate_steps=intermediate_steps,
+                    prediction_steps=prediction_steps, text_column=text_column,
+                    label_column=label_column, max_length=max_length,
+                    temperature=1.0 if temperature is None else temperature,
+                    projection=projection),
+                TrainConfig(output_dir=output, batch_size=batch_size, learning_rate=lr,
+                            warmup_ratio=warmup, schedule=schedule, log_every=log_every,
+                            seed=seed, device=device, progress=not no_progress))
         except (ValueError, OSError, KeyError) as e:
             _fail(e)
         console.print_json(data={k: res[k] for k in ("labels", "parameters")})
         return
     if not (method and teacher and corpus and output):
         _fail(ValueError("distill needs --method, --teacher, --corpus and --output"))
-    from .distill import DistillConfig, distill as run
+    from .recipes.distill import DistillConfig, distill as run
     from .fetch import resolve_model
     from .train.distributed import cleanup_distributed, init_distributed
     from .train.loop import TrainConfig
@@ -125,7 +129,7 @@ def init(teacher: str = typer.Option(..., help="Teacher model directory or resou
              True, help="Fold the teacher's segment row 0 into positions when dropped.")):
     """A student initialised from chosen teacher layers (DistilBERT-style)."""
     from .pretrained import from_pretrained
-    from .distill import init_student
+    from .recipes.distill import init_student
     from .fetch import resolve_model
     from .tokenization import load_tokenizer
 

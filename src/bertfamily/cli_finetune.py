@@ -1,4 +1,4 @@
-"""`bertfamily finetune` and `bertfamily predict`: thin wrappers of `finetune.run`."""
+"""`bertfamily finetune` and `bertfamily predict`: thin wrappers of `recipes.finetune`."""
 
 from __future__ import annotations
 
@@ -15,14 +15,13 @@ def register(app: typer.Typer) -> None:
 
     task_help = "classify | pair | ner | qa | choice"
 
-    def _opts(text_column, text_pair_column, label_column, max_length, batch_size, epochs,
-              regression, null_threshold):
-        from .finetune.run import FinetuneOptions
+    def _opts(text_column, text_pair_column, label_column, max_length, regression,
+              null_threshold):
+        from .tasks.encode import TaskOptions
 
-        return FinetuneOptions(text_column=text_column, text_pair_column=text_pair_column,
-                               label_column=label_column, max_length=max_length,
-                               batch_size=batch_size, epochs=epochs, regression=regression,
-                               null_threshold=null_threshold)
+        return TaskOptions(text_column=text_column, text_pair_column=text_pair_column,
+                           label_column=label_column, max_length=max_length,
+                           regression=regression, null_threshold=null_threshold)
 
     @app.command()
     def finetune(task: str = typer.Option(..., help=task_help),
@@ -49,16 +48,21 @@ def register(app: typer.Typer) -> None:
                  resume: bool = False):
         """Fine-tune an encoder on a task; writes metrics.jsonl, best/, model/, confusion PNG."""
         from .fetch import resolve_model
-        from .finetune.run import finetune as run
+        from .recipes.finetune import FINETUNE_TRAIN_DEFAULTS, FinetuneConfig, finetune as run
+        from .train.loop import TrainConfig
 
         extra = {k: v for k, v in dict(max_steps=max_steps, eval_every=eval_every,
                                        early_stopping_patience=patience, max_time_s=max_time,
                                        resume=resume or None).items() if v is not None}
         try:
-            res = run(task, resolve_model(model), train, eval, output,
-                      _opts(text_column, text_pair_column, label_column, max_length,
-                            batch_size, epochs, regression, null_threshold),
-                      learning_rate=learning_rate, **extra)
+            res = run(FinetuneConfig(task, resolve_model(model), train, eval,
+                                     _opts(text_column, text_pair_column, label_column,
+                                           max_length, regression, null_threshold),
+                                     epochs=None if max_steps else epochs),
+                      TrainConfig(output_dir=output, **{**FINETUNE_TRAIN_DEFAULTS,
+                                                        "learning_rate": learning_rate,
+                                                        "batch_size": batch_size,
+                                                        "log_every": 0, **extra}))
         except (ValueError, OSError, RuntimeError) as e:
             _fail(e)
         console.print_json(json.dumps({k: res.get(k) for k in ("eval", "labels", "seconds")}))
@@ -77,12 +81,12 @@ def register(app: typer.Typer) -> None:
                 null_threshold: Optional[float] = None):
         """Predictions of a fine-tuned model on a file (JSONL to --output or the screen)."""
         from .files import atomic_write
-        from .finetune.run import predict as run
+        from .recipes.finetune import predict as run
 
         try:
             preds, metrics = run(task, model, input,
                                  _opts(text_column, text_pair_column, label_column, max_length,
-                                       32, 1.0, False, null_threshold),
+                                       False, null_threshold),
                                  labelled=labelled or task in ("ner", "qa", "choice"))
         except (ValueError, OSError, RuntimeError) as e:
             _fail(e)

@@ -22,7 +22,7 @@ def tokenizer_train(
         strip_accents: Optional[bool] = typer.Option(None, help="Default: follow --lowercase."),
         min_frequency: int = typer.Option(2, min=1)):
     """Train a WordPiece / byte-level BPE / Unigram tokenizer (Hugging Face layout)."""
-    from .train.tokenizer import train_tokenizer
+    from .recipes.tokenizer import train_tokenizer
 
     try:
         tok = train_tokenizer([str(c) for c in corpus], kind, vocab_size, lowercase=lowercase,
@@ -75,7 +75,7 @@ def pretrain(
     from .fetch import resolve_model
     from .objectives.masking import MaskingConfig
     from .train.loop import TrainConfig
-    from .train.pretrain import PretrainConfig, pretrain as run
+    from .recipes.pretrain import PretrainConfig, pretrain as run
 
     try:
         overrides = {}

@@ -1,4 +1,4 @@
-"""Fine-tuning heads (SPEC §4): sequence classification, token classification, extractive QA,
+"""Fine-tuning heads: sequence classification, token classification, extractive QA,
 multiple choice; and the loss that goes with each.
 
 Every head is one small component; which variant a family uses is data
@@ -116,30 +116,3 @@ def span_loss(start_logits: torch.Tensor, end_logits: torch.Tensor,
     no-answer position of SQuAD 2.0)."""
     return (F.cross_entropy(start_logits, start_positions.long()) +
             F.cross_entropy(end_logits, end_positions.long())) / 2
-
-
-def task_loss(task: str, output, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-    """The loss of one task head on one batch.
-
-    Args:
-        task: one of ``TASK_HEADS``.
-        output: the `ModelOutput` (``logits`` or ``start_logits``/``end_logits``).
-        batch: holds ``labels`` ((B,) or (B, T)), or ``start_positions``/``end_positions``.
-
-    Raises:
-        ValueError: unknown task or the batch lacks the labels the task needs.
-    """
-    if task in ("classify", "choice"):
-        return sequence_loss(output.logits, _need(batch, "labels"))
-    if task == "tokens":
-        return token_loss(output.logits, _need(batch, "labels"))
-    if task == "qa":
-        return span_loss(output.start_logits, output.end_logits,
-                         _need(batch, "start_positions"), _need(batch, "end_positions"))
-    raise ValueError(f"unknown task {task!r}; valid: {TASK_HEADS}")
-
-
-def _need(batch: dict[str, torch.Tensor], key: str) -> torch.Tensor:
-    if key not in batch:
-        raise ValueError(f"the batch has no {key!r} (keys: {sorted(batch)})")
-    return batch[key]

@@ -1,7 +1,23 @@
-"""Knowledge-distillation losses: DistilBERT (Sanh et al. 2019) and TinyBERT (Jiao et al. 2020).
+"""Knowledge distillation: DistilBERT (Sanh et al. 2019) and TinyBERT (Jiao et al. 2020).
 
-Pure functions on tensors (shapes: B batch, T sequence, S key length = T, N heads, H hidden,
-V vocabulary); `bertfamily.distill` wires them to models, data and the shared `Trainer`.
+Pure loss functions on tensors (shapes: B batch, T sequence, S key length = T, N heads, H hidden,
+V vocabulary), and the objectives the `Trainer` optimises, one class per method, each
+``forward(batch) -> (loss, parts)``:
+
+- `DistilBertObjective`: `distilbert_loss` on masked inputs (soft targets from the teacher's
+  MLM head at temperature T, the student's MLM loss, the cosine loss on the last hidden
+  states). Needs a teacher with an MLM head and the same vocabulary; equal hidden sizes unless
+  a projection is learned.
+- `TinyBertObjective`: general distillation (Jiao et al. 2020 §3.1) on unmasked text,
+  `tinybert_intermediate_loss` (embeddings, hidden states through W_e / W_h, attention
+  scores). Needs the same vocabulary and head count, and teacher layers a multiple of student
+  layers.
+- `TinyBertTaskObjective`: task distillation (Jiao et al. 2020 §3.2, second stage) of a
+  sequence classifier: the intermediate loss on task data, then `soft_cross_entropy` between
+  the student's and the teacher's task logits.
+
+`OBJECTIVES` maps the method names ("distilbert", "tinybert") to the classes;
+`bertfamily.recipes.distill` wires them to models, data and the shared `Trainer`.
 
 Layer mapping (TinyBERT §3.1, "mapping function" g(m) = m·k with k = L_teacher / L_student):
 
@@ -18,14 +34,26 @@ Layer mapping (TinyBERT §3.1, "mapping function" g(m) = m·k with k = L_teacher
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
 import torch
+from safetensors.torch import save_file
+from torch import nn
 from torch.nn import functional as F
 
-from .masking import IGNORE_INDEX
+from ..config import EncoderConfig
+from ..files import atomic_write
+from ..heads.tasks import IGNORE_INDEX
+from ..model import Model
 
 __all__ = ["DISTILBERT_DEFAULTS", "layer_step", "hidden_layer_map", "attention_layer_map",
            "soft_target_kl", "soft_cross_entropy", "masked_cosine_loss", "masked_mse",
-           "attention_score_mse", "distilbert_loss", "tinybert_intermediate_loss"]
+           "attention_score_mse", "distilbert_loss", "tinybert_intermediate_loss",
+           "PROJECTION_FILE", "DistillationObjective", "DistilBertObjective",
+           "TinyBertObjective", "TinyBertTaskObjective", "OBJECTIVES", "METHODS",
+           "TASK_STAGES", "check_compatible"]
 
 # Sanh et al. 2019 §3 / the authors' training script: temperature 2, α_ce 5, α_mlm 2, α_cos 1.
 DISTILBERT_DEFAULTS = {"temperature": 2.0, "alpha_ce": 5.0, "alpha_mlm": 2.0, "alpha_cos": 1.0}
@@ -268,3 +296,281 @@ def tinybert_intermediate_loss(student_hidden: tuple[torch.Tensor, ...],
     loss = emb + hid + att
     return loss, {"embedding_loss": emb.detach(), "hidden_loss": hid.detach(),
                   "attention_loss": att.detach()}
+
+
+# --- the objectives the trainer optimises ---------------------------------------------------------
+
+PROJECTION_FILE = "distill_projections.safetensors"
+
+
+def _check_vocabularies(method: str, teacher: EncoderConfig, student: EncoderConfig) -> None:
+    if teacher.vocab_size != student.vocab_size:
+        raise ValueError(f"teacher vocabulary ({teacher.vocab_size}) and student vocabulary "
+                         f"({student.vocab_size}) differ; {method} feeds both the same token "
+                         f"ids and compares them position by position")
+
+
+class DistillationObjective(nn.Module):
+    """What both methods share: student + frozen teacher + optional learned projections
+    student H → teacher H; ``save_pretrained`` writes the student and the projections.
+
+    The teacher is deliberately not a submodule: the optimizer, the checkpoints and DDP see
+    only the student and the projections; it is kept in eval mode with gradients off and moved
+    to the batch's device on first use.
+
+    Subclasses set ``method`` (the name in `OBJECTIVES`), ``student_heads`` (the heads a fresh
+    student needs), ``masked_inputs`` (whether training inputs are MLM-masked),
+    ``hyperparameters`` (their keyword arguments besides ``projection``), and implement
+    ``check`` (a staticmethod raising ValueError for an incompatible pair) and ``forward``.
+    """
+
+    method = ""
+    student_heads: tuple[str, ...] = ()
+    masked_inputs = False
+    hyperparameters: tuple[str, ...] = ()
+
+    def __init__(self, student: Model, teacher: Model,
+                 projections: Sequence[str] = ()) -> None:
+        super().__init__()
+        self.student = student
+        self.projections = None
+        if projections:
+            hs, ht = student.config.hidden_size, teacher.config.hidden_size
+            self.projections = nn.ModuleDict({n: nn.Linear(hs, ht) for n in projections})
+            for p in self.projections.values():
+                nn.init.normal_(p.weight, 0.0, student.config.initializer_range)
+                nn.init.zeros_(p.bias)
+        teacher.eval()
+        teacher.requires_grad_(False)
+        self._teacher = [teacher]
+
+    @staticmethod
+    def check(teacher: EncoderConfig, student: EncoderConfig, *,
+              teacher_heads: Sequence[str] = (), projection: bool = False) -> None:
+        raise NotImplementedError
+
+    @property
+    def teacher(self) -> Model:
+        return self._teacher[0]
+
+    @property
+    def config(self) -> EncoderConfig:
+        return self.student.config
+
+    def _inputs(self, model: Model, batch: dict[str, torch.Tensor]) -> dict[str, Any]:
+        types = batch.get("token_type_ids") if model.config.type_vocab_size else None
+        return dict(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                    token_type_ids=types)
+
+    def _teacher_on(self, device: torch.device) -> Model:
+        teacher = self.teacher
+        if next(teacher.parameters()).device != device:
+            teacher.to(device)
+        teacher.eval()
+        return teacher
+
+    def save_pretrained(self, path: str | Path) -> Path:
+        """The student in the Hugging Face layout, plus the projections (if any) in
+        ``distill_projections.safetensors``."""
+        path = Path(path)
+        self.student.save_pretrained(path)
+        if self.projections is not None:
+            state = {k: v.detach().cpu().contiguous()
+                     for k, v in self.projections.state_dict().items()}
+            atomic_write(path / PROJECTION_FILE, lambda tmp: save_file(state, str(tmp)))
+        return path
+
+
+class DistilBertObjective(DistillationObjective):
+    """DistilBERT (Sanh et al. 2019 §3); ``forward(batch) -> (loss, parts)`` with parts
+    ``ce_loss``, ``mlm_loss``, ``cos_loss`` (`distilbert_loss`).
+
+    Args:
+        student / teacher: `Model`s, both with an MLM head.
+        projection: learn W_h, student H → teacher H, for the cosine loss.
+        temperature, alpha_ce, alpha_mlm, alpha_cos: `distilbert_loss` weights.
+
+    Batch fields: input_ids, attention_mask (B, T) int64, optional token_type_ids (B, T),
+    labels (B, T) int64 (the MLM term; -100 elsewhere).
+
+    Raises:
+        ValueError: an incompatible pair (`check`), a student without an MLM head, or a
+            temperature <= 0.
+    """
+
+    method = "distilbert"
+    student_heads = ("mlm",)
+    masked_inputs = True
+    hyperparameters = ("temperature", "alpha_ce", "alpha_mlm", "alpha_cos")
+
+    def __init__(self, student: Model, teacher: Model, *, projection: bool = False,
+                 temperature: float = DISTILBERT_DEFAULTS["temperature"],
+                 alpha_ce: float = DISTILBERT_DEFAULTS["alpha_ce"],
+                 alpha_mlm: float = DISTILBERT_DEFAULTS["alpha_mlm"],
+                 alpha_cos: float = DISTILBERT_DEFAULTS["alpha_cos"]) -> None:
+        self.check(teacher.config, student.config, teacher_heads=teacher.heads,
+                   projection=projection)
+        if student.mlm_head is None:
+            raise ValueError("the DistilBERT student needs an MLM head")
+        if temperature <= 0:
+            raise ValueError(f"temperature must be > 0, got {temperature}")
+        super().__init__(student, teacher, ["hidden"] if projection else [])
+        self.weights = dict(temperature=temperature, alpha_ce=alpha_ce, alpha_mlm=alpha_mlm,
+                            alpha_cos=alpha_cos)
+
+    @staticmethod
+    def check(teacher: EncoderConfig, student: EncoderConfig, *,
+              teacher_heads: Sequence[str] = (), projection: bool = False) -> None:
+        """Raise ValueError unless the vocabularies agree, the teacher has an MLM head (soft
+        targets) and the hidden sizes agree or a projection is learned (cosine loss)."""
+        _check_vocabularies("distilbert", teacher, student)
+        if "mlm" not in teacher_heads:
+            raise ValueError("DistilBERT's soft targets need the teacher's MLM logits but the "
+                             "teacher has no MLM head; use method 'tinybert' (intermediate "
+                             "losses only) or give the teacher a trained MLM head")
+        if teacher.hidden_size != student.hidden_size and not projection:
+            raise ValueError(f"the cosine loss needs equal hidden sizes (teacher "
+                             f"{teacher.hidden_size}, student {student.hidden_size}); "
+                             f"configure a learned projection")
+
+    def forward(self, batch: dict[str, torch.Tensor]
+                ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        teacher = self._teacher_on(batch["input_ids"].device)
+        with torch.no_grad():
+            t = teacher(**self._inputs(teacher, batch))
+        s = self.student(**self._inputs(self.student, batch))
+        h = s.last_hidden_state
+        if self.projections is not None:
+            h = self.projections["hidden"](h)
+        return distilbert_loss(s.logits, t.logits, h, t.last_hidden_state,
+                               batch["attention_mask"], batch.get("labels"), **self.weights)
+
+
+class TinyBertObjective(DistillationObjective):
+    """TinyBERT general distillation (Jiao et al. 2020 §3.1); ``forward(batch) -> (loss,
+    parts)`` with parts ``embedding_loss``, ``hidden_loss``, ``attention_loss``
+    (`tinybert_intermediate_loss`).
+
+    Args:
+        student / teacher: `Model`s (no head needed).
+        projection: learn W_h and W_e, student H → teacher H; forced on when the hidden sizes
+            differ.
+
+    Batch fields: input_ids, attention_mask (B, T) int64, optional token_type_ids (B, T).
+
+    Raises:
+        ValueError: an incompatible pair (`check`).
+    """
+
+    method = "tinybert"
+    student_heads = ()
+    masked_inputs = False
+
+    def __init__(self, student: Model, teacher: Model, *, projection: bool = False) -> None:
+        if student.config.hidden_size != teacher.config.hidden_size:
+            projection = True
+        self.check(teacher.config, student.config, teacher_heads=teacher.heads,
+                   projection=projection)
+        super().__init__(student, teacher, ["hidden", "embedding"] if projection else [])
+
+    @staticmethod
+    def check(teacher: EncoderConfig, student: EncoderConfig, *,
+              teacher_heads: Sequence[str] = (), projection: bool = False) -> None:
+        """Raise ValueError unless the vocabularies and head counts agree (attention scores
+        are compared head by head) and teacher layers are a multiple of student layers; hidden
+        sizes may differ (W_h, W_e)."""
+        _check_vocabularies("tinybert", teacher, student)
+        if teacher.num_attention_heads != student.num_attention_heads:
+            raise ValueError(f"TinyBERT compares attention scores head by head: teacher has "
+                             f"{teacher.num_attention_heads} heads, student "
+                             f"{student.num_attention_heads}")
+        layer_step(teacher.num_hidden_layers, student.num_hidden_layers)
+
+    def forward(self, batch: dict[str, torch.Tensor]
+                ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        teacher = self._teacher_on(batch["input_ids"].device)
+        with torch.no_grad():
+            t = teacher(**self._inputs(teacher, batch), output_hidden_states=True,
+                        output_attentions=True)
+        s = self.student(**self._inputs(self.student, batch), output_hidden_states=True,
+                         output_attentions=True)
+        p = self.projections
+        return tinybert_intermediate_loss(
+            s.hidden_states, t.hidden_states, s.attention_scores, t.attention_scores,
+            batch["attention_mask"],
+            embedding_projection=p["embedding"] if p is not None else None,
+            hidden_projection=p["hidden"] if p is not None else None)
+
+
+TASK_STAGES = ("intermediate", "prediction")
+
+
+class TinyBertTaskObjective(TinyBertObjective):
+    """TinyBERT task distillation for sequence classification (Jiao et al. 2020 §3.2);
+    ``forward(batch) -> (loss, parts)``.
+
+    Stage "intermediate": `tinybert_intermediate_loss` (parts ``embedding_loss``,
+    ``hidden_loss``, ``attention_loss``) on task inputs. Stage "prediction":
+    ``soft_cross_entropy(student_logits, teacher_logits, temperature)`` (part
+    ``prediction_loss``). Set ``stage`` between the two runs. Teacher and student both need a
+    classify head with the same labels; the teacher is frozen and not a submodule.
+
+    Raises:
+        ValueError: an incompatible pair (`TinyBertObjective.check`), missing classify heads,
+            different label sets, an unknown stage, a temperature <= 0.
+    """
+
+    def __init__(self, student: Model, teacher: Model, *, stage: str = "intermediate",
+                 projection: bool = False, temperature: float = 1.0) -> None:
+        for name, m in (("teacher", teacher), ("student", student)):
+            if m.task != "classify":
+                raise ValueError(f"task distillation needs a {name} with a classify head; "
+                                 f"it has {m.heads or 'none'}")
+        if teacher.config.label_names != student.config.label_names:
+            raise ValueError(f"teacher labels {teacher.config.label_names} and student labels "
+                             f"{student.config.label_names} differ")
+        if temperature <= 0:
+            raise ValueError(f"temperature must be > 0, got {temperature}")
+        super().__init__(student, teacher, projection=projection)
+        self.temperature = temperature
+        self.stage = stage
+
+    @property
+    def stage(self) -> str:
+        return self._stage
+
+    @stage.setter
+    def stage(self, value: str) -> None:
+        if value not in TASK_STAGES:
+            raise ValueError(f"stage must be one of {TASK_STAGES}, got {value!r}")
+        self._stage = value
+
+    def forward(self, batch: dict[str, torch.Tensor]
+                ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        if self.stage == "intermediate":
+            return super().forward(batch)
+        teacher = self._teacher_on(batch["input_ids"].device)
+        with torch.no_grad():
+            t = teacher(**self._inputs(teacher, batch)).logits
+        s = self.student(**self._inputs(self.student, batch)).logits
+        loss = soft_cross_entropy(s, t, self.temperature)
+        return loss, {"prediction_loss": loss.detach()}
+
+
+OBJECTIVES: dict[str, type[DistillationObjective]] = {
+    "distilbert": DistilBertObjective, "tinybert": TinyBertObjective}
+METHODS = tuple(OBJECTIVES)
+
+
+def check_compatible(method: str, teacher: EncoderConfig, student: EncoderConfig, *,
+                     teacher_heads: Sequence[str] = (), projection: bool = False) -> None:
+    """Raise ValueError when the pair cannot be distilled with ``method`` (one of `METHODS`):
+    the ``check`` of its objective class.
+
+    Raises:
+        ValueError: an unknown method, or an incompatible pair.
+    """
+    if method not in OBJECTIVES:
+        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    OBJECTIVES[method].check(teacher, student, teacher_heads=teacher_heads,
+                             projection=projection)

@@ -1,6 +1,6 @@
 """Choosing the tokens a masked-LM predicts, and corrupting them.
 
-One function, `mask_tokens`, covers the schemes of the family (SPEC §3):
+One function, `mask_tokens`, covers the schemes of the family:
 
 - ``"token"``: independent tokens (Devlin et al. 2019 §3.1);
 - ``"whole_word"``: all pieces of a word together (BERT whole-word-masking release; for
@@ -31,11 +31,12 @@ from functools import lru_cache
 
 import numpy as np
 
+from ..heads.tasks import IGNORE_INDEX
+
 __all__ = ["MASKING_STRATEGIES", "MaskingConfig", "MaskResult", "mask_tokens", "word_starts",
            "word_ids_from_starts", "chinese_word_ids", "span_length_distribution"]
 
 MASKING_STRATEGIES = ("token", "whole_word", "ngram", "entity", "span")
-IGNORE_INDEX = -100
 
 
 @dataclass(frozen=True)

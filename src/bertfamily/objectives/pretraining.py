@@ -16,15 +16,20 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
+from safetensors.torch import save_file
 from torch import nn
 from torch.nn import functional as F
 
+from ..files import atomic_write
+from ..heads.tasks import IGNORE_INDEX
 from .instances import (Instance, Segment, SpecialIds, nsp_instances, packed_instances,
                         sop_instances)
-from .masking import IGNORE_INDEX, MaskingConfig, mask_tokens, word_ids_from_starts, word_starts
+from .masking import (MaskingConfig, chinese_word_ids, mask_tokens, word_ids_from_starts,
+                      word_starts)
 
 __all__ = ["OBJECTIVES", "tokenize_documents", "build_instances", "static_maskings",
            "MLMCollator", "PretrainingModel", "evaluate_mlm", "unigram_log_probs"]
@@ -38,8 +43,6 @@ def tokenize_documents(docs: Sequence[Sequence[str]], tokenizer, *,
     (WordPiece ``##``, BPE ``Ġ``, Unigram ``▁``) or, with ``chinese_words``, from jieba words
     over the character offsets. Sentences that carry ``.entities`` (character spans, see
     `bertfamily.corpora.Sentence`) get them as token ranges for entity masking."""
-    from .masking import chinese_word_ids
-
     backend, scheme = tokenizer.backend, tokenizer.scheme
     flat = [s for d in docs for s in d]
     encodings = backend.encode_batch(flat, add_special_tokens=False)
@@ -236,12 +239,6 @@ class PretrainingModel(nn.Module):
 
     def save_pretrained(self, path) -> None:
         """The `Model` in the Hugging Face layout (+ ``sbo_head.safetensors`` with SBO)."""
-        from pathlib import Path
-
-        from safetensors.torch import save_file
-
-        from ..files import atomic_write
-
         self.model.save_pretrained(path)
         if self.sbo_head is not None:
             state = {k: v.detach().cpu().contiguous() for k, v in

@@ -1,22 +1,10 @@
-"""Length-sorted batching shared by the pipelines: sequences of similar length share a batch, so
-little padding is computed; results go back to the caller's order."""
+"""Token lengths for the pipelines' length-sorted batching (`bertfamily.train.data.sorted_batches`):
+sequences of similar length share a batch, so little padding is computed; results go back to
+the caller's order."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-
-
-def sorted_batches(lengths: Sequence[int], batch_size: int) -> Iterator[list[int]]:
-    """Indices of the items, longest first, in chunks of ``batch_size``.
-
-    Raises:
-        ValueError: batch_size < 1.
-    """
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
-    for start in range(0, len(order), batch_size):
-        yield order[start:start + batch_size]
+from collections.abc import Sequence
 
 
 def token_lengths(tokenizer, texts: Sequence[str],

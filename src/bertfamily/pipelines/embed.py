@@ -13,7 +13,8 @@ import torch
 
 from ..pretrained import from_pretrained
 from ..tokenization import load_tokenizer
-from .batching import sorted_batches, token_lengths
+from ..train.data import sorted_batches
+from .batching import token_lengths
 
 log = logging.getLogger(__name__)
 

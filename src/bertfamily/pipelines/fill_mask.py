@@ -37,7 +37,7 @@ class FillMask:
 
     Raises:
         ValueError: the checkpoint has no MLM head (e.g. all-MiniLM-L6-v2: continue pretraining
-            it first, see `bertfamily.train.pretrain`).
+            it first, see `bertfamily.recipes.pretrain`).
     """
 
     def __init__(self, path: str | Path, device: str = "cpu",

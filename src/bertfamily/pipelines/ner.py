@@ -10,9 +10,10 @@ from pathlib import Path
 import torch
 
 from ..pretrained import from_pretrained
-from ..finetune.data import repair_bio, word_ids_from_offsets, word_predictions
+from ..tasks.data import repair_bio, word_ids_from_offsets, word_predictions
 from ..tokenization import load_tokenizer
-from .batching import sorted_batches, token_lengths
+from ..train.data import sorted_batches
+from .batching import token_lengths
 
 
 @dataclass

@@ -7,7 +7,7 @@ from pathlib import Path
 import torch
 
 from ..pretrained import from_pretrained
-from ..finetune.qa import Answer, QAExample, postprocess, prepare_windows
+from ..tasks.qa import Answer, QAExample, postprocess, prepare_windows
 from ..tokenization import load_tokenizer
 
 
@@ -16,7 +16,7 @@ class QuestionAnswerer:
 
     Args:
         path: the model directory.
-        max_length, doc_stride, max_question_length: windowing (see `finetune.qa`).
+        max_length, doc_stride, max_question_length: windowing (see `bertfamily.tasks.qa`).
 
     Raises:
         ValueError: the directory's model has no "qa" head.

@@ -8,6 +8,7 @@ data position as ``(epoch, batches consumed)`` and a resumed run continue exactl
 `IndexedBatches` is the standard source over an indexable dataset (shuffled per epoch from a
 seed, sharded over data-parallel ranks, seeded collation for dynamic masking). `as_batch_source`
 adapts anything else (a list of batches, a ``DataLoader``, a factory without ``start``).
+`sorted_batches` is the length-sorted batching of inference (pipelines, task evaluation).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
-__all__ = ["BatchSource", "IndexedBatches", "as_batch_source", "default_collate"]
+__all__ = ["BatchSource", "IndexedBatches", "as_batch_source", "default_collate", "sorted_batches"]
 
 
 class BatchSource(Protocol):
@@ -116,3 +117,22 @@ def as_batch_source(obj: Any) -> BatchSource:
         return from_iterable
     raise TypeError(f"train_batches must be a batch source, a factory or an iterable, "
                     f"got {type(obj).__name__}")
+
+
+def sorted_batches(lengths: Sequence[int], batch_size: int) -> Iterator[list[int]]:
+    """Indices of the items, longest first, in chunks of ``batch_size``: sequences of similar
+    length share a batch, so little padding is computed; the caller puts results back in its
+    own order.
+
+    Args:
+        lengths: one length (e.g. token count) per item.
+        batch_size: items per chunk (the last may be smaller).
+
+    Raises:
+        ValueError: batch_size < 1.
+    """
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    for start in range(0, len(order), batch_size):
+        yield order[start:start + batch_size]

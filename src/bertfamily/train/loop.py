@@ -21,9 +21,9 @@ norms, `optim.param_groups`), a learning-rate schedule (`schedules`). Outputs in
 - ``metrics.jsonl``: one JSON object per log/eval event (``step``, ``split``, values);
 - ``checkpoint.pt``: model + optimizer + scheduler + RNG states of every rank + data position +
   counters, replaced atomically every ``save_every`` steps, at the end, and on Ctrl-C/SIGTERM;
-- ``model/``: the final weights (``save_pretrained`` layout when the model has one, else
-  ``model_state.pt``); ``best/``: the same for the best evaluation when ``metric_for_best``
-  is set;
+- ``model/``: the final weights (``model_state.pt``, plus whatever ``save_fn(model,
+  directory)`` writes, e.g. the Hugging Face layout); ``best/``: the same for the best
+  evaluation when ``metric_for_best`` is set;
 - ``loss.png``: the loss curve (when matplotlib is installed).
 
 Example::
@@ -38,7 +38,6 @@ import contextlib
 import dataclasses
 import json
 import logging
-import math
 import random
 import signal
 import time
@@ -56,6 +55,7 @@ from .data import as_batch_source
 from .distributed import (DistInfo, all_gather_objects, all_reduce_mean, broadcast_object,
                           init_distributed)
 from .optim import build_optimizer
+from .plot import plot_metrics
 from .schedules import SCHEDULES, build_scheduler
 
 __all__ = ["TrainConfig", "TrainState", "Trainer", "unwrap", "CHECKPOINT_FILE", "METRICS_FILE"]
@@ -68,6 +68,7 @@ MODEL_STATE_FILE = "model_state.pt"
 
 LossFn = Callable[[nn.Module, Any], tuple[torch.Tensor, dict[str, float]]]
 EvalFn = Callable[[nn.Module], dict[str, float]]
+SaveFn = Callable[[nn.Module, Path], Any]
 
 
 @dataclass
@@ -219,12 +220,16 @@ class Trainer:
         config: `TrainConfig`.
         eval_fn: ``(model) -> {name: float}``; optional.
         dist: the process's `DistInfo`; None = `init_distributed(config.device)`.
+        save_fn: ``(model, directory) -> None``, called on rank 0 for ``model/`` and ``best/``
+            after ``model_state.pt`` is written (the unwrapped model; e.g.
+            ``lambda m, d: m.save_pretrained(d)``); None: ``model_state.pt`` only.
     """
 
     def __init__(self, model: nn.Module, loss_fn: LossFn, train_batches: Any,
                  config: TrainConfig, eval_fn: EvalFn | None = None,
-                 dist: DistInfo | None = None) -> None:
+                 dist: DistInfo | None = None, save_fn: SaveFn | None = None) -> None:
         self.config = config
+        self.save_fn = save_fn
         self.dist = dist or init_distributed(config.device)
         self.model = model.to(self.dist.device)
         self.loss_fn, self.eval_fn = loss_fn, eval_fn
@@ -284,8 +289,8 @@ class Trainer:
         directory.mkdir(parents=True, exist_ok=True)
         state = {k: v.detach().cpu() for k, v in self.model.state_dict().items()}
         atomic_write(directory / MODEL_STATE_FILE, lambda tmp: torch.save(state, tmp))
-        if hasattr(self.model, "save_pretrained"):
-            self.model.save_pretrained(directory)
+        if self.save_fn is not None:
+            self.save_fn(self.model, directory)
 
     # ------------------------------------------------------------------ metrics
 
@@ -467,8 +472,6 @@ class Trainer:
         self.save_checkpoint()
         if self.dist.is_main:
             self._save_model(self.output_dir / "model")
-            from .plot import plot_metrics
-
             plot_metrics(self.output_dir / METRICS_FILE, self.output_dir / "loss.png")
         if cfg.load_best_at_end and self.state.best_step is not None:
             best = torch.load(self.output_dir / "best" / MODEL_STATE_FILE, map_location="cpu")

@@ -6,6 +6,8 @@ import json
 import logging
 from pathlib import Path
 
+from ..files import atomic_write
+
 __all__ = ["plot_metrics"]
 
 logger = logging.getLogger(__name__)
@@ -23,7 +25,6 @@ def plot_metrics(metrics_path: str | Path, png_path: str | Path) -> Path | None:
     except ImportError:
         logger.info("matplotlib not installed; no loss curve")
         return None
-    from ..files import atomic_write
 
     records = [json.loads(line) for line in Path(metrics_path).read_text().splitlines() if line]
     train = [(r["step"], r["loss"]) for r in records if r.get("split") == "train" and "loss" in r]

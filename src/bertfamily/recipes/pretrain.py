@@ -1,6 +1,6 @@
 """`pretrain`: corpus + tokenizer + preset (or an existing checkpoint) → a pretrained model.
 
-Objectives default to the preset's (SPEC §1): `RECIPES` where the config does not imply them
+Objectives default to the preset's: `RECIPES` where the config does not imply them
 (SpanBERT: MLM + SBO with span masking), else MLM plus the config's ``pair_head`` ("nsp" for
 BERT, "sop" for ALBERT, none for RoBERTa-style presets, which then get full-sentence packing);
 ``objectives`` and ``masking`` override them.
@@ -13,32 +13,32 @@ initialised (BERT init) and reported, any other missing or unexpected weight is 
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
-from ..objectives.instances import SpecialIds
+from ..build import build_model, build_span_boundary_head
+from ..checkpoints.io import config_from_hf, read_hf_config
+from ..config import EncoderConfig
 from ..objectives.masking import MaskingConfig
-from ..objectives.pretraining import (MLMCollator, PretrainingModel, build_instances,
-                                      evaluate_mlm, static_maskings, tokenize_documents,
-                                      unigram_log_probs)
-from .data import IndexedBatches
-from .distributed import init_distributed
-from .loop import TrainConfig, Trainer
+from ..objectives.pretraining import PretrainingModel, evaluate_mlm, unigram_log_probs
+from ..pretrained import from_pretrained
+from ..tokenization import load_tokenizer
+from ..train.distributed import init_distributed
+from ..train.loop import TrainConfig, Trainer
+from .common import config_for_tokenizer, finish_run, mlm_data, save_pretrained
 
 __all__ = ["RECIPES", "PretrainConfig", "pretrain", "load_for_continued_pretraining"]
 
 logger = logging.getLogger(__name__)
 
 
-# Pretraining recipes of the presets whose objectives are not implied by their config (SPEC §1):
-# data, like PRESETS; used for a model from scratch when objectives / masking are not given.
+# Pretraining recipes of the presets whose objectives are not implied by their config: data,
+# like PRESETS; used for a model from scratch when objectives / masking are not given.
 RECIPES: dict[str, dict[str, Any]] = {
     # SpanBERT (Joshi et al. 2020 §3): span masking + span boundary objective, no NSP.
     "spanbert-base": {"objectives": ("mlm", "sbo"), "masking": "span"},
@@ -97,8 +97,6 @@ def load_for_continued_pretraining(path: str | Path, heads: Sequence[str]):
     Raises:
         ValueError: a weight of the trunk is missing, or a weight is unexpected/mismatched.
     """
-    from ..pretrained import from_pretrained
-
     model, report = from_pretrained(path, heads=list(heads), strict=False, return_report=True)
     head_prefixes = ("mlm_head.", "pair_head.")
     fresh = [k for k in report.missing if k.startswith(head_prefixes)]
@@ -124,41 +122,6 @@ def _objectives(cfg: PretrainConfig, config) -> tuple[str, ...]:
     return objs
 
 
-def split_documents(docs: Sequence[Any], eval_documents: int,
-                    seed: int) -> tuple[list[Any], list[Any]]:
-    """(train, held-out) documents: a seeded shuffle, min(eval_documents, max(2, N/10)) held out.
-
-    Raises:
-        ValueError: fewer than two documents would be left for training.
-    """
-    order = np.random.default_rng(seed).permutation(len(docs))
-    n_eval = min(eval_documents, max(2, len(docs) // 10))
-    if len(docs) - n_eval < 2:
-        raise ValueError(f"the corpus has {len(docs)} documents; need at least {n_eval + 2}")
-    return [docs[i] for i in order[n_eval:]], [docs[i] for i in order[:n_eval]]
-
-
-def fixed_eval_batches(instances: Sequence[Any], masking: MaskingConfig, collate: MLMCollator,
-                       batch_size: int, limit: int, seed: int, **common: Any) -> list[dict]:
-    """At most ``limit`` held-out batches masked once with ``seed``, so every evaluation scores
-    the same positions."""
-    fixed = static_maskings(instances, masking, 1, seed=seed, **common)
-    return [collate(fixed[i:i + batch_size], np.random.default_rng(0))
-            for i in range(0, len(fixed), batch_size)][:limit]
-
-
-def finish_run(output_dir: str | Path, tokenizer: Any, summary: dict[str, Any]) -> None:
-    """Save the tokenizer beside the run's ``model/`` and ``best/`` directories and write
-    ``summary.json`` atomically (call on the main process only)."""
-    from ..files import write_text_atomic
-
-    out = Path(output_dir)
-    for sub in ("model", "best"):
-        if (out / sub).is_dir():
-            tokenizer.save_pretrained(out / sub)
-    write_text_atomic(out / "summary.json", json.dumps(summary, indent=2, default=str))
-
-
 def pretrain(cfg: PretrainConfig, train: TrainConfig) -> dict[str, Any]:
     """Build data, model and heads, and run the `Trainer`. Works alone or under torchrun.
 
@@ -169,11 +132,6 @@ def pretrain(cfg: PretrainConfig, train: TrainConfig) -> dict[str, Any]:
     Raises:
         ValueError: bad corpus, objectives, or a tokenizer/model mismatch.
     """
-    from ..build import build_model, build_span_boundary_head
-    from ..config import EncoderConfig
-    from ..corpora import read_documents
-    from ..tokenization import load_tokenizer
-
     dist = init_distributed(train.device)
     tok_dir = cfg.tokenizer or cfg.init_from
     if tok_dir is None:
@@ -185,8 +143,6 @@ def pretrain(cfg: PretrainConfig, train: TrainConfig) -> dict[str, Any]:
     fresh: list[str] = []
     torch.manual_seed(train.seed)  # new weights (model, fresh heads, SBO) depend on the seed only
     if cfg.init_from is not None:
-        from ..checkpoints.io import read_hf_config, config_from_hf
-
         base = config_from_hf(read_hf_config(cfg.init_from))
         objectives = _objectives(cfg, base)
         pair = next((o for o in objectives if o in ("nsp", "sop")), None)
@@ -202,10 +158,8 @@ def pretrain(cfg: PretrainConfig, train: TrainConfig) -> dict[str, Any]:
             cfg = dataclasses.replace(cfg, masking=MaskingConfig(strategy=recipe["masking"]))
         objectives = _objectives(cfg, config)
         pair = next((o for o in objectives if o in ("nsp", "sop")), None)
-        config = config.replace(vocab_size=tok.vocab_size, pad_token_id=tok.pad_token_id,
-                                pair_head=pair, use_pooler=pair is not None,
-                                max_position_embeddings=max(config.max_position_embeddings,
-                                                            cfg.max_length + config.position_offset))
+        config = config_for_tokenizer(config, tok, cfg.max_length, pair_head=pair,
+                                      use_pooler=pair is not None)
         model = build_model(config, heads=["mlm"] + (["pair"] if pair else []))
     if cfg.masking is None:
         cfg = dataclasses.replace(cfg, masking=MaskingConfig())
@@ -215,37 +169,24 @@ def pretrain(cfg: PretrainConfig, train: TrainConfig) -> dict[str, Any]:
     if config.use_pooler and not pair:
         train = dataclasses.replace(train, find_unused_parameters=True)
 
-    docs = [d for path in cfg.corpus for d in read_documents(
-        path, text_field=cfg.text_field, split=cfg.split_sentences)]
-    train_docs, eval_docs = split_documents(docs, cfg.eval_documents, train.seed)
-    kind = pair or "packed"
-    special = SpecialIds(cls=tok.cls_token_id, sep=tok.sep_token_id)
-    seg_train = tokenize_documents(train_docs, tok, chinese_words=cfg.chinese_words)
-    seg_eval = tokenize_documents(eval_docs, tok, chinese_words=cfg.chinese_words)
-    train_inst = build_instances(seg_train, kind, cfg.max_length, special, train.seed,
-                                 cfg.short_seq_prob)
-    eval_inst = build_instances(seg_eval, kind, cfg.max_length, special, train.seed + 1,
-                                cfg.short_seq_prob)
-    special_ids = tok.all_special_ids
-    common = dict(vocab_size=tok.vocab_size, mask_token_id=tok.mask_token_id,
-                  special_ids=special_ids)
-    dataset = (static_maskings(train_inst, cfg.masking, cfg.static_copies, seed=train.seed,
-                               **common) if cfg.static_copies else train_inst)
     sbo = "sbo" in objectives
-    collate = MLMCollator(cfg.masking, pad_token_id=tok.pad_token_id, sbo=sbo, **common)
-    source = IndexedBatches(dataset, train.batch_size, collate, seed=train.seed,
-                            rank=dist.rank, world_size=dist.world_size)
-    eval_batches = fixed_eval_batches(eval_inst, cfg.masking, collate, train.batch_size,
-                                      cfg.eval_batches, train.seed + 2, **common)
-    unigram = unigram_log_probs(train_inst, tok.vocab_size, special_ids)
+    data = mlm_data(cfg.corpus, tok, train, dist, kind=pair or "packed",
+                    max_length=cfg.max_length, masking=cfg.masking,
+                    eval_documents=cfg.eval_documents, eval_batches=cfg.eval_batches,
+                    short_seq_prob=cfg.short_seq_prob, static_copies=cfg.static_copies,
+                    sbo=sbo, chinese_words=cfg.chinese_words,
+                    split_sentences=cfg.split_sentences, text_field=cfg.text_field)
+    train_inst, eval_inst = data.train_instances, data.eval_instances
+    unigram = unigram_log_probs(train_inst, tok.vocab_size, tok.all_special_ids)
     sbo_head = build_span_boundary_head(config, model) if sbo else None
     pmodel = PretrainingModel(model, sbo_head, pair_objective=pair is not None)
     logger.info("pretraining %s (%d parameters) on %d/%d train/eval instances, objectives %s",
                 config.model_type, model.num_parameters(heads=True), len(train_inst),
                 len(eval_inst), objectives)
 
-    trainer = Trainer(pmodel, lambda m, b: m(b), source, train,
-                      eval_fn=lambda m: evaluate_mlm(m, eval_batches, unigram), dist=dist)
+    trainer = Trainer(pmodel, lambda m, b: m(b), data.source, train,
+                      eval_fn=lambda m: evaluate_mlm(m, data.eval_batches, unigram), dist=dist,
+                      save_fn=save_pretrained)
     summary = trainer.train()
     summary.update(objectives=list(objectives), fresh_heads=fresh,
                    instances={"train": len(train_inst), "eval": len(eval_inst)},

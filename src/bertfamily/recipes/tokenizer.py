@@ -1,6 +1,6 @@
 """Train a tokenizer on a corpus with the ``tokenizers`` library, in the Hugging Face layout.
 
-Three schemes (SPEC §1):
+Three schemes, those of the families' released tokenizers:
 
 - ``"wordpiece"`` (BERT family): BERT normaliser (lower-casing and accent stripping optional,
   CJK characters split one per token), BERT pre-tokeniser, WordPiece with ``##`` continuation

@@ -1,17 +1,14 @@
-"""`finetune()` and `predict()`: task data → batches → the shared `Trainer` → metrics.
+"""Encoded task data: `TaskData` reads a task's file (`data`, `qa`), encodes it into rows of
+token ids and labels, and evaluates a model on them (`metrics`); `pad_batch` makes a batch of
+rows, `forward_rows` runs a model over rows in length-sorted batches.
 
 Tasks: "classify" (one text), "pair" (two texts; the same head), "ner" (CoNLL), "qa" (SQuAD
-JSON), "choice" (JSONL with a list of choices). Outputs in ``output_dir``: the trainer's
-``metrics.jsonl``, ``checkpoint.pt``, ``model/`` and ``best/`` (each a Hugging Face directory
-with the tokenizer), plus ``eval_predictions.jsonl``, ``final_metrics.json`` and, for
-classification, ``confusion_matrix.png``.
+JSON), "choice" (JSONL with a list of choices).
 """
 
 from __future__ import annotations
 
 import json
-import logging
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
@@ -19,16 +16,15 @@ from typing import Any
 
 import torch
 
-from ..files import atomic_write
-from ..pretrained import from_pretrained
-from ..heads.tasks import IGNORE_INDEX, task_loss
-from ..tokenization import load_tokenizer
+from ..heads.tasks import IGNORE_INDEX
+from ..train.data import sorted_batches
 from .data import (DataError, align_labels, encode_words, label_list, read_conll, read_table,
                    repair_bio, tag_scheme, word_predictions)
 from .metrics import classification_metrics, entity_metrics, regression_metrics, squad_metrics
 from .qa import postprocess, prepare_windows, read_squad
 
-log = logging.getLogger(__name__)
+__all__ = ["TASKS", "HEAD_OF_TASK", "BEST_METRIC", "MODEL_INPUTS", "TaskOptions", "TaskData",
+           "pad_batch", "forward_rows"]
 
 TASKS = ("classify", "pair", "ner", "qa", "choice")
 HEAD_OF_TASK = {"classify": "classify", "pair": "classify", "ner": "tokens", "qa": "qa",
@@ -39,8 +35,18 @@ MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
 
 @dataclass
-class FinetuneOptions:
-    """Data and optimisation options of `finetune` (besides the trainer's own)."""
+class TaskOptions:
+    """How to read and encode a task's data, and evaluate on it.
+
+    Attributes:
+        text_column / text_pair_column / label_column / choices_column: table and JSONL
+            fields (``text_pair_column`` is required by the "pair" task).
+        regression: one float label per row (mean squared error, metric ``mse``).
+        max_length: tokens per row (per window for QA), special tokens included.
+        doc_stride / max_question_length / max_answer_length / null_threshold: QA windows
+            and answer selection (see `bertfamily.tasks.qa`).
+        eval_batch_size: rows per evaluation batch.
+    """
 
     text_column: str = "text"
     text_pair_column: str | None = None
@@ -52,15 +58,17 @@ class FinetuneOptions:
     max_question_length: int = 64
     max_answer_length: int = 30
     null_threshold: float | None = None
-    batch_size: int = 32
     eval_batch_size: int = 64
-    epochs: float = 3.0
 
 
-# --- padding ----------------------------------------------------------------------------------
 def pad_batch(rows: list[dict[str, Any]], pad_id: int) -> dict[str, torch.Tensor]:
     """Right-pad lists to the longest row: input_ids with ``pad_id``, labels lists with -100,
-    masks/types with 0; scalars are stacked. Rows of (K, T) lists (choices) are padded in T."""
+    masks/types with 0; scalars are stacked.
+
+    Returns:
+        int64 tensors (B, T) for lists, (B, K, T) for rows of (K, T) lists (choices, padded in
+        T), (B,) for scalars (float for regression labels).
+    """
     out: dict[str, torch.Tensor] = {}
     for key in rows[0]:
         values = [r[key] for r in rows]
@@ -77,15 +85,25 @@ def pad_batch(rows: list[dict[str, Any]], pad_id: int) -> dict[str, torch.Tensor
     return out
 
 
-def _run(model, rows: list[dict], size: int, pad_id: int) -> list:
-    """Forward every row in eval mode, in length-sorted batches (little padding), and return
-    one output per row, in the rows' order, each with a batch dimension of 1 (``logits``,
-    ``start_logits``, ``end_logits`` as the model gives them)."""
-    order = sorted(range(len(rows)), key=lambda i: -len(rows[i]["input_ids"]))
+def forward_rows(model, rows: list[dict], size: int, pad_id: int) -> list[SimpleNamespace]:
+    """Forward every row (no grad), in length-sorted batches of ``size`` (little padding).
+
+    Args:
+        model: a `Model` with a task head (put it in eval mode first).
+        rows: encoded rows (lists of ids, as `TaskData.load` gives them).
+        size: rows per batch; pad_id: the padding id.
+
+    Returns:
+        One output per row, in the rows' order: ``logits`` ((1, C), (1, T, C) or (1, K)) or
+        ``start_logits``/``end_logits`` (1, T), as the model gives them.
+
+    Raises:
+        ValueError: size < 1.
+    """
+    lengths = [len(r["input_ids"]) for r in rows]
     per_row: list = [None] * len(rows)
     with torch.no_grad():
-        for start in range(0, len(order), size):
-            idx = order[start:start + size]
+        for idx in sorted_batches(lengths, size):
             batch = pad_batch([rows[i] for i in idx], pad_id)
             out = model(**{k: v for k, v in batch.items() if k in MODEL_INPUTS})
             for j, i in enumerate(idx):
@@ -95,11 +113,14 @@ def _run(model, rows: list[dict], size: int, pad_id: int) -> list:
     return per_row
 
 
-# --- task data --------------------------------------------------------------------------------
 class TaskData:
-    """Encoded rows of one task (lists of ids, labels), plus what evaluation needs."""
+    """Encoded rows of one task (lists of ids, labels), plus what evaluation needs.
 
-    def __init__(self, task: str, tokenizer, opts: FinetuneOptions,
+    Raises:
+        ValueError: an unknown task.
+    """
+
+    def __init__(self, task: str, tokenizer, opts: TaskOptions,
                  label_names: tuple[str, ...] | None = None) -> None:
         if task not in TASKS:
             raise ValueError(f"unknown task {task!r}; valid: {TASKS}")
@@ -202,7 +223,7 @@ class TaskData:
     def evaluate(self, model, rows: list[dict]) -> tuple[dict[str, float], list[dict]]:
         """Metrics and per-example predictions of ``model`` on encoded ``rows`` of this data."""
         pad = self.tok.pad_token_id or 0
-        outs = _run(model, rows, self.opts.eval_batch_size, pad)
+        outs = forward_rows(model, rows, self.opts.eval_batch_size, pad)
         t = self.task
         if t in ("classify", "pair", "choice"):
             logits = torch.cat([o.logits for o in outs]).float()
@@ -243,142 +264,3 @@ class TaskData:
         return metrics, [{"id": ex.id, "answer": p.answer.text, "start": p.answer.start,
                           "end": p.answer.end, "score": p.answer.probability}
                          for ex, p in zip(self.examples, preds)]
-
-
-# --- the driver ---------------------------------------------------------------------------------
-def finetune(task: str, model_dir: str | Path, train_file: str | Path,
-             eval_file: str | Path | None, output_dir: str | Path,
-             opts: FinetuneOptions | None = None, **train_config: Any) -> dict[str, Any]:
-    """Fine-tune a pretrained encoder on one task with the shared `Trainer`.
-
-    Args:
-        task: "classify", "pair", "ner", "qa" or "choice".
-        model_dir: a Hugging Face model directory with a tokenizer (a base or a task model).
-        train_file, eval_file: data files (see `TaskData.load`); with an eval file the best
-            evaluation is kept in ``output_dir/best`` and early stopping can apply.
-        output_dir: where everything is written.
-        opts: data options (columns, lengths, batch size, epochs).
-        train_config: `TrainConfig` fields (learning_rate, max_time_s, eval_every,
-            early_stopping_patience, ...); ``max_steps`` defaults to ``epochs`` passes.
-
-    Returns:
-        {"train": trainer summary, "eval": final metrics on the eval file (best model),
-         "labels": label names, "seconds": wall-clock}.
-
-    Raises:
-        ValueError (DataError, CheckpointError, ...): bad task, data or model directory.
-    """
-    from ..train import IndexedBatches, TrainConfig, Trainer
-
-    t0 = time.time()
-    opts = opts or FinetuneOptions()
-    out = Path(output_dir)
-    tok = load_tokenizer(model_dir)
-    data = TaskData(task, tok, opts)
-    train_rows = data.load(train_file)
-    eval_data = eval_rows = None
-    if eval_file is not None:
-        eval_data = TaskData(task, tok, opts, label_names=data.label_names)
-        eval_data.scheme = getattr(data, "scheme", "BIO")
-        eval_rows = eval_data.load(eval_file)
-    head = HEAD_OF_TASK[task]
-    model = from_pretrained(model_dir, heads=[head], new_heads=True,
-                            label_names=data.label_names)
-    model.train()
-    pad = tok.pad_token_id or 0
-    batch_size = min(opts.batch_size, len(train_rows))
-    source = IndexedBatches(train_rows, batch_size, lambda rows, rng: pad_batch(rows, pad))
-    steps = int(train_config.get("max_steps") or max(1, int(opts.epochs * len(source))))
-
-    def loss_fn(m, batch):
-        out_ = m(**{k: v for k, v in batch.items() if k in MODEL_INPUTS})
-        loss = task_loss(head, out_, batch)
-        return loss, {}
-
-    def eval_fn(m):
-        metrics, _ = eval_data.evaluate(m, eval_rows)
-        return metrics
-
-    defaults = dict(max_steps=steps, learning_rate=5e-5, warmup_ratio=0.1,
-                    batch_size=batch_size, log_every=max(1, min(50, steps // 10)))
-    if eval_data is not None:
-        defaults.update(metric_for_best=BEST_METRIC[task] if not opts.regression else "mse",
-                        greater_is_better=not opts.regression, load_best_at_end=True,
-                        eval_every=max(1, len(source)))
-    config = TrainConfig(output_dir=out, **{**defaults, **train_config})
-    summary = Trainer(model, loss_fn, source, config,
-                      eval_fn if eval_data is not None else None).train()
-    for d in ("model", "best"):
-        if (out / d).is_dir():
-            tok.save_pretrained(out / d)
-    result: dict[str, Any] = {"train": summary, "labels": list(data.label_names)}
-    if eval_data is not None:
-        model.eval()
-        metrics, preds = eval_data.evaluate(model, eval_rows)
-        result["eval"] = metrics
-        body = "".join(json.dumps(p, ensure_ascii=False) + "\n" for p in preds)
-        atomic_write(out / "eval_predictions.jsonl", lambda tmp: tmp.write_text(body, "utf-8"))
-        if task in ("classify", "pair") and hasattr(eval_data, "last_confusion"):
-            confusion_png(*eval_data.last_confusion, data.label_names, out / "confusion_matrix.png")
-    result["seconds"] = time.time() - t0
-    text = json.dumps(result, indent=2, default=str)
-    atomic_write(out / "final_metrics.json", lambda tmp: tmp.write_text(text))
-    return result
-
-
-def confusion_png(gold: list[int], pred: list[int], names, path: Path) -> Path:
-    """Write the confusion matrix (rows: gold, columns: predicted) as a PNG, atomically."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from sklearn.metrics import confusion_matrix
-
-    cm = confusion_matrix(gold, pred, labels=list(range(len(names))))
-    fig, ax = plt.subplots(figsize=(1.2 * len(names) + 2, 1.2 * len(names) + 1.5))
-    ax.imshow(cm, cmap="Blues")
-    ax.set_xticks(range(len(names)), names, rotation=45, ha="right")
-    ax.set_yticks(range(len(names)), names)
-    ax.set_xlabel("predicted")
-    ax.set_ylabel("gold")
-    for i in range(len(names)):
-        for j in range(len(names)):
-            ax.text(j, i, str(cm[i, j]), ha="center", va="center",
-                    color="white" if cm[i, j] > cm.max() / 2 else "black")
-    fig.tight_layout()
-    atomic_write(path, lambda tmp: fig.savefig(tmp, format="png", dpi=100))
-    plt.close(fig)
-    return path
-
-
-def predict(task: str, model_dir: str | Path, file: str | Path,
-            opts: FinetuneOptions | None = None, labelled: bool = False
-            ) -> tuple[list[dict], dict[str, float] | None]:
-    """Predictions of a fine-tuned model directory on a data file (and metrics when the file
-    has labels and ``labelled``).
-
-    Raises:
-        ValueError: the model's head does not fit ``task``, or bad data.
-    """
-    opts = opts or FinetuneOptions()
-    model = from_pretrained(model_dir).eval()
-    if model.task != HEAD_OF_TASK[task]:
-        raise ValueError(f"{model_dir} holds a {model.task!r} head; task {task!r} needs "
-                         f"{HEAD_OF_TASK[task]!r}")
-    tok = load_tokenizer(model_dir)
-    data = TaskData(task, tok, opts, label_names=model.config.label_names)
-    if task == "ner":
-        data.scheme = "BIOES" if any(n[:2] in ("S-", "E-") for n in data.label_names) else "BIO"
-    if task in ("classify", "pair") and not labelled:
-        rows = data.load(file, labelled=False)
-        outs = _run(model, rows, opts.eval_batch_size, tok.pad_token_id or 0)
-        logits = torch.cat([o.logits for o in outs]).float()
-        if logits.shape[-1] == 1:
-            return [{"text": e.text, "score": float(v)} for e, v in
-                    zip(data.examples, logits.squeeze(-1))], None
-        probs = logits.softmax(-1)
-        return [{"text": e.text, "label": data.label_names[int(p.argmax())],
-                 "score": float(p.max())} for e, p in zip(data.examples, probs)], None
-    rows = data.load(file)
-    metrics, preds = data.evaluate(model, rows)
-    return preds, metrics

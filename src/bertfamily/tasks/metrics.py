@@ -8,6 +8,8 @@ import re
 import string
 from collections.abc import Sequence
 
+import numpy as np
+
 
 def classification_metrics(y_true: Sequence, y_pred: Sequence,
                            labels: Sequence | None = None) -> dict[str, float]:
@@ -30,8 +32,6 @@ def classification_metrics(y_true: Sequence, y_pred: Sequence,
 
 def regression_metrics(y_true: Sequence[float], y_pred: Sequence[float]) -> dict[str, float]:
     """Mean squared error and Pearson correlation."""
-    import numpy as np
-
     t, p = np.asarray(y_true, float), np.asarray(y_pred, float)
     r = float(np.corrcoef(t, p)[0, 1]) if len(t) > 1 and t.std() and p.std() else 0.0
     return {"mse": float(((t - p) ** 2).mean()), "pearson": r}

@@ -1,1 +1,0 @@
-"""Fine-tuning: task data, QA windows, metrics, and the finetune/predict drivers."""

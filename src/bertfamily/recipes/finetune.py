@@ -1,0 +1,205 @@
+"""`finetune()` and `predict()`: task data → batches → the shared `Trainer` → metrics.
+
+Tasks: "classify" (one text), "pair" (two texts; the same head), "ner" (CoNLL), "qa" (SQuAD
+JSON), "choice" (JSONL with a list of choices); data reading, encoding and evaluation live in
+`bertfamily.tasks`. Outputs in ``TrainConfig.output_dir``: the trainer's ``metrics.jsonl``,
+``checkpoint.pt``, ``model/`` and ``best/`` (each a Hugging Face directory with the tokenizer),
+plus ``eval_predictions.jsonl``, ``final_metrics.json`` and, for classification,
+``confusion_matrix.png``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..files import atomic_write, write_text_atomic
+from ..objectives.tasks import task_loss
+from ..pretrained import from_pretrained
+from ..tasks.encode import (BEST_METRIC, HEAD_OF_TASK, MODEL_INPUTS, TaskData, TaskOptions,
+                            forward_rows, pad_batch)
+from ..tokenization import load_tokenizer
+from ..train.data import IndexedBatches
+from ..train.loop import TrainConfig, Trainer
+from .common import finish_run, save_pretrained
+
+__all__ = ["FINETUNE_TRAIN_DEFAULTS", "FinetuneConfig", "finetune", "predict", "confusion_png"]
+
+log = logging.getLogger(__name__)
+
+# The `TrainConfig` values fine-tuning is usually run with (the CLI's defaults): BERT's
+# fine-tuning learning rate range (Devlin et al. 2019 §A.3) and 10 % warm-up.
+FINETUNE_TRAIN_DEFAULTS: dict[str, Any] = {"learning_rate": 5e-5, "warmup_ratio": 0.1}
+
+
+@dataclass
+class FinetuneConfig:
+    """What to fine-tune on (the optimisation lives in `TrainConfig`).
+
+    Attributes:
+        task: "classify", "pair", "ner", "qa" or "choice".
+        model: a Hugging Face model directory with a tokenizer (a base or a task model).
+        train_file / eval_file: data files (see `TaskData.load`); with an eval file the best
+            evaluation is kept in ``output_dir/best`` and early stopping can apply.
+        data: reading, encoding and evaluation options (`TaskOptions`).
+        epochs: passes over the training data; sets ``max_steps`` (None: the TrainConfig's
+            ``max_steps``).
+    """
+
+    task: str
+    model: str | Path
+    train_file: str | Path
+    eval_file: str | Path | None = None
+    data: TaskOptions = field(default_factory=TaskOptions)
+    epochs: float | None = 3.0
+
+
+def finetune(cfg: FinetuneConfig, train: TrainConfig) -> dict[str, Any]:
+    """Fine-tune a pretrained encoder on one task with the shared `Trainer`.
+
+    ``train`` is used as given except for what depends on the data size: ``batch_size`` is
+    capped at the number of training rows; ``max_steps`` comes from ``cfg.epochs`` when set;
+    ``log_every`` 0 means max(1, min(50, steps // 10)); with an eval file, ``eval_every`` 0
+    means once per epoch and, when ``metric_for_best`` is None, the best checkpoint is chosen
+    by the task's metric (accuracy, F1; mean squared error for regression) and loaded at the
+    end. `FINETUNE_TRAIN_DEFAULTS` are the usual learning rate and warm-up.
+
+    Returns:
+        {"train": trainer summary, "eval": final metrics on the eval file (best model),
+         "labels": label names, "seconds": wall-clock}.
+
+    Raises:
+        ValueError (DataError, CheckpointError, ...): bad task, data or model directory.
+    """
+    t0 = time.time()
+    opts = cfg.data
+    out = Path(train.output_dir)
+    tok = load_tokenizer(cfg.model)
+    data = TaskData(cfg.task, tok, opts)
+    train_rows = data.load(cfg.train_file)
+    eval_data = eval_rows = None
+    if cfg.eval_file is not None:
+        eval_data = TaskData(cfg.task, tok, opts, label_names=data.label_names)
+        eval_data.scheme = getattr(data, "scheme", "BIO")
+        eval_rows = eval_data.load(cfg.eval_file)
+    head = HEAD_OF_TASK[cfg.task]
+    model = from_pretrained(cfg.model, heads=[head], new_heads=True,
+                            label_names=data.label_names)
+    model.train()
+    pad = tok.pad_token_id or 0
+    batch_size = min(train.batch_size, len(train_rows))
+    source = IndexedBatches(train_rows, batch_size, lambda rows, rng: pad_batch(rows, pad))
+    steps = (max(1, int(cfg.epochs * len(source))) if cfg.epochs is not None
+             else train.max_steps)
+
+    def loss_fn(m, batch):
+        out_ = m(**{k: v for k, v in batch.items() if k in MODEL_INPUTS})
+        loss = task_loss(head, out_, batch)
+        return loss, {}
+
+    def eval_fn(m):
+        metrics, _ = eval_data.evaluate(m, eval_rows)
+        return metrics
+
+    derived: dict[str, Any] = dict(max_steps=steps, batch_size=batch_size)
+    if not train.log_every:
+        derived["log_every"] = max(1, min(50, steps // 10))
+    if eval_data is not None:
+        if not train.eval_every:
+            derived["eval_every"] = max(1, len(source))
+        if train.metric_for_best is None:
+            derived.update(metric_for_best=BEST_METRIC[cfg.task] if not opts.regression
+                           else "mse", greater_is_better=not opts.regression,
+                           load_best_at_end=True)
+    config = dataclasses.replace(train, **derived)
+    summary = Trainer(model, loss_fn, source, config,
+                      eval_fn if eval_data is not None else None,
+                      save_fn=save_pretrained).train()
+    result: dict[str, Any] = {"train": summary, "labels": list(data.label_names)}
+    if eval_data is not None:
+        model.eval()
+        metrics, preds = eval_data.evaluate(model, eval_rows)
+        result["eval"] = metrics
+        write_text_atomic(out / "eval_predictions.jsonl",
+                          "".join(json.dumps(p, ensure_ascii=False) + "\n" for p in preds))
+        if cfg.task in ("classify", "pair") and hasattr(eval_data, "last_confusion"):
+            confusion_png(*eval_data.last_confusion, data.label_names,
+                          out / "confusion_matrix.png")
+    result["seconds"] = time.time() - t0
+    finish_run(out, tok, result, file="final_metrics.json")
+    return result
+
+
+def confusion_png(gold: list[int], pred: list[int], names, path: Path) -> Path:
+    """Write the confusion matrix (rows: gold, columns: predicted) as a PNG, atomically.
+
+    Args:
+        gold / pred: class ids, one per example; names: the C class names.
+
+    Raises:
+        ImportError: matplotlib or scikit-learn is not installed.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from sklearn.metrics import confusion_matrix
+
+    cm = confusion_matrix(gold, pred, labels=list(range(len(names))))
+    fig, ax = plt.subplots(figsize=(1.2 * len(names) + 2, 1.2 * len(names) + 1.5))
+    ax.imshow(cm, cmap="Blues")
+    ax.set_xticks(range(len(names)), names, rotation=45, ha="right")
+    ax.set_yticks(range(len(names)), names)
+    ax.set_xlabel("predicted")
+    ax.set_ylabel("gold")
+    for i in range(len(names)):
+        for j in range(len(names)):
+            ax.text(j, i, str(cm[i, j]), ha="center", va="center",
+                    color="white" if cm[i, j] > cm.max() / 2 else "black")
+    fig.tight_layout()
+    atomic_write(path, lambda tmp: fig.savefig(tmp, format="png", dpi=100))
+    plt.close(fig)
+    return path
+
+
+def predict(task: str, model_dir: str | Path, file: str | Path,
+            opts: TaskOptions | None = None, labelled: bool = False
+            ) -> tuple[list[dict], dict[str, float] | None]:
+    """Predictions of a fine-tuned model directory on a data file (and metrics when the file
+    has labels and ``labelled``).
+
+    Returns:
+        (one dict per example, metrics or None).
+
+    Raises:
+        ValueError: the model's head does not fit ``task``, or bad data.
+    """
+    opts = opts or TaskOptions()
+    model = from_pretrained(model_dir).eval()
+    if model.task != HEAD_OF_TASK[task]:
+        raise ValueError(f"{model_dir} holds a {model.task!r} head; task {task!r} needs "
+                         f"{HEAD_OF_TASK[task]!r}")
+    tok = load_tokenizer(model_dir)
+    data = TaskData(task, tok, opts, label_names=model.config.label_names)
+    if task == "ner":
+        data.scheme = "BIOES" if any(n[:2] in ("S-", "E-") for n in data.label_names) else "BIO"
+    if task in ("classify", "pair") and not labelled:
+        rows = data.load(file, labelled=False)
+        outs = forward_rows(model, rows, opts.eval_batch_size, tok.pad_token_id or 0)
+        logits = torch.cat([o.logits for o in outs]).float()
+        if logits.shape[-1] == 1:
+            return [{"text": e.text, "score": float(v)} for e, v in
+                    zip(data.examples, logits.squeeze(-1))], None
+        probs = logits.softmax(-1)
+        return [{"text": e.text, "label": data.label_names[int(p.argmax())],
+                 "score": float(p.max())} for e, p in zip(data.examples, probs)], None
+    rows = data.load(file)
+    metrics, preds = data.evaluate(model, rows)
+    return preds, metrics
