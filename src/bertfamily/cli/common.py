@@ -6,8 +6,9 @@ Nothing here imports torch (or numpy) at module level: `bertfamily --help` stays
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 import typer
 from rich.console import Console

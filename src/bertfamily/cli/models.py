@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Optional
 
 import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from .common import console, err, handle_errors, read_lines, torch_dtype
@@ -22,8 +23,6 @@ def _embedder(model: Optional[str], dtype: str):
 
 
 def _encode_with_progress(embedder, texts: list[str], batch_size: int):
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
     if len(texts) < 4 * batch_size:
         return embedder.encode(texts, batch_size=batch_size)
     with Progress(TextColumn("embedding"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -79,7 +78,11 @@ def embed(sentences: list[str] = typer.Argument(None, help="Sentences to embed."
     vectors = _encode_with_progress(embedder, texts, batch_size)
     if output is not None:
         if output.suffix == ".npy":
-            atomic_write(output, lambda tmp: np.save(open(tmp, "wb"), vectors))
+            def save(tmp: Path) -> None:
+                with open(tmp, "wb") as fh:
+                    np.save(fh, vectors)
+
+            atomic_write(output, save)
         else:
             body = "".join(json.dumps({"text": t, "embedding": v.tolist()}) + "\n"
                            for t, v in zip(texts, vectors))

@@ -11,8 +11,9 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, Optional, get_type_hints
+from typing import Any, Optional, get_type_hints
 
 import typer
 
