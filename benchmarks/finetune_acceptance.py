@@ -48,11 +48,10 @@ def sentiment(work: Path, max_time: float) -> dict:
             w.writerows([rows[i].text, rows[i].label] for i in idx)
     opts = TaskOptions(max_length=64, eval_batch_size=128)
     res = finetune(FinetuneConfig("classify", fetch("all-MiniLM-L6-v2"), work / "train.csv",
-                                  work / "dev.csv", opts, epochs=None),
+                                  work / "dev.csv", opts, epochs=None, patience=3),
                    TrainConfig(**{**FINETUNE_TRAIN_DEFAULTS, "learning_rate": 1e-4},
                                output_dir=work / "run", batch_size=32, max_time_s=max_time,
-                               max_steps=300, eval_every=50, log_every=0,
-                               early_stopping_patience=3, progress=False))
+                               max_steps=300, eval_every=50, log_every=0, progress=False))
     t = time.time()
     preds, test = predict("classify", work / "run" / "best", work / "test.csv", opts,
                           labelled=True)
@@ -75,11 +74,10 @@ def ner(work: Path, max_time: float) -> dict:
         (work / f"{name}.conll").write_text(text, encoding="utf-8")
     opts = TaskOptions(max_length=128, eval_batch_size=64)
     res = finetune(FinetuneConfig("ner", fetch("all-MiniLM-L6-v2"), work / "train.conll",
-                                  work / "dev.conll", opts, epochs=None),
+                                  work / "dev.conll", opts, epochs=None, patience=4),
                    TrainConfig(**{**FINETUNE_TRAIN_DEFAULTS, "learning_rate": 2e-4},
                                output_dir=work / "run", batch_size=16, max_time_s=max_time,
-                               max_steps=130, eval_every=40, log_every=0,
-                               early_stopping_patience=4, progress=False))
+                               max_steps=130, eval_every=40, log_every=0, progress=False))
     t = time.time()
     _, test = predict("ner", work / "run" / "best", work / "test.conll", opts, labelled=True)
     gold = [sents[i].tags for i in parts["test"]]

@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
+import pytest
+import typer
 from typer.testing import CliRunner
 
 from bertfamily.cli import app
+from bertfamily.cli.options import TrainOptions
 
 runner = CliRunner()
 
@@ -47,6 +56,195 @@ def test_search(minilm_dir, tmp_path):
 
 def test_clear_errors(tmp_path):
     result = runner.invoke(app, ["embed", "x", "--model", str(tmp_path / "missing")])
-    assert result.exit_code == 2 and "neither an existing directory" in " ".join(result.output.split())
+    assert result.exit_code == 2
+    assert "neither an existing directory" in " ".join(result.output.split())
     result = runner.invoke(app, ["embed", "--input", str(tmp_path / "nope.txt")])
     assert result.exit_code == 2 and "cannot read" in result.output
+
+
+# --- the command tree, its entry points and its import cost ------------------------------------
+
+COMMANDS = ("fetch", "embed", "search", "fill-mask", "tokenizer", "pretrain", "distill",
+            "finetune", "predict", "params", "dataflow", "models", "explore", "attention",
+            "export", "convert")
+
+
+def _listed(help_text: str) -> set[str]:
+    return {name for name in COMMANDS
+            if re.search(rf"(?m)^\W*{re.escape(name)}\s", help_text)}
+
+
+def _run(*args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "COLUMNS": "120",
+           "PYTHONPATH": os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")])}
+    return subprocess.run([sys.executable, *args], capture_output=True, text=True, env=env,
+                          timeout=120, check=False)
+
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+
+
+@pytest.mark.parametrize("module", ["bertfamily", "bertfamily.cli"])
+def test_python_m_help_lists_every_command(module):
+    result = _run("-m", module, "--help")
+    assert result.returncode == 0, result.stderr
+    assert _listed(result.stdout) == set(COMMANDS), result.stdout
+    assert "Usage: bertfamily" in result.stdout
+
+
+def test_help_does_not_import_torch():
+    script = ("import runpy, sys\n"
+              "sys.argv = ['bertfamily', '--help']\n"
+              "try:\n"
+              "    runpy.run_module('bertfamily', run_name='__main__')\n"
+              "except SystemExit as e:\n"
+              "    assert e.code in (0, None), e.code\n"
+              "heavy = sorted(m for m in ('torch', 'transformers', 'numpy') if m in sys.modules)\n"
+              "print('HEAVY', heavy)\n")
+    result = _run("-c", script)
+    assert result.returncode == 0, result.stderr
+    assert "HEAVY []" in result.stdout, result.stdout
+    assert _listed(result.stdout) == set(COMMANDS)
+
+
+def test_import_bertfamily_is_lazy():
+    result = _run("-c", "import sys, bertfamily; assert 'torch' not in sys.modules; "
+                        "print(sorted(bertfamily.__all__) == sorted(set(dir(bertfamily)) "
+                        "& set(bertfamily.__all__))); bertfamily.Model; "
+                        "print('torch' in sys.modules)")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["True", "True"]
+
+
+def test_public_names():
+    import bertfamily
+    from bertfamily.checkpoints.convert import CheckpointError
+    from bertfamily.pretrained import from_pretrained
+
+    assert bertfamily.from_pretrained is from_pretrained
+    assert bertfamily.CheckpointError is CheckpointError
+    for name in bertfamily.__all__:
+        assert getattr(bertfamily, name) is not None
+    with pytest.raises(AttributeError):
+        bertfamily.not_a_name  # noqa: B018
+
+
+def _command_paths(group, prefix: tuple[str, ...] = ()):
+    for name, cmd in group.commands.items():
+        yield prefix + (name,)
+        if hasattr(cmd, "commands"):
+            yield from _command_paths(cmd, prefix + (name,))
+
+
+def test_every_command_help_exits_0():
+    paths = list(_command_paths(typer.main.get_command(app)))
+    assert {p[0] for p in paths} == set(COMMANDS)
+    assert ("distill", "init") in paths and ("tokenizer", "train") in paths
+    assert ("convert", "to-longformer") in paths
+    for path in paths:
+        result = runner.invoke(app, [*path, "--help"])
+        assert result.exit_code == 0, (path, result.output)
+        assert "Usage:" in result.output
+
+
+def test_cli_modules_do_not_import_the_package_init():
+    """Area modules import only `common` / `options` from the CLI (no cycles)."""
+    import ast
+
+    for path in (SRC / "bertfamily" / "cli").glob("*.py"):
+        if path.name in ("__init__.py", "__main__.py"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level == 1:
+                assert node.module in ("common", "options"), (path.name, node.module)
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                assert not node.module.startswith("bertfamily"), (path.name, node.module)
+
+
+# --- the shared training options -----------------------------------------------------------------
+
+def _defaults(*path: str) -> dict:
+    cmd = typer.main.get_command(app)
+    for name in path:
+        cmd = cmd.commands[name]
+    return {p.name: p.default for p in cmd.params}
+
+
+def test_training_options_are_shared_with_per_command_defaults():
+    shared = {f.name for f in dataclasses.fields(TrainOptions)}
+    pre, dis, fin = _defaults("pretrain"), _defaults("distill"), _defaults("finetune")
+    for d in (pre, dis, fin):
+        assert shared <= set(d)
+    assert (pre["lr"], dis["lr"], fin["lr"]) == (1e-3, 5e-4, 5e-5)
+    assert (pre["max_steps"], dis["max_steps"], fin["max_steps"]) == (10000, 10000, None)
+    assert (pre["warmup"], fin["warmup"]) == (0.05, 0.1)
+    assert (pre["save_every"], fin["save_every"]) == (500, 0)
+    assert fin["eval_every"] is None and fin["log_every"] is None
+    lr = next(p for p in typer.main.get_command(app).commands["finetune"].params
+              if p.name == "lr")
+    assert set(lr.opts) == {"--lr", "--learning-rate"}
+
+
+def test_training_options_to_train_config_fields():
+    fields = TrainOptions(max_steps=None, lr=0.1, no_progress=True).train_config_fields()
+    assert "max_steps" not in fields and "max_time_s" not in fields
+    assert fields["learning_rate"] == 0.1 and fields["progress"] is False
+    assert fields["grad_accum_steps"] == 1 and fields["warmup_ratio"] == 0.05
+    from bertfamily.train.loop import TrainConfig
+
+    TrainConfig(output_dir="x", **fields)  # every key is a TrainConfig field
+
+
+def test_finetune_takes_shared_options(monkeypatch, tmp_path):
+    import bertfamily.fetch
+    import bertfamily.recipes.finetune
+    from bertfamily.train.loop import TrainConfig
+
+    seen = {}
+
+    def fake_finetune(cfg, train):
+        seen.update(cfg=cfg, train=train)
+        return {"eval": None, "labels": ["a"], "seconds": 0.0}
+
+    monkeypatch.setattr(bertfamily.fetch, "resolve_model", lambda m: m)
+    monkeypatch.setattr(bertfamily.recipes.finetune, "finetune", fake_finetune)
+    base = ["finetune", "--task", "classify", "--model", "m", "--train", "t.csv",
+            "-o", str(tmp_path)]
+    result = runner.invoke(app, base)
+    assert result.exit_code == 0, result.output
+    # the defaults fine-tuning always had; log_every 0 = a tenth of the run
+    assert seen["train"] == TrainConfig(output_dir=tmp_path, batch_size=32, learning_rate=5e-5,
+                                        warmup_ratio=0.1, save_every=0, log_every=0)
+    assert seen["cfg"].epochs == 3.0 and seen["cfg"].task == "classify"
+    result = runner.invoke(app, base + ["--learning-rate", "1e-4", "--seed", "3", "--bf16",
+                                        "--device", "cpu", "--batch-size", "8", "--patience", "2",
+                                        "--max-steps", "7"])
+    assert result.exit_code == 0, result.output
+    tc = seen["train"]
+    assert (tc.learning_rate, tc.seed, tc.bf16, tc.device) == (1e-4, 3, True, "cpu")
+    assert (seen["cfg"].patience, tc.max_steps, tc.batch_size) == (2, 7, 8)
+    assert seen["cfg"].epochs is None  # --max-steps wins over --epochs
+    result = runner.invoke(app, base + ["--lr", "2e-4"])
+    assert seen["train"].learning_rate == 2e-4
+
+
+# --- the one error handler ------------------------------------------------------------------------
+
+def test_error_handler():
+    from bertfamily.cli.common import handle_errors
+
+    mini = typer.Typer()
+
+    @mini.command()
+    @handle_errors
+    def boom(kind: str):
+        if kind == "exit":
+            raise typer.Exit(code=3)
+        raise {"value": ValueError, "key": KeyError, "os": OSError,
+               "runtime": RuntimeError}[kind]("bad [MASK] input")
+
+    for kind in ("value", "key", "os", "runtime"):
+        result = runner.invoke(mini, [kind])
+        assert result.exit_code == 2, result.output
+        assert "error:" in result.output and "[MASK]" in result.output
+    assert runner.invoke(mini, ["exit"]).exit_code == 3

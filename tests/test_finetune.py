@@ -143,6 +143,9 @@ def test_tiny_model_learns_separable_task(tiny_dir, tmp_path):
                                progress=False))
     assert res["labels"] == ["neg", "pos"]
     assert res["eval"]["accuracy"] == 1.0 and res["eval"]["mcc"] == 1.0
+    with pytest.raises(ValueError, match="needs an evaluation file"):
+        finetune(FinetuneConfig("classify", tiny_dir, path, None, patience=2),
+                 TrainConfig(output_dir=tmp_path / "nope", max_steps=1, progress=False))
     for name in ("metrics.jsonl", "confusion_matrix.png", "eval_predictions.jsonl",
                  "best/config.json", "best/tokenizer.json"):
         assert (tmp_path / "run" / name).is_file(), name

@@ -1,14 +1,50 @@
-"""bertfamily: the BERT family of encoders from one configurable code path."""
+"""bertfamily: the BERT family of encoders from one configurable code path.
 
-from .build import build_model
-from .checkpoints.convert import CheckpointError, LoadReport
-from .checkpoints.io import ModelDirectoryError
-from .pretrained import from_pretrained
-from .config import EncoderConfig
-from .model import Model, ModelOutput
-from .tokenization import Tokenizer, load_tokenizer
+The public names load on first use (PEP 562), so `import bertfamily` (and the command line's
+`--help`) does not import torch.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
+# public name -> the module that defines it
+_LAZY = {
+    "EncoderConfig": ".config",
+    "Model": ".model",
+    "ModelOutput": ".model",
+    "build_model": ".build",
+    "from_pretrained": ".pretrained",
+    "load_tokenizer": ".tokenization",
+    "Tokenizer": ".tokenization",
+    "CheckpointError": ".checkpoints.convert",
+    "LoadReport": ".checkpoints.convert",
+    "ModelDirectoryError": ".checkpoints.io",
+}
+
 __all__ = ["EncoderConfig", "Model", "ModelOutput", "build_model", "from_pretrained",
            "load_tokenizer", "Tokenizer", "CheckpointError", "LoadReport", "ModelDirectoryError"]
+
+if TYPE_CHECKING:
+    from .build import build_model
+    from .checkpoints.convert import CheckpointError, LoadReport
+    from .checkpoints.io import ModelDirectoryError
+    from .config import EncoderConfig
+    from .model import Model, ModelOutput
+    from .pretrained import from_pretrained
+    from .tokenization import Tokenizer, load_tokenizer
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(_LAZY[name], __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -1,3 +1,6 @@
-from .cli import app
+"""`python -m bertfamily` (also `torchrun -m bertfamily ...`): the `bertfamily` command."""
 
-app(prog_name="bertfamily")
+from bertfamily.cli import main
+
+if __name__ == "__main__":
+    main()

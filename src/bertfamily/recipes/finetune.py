@@ -51,6 +51,8 @@ class FinetuneConfig:
         data: reading, encoding and evaluation options (`TaskOptions`).
         epochs: passes over the training data; sets ``max_steps`` (None: the TrainConfig's
             ``max_steps``).
+        patience: stop after this many evaluations without improvement of the task metric
+            (needs ``eval_file``); None: never.
     """
 
     task: str
@@ -59,6 +61,7 @@ class FinetuneConfig:
     eval_file: str | Path | None = None
     data: TaskOptions = field(default_factory=TaskOptions)
     epochs: float | None = 3.0
+    patience: int | None = None
 
 
 def finetune(cfg: FinetuneConfig, train: TrainConfig) -> dict[str, Any]:
@@ -111,6 +114,10 @@ def finetune(cfg: FinetuneConfig, train: TrainConfig) -> dict[str, Any]:
     derived: dict[str, Any] = dict(max_steps=steps, batch_size=batch_size)
     if not train.log_every:
         derived["log_every"] = max(1, min(50, steps // 10))
+    if cfg.patience is not None:
+        if eval_data is None:
+            raise ValueError("early stopping (patience) needs an evaluation file")
+        derived["early_stopping_patience"] = cfg.patience
     if eval_data is not None:
         if not train.eval_every:
             derived["eval_every"] = max(1, len(source))

@@ -1,0 +1,32 @@
+"""The `bertfamily` command line: one typer app assembled from one module per area.
+
+Each area module (`models`, `tokenizer`, `train`, `inspect`, `convert`) defines its commands on
+its own `commands` Typer; this module merges them into `app`. Area modules import only
+`common` and `options`, never this module, and no torch at module level.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import typer
+
+from . import convert, inspect, models, tokenizer, train
+
+app = typer.Typer(help="The BERT family of encoders from one code path.", no_args_is_help=True,
+                  pretty_exceptions_enable=False)
+
+
+@app.callback()
+def _main(verbose: bool = typer.Option(False, "--verbose", "-v", help="Log at INFO level.")):
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s")
+
+
+for _area in (models, tokenizer, train, inspect, convert):
+    app.add_typer(_area.commands)
+
+
+def main() -> None:
+    """Run the command line (`python -m bertfamily`, `python -m bertfamily.cli`)."""
+    app(prog_name="bertfamily")

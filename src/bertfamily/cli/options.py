@@ -1,0 +1,110 @@
+"""The training options shared by `pretrain`, `distill` and `finetune`, defined once.
+
+A command takes them as one ``training: TrainOptions`` parameter and is decorated with
+`training_options(**its_defaults)`; the decorator puts the options into the command's signature
+in that parameter's place (typer reads signatures) and hands the command one `TrainOptions`.
+`TrainOptions.train_config_fields` turns them into the engine's `TrainConfig` fields.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Optional, get_type_hints
+
+import typer
+
+
+@dataclass(frozen=True)
+class TrainOptions:
+    """The shared training options; the defaults are `pretrain`'s. None: the recipe's default."""
+
+    batch_size: int = 32
+    grad_accum: int = 1
+    max_steps: Optional[int] = 10000
+    max_time: Optional[float] = None
+    lr: float = 1e-3
+    warmup: Optional[float] = 0.05
+    schedule: str = "linear"
+    weight_decay: float = 0.01
+    eval_every: Optional[int] = 500
+    save_every: int = 500
+    log_every: Optional[int] = 50
+    bf16: bool = False
+    seed: int = 0
+    resume: bool = False
+    device: str = "auto"
+    no_progress: bool = False
+
+    def train_config_fields(self) -> dict[str, Any]:
+        """The `train.loop.TrainConfig` fields these options set (None values left out)."""
+        fields = dict(batch_size=self.batch_size, grad_accum_steps=self.grad_accum,
+                      max_steps=self.max_steps, max_time_s=self.max_time,
+                      learning_rate=self.lr, warmup_ratio=self.warmup, schedule=self.schedule,
+                      weight_decay=self.weight_decay, eval_every=self.eval_every,
+                      save_every=self.save_every, log_every=self.log_every, bf16=self.bf16,
+                      seed=self.seed, resume=self.resume, device=self.device,
+                      progress=not self.no_progress)
+        return {k: v for k, v in fields.items() if v is not None}
+
+
+# name -> (extra option names, typer.Option keywords); the type is the dataclass field's.
+_OPTIONS: dict[str, tuple[tuple[str, ...], dict[str, Any]]] = {
+    "batch_size": ((), dict(min=1, help="Per process.")),
+    "grad_accum": ((), dict(min=1, help="Micro-batches per optimizer step.")),
+    "max_steps": ((), dict(min=1, help="Optimizer steps (finetune: default --epochs passes).")),
+    "max_time": ((), dict(help="Wall-clock budget, seconds.")),
+    "lr": (("--lr", "--learning-rate"), dict(help="Peak learning rate.")),
+    "warmup": ((), dict(help="Warm-up ratio.")),
+    "schedule": ((), dict(help="linear | inverse_sqrt | constant")),
+    "weight_decay": ((), dict(help="AdamW weight decay.")),
+    "eval_every": ((), dict(help="Evaluate every N steps (0: only at the end; finetune: "
+                                    "default once per epoch with --eval).")),
+    "save_every": ((), dict(help="Checkpoint every N steps (0: at the end).")),
+    "log_every": ((), dict(help="Log every N steps (finetune: default a tenth of the run).")),
+    "bf16": ((), dict(help="Autocast forward passes to bfloat16.")),
+    "seed": ((), dict(help="Seed of a fresh run (plus the rank).")),
+    "resume": ((), dict(help="Continue from OUTPUT/checkpoint.pt.")),
+    "device": ((), dict(help="auto | cpu | cuda")),
+    "no_progress": ((), dict(help="No progress bar.")),
+}
+_TYPES = get_type_hints(TrainOptions)
+if set(_OPTIONS) != {f.name for f in dataclasses.fields(TrainOptions)}:
+    raise RuntimeError("_OPTIONS must describe every TrainOptions field")
+
+
+def training_options(**defaults: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Give a command the shared training options, with its own defaults where they differ.
+
+    The command declares a ``training: TrainOptions`` parameter; its command line gets every
+    `TrainOptions` field as an option there instead (same names in every command).
+    """
+    base = TrainOptions(**defaults)
+
+    def decorate(func: Callable[..., Any]) -> Callable[..., Any]:
+        signature = inspect.signature(func, eval_str=True)
+        if "training" not in signature.parameters:
+            raise TypeError(f"{func.__name__} has no `training: TrainOptions` parameter")
+        shared = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=_TYPES[name],
+                                    default=typer.Option(getattr(base, name), *decls, **kw))
+                  for name, (decls, kw) in _OPTIONS.items()]
+        params: list[inspect.Parameter] = []
+        for p in signature.parameters.values():
+            if p.name == "training":
+                params.extend(shared)
+            else:
+                params.append(p.replace(kind=inspect.Parameter.KEYWORD_ONLY))
+
+        @functools.wraps(func)
+        def wrapper(**kwargs: Any) -> Any:
+            training = TrainOptions(**{name: kwargs.pop(name) for name in _OPTIONS})
+            return func(training=training, **kwargs)
+
+        wrapper.__signature__ = signature.replace(parameters=params)  # type: ignore[attr-defined]
+        wrapper.__annotations__ = {p.name: p.annotation for p in params}
+        return wrapper
+
+    return decorate
