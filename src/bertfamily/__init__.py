@@ -25,8 +25,18 @@ _LAZY = {
     "ModelDirectoryError": ".checkpoints.io",
 }
 
-__all__ = ["EncoderConfig", "Model", "ModelOutput", "build_model", "from_pretrained",
-           "load_tokenizer", "Tokenizer", "CheckpointError", "LoadReport", "ModelDirectoryError"]
+__all__ = [
+    "EncoderConfig",
+    "Model",
+    "ModelOutput",
+    "build_model",
+    "from_pretrained",
+    "load_tokenizer",
+    "Tokenizer",
+    "CheckpointError",
+    "LoadReport",
+    "ModelDirectoryError",
+]
 
 if TYPE_CHECKING:
     from .build import build_model

@@ -53,16 +53,23 @@ class AttentionKind:
 
 
 def _full(config: EncoderConfig, index: int) -> nn.Module:
-    return SelfAttention(config.hidden_size, config.num_attention_heads,
-                         config.attention_probs_dropout_prob, bias=config.attention_bias)
+    return SelfAttention(
+        config.hidden_size,
+        config.num_attention_heads,
+        config.attention_probs_dropout_prob,
+        bias=config.attention_bias,
+    )
 
 
 def _disentangled(config: EncoderConfig, index: int) -> nn.Module:
     return DisentangledSelfAttention(
-        config.hidden_size, config.num_attention_heads, config.attention_probs_dropout_prob,
+        config.hidden_size,
+        config.num_attention_heads,
+        config.attention_probs_dropout_prob,
         position_dropout=config.hidden_dropout_prob,
         pos_att_type=tuple(t for t in config.pos_att_type.split("|") if t),
-        relative=config.relative_attention)
+        relative=config.relative_attention,
+    )
 
 
 def _relative_table(config: EncoderConfig) -> nn.Module | None:
@@ -73,10 +80,13 @@ def _relative_table(config: EncoderConfig) -> nn.Module | None:
 
 
 def _windowed(config: EncoderConfig, index: int) -> nn.Module:
-    return WindowedSelfAttention(config.hidden_size, config.num_attention_heads,
-                                 config.attention_probs_dropout_prob,
-                                 window=config.attention_windows[index],
-                                 bias=config.attention_bias)
+    return WindowedSelfAttention(
+        config.hidden_size,
+        config.num_attention_heads,
+        config.attention_probs_dropout_prob,
+        window=config.attention_windows[index],
+        bias=config.attention_bias,
+    )
 
 
 def _task_global_attention(config: EncoderConfig, task: str) -> TaskGlobalAttention | None:
@@ -89,8 +99,11 @@ def _task_global_attention(config: EncoderConfig, task: str) -> TaskGlobalAttent
 ATTENTION_KINDS: dict[str, AttentionKind] = {
     "full": AttentionKind(_full),
     "disentangled": AttentionKind(_disentangled, encoder_inputs=_relative_table),
-    "windowed": AttentionKind(_windowed, encoder_inputs=lambda config: GlobalAttentionInputs(),
-                              task_inputs=_task_global_attention),
+    "windowed": AttentionKind(
+        _windowed,
+        encoder_inputs=lambda config: GlobalAttentionInputs(),
+        task_inputs=_task_global_attention,
+    ),
 }
 
 
@@ -103,8 +116,10 @@ def attention_kind(config: EncoderConfig) -> AttentionKind:
     try:
         return ATTENTION_KINDS[config.attention_kind]
     except KeyError:
-        raise ValueError(f"attention_kind {config.attention_kind!r} has no builder; known: "
-                         f"{sorted(ATTENTION_KINDS)}") from None
+        raise ValueError(
+            f"attention_kind {config.attention_kind!r} has no builder; known: "
+            f"{sorted(ATTENTION_KINDS)}"
+        ) from None
 
 
 def build_attention(config: EncoderConfig, index: int = 0) -> nn.Module:
@@ -130,18 +145,28 @@ def build_encoder(config: EncoderConfig, position_table: bool | None = None) -> 
     if position_table is None:
         position_table = config.position_biased_input
     embeddings = Embeddings(
-        vocab_size=config.vocab_size, embedding_size=E,
+        vocab_size=config.vocab_size,
+        embedding_size=E,
         max_positions=config.max_position_embeddings if position_table else 0,
         type_vocab_size=config.type_vocab_size,
-        norm=build_norm(config, E, "embeddings"), hidden_size=config.hidden_size,
-        dropout=config.hidden_dropout_prob, pad_token_id=config.pad_token_id,
-        add_positions=config.position_biased_input)
+        norm=build_norm(config, E, "embeddings"),
+        hidden_size=config.hidden_size,
+        dropout=config.hidden_dropout_prob,
+        pad_token_id=config.pad_token_id,
+        add_positions=config.position_biased_input,
+    )
     layers = [build_layer(config, i) for i in range(config.num_unique_layers)]
-    encoder = Encoder(embeddings, layers, config.layer_schedule,
-                      Pooler(config.hidden_size) if config.use_pooler else None,
-                      vocab_size=config.vocab_size, type_vocab_size=config.type_vocab_size,
-                      max_positions=config.max_position_embeddings,
-                      position_offset=config.position_offset, pad_token_id=config.pad_token_id)
+    encoder = Encoder(
+        embeddings,
+        layers,
+        config.layer_schedule,
+        Pooler(config.hidden_size) if config.use_pooler else None,
+        vocab_size=config.vocab_size,
+        type_vocab_size=config.type_vocab_size,
+        max_positions=config.max_position_embeddings,
+        position_offset=config.position_offset,
+        pad_token_id=config.pad_token_id,
+    )
     encoder.attention_inputs = attention_kind(config).encoder_inputs(config)
     return encoder
 
@@ -153,18 +178,26 @@ def build_task_head(config: EncoderConfig, task: str) -> nn.Module:
     Raises:
         ValueError: unknown task, or a pooled-output head on a config without a pooler.
     """
-    dropout = (config.classifier_dropout if config.classifier_dropout is not None
-               else config.hidden_dropout_prob)
+    dropout = (
+        config.classifier_dropout
+        if config.classifier_dropout is not None
+        else config.hidden_dropout_prob
+    )
     H = config.hidden_size
     if task in ("classify", "choice"):
         pooling = config.classifier_pooling if task == "classify" else config.choice_pooling
         if pooling == "pooler" and not config.use_pooler:
-            raise ValueError(f"the {task!r} head of this config reads the pooled output, but "
-                             "use_pooler is False")
-        act = (nn.Tanh() if config.classifier_activation == "tanh"
-               else activation(config.classifier_activation))
-        return SequenceHead(H, config.num_labels if task == "classify" else 1, pooling, act,
-                            dropout)
+            raise ValueError(
+                f"the {task!r} head of this config reads the pooled output, but use_pooler is False"
+            )
+        act = (
+            nn.Tanh()
+            if config.classifier_activation == "tanh"
+            else activation(config.classifier_activation)
+        )
+        return SequenceHead(
+            H, config.num_labels if task == "classify" else 1, pooling, act, dropout
+        )
     if task == "tokens":
         return TokenHead(H, config.num_labels, dropout)
     if task == "qa":
@@ -193,10 +226,13 @@ def build_model(config: EncoderConfig, heads: Iterable[str] = ()) -> Model:
     encoder = build_encoder(config, position_table=config.position_biased_input or emd)
     mlm = pair = None
     if "mlm" in heads:
-        mlm = MaskedLMHead(config.hidden_size, config.embedding_size,
-                           activation(config.hidden_act),
-                           build_norm(config, config.embedding_size, "mlm"),
-                           encoder.embeddings.token)
+        mlm = MaskedLMHead(
+            config.hidden_size,
+            config.embedding_size,
+            activation(config.hidden_act),
+            build_norm(config, config.embedding_size, "mlm"),
+            encoder.embeddings.token,
+        )
     if "pair" in heads:
         if not config.use_pooler:
             raise ValueError("the pair (NSP/SOP) head needs a pooler; this config has none")
@@ -204,12 +240,19 @@ def build_model(config: EncoderConfig, heads: Iterable[str] = ()) -> Model:
     task = tasks[0] if tasks else None
     decoder = None
     if emd:  # the decoder re-applies the encoder's last layer with its absolute positions
-        decoder = EnhancedMaskDecoder(config.emd_layers, encoder.embeddings.position,
-                                      encoder.layers[encoder.schedule[-1]])
-    model = Model(config, encoder, mlm, pair, mlm_decoder=decoder,
-                  task_head=build_task_head(config, task) if task else None, task=task,
-                  default_inputs=attention_kind(config).task_inputs(config, task) if task
-                  else None)
+        decoder = EnhancedMaskDecoder(
+            config.emd_layers, encoder.embeddings.position, encoder.layers[encoder.schedule[-1]]
+        )
+    model = Model(
+        config,
+        encoder,
+        mlm,
+        pair,
+        mlm_decoder=decoder,
+        task_head=build_task_head(config, task) if task else None,
+        task=task,
+        default_inputs=attention_kind(config).task_inputs(config, task) if task else None,
+    )
     init_weights(model, config.initializer_range)
     return model
 
@@ -239,17 +282,24 @@ def init_weights(model: nn.Module, std: float = 0.02) -> None:
 # --- pretraining heads outside the checkpoint layout -------------------------------------------
 
 
-def build_span_boundary_head(config: EncoderConfig, model: Model, max_positions: int = 32,
-                             position_size: int | None = None) -> nn.Module:
+def build_span_boundary_head(
+    config: EncoderConfig, model: Model, max_positions: int = 32, position_size: int | None = None
+) -> nn.Module:
     """SpanBERT's span boundary head (SBO, Joshi et al. 2020 §3.2) for ``model``, its decoder
     tied to the model's token embedding; BERT initialisation."""
     from .heads.span_boundary import SpanBoundaryHead
 
     P = position_size or config.hidden_size
-    head = SpanBoundaryHead(config.hidden_size, config.embedding_size, P, max_positions,
-                            activation(config.hidden_act), build_norm(config, config.hidden_size),
-                            build_norm(config, config.embedding_size),
-                            model.encoder.embeddings.token)
+    head = SpanBoundaryHead(
+        config.hidden_size,
+        config.embedding_size,
+        P,
+        max_positions,
+        activation(config.hidden_act),
+        build_norm(config, config.hidden_size),
+        build_norm(config, config.embedding_size),
+        model.encoder.embeddings.token,
+    )
     init_weights(head, config.initializer_range)
     nn.init.zeros_(head.bias)
     return head

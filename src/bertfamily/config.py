@@ -122,42 +122,57 @@ class EncoderConfig:
             object.__setattr__(self, "num_hidden_groups", self.num_hidden_layers)
         if self.embedding_size is None:
             object.__setattr__(self, "embedding_size", self.hidden_size)
-        for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
-                     "intermediate_size", "embedding_size", "max_position_embeddings",
-                     "inner_group_num", "num_hidden_groups"):
+        for name in (
+            "vocab_size",
+            "hidden_size",
+            "num_hidden_layers",
+            "num_attention_heads",
+            "intermediate_size",
+            "embedding_size",
+            "max_position_embeddings",
+            "inner_group_num",
+            "num_hidden_groups",
+        ):
             value = getattr(self, name)
             if not isinstance(value, int) or value <= 0:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
         if self.hidden_size % self.num_attention_heads:
             raise ValueError(
                 f"hidden_size ({self.hidden_size}) must be divisible by num_attention_heads "
-                f"({self.num_attention_heads})")
+                f"({self.num_attention_heads})"
+            )
         if self.type_vocab_size < 0:
             raise ValueError(f"type_vocab_size must be >= 0, got {self.type_vocab_size}")
         if self.hidden_act not in ACTIVATIONS:
             raise ValueError(f"hidden_act {self.hidden_act!r} is not one of {ACTIVATIONS}")
         if self.attention_kind not in ATTENTION_KINDS:
             raise ValueError(
-                f"attention_kind {self.attention_kind!r} is not one of {ATTENTION_KINDS}")
+                f"attention_kind {self.attention_kind!r} is not one of {ATTENTION_KINDS}"
+            )
         self._check_disentangled()
         self._check_attention_window()
         if self.position_scheme not in POSITION_SCHEMES:
             raise ValueError(
-                f"position_scheme {self.position_scheme!r} is not one of {POSITION_SCHEMES}")
+                f"position_scheme {self.position_scheme!r} is not one of {POSITION_SCHEMES}"
+            )
         if self.pair_head not in (None, "nsp", "sop"):
             raise ValueError(f"pair_head must be 'nsp', 'sop' or None, got {self.pair_head!r}")
         if self.num_hidden_layers % self.num_hidden_groups:
             raise ValueError(
                 f"num_hidden_layers ({self.num_hidden_layers}) must be divisible by "
-                f"num_hidden_groups ({self.num_hidden_groups})")
+                f"num_hidden_groups ({self.num_hidden_groups})"
+            )
         if not 0 <= self.pad_token_id < self.vocab_size:
             raise ValueError(
-                f"pad_token_id ({self.pad_token_id}) must lie in [0, vocab_size={self.vocab_size})")
+                f"pad_token_id ({self.pad_token_id}) must lie in [0, vocab_size={self.vocab_size})"
+            )
         if self.position_scheme == "absolute_from_padding" and (
-                self.max_position_embeddings <= self.pad_token_id + 1):
+            self.max_position_embeddings <= self.pad_token_id + 1
+        ):
             raise ValueError(
                 f"max_position_embeddings ({self.max_position_embeddings}) leaves no positions "
-                f"after the padding offset pad_token_id + 1 = {self.pad_token_id + 1}")
+                f"after the padding offset pad_token_id + 1 = {self.pad_token_id + 1}"
+            )
         for name in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise ValueError(f"{name} must lie in [0, 1), got {getattr(self, name)}")
@@ -165,39 +180,55 @@ class EncoderConfig:
         # task heads
         for name in ("classifier_pooling", "choice_pooling"):
             if getattr(self, name) not in ("pooler", "first_token_dense"):
-                raise ValueError(f"{name} must be 'pooler' or 'first_token_dense', got "
-                                 f"{getattr(self, name)!r}")
+                raise ValueError(
+                    f"{name} must be 'pooler' or 'first_token_dense', got {getattr(self, name)!r}"
+                )
         if self.classifier_activation not in ("tanh",) + ACTIVATIONS:
-            raise ValueError(f"classifier_activation {self.classifier_activation!r} is not one "
-                             f"of {('tanh',) + ACTIVATIONS}")
+            raise ValueError(
+                f"classifier_activation {self.classifier_activation!r} is not one "
+                f"of {('tanh',) + ACTIVATIONS}"
+            )
         if self.classifier_dropout is not None and not 0.0 <= self.classifier_dropout < 1.0:
-            raise ValueError(f"classifier_dropout must lie in [0, 1), got {self.classifier_dropout}")
+            raise ValueError(
+                f"classifier_dropout must lie in [0, 1), got {self.classifier_dropout}"
+            )
         object.__setattr__(self, "label_names", tuple(str(n) for n in self.label_names))
         if self.sep_token_id is not None and (
-                isinstance(self.sep_token_id, bool) or not isinstance(self.sep_token_id, int)
-                or not 0 <= self.sep_token_id < self.vocab_size):
-            raise ValueError(f"sep_token_id must be None or an integer in [0, vocab_size="
-                             f"{self.vocab_size}), got {self.sep_token_id!r}")
+            isinstance(self.sep_token_id, bool)
+            or not isinstance(self.sep_token_id, int)
+            or not 0 <= self.sep_token_id < self.vocab_size
+        ):
+            raise ValueError(
+                f"sep_token_id must be None or an integer in [0, vocab_size="
+                f"{self.vocab_size}), got {self.sep_token_id!r}"
+            )
         if not self.label_names or len(set(self.label_names)) != len(self.label_names):
             raise ValueError(f"label_names must be non-empty and distinct, got {self.label_names}")
 
     def _check_conditional_norms(self) -> None:
         if isinstance(self.conditional_norms, str):
-            raise ValueError(f"conditional_norms must be a sequence of site names, got the "
-                             f"string {self.conditional_norms!r}")
+            raise ValueError(
+                f"conditional_norms must be a sequence of site names, got the "
+                f"string {self.conditional_norms!r}"
+            )
         sites = tuple(self.conditional_norms)
         object.__setattr__(self, "conditional_norms", sites)  # lists (from JSON) become tuples
         unknown = [s for s in sites if s not in NORM_SITES]
         if unknown or len(set(sites)) != len(sites):
-            raise ValueError(f"conditional_norms {sites!r} must be distinct names from "
-                             f"{NORM_SITES}")
+            raise ValueError(
+                f"conditional_norms {sites!r} must be distinct names from {NORM_SITES}"
+            )
         C = self.condition_size
         if sites and (not isinstance(C, int) or isinstance(C, bool) or C <= 0):
-            raise ValueError(f"condition_size must be a positive integer when conditional_norms "
-                             f"is set, got {C!r}")
+            raise ValueError(
+                f"condition_size must be a positive integer when conditional_norms "
+                f"is set, got {C!r}"
+            )
         if not sites and C is not None:
-            raise ValueError(f"condition_size={C!r} given but conditional_norms is empty; name "
-                             f"the norms to condition, e.g. conditional_norms=('attention', 'ffn')")
+            raise ValueError(
+                f"condition_size={C!r} given but conditional_norms is empty; name "
+                f"the norms to condition, e.g. conditional_norms=('attention', 'ffn')"
+            )
 
     def _check_disentangled(self) -> None:
         """Normalise and validate the DeBERTa fields (see the attention block above)."""
@@ -209,17 +240,23 @@ class EncoderConfig:
         parts = [t.strip().lower() for t in types.split("|") if t.strip()]
         bad = [t for t in parts if t not in RELATIVE_ATTENTION_TYPES]
         if bad or len(set(parts)) != len(parts):
-            raise ValueError(f"pos_att_type {self.pos_att_type!r}: each term must be one of "
-                             f"{RELATIVE_ATTENTION_TYPES}, at most once")
+            raise ValueError(
+                f"pos_att_type {self.pos_att_type!r}: each term must be one of "
+                f"{RELATIVE_ATTENTION_TYPES}, at most once"
+            )
         object.__setattr__(self, "pos_att_type", "|".join(parts))
         if (self.relative_attention or parts) and self.attention_kind != "disentangled":
-            raise ValueError(f"relative_attention / pos_att_type need attention_kind "
-                             f"'disentangled', got {self.attention_kind!r}")
+            raise ValueError(
+                f"relative_attention / pos_att_type need attention_kind "
+                f"'disentangled', got {self.attention_kind!r}"
+            )
         if not isinstance(self.emd_layers, int) or self.emd_layers < 0:
             raise ValueError(f"emd_layers must be an integer >= 0, got {self.emd_layers!r}")
         if self.emd_layers and self.position_biased_input:
-            raise ValueError("emd_layers > 0 (enhanced mask decoder) needs position_biased_input="
-                             "False: the decoder is where absolute positions enter")
+            raise ValueError(
+                "emd_layers > 0 (enhanced mask decoder) needs position_biased_input="
+                "False: the decoder is where absolute positions enter"
+            )
 
     def _check_attention_window(self) -> None:
         window = self.attention_window
@@ -229,12 +266,14 @@ class EncoderConfig:
             if len(window) != self.num_hidden_layers:
                 raise ValueError(
                     f"attention_window lists {len(window)} windows; expected one per layer "
-                    f"(num_hidden_layers={self.num_hidden_layers})")
-        for value in (window if isinstance(window, tuple) else (window,)):
+                    f"(num_hidden_layers={self.num_hidden_layers})"
+                )
+        for value in window if isinstance(window, tuple) else (window,):
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0 or value % 2:
                 raise ValueError(
                     f"attention_window must be a positive even integer (the full window, twice "
-                    f"the one-sided window), got {value!r}")
+                    f"the one-sided window), got {value!r}"
+                )
 
     # --- derived values --------------------------------------------------------------------------
     @property
@@ -283,12 +322,15 @@ class EncoderConfig:
         """Index of the unique layer run at each of the L steps (ALBERT shares one layer)."""
         # Hugging Face ALBERT: each of the L steps runs every inner layer of its group.
         per_group = self.num_hidden_layers // self.num_hidden_groups
-        return [(i // per_group) * self.inner_group_num + j
-                for i in range(self.num_hidden_layers) for j in range(self.inner_group_num)]
+        return [
+            (i // per_group) * self.inner_group_num + j
+            for i in range(self.num_hidden_layers)
+            for j in range(self.inner_group_num)
+        ]
 
     # --- construction ----------------------------------------------------------------------------
     @classmethod
-    def from_preset(cls, name: str, **overrides: Any) -> "EncoderConfig":
+    def from_preset(cls, name: str, **overrides: Any) -> EncoderConfig:
         """Config of a named preset (see `bertfamily.presets.PRESETS`), with field overrides.
 
         Raises:
@@ -304,7 +346,7 @@ class EncoderConfig:
             raise TypeError(f"not EncoderConfig fields: {sorted(unknown)}")
         return cls(**{**PRESETS[name], **overrides})
 
-    def replace(self, **changes: Any) -> "EncoderConfig":
+    def replace(self, **changes: Any) -> EncoderConfig:
         return dataclasses.replace(self, **changes)
 
     def to_dict(self) -> dict[str, Any]:

@@ -24,8 +24,15 @@ from collections.abc import Iterable, Iterator
 from functools import lru_cache
 from pathlib import Path
 
-__all__ = ["Sentence", "read_documents", "split_sentences", "write_documents", "parse_rdata_strings",
-           "austen_from_rdb", "wiki_xml_to_documents"]
+__all__ = [
+    "Sentence",
+    "read_documents",
+    "split_sentences",
+    "write_documents",
+    "parse_rdata_strings",
+    "austen_from_rdb",
+    "wiki_xml_to_documents",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -58,8 +65,11 @@ def _annotated_pieces(text: str, pieces: list[str], entities) -> list[str]:
             continue
         end = start + len(piece)
         cursor = end
-        out.append(Sentence(piece, [(s - start, e - start) for s, e in entities
-                                    if start <= s and e <= end]))
+        out.append(
+            Sentence(
+                piece, [(s - start, e - start) for s, e in entities if start <= s and e <= end]
+            )
+        )
     return out
 
 
@@ -75,8 +85,9 @@ def split_sentences(text: str, language: str = "en") -> list[str]:
     return [s.strip() for s in _segmenter(language).segment(text) if s.strip()]
 
 
-def read_documents(path: str | Path, *, text_field: str = "text", split: bool = False,
-                   language: str = "en") -> list[Document]:
+def read_documents(
+    path: str | Path, *, text_field: str = "text", split: bool = False, language: str = "en"
+) -> list[Document]:
     """Read a corpus into documents, each a list of sentences/lines.
 
     Args:
@@ -131,8 +142,9 @@ def _read_dataset(path: Path, text_field: str) -> list[Document]:
     try:
         import datasets
     except ImportError as e:
-        raise ValueError(f"{path} is a directory; reading a saved dataset needs the "
-                         f"'datasets' package") from e
+        raise ValueError(
+            f"{path} is a directory; reading a saved dataset needs the 'datasets' package"
+        ) from e
     ds = datasets.load_from_disk(str(path))
     if text_field not in ds.column_names:
         raise ValueError(f"dataset {path} has no column {text_field!r} ({ds.column_names})")
@@ -178,7 +190,7 @@ def parse_rdata_strings(record: bytes) -> list[str | None]:
         if length == -1:
             out.append(None)
             continue
-        out.append(record[pos:pos + length].decode("utf-8", errors="replace"))
+        out.append(record[pos : pos + length].decode("utf-8", errors="replace"))
         pos += length
     return out
 
@@ -189,7 +201,7 @@ def austen_from_rdb(rdb: Path) -> list[tuple[str, list[str]]]:
     data, pos, novels = rdb.read_bytes(), 0, []
     while pos + 4 <= len(data):
         inflater = zlib.decompressobj()
-        record = inflater.decompress(data[pos + 4:])
+        record = inflater.decompress(data[pos + 4 :])
         pos = len(data) - len(inflater.unused_data)
         lines = [x if x is not None else "" for x in parse_rdata_strings(record)]
         title = next((x.strip() for x in lines if x.strip()), f"novel {len(novels) + 1}")
@@ -257,12 +269,15 @@ def wiki_xml_to_documents(path: Path) -> Iterator[tuple[str, Document]]:
                 if ns == "0" and text and not text.lstrip().lower().startswith("#redirect"):
                     code = mwparserfromhell.parse(text)
                     for tag in code.filter_tags(
-                            matches=lambda n: str(n.tag).strip().lower() in _DROP_TAGS):
+                        matches=lambda n: str(n.tag).strip().lower() in _DROP_TAGS
+                    ):
                         with contextlib.suppress(ValueError):  # already gone with a parent
                             code.remove(tag)
                     for link in code.filter_wikilinks(
-                            matches=lambda n: str(n.title).split(":")[0].strip().lower()
-                            in _DROP_LINK_NAMESPACES):
+                        matches=lambda n: (
+                            str(n.title).split(":")[0].strip().lower() in _DROP_LINK_NAMESPACES
+                        )
+                    ):
                         with contextlib.suppress(ValueError):
                             code.remove(link)
                     plain = code.strip_code(normalize=True, collapse=True)

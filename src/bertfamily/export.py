@@ -24,8 +24,9 @@ class _OnnxWrapper(nn.Module):
         self.with_token_types = with_token_types
 
     def forward(self, input_ids, attention_mask, token_type_ids=None):
-        out = self.model(input_ids, attention_mask,
-                         token_type_ids if self.with_token_types else None)
+        out = self.model(
+            input_ids, attention_mask, token_type_ids if self.with_token_types else None
+        )
         result = [out.last_hidden_state]
         if out.pooler_output is not None:
             result.append(out.pooler_output)
@@ -61,10 +62,15 @@ def export_onnx(model: Model, path: str | Path, opset: int = 17) -> Path:
     model.encoder.unpad = False
     with_tt = model.config.type_vocab_size > 0
     T = min(8, model.config.max_sequence_length)
-    ids = torch.full((2, T), model.config.pad_token_id + 1 if model.config.pad_token_id + 1 <
-                     model.config.vocab_size else 0, dtype=torch.long)
+    ids = torch.full(
+        (2, T),
+        model.config.pad_token_id + 1
+        if model.config.pad_token_id + 1 < model.config.vocab_size
+        else 0,
+        dtype=torch.long,
+    )
     mask = torch.ones(2, T, dtype=torch.long)
-    mask[1, T // 2:] = 0
+    mask[1, T // 2 :] = 0
     inputs = (ids, mask) + ((torch.zeros_like(ids),) if with_tt else ())
     names_in = ["input_ids", "attention_mask"] + (["token_type_ids"] if with_tt else [])
     names_out = output_names(model)
@@ -72,10 +78,19 @@ def export_onnx(model: Model, path: str | Path, opset: int = 17) -> Path:
     if "pooler_output" in axes:
         axes["pooler_output"] = {0: "B"}
     try:
+
         def write(tmp: Path) -> None:
-            torch.onnx.export(_OnnxWrapper(model, with_tt), inputs, str(tmp), input_names=names_in,
-                              output_names=names_out, dynamic_axes=axes, opset_version=opset,
-                              dynamo=False)
+            torch.onnx.export(
+                _OnnxWrapper(model, with_tt),
+                inputs,
+                str(tmp),
+                input_names=names_in,
+                output_names=names_out,
+                dynamic_axes=axes,
+                opset_version=opset,
+                dynamo=False,
+            )
+
         atomic_write(path, write)
     finally:
         model.train(was_training)

@@ -221,7 +221,7 @@ def _extract_zip(archive: Path, member: str, dest: Path) -> None:
     with zf:
         if member.endswith("/"):
             picked = {
-                info: info.filename[len(member):]
+                info: info.filename[len(member) :]
                 for info in zf.infolist()
                 if info.filename.startswith(member) and not info.is_dir()
             }
@@ -267,15 +267,18 @@ def _download_apt_deb(resource: Resource, dest: Path) -> Path:
     spec = f"{resource.package}={resource.version}"
     logger.info("downloading %s with apt-get (%s)", spec, resource.name)
     try:
-        proc = subprocess.run(["apt-get", "download", spec], cwd=dest, capture_output=True,
-                              text=True, check=False)
+        proc = subprocess.run(
+            ["apt-get", "download", spec], cwd=dest, capture_output=True, text=True, check=False
+        )
     except FileNotFoundError as e:
         raise FetchError(f"resource {resource.name!r} needs apt-get, which is not installed") from e
     debs = sorted(dest.glob("*.deb"))
     if proc.returncode != 0 or len(debs) != 1:
         tail = "\n".join((proc.stderr or proc.stdout or "").strip().splitlines()[-_PIP_TAIL_LINES:])
-        raise FetchError(f"apt-get download {spec} for resource {resource.name!r} failed "
-                         f"(exit code {proc.returncode}, {len(debs)} .deb files).\napt said:\n{tail}")
+        raise FetchError(
+            f"apt-get download {spec} for resource {resource.name!r} failed "
+            f"(exit code {proc.returncode}, {len(debs)} .deb files).\napt said:\n{tail}"
+        )
     return debs[0]
 
 
@@ -286,8 +289,9 @@ def _extract_austen(archive: Path, member: str, dest: Path) -> None:
     from .corpora import austen_documents, austen_from_rdb, write_documents
 
     with tempfile.TemporaryDirectory(dir=dest.parent) as tmp:
-        proc = subprocess.run(["dpkg-deb", "-x", str(archive), tmp], capture_output=True,
-                              text=True, check=False)
+        proc = subprocess.run(
+            ["dpkg-deb", "-x", str(archive), tmp], capture_output=True, text=True, check=False
+        )
         if proc.returncode != 0:
             raise FetchError(f"dpkg-deb -x {archive.name} failed: {proc.stderr.strip()}")
         rdb = Path(tmp).joinpath(*_safe_relative(member).parts)
@@ -305,9 +309,20 @@ def _extract_austen(archive: Path, member: str, dest: Path) -> None:
 
 def _download_wheel_cp311(resource: Resource, dest: Path) -> Path:
     """The cp311 manylinux x86-64 wheel whatever the local Python (its sha256 is pinned)."""
-    return _download_pip_wheel(resource, dest, (
-        "--python-version", "3.11", "--implementation", "cp", "--abi", "cp311",
-        "--platform", "manylinux_2_17_x86_64"))
+    return _download_pip_wheel(
+        resource,
+        dest,
+        (
+            "--python-version",
+            "3.11",
+            "--implementation",
+            "cp",
+            "--abi",
+            "cp311",
+            "--platform",
+            "manylinux_2_17_x86_64",
+        ),
+    )
 
 
 def _extract_gensim_data(archive: Path, member: str, dest: Path) -> None:
@@ -328,26 +343,32 @@ def _extract_gensim_data(archive: Path, member: str, dest: Path) -> None:
 KINDS["apt-deb"] = Kind(download=_download_apt_deb, extract=_extract_austen)
 KINDS["pip-wheel-cp311"] = Kind(download=_download_wheel_cp311, extract=_extract_gensim_data)
 RESOURCES["janeausten"] = Resource(
-    name="janeausten", kind="apt-deb", package="r-cran-janeaustenr", version="1.0.0-1",
+    name="janeausten",
+    kind="apt-deb",
+    package="r-cran-janeaustenr",
+    version="1.0.0-1",
     sha256="df6bddf211906d1ff404f8ff662c21b34e6660e7f54a311084e749050c019c95",
     member="usr/lib/R/site-library/janeaustenr/data/Rdata.rdb",
     files={"Rdata.rdb": "8fb5198960d0da724b1562f96e4221e5c1b41ff455000280b02c55980c3d8f21"},
     description="Jane Austen's six novels (public domain), from Debian's r-cran-janeaustenr; "
-                "austen.txt = all six, one sentence a line, blank line between chapters")
+    "austen.txt = all six, one sentence a line, blank line between chapters",
+)
 RESOURCES["gensim-test-data"] = Resource(
-    name="gensim-test-data", kind="pip-wheel-cp311", package="gensim", version="4.3.3",
+    name="gensim-test-data",
+    kind="pip-wheel-cp311",
+    package="gensim",
+    version="4.3.3",
     sha256="d662bf96e3d741b6ab61a54be842a7cbf5e45193008b2f4225c758cafd7f9cdc",
     member="gensim/test/test_data/",
     files={
-        "enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2":
-            "a53f4648dec40467ebdcbc7a1307eddb51fe6e28e9309f6ebde81ba0d04bea2d",
+        "enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2": "a53f4648dec40467ebdcbc7a1307eddb51fe6e28e9309f6ebde81ba0d04bea2d",
         "lee_background.cor": "5d78d6dafd953bbf65797bef09a9ffb9ec430583381be705f8fd460000f370fb",
         "lee.cor": "a878f9a58f6743c32985c56c2f2f75988386216b38a4023a01fd3bcf7884d93e",
-        "pang_lee_polarity.cor":
-            "662c1b7c3bd0612eaaaf3f0c694cbd3897e30c0d87d2940b46c9fd0d15ed70c1",
+        "pang_lee_polarity.cor": "662c1b7c3bd0612eaaaf3f0c694cbd3897e30c0d87d2940b46c9fd0d15ed70c1",
     },
     description="gensim 4.3.3 test data: a 206-page English Wikipedia extract (wiki.txt, "
-                "markup stripped), Lee news corpus (lee_background.txt), Pang & Lee polarity")
+    "markup stripped), Lee news corpus (lee_background.txt), Pang & Lee polarity",
+)
 
 
 # --------------------------------------------------------------------------- fetch

@@ -33,16 +33,19 @@ class ModelOutput(EncoderOutput):
     end_logits: torch.Tensor | None = None
 
 
-def _select(hidden: torch.Tensor, condition: torch.Tensor | None,
-            masked_positions: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
+def _select(
+    hidden: torch.Tensor, condition: torch.Tensor | None, masked_positions: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Hidden states (and the condition of each) at ``masked_positions``: (M, H) and (M, C)."""
     if masked_positions is None or condition is None:
         return (hidden if masked_positions is None else hidden[masked_positions]), condition
     if condition.dim() == 2:  # (B, C): one vector per sequence
         condition = condition[:, None, :].expand(-1, hidden.shape[1], -1)  # (B, T, C)
     if condition.shape[:2] != hidden.shape[:2]:
-        raise ValueError(f"condition has shape {tuple(condition.shape)}; expected (B, C) or "
-                         f"(B, T, C) with (B, T) = {tuple(hidden.shape[:2])}")
+        raise ValueError(
+            f"condition has shape {tuple(condition.shape)}; expected (B, C) or "
+            f"(B, T, C) with (B, T) = {tuple(hidden.shape[:2])}"
+        )
     return hidden[masked_positions], condition[masked_positions]
 
 
@@ -64,11 +67,18 @@ class Model(nn.Module):
     `bertfamily.from_pretrained(path)`.
     """
 
-    def __init__(self, config: EncoderConfig, encoder: Encoder,
-                 mlm_head: nn.Module | None = None, pair_head: nn.Module | None = None,
-                 mlm_decoder: nn.Module | None = None, *,
-                 task_head: nn.Module | None = None, task: str | None = None,
-                 default_inputs: Callable[..., dict[str, torch.Tensor]] | None = None) -> None:
+    def __init__(
+        self,
+        config: EncoderConfig,
+        encoder: Encoder,
+        mlm_head: nn.Module | None = None,
+        pair_head: nn.Module | None = None,
+        mlm_decoder: nn.Module | None = None,
+        *,
+        task_head: nn.Module | None = None,
+        task: str | None = None,
+        default_inputs: Callable[..., dict[str, torch.Tensor]] | None = None,
+    ) -> None:
         super().__init__()
         self.config = config
         self.encoder = encoder
@@ -82,17 +92,29 @@ class Model(nn.Module):
     @property
     def heads(self) -> tuple[str, ...]:
         """Names of the heads present, e.g. ("mlm", "pair")."""
-        return tuple(n for n, m in (("mlm", self.mlm_head), ("pair", self.pair_head),
-                                    (self.task, self.task_head)) if m is not None)
+        return tuple(
+            n
+            for n, m in (
+                ("mlm", self.mlm_head),
+                ("pair", self.pair_head),
+                (self.task, self.task_head),
+            )
+            if m is not None
+        )
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
-                token_type_ids: torch.Tensor | None = None,
-                position_ids: torch.Tensor | None = None, *,
-                global_attention_mask: torch.Tensor | None = None,
-                masked_positions: torch.Tensor | None = None,
-                output_hidden_states: bool = False,
-                output_attentions: bool = False,
-                condition: torch.Tensor | None = None) -> ModelOutput:
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        *,
+        global_attention_mask: torch.Tensor | None = None,
+        masked_positions: torch.Tensor | None = None,
+        output_hidden_states: bool = False,
+        output_attentions: bool = False,
+        condition: torch.Tensor | None = None,
+    ) -> ModelOutput:
         """Run the encoder and the heads.
 
         Args:
@@ -117,23 +139,37 @@ class Model(nn.Module):
                 (see `modules.norms.ConditionalLayerNorm.check_condition`).
         """
         if condition is not None and not self.takes_condition:
-            raise ValueError("condition= was given but this model has no conditional norms "
-                             "(EncoderConfig.conditional_norms is empty)")
+            raise ValueError(
+                "condition= was given but this model has no conditional norms "
+                "(EncoderConfig.conditional_norms is empty)"
+            )
         if self.task == "choice":
-            return self._forward_choice(input_ids, attention_mask, token_type_ids, position_ids,
-                                        global_attention_mask=global_attention_mask,
-                                        output_hidden_states=output_hidden_states,
-                                        output_attentions=output_attentions,
-                                        condition=condition)
+            return self._forward_choice(
+                input_ids,
+                attention_mask,
+                token_type_ids,
+                position_ids,
+                global_attention_mask=global_attention_mask,
+                output_hidden_states=output_hidden_states,
+                output_attentions=output_attentions,
+                condition=condition,
+            )
         if global_attention_mask is None and self.default_inputs is not None:
             global_attention_mask = self.default_inputs(input_ids, attention_mask).get(
-                "global_attention_mask")
+                "global_attention_mask"
+            )
         decode = self.mlm_head is not None and self.mlm_decoder is not None
-        out, ctx = self.encoder(input_ids, attention_mask, token_type_ids, position_ids,
-                                global_attention_mask=global_attention_mask,
-                                output_hidden_states=output_hidden_states or decode,
-                                output_attentions=output_attentions, condition=condition,
-                                return_context=True)
+        out, ctx = self.encoder(
+            input_ids,
+            attention_mask,
+            token_type_ids,
+            position_ids,
+            global_attention_mask=global_attention_mask,
+            output_hidden_states=output_hidden_states or decode,
+            output_attentions=output_attentions,
+            condition=condition,
+            return_context=True,
+        )
         logits = pair_logits = None
         if self.mlm_head is not None:
             h = out.last_hidden_state
@@ -156,16 +192,22 @@ class Model(nn.Module):
                 start, end = scores.unbind(-1)  # (B, T) each
             else:
                 logits = scores
-        return ModelOutput(**vars(out), logits=logits, pair_logits=pair_logits,
-                           start_logits=start, end_logits=end)
+        return ModelOutput(
+            **vars(out), logits=logits, pair_logits=pair_logits, start_logits=start, end_logits=end
+        )
 
-    def _forward_choice(self, input_ids: torch.Tensor, *tensors: torch.Tensor | None,
-                        global_attention_mask: torch.Tensor | None,
-                        **kwargs) -> ModelOutput:
+    def _forward_choice(
+        self,
+        input_ids: torch.Tensor,
+        *tensors: torch.Tensor | None,
+        global_attention_mask: torch.Tensor | None,
+        **kwargs,
+    ) -> ModelOutput:
         """Multiple choice: (B, K, T) inputs → (B·K, T) through the encoder → (B, K) scores."""
         if input_ids.dim() != 3:
-            raise ValueError(f"the choice head takes input_ids of shape (B, K, T), got "
-                             f"{tuple(input_ids.shape)}")
+            raise ValueError(
+                f"the choice head takes input_ids of shape (B, K, T), got {tuple(input_ids.shape)}"
+            )
         B, K, T = input_ids.shape
         ids = input_ids.reshape(B * K, T)
         flat = [t.reshape(B * K, -1) if t is not None else None for t in tensors]
@@ -173,8 +215,7 @@ class Model(nn.Module):
             if tuple(global_attention_mask.shape[:2]) == (B, K):  # else the encoder reports it
                 global_attention_mask = global_attention_mask.reshape(B * K, -1)
         elif self.default_inputs is not None:
-            global_attention_mask = self.default_inputs(ids, flat[0]).get(
-                "global_attention_mask")
+            global_attention_mask = self.default_inputs(ids, flat[0]).get("global_attention_mask")
         out = self.encoder(ids, *flat, global_attention_mask=global_attention_mask, **kwargs)
         scores = self.task_head(out.last_hidden_state, out.pooler_output)  # (B·K, 1)
         return ModelOutput(**vars(out), logits=scores.view(B, K))

@@ -11,15 +11,22 @@ from typing import Any
 # Task-head variants (heads/tasks.py). RoBERTa: RobertaClassificationHead (first token, dense,
 # tanh, out_proj), but its multiple-choice model uses the pooler. DistilBERT: pre_classifier +
 # ReLU on the first token, for classification and multiple choice alike.
-_ROBERTA_HEADS = dict(classifier_pooling="first_token_dense", choice_pooling="pooler",
-                      classifier_activation="tanh")
-_DISTILBERT_HEADS = dict(classifier_pooling="first_token_dense",
-                         choice_pooling="first_token_dense", classifier_activation="relu")
+_ROBERTA_HEADS = dict(
+    classifier_pooling="first_token_dense", choice_pooling="pooler", classifier_activation="tanh"
+)
+_DISTILBERT_HEADS = dict(
+    classifier_pooling="first_token_dense",
+    choice_pooling="first_token_dense",
+    classifier_activation="relu",
+)
 
 # DeBERTa: ContextPooler (first token, dense, GELU) then classifier, for sequence classification;
 # transformers has no DeBERTa (v1) multiple-choice class, ours reads the first token the same way.
-_DEBERTA_HEADS = dict(classifier_pooling="first_token_dense",
-                      choice_pooling="first_token_dense", classifier_activation="gelu")
+_DEBERTA_HEADS = dict(
+    classifier_pooling="first_token_dense",
+    choice_pooling="first_token_dense",
+    classifier_activation="gelu",
+)
 # Longformer: RoBERTa's heads; the separator id places default global attention (qa, choice).
 _LONGFORMER_HEADS = dict(_ROBERTA_HEADS, sep_token_id=2)
 
@@ -27,72 +34,192 @@ PRESETS: dict[str, dict[str, Any]] = {
     # google-research/bert uncased_L-12_H-768_A-12 (bert-base-uncased) — 109,482,240
     "bert-base": dict(model_type="bert"),
     # bert-large-uncased — 335,141,888
-    "bert-large": dict(model_type="bert", hidden_size=1024, num_hidden_layers=24,
-                       num_attention_heads=16, intermediate_size=4096),
+    "bert-large": dict(
+        model_type="bert",
+        hidden_size=1024,
+        num_hidden_layers=24,
+        num_attention_heads=16,
+        intermediate_size=4096,
+    ),
     # FacebookAI/roberta-base — 124,645,632. Byte-level BPE (50265); positions offset by
     # pad_token_id + 1 = 2 (514 = 512 + 2); one unused segment; eps 1e-5; no NSP.
-    "roberta-base": dict(model_type="roberta", vocab_size=50265, max_position_embeddings=514,
-                         type_vocab_size=1, pad_token_id=1, position_scheme="absolute_from_padding",
-                         layer_norm_eps=1e-5, pair_head=None, **_ROBERTA_HEADS),
+    "roberta-base": dict(
+        model_type="roberta",
+        vocab_size=50265,
+        max_position_embeddings=514,
+        type_vocab_size=1,
+        pad_token_id=1,
+        position_scheme="absolute_from_padding",
+        layer_norm_eps=1e-5,
+        pair_head=None,
+        **_ROBERTA_HEADS,
+    ),
     # distilbert-base-uncased — 66,362,880. 6 layers, no token types, no pooler.
-    "distilbert-base": dict(model_type="distilbert", num_hidden_layers=6, type_vocab_size=0,
-                            use_pooler=False, pair_head=None, **_DISTILBERT_HEADS),
+    "distilbert-base": dict(
+        model_type="distilbert",
+        num_hidden_layers=6,
+        type_vocab_size=0,
+        use_pooler=False,
+        pair_head=None,
+        **_DISTILBERT_HEADS,
+    ),
     # SpanBERT/spanbert-base-cased — 108,310,272. Cased vocabulary (28996); segment table kept
     # in the checkpoint although SpanBERT trains without NSP.
     "spanbert-base": dict(model_type="bert", vocab_size=28996, pair_head=None),
     # huawei-noah/TinyBERT_General_4L_312D — 14,350,248. FFN 1200 (not 4·312), Dh = 26.
-    "tinybert-4l": dict(model_type="bert", hidden_size=312, num_hidden_layers=4,
-                        num_attention_heads=12, intermediate_size=1200),
+    "tinybert-4l": dict(
+        model_type="bert",
+        hidden_size=312,
+        num_hidden_layers=4,
+        num_attention_heads=12,
+        intermediate_size=1200,
+    ),
     # google/bert_uncased_L-2_H-128_A-2 (prajjwal1/bert-tiny) — 4,385,920
-    "bert-tiny": dict(model_type="bert", hidden_size=128, num_hidden_layers=2,
-                      num_attention_heads=2, intermediate_size=512),
+    "bert-tiny": dict(
+        model_type="bert",
+        hidden_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=512,
+    ),
     # albert/albert-base-v2 — 11,683,584. Factorised embedding E=128 (LayerNorm in E, then
     # E→H); all 12 layer steps run one shared layer; GELU tanh form ("gelu_new"); SOP; no dropout.
-    "albert-base": dict(model_type="albert", vocab_size=30000, embedding_size=128,
-                        num_hidden_groups=1, inner_group_num=1, hidden_act="gelu_tanh",
-                        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
-                        pair_head="sop", classifier_dropout=0.1),  # classifier_dropout_prob
+    "albert-base": dict(
+        model_type="albert",
+        vocab_size=30000,
+        embedding_size=128,
+        num_hidden_groups=1,
+        inner_group_num=1,
+        hidden_act="gelu_tanh",
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+        pair_head="sop",
+        classifier_dropout=0.1,
+    ),  # classifier_dropout_prob
     # microsoft/deberta-base — 138,601,728. Relative positions only (k = 512), c2p + p2c, no
     # absolute position at the input (the table returns in the enhanced mask decoder, 2 steps, when
     # an MLM head is built), no token types, no pooler in the base model, eps 1e-7.
-    "deberta-base": dict(model_type="deberta", attention_kind="disentangled", vocab_size=50265,
-                         type_vocab_size=0, relative_attention=True, max_relative_positions=-1,
-                         pos_att_type="c2p|p2c", position_biased_input=False, layer_norm_eps=1e-7,
-                         use_pooler=False, pair_head=None, emd_layers=2, **_DEBERTA_HEADS),
+    "deberta-base": dict(
+        model_type="deberta",
+        attention_kind="disentangled",
+        vocab_size=50265,
+        type_vocab_size=0,
+        relative_attention=True,
+        max_relative_positions=-1,
+        pos_att_type="c2p|p2c",
+        position_biased_input=False,
+        layer_norm_eps=1e-7,
+        use_pooler=False,
+        pair_head=None,
+        emd_layers=2,
+        **_DEBERTA_HEADS,
+    ),
     # allenai/longformer-base-4096 — 148,659,456. RoBERTa-base plus global Q/K/V projections per
     # layer; 4098 positions (4096 + the padding offset 2); sliding window 512 (256 per side).
-    "longformer-base": dict(model_type="longformer", vocab_size=50265, max_position_embeddings=4098,
-                            type_vocab_size=1, pad_token_id=1, position_scheme="absolute_from_padding",
-                            layer_norm_eps=1e-5, pair_head=None, attention_kind="windowed",
-                            attention_window=512, **_LONGFORMER_HEADS),
+    "longformer-base": dict(
+        model_type="longformer",
+        vocab_size=50265,
+        max_position_embeddings=4098,
+        type_vocab_size=1,
+        pad_token_id=1,
+        position_scheme="absolute_from_padding",
+        layer_norm_eps=1e-5,
+        pair_head=None,
+        attention_kind="windowed",
+        attention_window=512,
+        **_LONGFORMER_HEADS,
+    ),
     # --- tiny test presets: mutually distinct sizes so transpositions cannot hide --------------
-    "tiny-bert": dict(model_type="bert", vocab_size=99, hidden_size=32, num_hidden_layers=2,
-                      num_attention_heads=4, intermediate_size=37, max_position_embeddings=64),
-    "tiny-roberta": dict(model_type="roberta", vocab_size=99, hidden_size=32, num_hidden_layers=2,
-                         num_attention_heads=4, intermediate_size=37, max_position_embeddings=66,
-                         type_vocab_size=1, pad_token_id=1, position_scheme="absolute_from_padding",
-                         layer_norm_eps=1e-5, pair_head=None, **_ROBERTA_HEADS),
-    "tiny-distilbert": dict(model_type="distilbert", vocab_size=99, hidden_size=32,
-                            num_hidden_layers=2, num_attention_heads=4, intermediate_size=37,
-                            max_position_embeddings=64, type_vocab_size=0, use_pooler=False,
-                            pair_head=None, **_DISTILBERT_HEADS),
-    "tiny-albert": dict(model_type="albert", vocab_size=99, embedding_size=16, hidden_size=32,
-                        num_hidden_layers=3, num_hidden_groups=1, num_attention_heads=4,
-                        intermediate_size=37, max_position_embeddings=64, hidden_act="gelu_tanh",
-                        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
-                        pair_head="sop", classifier_dropout=0.1),
-    "tiny-deberta": dict(model_type="deberta", attention_kind="disentangled", vocab_size=99,
-                         hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                         intermediate_size=37, max_position_embeddings=64, type_vocab_size=0,
-                         relative_attention=True, max_relative_positions=-1,
-                         pos_att_type="c2p|p2c", position_biased_input=False, layer_norm_eps=1e-7,
-                         use_pooler=False, pair_head=None, emd_layers=2, **_DEBERTA_HEADS),
-    "tiny-longformer": dict(model_type="longformer", vocab_size=99, hidden_size=32,
-                            num_hidden_layers=2, num_attention_heads=4, intermediate_size=37,
-                            max_position_embeddings=66, type_vocab_size=1, pad_token_id=1,
-                            position_scheme="absolute_from_padding", layer_norm_eps=1e-5,
-                            pair_head=None, attention_kind="windowed", attention_window=(4, 6),
-                            **_LONGFORMER_HEADS),
+    "tiny-bert": dict(
+        model_type="bert",
+        vocab_size=99,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=37,
+        max_position_embeddings=64,
+    ),
+    "tiny-roberta": dict(
+        model_type="roberta",
+        vocab_size=99,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=37,
+        max_position_embeddings=66,
+        type_vocab_size=1,
+        pad_token_id=1,
+        position_scheme="absolute_from_padding",
+        layer_norm_eps=1e-5,
+        pair_head=None,
+        **_ROBERTA_HEADS,
+    ),
+    "tiny-distilbert": dict(
+        model_type="distilbert",
+        vocab_size=99,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=37,
+        max_position_embeddings=64,
+        type_vocab_size=0,
+        use_pooler=False,
+        pair_head=None,
+        **_DISTILBERT_HEADS,
+    ),
+    "tiny-albert": dict(
+        model_type="albert",
+        vocab_size=99,
+        embedding_size=16,
+        hidden_size=32,
+        num_hidden_layers=3,
+        num_hidden_groups=1,
+        num_attention_heads=4,
+        intermediate_size=37,
+        max_position_embeddings=64,
+        hidden_act="gelu_tanh",
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+        pair_head="sop",
+        classifier_dropout=0.1,
+    ),
+    "tiny-deberta": dict(
+        model_type="deberta",
+        attention_kind="disentangled",
+        vocab_size=99,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=37,
+        max_position_embeddings=64,
+        type_vocab_size=0,
+        relative_attention=True,
+        max_relative_positions=-1,
+        pos_att_type="c2p|p2c",
+        position_biased_input=False,
+        layer_norm_eps=1e-7,
+        use_pooler=False,
+        pair_head=None,
+        emd_layers=2,
+        **_DEBERTA_HEADS,
+    ),
+    "tiny-longformer": dict(
+        model_type="longformer",
+        vocab_size=99,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=37,
+        max_position_embeddings=66,
+        type_vocab_size=1,
+        pad_token_id=1,
+        position_scheme="absolute_from_padding",
+        layer_norm_eps=1e-5,
+        pair_head=None,
+        attention_kind="windowed",
+        attention_window=(4, 6),
+        **_LONGFORMER_HEADS,
+    ),
 }
 
 # Published parameter counts (base model + pooler, as transformers counts it).
@@ -110,8 +237,19 @@ PUBLISHED_PARAMETERS: dict[str, int] = {
 }
 
 # The ten models of the family, in the order of the source documents.
-FAMILY = ["bert-base", "bert-large", "roberta-base", "albert-base", "distilbert-base",
-          "spanbert-base", "deberta-base", "longformer-base", "tinybert-4l", "bert-tiny"]
+FAMILY = [
+    "bert-base",
+    "bert-large",
+    "roberta-base",
+    "albert-base",
+    "distilbert-base",
+    "spanbert-base",
+    "deberta-base",
+    "longformer-base",
+    "tinybert-4l",
+    "bert-tiny",
+]
+
 
 def preset_names(include_tiny: bool = True) -> list[str]:
     """Names of the available presets (the ten models first, then the tiny test presets)."""

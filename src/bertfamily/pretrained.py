@@ -9,8 +9,14 @@ from typing import Any
 import torch
 
 from .build import build_model
-from .checkpoints.convert import (CheckpointError, LoadReport, detect_components, hf_to_ours,
-                                  new_parameter_keys, rename_legacy_layernorm)
+from .checkpoints.convert import (
+    CheckpointError,
+    LoadReport,
+    detect_components,
+    hf_to_ours,
+    new_parameter_keys,
+    rename_legacy_layernorm,
+)
 from .checkpoints.io import config_from_hf, family_of, read_hf_config, read_weights, task_of
 from .checkpoints.keymaps import FamilyMap
 from .heads.tasks import TASK_HEADS
@@ -18,10 +24,17 @@ from .heads.tasks import TASK_HEADS
 log = logging.getLogger(__name__)
 
 
-def from_pretrained(path: str | Path, *, heads: list[str] | None = None, strict: bool = True,
-                    return_report: bool = False, dtype: torch.dtype | None = None,
-                    new_heads: bool = False, config_overrides: dict[str, Any] | None = None,
-                    **more_overrides: Any):
+def from_pretrained(
+    path: str | Path,
+    *,
+    heads: list[str] | None = None,
+    strict: bool = True,
+    return_report: bool = False,
+    dtype: torch.dtype | None = None,
+    new_heads: bool = False,
+    config_overrides: dict[str, Any] | None = None,
+    **more_overrides: Any,
+):
     """Load a local Hugging Face model directory into a `bertfamily.Model`.
 
     Args:
@@ -72,23 +85,38 @@ def from_pretrained(path: str | Path, *, heads: list[str] | None = None, strict:
     config = config.replace(use_pooler=has_pooler and config.use_pooler)
     model = build_model(config, heads=heads)
     expected = {k: v.shape for k, v in model.state_dict().items()}
-    state, report = hf_to_ours(hf_state, fmap, config, expected, heads, config.use_pooler,
-                               strict=strict and not new_heads,
-                               optional=new_parameter_keys(model))
+    state, report = hf_to_ours(
+        hf_state,
+        fmap,
+        config,
+        expected,
+        heads,
+        config.use_pooler,
+        strict=strict and not new_heads,
+        optional=new_parameter_keys(model),
+    )
     if new_heads:
         report = _accept_new_heads(report, fmap, state)
         if strict and not report.clean:
             raise CheckpointError(
                 "checkpoint does not match the model beyond its heads: "
                 f"missing {report.missing}, unexpected {report.unexpected}, "
-                f"mismatched {report.mismatched}", report.missing, report.unexpected,
-                report.mismatched)
+                f"mismatched {report.mismatched}",
+                report.missing,
+                report.unexpected,
+                report.mismatched,
+            )
     model.load_state_dict(state, strict=False)
     model.eval()
     if dtype is not None:
         model.to(dtype)
-    log.info("loaded %s (%s, heads=%s) from %s", fmap.model_type, f"{model.num_parameters():,}"
-             " parameters", heads, path)
+    log.info(
+        "loaded %s (%s, heads=%s) from %s",
+        fmap.model_type,
+        f"{model.num_parameters():,} parameters",
+        heads,
+        path,
+    )
     return (model, report) if return_report else model
 
 
@@ -98,10 +126,15 @@ def _accept_new_heads(report: LoadReport, fmap: FamilyMap, state: dict) -> LoadR
     pooler_keys = {fmap.base_prefix + k for k in fmap.pooler} | set(fmap.pooler)
     fresh = ("task_head.", "mlm_head.", "pair_head.", "encoder.pooler.")
     missing = [k for k in report.missing if not k.startswith(fresh)]
-    unexpected = [k for k in report.unexpected
-                  if rename_legacy_layernorm(k) not in head_keys | pooler_keys]
+    unexpected = [
+        k for k in report.unexpected if rename_legacy_layernorm(k) not in head_keys | pooler_keys
+    ]
     mismatched = [m for m in report.mismatched if not m.startswith("task_head.")]
     for key in [k for k in report.missing if k.startswith(fresh)]:
         log.info("initialised fresh: %s", key)
-    return LoadReport(missing, unexpected, mismatched,
-                      report.dropped + [k for k in report.unexpected if k not in unexpected])
+    return LoadReport(
+        missing,
+        unexpected,
+        mismatched,
+        report.dropped + [k for k in report.unexpected if k not in unexpected],
+    )

@@ -25,8 +25,13 @@ from .pretrained import from_pretrained
 log = logging.getLogger(__name__)
 
 # Tokenizer files copied next to the converted weights (whichever exist).
-TOKENIZER_FILES = ("tokenizer.json", "vocab.json", "merges.txt", "special_tokens_map.json",
-                   "added_tokens.json")
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "vocab.json",
+    "merges.txt",
+    "special_tokens_map.json",
+    "added_tokens.json",
+)
 
 
 def extend_position_table(table: torch.Tensor, rows: int, offset: int) -> torch.Tensor:
@@ -50,13 +55,14 @@ def extend_position_table(table: torch.Tensor, rows: int, offset: int) -> torch.
     k = offset
     while k < rows:
         n = min(learned.shape[0], rows - k)
-        out[k:k + n] = learned[:n]
+        out[k : k + n] = learned[:n]
         k += n
     return out
 
 
-def to_longformer(model_dir: str | Path, output_dir: str | Path, *, max_positions: int = 4096,
-                  window: int = 512) -> Path:
+def to_longformer(
+    model_dir: str | Path, output_dir: str | Path, *, max_positions: int = 4096, window: int = 512
+) -> Path:
     """Convert a RoBERTa checkpoint directory into a Longformer one.
 
     Args:
@@ -78,17 +84,24 @@ def to_longformer(model_dir: str | Path, output_dir: str | Path, *, max_position
     model_dir, output_dir = Path(model_dir), Path(output_dir)
     source_config = config_from_hf(read_hf_config(model_dir))
     if source_config.position_scheme != "absolute_from_padding" or (
-            source_config.attention_kind != "full"):
+        source_config.attention_kind != "full"
+    ):
         raise ModelDirectoryError(
             f"to-longformer needs a RoBERTa-family checkpoint (full attention, positions from "
-            f"the padding offset); {model_dir} has model_type {source_config.model_type!r}")
+            f"the padding offset); {model_dir} has model_type {source_config.model_type!r}"
+        )
     if not isinstance(max_positions, int) or max_positions < source_config.max_sequence_length:
-        raise ValueError(f"max_positions ({max_positions}) must be at least the source's limit "
-                         f"of {source_config.max_sequence_length} positions")
+        raise ValueError(
+            f"max_positions ({max_positions}) must be at least the source's limit "
+            f"of {source_config.max_sequence_length} positions"
+        )
     source = from_pretrained(model_dir)
     config = source.config.replace(
-        model_type="longformer", attention_kind="windowed", attention_window=window,
-        max_position_embeddings=max_positions + source.config.position_offset)
+        model_type="longformer",
+        attention_kind="windowed",
+        attention_window=window,
+        max_position_embeddings=max_positions + source.config.position_offset,
+    )
     with torch.device("meta"):
         target = build_model(config, heads=source.heads)
     state = source.state_dict()
@@ -98,21 +111,28 @@ def to_longformer(model_dir: str | Path, output_dir: str | Path, *, max_position
         if key == "encoder.embeddings.position.weight":
             new[key] = extend_position_table(state[key], meta.shape[0], config.position_offset)
         elif key.endswith("attention.query_global.weight") or key.endswith(
-                "attention.query_global.bias"):
+            "attention.query_global.bias"
+        ):
             new[key] = state[key.replace("query_global", "qkv")][:H].clone()
         elif key.endswith("attention.kv_global.weight") or key.endswith("attention.kv_global.bias"):
             new[key] = state[key.replace("kv_global", "qkv")][H:].clone()
         else:
             new[key] = state[key]
         if tuple(new[key].shape) != tuple(meta.shape):
-            raise AssertionError(f"{key}: built {tuple(new[key].shape)}, expected "
-                                 f"{tuple(meta.shape)}")
+            raise AssertionError(
+                f"{key}: built {tuple(new[key].shape)}, expected {tuple(meta.shape)}"
+            )
     target.load_state_dict(new, assign=True)
     target.eval()
     target.save_pretrained(output_dir)
     _copy_tokenizer(model_dir, output_dir, max_positions)
-    log.info("converted %s → %s (Longformer, %d positions, window %d)", model_dir, output_dir,
-             max_positions, window)
+    log.info(
+        "converted %s → %s (Longformer, %d positions, window %d)",
+        model_dir,
+        output_dir,
+        max_positions,
+        window,
+    )
     return output_dir
 
 

@@ -346,7 +346,9 @@ class Tokenizer:
         with self._truncation(None):
             return self.backend.encode(text, text_pair, add_special_tokens=add_special_tokens).ids
 
-    def decode(self, ids: Sequence[int] | np.ndarray | Any, skip_special_tokens: bool = True) -> str:
+    def decode(
+        self, ids: Sequence[int] | np.ndarray | Any, skip_special_tokens: bool = True
+    ) -> str:
         """Text of a 1-D id sequence (list, numpy array or torch tensor)."""
         return self.backend.decode(_int_list(ids), skip_special_tokens=skip_special_tokens)
 
@@ -384,7 +386,9 @@ class Tokenizer:
         serialised = json.loads(self.backend.to_str())
         serialised["truncation"] = None  # the wrapper, not the file, decides these
         serialised["padding"] = None
-        write_text_atomic(out / TOKENIZER_FILE, json.dumps(serialised, ensure_ascii=False, indent=2))
+        write_text_atomic(
+            out / TOKENIZER_FILE, json.dumps(serialised, ensure_ascii=False, indent=2)
+        )
 
         special_map = {f"{role}_token": _token_to_json(tok) for role, tok in self._special.items()}
         if self.scheme == "bpe":
@@ -406,7 +410,9 @@ class Tokenizer:
             vocab = self.backend.get_vocab(with_added_tokens=False)
             by_id = sorted(vocab.items(), key=lambda kv: kv[1])
             if [i for _, i in by_id] != list(range(len(by_id))):
-                raise ValueError("WordPiece vocabulary ids are not contiguous; cannot write vocab.txt")
+                raise ValueError(
+                    "WordPiece vocabulary ids are not contiguous; cannot write vocab.txt"
+                )
             write_text_atomic(out / WORDPIECE_VOCAB_FILE, "".join(t + "\n" for t, _ in by_id))
         logger.info("saved tokenizer to %s", out)
         return out
@@ -449,7 +455,9 @@ def load_tokenizer(
         hf_config = {k: tok_config[k] for k in _HF_PASSTHROUGH if k in tok_config}
         source = TOKENIZER_FILE
     elif (directory / WORDPIECE_VOCAB_FILE).is_file():
-        backend, hf_config = _build_wordpiece(directory / WORDPIECE_VOCAB_FILE, tok_config, specials)
+        backend, hf_config = _build_wordpiece(
+            directory / WORDPIECE_VOCAB_FILE, tok_config, specials
+        )
         source = WORDPIECE_VOCAB_FILE
     elif (directory / BPE_VOCAB_FILE).is_file() and (directory / BPE_MERGES_FILE).is_file():
         backend, hf_config = _build_byte_level_bpe(directory, tok_config, specials)
@@ -628,7 +636,9 @@ def _int_list(ids: Any) -> list[int]:
     return [int(i) for i in ids]
 
 
-def _to_tensors(fields: dict[str, list[list[Any]]], return_tensors: ReturnTensors) -> dict[str, Any]:
+def _to_tensors(
+    fields: dict[str, list[list[Any]]], return_tensors: ReturnTensors
+) -> dict[str, Any]:
     if return_tensors is None:
         return fields
     arrays = {key: np.asarray(rows, dtype=np.int64) for key, rows in fields.items()}
@@ -637,5 +647,3 @@ def _to_tensors(fields: dict[str, list[list[Any]]], return_tensors: ReturnTensor
     import torch  # deferred: tokenisation alone does not need torch
 
     return {key: torch.from_numpy(a) for key, a in arrays.items()}
-
-

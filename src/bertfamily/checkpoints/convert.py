@@ -17,10 +17,19 @@ log = logging.getLogger(__name__)
 class CheckpointError(ValueError):
     """A checkpoint does not match the model: lists every missing, unexpected and mismatched key."""
 
-    def __init__(self, message: str, missing: list[str] = (), unexpected: list[str] = (),
-                 mismatched: list[str] = ()) -> None:
+    def __init__(
+        self,
+        message: str,
+        missing: list[str] = (),
+        unexpected: list[str] = (),
+        mismatched: list[str] = (),
+    ) -> None:
         super().__init__(message)
-        self.missing, self.unexpected, self.mismatched = list(missing), list(unexpected), list(mismatched)
+        self.missing, self.unexpected, self.mismatched = (
+            list(missing),
+            list(unexpected),
+            list(mismatched),
+        )
 
 
 @dataclass
@@ -64,9 +73,10 @@ def _interleave_heads(tensor: torch.Tensor, n: int, config: Any) -> list[torch.T
 
 
 # kind → (join: HF tensors → ours, split: ours → HF tensors)
-JOINS: dict[str, tuple[Callable, Callable]] = {"concat": (_concat, _split),
-                                               "heads_interleaved": (_deinterleave_heads,
-                                                                     _interleave_heads)}
+JOINS: dict[str, tuple[Callable, Callable]] = {
+    "concat": (_concat, _split),
+    "heads_interleaved": (_deinterleave_heads, _interleave_heads),
+}
 
 
 def rename_legacy_layernorm(key: str) -> str:
@@ -100,12 +110,17 @@ def expand(table: dict[str, Any], num_layers: int, inner_group_num: int = 1) -> 
     keys and values for unique layers 0..num_layers-1."""
     out: dict[str, Any] = {}
     for hf, ours in table.items():
-        texts = [hf] + (list(ours.sources) if isinstance(ours, Join) else
-                        [ours] if isinstance(ours, str) else [])
+        texts = [hf] + (
+            list(ours.sources)
+            if isinstance(ours, Join)
+            else [ours]
+            if isinstance(ours, str)
+            else []
+        )
         per_layer = any(f in t for t in texts for f in LAYER_FIELDS)
-        for i in (range(num_layers) if per_layer else [None]):
+        for i in range(num_layers) if per_layer else [None]:
             fields = layer_fields(i, inner_group_num) if i is not None else {}
-            sub = (lambda s, fields=fields: _substitute(s, fields))
+            sub = lambda s, fields=fields: _substitute(s, fields)
             if isinstance(ours, Join):
                 out[sub(hf)] = Join(tuple(sub(s) for s in ours.sources), ours.kind)
             else:
@@ -113,8 +128,9 @@ def expand(table: dict[str, Any], num_layers: int, inner_group_num: int = 1) -> 
     return out
 
 
-def family_table(fmap: FamilyMap, num_layers: int, heads: Iterable[str],
-                 pooler: bool, inner_group_num: int = 1) -> dict[str, Any]:
+def family_table(
+    fmap: FamilyMap, num_layers: int, heads: Iterable[str], pooler: bool, inner_group_num: int = 1
+) -> dict[str, Any]:
     """HF key (for a task model, i.e. trunk keys with the base prefix) → our key, Join or None.
 
     ``num_layers`` counts unique layers; ``inner_group_num`` sizes the groups of ``{g}``/``{j}``
@@ -126,7 +142,9 @@ def family_table(fmap: FamilyMap, num_layers: int, heads: Iterable[str],
     for hf, ours in expand(trunk, num_layers, inner_group_num).items():
         table[hf if isinstance(ours, Join) else fmap.base_prefix + hf] = (
             Join(tuple(fmap.base_prefix + s for s in ours.sources), ours.kind)
-            if isinstance(ours, Join) else ours)
+            if isinstance(ours, Join)
+            else ours
+        )
     for name in heads:
         table.update(expand(fmap.heads[name], num_layers, inner_group_num))
     return table
@@ -136,8 +154,11 @@ def detect_components(fmap: FamilyMap, hf_keys: Iterable[str]) -> tuple[list[str
     """Which heads, and whether a pooler, a checkpoint holds (by its keys; the family itself
     always comes from config.json's model_type, never from the keys)."""
     keys = {rename_legacy_layernorm(k).removeprefix(fmap.base_prefix) for k in hf_keys}
-    heads = [name for name, t in fmap.heads.items()
-             if any(k for k, v in t.items() if v is not None and k in keys)]
+    heads = [
+        name
+        for name, t in fmap.heads.items()
+        if any(k for k, v in t.items() if v is not None and k in keys)
+    ]
     pooler = any(k in keys for k in fmap.pooler)
     return heads, pooler
 
@@ -145,9 +166,16 @@ def detect_components(fmap: FamilyMap, hf_keys: Iterable[str]) -> tuple[list[str
 def normalise_hf_keys(fmap: FamilyMap, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """Rename legacy gamma/beta and give trunk keys the base prefix (base models have none)."""
     out = {}
-    hf_keys = [k for t in (fmap.trunk, fmap.pooler) for k, v in t.items() if not isinstance(v, Join)]
-    hf_keys += [s for t in (fmap.trunk, fmap.pooler) for v in t.values() if isinstance(v, Join)
-                for s in v.sources]
+    hf_keys = [
+        k for t in (fmap.trunk, fmap.pooler) for k, v in t.items() if not isinstance(v, Join)
+    ]
+    hf_keys += [
+        s
+        for t in (fmap.trunk, fmap.pooler)
+        for v in t.values()
+        if isinstance(v, Join)
+        for s in v.sources
+    ]
     trunk_roots = {k.split(".", 1)[0] for k in hf_keys}
     for key, value in state.items():
         key = rename_legacy_layernorm(key)
@@ -158,10 +186,16 @@ def normalise_hf_keys(fmap: FamilyMap, state: dict[str, torch.Tensor]) -> dict[s
 
 
 # --- the two directions ----------------------------------------------------------------------------
-def hf_to_ours(hf_state: dict[str, torch.Tensor], fmap: FamilyMap, config: Any,
-               expected: dict[str, torch.Size], heads: Iterable[str], pooler: bool,
-               strict: bool = True, optional: Iterable[str] = ()
-               ) -> tuple[dict[str, torch.Tensor], LoadReport]:
+def hf_to_ours(
+    hf_state: dict[str, torch.Tensor],
+    fmap: FamilyMap,
+    config: Any,
+    expected: dict[str, torch.Size],
+    heads: Iterable[str],
+    pooler: bool,
+    strict: bool = True,
+    optional: Iterable[str] = (),
+) -> tuple[dict[str, torch.Tensor], LoadReport]:
     """Convert a Hugging Face state dict into ours.
 
     Args:
@@ -181,8 +215,7 @@ def hf_to_ours(hf_state: dict[str, torch.Tensor], fmap: FamilyMap, config: Any,
         CheckpointError: when strict and anything does not match; the message lists every key.
     """
     state = normalise_hf_keys(fmap, hf_state)
-    table = family_table(fmap, config.num_unique_layers, heads, pooler,
-                         config.inner_group_num)
+    table = family_table(fmap, config.num_unique_layers, heads, pooler, config.inner_group_num)
     out: dict[str, torch.Tensor] = {}
     report = LoadReport()
     used: set[str] = set()
@@ -213,17 +246,20 @@ def hf_to_ours(hf_state: dict[str, torch.Tensor], fmap: FamilyMap, config: Any,
     for key, tensor in out.items():
         if tuple(tensor.shape) != tuple(expected[key]):
             report.mismatched.append(
-                f"{key}: checkpoint {tuple(tensor.shape)} vs model {tuple(expected[key])}")
+                f"{key}: checkpoint {tuple(tensor.shape)} vs model {tuple(expected[key])}"
+            )
     for bad in report.mismatched:
         out.pop(bad.split(":", 1)[0], None)
     if strict and not report.clean:
-        raise CheckpointError(_describe(report), report.missing, report.unexpected,
-                              report.mismatched)
+        raise CheckpointError(
+            _describe(report), report.missing, report.unexpected, report.mismatched
+        )
     if not report.clean:
         log.warning("non-strict load: %s", _describe(report))
     if report.newly_initialized:
-        log.info("newly initialised (not in the checkpoint): %s",
-                 ", ".join(report.newly_initialized))
+        log.info(
+            "newly initialised (not in the checkpoint): %s", ", ".join(report.newly_initialized)
+        )
     return out, report
 
 
@@ -237,8 +273,9 @@ def new_parameter_keys(model: torch.nn.Module) -> list[str]:
     return keys
 
 
-def ours_to_hf(state: dict[str, torch.Tensor], fmap: FamilyMap, config: Any,
-               heads: Iterable[str], pooler: bool) -> dict[str, torch.Tensor]:
+def ours_to_hf(
+    state: dict[str, torch.Tensor], fmap: FamilyMap, config: Any, heads: Iterable[str], pooler: bool
+) -> dict[str, torch.Tensor]:
     """Convert our state dict into the Hugging Face layout of the matching class
     (base model without prefix when there are no heads, else the prefixed task-model layout).
 
@@ -246,8 +283,7 @@ def ours_to_hf(state: dict[str, torch.Tensor], fmap: FamilyMap, config: Any,
         CheckpointError: one of our keys has no place in the family's table.
     """
     heads = list(heads)
-    table = family_table(fmap, config.num_unique_layers, heads, pooler,
-                         config.inner_group_num)
+    table = family_table(fmap, config.num_unique_layers, heads, pooler, config.inner_group_num)
     inverse: dict[str, tuple[str, Any]] = {}
     for hf_key, ours in table.items():
         if isinstance(ours, Join):
@@ -267,8 +303,9 @@ def ours_to_hf(state: dict[str, torch.Tensor], fmap: FamilyMap, config: Any,
             parts = JOINS[target.kind][1](tensor, len(target.sources), config)
             out.update(zip(target.sources, parts))
     if unplaced:
-        raise CheckpointError(f"no Hugging Face {fmap.model_type} name for: {unplaced}",
-                              unexpected=unplaced)
+        raise CheckpointError(
+            f"no Hugging Face {fmap.model_type} name for: {unplaced}", unexpected=unplaced
+        )
     if not heads:
         out = {k.removeprefix(fmap.base_prefix): v for k, v in out.items()}
     return {k: v.contiguous() for k, v in out.items()}

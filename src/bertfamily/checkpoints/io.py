@@ -52,7 +52,8 @@ def family_of(hf_config: dict[str, Any]) -> FamilyMap:
     model_type = hf_config.get("model_type")
     if model_type not in FAMILIES:
         raise ModelDirectoryError(
-            f"unsupported model_type {model_type!r}; supported: {', '.join(FAMILIES)}")
+            f"unsupported model_type {model_type!r}; supported: {', '.join(FAMILIES)}"
+        )
     return FAMILIES[model_type]
 
 
@@ -68,21 +69,25 @@ def config_from_hf(hf_config: dict[str, Any]) -> EncoderConfig:
         if name in hf_config and hf_config[name] != value:
             raise ModelDirectoryError(
                 f"{fmap.model_type} config has {name}={hf_config[name]!r}; only {value!r} is "
-                f"supported")
+                f"supported"
+            )
     fields: dict[str, Any] = {"model_type": fmap.model_type, **fmap.config_defaults}
     for hf_name, ours in fmap.config_fields.items():
         if hf_name in hf_config and hf_config[hf_name] is not None:
             fields[ours] = hf_config[hf_name]
     act = fields.get("hidden_act", "gelu")
     if act not in HF_ACTIVATIONS:
-        raise ModelDirectoryError(f"unsupported activation {act!r}; supported: "
-                                  f"{sorted(HF_ACTIVATIONS)}")
+        raise ModelDirectoryError(
+            f"unsupported activation {act!r}; supported: {sorted(HF_ACTIVATIONS)}"
+        )
     fields["hidden_act"] = HF_ACTIVATIONS[act]
     head_act = fields.get("classifier_activation")  # tanh is not a hidden_act, kept as is
     if head_act is not None and head_act != "tanh":
         if head_act not in HF_ACTIVATIONS:
-            raise ModelDirectoryError(f"unsupported classifier activation {head_act!r}; "
-                                      f"supported: {['tanh'] + sorted(HF_ACTIVATIONS)}")
+            raise ModelDirectoryError(
+                f"unsupported classifier activation {head_act!r}; "
+                f"supported: {['tanh'] + sorted(HF_ACTIVATIONS)}"
+            )
         fields["classifier_activation"] = HF_ACTIVATIONS[head_act]
     fields.update(fmap.config_fixed)
     if "pair_head" not in fmap.config_fixed:
@@ -109,8 +114,9 @@ def label_names_from_hf(hf_config: dict[str, Any]) -> tuple[str, ...] | None:
         except (TypeError, ValueError) as e:
             raise ModelDirectoryError(f"id2label keys must be integers, got {id2label}") from e
         if [i for i, _ in pairs] != list(range(len(pairs))):
-            raise ModelDirectoryError(f"id2label keys must be 0..{len(pairs) - 1}, got "
-                                      f"{[i for i, _ in pairs]}")
+            raise ModelDirectoryError(
+                f"id2label keys must be 0..{len(pairs) - 1}, got {[i for i, _ in pairs]}"
+            )
         return tuple(v for _, v in pairs)
     if hf_config.get("num_labels"):
         return tuple(f"LABEL_{i}" for i in range(int(hf_config["num_labels"])))
@@ -133,17 +139,29 @@ def task_of(fmap: FamilyMap, hf_config: dict[str, Any]) -> str | None:
 def config_to_hf(config: EncoderConfig, architecture: str) -> dict[str, Any]:
     """A Hugging Face config.json dict for our config."""
     fmap = FAMILIES[config.model_type]
-    keep = {k: v for k, v in config.extra.items()
-            if k in ("id2label", "label2id", "bos_token_id", "eos_token_id", "classifier_dropout",
-                     "problem_type")}
-    out: dict[str, Any] = {**keep, "model_type": config.model_type,
-                           "architectures": [architecture]}
+    keep = {
+        k: v
+        for k, v in config.extra.items()
+        if k
+        in (
+            "id2label",
+            "label2id",
+            "bos_token_id",
+            "eos_token_id",
+            "classifier_dropout",
+            "problem_type",
+        )
+    }
+    out: dict[str, Any] = {**keep, "model_type": config.model_type, "architectures": [architecture]}
     for hf_name, ours in fmap.config_fields.items():
         value = getattr(config, ours)
         if value is None:  # optional fields (classifier_dropout): transformers' default
             continue
-        out[hf_name] = (OUR_ACTIVATIONS_TO_HF.get(value, value)
-                        if ours in ("hidden_act", "classifier_activation") else value)
+        out[hf_name] = (
+            OUR_ACTIVATIONS_TO_HF.get(value, value)
+            if ours in ("hidden_act", "classifier_activation")
+            else value
+        )
     out["id2label"] = {str(i): name for i, name in enumerate(config.label_names)}
     out["label2id"] = dict(config.label2id)
     for name, value in fmap.config_required.items():
@@ -190,13 +208,22 @@ def save_pretrained(model, path: str | Path) -> Path:
         raise CheckpointError(f"{config.model_type} has no Hugging Face class with heads {heads}")
     state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
     hf_state = ours_to_hf(state, fmap, config, heads, config.use_pooler)
-    atomic_write(path / "model.safetensors",
-                 lambda tmp: save_file(hf_state, str(tmp), metadata={"format": "pt"}))
+    atomic_write(
+        path / "model.safetensors",
+        lambda tmp: save_file(hf_state, str(tmp), metadata={"format": "pt"}),
+    )
     text = json.dumps(config_to_hf(config, arch), indent=2, sort_keys=True) + "\n"
     atomic_write(path / "config.json", lambda tmp: tmp.write_text(text))
     return path
 
 
-__all__ = ["save_pretrained", "read_weights", "read_hf_config",
-           "config_from_hf", "config_to_hf", "ModelDirectoryError", "CheckpointError",
-           "LoadReport"]
+__all__ = [
+    "save_pretrained",
+    "read_weights",
+    "read_hf_config",
+    "config_from_hf",
+    "config_to_hf",
+    "ModelDirectoryError",
+    "CheckpointError",
+    "LoadReport",
+]

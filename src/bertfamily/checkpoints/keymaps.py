@@ -73,12 +73,18 @@ def _wb(hf: str, ours: str) -> dict[str, str]:
 
 
 def _qkv(q: str, k: str, v: str, ours: str) -> dict[str, Join]:
-    return {f"{ours}.weight": Join((f"{q}.weight", f"{k}.weight", f"{v}.weight")),
-            f"{ours}.bias": Join((f"{q}.bias", f"{k}.bias", f"{v}.bias"))}
+    return {
+        f"{ours}.weight": Join((f"{q}.weight", f"{k}.weight", f"{v}.weight")),
+        f"{ours}.bias": Join((f"{q}.bias", f"{k}.bias", f"{v}.bias")),
+    }
 
 
-def task_heads(classify: dict[str, str], choice: dict[str, str], tokens: str = "classifier",
-               qa: str = "qa_outputs") -> dict[str, dict[str, str]]:
+def task_heads(
+    classify: dict[str, str],
+    choice: dict[str, str],
+    tokens: str = "classifier",
+    qa: str = "qa_outputs",
+) -> dict[str, dict[str, str]]:
     """The four fine-tuning head tables of a family (heads/tasks.py; keys outside the base
     prefix). ``classify``/``choice``: HF module → ours ("task_head.dense" / "task_head.out")."""
     return {
@@ -91,9 +97,12 @@ def task_heads(classify: dict[str, str], choice: dict[str, str], tokens: str = "
 
 def task_architectures(prefix: str) -> dict[str, str]:
     """Head name → transformers class, e.g. "classify" → BertForSequenceClassification."""
-    return {"classify": f"{prefix}ForSequenceClassification",
-            "tokens": f"{prefix}ForTokenClassification",
-            "qa": f"{prefix}ForQuestionAnswering", "choice": f"{prefix}ForMultipleChoice"}
+    return {
+        "classify": f"{prefix}ForSequenceClassification",
+        "tokens": f"{prefix}ForTokenClassification",
+        "qa": f"{prefix}ForQuestionAnswering",
+        "choice": f"{prefix}ForMultipleChoice",
+    }
 
 
 # ---------------------------------------------------------------------------------------------
@@ -105,8 +114,12 @@ _BERT_TRUNK: dict[str, Any] = {
     **_wb("embeddings.LayerNorm", "encoder.embeddings.norm"),
     "embeddings.position_ids": None,  # buffer
     "embeddings.token_type_ids": None,  # buffer
-    **_qkv("encoder.layer.{i}.attention.self.query", "encoder.layer.{i}.attention.self.key",
-           "encoder.layer.{i}.attention.self.value", "encoder.layers.{i}.attention.qkv"),
+    **_qkv(
+        "encoder.layer.{i}.attention.self.query",
+        "encoder.layer.{i}.attention.self.key",
+        "encoder.layer.{i}.attention.self.value",
+        "encoder.layers.{i}.attention.qkv",
+    ),
     **_wb("encoder.layer.{i}.attention.output.dense", "encoder.layers.{i}.attention.out"),
     **_wb("encoder.layer.{i}.attention.output.LayerNorm", "encoder.layers.{i}.attention_norm"),
     **_wb("encoder.layer.{i}.intermediate.dense", "encoder.layers.{i}.ffn.up"),
@@ -116,13 +129,18 @@ _BERT_TRUNK: dict[str, Any] = {
 _BERT_POOLER = _wb("pooler.dense", "encoder.pooler.dense")
 
 _BERT_CONFIG = {
-    "vocab_size": "vocab_size", "hidden_size": "hidden_size",
-    "num_hidden_layers": "num_hidden_layers", "num_attention_heads": "num_attention_heads",
-    "intermediate_size": "intermediate_size", "hidden_act": "hidden_act",
+    "vocab_size": "vocab_size",
+    "hidden_size": "hidden_size",
+    "num_hidden_layers": "num_hidden_layers",
+    "num_attention_heads": "num_attention_heads",
+    "intermediate_size": "intermediate_size",
+    "hidden_act": "hidden_act",
     "hidden_dropout_prob": "hidden_dropout_prob",
     "attention_probs_dropout_prob": "attention_probs_dropout_prob",
-    "max_position_embeddings": "max_position_embeddings", "type_vocab_size": "type_vocab_size",
-    "initializer_range": "initializer_range", "layer_norm_eps": "layer_norm_eps",
+    "max_position_embeddings": "max_position_embeddings",
+    "type_vocab_size": "type_vocab_size",
+    "initializer_range": "initializer_range",
+    "layer_norm_eps": "layer_norm_eps",
     "pad_token_id": "pad_token_id",
     "classifier_dropout": "classifier_dropout",  # task heads; None = hidden_dropout_prob
 }
@@ -142,11 +160,17 @@ BERT = FamilyMap(
         },
         "pair": _wb("cls.seq_relationship", "pair_head.classifier"),
         # pooled [CLS] → dropout → classifier
-        **task_heads(classify={"classifier": "task_head.out"},
-                     choice={"classifier": "task_head.out"}),
+        **task_heads(
+            classify={"classifier": "task_head.out"}, choice={"classifier": "task_head.out"}
+        ),
     },
-    architectures={"": "BertModel", "mlm": "BertForMaskedLM", "mlm+pair": "BertForPreTraining",
-                   "pair": "BertForNextSentencePrediction", **task_architectures("Bert")},
+    architectures={
+        "": "BertModel",
+        "mlm": "BertForMaskedLM",
+        "mlm+pair": "BertForPreTraining",
+        "pair": "BertForNextSentencePrediction",
+        **task_architectures("Bert"),
+    },
     config_fields=_BERT_CONFIG,
     config_fixed={"position_scheme": "absolute"},
     config_required={"position_embedding_type": "absolute"},
@@ -167,17 +191,28 @@ ROBERTA = FamilyMap(
         },
         # RobertaClassificationHead: first token → dense → tanh → out_proj (no pooler);
         # RobertaForMultipleChoice: pooled output → classifier
-        **task_heads(classify={"classifier.dense": "task_head.dense",
-                               "classifier.out_proj": "task_head.out"},
-                     choice={"classifier": "task_head.out"}),
+        **task_heads(
+            classify={
+                "classifier.dense": "task_head.dense",
+                "classifier.out_proj": "task_head.out",
+            },
+            choice={"classifier": "task_head.out"},
+        ),
     },
-    architectures={"": "RobertaModel", "mlm": "RobertaForMaskedLM",
-                   **task_architectures("Roberta")},
+    architectures={
+        "": "RobertaModel",
+        "mlm": "RobertaForMaskedLM",
+        **task_architectures("Roberta"),
+    },
     config_fields=_BERT_CONFIG,
     # RoBERTa: positions start at pad_token_id + 1 (fairseq's make_positions); no NSP.
-    config_fixed={"position_scheme": "absolute_from_padding", "pair_head": None,
-                  "classifier_pooling": "first_token_dense", "choice_pooling": "pooler",
-                  "classifier_activation": "tanh"},
+    config_fixed={
+        "position_scheme": "absolute_from_padding",
+        "pair_head": None,
+        "classifier_pooling": "first_token_dense",
+        "choice_pooling": "pooler",
+        "classifier_activation": "tanh",
+    },
     config_required={"position_embedding_type": "absolute"},
 )
 
@@ -189,8 +224,12 @@ DISTILBERT = FamilyMap(
         "embeddings.position_embeddings.weight": "encoder.embeddings.position.weight",
         **_wb("embeddings.LayerNorm", "encoder.embeddings.norm"),
         "embeddings.position_ids": None,  # buffer
-        **_qkv("transformer.layer.{i}.attention.q_lin", "transformer.layer.{i}.attention.k_lin",
-               "transformer.layer.{i}.attention.v_lin", "encoder.layers.{i}.attention.qkv"),
+        **_qkv(
+            "transformer.layer.{i}.attention.q_lin",
+            "transformer.layer.{i}.attention.k_lin",
+            "transformer.layer.{i}.attention.v_lin",
+            "encoder.layers.{i}.attention.qkv",
+        ),
         **_wb("transformer.layer.{i}.attention.out_lin", "encoder.layers.{i}.attention.out"),
         **_wb("transformer.layer.{i}.sa_layer_norm", "encoder.layers.{i}.attention_norm"),
         **_wb("transformer.layer.{i}.ffn.lin1", "encoder.layers.{i}.ffn.up"),
@@ -206,27 +245,41 @@ DISTILBERT = FamilyMap(
             "vocab_projector.weight": None,  # tied
         },
         # first token → pre_classifier → ReLU → dropout → classifier (sequence and choice)
-        **task_heads(classify={"pre_classifier": "task_head.dense",
-                               "classifier": "task_head.out"},
-                     choice={"pre_classifier": "task_head.dense",
-                             "classifier": "task_head.out"}),
+        **task_heads(
+            classify={"pre_classifier": "task_head.dense", "classifier": "task_head.out"},
+            choice={"pre_classifier": "task_head.dense", "classifier": "task_head.out"},
+        ),
     },
-    architectures={"": "DistilBertModel", "mlm": "DistilBertForMaskedLM",
-                   **task_architectures("DistilBert")},
+    architectures={
+        "": "DistilBertModel",
+        "mlm": "DistilBertForMaskedLM",
+        **task_architectures("DistilBert"),
+    },
     config_fields={
-        "vocab_size": "vocab_size", "dim": "hidden_size", "n_layers": "num_hidden_layers",
-        "n_heads": "num_attention_heads", "hidden_dim": "intermediate_size",
-        "activation": "hidden_act", "dropout": "hidden_dropout_prob",
+        "vocab_size": "vocab_size",
+        "dim": "hidden_size",
+        "n_layers": "num_hidden_layers",
+        "n_heads": "num_attention_heads",
+        "hidden_dim": "intermediate_size",
+        "activation": "hidden_act",
+        "dropout": "hidden_dropout_prob",
         "attention_dropout": "attention_probs_dropout_prob",
         "max_position_embeddings": "max_position_embeddings",
-        "initializer_range": "initializer_range", "pad_token_id": "pad_token_id",
+        "initializer_range": "initializer_range",
+        "pad_token_id": "pad_token_id",
         "seq_classif_dropout": "classifier_dropout",
     },
     # DistilBERT: no token types, no pooler, LayerNorm eps fixed at 1e-12 in its code.
-    config_fixed={"type_vocab_size": 0, "use_pooler": False, "pair_head": None,
-                  "layer_norm_eps": 1e-12, "position_scheme": "absolute",
-                  "classifier_pooling": "first_token_dense",
-                  "choice_pooling": "first_token_dense", "classifier_activation": "relu"},
+    config_fixed={
+        "type_vocab_size": 0,
+        "use_pooler": False,
+        "pair_head": None,
+        "layer_norm_eps": 1e-12,
+        "position_scheme": "absolute",
+        "classifier_pooling": "first_token_dense",
+        "choice_pooling": "first_token_dense",
+        "classifier_activation": "relu",
+    },
     config_required={"sinusoidal_pos_embds": False},
 )
 
@@ -245,8 +298,12 @@ ALBERT = FamilyMap(
         "embeddings.position_ids": None,  # buffer
         "embeddings.token_type_ids": None,  # buffer
         **_wb("encoder.embedding_hidden_mapping_in", "encoder.embeddings.projection"),
-        **_qkv(f"{_ALBERT_LAYER}.attention.query", f"{_ALBERT_LAYER}.attention.key",
-               f"{_ALBERT_LAYER}.attention.value", "encoder.layers.{i}.attention.qkv"),
+        **_qkv(
+            f"{_ALBERT_LAYER}.attention.query",
+            f"{_ALBERT_LAYER}.attention.key",
+            f"{_ALBERT_LAYER}.attention.value",
+            "encoder.layers.{i}.attention.qkv",
+        ),
         **_wb(f"{_ALBERT_LAYER}.attention.dense", "encoder.layers.{i}.attention.out"),
         **_wb(f"{_ALBERT_LAYER}.attention.LayerNorm", "encoder.layers.{i}.attention_norm"),
         **_wb(f"{_ALBERT_LAYER}.ffn", "encoder.layers.{i}.ffn.up"),
@@ -264,15 +321,23 @@ ALBERT = FamilyMap(
         },
         "pair": _wb("sop_classifier.classifier", "pair_head.classifier"),
         # Albert*: pooled [CLS] → dropout → classifier, as BERT
-        **task_heads(classify={"classifier": "task_head.out"},
-                     choice={"classifier": "task_head.out"}),
+        **task_heads(
+            classify={"classifier": "task_head.out"}, choice={"classifier": "task_head.out"}
+        ),
     },
-    architectures={"": "AlbertModel", "mlm": "AlbertForMaskedLM",
-                   "mlm+pair": "AlbertForPreTraining", **task_architectures("Albert")},
-    config_fields={**{k: v for k, v in _BERT_CONFIG.items() if k != "classifier_dropout"},
-                   "classifier_dropout_prob": "classifier_dropout",  # AlbertConfig's name
-                   "embedding_size": "embedding_size",
-                   "num_hidden_groups": "num_hidden_groups", "inner_group_num": "inner_group_num"},
+    architectures={
+        "": "AlbertModel",
+        "mlm": "AlbertForMaskedLM",
+        "mlm+pair": "AlbertForPreTraining",
+        **task_architectures("Albert"),
+    },
+    config_fields={
+        **{k: v for k, v in _BERT_CONFIG.items() if k != "classifier_dropout"},
+        "classifier_dropout_prob": "classifier_dropout",  # AlbertConfig's name
+        "embedding_size": "embedding_size",
+        "num_hidden_groups": "num_hidden_groups",
+        "inner_group_num": "inner_group_num",
+    },
     # ALBERT pretrains with sentence-order prediction (Lan et al. 2020 §4.1).
     config_fixed={"position_scheme": "absolute", "pair_head": "sop"},
     config_required={"position_embedding_type": "absolute"},
@@ -292,8 +357,9 @@ DEBERTA = FamilyMap(
         **_wb("embeddings.LayerNorm", "encoder.embeddings.norm"),
         "embeddings.position_ids": None,  # buffer
         "encoder.rel_embeddings.weight": "encoder.attention_inputs.embeddings.weight",
-        "encoder.layers.{i}.attention.qkv.weight": Join((f"{_DL}.self.in_proj.weight",),
-                                                        "heads_interleaved"),
+        "encoder.layers.{i}.attention.qkv.weight": Join(
+            (f"{_DL}.self.in_proj.weight",), "heads_interleaved"
+        ),
         f"{_DL}.self.q_bias": "encoder.layers.{i}.attention.q_bias",
         f"{_DL}.self.v_bias": "encoder.layers.{i}.attention.v_bias",
         f"{_DL}.self.pos_proj.weight": "encoder.layers.{i}.attention.pos_key.weight",
@@ -319,24 +385,38 @@ DEBERTA = FamilyMap(
         # DebertaForSequenceClassification: ContextPooler (`pooler.dense` on the first token,
         # pooler_hidden_act) → dropout → classifier. transformers has no DeBERTa (v1) multiple-
         # choice class: our choice head (first token, like classify) trains but cannot be saved.
-        **{name: table for name, table in task_heads(
-            classify={"pooler.dense": "task_head.dense", "classifier": "task_head.out"},
-            choice={}).items() if name != "choice"},
+        **{
+            name: table
+            for name, table in task_heads(
+                classify={"pooler.dense": "task_head.dense", "classifier": "task_head.out"},
+                choice={},
+            ).items()
+            if name != "choice"
+        },
     },
-    architectures={"": "DebertaModel", "mlm": "DebertaForMaskedLM",
-                   **{k: v for k, v in task_architectures("Deberta").items() if k != "choice"}},
-    config_fields={**{k: v for k, v in _BERT_CONFIG.items() if k != "classifier_dropout"},
-                   "cls_dropout": "classifier_dropout",  # DebertaConfig's name
-                   "pooler_hidden_act": "classifier_activation",
-                   "relative_attention": "relative_attention",
-                   "max_relative_positions": "max_relative_positions",
-                   "pos_att_type": "pos_att_type",
-                   "position_biased_input": "position_biased_input",
-                   "emd_layers": "emd_layers"},
-    config_fixed={"attention_kind": "disentangled", "position_scheme": "absolute",
-                  "use_pooler": False, "pair_head": None,
-                  "classifier_pooling": "first_token_dense",
-                  "choice_pooling": "first_token_dense"},
+    architectures={
+        "": "DebertaModel",
+        "mlm": "DebertaForMaskedLM",
+        **{k: v for k, v in task_architectures("Deberta").items() if k != "choice"},
+    },
+    config_fields={
+        **{k: v for k, v in _BERT_CONFIG.items() if k != "classifier_dropout"},
+        "cls_dropout": "classifier_dropout",  # DebertaConfig's name
+        "pooler_hidden_act": "classifier_activation",
+        "relative_attention": "relative_attention",
+        "max_relative_positions": "max_relative_positions",
+        "pos_att_type": "pos_att_type",
+        "position_biased_input": "position_biased_input",
+        "emd_layers": "emd_layers",
+    },
+    config_fixed={
+        "attention_kind": "disentangled",
+        "position_scheme": "absolute",
+        "use_pooler": False,
+        "pair_head": None,
+        "classifier_pooling": "first_token_dense",
+        "choice_pooling": "first_token_dense",
+    },
     optional=("encoder.embeddings.position.weight",),
     config_written={"legacy": False},
     config_defaults={"classifier_activation": "gelu"},  # DebertaConfig.pooler_hidden_act
@@ -350,35 +430,65 @@ LONGFORMER = FamilyMap(
     base_prefix="longformer.",
     trunk={
         **{k: v for k, v in _BERT_TRUNK.items() if ".attention.qkv." not in k},
-        **_qkv(f"{_LF_SELF}.query", f"{_LF_SELF}.key", f"{_LF_SELF}.value",
-               "encoder.layers.{i}.attention.qkv"),
+        **_qkv(
+            f"{_LF_SELF}.query",
+            f"{_LF_SELF}.key",
+            f"{_LF_SELF}.value",
+            "encoder.layers.{i}.attention.qkv",
+        ),
         **_wb(f"{_LF_SELF}.query_global", "encoder.layers.{i}.attention.query_global"),
         "encoder.layers.{i}.attention.kv_global.weight": Join(
-            (f"{_LF_SELF}.key_global.weight", f"{_LF_SELF}.value_global.weight")),
+            (f"{_LF_SELF}.key_global.weight", f"{_LF_SELF}.value_global.weight")
+        ),
         "encoder.layers.{i}.attention.kv_global.bias": Join(
-            (f"{_LF_SELF}.key_global.bias", f"{_LF_SELF}.value_global.bias")),
+            (f"{_LF_SELF}.key_global.bias", f"{_LF_SELF}.value_global.bias")
+        ),
     },
     pooler=_BERT_POOLER,
     # lm_head.* and the task heads as in RoBERTa (LongformerClassificationHead: first token →
     # dense → tanh → out_proj; multiple choice: pooled output → classifier). Default global
     # attention of the task heads: Model.forward, heads/global_attention.py.
     heads=ROBERTA.heads,
-    architectures={"": "LongformerModel", "mlm": "LongformerForMaskedLM",
-                   **task_architectures("Longformer")},
-    config_fields={**_BERT_CONFIG, "attention_window": "attention_window",
-                   "sep_token_id": "sep_token_id"},
-    config_fixed={"position_scheme": "absolute_from_padding", "pair_head": None,
-                  "attention_kind": "windowed", "classifier_pooling": "first_token_dense",
-                  "choice_pooling": "pooler", "classifier_activation": "tanh"},
+    architectures={
+        "": "LongformerModel",
+        "mlm": "LongformerForMaskedLM",
+        **task_architectures("Longformer"),
+    },
+    config_fields={
+        **_BERT_CONFIG,
+        "attention_window": "attention_window",
+        "sep_token_id": "sep_token_id",
+    },
+    config_fixed={
+        "position_scheme": "absolute_from_padding",
+        "pair_head": None,
+        "attention_kind": "windowed",
+        "classifier_pooling": "first_token_dense",
+        "choice_pooling": "pooler",
+        "classifier_activation": "tanh",
+    },
     config_defaults={"sep_token_id": 2},  # LongformerConfig's default
 )
 
-FAMILIES: dict[str, FamilyMap] = {m.model_type: m for m in (BERT, ROBERTA, DISTILBERT, ALBERT,
-                                                             DEBERTA, LONGFORMER)}
+FAMILIES: dict[str, FamilyMap] = {
+    m.model_type: m for m in (BERT, ROBERTA, DISTILBERT, ALBERT, DEBERTA, LONGFORMER)
+}
 
 # Hugging Face activation names → ours, and back.
-HF_ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh",
-                  "gelu_fast": "gelu_tanh", "quick_gelu": "gelu_sigmoid", "relu": "relu",
-                  "silu": "silu", "swish": "silu"}
-OUR_ACTIVATIONS_TO_HF = {"gelu": "gelu", "gelu_tanh": "gelu_new", "gelu_sigmoid": "quick_gelu",
-                         "relu": "relu", "silu": "silu"}
+HF_ACTIVATIONS = {
+    "gelu": "gelu",
+    "gelu_new": "gelu_tanh",
+    "gelu_pytorch_tanh": "gelu_tanh",
+    "gelu_fast": "gelu_tanh",
+    "quick_gelu": "gelu_sigmoid",
+    "relu": "relu",
+    "silu": "silu",
+    "swish": "silu",
+}
+OUR_ACTIVATIONS_TO_HF = {
+    "gelu": "gelu",
+    "gelu_tanh": "gelu_new",
+    "gelu_sigmoid": "quick_gelu",
+    "relu": "relu",
+    "silu": "silu",
+}

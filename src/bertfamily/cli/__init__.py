@@ -13,14 +13,19 @@ import typer
 
 from . import convert, inspect, models, tokenizer, train
 
-app = typer.Typer(help="The BERT family of encoders from one code path.", no_args_is_help=True,
-                  pretty_exceptions_enable=False)
+app = typer.Typer(
+    help="The BERT family of encoders from one code path.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
 
 
 @app.callback()
 def _main(verbose: bool = typer.Option(False, "--verbose", "-v", help="Log at INFO level.")):
-    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
-                        format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.INFO if verbose else logging.WARNING,
+        format="%(levelname)s %(name)s: %(message)s",
+    )
 
 
 for _area in (models, tokenizer, train, inspect, convert):

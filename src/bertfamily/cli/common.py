@@ -8,7 +8,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import typer
 from rich.console import Console
@@ -71,13 +71,19 @@ def torch_dtype(name: str):
     if name not in DTYPES:
         raise typer.BadParameter(f"dtype must be one of {sorted(DTYPES)}")
     if name == "bf16" and not bf16_supported():
-        err.print("[yellow]warning:[/] this CPU has no native bf16 matrix units; bf16 will run "
-                  "but may be slower than fp32")
+        err.print(
+            "[yellow]warning:[/] this CPU has no native bf16 matrix units; bf16 will run "
+            "but may be slower than fp32"
+        )
     return getattr(torch, DTYPES[name])
 
 
-def model_overrides(layers: Optional[int], hidden: Optional[int], heads: Optional[int],
-                    dropout: Optional[float] = None) -> dict[str, Any]:
+def model_overrides(
+    layers: int | None,
+    hidden: int | None,
+    heads: int | None,
+    dropout: float | None = None,
+) -> dict[str, Any]:
     """`EncoderConfig` overrides from --layers / --hidden (FFN = 4H) / --heads / --dropout."""
     overrides: dict[str, Any] = {}
     if layers:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -15,20 +14,22 @@ commands = typer.Typer()
 
 @commands.command()
 @handle_errors
-def params(model: str = typer.Argument(..., help="Preset name or model directory."),
-           vocab_size: Optional[int] = typer.Option(None, "--vocab-size",
-                                                    help="Override V (e.g. 21128)."),
-           head: list[str] = typer.Option([], "--head", help="Head to include (mlm, nsp, "
-                                          "sop, ...); repeat for several."),
-           condition_size: Optional[int] = typer.Option(
-               None, "--condition-size", help="Conditional LayerNorm condition size C."),
-           json_out: bool = typer.Option(False, "--json", help="Print JSON.")):
+def params(
+    model: str = typer.Argument(..., help="Preset name or model directory."),
+    vocab_size: int | None = typer.Option(None, "--vocab-size", help="Override V (e.g. 21128)."),
+    head: list[str] = typer.Option(
+        [], "--head", help="Head to include (mlm, nsp, sop, ...); repeat for several."
+    ),
+    condition_size: int | None = typer.Option(
+        None, "--condition-size", help="Conditional LayerNorm condition size C."
+    ),
+    json_out: bool = typer.Option(False, "--json", help="Print JSON."),
+):
     """Every component with output shape and parameter count, block subtotals, total."""
     from ..inspect.params import parameter_table
     from ..inspect.render import params_rich
 
-    table = parameter_table(model, heads=head, vocab_size=vocab_size,
-                            condition_size=condition_size)
+    table = parameter_table(model, heads=head, vocab_size=vocab_size, condition_size=condition_size)
     if json_out:
         console.print_json(json.dumps(table.to_dict()))
     else:
@@ -37,12 +38,14 @@ def params(model: str = typer.Argument(..., help="Preset name or model directory
 
 @commands.command()
 @handle_errors
-def dataflow(model: str = typer.Argument(..., help="Preset name or model directory."),
-             batch: Optional[int] = typer.Option(None, "--batch", min=1, help="B."),
-             seq_len: Optional[int] = typer.Option(None, "--seq-len", min=1, help="T."),
-             head: list[str] = typer.Option([], "--head", help="Head to include."),
-             compare: bool = typer.Option(True, help="Mark differences from bert-base."),
-             json_out: bool = typer.Option(False, "--json", help="Print JSON.")):
+def dataflow(
+    model: str = typer.Argument(..., help="Preset name or model directory."),
+    batch: int | None = typer.Option(None, "--batch", min=1, help="B."),
+    seq_len: int | None = typer.Option(None, "--seq-len", min=1, help="T."),
+    head: list[str] = typer.Option([], "--head", help="Head to include."),
+    compare: bool = typer.Option(True, help="Mark differences from bert-base."),
+    json_out: bool = typer.Option(False, "--json", help="Print JSON."),
+):
     """The traced dataflow of one forward pass with every shape."""
     from ..inspect.compare import REFERENCE, diff_traces
     from ..inspect.render import dataflow_rich, legend_text
@@ -51,8 +54,13 @@ def dataflow(model: str = typer.Argument(..., help="Preset name or model directo
     tr = trace(model, heads=head, batch=batch, seq_len=seq_len)
     diff = None
     if compare and tr.name != REFERENCE:
-        ref = trace(REFERENCE, heads=head, batch=tr.symbols["B"], seq_len=tr.symbols["T"],
-                    vocab_size=tr.config.vocab_size)
+        ref = trace(
+            REFERENCE,
+            heads=head,
+            batch=tr.symbols["B"],
+            seq_len=tr.symbols["T"],
+            vocab_size=tr.config.vocab_size,
+        )
         diff = diff_traces(ref, tr)
     if json_out:
         out = tr.to_dict()
@@ -82,10 +90,13 @@ def models(fmt: str = typer.Option("table", "--format", help="table, markdown, c
 
 @commands.command()
 @handle_errors
-def explore(names: list[str] = typer.Argument(None, help="Models (default: the ten)."),
-            output: Path = typer.Option(..., "--output", "-o", help="HTML file to write."),
-            vocab_size: Optional[int] = typer.Option(None, "--vocab-size",
-                                                     help="Override V for every model.")):
+def explore(
+    names: list[str] = typer.Argument(None, help="Models (default: the ten)."),
+    output: Path = typer.Option(..., "--output", "-o", help="HTML file to write."),
+    vocab_size: int | None = typer.Option(
+        None, "--vocab-size", help="Override V for every model."
+    ),
+):
     """Write the side-by-side explorer page (one self-contained HTML file)."""
     from ..inspect.explore import write_page
 
@@ -95,12 +106,15 @@ def explore(names: list[str] = typer.Argument(None, help="Models (default: the t
 
 @commands.command()
 @handle_errors
-def attention(text: str = typer.Argument(..., help="Text to run."),
-              output: Path = typer.Option(..., "--output", "-o", help="PNG file to write."),
-              model: Optional[str] = typer.Option(None, help="Model directory or resource "
-                                                  "(default: all-MiniLM-L6-v2)."),
-              layer: int = typer.Option(-1, help="Layer (negative: from the end)."),
-              head: int = typer.Option(0, help="Head index.")):
+def attention(
+    text: str = typer.Argument(..., help="Text to run."),
+    output: Path = typer.Option(..., "--output", "-o", help="PNG file to write."),
+    model: str | None = typer.Option(
+        None, help="Model directory or resource (default: all-MiniLM-L6-v2)."
+    ),
+    layer: int = typer.Option(-1, help="Layer (negative: from the end)."),
+    head: int = typer.Option(0, help="Head index."),
+):
     """Attention-weight heatmap of one layer and head, with token labels."""
     from ..inspect.attention_plot import attention_heatmap
 

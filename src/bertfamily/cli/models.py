@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Optional
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -15,7 +14,7 @@ from .common import console, err, handle_errors, read_lines, torch_dtype
 commands = typer.Typer()
 
 
-def _embedder(model: Optional[str], dtype: str):
+def _embedder(model: str | None, dtype: str):
     from ..fetch import resolve_model
     from ..pipelines.embed import SentenceEmbedder
 
@@ -25,19 +24,24 @@ def _embedder(model: Optional[str], dtype: str):
 def _encode_with_progress(embedder, texts: list[str], batch_size: int):
     if len(texts) < 4 * batch_size:
         return embedder.encode(texts, batch_size=batch_size)
-    with Progress(TextColumn("embedding"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=err) as bar:
+    with Progress(
+        TextColumn("embedding"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=err
+    ) as bar:
         task = bar.add_task("embed", total=len(texts))
-        return embedder.encode(texts, batch_size=batch_size,
-                               progress=lambda n: bar.advance(task, n))
+        return embedder.encode(
+            texts, batch_size=batch_size, progress=lambda n: bar.advance(task, n)
+        )
 
 
 @commands.command()
 @handle_errors
-def fetch(name: list[str] = typer.Argument(None, help="Resources to fetch (default: the "
-                                             "default model). See --list."),
-          list_: bool = typer.Option(False, "--list", help="List the known resources."),
-          force: bool = typer.Option(False, help="Download again even if cached.")):
+def fetch(
+    name: list[str] = typer.Argument(
+        None, help="Resources to fetch (default: the default model). See --list."
+    ),
+    list_: bool = typer.Option(False, "--list", help="List the known resources."),
+    force: bool = typer.Option(False, help="Download again even if cached."),
+):
     """Download a registered resource (weights, corpora) into the cache, sha256-checked."""
     from .. import fetch as f
 
@@ -54,15 +58,21 @@ def fetch(name: list[str] = typer.Argument(None, help="Resources to fetch (defau
 
 @commands.command()
 @handle_errors
-def embed(sentences: list[str] = typer.Argument(None, help="Sentences to embed."),
-          input: Optional[Path] = typer.Option(None, "--input", "-i",
-                                               help="Text file, one sentence per line."),
-          output: Optional[Path] = typer.Option(None, "--output", "-o",
-                                                help="Write embeddings to .npy or .jsonl."),
-          model: Optional[str] = typer.Option(None, help="Model directory or resource name "
-                                              "(default: all-MiniLM-L6-v2, fetched on first use)."),
-          batch_size: int = typer.Option(32, min=1),
-          dtype: str = typer.Option("fp32", help="fp32 or bf16.")):
+def embed(
+    sentences: list[str] = typer.Argument(None, help="Sentences to embed."),
+    input: Path | None = typer.Option(
+        None, "--input", "-i", help="Text file, one sentence per line."
+    ),
+    output: Path | None = typer.Option(
+        None, "--output", "-o", help="Write embeddings to .npy or .jsonl."
+    ),
+    model: str | None = typer.Option(
+        None,
+        help="Model directory or resource name (default: all-MiniLM-L6-v2, fetched on first use).",
+    ),
+    batch_size: int = typer.Option(32, min=1),
+    dtype: str = typer.Option("fp32", help="fp32 or bf16."),
+):
     """Sentence embeddings; prints the cosine-similarity matrix (or writes --output)."""
     import numpy as np
 
@@ -78,21 +88,25 @@ def embed(sentences: list[str] = typer.Argument(None, help="Sentences to embed."
     vectors = _encode_with_progress(embedder, texts, batch_size)
     if output is not None:
         if output.suffix == ".npy":
+
             def save(tmp: Path) -> None:
                 with open(tmp, "wb") as fh:
                     np.save(fh, vectors)
 
             atomic_write(output, save)
         else:
-            body = "".join(json.dumps({"text": t, "embedding": v.tolist()}) + "\n"
-                           for t, v in zip(texts, vectors))
+            body = "".join(
+                json.dumps({"text": t, "embedding": v.tolist()}) + "\n"
+                for t, v in zip(texts, vectors)
+            )
             atomic_write(output, lambda tmp: tmp.write_text(body, encoding="utf-8"))
         console.print(f"wrote {len(texts)} × {vectors.shape[1]} embeddings to {output}")
         return
     sims = cosine_matrix(vectors, vectors)
     if len(texts) > 12:
-        console.print(f"{len(texts)} embeddings of dimension {vectors.shape[1]}; use --output to "
-                      "save them")
+        console.print(
+            f"{len(texts)} embeddings of dimension {vectors.shape[1]}; use --output to save them"
+        )
         return
     table = Table(title=f"cosine similarity ({embedder.path.name}, dim {vectors.shape[1]})")
     table.add_column("#")
@@ -106,20 +120,21 @@ def embed(sentences: list[str] = typer.Argument(None, help="Sentences to embed."
 
 @commands.command()
 @handle_errors
-def search(query: list[str] = typer.Argument(..., help="One or more queries."),
-           corpus: Path = typer.Option(..., help="Text file, one document per line."),
-           top_k: int = typer.Option(5, "--top-k", "-k", min=1),
-           model: Optional[str] = typer.Option(None, help="Model directory or resource name."),
-           batch_size: int = typer.Option(32, min=1),
-           dtype: str = typer.Option("fp32", help="fp32 or bf16.")):
+def search(
+    query: list[str] = typer.Argument(..., help="One or more queries."),
+    corpus: Path = typer.Option(..., help="Text file, one document per line."),
+    top_k: int = typer.Option(5, "--top-k", "-k", min=1),
+    model: str | None = typer.Option(None, help="Model directory or resource name."),
+    batch_size: int = typer.Option(32, min=1),
+    dtype: str = typer.Option("fp32", help="fp32 or bf16."),
+):
     """Semantic search: the corpus lines closest to each query."""
     from ..pipelines.embed import semantic_search
 
     docs = read_lines(corpus)
     embedder = _embedder(model, dtype)
     corpus_vectors = _encode_with_progress(embedder, docs, batch_size)
-    results = semantic_search(embedder, query, docs, top_k=top_k,
-                              corpus_embeddings=corpus_vectors)
+    results = semantic_search(embedder, query, docs, top_k=top_k, corpus_embeddings=corpus_vectors)
     for q, hits in zip(query, results):
         table = Table("rank", "score", "line", "text", title=f"query: {q}")
         for rank, h in enumerate(hits, 1):
@@ -129,17 +144,24 @@ def search(query: list[str] = typer.Argument(..., help="One or more queries."),
 
 @commands.command("fill-mask")
 @handle_errors
-def fill_mask(text: list[str] = typer.Argument(..., help="Texts with [MASK] or <mask>."),
-              model: Path = typer.Option(..., help="Model directory with an MLM head."),
-              top_k: int = typer.Option(5, "--top-k", "-k", min=1)):
+def fill_mask(
+    text: list[str] = typer.Argument(..., help="Texts with [MASK] or <mask>."),
+    model: Path = typer.Option(..., help="Model directory with an MLM head."),
+    top_k: int = typer.Option(5, "--top-k", "-k", min=1),
+):
     """The most likely tokens at each mask."""
     from ..pipelines.fill_mask import FillMask
 
     pipe = FillMask(model)
     for t in text:
         for m, preds in enumerate(pipe(t, top_k=top_k)):
-            table = Table("rank", "token", "score", "sequence",
-                          title=f"{t}" + (f" (mask {m + 1})" if m else ""))
+            table = Table(
+                "rank",
+                "token",
+                "score",
+                "sequence",
+                title=f"{t}" + (f" (mask {m + 1})" if m else ""),
+            )
             for r, p in enumerate(preds, 1):
                 table.add_row(str(r), p.token, f"{p.score:.4f}", p.sequence)
             console.print(table)

@@ -13,7 +13,7 @@ import functools
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Optional, get_type_hints
+from typing import Any, get_type_hints
 
 import typer
 
@@ -24,15 +24,15 @@ class TrainOptions:
 
     batch_size: int = 32
     grad_accum: int = 1
-    max_steps: Optional[int] = 10000
-    max_time: Optional[float] = None
+    max_steps: int | None = 10000
+    max_time: float | None = None
     lr: float = 1e-3
-    warmup: Optional[float] = 0.05
+    warmup: float | None = 0.05
     schedule: str = "linear"
     weight_decay: float = 0.01
-    eval_every: Optional[int] = 500
+    eval_every: int | None = 500
     save_every: int = 500
-    log_every: Optional[int] = 50
+    log_every: int | None = 50
     bf16: bool = False
     seed: int = 0
     resume: bool = False
@@ -41,13 +41,24 @@ class TrainOptions:
 
     def train_config_fields(self) -> dict[str, Any]:
         """The `train.loop.TrainConfig` fields these options set (None values left out)."""
-        fields = dict(batch_size=self.batch_size, grad_accum_steps=self.grad_accum,
-                      max_steps=self.max_steps, max_time_s=self.max_time,
-                      learning_rate=self.lr, warmup_ratio=self.warmup, schedule=self.schedule,
-                      weight_decay=self.weight_decay, eval_every=self.eval_every,
-                      save_every=self.save_every, log_every=self.log_every, bf16=self.bf16,
-                      seed=self.seed, resume=self.resume, device=self.device,
-                      progress=not self.no_progress)
+        fields = dict(
+            batch_size=self.batch_size,
+            grad_accum_steps=self.grad_accum,
+            max_steps=self.max_steps,
+            max_time_s=self.max_time,
+            learning_rate=self.lr,
+            warmup_ratio=self.warmup,
+            schedule=self.schedule,
+            weight_decay=self.weight_decay,
+            eval_every=self.eval_every,
+            save_every=self.save_every,
+            log_every=self.log_every,
+            bf16=self.bf16,
+            seed=self.seed,
+            resume=self.resume,
+            device=self.device,
+            progress=not self.no_progress,
+        )
         return {k: v for k, v in fields.items() if v is not None}
 
 
@@ -61,8 +72,13 @@ _OPTIONS: dict[str, tuple[tuple[str, ...], dict[str, Any]]] = {
     "warmup": ((), dict(help="Warm-up ratio.")),
     "schedule": ((), dict(help="linear | inverse_sqrt | constant")),
     "weight_decay": ((), dict(help="AdamW weight decay.")),
-    "eval_every": ((), dict(help="Evaluate every N steps (0: only at the end; finetune: "
-                                    "default once per epoch with --eval).")),
+    "eval_every": (
+        (),
+        dict(
+            help="Evaluate every N steps (0: only at the end; finetune: "
+            "default once per epoch with --eval)."
+        ),
+    ),
     "save_every": ((), dict(help="Checkpoint every N steps (0: at the end).")),
     "log_every": ((), dict(help="Log every N steps (finetune: default a tenth of the run).")),
     "bf16": ((), dict(help="Autocast forward passes to bfloat16.")),
@@ -88,9 +104,15 @@ def training_options(**defaults: Any) -> Callable[[Callable[..., Any]], Callable
         signature = inspect.signature(func, eval_str=True)
         if "training" not in signature.parameters:
             raise TypeError(f"{func.__name__} has no `training: TrainOptions` parameter")
-        shared = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=_TYPES[name],
-                                    default=typer.Option(getattr(base, name), *decls, **kw))
-                  for name, (decls, kw) in _OPTIONS.items()]
+        shared = [
+            inspect.Parameter(
+                name,
+                inspect.Parameter.KEYWORD_ONLY,
+                annotation=_TYPES[name],
+                default=typer.Option(getattr(base, name), *decls, **kw),
+            )
+            for name, (decls, kw) in _OPTIONS.items()
+        ]
         params: list[inspect.Parameter] = []
         for p in signature.parameters.values():
             if p.name == "training":

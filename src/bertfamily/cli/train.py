@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -15,8 +14,9 @@ from .common import console, handle_errors, model_overrides
 from .options import TrainOptions, training_options
 
 commands = typer.Typer()
-distill_group = typer.Typer(help="Knowledge distillation (DistilBERT, TinyBERT).",
-                            invoke_without_command=True)
+distill_group = typer.Typer(
+    help="Knowledge distillation (DistilBERT, TinyBERT).", invoke_without_command=True
+)
 commands.add_typer(distill_group, name="distill")
 
 TASK_HELP = "classify | pair | ner | qa | choice"
@@ -34,79 +34,97 @@ def _print_summary_on_main_rank(summary: dict, keys: tuple[str, ...], device: st
 @handle_errors
 @training_options()
 def pretrain(
-        corpus: list[Path] = typer.Argument(..., help="Corpus files (.txt / .jsonl / dataset "
-                                            "dir)."),
-        output: Path = typer.Option(..., "--output", "-o"),
-        tokenizer: Optional[Path] = typer.Option(None, help="Tokenizer directory."),
-        preset: str = typer.Option("bert-tiny", help="Preset for a model from scratch."),
-        init_from: Optional[str] = typer.Option(None, help="Continue pretraining this model "
-                                                "directory or resource (fresh heads if absent)."),
-        objectives: Optional[str] = typer.Option(None, help="e.g. mlm,nsp | mlm,sop | mlm | "
-                                                 "mlm,sbo (default: the preset's)."),
-        masking: Optional[str] = typer.Option(None, help="token | whole_word | ngram | entity | "
-                                              "span (default: the preset's, else token)"),
-        mlm_probability: float = typer.Option(0.15),
-        max_predictions: Optional[int] = typer.Option(None, help="Cap per sequence."),
-        static_copies: int = typer.Option(0, help="0: dynamic masking; k: k static maskings."),
-        max_length: int = typer.Option(128, min=5),
-        layers: Optional[int] = typer.Option(None, help="Override num_hidden_layers."),
-        hidden: Optional[int] = typer.Option(None, help="Override hidden_size (FFN = 4H)."),
-        heads: Optional[int] = typer.Option(None, help="Override num_attention_heads."),
-        dropout: Optional[float] = typer.Option(None, help="Override hidden and attention "
-                                                "dropout."),
-        training: TrainOptions = None,
-        split_sentences: bool = typer.Option(False, help="Split lines with pysbd."),
-        chinese_words: bool = typer.Option(False, help="Whole words from jieba.")):
+    corpus: list[Path] = typer.Argument(..., help="Corpus files (.txt / .jsonl / dataset dir)."),
+    output: Path = typer.Option(..., "--output", "-o"),
+    tokenizer: Path | None = typer.Option(None, help="Tokenizer directory."),
+    preset: str = typer.Option("bert-tiny", help="Preset for a model from scratch."),
+    init_from: str | None = typer.Option(
+        None, help="Continue pretraining this model directory or resource (fresh heads if absent)."
+    ),
+    objectives: str | None = typer.Option(
+        None, help="e.g. mlm,nsp | mlm,sop | mlm | mlm,sbo (default: the preset's)."
+    ),
+    masking: str | None = typer.Option(
+        None, help="token | whole_word | ngram | entity | span (default: the preset's, else token)"
+    ),
+    mlm_probability: float = typer.Option(0.15),
+    max_predictions: int | None = typer.Option(None, help="Cap per sequence."),
+    static_copies: int = typer.Option(0, help="0: dynamic masking; k: k static maskings."),
+    max_length: int = typer.Option(128, min=5),
+    layers: int | None = typer.Option(None, help="Override num_hidden_layers."),
+    hidden: int | None = typer.Option(None, help="Override hidden_size (FFN = 4H)."),
+    heads: int | None = typer.Option(None, help="Override num_attention_heads."),
+    dropout: float | None = typer.Option(None, help="Override hidden and attention dropout."),
+    training: TrainOptions = None,
+    split_sentences: bool = typer.Option(False, help="Split lines with pysbd."),
+    chinese_words: bool = typer.Option(False, help="Whole words from jieba."),
+):
     """Pretrain (or continue pretraining) with MLM (+ NSP / SOP / SBO). Runs under torchrun."""
     from ..fetch import resolve_model
     from ..objectives.masking import MaskingConfig
+    from ..recipes.pretrain import PretrainConfig
+    from ..recipes.pretrain import pretrain as run
     from ..train.loop import TrainConfig
-    from ..recipes.pretrain import PretrainConfig, pretrain as run
 
     custom_masking = masking or mlm_probability != 0.15 or max_predictions
     cfg = PretrainConfig(
-        corpus=corpus, tokenizer=tokenizer, preset=preset,
+        corpus=corpus,
+        tokenizer=tokenizer,
+        preset=preset,
         overrides=model_overrides(layers, hidden, heads, dropout),
         init_from=resolve_model(init_from) if init_from else None,
         objectives=objectives.split(",") if objectives else None,
-        masking=MaskingConfig(strategy=masking or "token", mlm_probability=mlm_probability,
-                              max_predictions=max_predictions) if custom_masking else None,
-        static_copies=static_copies, max_length=max_length,
-        split_sentences=split_sentences, chinese_words=chinese_words)
-    summary = run(cfg, TrainConfig(output_dir=output, metric_for_best="loss",
-                                   **training.train_config_fields()))
-    _print_summary_on_main_rank(summary, ("step", "stopped", "elapsed_s", "eval"),
-                                training.device)
+        masking=MaskingConfig(
+            strategy=masking or "token",
+            mlm_probability=mlm_probability,
+            max_predictions=max_predictions,
+        )
+        if custom_masking
+        else None,
+        static_copies=static_copies,
+        max_length=max_length,
+        split_sentences=split_sentences,
+        chinese_words=chinese_words,
+    )
+    summary = run(
+        cfg,
+        TrainConfig(output_dir=output, metric_for_best="loss", **training.train_config_fields()),
+    )
+    _print_summary_on_main_rank(summary, ("step", "stopped", "elapsed_s", "eval"), training.device)
 
 
 @distill_group.callback()
 @handle_errors
 @training_options(lr=5e-4)
 def distill(
-        ctx: typer.Context,
-        method: Optional[str] = typer.Option(None, help="distilbert | tinybert | tinybert-task"),
-        teacher: Optional[str] = typer.Option(None, help="Teacher model directory or resource."),
-        student: str = typer.Option("tinybert-4l", help="Student preset name or directory "
-                                    "(tinybert-task: also teacher layers to copy, e.g. 1,3)."),
-        corpus: Optional[list[Path]] = typer.Option(None, help="Corpus file(s); repeatable."),
-        output: Optional[Path] = typer.Option(None, "--output", "-o"),
-        layers: Optional[int] = typer.Option(None, help="Preset student: num_hidden_layers."),
-        hidden: Optional[int] = typer.Option(None, help="Preset student: hidden_size (FFN 4H)."),
-        heads: Optional[int] = typer.Option(None, help="Preset student: attention heads."),
-        projection: bool = typer.Option(False, help="Learn a student→teacher projection."),
-        temperature: Optional[float] = typer.Option(
-            None, help="Soft-target temperature (default: distilbert 2, tinybert-task 1)."),
-        alpha_ce: float = typer.Option(5.0),
-        alpha_mlm: float = typer.Option(2.0),
-        alpha_cos: float = typer.Option(1.0),
-        max_length: int = typer.Option(128, min=5),
-        training: TrainOptions = None,
-        train: Optional[Path] = typer.Option(
-            None, help="tinybert-task: classification CSV/TSV/JSONL."),
-        text_column: str = typer.Option("text", help="tinybert-task: text column."),
-        label_column: str = typer.Option("label", help="tinybert-task: label column."),
-        intermediate_steps: int = typer.Option(100, min=0, help="tinybert-task: stage 1."),
-        prediction_steps: int = typer.Option(100, min=0, help="tinybert-task: stage 2.")):
+    ctx: typer.Context,
+    method: str | None = typer.Option(None, help="distilbert | tinybert | tinybert-task"),
+    teacher: str | None = typer.Option(None, help="Teacher model directory or resource."),
+    student: str = typer.Option(
+        "tinybert-4l",
+        help="Student preset name or directory "
+        "(tinybert-task: also teacher layers to copy, e.g. 1,3).",
+    ),
+    corpus: list[Path] | None = typer.Option(None, help="Corpus file(s); repeatable."),
+    output: Path | None = typer.Option(None, "--output", "-o"),
+    layers: int | None = typer.Option(None, help="Preset student: num_hidden_layers."),
+    hidden: int | None = typer.Option(None, help="Preset student: hidden_size (FFN 4H)."),
+    heads: int | None = typer.Option(None, help="Preset student: attention heads."),
+    projection: bool = typer.Option(False, help="Learn a student→teacher projection."),
+    temperature: float | None = typer.Option(
+        None, help="Soft-target temperature (default: distilbert 2, tinybert-task 1)."
+    ),
+    alpha_ce: float = typer.Option(5.0),
+    alpha_mlm: float = typer.Option(2.0),
+    alpha_cos: float = typer.Option(1.0),
+    max_length: int = typer.Option(128, min=5),
+    training: TrainOptions = None,
+    train: Path | None = typer.Option(None, help="tinybert-task: classification CSV/TSV/JSONL."),
+    text_column: str = typer.Option("text", help="tinybert-task: text column."),
+    label_column: str = typer.Option("label", help="tinybert-task: label column."),
+    intermediate_steps: int = typer.Option(100, min=0, help="tinybert-task: stage 1."),
+    prediction_steps: int = typer.Option(100, min=0, help="tinybert-task: stage 2."),
+):
     """Distil a teacher into a student (DistilBERT or TinyBERT general distillation).
     Runs under torchrun; `distill init` builds a layer-copied student."""
     if ctx.invoked_subcommand is not None:
@@ -121,95 +139,137 @@ def distill(
         from ..recipes.distill import TaskDistillConfig, distill_task
         from ..train.loop import TrainConfig
 
-        stage_fields = {k: v for k, v in fields.items()
-                        if k not in ("max_steps", "eval_every", "save_every")}
+        stage_fields = {
+            k: v for k, v in fields.items() if k not in ("max_steps", "eval_every", "save_every")
+        }
         cfg = TaskDistillConfig(
-            resolve_model(teacher), train,
+            resolve_model(teacher),
+            train,
             student=[int(x) for x in student.split(",")]
-            if student.replace(",", "").isdigit() else student,
-            student_overrides=overrides, intermediate_steps=intermediate_steps,
-            prediction_steps=prediction_steps, text_column=text_column,
-            label_column=label_column, max_length=max_length,
-            temperature=1.0 if temperature is None else temperature, projection=projection)
+            if student.replace(",", "").isdigit()
+            else student,
+            student_overrides=overrides,
+            intermediate_steps=intermediate_steps,
+            prediction_steps=prediction_steps,
+            text_column=text_column,
+            label_column=label_column,
+            max_length=max_length,
+            temperature=1.0 if temperature is None else temperature,
+            projection=projection,
+        )
         res = distill_task(cfg, TrainConfig(output_dir=output, **stage_fields))
         console.print_json(data={k: res[k] for k in ("labels", "parameters")})
         return
     if not (method and teacher and corpus and output):
         raise ValueError("distill needs --method, --teacher, --corpus and --output")
-    from ..recipes.distill import DistillConfig, distill as run
+    from ..recipes.distill import DistillConfig
+    from ..recipes.distill import distill as run
     from ..train.loop import TrainConfig
 
-    cfg = DistillConfig(teacher=resolve_model(teacher), method=method, corpus=corpus,
-                        student=student, student_overrides=overrides, projection=projection,
-                        temperature=2.0 if temperature is None else temperature,
-                        alpha_ce=alpha_ce, alpha_mlm=alpha_mlm, alpha_cos=alpha_cos,
-                        max_length=max_length)
+    cfg = DistillConfig(
+        teacher=resolve_model(teacher),
+        method=method,
+        corpus=corpus,
+        student=student,
+        student_overrides=overrides,
+        projection=projection,
+        temperature=2.0 if temperature is None else temperature,
+        alpha_ce=alpha_ce,
+        alpha_mlm=alpha_mlm,
+        alpha_cos=alpha_cos,
+        max_length=max_length,
+    )
     summary = run(cfg, TrainConfig(output_dir=output, **fields))
-    _print_summary_on_main_rank(summary, ("step", "stopped", "elapsed_s", "train", "eval"),
-                                training.device)
+    _print_summary_on_main_rank(
+        summary, ("step", "stopped", "elapsed_s", "train", "eval"), training.device
+    )
 
 
 @distill_group.command("init")
 @handle_errors
 def distill_init(
-        teacher: str = typer.Option(..., help="Teacher model directory or resource."),
-        layers: str = typer.Option(..., help="Teacher layers to copy, 0-based: e.g. 0,2,4."),
-        output: Path = typer.Option(..., "--output", "-o"),
-        student_preset: Optional[str] = typer.Option(
-            None, help="Structure (token types, pooler, model type) from this preset."),
-        fold_token_types: bool = typer.Option(
-            True, help="Fold the teacher's segment row 0 into positions when dropped.")):
+    teacher: str = typer.Option(..., help="Teacher model directory or resource."),
+    layers: str = typer.Option(..., help="Teacher layers to copy, 0-based: e.g. 0,2,4."),
+    output: Path = typer.Option(..., "--output", "-o"),
+    student_preset: str | None = typer.Option(
+        None, help="Structure (token types, pooler, model type) from this preset."
+    ),
+    fold_token_types: bool = typer.Option(
+        True, help="Fold the teacher's segment row 0 into positions when dropped."
+    ),
+):
     """A student initialised from chosen teacher layers (DistilBERT-style)."""
-    from ..recipes.distill import init_student
     from ..fetch import resolve_model
     from ..pretrained import from_pretrained
+    from ..recipes.distill import init_student
     from ..tokenization import load_tokenizer
 
     path = resolve_model(teacher)
     chosen = [int(x) for x in layers.split(",") if x.strip()]
-    student = init_student(from_pretrained(path), chosen, preset=student_preset,
-                           fold_token_types=fold_token_types)
+    student = init_student(
+        from_pretrained(path), chosen, preset=student_preset, fold_token_types=fold_token_types
+    )
     student.save_pretrained(output)
     load_tokenizer(path).save_pretrained(output)
-    console.print(f"{student.config.num_hidden_layers}-layer student from teacher layers "
-                  f"{chosen} ({student.num_parameters():,} parameters) -> {output}")
+    console.print(
+        f"{student.config.num_hidden_layers}-layer student from teacher layers "
+        f"{chosen} ({student.num_parameters():,} parameters) -> {output}"
+    )
 
 
 @commands.command()
 @handle_errors
-@training_options(max_steps=None, lr=5e-5, warmup=0.1, eval_every=None, save_every=0,
-                  log_every=None)
-def finetune(task: str = typer.Option(..., help=TASK_HELP),
-             model: Optional[str] = typer.Option(None, help="Pretrained model directory or "
-                                                 "resource (default all-MiniLM-L6-v2)."),
-             train: Path = typer.Option(..., help="Training file (CSV/TSV/JSONL, CoNLL, "
-                                        "SQuAD JSON)."),
-             eval: Optional[Path] = typer.Option(None, help="Evaluation file: best "
-                                                 "checkpoint, early stopping, metrics."),
-             output: Path = typer.Option(Path("runs/finetune"), "--output", "-o"),
-             text_column: str = "text", text_pair_column: Optional[str] = None,
-             label_column: str = "label",
-             max_length: int = typer.Option(128, min=8),
-             epochs: float = typer.Option(3.0, min=0.01, help="Passes over the data (when "
-                                          "--max-steps is not given)."),
-             training: TrainOptions = None,
-             patience: Optional[int] = typer.Option(None, min=1,
-                                                    help="Early-stopping patience (evals)."),
-             regression: bool = False,
-             null_threshold: Optional[float] = None):
+@training_options(
+    max_steps=None, lr=5e-5, warmup=0.1, eval_every=None, save_every=0, log_every=None
+)
+def finetune(
+    task: str = typer.Option(..., help=TASK_HELP),
+    model: str | None = typer.Option(
+        None, help="Pretrained model directory or resource (default all-MiniLM-L6-v2)."
+    ),
+    train: Path = typer.Option(..., help="Training file (CSV/TSV/JSONL, CoNLL, SQuAD JSON)."),
+    eval: Path | None = typer.Option(
+        None, help="Evaluation file: best checkpoint, early stopping, metrics."
+    ),
+    output: Path = typer.Option(Path("runs/finetune"), "--output", "-o"),
+    text_column: str = "text",
+    text_pair_column: str | None = None,
+    label_column: str = "label",
+    max_length: int = typer.Option(128, min=8),
+    epochs: float = typer.Option(
+        3.0, min=0.01, help="Passes over the data (when --max-steps is not given)."
+    ),
+    training: TrainOptions = None,
+    patience: int | None = typer.Option(None, min=1, help="Early-stopping patience (evals)."),
+    regression: bool = False,
+    null_threshold: float | None = None,
+):
     """Fine-tune an encoder on a task; writes metrics.jsonl, best/, model/, confusion PNG."""
     from ..fetch import resolve_model
-    from ..recipes.finetune import FinetuneConfig, finetune as run
+    from ..recipes.finetune import FinetuneConfig
+    from ..recipes.finetune import finetune as run
     from ..tasks.encode import TaskOptions
     from ..train.loop import TrainConfig
 
     # log_every 0: a tenth of the run (see `recipes.finetune.finetune`)
     fields = {"log_every": 0, **training.train_config_fields()}
-    data = TaskOptions(text_column=text_column, text_pair_column=text_pair_column,
-                       label_column=label_column, max_length=max_length, regression=regression,
-                       null_threshold=null_threshold)
-    cfg = FinetuneConfig(task, resolve_model(model), train, eval, data,
-                         epochs=None if "max_steps" in fields else epochs, patience=patience)
+    data = TaskOptions(
+        text_column=text_column,
+        text_pair_column=text_pair_column,
+        label_column=label_column,
+        max_length=max_length,
+        regression=regression,
+        null_threshold=null_threshold,
+    )
+    cfg = FinetuneConfig(
+        task,
+        resolve_model(model),
+        train,
+        eval,
+        data,
+        epochs=None if "max_steps" in fields else epochs,
+        patience=patience,
+    )
     res = run(cfg, TrainConfig(output_dir=output, **fields))
     console.print_json(json.dumps({k: res.get(k) for k in ("eval", "labels", "seconds")}))
     console.print(f"model: {output / ('best' if eval else 'model')}")
@@ -217,26 +277,35 @@ def finetune(task: str = typer.Option(..., help=TASK_HELP),
 
 @commands.command()
 @handle_errors
-def predict(task: str = typer.Option(..., help=TASK_HELP),
-            model: Path = typer.Option(..., help="A fine-tuned model directory."),
-            input: Path = typer.Option(..., "--input", "-i", help="Data file."),
-            output: Optional[Path] = typer.Option(None, "--output", "-o",
-                                                  help="Write predictions as JSONL."),
-            labelled: bool = typer.Option(False, help="The file has labels: also print "
-                                          "metrics."),
-            text_column: str = "text", text_pair_column: Optional[str] = None,
-            label_column: str = "label", max_length: int = typer.Option(128, min=8),
-            null_threshold: Optional[float] = None):
+def predict(
+    task: str = typer.Option(..., help=TASK_HELP),
+    model: Path = typer.Option(..., help="A fine-tuned model directory."),
+    input: Path = typer.Option(..., "--input", "-i", help="Data file."),
+    output: Path | None = typer.Option(
+        None, "--output", "-o", help="Write predictions as JSONL."
+    ),
+    labelled: bool = typer.Option(False, help="The file has labels: also print metrics."),
+    text_column: str = "text",
+    text_pair_column: str | None = None,
+    label_column: str = "label",
+    max_length: int = typer.Option(128, min=8),
+    null_threshold: float | None = None,
+):
     """Predictions of a fine-tuned model on a file (JSONL to --output or the screen)."""
     from ..files import atomic_write
     from ..recipes.finetune import predict as run
     from ..tasks.encode import TaskOptions
 
-    opts = TaskOptions(text_column=text_column, text_pair_column=text_pair_column,
-                       label_column=label_column, max_length=max_length,
-                       null_threshold=null_threshold)
-    preds, metrics = run(task, model, input, opts,
-                         labelled=labelled or task in ("ner", "qa", "choice"))
+    opts = TaskOptions(
+        text_column=text_column,
+        text_pair_column=text_pair_column,
+        label_column=label_column,
+        max_length=max_length,
+        null_threshold=null_threshold,
+    )
+    preds, metrics = run(
+        task, model, input, opts, labelled=labelled or task in ("ner", "qa", "choice")
+    )
     body = "".join(json.dumps(p, ensure_ascii=False) + "\n" for p in preds)
     if output is not None:
         atomic_write(output, lambda tmp: tmp.write_text(body, encoding="utf-8"))

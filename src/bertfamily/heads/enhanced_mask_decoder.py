@@ -39,8 +39,12 @@ class EnhancedMaskDecoder(nn.Module):
         self.num_steps = num_steps
         self._shared = (position, layer)  # a tuple: not registered as submodules
 
-    def forward(self, hidden_states: tuple[torch.Tensor, ...], ctx: AttentionContext,
-                position_ids: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self,
+        hidden_states: tuple[torch.Tensor, ...],
+        ctx: AttentionContext,
+        position_ids: torch.Tensor,
+    ) -> torch.Tensor:
         """Decode.
 
         Args:

@@ -37,17 +37,25 @@ class TaskGlobalAttention:
     task: str
     sep_token_id: int | None
 
-    def __call__(self, input_ids: torch.Tensor,
-                 attention_mask: torch.Tensor | None) -> dict[str, torch.Tensor]:
+    def __call__(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None
+    ) -> dict[str, torch.Tensor]:
         if attention_mask is not None and tuple(attention_mask.shape) != tuple(input_ids.shape):
             return {}
-        return {"global_attention_mask": default_global_attention_mask(
-            input_ids, self.task, sep_token_id=self.sep_token_id, attention_mask=attention_mask)}
+        return {
+            "global_attention_mask": default_global_attention_mask(
+                input_ids, self.task, sep_token_id=self.sep_token_id, attention_mask=attention_mask
+            )
+        }
 
 
-def default_global_attention_mask(input_ids: torch.Tensor, task: str, *,
-                                  sep_token_id: int | None = None,
-                                  attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+def default_global_attention_mask(
+    input_ids: torch.Tensor,
+    task: str,
+    *,
+    sep_token_id: int | None = None,
+    attention_mask: torch.Tensor | None = None,
+) -> torch.Tensor:
     """The global attention mask a task head uses when the caller gives none.
 
     Args:
@@ -81,8 +89,10 @@ def default_global_attention_mask(input_ids: torch.Tensor, task: str, *,
         real = torch.ones(B, T, dtype=torch.bool, device=input_ids.device)
     else:
         if tuple(attention_mask.shape) != (B, T):
-            raise ValueError(f"attention_mask has shape {tuple(attention_mask.shape)}; "
-                             f"expected {(B, T)} like input_ids")
+            raise ValueError(
+                f"attention_mask has shape {tuple(attention_mask.shape)}; "
+                f"expected {(B, T)} like input_ids"
+            )
         real = attention_mask.bool()
     positions = torch.arange(T, device=input_ids.device)[None, :].expand(B, T)
     if task == "classification":
@@ -90,15 +100,19 @@ def default_global_attention_mask(input_ids: torch.Tensor, task: str, *,
         first = real.int().argmax(dim=1, keepdim=True)  # (B, 1)
         return ((positions == first) & real).long()
     if sep_token_id is None:
-        raise ValueError(f"task {task!r} needs sep_token_id to find where the question ends "
-                         f"(EncoderConfig.sep_token_id, config.json's sep_token_id)")
+        raise ValueError(
+            f"task {task!r} needs sep_token_id to find where the question ends "
+            f"(EncoderConfig.sep_token_id, config.json's sep_token_id)"
+        )
     is_sep = (input_ids == sep_token_id) & real
     has_sep = is_sep.any(dim=1)
     if not bool(has_sep.all()):
         rows = torch.nonzero(~has_sep).flatten().tolist()
-        raise ValueError(f"rows {rows} hold no separator (sep_token_id={sep_token_id}); "
-                         f"expected <s> question </s></s> context </s>, or pass "
-                         f"global_attention_mask explicitly")
+        raise ValueError(
+            f"rows {rows} hold no separator (sep_token_id={sep_token_id}); "
+            f"expected <s> question </s></s> context </s>, or pass "
+            f"global_attention_mask explicitly"
+        )
     question_end = is_sep.int().argmax(dim=1, keepdim=True)  # first separator, (B, 1)
     if task == "choice":  # skip the separator pair after the question
         return ((positions > question_end + 1) & real).long()

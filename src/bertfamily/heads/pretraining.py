@@ -23,8 +23,14 @@ class MaskedLMHead(nn.Module):
         decoder_weight_owner: the token embedding module whose ``weight`` (V, E) is the decoder.
     """
 
-    def __init__(self, hidden_size: int, embedding_size: int, act: nn.Module, norm: nn.Module,
-                 decoder_weight_owner: nn.Embedding) -> None:
+    def __init__(
+        self,
+        hidden_size: int,
+        embedding_size: int,
+        act: nn.Module,
+        norm: nn.Module,
+        decoder_weight_owner: nn.Embedding,
+    ) -> None:
         super().__init__()
         self.dense = nn.Linear(hidden_size, embedding_size)
         self.act = act

@@ -25,9 +25,17 @@ class SpanBoundaryHead(nn.Module):
         decoder_weight_owner: the token embedding whose (V, E) weight is the decoder.
     """
 
-    def __init__(self, hidden_size: int, embedding_size: int, position_size: int,
-                 max_positions: int, act: nn.Module, norm1: nn.Module, norm2: nn.Module,
-                 decoder_weight_owner: nn.Embedding) -> None:
+    def __init__(
+        self,
+        hidden_size: int,
+        embedding_size: int,
+        position_size: int,
+        max_positions: int,
+        act: nn.Module,
+        norm1: nn.Module,
+        norm2: nn.Module,
+        decoder_weight_owner: nn.Embedding,
+    ) -> None:
         super().__init__()
         self.max_positions = max_positions
         self.position = nn.Embedding(max_positions, position_size)
@@ -39,13 +47,20 @@ class SpanBoundaryHead(nn.Module):
         self.bias = nn.Parameter(torch.zeros(decoder_weight_owner.num_embeddings))
         self._embedding = [decoder_weight_owner]  # tied, not a parameter of this head
 
-    def forward(self, hidden: torch.Tensor, batch_index: torch.Tensor, left: torch.Tensor,
-                right: torch.Tensor, relative: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self,
+        hidden: torch.Tensor,
+        batch_index: torch.Tensor,
+        left: torch.Tensor,
+        right: torch.Tensor,
+        relative: torch.Tensor,
+    ) -> torch.Tensor:
         """hidden (B, T, H) float; batch_index, left, right, relative (M,) int64 (row, left
         boundary position s-1, right boundary position e+1, i - s) → logits (M, V)."""
         rel = relative.clamp(0, self.max_positions - 1)
-        h0 = torch.cat([hidden[batch_index, left], hidden[batch_index, right],
-                        self.position(rel)], dim=-1)  # (M, 2H + P)
+        h0 = torch.cat(
+            [hidden[batch_index, left], hidden[batch_index, right], self.position(rel)], dim=-1
+        )  # (M, 2H + P)
         h1 = self.norm1(self.act(self.dense1(h0)))  # (M, H)
         y = self.norm2(self.act(self.dense2(h1)))  # (M, E)
         return F.linear(y, self._embedding[0].weight, self.bias)  # (M, V)

@@ -38,8 +38,14 @@ class SequenceHead(nn.Module):
         dropout: dropout probability before ``dense`` and before ``out``.
     """
 
-    def __init__(self, hidden_size: int, num_outputs: int, pooling: str,
-                 act: nn.Module | None, dropout: float) -> None:
+    def __init__(
+        self,
+        hidden_size: int,
+        num_outputs: int,
+        pooling: str,
+        act: nn.Module | None,
+        dropout: float,
+    ) -> None:
         super().__init__()
         if pooling not in POOLINGS:
             raise ValueError(f"pooling {pooling!r} is not one of {POOLINGS}")
@@ -54,8 +60,10 @@ class SequenceHead(nn.Module):
         """hidden (B, T, H), pooled (B, H) or None → (B, C) float."""
         if self.pooling == "pooler":
             if pooled is None:
-                raise ValueError("this head classifies from the pooled output, but the encoder "
-                                 "has no pooler (use_pooler=False)")
+                raise ValueError(
+                    "this head classifies from the pooled output, but the encoder "
+                    "has no pooler (use_pooler=False)"
+                )
             x = pooled  # (B, H)
         else:
             x = self.act(self.dense(self.dropout(hidden[:, 0])))  # (B, H)
@@ -104,15 +112,20 @@ def token_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     """Cross-entropy over tokens; positions labelled ``IGNORE_INDEX`` (-100) carry no loss.
 
     logits (B, T, C) float; labels (B, T) int64."""
-    return F.cross_entropy(logits.flatten(0, 1), labels.flatten().long(),
-                           ignore_index=IGNORE_INDEX)
+    return F.cross_entropy(logits.flatten(0, 1), labels.flatten().long(), ignore_index=IGNORE_INDEX)
 
 
-def span_loss(start_logits: torch.Tensor, end_logits: torch.Tensor,
-              start_positions: torch.Tensor, end_positions: torch.Tensor) -> torch.Tensor:
+def span_loss(
+    start_logits: torch.Tensor,
+    end_logits: torch.Tensor,
+    start_positions: torch.Tensor,
+    end_positions: torch.Tensor,
+) -> torch.Tensor:
     """Mean of the start and end cross-entropies (Devlin et al. 2019 §4.2).
 
     start_logits/end_logits (B, T) float; positions (B,) int64 token indices (0 = [CLS], the
     no-answer position of SQuAD 2.0)."""
-    return (F.cross_entropy(start_logits, start_positions.long()) +
-            F.cross_entropy(end_logits, end_positions.long())) / 2
+    return (
+        F.cross_entropy(start_logits, start_positions.long())
+        + F.cross_entropy(end_logits, end_positions.long())
+    ) / 2

@@ -23,8 +23,9 @@ def figure_pixels(num_tokens: int) -> tuple[int, int]:
     return side, side
 
 
-def attention_weights(text: str, model: str | Path | None = None, *, layer: int = -1,
-                      head: int = 0) -> tuple[list[str], torch.Tensor]:
+def attention_weights(
+    text: str, model: str | Path | None = None, *, layer: int = -1, head: int = 0
+) -> tuple[list[str], torch.Tensor]:
     """Tokens and one head's attention probabilities for ``text``.
 
     Args:
@@ -45,11 +46,12 @@ def attention_weights(text: str, model: str | Path | None = None, *, layer: int 
     return tokens, probs
 
 
-def _attention(text: str, model: str | Path | None, layer: int,
-               head: int) -> tuple[list[str], torch.Tensor, bool]:
+def _attention(
+    text: str, model: str | Path | None, layer: int, head: int
+) -> tuple[list[str], torch.Tensor, bool]:
     """`attention_weights` plus whether the probabilities are a band (windowed attention)."""
-    from ..pretrained import from_pretrained
     from ..fetch import resolve_model
+    from ..pretrained import from_pretrained
     from ..tokenization import load_tokenizer
 
     if not text.strip():
@@ -74,8 +76,10 @@ def pick_head(attentions: tuple[torch.Tensor, ...], layer: int, head: int) -> to
     """
     L = len(attentions)
     if not -L <= layer < L:
-        raise ValueError(f"layer {layer} is out of range: the model has {L} layers "
-                         f"(0..{L - 1}, or negative from the end)")
+        raise ValueError(
+            f"layer {layer} is out of range: the model has {L} layers "
+            f"(0..{L - 1}, or negative from the end)"
+        )
     probs = attentions[layer]  # (B, N, T, S)
     N = probs.shape[1]
     if not 0 <= head < N:
@@ -83,8 +87,14 @@ def pick_head(attentions: tuple[torch.Tensor, ...], layer: int, head: int) -> to
     return probs[:, head].float()
 
 
-def plot_attention(tokens: list[str], probs: torch.Tensor, output: str | Path, *,
-                   title: str = "", band: bool | None = None) -> Path:
+def plot_attention(
+    tokens: list[str],
+    probs: torch.Tensor,
+    output: str | Path,
+    *,
+    title: str = "",
+    band: bool | None = None,
+) -> Path:
     """Write a heatmap of ``probs`` (T, S) with token labels to ``output`` (PNG, atomically).
     The image is `figure_pixels(T)` in size. ``band``: the columns are the 2W + 1 key offsets
     −W..W of windowed attention (default: when S ≠ T).
@@ -134,11 +144,18 @@ def plot_attention(tokens: list[str], probs: torch.Tensor, output: str | Path, *
     return output
 
 
-def attention_heatmap(text: str, output: str | Path, model: str | Path | None = None, *,
-                      layer: int = -1, head: int = 0) -> Path:
+def attention_heatmap(
+    text: str,
+    output: str | Path,
+    model: str | Path | None = None,
+    *,
+    layer: int = -1,
+    head: int = 0,
+) -> Path:
     """`attention_weights` then `plot_attention`; returns the PNG path."""
     tokens, probs, band = _attention(text, model, layer, head)
     name = Path(str(model)).name if model else "all-MiniLM-L6-v2"
     kind = f", band of {probs.shape[1]} keys" if band else ""
-    return plot_attention(tokens, probs, output, title=f"{name}: layer {layer}, head {head}{kind}",
-                          band=band)
+    return plot_attention(
+        tokens, probs, output, title=f"{name}: layer {layer}, head {head}{kind}", band=band
+    )

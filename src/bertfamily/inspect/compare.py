@@ -27,16 +27,21 @@ STRUCTURAL_SIZES = ("Dh",)
 DESCRIPTIONS: dict[str, dict[str, str]] = {
     "bert-base": {"pretraining": "MLM + NSP", "tasks": "general NLU, QA, classification"},
     "bert-large": {"pretraining": "MLM + NSP", "tasks": "high-accuracy NLU"},
-    "roberta-base": {"pretraining": "MLM, dynamic masking, no NSP",
-                     "tasks": "general NLU, robust"},
+    "roberta-base": {"pretraining": "MLM, dynamic masking, no NSP", "tasks": "general NLU, robust"},
     "albert-base": {"pretraining": "MLM + SOP", "tasks": "parameter-efficient NLU"},
-    "distilbert-base": {"pretraining": "distillation (soft CE + MLM + cosine)",
-                        "tasks": "fast, light inference"},
+    "distilbert-base": {
+        "pretraining": "distillation (soft CE + MLM + cosine)",
+        "tasks": "fast, light inference",
+    },
     "spanbert-base": {"pretraining": "span MLM + SBO, no NSP", "tasks": "QA, coreference"},
-    "deberta-base": {"pretraining": "MLM (+ enhanced mask decoder)",
-                     "tasks": "SuperGLUE-level NLU"},
-    "longformer-base": {"pretraining": "MLM (continued from RoBERTa)",
-                        "tasks": "long-document QA and classification"},
+    "deberta-base": {
+        "pretraining": "MLM (+ enhanced mask decoder)",
+        "tasks": "SuperGLUE-level NLU",
+    },
+    "longformer-base": {
+        "pretraining": "MLM (continued from RoBERTa)",
+        "tasks": "long-document QA and classification",
+    },
     "tinybert-4l": {"pretraining": "two-stage distillation", "tasks": "on-device NLU"},
     "bert-tiny": {"pretraining": "MLM + NSP (direct pretraining)", "tasks": "edge deployment"},
 }
@@ -70,10 +75,16 @@ class TraceDiff:
     notes: list[str]
 
     def to_dict(self) -> dict[str, Any]:
-        return {"reference": self.reference, "notes": self.notes,
-                "missing": [s.key for s in self.missing],
-                "steps": {k: {"structural": d.structural, "sizes": d.sizes}
-                          for k, d in self.steps.items() if d.structural or d.sizes}}
+        return {
+            "reference": self.reference,
+            "notes": self.notes,
+            "missing": [s.key for s in self.missing],
+            "steps": {
+                k: {"structural": d.structural, "sizes": d.sizes}
+                for k, d in self.steps.items()
+                if d.structural or d.sizes
+            },
+        }
 
 
 def _symbols_used(step: Step) -> set[str]:
@@ -101,11 +112,13 @@ def diff_traces(ref: Trace, other: Trace) -> TraceDiff:
                 # windowed attention, a conditional norm): what it computes is the difference.
                 d.structural.append(f"{step.kind}: {step.operation}")
             if step.output_symbols != r.output_symbols:
-                d.structural.append(f"output {', '.join(step.output_symbols)} vs "
-                                    f"{', '.join(r.output_symbols)}")
+                d.structural.append(
+                    f"output {', '.join(step.output_symbols)} vs {', '.join(r.output_symbols)}"
+                )
             elif step.input_symbols != r.input_symbols:
-                d.structural.append(f"input {', '.join(step.input_symbols)} vs "
-                                    f"{', '.join(r.input_symbols)}")
+                d.structural.append(
+                    f"input {', '.join(step.input_symbols)} vs {', '.join(r.input_symbols)}"
+                )
             if step.shared != r.shared:
                 d.structural.append(step.note or "shared weights")
             for sym in sorted(_symbols_used(step) - {"B", "T"}):
@@ -134,8 +147,22 @@ def config_notes(config: EncoderConfig, ref: EncoderConfig | None = None) -> lis
 
 
 # ----------------------------------------------------------------------------------------------
-COLUMNS = ["model", "layers", "hidden", "heads", "d_k", "ffn", "vocab", "segments",
-           "positions", "special", "parameters", "published", "pretraining", "tasks"]
+COLUMNS = [
+    "model",
+    "layers",
+    "hidden",
+    "heads",
+    "d_k",
+    "ffn",
+    "vocab",
+    "segments",
+    "positions",
+    "special",
+    "parameters",
+    "published",
+    "pretraining",
+    "tasks",
+]
 
 
 def _positions(c: EncoderConfig) -> str:
@@ -163,17 +190,27 @@ def comparison_rows(names: list[str] | None = None) -> list[dict[str, Any]]:
     for name in names or FAMILY:
         desc = DESCRIPTIONS.get(name, {})
         row: dict[str, Any] = {k: None for k in COLUMNS}
-        row.update(model=name, published=PUBLISHED_PARAMETERS.get(name),
-                   pretraining=desc.get("pretraining", ""), tasks=desc.get("tasks", ""))
+        row.update(
+            model=name,
+            published=PUBLISHED_PARAMETERS.get(name),
+            pretraining=desc.get("pretraining", ""),
+            tasks=desc.get("tasks", ""),
+        )
         if name not in PRESETS:
             raise KeyError(f"unknown model {name!r}; known: {', '.join(PRESETS)}")
         c = EncoderConfig.from_preset(name)
-        row.update(layers=c.num_hidden_layers, hidden=c.hidden_size,
-                   heads=c.num_attention_heads, d_k=c.head_dim,
-                   ffn=f"{c.hidden_size}→{c.intermediate_size}→{c.hidden_size}",
-                   vocab=c.vocab_size, segments=_segments(c), positions=_positions(c),
-                   special="; ".join(config_notes(c, None)) or "reference design, post-LN",
-                   parameters=meta_model(c).num_parameters())
+        row.update(
+            layers=c.num_hidden_layers,
+            hidden=c.hidden_size,
+            heads=c.num_attention_heads,
+            d_k=c.head_dim,
+            ffn=f"{c.hidden_size}→{c.intermediate_size}→{c.hidden_size}",
+            vocab=c.vocab_size,
+            segments=_segments(c),
+            positions=_positions(c),
+            special="; ".join(config_notes(c, None)) or "reference design, post-LN",
+            parameters=meta_model(c).num_parameters(),
+        )
         rows.append(row)
     return rows
 

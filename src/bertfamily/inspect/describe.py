@@ -15,28 +15,39 @@ from ..config import EncoderConfig
 ATTENTION_FORMULAS: dict[str, str] = {
     "full": "softmax(QKᵀ/√Dh + mask)·V per head, heads concatenated, ·W_O",
     "disentangled": "three score terms c2c + c2p + p2c: "
-                    "softmax((Q_c·K_cᵀ + Q_c·K_rᵀ + K_c·Q_rᵀ)/√(3Dh) + mask)·V",
+    "softmax((Q_c·K_cᵀ + Q_c·K_rᵀ + K_c·Q_rᵀ)/√(3Dh) + mask)·V",
     "windowed": "band of 2W+1 keys around each token (scores (B, N, T, 2W+1)) + global rows "
-                "that attend to all T with their own Q/K/V",
+    "that attend to all T with their own Q/K/V",
 }
 
 # Short notes on what a config field changes, shown with the steps that differ from BERT-base.
 FIELD_NOTES: dict[str, Any] = {
-    "embedding_size": lambda c: (f"factorised embedding: lookups in E={c.embedding_size}, "
-                                 f"then E→H={c.hidden_size} projection"
-                                 if c.embedding_size != c.hidden_size else ""),
-    "num_hidden_groups": lambda c: (f"{c.num_hidden_layers} layer steps share "
-                                    f"{c.num_unique_layers} unique layer(s)"
-                                    if c.num_unique_layers < c.num_hidden_layers else ""),
-    "attention_kind": lambda c: ("" if c.attention_kind == "full" else
-                                 f"{c.attention_kind} attention: "
-                                 f"{ATTENTION_FORMULAS.get(c.attention_kind, '')}"),
+    "embedding_size": lambda c: (
+        f"factorised embedding: lookups in E={c.embedding_size}, "
+        f"then E→H={c.hidden_size} projection"
+        if c.embedding_size != c.hidden_size
+        else ""
+    ),
+    "num_hidden_groups": lambda c: (
+        f"{c.num_hidden_layers} layer steps share {c.num_unique_layers} unique layer(s)"
+        if c.num_unique_layers < c.num_hidden_layers
+        else ""
+    ),
+    "attention_kind": lambda c: (
+        ""
+        if c.attention_kind == "full"
+        else f"{c.attention_kind} attention: {ATTENTION_FORMULAS.get(c.attention_kind, '')}"
+    ),
     "use_pooler": lambda c: "" if c.use_pooler else "no pooler: the [CLS] state is used as is",
-    "type_vocab_size": lambda c: {0: "no segment embedding",
-                                  1: "one-row segment table: a constant vector, no segment ids"
-                                  }.get(c.type_vocab_size, ""),
-    "position_scheme": lambda c: ("positions start at pad_token_id + 1 and skip padding"
-                                  if c.position_scheme == "absolute_from_padding" else ""),
+    "type_vocab_size": lambda c: {
+        0: "no segment embedding",
+        1: "one-row segment table: a constant vector, no segment ids",
+    }.get(c.type_vocab_size, ""),
+    "position_scheme": lambda c: (
+        "positions start at pad_token_id + 1 and skip padding"
+        if c.position_scheme == "absolute_from_padding"
+        else ""
+    ),
     "head_dim": lambda c: f"head dimension Dh = {c.head_dim}" if c.head_dim != 64 else "",
 }
 
@@ -75,11 +86,11 @@ def describe_module(module: nn.Module, config: EncoderConfig) -> tuple[str, str]
         "MaskedLMHead": "dense H→E, activation, LayerNorm, ·E_tokᵀ (tied) + bias",
         "PairHead": "pooled·Wᵀ + b → 2 classes (NSP / SOP)",
         "GlobalAttentionInputs": "global_attention_mask → positions of the G global tokens, "
-                                 "once for all layers",
+        "once for all layers",
         "RelativePositionEmbeddings": "relative position table P: one row per distance "
-                                      "i − j, shared by all layers",
+        "i − j, shared by all layers",
         "EnhancedMaskDecoder": "re-applies the last layer with absolute positions added to "
-                               "its queries (He et al. 2021 §3.3)",
+        "its queries (He et al. 2021 §3.3)",
     }.get(kind)
     if text is not None:
         if kind == "Embeddings" and config.embedding_size != config.hidden_size:
@@ -95,15 +106,27 @@ def _doc(module: nn.Module) -> str:
     return doc.rstrip(".")
 
 
-def describe_op(name: str, in_sym: list[str], out_sym: list[str], args: tuple,
-                config: EncoderConfig) -> str:
+def describe_op(
+    name: str, in_sym: list[str], out_sym: list[str], args: tuple, config: EncoderConfig
+) -> str:
     """Text of a traced tensor operation inside a composite, from its name and shapes."""
     out = out_sym[0] if out_sym else ""
     if name == "unbind":
-        return f"split into {len(out_sym)} per-head tensors (Q, K, V)" if len(out_sym) == 3 else \
-            f"split into {len(out_sym)} tensors"
-    if name in ("view", "reshape", "permute", "transpose", "flatten", "unflatten", "split",
-                "chunk"):
+        return (
+            f"split into {len(out_sym)} per-head tensors (Q, K, V)"
+            if len(out_sym) == 3
+            else f"split into {len(out_sym)} tensors"
+        )
+    if name in (
+        "view",
+        "reshape",
+        "permute",
+        "transpose",
+        "flatten",
+        "unflatten",
+        "split",
+        "chunk",
+    ):
         return "concatenate heads" if out.count(",") == 2 else "split into heads"
     first_in = in_sym[0] if in_sym else ""
     if name in ("matmul", "bmm", "baddbmm", "einsum"):
@@ -120,8 +143,10 @@ def describe_op(name: str, in_sym: list[str], out_sym: list[str], args: tuple,
             return "band probs·V: weighted sum of the window's values"
         # Disentangled attention (DeBERTa): relative-position products.
         if out.endswith("2T-1)"):
-            return ("position term: content against the relative table, one column per "
-                    "distance i − j (read as (T, T) through a strided view)")
+            return (
+                "position term: content against the relative table, one column per "
+                "distance i − j (read as (T, T) through a strided view)"
+            )
         if out.endswith("T, T)"):
             return "scores: Q·Kᵀ (scaled by 1/√Dh, mask added)"
         if out.endswith("T, Dh)"):

@@ -41,9 +41,13 @@ def align(traces: list[Trace]) -> list[Step]:
     return merged
 
 
-def collect(names: list[str] | None = None, *, vocab_size: int | None = None,
-            batch: int | None = None, seq_len: int | None = None
-            ) -> tuple[list[str], dict[str, Trace], dict[str, TraceDiff]]:
+def collect(
+    names: list[str] | None = None,
+    *,
+    vocab_size: int | None = None,
+    batch: int | None = None,
+    seq_len: int | None = None,
+) -> tuple[list[str], dict[str, Trace], dict[str, TraceDiff]]:
     """Trace every available model of ``names`` (default: the ten) and diff it with BERT-base.
 
     Returns:
@@ -76,16 +80,24 @@ def collect(names: list[str] | None = None, *, vocab_size: int | None = None,
     return names, traces, diffs
 
 
-def build_page(names: list[str] | None = None, *, vocab_size: int | None = None,
-               batch: int | None = None, seq_len: int | None = None) -> str:
+def build_page(
+    names: list[str] | None = None,
+    *,
+    vocab_size: int | None = None,
+    batch: int | None = None,
+    seq_len: int | None = None,
+) -> str:
     """The explorer page as an HTML string (see module docstring)."""
     names, traces, diffs = collect(names, vocab_size=vocab_size, batch=batch, seq_len=seq_len)
     shown = [traces[n] for n in names if n in traces]
     order = [traces[REFERENCE]] if REFERENCE in traces else []
     rows = align(order + [t for t in shown if t.name != REFERENCE])
     rows = [r for r in rows if any(r.key in t.by_key() for t in shown)] if shown else []
-    totals = {n: meta_model(traces[n].config, default_heads(traces[n].config)).num_parameters(
-        heads=True) for n in names if n in traces}
+    totals = {
+        n: meta_model(traces[n].config, default_heads(traces[n].config)).num_parameters(heads=True)
+        for n in names
+        if n in traces
+    }
     comparison = comparison_rows([n for n in names if n in FAMILY] or None)
     return _render(names, traces, diffs, rows, totals, comparison)
 
@@ -132,12 +144,14 @@ def _cell(name: str, tr: Trace, diff: TraceDiff | None, row: Step) -> str:
     if s.note:
         extra.append(f'<span class="note">{_e(s.note)}</span>')
     why = "; ".join((d.structural + d.sizes) if d else [])
-    return (f'<td class="{" ".join(cls)}" data-model="{_e(name)}" data-key="{_e(s.key)}" '
-            f'title="{_e(why)}">{mark}<div class="lbl">{_e(s.label)}</div>'
-            f'<div class="opn">{_e(s.operation)}</div>'
-            f'<div class="io">{_e(ins)}{" → " if ins else ""}<span class="shape">{_e(outs)}'
-            f'</span></div><div class="numbers">{_e(nums)}</div>'
-            f'{"".join(extra)}{f"<div class=why>{_e(why)}</div>" if why else ""}</td>')
+    return (
+        f'<td class="{" ".join(cls)}" data-model="{_e(name)}" data-key="{_e(s.key)}" '
+        f'title="{_e(why)}">{mark}<div class="lbl">{_e(s.label)}</div>'
+        f'<div class="opn">{_e(s.operation)}</div>'
+        f'<div class="io">{_e(ins)}{" → " if ins else ""}<span class="shape">{_e(outs)}'
+        f'</span></div><div class="numbers">{_e(nums)}</div>'
+        f"{''.join(extra)}{f'<div class=why>{_e(why)}</div>' if why else ''}</td>"
+    )
 
 
 _CSS = """
@@ -195,7 +209,8 @@ def _render(names, traces, diffs, rows, totals, comparison) -> str:
     legend = "".join(f"<span><b>{_e(k)}</b> {_e(LEGEND[k])}</span>" for k in symbols if k in LEGEND)
     picker = "".join(
         f'<label><input type="checkbox" data-col="c{i}" checked> {_e(n)}</label>'
-        for i, n in enumerate(names))
+        for i, n in enumerate(names)
+    )
     head = ['<th class="rowkey">step</th>']
     for i, n in enumerate(names):
         tr = traces[n]
@@ -203,25 +218,29 @@ def _render(names, traces, diffs, rows, totals, comparison) -> str:
         notes = "; ".join(diffs[n].notes) if n in diffs else ""
         head.append(
             f'<th class="model" data-col="c{i}" data-model="{_e(n)}">{_e(n)}<div class="meta">'
-            f'L={c.num_hidden_layers} H={c.hidden_size} N={c.num_attention_heads} '
-            f'Dh={c.head_dim} I={c.intermediate_size} V={c.vocab_size}<br>'
-            f'{totals[n]:,} parameters (with heads) · '
-            f'{", ".join(f"{k}={v}" for k, v in tr.symbols.items() if k in ("B", "T"))}</div>'
-            f'<div class="notes">{_e(notes)}</div></th>')
+            f"L={c.num_hidden_layers} H={c.hidden_size} N={c.num_attention_heads} "
+            f"Dh={c.head_dim} I={c.intermediate_size} V={c.vocab_size}<br>"
+            f"{totals[n]:,} parameters (with heads) · "
+            f"{', '.join(f'{k}={v}' for k, v in tr.symbols.items() if k in ('B', 'T'))}</div>"
+            f'<div class="notes">{_e(notes)}</div></th>'
+        )
     body = []
     for r in rows:
         cls = "oprow" if r.kind.startswith("op:") else ""
         cells = [f'<td class="rowkey" title="{_e(r.key)}">{_e(r.label)}</td>']
         for i, n in enumerate(names):
-            cells.append(_cell(n, traces[n], diffs.get(n), r).replace("<td ", f'<td data-col="c{i}" ', 1))
+            cells.append(
+                _cell(n, traces[n], diffs.get(n), r).replace("<td ", f'<td data-col="c{i}" ', 1)
+            )
         body.append(f'<tr class="{cls}" data-key="{_e(r.key)}">{"".join(cells)}</tr>')
     cmp_head = "".join(f"<th>{_e(c)}</th>" for c in COLUMNS)
     cmp_rows = []
     for row in comparison:
         tds = "".join(
             f'<td class="{"num" if isinstance(row[c], int) else ""}">'
-            f'{_e(f"{row[c]:,}" if isinstance(row[c], int) else ("" if row[c] is None else row[c]))}</td>'
-            for c in COLUMNS)
+            f"{_e(f'{row[c]:,}' if isinstance(row[c], int) else ('' if row[c] is None else row[c]))}</td>"
+            for c in COLUMNS
+        )
         cmp_rows.append(f'<tr data-model="{_e(row["model"])}">{tds}</tr>')
     data = json.dumps({n: t.to_dict() for n, t in traces.items()}, ensure_ascii=False)
     data = data.replace("</", "<\\/")  # keep the JSON from closing its script element

@@ -20,9 +20,13 @@ from ..presets import FAMILY, PRESETS
 HEAD_ALIASES = {"nsp": "pair", "sop": "pair", "pair": "pair", "mlm": "mlm"}
 
 
-def resolve_config(model: str | Path | EncoderConfig, *, vocab_size: int | None = None,
-                   condition_size: int | None = None,
-                   conditional_norms: tuple[str, ...] | None = None) -> tuple[str, EncoderConfig]:
+def resolve_config(
+    model: str | Path | EncoderConfig,
+    *,
+    vocab_size: int | None = None,
+    condition_size: int | None = None,
+    conditional_norms: tuple[str, ...] | None = None,
+) -> tuple[str, EncoderConfig]:
     """(display name, config) for a preset name, a checkpoint directory or a config.
 
     Args:
@@ -46,16 +50,19 @@ def resolve_config(model: str | Path | EncoderConfig, *, vocab_size: int | None 
         path = Path(model).expanduser()
         name, config = path.name, config_from_hf(read_hf_config(path))
     else:
-        raise ValueError(f"{str(model)!r} is neither a preset ({', '.join(PRESETS)}) nor a "
-                         f"model directory")
+        raise ValueError(
+            f"{str(model)!r} is neither a preset ({', '.join(PRESETS)}) nor a model directory"
+        )
     changes: dict = {}
     if vocab_size is not None:
         changes["vocab_size"] = vocab_size
     if condition_size is not None:
         fields = {f.name for f in dataclasses.fields(EncoderConfig)}
         if not {"condition_size", "conditional_norms"} <= fields:
-            raise ValueError("this build has no Conditional LayerNorm (EncoderConfig lacks the "
-                             "condition_size / conditional_norms fields)")
+            raise ValueError(
+                "this build has no Conditional LayerNorm (EncoderConfig lacks the "
+                "condition_size / conditional_norms fields)"
+            )
         sites = conditional_norms or tuple(getattr(config_module, "NORM_SITES", ()))
         if not sites:
             raise ValueError("name the norms to condition (conditional_norms)")
@@ -74,8 +81,10 @@ def build_heads(heads: list[str] | tuple[str, ...] | None) -> list[str]:
     for h in heads or ():
         name = HEAD_ALIASES.get(h, h)
         if name not in HEADS:
-            raise ValueError(f"head {h!r} is not available in this build; available: "
-                             f"{', '.join(sorted(set(HEAD_ALIASES) | set(HEADS)))}")
+            raise ValueError(
+                f"head {h!r} is not available in this build; available: "
+                f"{', '.join(sorted(set(HEAD_ALIASES) | set(HEADS)))}"
+            )
         if name not in out:
             out.append(name)
     return out
@@ -88,7 +97,9 @@ def meta_model(config: EncoderConfig, heads: list[str] | tuple[str, ...] = ()) -
         return build_model(config, heads=build_heads(heads))
 
 
-def shrink_layers(config: EncoderConfig, max_groups: int = 2, max_per_group: int = 2) -> EncoderConfig:
+def shrink_layers(
+    config: EncoderConfig, max_groups: int = 2, max_per_group: int = 2
+) -> EncoderConfig:
     """The same model with fewer layer steps but the same sharing pattern: at most
     ``max_groups`` unique layer groups, each run at most ``max_per_group`` times (BERT: 2
     layers; ALBERT with one shared group: the shared layer run twice). Every size stays."""
@@ -97,7 +108,7 @@ def shrink_layers(config: EncoderConfig, max_groups: int = 2, max_per_group: int
     g, p = min(groups, max_groups), min(per_group, max_per_group)
     changes: dict = dict(num_hidden_layers=g * p, num_hidden_groups=g)
     if isinstance(config.attention_window, tuple):  # per-layer windows: those of the kept layers
-        changes["attention_window"] = config.attention_window[:g * p]
+        changes["attention_window"] = config.attention_window[: g * p]
     return config.replace(**changes)
 
 

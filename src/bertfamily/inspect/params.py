@@ -82,7 +82,7 @@ class ParamTable:
         return out
 
     def concrete(self, shape: str) -> str:
-        """"(B, T, H)" -> "(B, T, 768)": the model's sizes, B and T left symbolic."""
+        """ "(B, T, H)" -> "(B, T, 768)": the model's sizes, B and T left symbolic."""
         if not shape:
             return ""
         table = {k: v for k, v in self.symbols.items() if k not in ("B", "T")}
@@ -95,9 +95,15 @@ class ParamTable:
         return "(" + ", ".join(parts) + ")"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "heads": self.heads, "total": self.total,
-                "trunk_total": self.trunk_total, "head_total": self.head_total,
-                "subtotals": self.subtotals(), "rows": [dataclasses.asdict(r) for r in self.rows]}
+        return {
+            "name": self.name,
+            "heads": self.heads,
+            "total": self.total,
+            "trunk_total": self.trunk_total,
+            "head_total": self.head_total,
+            "subtotals": self.subtotals(),
+            "rows": [dataclasses.asdict(r) for r in self.rows],
+        }
 
 
 def _shape_trace(config: EncoderConfig, heads: list[str]) -> Trace:
@@ -110,8 +116,13 @@ def _shape_trace(config: EncoderConfig, heads: list[str]) -> Trace:
     return trace(config.replace(vocab_size=v), heads=heads)
 
 
-def parameter_table(model: str | Path | EncoderConfig, *, heads: list[str] | tuple[str, ...] = (),
-                    vocab_size: int | None = None, condition_size: int | None = None) -> ParamTable:
+def parameter_table(
+    model: str | Path | EncoderConfig,
+    *,
+    heads: list[str] | tuple[str, ...] = (),
+    vocab_size: int | None = None,
+    condition_size: int | None = None,
+) -> ParamTable:
     """The parameter table of a preset, checkpoint directory (its config) or config.
 
     Args:
@@ -150,47 +161,89 @@ def parameter_table(model: str | Path | EncoderConfig, *, heads: list[str] | tup
     # leftover count skips them (DeBERTa's encoder.embeddings.position, run only by the
     # enhanced mask decoder).
     run_alone = {top.key for top, _ in blocks if "*" not in top.key} | {
-        s.key for s in steps if not s.trunk and "*" not in s.key and s.key.startswith("encoder.")}
+        s.key for s in steps if not s.trunk and "*" not in s.key and s.key.startswith("encoder.")
+    }
 
     def emit(block: str, top, children, path_of, part: str = "trunk", note: str = "") -> None:
         top_module = modules.get(path_of(top.key))
         if top_module is None:
             return
         if not children:
-            rows.append(ParamRow(block, path_of(top.key), top.kind, top.output_symbols[0]
-                                 if top.output_symbols else "", count(top_module), note=note,
-                                 part=part))
+            rows.append(
+                ParamRow(
+                    block,
+                    path_of(top.key),
+                    top.kind,
+                    top.output_symbols[0] if top.output_symbols else "",
+                    count(top_module),
+                    note=note,
+                    part=part,
+                )
+            )
             return
         for c in children:
             m = modules.get(path_of(c.key))
             if m is not None:
                 borrowed = part == "head" and c.key.startswith("encoder.")
-                rows.append(ParamRow(block, path_of(c.key), c.kind,
-                                     c.output_symbols[0] if c.output_symbols else "", count(m),
-                                     part=part, note=_borrowed(block) if borrowed else ""))
-        own = [(n, p) for n, p in top_module.named_parameters(recurse=False)
-               if id(p) not in counted]
+                rows.append(
+                    ParamRow(
+                        block,
+                        path_of(c.key),
+                        c.kind,
+                        c.output_symbols[0] if c.output_symbols else "",
+                        count(m),
+                        part=part,
+                        note=_borrowed(block) if borrowed else "",
+                    )
+                )
+        own = [
+            (n, p) for n, p in top_module.named_parameters(recurse=False) if id(p) not in counted
+        ]
         for n, p in own:
             counted.add(id(p))
-            rows.append(ParamRow(block, f"{path_of(top.key)}.{n}", "Parameter",
-                                 top.output_symbols[0] if top.output_symbols else "", p.numel(),
-                                 part=part))
+            rows.append(
+                ParamRow(
+                    block,
+                    f"{path_of(top.key)}.{n}",
+                    "Parameter",
+                    top.output_symbols[0] if top.output_symbols else "",
+                    p.numel(),
+                    part=part,
+                )
+            )
         # Whatever the block owns that the traced forward did not run (kept for checkpoints),
         # except submodules that run as steps of their own elsewhere.
         prefix = path_of(top.key) + "."
-        elsewhere = {id(p) for key in run_alone if key.startswith(prefix)
-                     for p in modules[key].parameters()} if run_alone else set()
-        rest = [p for p in top_module.parameters()
-                if id(p) not in counted and id(p) not in elsewhere]
+        elsewhere = (
+            {
+                id(p)
+                for key in run_alone
+                if key.startswith(prefix)
+                for p in modules[key].parameters()
+            }
+            if run_alone
+            else set()
+        )
+        rest = [
+            p for p in top_module.parameters() if id(p) not in counted and id(p) not in elsewhere
+        ]
         counted.update(id(p) for p in rest)
         if rest:
-            rows.append(ParamRow(block, f"{path_of(top.key)} (not run in this forward)",
-                                 "Parameter", "", sum(p.numel() for p in rest), part=part))
+            rows.append(
+                ParamRow(
+                    block,
+                    f"{path_of(top.key)} (not run in this forward)",
+                    "Parameter",
+                    "",
+                    sum(p.numel() for p in rest),
+                    part=part,
+                )
+            )
 
     def consumer(index: int) -> str:
         """The first later top-level step outside the encoder: the head that runs a trunk
         module outside the trunk's forward."""
-        later = (t.key for t, _ in blocks[index + 1:] if not t.key.startswith("encoder."))
+        later = (t.key for t, _ in blocks[index + 1 :] if not t.key.startswith("encoder."))
         return next(later, "head")
 
     schedule = config.layer_schedule
@@ -200,18 +253,31 @@ def parameter_table(model: str | Path | EncoderConfig, *, heads: list[str] | tup
                 head = consumer(index)
                 emit(head, top, children, lambda key: key, "head", _borrowed(head))
             else:
-                emit(top.key, top, children, lambda key: key, "head",
-                     top.operation if not children and not top.params else "")
+                emit(
+                    top.key,
+                    top,
+                    children,
+                    lambda key: key,
+                    "head",
+                    top.operation if not children and not top.params else "",
+                )
             continue
         if top.key.endswith("layers.*"):
             first_use: dict[int, int] = {}
             for i, u in enumerate(schedule):
                 sub = lambda key, u=u: key.replace("*", str(u), 1)  # noqa: E731
                 if u in first_use:
-                    rows.append(ParamRow(f"layer {i}", sub(top.key), top.kind,
-                                         top.output_symbols[0], 0, shared=True,
-                                         note=f"runs the weights of layer step {first_use[u]} "
-                                              f"(shared)"))
+                    rows.append(
+                        ParamRow(
+                            f"layer {i}",
+                            sub(top.key),
+                            top.kind,
+                            top.output_symbols[0],
+                            0,
+                            shared=True,
+                            note=f"runs the weights of layer step {first_use[u]} (shared)",
+                        )
+                    )
                     continue
                 first_use[u] = i
                 emit(f"layer {i}", top, children, sub)
@@ -221,11 +287,20 @@ def parameter_table(model: str | Path | EncoderConfig, *, heads: list[str] | tup
     leftover = [(n, p) for n, p in full.named_parameters() if id(p) not in counted]
     for n, p in leftover:  # parameters of modules no forward step reached
         counted.add(id(p))
-        rows.append(ParamRow(n.split(".")[0], n, "Parameter", "", p.numel(),
-                             note="not run in this forward",
-                             part="trunk" if n.startswith("encoder.") else "head"))
-    return ParamTable(name=name, config=config, heads=heads, rows=rows,
-                      symbols=symbol_table(config, 0, 0))
+        rows.append(
+            ParamRow(
+                n.split(".")[0],
+                n,
+                "Parameter",
+                "",
+                p.numel(),
+                note="not run in this forward",
+                part="trunk" if n.startswith("encoder.") else "head",
+            )
+        )
+    return ParamTable(
+        name=name, config=config, heads=heads, rows=rows, symbols=symbol_table(config, 0, 0)
+    )
 
 
 def _tied_rows(model: nn.Module, rows: list[ParamRow], modules: dict[str, nn.Module]) -> None:
@@ -236,8 +311,16 @@ def _tied_rows(model: nn.Module, rows: list[ParamRow], modules: dict[str, nn.Mod
         if w is None or id(w) not in owner or owner[id(w)].startswith(path + "."):
             continue
         at = max((i for i, r in enumerate(rows) if r.name.startswith(path + ".")), default=None)
-        row = ParamRow(path, f"{path}.decoder", "tied weight", "", 0, shared=True,
-                       note=f"tied to {owner[id(w)]}", part="head")
+        row = ParamRow(
+            path,
+            f"{path}.decoder",
+            "tied weight",
+            "",
+            0,
+            shared=True,
+            note=f"tied to {owner[id(w)]}",
+            part="head",
+        )
         if at is None:
             rows.append(row)
         else:

@@ -56,8 +56,13 @@ def symbol_table(config: EncoderConfig, batch: int, seq_len: int) -> dict[str, i
     E appears only when it differs from H (ALBERT); W, R, C only when the config has the field
     (see `EXTRA_SYMBOLS`) with a usable value.
     """
-    table = {"B": batch, "T": seq_len, "N": config.num_attention_heads, "Dh": config.head_dim,
-             "H": config.hidden_size}
+    table = {
+        "B": batch,
+        "T": seq_len,
+        "N": config.num_attention_heads,
+        "Dh": config.head_dim,
+        "H": config.hidden_size,
+    }
     if config.embedding_size != config.hidden_size:
         table["E"] = config.embedding_size
     table["I"] = config.intermediate_size
@@ -83,8 +88,9 @@ def config_sizes(config: EncoderConfig) -> set[int]:
     return sizes
 
 
-def choose_batch_shape(config: EncoderConfig | list[EncoderConfig], batch: int = 5,
-                       seq_len: int = 16) -> tuple[int, int]:
+def choose_batch_shape(
+    config: EncoderConfig | list[EncoderConfig], batch: int = 5, seq_len: int = 16
+) -> tuple[int, int]:
     """(B, T) near the requested values but distinct from each other and from every size of the
     config(s), so each traced size maps to exactly one symbol (one shape for a list of configs
     compared side by side). T stays within the position table."""
@@ -134,7 +140,7 @@ def dim_symbol(size: int, table: dict[str, int]) -> str:
 
 
 def shape_symbols(shape: Sequence[int], table: dict[str, int]) -> str:
-    """"(B, T, H)" for a concrete shape."""
+    """ "(B, T, H)" for a concrete shape."""
     return "(" + ", ".join(dim_symbol(int(d), table) for d in shape) + ")"
 
 
@@ -162,8 +168,9 @@ def evaluate(symbolic: str, table: dict[str, int]) -> tuple[int, ...]:
                 if term[:1].isdigit():
                     k, term = int(term[0]), term[1:]
                 if term not in table:
-                    raise ValueError(f"unknown shape symbol {term!r} in {symbolic!r}; known: "
-                                     f"{sorted(table)}")
+                    raise ValueError(
+                        f"unknown shape symbol {term!r} in {symbolic!r}; known: {sorted(table)}"
+                    )
                 value = k * table[term]
             total += -value if sign == "-" else value
         out.append(total)

@@ -30,11 +30,21 @@ log = logging.getLogger(__name__)
 
 # Tensor operations that carry the dataflow inside a composite component. Other operations
 # (additions, scaling, dtype casts) are folded into the step that follows them.
-TRACED_OPS = {"linear", "matmul", "__matmul__", "bmm", "baddbmm", "einsum", "softmax",
-              "scaled_dot_product_attention", "unbind", "gather", "tanh"}
+TRACED_OPS = {
+    "linear",
+    "matmul",
+    "__matmul__",
+    "bmm",
+    "baddbmm",
+    "einsum",
+    "softmax",
+    "scaled_dot_product_attention",
+    "unbind",
+    "gather",
+    "tanh",
+}
 # Reshapes count as a step only when they change the rank between 3 (B, T, H) and 4 (heads).
-RESHAPE_OPS = {"view", "reshape", "permute", "transpose", "flatten", "unflatten", "split",
-               "chunk"}
+RESHAPE_OPS = {"view", "reshape", "permute", "transpose", "flatten", "unflatten", "split", "chunk"}
 SKIPPED_MODULES = (nn.Dropout,)
 PRODUCT_OPS = {"matmul", "bmm", "baddbmm", "einsum"}
 
@@ -112,9 +122,13 @@ class Trace:
         return {s.key: s for s in self.steps}
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "symbols": self.symbols, "layer_schedule": self.layer_schedule,
-                "config": {k: v for k, v in self.config.to_dict().items() if k != "extra"},
-                "steps": [s.to_dict() for s in self.steps]}
+        return {
+            "name": self.name,
+            "symbols": self.symbols,
+            "layer_schedule": self.layer_schedule,
+            "config": {k: v for k, v in self.config.to_dict().items() if k != "extra"},
+            "steps": [s.to_dict() for s in self.steps],
+        }
 
 
 # ----------------------------------------------------------------------------------------------
@@ -134,8 +148,11 @@ def _tensors(obj: Any, name: str = "") -> list[tuple[str, torch.Tensor]]:
                 out += [(f"{key}.{n}", t) for n, t in _tensors(value)]
         return out
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return [(f.name, v) for f in dataclasses.fields(obj)
-                if isinstance(v := getattr(obj, f.name), torch.Tensor)]
+        return [
+            (f.name, v)
+            for f in dataclasses.fields(obj)
+            if isinstance(v := getattr(obj, f.name), torch.Tensor)
+        ]
     return []
 
 
@@ -198,17 +215,28 @@ class _Tracer(TorchFunctionMode):
         # (identity in eval mode) and later layer steps (they repeat the first one).
         if path == "encoder" or isinstance(module, SKIPPED_MODULES) or unit > 0:
             return
-        shapes = [tuple(a.shape) for a in list(args) + list(kwargs.values())
-                  if isinstance(a, torch.Tensor)]
+        shapes = [
+            tuple(a.shape)
+            for a in list(args) + list(kwargs.values())
+            if isinstance(a, torch.Tensor)
+        ]
         op, kind = describe_module(module, self.model.config)
         key = _key(path)
         label = key.removeprefix("encoder.").removeprefix("layers.*.")
         call.step = Step(
-            key=key, label="layer" if label == "layers.*" else label,
-            kind=kind, operation=op, inputs=shapes, outputs=[],
-            input_symbols=[shape_symbols(s, self.symbols) for s in shapes], output_symbols=[],
-            params=sum(p.numel() for p in module.parameters()), depth=depth, block=_block(path),
-            trunk=in_trunk)
+            key=key,
+            label="layer" if label == "layers.*" else label,
+            kind=kind,
+            operation=op,
+            inputs=shapes,
+            outputs=[],
+            input_symbols=[shape_symbols(s, self.symbols) for s in shapes],
+            output_symbols=[],
+            params=sum(p.numel() for p in module.parameters()),
+            depth=depth,
+            block=_block(path),
+            trunk=in_trunk,
+        )
         self.steps.append(call.step)
 
     def _post(self, module: nn.Module, args: tuple, output: Any) -> None:
@@ -235,30 +263,45 @@ class _Tracer(TorchFunctionMode):
         if not outs or not ins:
             return
         if name in RESHAPE_OPS:
-            if not ((len(ins[0]) == 3 and outs[0].dim() == 4) or
-                    (len(ins[0]) == 4 and outs[0].dim() == 3)):
+            if not (
+                (len(ins[0]) == 3 and outs[0].dim() == 4)
+                or (len(ins[0]) == 4 and outs[0].dim() == 3)
+            ):
                 return
         elif name not in TRACED_OPS:
             return
         name = "matmul" if name == "__matmul__" else name
-        out_shapes = [tuple(t.shape) for t in outs][:1] if name != "unbind" else [
-            tuple(outs[0].shape)] * len(outs)
+        out_shapes = (
+            [tuple(t.shape) for t in outs][:1]
+            if name != "unbind"
+            else [tuple(outs[0].shape)] * len(outs)
+        )
         in_sym = [shape_symbols(s, self.symbols) for s in ins]
         out_sym = [shape_symbols(s, self.symbols) for s in out_shapes]
         # Products are keyed by their symbolic output shape, so the same role lines up across
         # models whatever other products an attention kind adds before it (DeBERTa's position
         # terms, Longformer's global columns): "matmul(B,N,T,T)#0" is the scores QKᵀ.
-        role = (f"matmul{out_sym[0].replace(' ', '')}" if name in PRODUCT_OPS and out_sym
-                else name)
+        role = f"matmul{out_sym[0].replace(' ', '')}" if name in PRODUCT_OPS and out_sym else name
         k = call.op_counts.get(role, 0)
         call.op_counts[role] = k + 1
         text = describe_op(name, in_sym, out_sym, args, self.model.config)
         base = call.step.key
-        self.steps.append(Step(
-            key=f"{base}:{role}#{k}", label=f"{call.step.label} · {name}", kind=f"op:{name}",
-            operation=text, inputs=ins, outputs=[("", s) for s in out_shapes], input_symbols=in_sym,
-            output_symbols=out_sym, params=0, depth=call.step.depth + 1, block=call.step.block,
-            trunk=call.step.trunk))
+        self.steps.append(
+            Step(
+                key=f"{base}:{role}#{k}",
+                label=f"{call.step.label} · {name}",
+                kind=f"op:{name}",
+                operation=text,
+                inputs=ins,
+                outputs=[("", s) for s in out_shapes],
+                input_symbols=in_sym,
+                output_symbols=out_sym,
+                params=0,
+                depth=call.step.depth + 1,
+                block=call.step.block,
+                trunk=call.step.trunk,
+            )
+        )
 
 
 def _block(path: str) -> str:
@@ -269,8 +312,9 @@ def _block(path: str) -> str:
 
 
 # ----------------------------------------------------------------------------------------------
-def example_inputs(config: EncoderConfig, batch: int, seq_len: int,
-                   seed: int = 0) -> dict[str, torch.Tensor]:
+def example_inputs(
+    config: EncoderConfig, batch: int, seq_len: int, seed: int = 0
+) -> dict[str, torch.Tensor]:
     """A batch for tracing: random ids away from the padding id, the last two tokens of the
     last row padded, segment ids (0 then 1) when the model has two or more segments, a
     condition vector when the model has conditional norms, and (windowed attention) a global
@@ -286,14 +330,14 @@ def example_inputs(config: EncoderConfig, batch: int, seq_len: int,
     inputs = {"input_ids": ids, "attention_mask": mask}
     if config.type_vocab_size >= 2:
         types = torch.zeros(batch, seq_len, dtype=torch.long)
-        types[:, seq_len // 2:] = 1
+        types[:, seq_len // 2 :] = 1
         inputs["token_type_ids"] = types
     C = getattr(config, "condition_size", None)
     if C and getattr(config, "conditional_norms", ()):
         inputs["condition"] = torch.randn(batch, C, generator=g)
     if config.attention_kind == "windowed":
         glob = torch.zeros(batch, seq_len, dtype=torch.long)
-        glob[:, :global_token_count(config, batch, seq_len)] = 1
+        glob[:, : global_token_count(config, batch, seq_len)] = 1
         inputs["global_attention_mask"] = glob
     return inputs
 
@@ -309,9 +353,15 @@ def global_token_count(config: EncoderConfig, batch: int, seq_len: int) -> int:
     return 1
 
 
-def trace_model(model: Model, *, name: str = "model", batch: int | None = None,
-                seq_len: int | None = None, full_config: EncoderConfig | None = None,
-                inputs: dict[str, torch.Tensor] | None = None) -> Trace:
+def trace_model(
+    model: Model,
+    *,
+    name: str = "model",
+    batch: int | None = None,
+    seq_len: int | None = None,
+    full_config: EncoderConfig | None = None,
+    inputs: dict[str, torch.Tensor] | None = None,
+) -> Trace:
     """Trace one forward pass of ``model`` (eval mode, no gradients, attention weights on).
 
     Args:
@@ -338,12 +388,22 @@ def trace_model(model: Model, *, name: str = "model", batch: int | None = None,
         if G > 1 and G not in symbols.values() and G not in config_sizes(config):
             symbols["G"] = G
     tracer = _Tracer(model, symbols)
-    input_steps = [Step(key=f"inputs.{k}", label=k, kind="input",
-                        operation=_INPUT_TEXT.get(k, "input"), inputs=[],
-                        outputs=[("", tuple(v.shape))], input_symbols=[],
-                        output_symbols=[shape_symbols(v.shape, symbols)], params=0, depth=0,
-                        block="inputs")
-                   for k, v in inputs.items()]
+    input_steps = [
+        Step(
+            key=f"inputs.{k}",
+            label=k,
+            kind="input",
+            operation=_INPUT_TEXT.get(k, "input"),
+            inputs=[],
+            outputs=[("", tuple(v.shape))],
+            input_symbols=[],
+            output_symbols=[shape_symbols(v.shape, symbols)],
+            params=0,
+            depth=0,
+            block="inputs",
+        )
+        for k, v in inputs.items()
+    ]
     was_training = model.training
     model.eval()
     tracer.attach()
@@ -355,8 +415,13 @@ def trace_model(model: Model, *, name: str = "model", batch: int | None = None,
         model.train(was_training)
     steps = input_steps + tracer.steps
     _annotate_layers(steps, tracer.unit_modules, full)
-    return Trace(name=name, config=full, symbols={**symbols, "L": full.num_hidden_layers},
-                 steps=steps, layer_schedule=list(full.layer_schedule))
+    return Trace(
+        name=name,
+        config=full,
+        symbols={**symbols, "L": full.num_hidden_layers},
+        steps=steps,
+        layer_schedule=list(full.layer_schedule),
+    )
 
 
 _INPUT_TEXT = {
@@ -381,16 +446,26 @@ def _annotate_layers(steps: list[Step], units: list[str], config: EncoderConfig)
         if s.block == "layer" and s.depth == 0 and s.key.endswith("layers.*"):
             if shared_traced or unique < L:
                 s.shared = True
-                s.note = (f"{L} steps run {unique} unique layer"
-                          f"{'s' if unique != 1 else ''} (weights shared); schedule "
-                          f"{config.layer_schedule}")
+                s.note = (
+                    f"{L} steps run {unique} unique layer"
+                    f"{'s' if unique != 1 else ''} (weights shared); schedule "
+                    f"{config.layer_schedule}"
+                )
             else:
                 s.note = f"× {L} layers, each with its own weights"
 
 
-def trace(model: str | EncoderConfig, *, heads: list[str] | tuple[str, ...] = (),
-          batch: int | None = None, seq_len: int | None = None, vocab_size: int | None = None,
-          condition_size: int | None = None, shrink: bool = True, seed: int = 0) -> Trace:
+def trace(
+    model: str | EncoderConfig,
+    *,
+    heads: list[str] | tuple[str, ...] = (),
+    batch: int | None = None,
+    seq_len: int | None = None,
+    vocab_size: int | None = None,
+    condition_size: int | None = None,
+    shrink: bool = True,
+    seed: int = 0,
+) -> Trace:
     """Trace a preset, checkpoint directory's config, or config (random weights).
 
     The model is built with the config's sizes but (``shrink``) at most two layer steps with the
@@ -407,6 +482,10 @@ def trace(model: str | EncoderConfig, *, heads: list[str] | tuple[str, ...] = ()
     run_config = shrink_layers(config) if shrink else config
     torch.manual_seed(seed)
     m = build_model(run_config, heads=build_heads(heads))
-    log.info("tracing %s (%d of %d layer steps built)", name, run_config.num_hidden_layers,
-             config.num_hidden_layers)
+    log.info(
+        "tracing %s (%d of %d layer steps built)",
+        name,
+        run_config.num_hidden_layers,
+        config.num_hidden_layers,
+    )
     return trace_model(m, name=name, batch=batch, seq_len=seq_len, full_config=config)

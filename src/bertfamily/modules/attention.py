@@ -66,8 +66,9 @@ class SelfAttention(nn.Module):
             probs = torch.softmax(scores + ctx.bias, dim=-1, dtype=torch.float32).to(q.dtype)
             y = F.dropout(probs, p, self.training) @ v  # (B, N, T, Dh)
         else:
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=ctx.bias.to(q.dtype),
-                                               dropout_p=p)  # (B, N, T, Dh)
+            y = F.scaled_dot_product_attention(
+                q, k, v, attn_mask=ctx.bias.to(q.dtype), dropout_p=p
+            )  # (B, N, T, Dh)
         y = y.transpose(1, 2).reshape(B, T, H)  # (B, T, H)
         return AttentionOutput(self.out(y), probs, scores)
 
@@ -85,9 +86,10 @@ class SelfAttention(nn.Module):
         for n in lengths:
             if n:
                 # 4-D (1, N, n, Dh) inputs: the fused CPU/GPU kernels need a batch dimension.
-                q, k, v = qkv[start:start + n].permute(1, 2, 0, 3)[:, None].unbind(0)
-                y[start:start + n] = F.scaled_dot_product_attention(
-                    q, k, v, dropout_p=p)[0].transpose(0, 1)  # (n, N, Dh)
+                q, k, v = qkv[start : start + n].permute(1, 2, 0, 3)[:, None].unbind(0)
+                y[start : start + n] = F.scaled_dot_product_attention(q, k, v, dropout_p=p)[
+                    0
+                ].transpose(0, 1)  # (n, N, Dh)
             start += n
         return y.view(Ntot, H)
 

@@ -37,8 +37,9 @@ from .attention import AttentionOutput
 from .context import AttentionContext
 
 
-def relative_rows(seq_len: int, max_relative_positions: int,
-                  device: torch.device | None = None) -> torch.Tensor:
+def relative_rows(
+    seq_len: int, max_relative_positions: int, device: torch.device | None = None
+) -> torch.Tensor:
     """Rows of the (2k, H) relative table read for each distance d = i - j.
 
     Args:
@@ -85,8 +86,9 @@ def _relative_view(full: torch.Tensor) -> torch.Tensor:
     a·(2T - 2) + T - 1 + b), a strided view without a copy or a gather.
     """
     B, N, T, R = full.shape
-    return full.as_strided((B, N, T, T), (N * T * R, T * R, R - 1, 1),
-                           full.storage_offset() + T - 1)
+    return full.as_strided(
+        (B, N, T, T), (N * T * R, T * R, R - 1, 1), full.storage_offset() + T - 1
+    )
 
 
 class DisentangledSelfAttention(nn.Module):
@@ -115,9 +117,15 @@ class DisentangledSelfAttention(nn.Module):
         relative: build the position projections (relative_attention).
     """
 
-    def __init__(self, hidden_size: int, num_heads: int, dropout: float,
-                 position_dropout: float, pos_att_type: tuple[str, ...],
-                 relative: bool = True) -> None:
+    def __init__(
+        self,
+        hidden_size: int,
+        num_heads: int,
+        dropout: float,
+        position_dropout: float,
+        pos_att_type: tuple[str, ...],
+        relative: bool = True,
+    ) -> None:
         super().__init__()
         H = hidden_size
         self.num_heads = num_heads
@@ -154,8 +162,9 @@ class DisentangledSelfAttention(nn.Module):
         v = v + self.v_bias.view(self.num_heads, 1, self.head_dim)
         return q, k, v
 
-    def relative_scores(self, q: torch.Tensor, k: torch.Tensor,
-                        rel: torch.Tensor) -> torch.Tensor | None:
+    def relative_scores(
+        self, q: torch.Tensor, k: torch.Tensor, rel: torch.Tensor
+    ) -> torch.Tensor | None:
         """c2p + p2c scores (B, N, T, T) (eq. 2, second and third terms), or None.
 
         Args:
@@ -198,8 +207,9 @@ class DisentangledSelfAttention(nn.Module):
             bias = ctx.bias.to(q.dtype)  # (B, 1, 1, S)
             if rel_scores is not None:
                 bias = rel_scores + bias  # (B, N, T, S)
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=p,
-                                               scale=1.0)  # (B, N, T, Dh)
+            y = F.scaled_dot_product_attention(
+                q, k, v, attn_mask=bias, dropout_p=p, scale=1.0
+            )  # (B, N, T, Dh)
             y = y * query_keep.to(y.dtype)  # padding queries attend to nothing (XSoftmax)
         y = y.transpose(1, 2).reshape(B, T, H)  # (B, T, H)
         return AttentionOutput(self.out(y), probs, scores)

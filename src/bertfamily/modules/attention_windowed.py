@@ -41,8 +41,9 @@ from .context import AttentionContext, GlobalTokens
 GLOBAL_MASK_KEY = "global_attention_mask"  # the name callers pass to Model.forward
 
 
-def check_global_attention_mask(global_attention_mask: torch.Tensor,
-                                shape: tuple[int, int]) -> torch.Tensor:
+def check_global_attention_mask(
+    global_attention_mask: torch.Tensor, shape: tuple[int, int]
+) -> torch.Tensor:
     """Validate a user's global attention mask and return it as (B, T) bool.
 
     Args:
@@ -55,19 +56,28 @@ def check_global_attention_mask(global_attention_mask: torch.Tensor,
             than 0 and 1.
     """
     if not isinstance(global_attention_mask, torch.Tensor):
-        raise ValueError(f"{GLOBAL_MASK_KEY} must be a (B, T) tensor, got "
-                         f"{type(global_attention_mask).__name__}")
+        raise ValueError(
+            f"{GLOBAL_MASK_KEY} must be a (B, T) tensor, got {type(global_attention_mask).__name__}"
+        )
     if tuple(global_attention_mask.shape) != tuple(shape):
-        raise ValueError(f"{GLOBAL_MASK_KEY} has shape {tuple(global_attention_mask.shape)}; "
-                         f"expected {tuple(shape)} like input_ids")
+        raise ValueError(
+            f"{GLOBAL_MASK_KEY} has shape {tuple(global_attention_mask.shape)}; "
+            f"expected {tuple(shape)} like input_ids"
+        )
     if global_attention_mask.dtype.is_floating_point or global_attention_mask.is_complex():
-        raise ValueError(f"{GLOBAL_MASK_KEY} must hold integers 0/1 or bools, got "
-                         f"{global_attention_mask.dtype}")
-    if global_attention_mask.dtype != torch.bool and global_attention_mask.numel() and (
-            int(global_attention_mask.min()) < 0 or int(global_attention_mask.max()) > 1):
-        raise ValueError(f"{GLOBAL_MASK_KEY} must hold only 0 (local) and 1 (global), got values "
-                         f"in [{int(global_attention_mask.min())}, "
-                         f"{int(global_attention_mask.max())}]")
+        raise ValueError(
+            f"{GLOBAL_MASK_KEY} must hold integers 0/1 or bools, got {global_attention_mask.dtype}"
+        )
+    if (
+        global_attention_mask.dtype != torch.bool
+        and global_attention_mask.numel()
+        and (int(global_attention_mask.min()) < 0 or int(global_attention_mask.max()) > 1)
+    ):
+        raise ValueError(
+            f"{GLOBAL_MASK_KEY} must hold only 0 (local) and 1 (global), got values "
+            f"in [{int(global_attention_mask.min())}, "
+            f"{int(global_attention_mask.max())}]"
+        )
     return global_attention_mask.bool()
 
 
@@ -144,8 +154,9 @@ class WindowedSelfAttention(nn.Module):
         ValueError: a window that is odd or not positive.
     """
 
-    def __init__(self, hidden_size: int, num_heads: int, dropout: float, window: int,
-                 bias: bool = True) -> None:
+    def __init__(
+        self, hidden_size: int, num_heads: int, dropout: float, window: int, bias: bool = True
+    ) -> None:
         super().__init__()
         if isinstance(window, bool) or not isinstance(window, int) or window <= 0 or window % 2:
             raise ValueError(f"attention window must be a positive even integer, got {window!r}")
@@ -190,8 +201,9 @@ class WindowedSelfAttention(nn.Module):
             y = y.masked_fill(~ctx.mask[:, :, None], 0.0)  # padding queries give zeros
         return WindowedAttentionOutput(self.out(y), **weights)
 
-    def _local_with_weights(self, x: torch.Tensor, mask: torch.Tensor,
-                            glob: GlobalTokens | None, p: float):
+    def _local_with_weights(
+        self, x: torch.Tensor, mask: torch.Tensor, glob: GlobalTokens | None, p: float
+    ):
         """The band attention of `_local` with explicit scores and probabilities, chunk by
         chunk of queries (never (T, T)).
 
@@ -219,8 +231,8 @@ class WindowedSelfAttention(nn.Module):
         for t0 in range(0, T, step):
             t1 = min(T, t0 + step)
             qc = q[:, :, t0:t1]  # (B, N, m, Dh)
-            kc = kp[:, :, t0:t1 + 2 * W].unfold(2, K, 1)  # (B, N, m, Dh, 2W+1) view
-            vc = vp[:, :, t0:t1 + 2 * W].unfold(2, K, 1)
+            kc = kp[:, :, t0 : t1 + 2 * W].unfold(2, K, 1)  # (B, N, m, Dh, 2W+1) view
+            vc = vp[:, :, t0 : t1 + 2 * W].unfold(2, K, 1)
             s = torch.einsum("bnqd,bnqdk->bnqk", qc, kc)  # (B, N, m, 2W+1) band scores
             scores[:, :, t0:t1] = s
             s = s.float().masked_fill(~band_ok[:, None, t0:t1], low)
@@ -245,8 +257,9 @@ class WindowedSelfAttention(nn.Module):
         y = y.transpose(1, 2).reshape(B, T, H)
         return y, {"probs": probs, "scores": scores, "global_key_probs": gprobs}
 
-    def _local(self, x: torch.Tensor, mask: torch.Tensor, glob: GlobalTokens | None,
-               p: float) -> torch.Tensor:
+    def _local(
+        self, x: torch.Tensor, mask: torch.Tensor, glob: GlobalTokens | None, p: float
+    ) -> torch.Tensor:
         """Band (plus global keys) attention of every query with the local projections.
 
         x: (B, T, H); mask: (B, T) bool real tokens → (B, T, H).
@@ -289,17 +302,28 @@ class WindowedSelfAttention(nn.Module):
                 vc = torch.cat([gv[:, :n], vc], dim=3)
                 ok = torch.cat([gok[:, :n], ok], dim=3)
             S = kc.shape[3]
-            qc = q[:, (c0 + 1) * W:(c1 + 1) * W].reshape(B * n, W, N, Dh).transpose(1, 2)
+            qc = q[:, (c0 + 1) * W : (c1 + 1) * W].reshape(B * n, W, N, Dh).transpose(1, 2)
             bias = torch.zeros(ok.shape, dtype=x.dtype, device=x.device)
             bias = bias.masked_fill_(~ok, torch.finfo(x.dtype).min).view(B * n, 1, W, S)
-            yc = F.scaled_dot_product_attention(qc, kc.reshape(B * n, N, S, Dh),
-                                                vc.reshape(B * n, N, S, Dh), attn_mask=bias,
-                                                dropout_p=p)  # (B·n, N, W, Dh)
-            y[:, c0 * W:c1 * W] = yc.view(B, n, N, W, Dh).transpose(2, 3).reshape(B, n * W, N, Dh)
+            yc = F.scaled_dot_product_attention(
+                qc,
+                kc.reshape(B * n, N, S, Dh),
+                vc.reshape(B * n, N, S, Dh),
+                attn_mask=bias,
+                dropout_p=p,
+            )  # (B·n, N, W, Dh)
+            y[:, c0 * W : c1 * W] = yc.view(B, n, N, W, Dh).transpose(2, 3).reshape(B, n * W, N, Dh)
         return y[:, :T].reshape(B, T, H)
 
-    def _global(self, x: torch.Tensor, y: torch.Tensor, ctx: AttentionContext,
-                glob: GlobalTokens, p: float, need_weights: bool = False):
+    def _global(
+        self,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        ctx: AttentionContext,
+        glob: GlobalTokens,
+        p: float,
+        need_weights: bool = False,
+    ):
         """Replace the rows of global tokens in y (B, T, H) by their global attention:
         softmax(Q_g(x_g) K_g(x)ᵀ / √Dh + padding mask) V_g(x).
 
@@ -320,8 +344,9 @@ class WindowedSelfAttention(nn.Module):
             probs = probs.masked_fill(~glob.valid[:, None, :, None], 0.0)
             out = F.dropout(probs, p, self.training) @ vg  # (B, N, G, Dh)
         else:
-            out = F.scaled_dot_product_attention(qg, kg, vg, attn_mask=ctx.bias.to(qg.dtype),
-                                                 dropout_p=p)  # (B, N, G, Dh)
+            out = F.scaled_dot_product_attention(
+                qg, kg, vg, attn_mask=ctx.bias.to(qg.dtype), dropout_p=p
+            )  # (B, N, G, Dh)
         out = out.transpose(1, 2).reshape(B, G, H)
         y = y.clone()
         y[glob.is_global] = out[glob.valid]  # both in (row, ascending position) order

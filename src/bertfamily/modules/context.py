@@ -59,8 +59,9 @@ class AttentionContext:
     global_tokens: GlobalTokens | None = None
 
     @classmethod
-    def from_mask(cls, attention_mask: torch.Tensor, dtype: torch.dtype,
-                  need_weights: bool = False, **fields) -> AttentionContext:
+    def from_mask(
+        cls, attention_mask: torch.Tensor, dtype: torch.dtype, need_weights: bool = False, **fields
+    ) -> AttentionContext:
         """Build from a (B, S) 0/1 mask (1 = keep); ``fields`` set the optional attributes."""
         mask = attention_mask.bool()
         bias = torch.zeros(mask.shape, dtype=dtype, device=mask.device)

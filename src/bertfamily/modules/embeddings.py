@@ -23,9 +23,18 @@ class Embeddings(nn.Module):
         pad_token_id: row of the token table used for padding.
     """
 
-    def __init__(self, vocab_size: int, embedding_size: int, max_positions: int,
-                 type_vocab_size: int, norm: nn.Module, hidden_size: int, dropout: float,
-                 pad_token_id: int = 0, add_positions: bool = True) -> None:
+    def __init__(
+        self,
+        vocab_size: int,
+        embedding_size: int,
+        max_positions: int,
+        type_vocab_size: int,
+        norm: nn.Module,
+        hidden_size: int,
+        dropout: float,
+        pad_token_id: int = 0,
+        add_positions: bool = True,
+    ) -> None:
         super().__init__()
         self.token = nn.Embedding(vocab_size, embedding_size, padding_idx=pad_token_id)
         self.segment = nn.Embedding(type_vocab_size, embedding_size) if type_vocab_size else None
@@ -33,12 +42,17 @@ class Embeddings(nn.Module):
         self.add_positions = add_positions  # DeBERTa keeps the table but does not add it
         self.norm = norm
         self.dropout = nn.Dropout(dropout)
-        self.projection = (nn.Linear(embedding_size, hidden_size)
-                           if hidden_size != embedding_size else None)
+        self.projection = (
+            nn.Linear(embedding_size, hidden_size) if hidden_size != embedding_size else None
+        )
 
-    def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor,
-                token_type_ids: torch.Tensor | None = None,
-                condition: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        position_ids: torch.Tensor,
+        token_type_ids: torch.Tensor | None = None,
+        condition: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         """Embed a batch.
 
         Args:

@@ -56,9 +56,19 @@ class Encoder(nn.Module):
             to validate inputs before any lookup.
     """
 
-    def __init__(self, embeddings: nn.Module, layers: list[nn.Module], schedule: list[int],
-                 pooler: nn.Module | None, *, vocab_size: int, type_vocab_size: int,
-                 max_positions: int, position_offset: int, pad_token_id: int) -> None:
+    def __init__(
+        self,
+        embeddings: nn.Module,
+        layers: list[nn.Module],
+        schedule: list[int],
+        pooler: nn.Module | None,
+        *,
+        vocab_size: int,
+        type_vocab_size: int,
+        max_positions: int,
+        position_offset: int,
+        pad_token_id: int,
+    ) -> None:
         super().__init__()
         self.embeddings = embeddings
         self.layers = nn.ModuleList(layers)
@@ -79,9 +89,13 @@ class Encoder(nn.Module):
         self.unpad = True
 
     # ------------------------------------------------------------------------------------------
-    def check_inputs(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
-                     token_type_ids: torch.Tensor | None,
-                     position_ids: torch.Tensor | None) -> None:
+    def check_inputs(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        token_type_ids: torch.Tensor | None,
+        position_ids: torch.Tensor | None,
+    ) -> None:
         """Validate a batch before any embedding lookup.
 
         Raises:
@@ -100,32 +114,54 @@ class Encoder(nn.Module):
             lo, hi = int(input_ids.min()), int(input_ids.max())
             if lo < 0 or hi >= self.vocab_size:
                 bad = lo if lo < 0 else hi
-                raise ValueError(f"input_ids contain {bad}, outside [0, vocab_size="
-                                 f"{self.vocab_size})")
+                raise ValueError(
+                    f"input_ids contain {bad}, outside [0, vocab_size={self.vocab_size})"
+                )
         limit = self.max_positions - self.position_offset
         if T > limit:
-            raise ValueError(f"sequence length {T} exceeds the model's maximum of {limit} "
-                             f"positions (max_position_embeddings={self.max_positions}"
-                             + (f" minus the padding offset {self.position_offset})"
-                                if self.position_offset else ")"))
-        for name, t in (("attention_mask", attention_mask), ("token_type_ids", token_type_ids),
-                        ("position_ids", position_ids)):
-            if t is not None and tuple(t.shape) != (B, T) and not (
-                    name == "position_ids" and tuple(t.shape) == (1, T)):
-                raise ValueError(f"{name} has shape {tuple(t.shape)}; expected {(B, T)} like "
-                                 f"input_ids")
+            raise ValueError(
+                f"sequence length {T} exceeds the model's maximum of {limit} "
+                f"positions (max_position_embeddings={self.max_positions}"
+                + (
+                    f" minus the padding offset {self.position_offset})"
+                    if self.position_offset
+                    else ")"
+                )
+            )
+        for name, t in (
+            ("attention_mask", attention_mask),
+            ("token_type_ids", token_type_ids),
+            ("position_ids", position_ids),
+        ):
+            if (
+                t is not None
+                and tuple(t.shape) != (B, T)
+                and not (name == "position_ids" and tuple(t.shape) == (1, T))
+            ):
+                raise ValueError(
+                    f"{name} has shape {tuple(t.shape)}; expected {(B, T)} like input_ids"
+                )
         if token_type_ids is not None:
             if self.type_vocab_size == 0:
-                raise ValueError("token_type_ids were given but this model has no segment "
-                                 "embedding (type_vocab_size=0); do not pass them")
-            if token_type_ids.numel() and (int(token_type_ids.min()) < 0 or
-                                           int(token_type_ids.max()) >= self.type_vocab_size):
-                raise ValueError(f"token_type_ids contain {int(token_type_ids.max())}, outside "
-                                 f"[0, type_vocab_size={self.type_vocab_size})")
-        if position_ids is not None and position_ids.numel() and (
-                int(position_ids.min()) < 0 or int(position_ids.max()) >= self.max_positions):
-            raise ValueError(f"position_ids must lie in [0, max_position_embeddings="
-                             f"{self.max_positions})")
+                raise ValueError(
+                    "token_type_ids were given but this model has no segment "
+                    "embedding (type_vocab_size=0); do not pass them"
+                )
+            if token_type_ids.numel() and (
+                int(token_type_ids.min()) < 0 or int(token_type_ids.max()) >= self.type_vocab_size
+            ):
+                raise ValueError(
+                    f"token_type_ids contain {int(token_type_ids.max())}, outside "
+                    f"[0, type_vocab_size={self.type_vocab_size})"
+                )
+        if (
+            position_ids is not None
+            and position_ids.numel()
+            and (int(position_ids.min()) < 0 or int(position_ids.max()) >= self.max_positions)
+        ):
+            raise ValueError(
+                f"position_ids must lie in [0, max_position_embeddings={self.max_positions})"
+            )
 
     def position_ids_for(self, input_ids: torch.Tensor) -> torch.Tensor:
         """(B, T) int64 positions: 0..T-1, or (RoBERTa) pad_token_id + 1 + rank among real tokens
@@ -135,8 +171,7 @@ class Encoder(nn.Module):
         real = input_ids.ne(self.pad_token_id).long()
         return torch.cumsum(real, dim=1) * real + self.pad_token_id
 
-    def _unpad_plan(self, attention_mask: torch.Tensor,
-                    ctx: AttentionContext) -> Unpadded | None:
+    def _unpad_plan(self, attention_mask: torch.Tensor, ctx: AttentionContext) -> Unpadded | None:
         """An unpadding plan when it applies: switched on, a right-padded batch with padding,
         no attention weights requested, no per-sequence condition, and attention components
         that support packed sequences (``supports_unpadded``)."""
@@ -152,27 +187,42 @@ class Encoder(nn.Module):
         ("global_attention_mask",) for windowed attention); others are rejected."""
         return tuple(getattr(self.attention_inputs, "inputs", ()))
 
-    def attention_context(self, x: torch.Tensor, attention_mask: torch.Tensor, *,
-                          need_weights: bool = False, condition: torch.Tensor | None = None,
-                          global_attention_mask: torch.Tensor | None = None) -> AttentionContext:
+    def attention_context(
+        self,
+        x: torch.Tensor,
+        attention_mask: torch.Tensor,
+        *,
+        need_weights: bool = False,
+        condition: torch.Tensor | None = None,
+        global_attention_mask: torch.Tensor | None = None,
+    ) -> AttentionContext:
         """The batch's `AttentionContext` for embeddings ``x`` (B, T, H) and the (B, T) 0/1
         ``attention_mask``, with the attention kind's encoder-level inputs filled in."""
-        ctx = AttentionContext.from_mask(attention_mask, x.dtype, need_weights=need_weights,
-                                         condition=condition,
-                                         global_attention_mask=global_attention_mask)
+        ctx = AttentionContext.from_mask(
+            attention_mask,
+            x.dtype,
+            need_weights=need_weights,
+            condition=condition,
+            global_attention_mask=global_attention_mask,
+        )
         if self.attention_inputs is not None:
             ctx = dataclasses.replace(ctx, **self.attention_inputs(x, ctx))
         return ctx
 
     # ------------------------------------------------------------------------------------------
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
-                token_type_ids: torch.Tensor | None = None,
-                position_ids: torch.Tensor | None = None, *,
-                global_attention_mask: torch.Tensor | None = None,
-                output_hidden_states: bool = False,
-                output_attentions: bool = False,
-                condition: torch.Tensor | None = None,
-                return_context: bool = False):
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        *,
+        global_attention_mask: torch.Tensor | None = None,
+        output_hidden_states: bool = False,
+        output_attentions: bool = False,
+        condition: torch.Tensor | None = None,
+        return_context: bool = False,
+    ):
         """Run the trunk.
 
         Args:
@@ -197,20 +247,31 @@ class Encoder(nn.Module):
             TypeError: a ``global_attention_mask`` for an attention kind that reads none.
         """
         if global_attention_mask is not None and "global_attention_mask" not in (
-                self.forward_inputs):
-            raise TypeError("global_attention_mask is not an input of this model: its attention "
-                            "reads none (only windowed attention has global tokens)")
+            self.forward_inputs
+        ):
+            raise TypeError(
+                "global_attention_mask is not an input of this model: its attention "
+                "reads none (only windowed attention has global tokens)"
+            )
         if not torch.jit.is_tracing():  # the ONNX exporter traces; values are checked eagerly
             self.check_inputs(input_ids, attention_mask, token_type_ids, position_ids)
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids)
         if position_ids is None:
             position_ids = self.position_ids_for(input_ids)
-        x = self.embeddings(input_ids, position_ids, token_type_ids,
-                            **({"condition": condition} if condition is not None else {}))
-        ctx = self.attention_context(x, attention_mask, need_weights=output_attentions,
-                                     condition=condition,
-                                     global_attention_mask=global_attention_mask)
+        x = self.embeddings(
+            input_ids,
+            position_ids,
+            token_type_ids,
+            **({"condition": condition} if condition is not None else {}),
+        )
+        ctx = self.attention_context(
+            x,
+            attention_mask,
+            need_weights=output_attentions,
+            condition=condition,
+            global_attention_mask=global_attention_mask,
+        )
         plan = self._unpad_plan(attention_mask, ctx)
         run_ctx = ctx
         if plan is not None:

@@ -20,8 +20,14 @@ class EncoderLayer(nn.Module):
         └────────────────────────────────┘  └───────────────────────────────────────────┘
     """
 
-    def __init__(self, attention: nn.Module, attention_norm: nn.Module, ffn: nn.Module,
-                 ffn_norm: nn.Module, dropout: float) -> None:
+    def __init__(
+        self,
+        attention: nn.Module,
+        attention_norm: nn.Module,
+        ffn: nn.Module,
+        ffn_norm: nn.Module,
+        dropout: float,
+    ) -> None:
         super().__init__()
         self.attention = attention
         self.attention_norm = attention_norm
@@ -29,7 +35,9 @@ class EncoderLayer(nn.Module):
         self.ffn_norm = ffn_norm
         self.dropout = nn.Dropout(dropout)
 
-    def forward(self, x: torch.Tensor, ctx: AttentionContext) -> tuple[torch.Tensor, AttentionOutput]:
+    def forward(
+        self, x: torch.Tensor, ctx: AttentionContext
+    ) -> tuple[torch.Tensor, AttentionOutput]:
         """x: (B, T, H) → ((B, T, H), the attention's output with optional weights)."""
         att = self.attention(x, ctx)
         x = call_norm(self.attention_norm, x + self.dropout(att.hidden), ctx.condition)

@@ -66,19 +66,24 @@ class ConditionalLayerNorm(nn.Module):
         if condition is None:
             raise ValueError(
                 f"this model has conditional LayerNorms (condition_size C={self.condition_size}); "
-                f"pass condition= as a (B, C) or (B, T, C) float tensor")
+                f"pass condition= as a (B, C) or (B, T, C) float tensor"
+            )
         if not condition.dtype.is_floating_point:
             raise ValueError(f"condition must be a float tensor, got {condition.dtype}")
         if condition.shape[-1] != self.condition_size:
-            raise ValueError(f"condition has size {condition.shape[-1]} in its last dimension; "
-                             f"this model expects C={self.condition_size}")
+            raise ValueError(
+                f"condition has size {condition.shape[-1]} in its last dimension; "
+                f"this model expects C={self.condition_size}"
+            )
         if condition.dim() == x.dim() - 1 and condition.shape[:-1] == x.shape[:1]:
             return condition.unsqueeze(-2) if x.dim() > 2 else condition  # (B, 1, C)
         if condition.dim() == x.dim() and condition.shape[:-1] == x.shape[:-1]:
             return condition
-        raise ValueError(f"condition has shape {tuple(condition.shape)}; expected "
-                         f"{(x.shape[0], self.condition_size)} or "
-                         f"{(*x.shape[:-1], self.condition_size)} for input {tuple(x.shape)}")
+        raise ValueError(
+            f"condition has shape {tuple(condition.shape)}; expected "
+            f"{(x.shape[0], self.condition_size)} or "
+            f"{(*x.shape[:-1], self.condition_size)} for input {tuple(x.shape)}"
+        )
 
     def forward(self, x: torch.Tensor, condition: torch.Tensor | None) -> torch.Tensor:
         """x (..., H) float, condition (B, C) or (..., C) float → (..., H) float."""

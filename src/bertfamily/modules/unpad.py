@@ -30,7 +30,7 @@ class Unpadded:
     seq_len: int
 
     @classmethod
-    def from_mask(cls, attention_mask: torch.Tensor) -> "Unpadded | None":
+    def from_mask(cls, attention_mask: torch.Tensor) -> Unpadded | None:
         """Plan for a (B, T) 0/1 mask, or None when unpadding does not apply: no padding at
         all, or a row that is not right-padded (real tokens must form a prefix of each row so
         that position 0, which the pooler reads, is a real token)."""

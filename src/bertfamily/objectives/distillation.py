@@ -48,18 +48,35 @@ from ..files import atomic_write
 from ..heads.tasks import IGNORE_INDEX
 from ..model import Model
 
-__all__ = ["DISTILBERT_DEFAULTS", "layer_step", "hidden_layer_map", "attention_layer_map",
-           "soft_target_kl", "soft_cross_entropy", "masked_cosine_loss", "masked_mse",
-           "attention_score_mse", "distilbert_loss", "tinybert_intermediate_loss",
-           "PROJECTION_FILE", "DistillationObjective", "DistilBertObjective",
-           "TinyBertObjective", "TinyBertTaskObjective", "OBJECTIVES", "METHODS",
-           "TASK_STAGES", "check_compatible"]
+__all__ = [
+    "DISTILBERT_DEFAULTS",
+    "layer_step",
+    "hidden_layer_map",
+    "attention_layer_map",
+    "soft_target_kl",
+    "soft_cross_entropy",
+    "masked_cosine_loss",
+    "masked_mse",
+    "attention_score_mse",
+    "distilbert_loss",
+    "tinybert_intermediate_loss",
+    "PROJECTION_FILE",
+    "DistillationObjective",
+    "DistilBertObjective",
+    "TinyBertObjective",
+    "TinyBertTaskObjective",
+    "OBJECTIVES",
+    "METHODS",
+    "TASK_STAGES",
+    "check_compatible",
+]
 
 # Sanh et al. 2019 §3 / the authors' training script: temperature 2, α_ce 5, α_mlm 2, α_cos 1.
 DISTILBERT_DEFAULTS = {"temperature": 2.0, "alpha_ce": 5.0, "alpha_mlm": 2.0, "alpha_cos": 1.0}
 
 
 # --- layer mapping ---------------------------------------------------------------------------
+
 
 def layer_step(teacher_layers: int, student_layers: int) -> int:
     """k = teacher layers / student layers (TinyBERT §3.1).
@@ -69,11 +86,14 @@ def layer_step(teacher_layers: int, student_layers: int) -> int:
             not divide.
     """
     if teacher_layers < 1 or student_layers < 1:
-        raise ValueError(f"layer counts must be >= 1, got teacher {teacher_layers}, "
-                         f"student {student_layers}")
+        raise ValueError(
+            f"layer counts must be >= 1, got teacher {teacher_layers}, student {student_layers}"
+        )
     if teacher_layers % student_layers:
-        raise ValueError(f"teacher layers ({teacher_layers}) must be a multiple of student "
-                         f"layers ({student_layers}) for the TinyBERT layer mapping")
+        raise ValueError(
+            f"teacher layers ({teacher_layers}) must be a multiple of student "
+            f"layers ({student_layers}) for the TinyBERT layer mapping"
+        )
     return teacher_layers // student_layers
 
 
@@ -93,8 +113,13 @@ def attention_layer_map(teacher_layers: int, student_layers: int) -> list[tuple[
 
 # --- elementary losses ------------------------------------------------------------------------
 
-def soft_target_kl(student_logits: torch.Tensor, teacher_logits: torch.Tensor,
-                   temperature: float = 2.0, mask: torch.Tensor | None = None) -> torch.Tensor:
+
+def soft_target_kl(
+    student_logits: torch.Tensor,
+    teacher_logits: torch.Tensor,
+    temperature: float = 2.0,
+    mask: torch.Tensor | None = None,
+) -> torch.Tensor:
     """T²·KL(softmax(teacher/T) ‖ softmax(student/T)), mean over the selected positions
     (Hinton et al. 2015 §2; DistilBERT's L_ce, Sanh et al. 2019 §3). The T² factor keeps the
     gradient scale independent of T.
@@ -112,9 +137,11 @@ def soft_target_kl(student_logits: torch.Tensor, teacher_logits: torch.Tensor,
         ValueError: shape mismatch (e.g. different vocabularies) or T <= 0.
     """
     if student_logits.shape != teacher_logits.shape:
-        raise ValueError(f"student logits {tuple(student_logits.shape)} and teacher logits "
-                         f"{tuple(teacher_logits.shape)} differ; soft targets need the same "
-                         f"vocabulary")
+        raise ValueError(
+            f"student logits {tuple(student_logits.shape)} and teacher logits "
+            f"{tuple(teacher_logits.shape)} differ; soft targets need the same "
+            f"vocabulary"
+        )
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0, got {temperature}")
     s, t = student_logits.float(), teacher_logits.float()
@@ -125,11 +152,12 @@ def soft_target_kl(student_logits: torch.Tensor, teacher_logits: torch.Tensor,
     log_p_s = F.log_softmax(s / temperature, dim=-1)
     log_p_t = F.log_softmax(t / temperature, dim=-1)
     kl = (log_p_t.exp() * (log_p_t - log_p_s)).sum(-1)  # (M,)
-    return kl.mean() * temperature ** 2
+    return kl.mean() * temperature**2
 
 
-def soft_cross_entropy(student_logits: torch.Tensor, teacher_logits: torch.Tensor,
-                       temperature: float = 1.0) -> torch.Tensor:
+def soft_cross_entropy(
+    student_logits: torch.Tensor, teacher_logits: torch.Tensor, temperature: float = 1.0
+) -> torch.Tensor:
     """TinyBERT's prediction-layer loss (Jiao et al. 2020 eq. 10): −Σ softmax(z_T/t)·
     log_softmax(z_S/t), mean over the leading dimensions. Used in task distillation on the
     teacher's task logits ((B, C) for classification).
@@ -138,16 +166,19 @@ def soft_cross_entropy(student_logits: torch.Tensor, teacher_logits: torch.Tenso
         ValueError: shape mismatch or t <= 0.
     """
     if student_logits.shape != teacher_logits.shape:
-        raise ValueError(f"student logits {tuple(student_logits.shape)} and teacher logits "
-                         f"{tuple(teacher_logits.shape)} differ")
+        raise ValueError(
+            f"student logits {tuple(student_logits.shape)} and teacher logits "
+            f"{tuple(teacher_logits.shape)} differ"
+        )
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0, got {temperature}")
     p_t = F.softmax(teacher_logits.float() / temperature, dim=-1)
     return -(p_t * F.log_softmax(student_logits.float() / temperature, dim=-1)).sum(-1).mean()
 
 
-def masked_cosine_loss(student_hidden: torch.Tensor, teacher_hidden: torch.Tensor,
-                       attention_mask: torch.Tensor) -> torch.Tensor:
+def masked_cosine_loss(
+    student_hidden: torch.Tensor, teacher_hidden: torch.Tensor, attention_mask: torch.Tensor
+) -> torch.Tensor:
     """DistilBERT's L_cos (Sanh et al. 2019 §3): mean over real tokens of 1 − cos(h_S, h_T)
     (torch's CosineEmbeddingLoss with target 1).
 
@@ -159,9 +190,11 @@ def masked_cosine_loss(student_hidden: torch.Tensor, teacher_hidden: torch.Tenso
         ValueError: different hidden sizes.
     """
     if student_hidden.shape != teacher_hidden.shape:
-        raise ValueError(f"cosine loss needs equal hidden states; student "
-                         f"{tuple(student_hidden.shape)} vs teacher "
-                         f"{tuple(teacher_hidden.shape)} (configure a projection)")
+        raise ValueError(
+            f"cosine loss needs equal hidden states; student "
+            f"{tuple(student_hidden.shape)} vs teacher "
+            f"{tuple(teacher_hidden.shape)} (configure a projection)"
+        )
     keep = attention_mask.bool()
     s, t = student_hidden[keep].float(), teacher_hidden[keep].float()  # (M, H)
     if s.numel() == 0:
@@ -169,8 +202,9 @@ def masked_cosine_loss(student_hidden: torch.Tensor, teacher_hidden: torch.Tenso
     return (1.0 - F.cosine_similarity(s, t, dim=-1, eps=1e-8)).mean()
 
 
-def masked_mse(student: torch.Tensor, teacher: torch.Tensor,
-               attention_mask: torch.Tensor) -> torch.Tensor:
+def masked_mse(
+    student: torch.Tensor, teacher: torch.Tensor, attention_mask: torch.Tensor
+) -> torch.Tensor:
     """Mean squared error over the real tokens of (B, T, H) tensors: Σ over real tokens and
     features / (real tokens · H) (TinyBERT eq. 8/9 restricted to non-padding positions).
 
@@ -178,8 +212,9 @@ def masked_mse(student: torch.Tensor, teacher: torch.Tensor,
         ValueError: shape mismatch.
     """
     if student.shape != teacher.shape:
-        raise ValueError(f"MSE needs equal shapes; got {tuple(student.shape)} and "
-                         f"{tuple(teacher.shape)}")
+        raise ValueError(
+            f"MSE needs equal shapes; got {tuple(student.shape)} and {tuple(teacher.shape)}"
+        )
     keep = attention_mask.bool()
     s, t = student[keep].float(), teacher[keep].float()
     if s.numel() == 0:
@@ -187,8 +222,9 @@ def masked_mse(student: torch.Tensor, teacher: torch.Tensor,
     return F.mse_loss(s, t)
 
 
-def attention_score_mse(student_scores: torch.Tensor, teacher_scores: torch.Tensor,
-                        attention_mask: torch.Tensor) -> torch.Tensor:
+def attention_score_mse(
+    student_scores: torch.Tensor, teacher_scores: torch.Tensor, attention_mask: torch.Tensor
+) -> torch.Tensor:
     """TinyBERT's attention loss (eq. 7) on pre-softmax scores QKᵀ/√Dh: the entries whose
     query or key is padding are zeroed in both (they carry no information; the official code
     zeroes the masked keys), and the squared error is averaged over the N·(real query, real
@@ -202,10 +238,12 @@ def attention_score_mse(student_scores: torch.Tensor, teacher_scores: torch.Tens
         ValueError: shape mismatch (e.g. different head counts).
     """
     if student_scores.shape != teacher_scores.shape:
-        raise ValueError(f"attention scores differ in shape: student "
-                         f"{tuple(student_scores.shape)} vs teacher "
-                         f"{tuple(teacher_scores.shape)}; TinyBERT needs the same number of "
-                         f"heads")
+        raise ValueError(
+            f"attention scores differ in shape: student "
+            f"{tuple(student_scores.shape)} vs teacher "
+            f"{tuple(teacher_scores.shape)}; TinyBERT needs the same number of "
+            f"heads"
+        )
     m = attention_mask.bool()
     pair = (m[:, :, None] & m[:, None, :])[:, None].expand_as(student_scores)  # (B, N, T, S)
     s = student_scores.float().masked_fill(~pair, 0.0)
@@ -218,11 +256,20 @@ def attention_score_mse(student_scores: torch.Tensor, teacher_scores: torch.Tens
 
 # --- the recipes ------------------------------------------------------------------------------
 
-def distilbert_loss(student_logits: torch.Tensor, teacher_logits: torch.Tensor,
-                    student_hidden: torch.Tensor, teacher_hidden: torch.Tensor,
-                    attention_mask: torch.Tensor, labels: torch.Tensor | None, *,
-                    temperature: float = 2.0, alpha_ce: float = 5.0, alpha_mlm: float = 2.0,
-                    alpha_cos: float = 1.0) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+
+def distilbert_loss(
+    student_logits: torch.Tensor,
+    teacher_logits: torch.Tensor,
+    student_hidden: torch.Tensor,
+    teacher_hidden: torch.Tensor,
+    attention_mask: torch.Tensor,
+    labels: torch.Tensor | None,
+    *,
+    temperature: float = 2.0,
+    alpha_ce: float = 5.0,
+    alpha_mlm: float = 2.0,
+    alpha_cos: float = 1.0,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """DistilBERT's triple loss (Sanh et al. 2019 §3):
     α_ce·T²·KL(p_T ‖ p_S) + α_mlm·CE(student, labels) + α_cos·(1 − cos(h_S, h_T)).
 
@@ -246,20 +293,26 @@ def distilbert_loss(student_logits: torch.Tensor, teacher_logits: torch.Tensor,
     parts = {"ce_loss": ce.detach(), "cos_loss": cos.detach()}
     if labels is not None and alpha_mlm:
         sel = labels != IGNORE_INDEX
-        mlm = (F.cross_entropy(student_logits[sel].float(), labels[sel]) if sel.any()
-               else student_logits.sum() * 0.0)
+        mlm = (
+            F.cross_entropy(student_logits[sel].float(), labels[sel])
+            if sel.any()
+            else student_logits.sum() * 0.0
+        )
         loss = loss + alpha_mlm * mlm
         parts["mlm_loss"] = mlm.detach()
     return loss, parts
 
 
-def tinybert_intermediate_loss(student_hidden: tuple[torch.Tensor, ...],
-                               teacher_hidden: tuple[torch.Tensor, ...],
-                               student_scores: tuple[torch.Tensor, ...],
-                               teacher_scores: tuple[torch.Tensor, ...],
-                               attention_mask: torch.Tensor, *,
-                               embedding_projection=None, hidden_projection=None
-                               ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+def tinybert_intermediate_loss(
+    student_hidden: tuple[torch.Tensor, ...],
+    teacher_hidden: tuple[torch.Tensor, ...],
+    student_scores: tuple[torch.Tensor, ...],
+    teacher_scores: tuple[torch.Tensor, ...],
+    attention_mask: torch.Tensor,
+    *,
+    embedding_projection=None,
+    hidden_projection=None,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """TinyBERT's Transformer-layer and embedding-layer distillation (Jiao et al. 2020 §3.1,
     eq. 7–9, 11): Σ_m MSE(A_S^m, A_T^{g(m)}) + Σ_m MSE(H_S^m W_h, H_T^{g(m)}) +
     MSE(E_S W_e, E_T), each layer weight λ = 1, with the mapping in the module docstring.
@@ -294,8 +347,11 @@ def tinybert_intermediate_loss(student_hidden: tuple[torch.Tensor, ...],
         term = attention_score_mse(student_scores[s], teacher_scores[t], attention_mask)
         att = term if att is None else att + term
     loss = emb + hid + att
-    return loss, {"embedding_loss": emb.detach(), "hidden_loss": hid.detach(),
-                  "attention_loss": att.detach()}
+    return loss, {
+        "embedding_loss": emb.detach(),
+        "hidden_loss": hid.detach(),
+        "attention_loss": att.detach(),
+    }
 
 
 # --- the objectives the trainer optimises ---------------------------------------------------------
@@ -305,9 +361,11 @@ PROJECTION_FILE = "distill_projections.safetensors"
 
 def _check_vocabularies(method: str, teacher: EncoderConfig, student: EncoderConfig) -> None:
     if teacher.vocab_size != student.vocab_size:
-        raise ValueError(f"teacher vocabulary ({teacher.vocab_size}) and student vocabulary "
-                         f"({student.vocab_size}) differ; {method} feeds both the same token "
-                         f"ids and compares them position by position")
+        raise ValueError(
+            f"teacher vocabulary ({teacher.vocab_size}) and student vocabulary "
+            f"({student.vocab_size}) differ; {method} feeds both the same token "
+            f"ids and compares them position by position"
+        )
 
 
 class DistillationObjective(nn.Module):
@@ -329,8 +387,7 @@ class DistillationObjective(nn.Module):
     masked_inputs = False
     hyperparameters: tuple[str, ...] = ()
 
-    def __init__(self, student: Model, teacher: Model,
-                 projections: Sequence[str] = ()) -> None:
+    def __init__(self, student: Model, teacher: Model, projections: Sequence[str] = ()) -> None:
         super().__init__()
         self.student = student
         self.projections = None
@@ -345,8 +402,13 @@ class DistillationObjective(nn.Module):
         self._teacher = [teacher]
 
     @staticmethod
-    def check(teacher: EncoderConfig, student: EncoderConfig, *,
-              teacher_heads: Sequence[str] = (), projection: bool = False) -> None:
+    def check(
+        teacher: EncoderConfig,
+        student: EncoderConfig,
+        *,
+        teacher_heads: Sequence[str] = (),
+        projection: bool = False,
+    ) -> None:
         raise NotImplementedError
 
     @property
@@ -359,8 +421,11 @@ class DistillationObjective(nn.Module):
 
     def _inputs(self, model: Model, batch: dict[str, torch.Tensor]) -> dict[str, Any]:
         types = batch.get("token_type_ids") if model.config.type_vocab_size else None
-        return dict(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                    token_type_ids=types)
+        return dict(
+            input_ids=batch["input_ids"],
+            attention_mask=batch["attention_mask"],
+            token_type_ids=types,
+        )
 
     def _teacher_on(self, device: torch.device) -> Model:
         teacher = self.teacher
@@ -375,8 +440,9 @@ class DistillationObjective(nn.Module):
         path = Path(path)
         self.student.save_pretrained(path)
         if self.projections is not None:
-            state = {k: v.detach().cpu().contiguous()
-                     for k, v in self.projections.state_dict().items()}
+            state = {
+                k: v.detach().cpu().contiguous() for k, v in self.projections.state_dict().items()
+            }
             atomic_write(path / PROJECTION_FILE, lambda tmp: save_file(state, str(tmp)))
         return path
 
@@ -403,38 +469,56 @@ class DistilBertObjective(DistillationObjective):
     masked_inputs = True
     hyperparameters = ("temperature", "alpha_ce", "alpha_mlm", "alpha_cos")
 
-    def __init__(self, student: Model, teacher: Model, *, projection: bool = False,
-                 temperature: float = DISTILBERT_DEFAULTS["temperature"],
-                 alpha_ce: float = DISTILBERT_DEFAULTS["alpha_ce"],
-                 alpha_mlm: float = DISTILBERT_DEFAULTS["alpha_mlm"],
-                 alpha_cos: float = DISTILBERT_DEFAULTS["alpha_cos"]) -> None:
-        self.check(teacher.config, student.config, teacher_heads=teacher.heads,
-                   projection=projection)
+    def __init__(
+        self,
+        student: Model,
+        teacher: Model,
+        *,
+        projection: bool = False,
+        temperature: float = DISTILBERT_DEFAULTS["temperature"],
+        alpha_ce: float = DISTILBERT_DEFAULTS["alpha_ce"],
+        alpha_mlm: float = DISTILBERT_DEFAULTS["alpha_mlm"],
+        alpha_cos: float = DISTILBERT_DEFAULTS["alpha_cos"],
+    ) -> None:
+        self.check(
+            teacher.config, student.config, teacher_heads=teacher.heads, projection=projection
+        )
         if student.mlm_head is None:
             raise ValueError("the DistilBERT student needs an MLM head")
         if temperature <= 0:
             raise ValueError(f"temperature must be > 0, got {temperature}")
         super().__init__(student, teacher, ["hidden"] if projection else [])
-        self.weights = dict(temperature=temperature, alpha_ce=alpha_ce, alpha_mlm=alpha_mlm,
-                            alpha_cos=alpha_cos)
+        self.weights = dict(
+            temperature=temperature, alpha_ce=alpha_ce, alpha_mlm=alpha_mlm, alpha_cos=alpha_cos
+        )
 
     @staticmethod
-    def check(teacher: EncoderConfig, student: EncoderConfig, *,
-              teacher_heads: Sequence[str] = (), projection: bool = False) -> None:
+    def check(
+        teacher: EncoderConfig,
+        student: EncoderConfig,
+        *,
+        teacher_heads: Sequence[str] = (),
+        projection: bool = False,
+    ) -> None:
         """Raise ValueError unless the vocabularies agree, the teacher has an MLM head (soft
         targets) and the hidden sizes agree or a projection is learned (cosine loss)."""
         _check_vocabularies("distilbert", teacher, student)
         if "mlm" not in teacher_heads:
-            raise ValueError("DistilBERT's soft targets need the teacher's MLM logits but the "
-                             "teacher has no MLM head; use method 'tinybert' (intermediate "
-                             "losses only) or give the teacher a trained MLM head")
+            raise ValueError(
+                "DistilBERT's soft targets need the teacher's MLM logits but the "
+                "teacher has no MLM head; use method 'tinybert' (intermediate "
+                "losses only) or give the teacher a trained MLM head"
+            )
         if teacher.hidden_size != student.hidden_size and not projection:
-            raise ValueError(f"the cosine loss needs equal hidden sizes (teacher "
-                             f"{teacher.hidden_size}, student {student.hidden_size}); "
-                             f"configure a learned projection")
+            raise ValueError(
+                f"the cosine loss needs equal hidden sizes (teacher "
+                f"{teacher.hidden_size}, student {student.hidden_size}); "
+                f"configure a learned projection"
+            )
 
-    def forward(self, batch: dict[str, torch.Tensor]
-                ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    def forward(
+        self, batch: dict[str, torch.Tensor]
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         teacher = self._teacher_on(batch["input_ids"].device)
         with torch.no_grad():
             t = teacher(**self._inputs(teacher, batch))
@@ -442,8 +526,15 @@ class DistilBertObjective(DistillationObjective):
         h = s.last_hidden_state
         if self.projections is not None:
             h = self.projections["hidden"](h)
-        return distilbert_loss(s.logits, t.logits, h, t.last_hidden_state,
-                               batch["attention_mask"], batch.get("labels"), **self.weights)
+        return distilbert_loss(
+            s.logits,
+            t.logits,
+            h,
+            t.last_hidden_state,
+            batch["attention_mask"],
+            batch.get("labels"),
+            **self.weights,
+        )
 
 
 class TinyBertObjective(DistillationObjective):
@@ -469,37 +560,52 @@ class TinyBertObjective(DistillationObjective):
     def __init__(self, student: Model, teacher: Model, *, projection: bool = False) -> None:
         if student.config.hidden_size != teacher.config.hidden_size:
             projection = True
-        self.check(teacher.config, student.config, teacher_heads=teacher.heads,
-                   projection=projection)
+        self.check(
+            teacher.config, student.config, teacher_heads=teacher.heads, projection=projection
+        )
         super().__init__(student, teacher, ["hidden", "embedding"] if projection else [])
 
     @staticmethod
-    def check(teacher: EncoderConfig, student: EncoderConfig, *,
-              teacher_heads: Sequence[str] = (), projection: bool = False) -> None:
+    def check(
+        teacher: EncoderConfig,
+        student: EncoderConfig,
+        *,
+        teacher_heads: Sequence[str] = (),
+        projection: bool = False,
+    ) -> None:
         """Raise ValueError unless the vocabularies and head counts agree (attention scores
         are compared head by head) and teacher layers are a multiple of student layers; hidden
         sizes may differ (W_h, W_e)."""
         _check_vocabularies("tinybert", teacher, student)
         if teacher.num_attention_heads != student.num_attention_heads:
-            raise ValueError(f"TinyBERT compares attention scores head by head: teacher has "
-                             f"{teacher.num_attention_heads} heads, student "
-                             f"{student.num_attention_heads}")
+            raise ValueError(
+                f"TinyBERT compares attention scores head by head: teacher has "
+                f"{teacher.num_attention_heads} heads, student "
+                f"{student.num_attention_heads}"
+            )
         layer_step(teacher.num_hidden_layers, student.num_hidden_layers)
 
-    def forward(self, batch: dict[str, torch.Tensor]
-                ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    def forward(
+        self, batch: dict[str, torch.Tensor]
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         teacher = self._teacher_on(batch["input_ids"].device)
         with torch.no_grad():
-            t = teacher(**self._inputs(teacher, batch), output_hidden_states=True,
-                        output_attentions=True)
-        s = self.student(**self._inputs(self.student, batch), output_hidden_states=True,
-                         output_attentions=True)
+            t = teacher(
+                **self._inputs(teacher, batch), output_hidden_states=True, output_attentions=True
+            )
+        s = self.student(
+            **self._inputs(self.student, batch), output_hidden_states=True, output_attentions=True
+        )
         p = self.projections
         return tinybert_intermediate_loss(
-            s.hidden_states, t.hidden_states, s.attention_scores, t.attention_scores,
+            s.hidden_states,
+            t.hidden_states,
+            s.attention_scores,
+            t.attention_scores,
             batch["attention_mask"],
             embedding_projection=p["embedding"] if p is not None else None,
-            hidden_projection=p["hidden"] if p is not None else None)
+            hidden_projection=p["hidden"] if p is not None else None,
+        )
 
 
 TASK_STAGES = ("intermediate", "prediction")
@@ -520,15 +626,26 @@ class TinyBertTaskObjective(TinyBertObjective):
             different label sets, an unknown stage, a temperature <= 0.
     """
 
-    def __init__(self, student: Model, teacher: Model, *, stage: str = "intermediate",
-                 projection: bool = False, temperature: float = 1.0) -> None:
+    def __init__(
+        self,
+        student: Model,
+        teacher: Model,
+        *,
+        stage: str = "intermediate",
+        projection: bool = False,
+        temperature: float = 1.0,
+    ) -> None:
         for name, m in (("teacher", teacher), ("student", student)):
             if m.task != "classify":
-                raise ValueError(f"task distillation needs a {name} with a classify head; "
-                                 f"it has {m.heads or 'none'}")
+                raise ValueError(
+                    f"task distillation needs a {name} with a classify head; "
+                    f"it has {m.heads or 'none'}"
+                )
         if teacher.config.label_names != student.config.label_names:
-            raise ValueError(f"teacher labels {teacher.config.label_names} and student labels "
-                             f"{student.config.label_names} differ")
+            raise ValueError(
+                f"teacher labels {teacher.config.label_names} and student labels "
+                f"{student.config.label_names} differ"
+            )
         if temperature <= 0:
             raise ValueError(f"temperature must be > 0, got {temperature}")
         super().__init__(student, teacher, projection=projection)
@@ -545,8 +662,9 @@ class TinyBertTaskObjective(TinyBertObjective):
             raise ValueError(f"stage must be one of {TASK_STAGES}, got {value!r}")
         self._stage = value
 
-    def forward(self, batch: dict[str, torch.Tensor]
-                ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    def forward(
+        self, batch: dict[str, torch.Tensor]
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         if self.stage == "intermediate":
             return super().forward(batch)
         teacher = self._teacher_on(batch["input_ids"].device)
@@ -558,12 +676,20 @@ class TinyBertTaskObjective(TinyBertObjective):
 
 
 OBJECTIVES: dict[str, type[DistillationObjective]] = {
-    "distilbert": DistilBertObjective, "tinybert": TinyBertObjective}
+    "distilbert": DistilBertObjective,
+    "tinybert": TinyBertObjective,
+}
 METHODS = tuple(OBJECTIVES)
 
 
-def check_compatible(method: str, teacher: EncoderConfig, student: EncoderConfig, *,
-                     teacher_heads: Sequence[str] = (), projection: bool = False) -> None:
+def check_compatible(
+    method: str,
+    teacher: EncoderConfig,
+    student: EncoderConfig,
+    *,
+    teacher_heads: Sequence[str] = (),
+    projection: bool = False,
+) -> None:
     """Raise ValueError when the pair cannot be distilled with ``method`` (one of `METHODS`):
     the ``check`` of its objective class.
 
@@ -572,5 +698,4 @@ def check_compatible(method: str, teacher: EncoderConfig, student: EncoderConfig
     """
     if method not in OBJECTIVES:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
-    OBJECTIVES[method].check(teacher, student, teacher_heads=teacher_heads,
-                             projection=projection)
+    OBJECTIVES[method].check(teacher, student, teacher_heads=teacher_heads, projection=projection)

@@ -23,8 +23,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-__all__ = ["Segment", "Instance", "SpecialIds", "nsp_instances", "sop_instances",
-           "packed_instances", "truncate_longest_first"]
+__all__ = [
+    "Segment",
+    "Instance",
+    "SpecialIds",
+    "nsp_instances",
+    "sop_instances",
+    "packed_instances",
+    "truncate_longest_first",
+]
 
 
 @dataclass
@@ -36,10 +43,13 @@ class Segment:
     starts: np.ndarray
     entities: list[tuple[int, int]] = field(default_factory=list)
 
-    def slice(self, lo: int, hi: int) -> "Segment":
+    def slice(self, lo: int, hi: int) -> Segment:
         """Tokens lo..hi-1, keeping the entities that lie wholly inside."""
-        return Segment(self.ids[lo:hi], self.starts[lo:hi],
-                       [(s - lo, e - lo) for s, e in self.entities if lo <= s and e <= hi])
+        return Segment(
+            self.ids[lo:hi],
+            self.starts[lo:hi],
+            [(s - lo, e - lo) for s, e in self.entities if lo <= s and e <= hi],
+        )
 
 
 @dataclass(frozen=True)
@@ -64,8 +74,9 @@ class Instance:
         return len(self.input_ids)
 
 
-def truncate_longest_first(a: list[Segment], b: list[Segment], max_tokens: int
-                           ) -> tuple[Segment, Segment]:
+def truncate_longest_first(
+    a: list[Segment], b: list[Segment], max_tokens: int
+) -> tuple[Segment, Segment]:
     """Concatenate each side and drop one token at a time from the longer side until
     ``len(A) + len(B) <= max_tokens``: from the front of A and the end of B, so that the
     A|B boundary the pair objectives judge stays intact."""
@@ -86,8 +97,11 @@ def _cat(segments: Sequence[Segment]) -> Segment:
     for seg in segments:
         entities += [(s + offset, e + offset) for s, e in seg.entities]
         offset += len(seg.ids)
-    return Segment(np.concatenate([s.ids for s in segments]),
-                   np.concatenate([s.starts for s in segments]), entities)
+    return Segment(
+        np.concatenate([s.ids for s in segments]),
+        np.concatenate([s.starts for s in segments]),
+        entities,
+    )
 
 
 def _assemble(a: Segment, b: Segment | None, sp: SpecialIds, label: int = -1) -> Instance:
@@ -103,12 +117,17 @@ def _assemble(a: Segment, b: Segment | None, sp: SpecialIds, label: int = -1) ->
     entities = [(s + 1, e + 1) for s, e in a.entities]  # after [CLS]
     if b is not None:
         entities += [(s + len(a.ids) + 2, e + len(a.ids) + 2) for s, e in b.entities]
-    return Instance(np.concatenate(parts_ids).astype(np.int64), np.asarray(types, np.int64),
-                    np.asarray(special, bool), np.asarray(starts, bool), label, entities)
+    return Instance(
+        np.concatenate(parts_ids).astype(np.int64),
+        np.asarray(types, np.int64),
+        np.asarray(special, bool),
+        np.asarray(starts, bool),
+        label,
+        entities,
+    )
 
 
-def _chunks(doc: list[Segment], max_tokens: int, short_seq_prob: float,
-            rng: np.random.Generator):
+def _chunks(doc: list[Segment], max_tokens: int, short_seq_prob: float, rng: np.random.Generator):
     """Groups of consecutive segments, each up to a (sometimes short) target length."""
     target = max_tokens if rng.random() >= short_seq_prob else int(rng.integers(2, max_tokens + 1))
     chunk, length = [], 0
@@ -118,12 +137,20 @@ def _chunks(doc: list[Segment], max_tokens: int, short_seq_prob: float,
         if i == len(doc) - 1 or length >= target:
             yield chunk
             chunk, length = [], 0
-            target = (max_tokens if rng.random() >= short_seq_prob
-                      else int(rng.integers(2, max_tokens + 1)))
+            target = (
+                max_tokens
+                if rng.random() >= short_seq_prob
+                else int(rng.integers(2, max_tokens + 1))
+            )
 
 
-def nsp_instances(docs: list[list[Segment]], max_length: int, special: SpecialIds,
-                  rng: np.random.Generator, short_seq_prob: float = 0.1) -> list[Instance]:
+def nsp_instances(
+    docs: list[list[Segment]],
+    max_length: int,
+    special: SpecialIds,
+    rng: np.random.Generator,
+    short_seq_prob: float = 0.1,
+) -> list[Instance]:
     """NSP pairs from every document (see module docstring). Needs >= 2 documents.
 
     Raises:
@@ -143,7 +170,7 @@ def nsp_instances(docs: list[list[Segment]], max_length: int, special: SpecialId
                 other = int(rng.integers(len(docs) - 1))
                 other += other >= d
                 start = int(rng.integers(len(docs[other])))
-                b = docs[other][start:start + max(1, len(chunk) - cut)]
+                b = docs[other][start : start + max(1, len(chunk) - cut)]
             else:
                 label, b = 0, chunk[cut:]
             A, B = truncate_longest_first(a, b, budget)
@@ -152,8 +179,13 @@ def nsp_instances(docs: list[list[Segment]], max_length: int, special: SpecialId
     return out
 
 
-def sop_instances(docs: list[list[Segment]], max_length: int, special: SpecialIds,
-                  rng: np.random.Generator, short_seq_prob: float = 0.1) -> list[Instance]:
+def sop_instances(
+    docs: list[list[Segment]],
+    max_length: int,
+    special: SpecialIds,
+    rng: np.random.Generator,
+    short_seq_prob: float = 0.1,
+) -> list[Instance]:
     """SOP pairs: two consecutive parts of one document, swapped 50% of the time (label 1)."""
     if max_length < 5:
         raise ValueError(f"max_length must be >= 5, got {max_length}")
@@ -171,8 +203,9 @@ def sop_instances(docs: list[list[Segment]], max_length: int, special: SpecialId
     return out
 
 
-def packed_instances(docs: list[list[Segment]], max_length: int, special: SpecialIds
-                     ) -> list[Instance]:
+def packed_instances(
+    docs: list[list[Segment]], max_length: int, special: SpecialIds
+) -> list[Instance]:
     """RoBERTa FULL-SENTENCES: sentences packed in order up to ``max_length - 2`` tokens,
     crossing documents with an extra [SEP]; a sentence longer than the limit is cut."""
     budget, out, current = max_length - 2, [], []

@@ -33,8 +33,16 @@ import numpy as np
 
 from ..heads.tasks import IGNORE_INDEX
 
-__all__ = ["MASKING_STRATEGIES", "MaskingConfig", "MaskResult", "mask_tokens", "word_starts",
-           "word_ids_from_starts", "chinese_word_ids", "span_length_distribution"]
+__all__ = [
+    "MASKING_STRATEGIES",
+    "MaskingConfig",
+    "MaskResult",
+    "mask_tokens",
+    "word_starts",
+    "word_ids_from_starts",
+    "chinese_word_ids",
+    "span_length_distribution",
+]
 
 MASKING_STRATEGIES = ("token", "whole_word", "ngram", "entity", "span")
 
@@ -66,13 +74,14 @@ class MaskingConfig:
 
     def __post_init__(self) -> None:
         if self.strategy not in MASKING_STRATEGIES:
-            raise ValueError(f"strategy must be one of {MASKING_STRATEGIES}, got "
-                             f"{self.strategy!r}")
+            raise ValueError(f"strategy must be one of {MASKING_STRATEGIES}, got {self.strategy!r}")
         if not 0.0 < self.mlm_probability < 1.0:
             raise ValueError(f"mlm_probability must lie in (0, 1), got {self.mlm_probability}")
         if self.mask_prob < 0 or self.random_prob < 0 or self.mask_prob + self.random_prob > 1:
-            raise ValueError(f"mask_prob ({self.mask_prob}) + random_prob ({self.random_prob}) "
-                             f"must lie in [0, 1]")
+            raise ValueError(
+                f"mask_prob ({self.mask_prob}) + random_prob ({self.random_prob}) "
+                f"must lie in [0, 1]"
+            )
         if self.max_predictions is not None and self.max_predictions < 1:
             raise ValueError(f"max_predictions must be >= 1, got {self.max_predictions}")
         if self.max_ngram < 1 or self.max_span < 1 or not 0 < self.span_p <= 1:
@@ -125,8 +134,9 @@ def word_ids_from_starts(starts: np.ndarray, special: np.ndarray) -> np.ndarray:
     return np.where(special, -1, ids).astype(np.int64)
 
 
-def chinese_word_ids(text: str, offsets: Sequence[tuple[int, int]],
-                     special: np.ndarray) -> np.ndarray:
+def chinese_word_ids(
+    text: str, offsets: Sequence[tuple[int, int]], special: np.ndarray
+) -> np.ndarray:
     """Word ids for Chinese whole-word masking: tokens whose character offsets fall in the
     same jieba word share an id (WordPiece splits CJK text one character per token).
 
@@ -138,7 +148,7 @@ def chinese_word_ids(text: str, offsets: Sequence[tuple[int, int]],
     owner = np.full(len(text) + 1, -1, dtype=np.int64)
     pos = 0
     for w, word in enumerate(jieba.lcut(text)):
-        owner[pos:pos + len(word)] = w
+        owner[pos : pos + len(word)] = w
         pos += len(word)
     ids, last, next_id = [], None, -1
     for (s, _e), sp in zip(offsets, special):
@@ -154,8 +164,9 @@ def chinese_word_ids(text: str, offsets: Sequence[tuple[int, int]],
     return np.asarray(ids, dtype=np.int64)
 
 
-def _units(word_ids: np.ndarray, strategy: str,
-           entities: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
+def _units(
+    word_ids: np.ndarray, strategy: str, entities: Sequence[tuple[int, int]]
+) -> list[tuple[int, int]]:
     """Token ranges of maskable units in order: words (or single tokens), with supplied
     entity spans merged into one unit each."""
     maskable = word_ids >= 0
@@ -182,15 +193,22 @@ def _units(word_ids: np.ndarray, strategy: str,
             if not taken[s:e].any():
                 taken[s:e] = True
                 merged.append((s, e))
-        units = sorted(merged + [u for u in units if not taken[u[0]:u[1]].any()])
+        units = sorted(merged + [u for u in units if not taken[u[0] : u[1]].any()])
     return units
 
 
-def mask_tokens(input_ids: np.ndarray, special: np.ndarray, config: MaskingConfig,
-                rng: np.random.Generator, *, vocab_size: int, mask_token_id: int,
-                word_ids: np.ndarray | None = None,
-                entities: Sequence[tuple[int, int]] = (),
-                special_ids: Sequence[int] = ()) -> MaskResult:
+def mask_tokens(
+    input_ids: np.ndarray,
+    special: np.ndarray,
+    config: MaskingConfig,
+    rng: np.random.Generator,
+    *,
+    vocab_size: int,
+    mask_token_id: int,
+    word_ids: np.ndarray | None = None,
+    entities: Sequence[tuple[int, int]] = (),
+    special_ids: Sequence[int] = (),
+) -> MaskResult:
     """Choose and corrupt the prediction targets of one sequence.
 
     Args:
@@ -214,8 +232,9 @@ def mask_tokens(input_ids: np.ndarray, special: np.ndarray, config: MaskingConfi
     special = np.asarray(special, dtype=bool)
     T = len(input_ids)
     if len(special) != T or (word_ids is not None and len(word_ids) != T):
-        raise ValueError(f"input_ids ({T}), special ({len(special)}) and word_ids must have "
-                         f"the same length")
+        raise ValueError(
+            f"input_ids ({T}), special ({len(special)}) and word_ids must have the same length"
+        )
     if word_ids is None:
         word_ids = np.where(special, -1, np.arange(T))
     word_ids = np.where(special, -1, np.asarray(word_ids, dtype=np.int64))
@@ -243,8 +262,11 @@ def mask_tokens(input_ids: np.ndarray, special: np.ndarray, config: MaskingConfi
             spans, lengths = _grow_spans(units, budget, config, rng, chosen)
     labels = np.where(chosen, input_ids, IGNORE_INDEX)
     out = input_ids.copy()
-    per_span = config.replace_per_span if config.replace_per_span is not None else (
-        config.strategy == "span")
+    per_span = (
+        config.replace_per_span
+        if config.replace_per_span is not None
+        else (config.strategy == "span")
+    )
     groups = spans if per_span else [(i, i + 1) for i in np.flatnonzero(chosen)]
     allowed = _replacement_ids(vocab_size, tuple(special_ids))
     for s, e in groups:
@@ -278,7 +300,8 @@ def _grow_spans(units, budget, config, rng, chosen):
         length = int(rng.choice(len(dist), p=dist)) + 1
         start = int(rng.integers(len(units)))
         if chosen[units[start][0]] or (
-                not cut_words and units[start][1] - units[start][0] > budget - count):
+            not cut_words and units[start][1] - units[start][0] > budget - count
+        ):
             misses += 1
             continue
         lengths.append(length)

@@ -26,19 +26,26 @@ from torch.nn import functional as F
 
 from ..files import atomic_write
 from ..heads.tasks import IGNORE_INDEX
-from .instances import (Instance, Segment, SpecialIds, nsp_instances, packed_instances,
-                        sop_instances)
-from .masking import (MaskingConfig, chinese_word_ids, mask_tokens, word_ids_from_starts,
-                      word_starts)
+from .instances import Instance, Segment, SpecialIds, nsp_instances, packed_instances, sop_instances
+from .masking import MaskingConfig, chinese_word_ids, mask_tokens, word_ids_from_starts, word_starts
 
-__all__ = ["OBJECTIVES", "tokenize_documents", "build_instances", "static_maskings",
-           "MLMCollator", "PretrainingModel", "evaluate_mlm", "unigram_log_probs"]
+__all__ = [
+    "OBJECTIVES",
+    "tokenize_documents",
+    "build_instances",
+    "static_maskings",
+    "MLMCollator",
+    "PretrainingModel",
+    "evaluate_mlm",
+    "unigram_log_probs",
+]
 
 OBJECTIVES = ("mlm", "nsp", "sop", "sbo")
 
 
-def tokenize_documents(docs: Sequence[Sequence[str]], tokenizer, *,
-                       chinese_words: bool = False) -> list[list[Segment]]:
+def tokenize_documents(
+    docs: Sequence[Sequence[str]], tokenizer, *, chinese_words: bool = False
+) -> list[list[Segment]]:
     """Tokenise each sentence without special tokens; word starts from the token strings
     (WordPiece ``##``, BPE ``Ġ``, Unigram ``▁``) or, with ``chinese_words``, from jieba words
     over the character offsets. Sentences that carry ``.entities`` (character spans, see
@@ -59,8 +66,13 @@ def tokenize_documents(docs: Sequence[Sequence[str]], tokenizer, *,
                 starts = np.concatenate([[True], wid[1:] != wid[:-1]])
             else:
                 starts = word_starts(enc.tokens, scheme)
-            doc.append(Segment(np.asarray(enc.ids, np.int32), starts,
-                               _token_spans(getattr(text, "entities", ()), enc.offsets)))
+            doc.append(
+                Segment(
+                    np.asarray(enc.ids, np.int32),
+                    starts,
+                    _token_spans(getattr(text, "entities", ()), enc.offsets),
+                )
+            )
         if doc:
             segments.append(doc)
     return segments
@@ -77,8 +89,14 @@ def _token_spans(char_spans, offsets) -> list[tuple[int, int]]:
     return out
 
 
-def build_instances(docs: list[list[Segment]], kind: str, max_length: int, special: SpecialIds,
-                    seed: int = 0, short_seq_prob: float = 0.1) -> list[Instance]:
+def build_instances(
+    docs: list[list[Segment]],
+    kind: str,
+    max_length: int,
+    special: SpecialIds,
+    seed: int = 0,
+    short_seq_prob: float = 0.1,
+) -> list[Instance]:
     """``kind``: "nsp" | "sop" | "packed" (see `bertfamily.objectives.instances`).
 
     Raises:
@@ -105,14 +123,29 @@ class MaskedInstance:
 
 def _mask(inst: Instance, masking: MaskingConfig, rng, vocab_size, mask_id, special_ids):
     wid = word_ids_from_starts(inst.starts, inst.special)
-    return mask_tokens(inst.input_ids, inst.special, masking, rng, vocab_size=vocab_size,
-                       mask_token_id=mask_id, word_ids=wid, entities=inst.entities,
-                       special_ids=special_ids)
+    return mask_tokens(
+        inst.input_ids,
+        inst.special,
+        masking,
+        rng,
+        vocab_size=vocab_size,
+        mask_token_id=mask_id,
+        word_ids=wid,
+        entities=inst.entities,
+        special_ids=special_ids,
+    )
 
 
-def static_maskings(instances: Sequence[Instance], masking: MaskingConfig, copies: int, *,
-                    vocab_size: int, mask_token_id: int, special_ids: Sequence[int],
-                    seed: int = 0) -> list[MaskedInstance]:
+def static_maskings(
+    instances: Sequence[Instance],
+    masking: MaskingConfig,
+    copies: int,
+    *,
+    vocab_size: int,
+    mask_token_id: int,
+    special_ids: Sequence[int],
+    seed: int = 0,
+) -> list[MaskedInstance]:
     """Static masking: ``copies`` independently masked copies of every instance, fixed once
     (BERT's ``dupe_factor``; RoBERTa §4.1 compares it with dynamic masking)."""
     rng = np.random.default_rng((seed, 7))
@@ -143,8 +176,16 @@ class MLMCollator:
         sbo: add the SBO fields (spans = maximal runs of predicted tokens).
     """
 
-    def __init__(self, masking: MaskingConfig, *, vocab_size: int, mask_token_id: int,
-                 pad_token_id: int, special_ids: Sequence[int], sbo: bool = False) -> None:
+    def __init__(
+        self,
+        masking: MaskingConfig,
+        *,
+        vocab_size: int,
+        mask_token_id: int,
+        pad_token_id: int,
+        special_ids: Sequence[int],
+        sbo: bool = False,
+    ) -> None:
         self.masking, self.vocab_size = masking, vocab_size
         self.mask_token_id, self.pad_token_id = mask_token_id, pad_token_id
         self.special_ids, self.sbo = list(special_ids), sbo
@@ -155,8 +196,9 @@ class MLMCollator:
             if isinstance(ex, MaskedInstance):
                 rows.append((ex.instance, ex.input_ids, ex.labels))
             else:
-                r = _mask(ex, self.masking, rng, self.vocab_size, self.mask_token_id,
-                          self.special_ids)
+                r = _mask(
+                    ex, self.masking, rng, self.vocab_size, self.mask_token_id, self.special_ids
+                )
                 rows.append((ex, r.input_ids, r.labels))
         B, T = len(rows), max(len(r[0]) for r in rows)
         ids = np.full((B, T), self.pad_token_id, np.int64)
@@ -166,8 +208,12 @@ class MLMCollator:
         for b, (inst, x, y) in enumerate(rows):
             n = len(x)
             ids[b, :n], attn[b, :n], types[b, :n], labels[b, :n] = x, 1, inst.token_type_ids, y
-        batch = {"input_ids": ids, "attention_mask": attn, "token_type_ids": types,
-                 "labels": labels}
+        batch = {
+            "input_ids": ids,
+            "attention_mask": attn,
+            "token_type_ids": types,
+            "labels": labels,
+        }
         pair = [inst.pair_label for inst, _, _ in rows]
         if all(p >= 0 for p in pair):
             batch["pair_labels"] = np.asarray(pair, np.int64)
@@ -186,8 +232,11 @@ class MLMCollator:
             for s, e in _spans_of(labels[b] != IGNORE_INDEX):
                 left[b, s:e], right[b, s:e] = s - 1, e
                 rel[b, s:e] = np.arange(e - s)
-        return {"sbo_left": torch.from_numpy(left), "sbo_right": torch.from_numpy(right),
-                "sbo_rel": torch.from_numpy(rel)}
+        return {
+            "sbo_left": torch.from_numpy(left),
+            "sbo_right": torch.from_numpy(right),
+            "sbo_rel": torch.from_numpy(rel),
+        }
 
 
 class PretrainingModel(nn.Module):
@@ -200,8 +249,9 @@ class PretrainingModel(nn.Module):
     BERT gathered them before the vocabulary projection.
     """
 
-    def __init__(self, model: nn.Module, sbo_head: nn.Module | None = None,
-                 pair_objective: bool = True) -> None:
+    def __init__(
+        self, model: nn.Module, sbo_head: nn.Module | None = None, pair_objective: bool = True
+    ) -> None:
         super().__init__()
         self.model, self.sbo_head = model, sbo_head
         self.pair_objective = pair_objective and model.pair_head is not None
@@ -213,25 +263,37 @@ class PretrainingModel(nn.Module):
     def forward(self, batch: dict[str, torch.Tensor]):
         labels = batch["labels"]
         selected = labels != IGNORE_INDEX  # (B, T)
-        out = self.model(batch["input_ids"], batch["attention_mask"],
-                         batch.get("token_type_ids") if self.model.config.type_vocab_size
-                         else None, masked_positions=selected)
+        out = self.model(
+            batch["input_ids"],
+            batch["attention_mask"],
+            batch.get("token_type_ids") if self.model.config.type_vocab_size else None,
+            masked_positions=selected,
+        )
         targets = labels[selected]  # (M,), same row-major order as the gathered logits
-        mlm = F.cross_entropy(out.logits.float(), targets) if len(targets) else \
-            out.logits.sum() * 0.0
-        parts = {"mlm_loss": mlm.detach(),
-                 "mlm_accuracy": (out.logits.argmax(-1) == targets).float().mean().detach()}
+        mlm = (
+            F.cross_entropy(out.logits.float(), targets) if len(targets) else out.logits.sum() * 0.0
+        )
+        parts = {
+            "mlm_loss": mlm.detach(),
+            "mlm_accuracy": (out.logits.argmax(-1) == targets).float().mean().detach(),
+        }
         loss = mlm
         if self.pair_objective and "pair_labels" in batch:
             pair = F.cross_entropy(out.pair_logits.float(), batch["pair_labels"])
             parts["pair_loss"] = pair.detach()
-            parts["pair_accuracy"] = (out.pair_logits.argmax(-1) == batch["pair_labels"]
-                                      ).float().mean().detach()
+            parts["pair_accuracy"] = (
+                (out.pair_logits.argmax(-1) == batch["pair_labels"]).float().mean().detach()
+            )
             loss = loss + pair
         if self.sbo_head is not None:
             rows = selected.nonzero()[:, 0]
-            sbo_logits = self.sbo_head(out.last_hidden_state, rows, batch["sbo_left"][selected],
-                                       batch["sbo_right"][selected], batch["sbo_rel"][selected])
+            sbo_logits = self.sbo_head(
+                out.last_hidden_state,
+                rows,
+                batch["sbo_left"][selected],
+                batch["sbo_right"][selected],
+                batch["sbo_rel"][selected],
+            )
             sbo = F.cross_entropy(sbo_logits.float(), targets)
             parts["sbo_loss"] = sbo.detach()
             loss = loss + sbo
@@ -241,14 +303,17 @@ class PretrainingModel(nn.Module):
         """The `Model` in the Hugging Face layout (+ ``sbo_head.safetensors`` with SBO)."""
         self.model.save_pretrained(path)
         if self.sbo_head is not None:
-            state = {k: v.detach().cpu().contiguous() for k, v in
-                     self.sbo_head.state_dict().items()}
-            atomic_write(Path(path) / "sbo_head.safetensors",
-                         lambda tmp: save_file(state, str(tmp)))
+            state = {
+                k: v.detach().cpu().contiguous() for k, v in self.sbo_head.state_dict().items()
+            }
+            atomic_write(
+                Path(path) / "sbo_head.safetensors", lambda tmp: save_file(state, str(tmp))
+            )
 
 
-def unigram_log_probs(instances: Sequence[Instance], vocab_size: int,
-                      special_ids: Sequence[int]) -> torch.Tensor:
+def unigram_log_probs(
+    instances: Sequence[Instance], vocab_size: int, special_ids: Sequence[int]
+) -> torch.Tensor:
     """(V,) float64 log-frequency of each non-special token over the instances (add-one
     smoothing; special ids get -inf): the unigram baseline predictor."""
     counts = np.ones(vocab_size, np.float64)
@@ -260,8 +325,9 @@ def unigram_log_probs(instances: Sequence[Instance], vocab_size: int,
 
 
 @torch.no_grad()
-def evaluate_mlm(pmodel: PretrainingModel, batches, unigram: torch.Tensor | None = None
-                 ) -> dict[str, float]:
+def evaluate_mlm(
+    pmodel: PretrainingModel, batches, unigram: torch.Tensor | None = None
+) -> dict[str, float]:
     """Held-out metrics over fixed batches: ``loss`` (MLM cross-entropy per predicted token),
     ``perplexity`` = exp(loss), ``accuracy`` (top-1 at predicted tokens), ``pair_accuracy``;
     with ``unigram`` (V,) log-probs, the same for the unigram-frequency baseline on the same
@@ -273,9 +339,12 @@ def evaluate_mlm(pmodel: PretrainingModel, batches, unigram: torch.Tensor | None
     for batch in batches:
         batch = {k: v.to(device) for k, v in batch.items()}
         sel = batch["labels"] != IGNORE_INDEX
-        out = pmodel.model(batch["input_ids"], batch["attention_mask"],
-                           batch.get("token_type_ids") if pmodel.model.config.type_vocab_size
-                           else None, masked_positions=sel)
+        out = pmodel.model(
+            batch["input_ids"],
+            batch["attention_mask"],
+            batch.get("token_type_ids") if pmodel.model.config.type_vocab_size else None,
+            masked_positions=sel,
+        )
         y = batch["labels"][sel]
         nll += F.cross_entropy(out.logits.float(), y, reduction="sum").item()
         correct += (out.logits.argmax(-1) == y).sum().item()
@@ -288,12 +357,18 @@ def evaluate_mlm(pmodel: PretrainingModel, batches, unigram: torch.Tensor | None
             pair_total += len(batch["pair_labels"])
     if total == 0:
         raise ValueError("the evaluation batches hold no predicted token")
-    result = {"loss": nll / total, "perplexity": math.exp(nll / total),
-              "accuracy": correct / total, "tokens": float(total)}
+    result = {
+        "loss": nll / total,
+        "perplexity": math.exp(nll / total),
+        "accuracy": correct / total,
+        "tokens": float(total),
+    }
     if unigram is not None:
-        result.update(baseline_loss=base_nll / total,
-                      baseline_perplexity=math.exp(base_nll / total),
-                      baseline_accuracy=base_correct / total)
+        result.update(
+            baseline_loss=base_nll / total,
+            baseline_perplexity=math.exp(base_nll / total),
+            baseline_accuracy=base_correct / total,
+        )
     if pair_total:
         result["pair_accuracy"] = pair_correct / pair_total
     return result

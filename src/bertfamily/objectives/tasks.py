@@ -29,8 +29,12 @@ def task_loss(task: str, output, batch: dict[str, torch.Tensor]) -> torch.Tensor
     if task == "tokens":
         return token_loss(output.logits, _need(batch, "labels"))
     if task == "qa":
-        return span_loss(output.start_logits, output.end_logits,
-                         _need(batch, "start_positions"), _need(batch, "end_positions"))
+        return span_loss(
+            output.start_logits,
+            output.end_logits,
+            _need(batch, "start_positions"),
+            _need(batch, "end_positions"),
+        )
     raise ValueError(f"unknown task {task!r}; valid: {TASK_HEADS}")
 
 

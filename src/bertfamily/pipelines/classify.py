@@ -27,24 +27,31 @@ class TextClassifier:
     def __init__(self, path: str | Path, max_length: int | None = None) -> None:
         self.model = from_pretrained(path).eval()
         if self.model.task != "classify":
-            raise ValueError(f"{path} holds a {self.model.task!r} head, not a sequence "
-                             "classifier")
+            raise ValueError(f"{path} holds a {self.model.task!r} head, not a sequence classifier")
         self.tokenizer = load_tokenizer(path)
         self.max_length = max_length
         self.labels = self.model.config.label_names
 
     @torch.no_grad()
-    def __call__(self, texts: str | Sequence[str], text_pairs: str | Sequence[str] | None = None,
-                 *, top_k: int = 1, batch_size: int = 32) -> list[list[dict]]:
+    def __call__(
+        self,
+        texts: str | Sequence[str],
+        text_pairs: str | Sequence[str] | None = None,
+        *,
+        top_k: int = 1,
+        batch_size: int = 32,
+    ) -> list[list[dict]]:
         """Per text, the ``top_k`` labels as ``{"label", "score"}`` (softmax probability),
         best first; a regression model (one label) gives ``[{"label", "score": value}]``."""
         texts = [texts] if isinstance(texts, str) else list(texts)
         pairs = [text_pairs] if isinstance(text_pairs, str) else text_pairs
         out: list[list[dict]] = [[] for _ in texts]
         for idx in sorted_batches(token_lengths(self.tokenizer, texts, pairs), batch_size):
-            enc = self.tokenizer([texts[i] for i in idx],
-                                 [pairs[i] for i in idx] if pairs is not None else None,
-                                 max_length=self.max_length)
+            enc = self.tokenizer(
+                [texts[i] for i in idx],
+                [pairs[i] for i in idx] if pairs is not None else None,
+                max_length=self.max_length,
+            )
             logits = self.model(**enc).logits.float()  # (B, C)
             if logits.shape[-1] == 1:
                 for i, v in zip(idx, logits[:, 0]):
@@ -53,6 +60,8 @@ class TextClassifier:
             probs = logits.softmax(-1)
             top = probs.topk(min(top_k, probs.shape[-1]), dim=-1)
             for i, ps, js in zip(idx, top.values, top.indices):
-                out[i] = [{"label": self.labels[j], "score": float(p)}
-                          for p, j in zip(ps.tolist(), js.tolist())]
+                out[i] = [
+                    {"label": self.labels[j], "score": float(p)}
+                    for p, j in zip(ps.tolist(), js.tolist())
+                ]
         return out

@@ -21,8 +21,12 @@ log = logging.getLogger(__name__)
 POOLING_MODES = ("mean", "cls", "max")
 
 
-def pool(last_hidden_state: torch.Tensor, attention_mask: torch.Tensor, mode: str = "mean",
-         normalize: bool = True) -> torch.Tensor:
+def pool(
+    last_hidden_state: torch.Tensor,
+    attention_mask: torch.Tensor,
+    mode: str = "mean",
+    normalize: bool = True,
+) -> torch.Tensor:
     """Pool token states into one vector per sequence.
 
     Args:
@@ -59,7 +63,7 @@ class PoolingSpec:
     max_seq_length: int | None = None
 
     @classmethod
-    def from_directory(cls, path: Path) -> "PoolingSpec":
+    def from_directory(cls, path: Path) -> PoolingSpec:
         """Read modules.json, 1_Pooling/config.json and sentence_bert_config.json when present
         (plain Hugging Face directories get mean pooling, normalised)."""
         modules_file = path / "modules.json"
@@ -97,15 +101,28 @@ class SentenceEmbedder:
         ModelDirectoryError / CheckpointError / TokenizerNotFoundError: see the loaders.
     """
 
-    def __init__(self, model_dir: str | Path, *, pooling: PoolingSpec | None = None,
-                 dtype: torch.dtype | None = None, device: str | torch.device = "cpu") -> None:
+    def __init__(
+        self,
+        model_dir: str | Path,
+        *,
+        pooling: PoolingSpec | None = None,
+        dtype: torch.dtype | None = None,
+        device: str | torch.device = "cpu",
+    ) -> None:
         self.path = Path(model_dir)
         self.model = from_pretrained(self.path, dtype=dtype).to(device)
         self.tokenizer = load_tokenizer(self.path)
         self.pooling = pooling or PoolingSpec.from_directory(self.path)
         self.device = torch.device(device)
-        limits = [x for x in (self.pooling.max_seq_length, self.tokenizer.model_max_length,
-                              self.model.config.max_sequence_length) if x]
+        limits = [
+            x
+            for x in (
+                self.pooling.max_seq_length,
+                self.tokenizer.model_max_length,
+                self.model.config.max_sequence_length,
+            )
+            if x
+        ]
         self.max_length = min(limits)
 
     @property
@@ -113,8 +130,13 @@ class SentenceEmbedder:
         return self.model.config.hidden_size
 
     @torch.inference_mode()
-    def encode(self, texts: Sequence[str], *, batch_size: int = 32,
-               progress: Callable[[int], None] | None = None) -> np.ndarray:
+    def encode(
+        self,
+        texts: Sequence[str],
+        *,
+        batch_size: int = 32,
+        progress: Callable[[int], None] | None = None,
+    ) -> np.ndarray:
         """Embed texts.
 
         Texts are sorted by token count so each batch pads little, then restored to input
@@ -134,8 +156,11 @@ class SentenceEmbedder:
         out = np.zeros((len(texts), self.dimension), dtype=np.float32)
         for idx in sorted_batches(token_lengths(self.tokenizer, texts), batch_size):
             batch = self.tokenizer([texts[i] for i in idx], max_length=self.max_length)
-            batch = {k: v.to(self.device) for k, v in batch.items()
-                     if k in ("input_ids", "attention_mask", "token_type_ids")}
+            batch = {
+                k: v.to(self.device)
+                for k, v in batch.items()
+                if k in ("input_ids", "attention_mask", "token_type_ids")
+            }
             hidden = self.model.encoder(**batch).last_hidden_state
             vec = pool(hidden, batch["attention_mask"], self.pooling.mode, self.pooling.normalize)
             out[idx] = vec.cpu().numpy()
@@ -160,9 +185,14 @@ def cosine_matrix(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return a @ b.T
 
 
-def semantic_search(embedder: SentenceEmbedder, queries: Sequence[str], corpus: Sequence[str],
-                    top_k: int = 5, corpus_embeddings: np.ndarray | None = None,
-                    batch_size: int = 32) -> list[list[Hit]]:
+def semantic_search(
+    embedder: SentenceEmbedder,
+    queries: Sequence[str],
+    corpus: Sequence[str],
+    top_k: int = 5,
+    corpus_embeddings: np.ndarray | None = None,
+    batch_size: int = 32,
+) -> list[list[Hit]]:
     """The ``top_k`` corpus entries closest (cosine) to each query, best first.
 
     Raises:

@@ -40,8 +40,9 @@ class FillMask:
             it first, see `bertfamily.recipes.pretrain`).
     """
 
-    def __init__(self, path: str | Path, device: str = "cpu",
-                 dtype: torch.dtype | None = None) -> None:
+    def __init__(
+        self, path: str | Path, device: str = "cpu", dtype: torch.dtype | None = None
+    ) -> None:
         from ..pretrained import from_pretrained
         from ..tokenization import load_tokenizer
 
@@ -49,8 +50,10 @@ class FillMask:
         self.tokenizer = load_tokenizer(self.path)
         self.model = from_pretrained(self.path, dtype=dtype).to(device).eval()
         if self.model.mlm_head is None:
-            raise ValueError(f"{self.path} has no masked-LM head; fill-mask needs one "
-                             f"(continue pretraining the model to train one)")
+            raise ValueError(
+                f"{self.path} has no masked-LM head; fill-mask needs one "
+                f"(continue pretraining the model to train one)"
+            )
         self.device = device
 
     def _normalise(self, text: str) -> str:
@@ -78,14 +81,20 @@ class FillMask:
         mask_id = self.tokenizer.mask_token_id
         where = (ids[0] == mask_id).nonzero().flatten()
         if len(where) == 0:
-            raise ValueError(f"no mask token in the text; write {self.tokenizer.mask_token} "
-                             f"(or one of {MASK_SPELLINGS}) where a word is missing")
+            raise ValueError(
+                f"no mask token in the text; write {self.tokenizer.mask_token} "
+                f"(or one of {MASK_SPELLINGS}) where a word is missing"
+            )
         selected = torch.zeros_like(ids, dtype=torch.bool)
         selected[0, where] = True
-        out = self.model(ids, enc["attention_mask"].to(self.device),
-                         enc.get("token_type_ids").to(self.device)
-                         if "token_type_ids" in enc and self.model.config.type_vocab_size
-                         else None, masked_positions=selected)
+        out = self.model(
+            ids,
+            enc["attention_mask"].to(self.device),
+            enc.get("token_type_ids").to(self.device)
+            if "token_type_ids" in enc and self.model.config.type_vocab_size
+            else None,
+            masked_positions=selected,
+        )
         probs = out.logits.float().softmax(-1)  # (masks, V)
         special = torch.tensor(self.tokenizer.all_special_ids, device=probs.device)
         probs[:, special] = 0.0  # never propose [CLS], [PAD], ...
@@ -96,7 +105,13 @@ class FillMask:
             for s, t in zip(scores.tolist(), token_ids.tolist()):
                 filled = ids[0].clone()
                 filled[pos] = t
-                preds.append(Prediction(self.tokenizer.convert_ids_to_tokens(t), t, s,
-                                        self.tokenizer.decode(filled.tolist())))
+                preds.append(
+                    Prediction(
+                        self.tokenizer.convert_ids_to_tokens(t),
+                        t,
+                        s,
+                        self.tokenizer.decode(filled.tolist()),
+                    )
+                )
             results.append(preds)
         return results

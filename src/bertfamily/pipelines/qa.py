@@ -22,19 +22,32 @@ class QuestionAnswerer:
         ValueError: the directory's model has no "qa" head.
     """
 
-    def __init__(self, path: str | Path, *, max_length: int = 384, doc_stride: int = 128,
-                 max_question_length: int = 64) -> None:
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        max_length: int = 384,
+        doc_stride: int = 128,
+        max_question_length: int = 64,
+    ) -> None:
         self.model = from_pretrained(path).eval()
         if self.model.task != "qa":
             raise ValueError(f"{path} holds a {self.model.task!r} head, not extractive QA")
         self.tokenizer = load_tokenizer(path)
-        self.window = dict(max_length=max_length, doc_stride=doc_stride,
-                           max_question_length=max_question_length)
+        self.window = dict(
+            max_length=max_length, doc_stride=doc_stride, max_question_length=max_question_length
+        )
 
     @torch.no_grad()
-    def __call__(self, question: str, context: str, *, top_k: int = 1,
-                 max_answer_length: int = 30, null_threshold: float | None = None
-                 ) -> list[Answer]:
+    def __call__(
+        self,
+        question: str,
+        context: str,
+        *,
+        top_k: int = 1,
+        max_answer_length: int = 30,
+        null_threshold: float | None = None,
+    ) -> list[Answer]:
         """The ``top_k`` answers, best first; ``text == context[start:end]``, ``probability``
         among the n best. With ``null_threshold`` (SQuAD 2.0) the best may be empty."""
         ex = [QAExample("0", question, context)]
@@ -48,8 +61,15 @@ class QuestionAnswerer:
             o = self.model(ids, **kw)
             starts.append(o.start_logits[0].float().numpy())
             ends.append(o.end_logits[0].float().numpy())
-        pred = postprocess(ex, feats, starts, ends, n_best=max(top_k, 20),
-                           max_answer_length=max_answer_length, null_threshold=null_threshold)[0]
+        pred = postprocess(
+            ex,
+            feats,
+            starts,
+            ends,
+            n_best=max(top_k, 20),
+            max_answer_length=max_answer_length,
+            null_threshold=null_threshold,
+        )[0]
         if top_k == 1:
             return [pred.answer]
         return pred.n_best[:top_k]

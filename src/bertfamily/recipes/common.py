@@ -18,18 +18,30 @@ from ..corpora import read_documents
 from ..files import write_text_atomic
 from ..objectives.instances import Instance, SpecialIds
 from ..objectives.masking import MaskingConfig
-from ..objectives.pretraining import (MLMCollator, build_instances, static_maskings,
-                                      tokenize_documents)
+from ..objectives.pretraining import (
+    MLMCollator,
+    build_instances,
+    static_maskings,
+    tokenize_documents,
+)
 from ..train.data import IndexedBatches
 from ..train.distributed import DistInfo
 from ..train.loop import TrainConfig
 
-__all__ = ["split_documents", "fixed_eval_batches", "finish_run", "config_for_tokenizer",
-           "MLMData", "mlm_data", "save_pretrained"]
+__all__ = [
+    "split_documents",
+    "fixed_eval_batches",
+    "finish_run",
+    "config_for_tokenizer",
+    "MLMData",
+    "mlm_data",
+    "save_pretrained",
+]
 
 
-def split_documents(docs: Sequence[Any], eval_documents: int,
-                    seed: int) -> tuple[list[Any], list[Any]]:
+def split_documents(
+    docs: Sequence[Any], eval_documents: int, seed: int
+) -> tuple[list[Any], list[Any]]:
     """(train, held-out) documents: a seeded shuffle, min(eval_documents, max(2, N/10)) held out.
 
     Raises:
@@ -42,18 +54,28 @@ def split_documents(docs: Sequence[Any], eval_documents: int,
     return [docs[i] for i in order[n_eval:]], [docs[i] for i in order[:n_eval]]
 
 
-def fixed_eval_batches(instances: Sequence[Any], masking: MaskingConfig, collate: MLMCollator,
-                       batch_size: int, limit: int, seed: int, **common: Any) -> list[dict]:
+def fixed_eval_batches(
+    instances: Sequence[Any],
+    masking: MaskingConfig,
+    collate: MLMCollator,
+    batch_size: int,
+    limit: int,
+    seed: int,
+    **common: Any,
+) -> list[dict]:
     """At most ``limit`` held-out batches masked once with ``seed``, so every evaluation scores
     the same positions. ``common``: ``vocab_size``, ``mask_token_id``, ``special_ids`` of
     `static_maskings`. Each batch is a dict of (B, T) int64 tensors (see `MLMCollator`)."""
     fixed = static_maskings(instances, masking, 1, seed=seed, **common)
-    return [collate(fixed[i:i + batch_size], np.random.default_rng(0))
-            for i in range(0, len(fixed), batch_size)][:limit]
+    return [
+        collate(fixed[i : i + batch_size], np.random.default_rng(0))
+        for i in range(0, len(fixed), batch_size)
+    ][:limit]
 
 
-def finish_run(output_dir: str | Path, tokenizer: Any, summary: dict[str, Any],
-               file: str = "summary.json") -> None:
+def finish_run(
+    output_dir: str | Path, tokenizer: Any, summary: dict[str, Any], file: str = "summary.json"
+) -> None:
     """Save the tokenizer beside the run's ``model/`` and ``best/`` directories and write
     ``summary`` as JSON to ``output_dir/file`` atomically (call on the main process only)."""
     out = Path(output_dir)
@@ -68,8 +90,14 @@ def save_pretrained(model: Any, directory: Path) -> None:
     model.save_pretrained(directory)
 
 
-def config_for_tokenizer(config: EncoderConfig, tokenizer: Any, max_length: int, *,
-                         vocab_size: int | None = None, **fields: Any) -> EncoderConfig:
+def config_for_tokenizer(
+    config: EncoderConfig,
+    tokenizer: Any,
+    max_length: int,
+    *,
+    vocab_size: int | None = None,
+    **fields: Any,
+) -> EncoderConfig:
     """``config`` sized for ``tokenizer`` and instances of ``max_length`` tokens: its padding
     id, ``vocab_size`` (default: the tokenizer's), a position table of at least ``max_length``
     positions (plus the family's offset), and any other ``fields``.
@@ -80,9 +108,11 @@ def config_for_tokenizer(config: EncoderConfig, tokenizer: Any, max_length: int,
     return config.replace(
         vocab_size=tokenizer.vocab_size if vocab_size is None else vocab_size,
         pad_token_id=tokenizer.pad_token_id,
-        max_position_embeddings=max(config.max_position_embeddings,
-                                    max_length + config.position_offset),
-        **fields)
+        max_position_embeddings=max(
+            config.max_position_embeddings, max_length + config.position_offset
+        ),
+        **fields,
+    )
 
 
 @dataclass
@@ -97,11 +127,24 @@ class MLMData:
     collate: MLMCollator
 
 
-def mlm_data(corpus: Sequence[str | Path], tokenizer: Any, train: TrainConfig, dist: DistInfo,
-             *, kind: str, max_length: int, masking: MaskingConfig, eval_documents: int,
-             eval_batches: int, short_seq_prob: float = 0.1, static_copies: int = 0,
-             sbo: bool = False, chinese_words: bool = False, split_sentences: bool = False,
-             text_field: str = "text") -> MLMData:
+def mlm_data(
+    corpus: Sequence[str | Path],
+    tokenizer: Any,
+    train: TrainConfig,
+    dist: DistInfo,
+    *,
+    kind: str,
+    max_length: int,
+    masking: MaskingConfig,
+    eval_documents: int,
+    eval_batches: int,
+    short_seq_prob: float = 0.1,
+    static_copies: int = 0,
+    sbo: bool = False,
+    chinese_words: bool = False,
+    split_sentences: bool = False,
+    text_field: str = "text",
+) -> MLMData:
     """Corpus files → documents → (train, held-out) split (`split_documents`, seed
     ``train.seed``) → tokenized segments → instances of ``kind`` ("nsp" | "sop" | "packed") →
     masked, padded batches.
@@ -114,23 +157,37 @@ def mlm_data(corpus: Sequence[str | Path], tokenizer: Any, train: TrainConfig, d
     Raises:
         ValueError: an unreadable or too small corpus, an unknown kind.
     """
-    docs = [d for path in corpus for d in read_documents(
-        path, text_field=text_field, split=split_sentences)]
+    docs = [
+        d
+        for path in corpus
+        for d in read_documents(path, text_field=text_field, split=split_sentences)
+    ]
     train_docs, eval_docs = split_documents(docs, eval_documents, train.seed)
     special = SpecialIds(cls=tokenizer.cls_token_id, sep=tokenizer.sep_token_id)
     seg_train = tokenize_documents(train_docs, tokenizer, chinese_words=chinese_words)
     seg_eval = tokenize_documents(eval_docs, tokenizer, chinese_words=chinese_words)
-    train_inst = build_instances(seg_train, kind, max_length, special, train.seed,
-                                 short_seq_prob)
-    eval_inst = build_instances(seg_eval, kind, max_length, special, train.seed + 1,
-                                short_seq_prob)
-    common = dict(vocab_size=tokenizer.vocab_size, mask_token_id=tokenizer.mask_token_id,
-                  special_ids=tokenizer.all_special_ids)
-    dataset = (static_maskings(train_inst, masking, static_copies, seed=train.seed, **common)
-               if static_copies else train_inst)
+    train_inst = build_instances(seg_train, kind, max_length, special, train.seed, short_seq_prob)
+    eval_inst = build_instances(seg_eval, kind, max_length, special, train.seed + 1, short_seq_prob)
+    common = dict(
+        vocab_size=tokenizer.vocab_size,
+        mask_token_id=tokenizer.mask_token_id,
+        special_ids=tokenizer.all_special_ids,
+    )
+    dataset = (
+        static_maskings(train_inst, masking, static_copies, seed=train.seed, **common)
+        if static_copies
+        else train_inst
+    )
     collate = MLMCollator(masking, pad_token_id=tokenizer.pad_token_id, sbo=sbo, **common)
-    source = IndexedBatches(dataset, train.batch_size, collate, seed=train.seed,
-                            rank=dist.rank, world_size=dist.world_size)
-    fixed = fixed_eval_batches(eval_inst, masking, collate, train.batch_size, eval_batches,
-                               train.seed + 2, **common)
+    source = IndexedBatches(
+        dataset,
+        train.batch_size,
+        collate,
+        seed=train.seed,
+        rank=dist.rank,
+        world_size=dist.world_size,
+    )
+    fixed = fixed_eval_batches(
+        eval_inst, masking, collate, train.batch_size, eval_batches, train.seed + 2, **common
+    )
     return MLMData(source, fixed, train_inst, eval_inst, collate)

@@ -26,8 +26,13 @@ import torch
 from ..build import build_model
 from ..config import EncoderConfig
 from ..model import Model
-from ..objectives.distillation import (DISTILBERT_DEFAULTS, METHODS, OBJECTIVES,
-                                       DistillationObjective, TinyBertTaskObjective)
+from ..objectives.distillation import (
+    DISTILBERT_DEFAULTS,
+    METHODS,
+    OBJECTIVES,
+    DistillationObjective,
+    TinyBertTaskObjective,
+)
 from ..objectives.masking import MaskingConfig
 from ..presets import PRESETS
 from ..pretrained import from_pretrained
@@ -39,8 +44,15 @@ from ..train.loop import TrainConfig, Trainer
 from .common import config_for_tokenizer, finish_run, mlm_data, save_pretrained
 from .pretrain import load_for_continued_pretraining
 
-__all__ = ["STRUCTURE_FIELDS", "init_student", "DistillConfig", "distill",
-           "evaluate_distillation", "TaskDistillConfig", "distill_task"]
+__all__ = [
+    "STRUCTURE_FIELDS",
+    "init_student",
+    "DistillConfig",
+    "distill",
+    "evaluate_distillation",
+    "TaskDistillConfig",
+    "distill_task",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -50,8 +62,15 @@ STRUCTURE_FIELDS = ("model_type", "type_vocab_size", "use_pooler", "pair_head")
 
 # --- student initialisation ------------------------------------------------------------------
 
-def init_student(teacher: Model, layers: Sequence[int], *, preset: str | None = None,
-                 heads: Sequence[str] | None = None, fold_token_types: bool = True) -> Model:
+
+def init_student(
+    teacher: Model,
+    layers: Sequence[int],
+    *,
+    preset: str | None = None,
+    heads: Sequence[str] | None = None,
+    fold_token_types: bool = True,
+) -> Model:
     """A student with len(layers) layers copied from the teacher (Sanh et al. 2019 §3).
 
     The student config is the teacher's with ``num_hidden_layers = len(layers)``; a
@@ -83,13 +102,15 @@ def init_student(teacher: Model, layers: Sequence[int], *, preset: str | None = 
         raise ValueError(f"layers must be non-empty and lie in [0, {L}); got {layers}")
     if sorted(set(layers)) != layers:
         raise ValueError(f"layers must be strictly increasing, got {layers}")
-    config = teacher.config.replace(num_hidden_layers=len(layers),
-                                    num_hidden_groups=len(layers), inner_group_num=1)
+    config = teacher.config.replace(
+        num_hidden_layers=len(layers), num_hidden_groups=len(layers), inner_group_num=1
+    )
     if preset is not None:
         if preset not in PRESETS:
             raise ValueError(f"unknown preset {preset!r}; valid: {', '.join(PRESETS)}")
-        config = config.replace(**{k: v for k, v in PRESETS[preset].items()
-                                   if k in STRUCTURE_FIELDS})
+        config = config.replace(
+            **{k: v for k, v in PRESETS[preset].items() if k in STRUCTURE_FIELDS}
+        )
     if config.pair_head and not config.use_pooler:
         config = config.replace(pair_head=None)
     if heads is None:
@@ -113,13 +134,15 @@ def init_student(teacher: Model, layers: Sequence[int], *, preset: str | None = 
         new[pos] = new[pos] + t[seg][0]
     missing = [k for k in s if k not in new]
     if missing:
-        logger.warning("student weights not in the teacher (freshly initialised): %s",
-                       ", ".join(missing))
+        logger.warning(
+            "student weights not in the teacher (freshly initialised): %s", ", ".join(missing)
+        )
     student.load_state_dict(new, strict=False)
     return student.train()
 
 
 # --- general distillation ---------------------------------------------------------------------
+
 
 @dataclass
 class DistillConfig:
@@ -157,8 +180,6 @@ class DistillConfig:
     text_field: str = "text"
 
 
-
-
 def _load_student(cfg: DistillConfig, heads: Sequence[str], teacher: Model, tok) -> Model:
     path = Path(str(cfg.student))
     if path.is_dir():
@@ -166,8 +187,7 @@ def _load_student(cfg: DistillConfig, heads: Sequence[str], teacher: Model, tok)
             return load_for_continued_pretraining(path, heads)[0]
         return from_pretrained(path).train()
     config = EncoderConfig.from_preset(str(cfg.student), **cfg.student_overrides)
-    config = config_for_tokenizer(config, tok, cfg.max_length,
-                                  vocab_size=teacher.config.vocab_size)
+    config = config_for_tokenizer(config, tok, cfg.max_length, vocab_size=teacher.config.vocab_size)
     return build_model(config, heads=list(heads)).train()
 
 
@@ -215,39 +235,72 @@ def distill(cfg: DistillConfig, train: TrainConfig) -> dict[str, Any]:
         raise ValueError(f"tokenizer of {cfg.teacher} has no mask or pad token")
     teacher = from_pretrained(cfg.teacher)
     student = _load_student(cfg, objective.student_heads, teacher, tok)
-    model = objective(student, teacher, projection=cfg.projection,
-                      **{k: getattr(cfg, k) for k in objective.hyperparameters})
+    model = objective(
+        student,
+        teacher,
+        projection=cfg.projection,
+        **{k: getattr(cfg, k) for k in objective.hyperparameters},
+    )
     limit = min(teacher.config.max_sequence_length, student.config.max_sequence_length)
     if cfg.max_length > limit:
         raise ValueError(f"max_length {cfg.max_length} exceeds the models' limit of {limit}")
 
     # DistilBERT trains on masked inputs (MLM); TinyBERT's general distillation on plain text:
     # a masking that leaves every chosen token unchanged keeps the inputs intact.
-    masking = (MaskingConfig() if objective.masked_inputs
-               else MaskingConfig(mask_prob=0.0, random_prob=0.0))
-    data = mlm_data(cfg.corpus, tok, train, dist, kind="packed", max_length=cfg.max_length,
-                    masking=masking, eval_documents=cfg.eval_documents,
-                    eval_batches=cfg.eval_batches, split_sentences=cfg.split_sentences,
-                    text_field=cfg.text_field)
+    masking = (
+        MaskingConfig()
+        if objective.masked_inputs
+        else MaskingConfig(mask_prob=0.0, random_prob=0.0)
+    )
+    data = mlm_data(
+        cfg.corpus,
+        tok,
+        train,
+        dist,
+        kind="packed",
+        max_length=cfg.max_length,
+        masking=masking,
+        eval_documents=cfg.eval_documents,
+        eval_batches=cfg.eval_batches,
+        split_sentences=cfg.split_sentences,
+        text_field=cfg.text_field,
+    )
     n_train, n_eval = len(data.train_instances), len(data.eval_instances)
-    logger.info("distilling (%s) %d-parameter teacher into %d-parameter student on %d/%d "
-                "train/eval instances", cfg.method, teacher.num_parameters(),
-                student.num_parameters(), n_train, n_eval)
+    logger.info(
+        "distilling (%s) %d-parameter teacher into %d-parameter student on %d/%d "
+        "train/eval instances",
+        cfg.method,
+        teacher.num_parameters(),
+        student.num_parameters(),
+        n_train,
+        n_eval,
+    )
     # The student's pooler (and, for TinyBERT, any MLM head) gets no gradient.
     train = dataclasses.replace(train, find_unused_parameters=True)
-    trainer = Trainer(model, lambda m, b: m(b), data.source, train,
-                      eval_fn=lambda m: evaluate_distillation(m, data.eval_batches), dist=dist,
-                      save_fn=save_pretrained)
+    trainer = Trainer(
+        model,
+        lambda m, b: m(b),
+        data.source,
+        train,
+        eval_fn=lambda m: evaluate_distillation(m, data.eval_batches),
+        dist=dist,
+        save_fn=save_pretrained,
+    )
     summary = trainer.train()
-    summary.update(method=cfg.method, parameters=student.num_parameters(),
-                   teacher_parameters=teacher.num_parameters(),
-                   instances={"train": n_train, "eval": n_eval}, world_size=dist.world_size)
+    summary.update(
+        method=cfg.method,
+        parameters=student.num_parameters(),
+        teacher_parameters=teacher.num_parameters(),
+        instances={"train": n_train, "eval": n_eval},
+        world_size=dist.world_size,
+    )
     if dist.is_main:
         finish_run(train.output_dir, tok, summary)
     return summary
 
 
 # --- TinyBERT task distillation (Jiao et al. 2020 §3.2, second stage) ---------------------------
+
 
 @dataclass
 class TaskDistillConfig:
@@ -280,8 +333,9 @@ class TaskDistillConfig:
     projection: bool = False
 
 
-def _task_student(student, teacher: Model, tok, label_names, overrides: dict[str, Any],
-                  max_length: int) -> Model:
+def _task_student(
+    student, teacher: Model, tok, label_names, overrides: dict[str, Any], max_length: int
+) -> Model:
     """A classify student: a directory, teacher layers (ints; fresh head) or a preset name."""
     if not isinstance(student, (str, Path)):
         model = init_student(teacher, list(student), heads=["classify"])
@@ -289,11 +343,17 @@ def _task_student(student, teacher: Model, tok, label_names, overrides: dict[str
         model.task_head.load_state_dict(fresh.task_head.state_dict())
         return model.train()
     if Path(str(student)).is_dir():
-        return from_pretrained(student, heads=["classify"], new_heads=True,
-                               label_names=label_names).train()
+        return from_pretrained(
+            student, heads=["classify"], new_heads=True, label_names=label_names
+        ).train()
     config = EncoderConfig.from_preset(str(student), **overrides)
-    config = config_for_tokenizer(config, tok, max_length, vocab_size=teacher.config.vocab_size,
-                                  label_names=tuple(label_names))
+    config = config_for_tokenizer(
+        config,
+        tok,
+        max_length,
+        vocab_size=teacher.config.vocab_size,
+        label_names=tuple(label_names),
+    )
     return build_model(config, heads=["classify"]).train()
 
 
@@ -316,35 +376,46 @@ def distill_task(cfg: TaskDistillConfig, train: TrainConfig) -> dict[str, Any]:
     tok = load_tokenizer(cfg.teacher)
     teacher_model = from_pretrained(cfg.teacher)
     if teacher_model.task != "classify":
-        raise ValueError(f"the teacher {cfg.teacher} has no classify head (heads: "
-                         f"{teacher_model.heads or 'none'}); fine-tune it first")
+        raise ValueError(
+            f"the teacher {cfg.teacher} has no classify head (heads: "
+            f"{teacher_model.heads or 'none'}); fine-tune it first"
+        )
     labels = teacher_model.config.label_names
-    opts = TaskOptions(text_column=cfg.text_column, label_column=cfg.label_column,
-                       max_length=cfg.max_length)
+    opts = TaskOptions(
+        text_column=cfg.text_column, label_column=cfg.label_column, max_length=cfg.max_length
+    )
     rows = TaskData("classify", tok, opts, label_names=labels).load(cfg.train_file)
     student = cfg.student
     if student is None:
         student = list(range(1, teacher_model.config.num_hidden_layers, 2))
-    student_model = _task_student(student, teacher_model, tok, labels, cfg.student_overrides,
-                                  cfg.max_length)
-    model = TinyBertTaskObjective(student_model, teacher_model, projection=cfg.projection,
-                                  temperature=cfg.temperature)
+    student_model = _task_student(
+        student, teacher_model, tok, labels, cfg.student_overrides, cfg.max_length
+    )
+    model = TinyBertTaskObjective(
+        student_model, teacher_model, projection=cfg.projection, temperature=cfg.temperature
+    )
     pad = tok.pad_token_id or 0
     batch_size = min(train.batch_size, len(rows))
     source = IndexedBatches(rows, batch_size, lambda rs, rng: pad_batch(rs, pad))
-    result: dict[str, Any] = {"labels": list(labels),
-                              "parameters": student_model.num_parameters()}
-    for stage, steps in (("intermediate", cfg.intermediate_steps),
-                         ("prediction", cfg.prediction_steps)):
+    result: dict[str, Any] = {"labels": list(labels), "parameters": student_model.num_parameters()}
+    for stage, steps in (
+        ("intermediate", cfg.intermediate_steps),
+        ("prediction", cfg.prediction_steps),
+    ):
         if steps <= 0:
             continue
         model.stage = stage
-        stage_cfg = dataclasses.replace(train, output_dir=out / stage, max_steps=steps,
-                                        batch_size=batch_size, find_unused_parameters=True)
-        logger.info("task distillation, stage %s: %d steps on %d examples", stage, steps,
-                    len(rows))
-        result[stage] = Trainer(model, lambda m, b: m(b), source, stage_cfg,
-                                save_fn=save_pretrained).train()
+        stage_cfg = dataclasses.replace(
+            train,
+            output_dir=out / stage,
+            max_steps=steps,
+            batch_size=batch_size,
+            find_unused_parameters=True,
+        )
+        logger.info("task distillation, stage %s: %d steps on %d examples", stage, steps, len(rows))
+        result[stage] = Trainer(
+            model, lambda m, b: m(b), source, stage_cfg, save_fn=save_pretrained
+        ).train()
     model.save_pretrained(out / "model")
     finish_run(out, tok, result)
     return result

@@ -23,8 +23,15 @@ import torch
 from ..files import atomic_write, write_text_atomic
 from ..objectives.tasks import task_loss
 from ..pretrained import from_pretrained
-from ..tasks.encode import (BEST_METRIC, HEAD_OF_TASK, MODEL_INPUTS, TaskData, TaskOptions,
-                            forward_rows, pad_batch)
+from ..tasks.encode import (
+    BEST_METRIC,
+    HEAD_OF_TASK,
+    MODEL_INPUTS,
+    TaskData,
+    TaskOptions,
+    forward_rows,
+    pad_batch,
+)
 from ..tokenization import load_tokenizer
 from ..train.data import IndexedBatches
 from ..train.loop import TrainConfig, Trainer
@@ -93,14 +100,12 @@ def finetune(cfg: FinetuneConfig, train: TrainConfig) -> dict[str, Any]:
         eval_data.scheme = getattr(data, "scheme", "BIO")
         eval_rows = eval_data.load(cfg.eval_file)
     head = HEAD_OF_TASK[cfg.task]
-    model = from_pretrained(cfg.model, heads=[head], new_heads=True,
-                            label_names=data.label_names)
+    model = from_pretrained(cfg.model, heads=[head], new_heads=True, label_names=data.label_names)
     model.train()
     pad = tok.pad_token_id or 0
     batch_size = min(train.batch_size, len(train_rows))
     source = IndexedBatches(train_rows, batch_size, lambda rows, rng: pad_batch(rows, pad))
-    steps = (max(1, int(cfg.epochs * len(source))) if cfg.epochs is not None
-             else train.max_steps)
+    steps = max(1, int(cfg.epochs * len(source))) if cfg.epochs is not None else train.max_steps
 
     def loss_fn(m, batch):
         out_ = m(**{k: v for k, v in batch.items() if k in MODEL_INPUTS})
@@ -122,23 +127,31 @@ def finetune(cfg: FinetuneConfig, train: TrainConfig) -> dict[str, Any]:
         if not train.eval_every:
             derived["eval_every"] = max(1, len(source))
         if train.metric_for_best is None:
-            derived.update(metric_for_best=BEST_METRIC[cfg.task] if not opts.regression
-                           else "mse", greater_is_better=not opts.regression,
-                           load_best_at_end=True)
+            derived.update(
+                metric_for_best=BEST_METRIC[cfg.task] if not opts.regression else "mse",
+                greater_is_better=not opts.regression,
+                load_best_at_end=True,
+            )
     config = dataclasses.replace(train, **derived)
-    summary = Trainer(model, loss_fn, source, config,
-                      eval_fn if eval_data is not None else None,
-                      save_fn=save_pretrained).train()
+    summary = Trainer(
+        model,
+        loss_fn,
+        source,
+        config,
+        eval_fn if eval_data is not None else None,
+        save_fn=save_pretrained,
+    ).train()
     result: dict[str, Any] = {"train": summary, "labels": list(data.label_names)}
     if eval_data is not None:
         model.eval()
         metrics, preds = eval_data.evaluate(model, eval_rows)
         result["eval"] = metrics
-        write_text_atomic(out / "eval_predictions.jsonl",
-                          "".join(json.dumps(p, ensure_ascii=False) + "\n" for p in preds))
+        write_text_atomic(
+            out / "eval_predictions.jsonl",
+            "".join(json.dumps(p, ensure_ascii=False) + "\n" for p in preds),
+        )
         if cfg.task in ("classify", "pair") and hasattr(eval_data, "last_confusion"):
-            confusion_png(*eval_data.last_confusion, data.label_names,
-                          out / "confusion_matrix.png")
+            confusion_png(*eval_data.last_confusion, data.label_names, out / "confusion_matrix.png")
     result["seconds"] = time.time() - t0
     finish_run(out, tok, result, file="final_metrics.json")
     return result
@@ -168,17 +181,27 @@ def confusion_png(gold: list[int], pred: list[int], names, path: Path) -> Path:
     ax.set_ylabel("gold")
     for i in range(len(names)):
         for j in range(len(names)):
-            ax.text(j, i, str(cm[i, j]), ha="center", va="center",
-                    color="white" if cm[i, j] > cm.max() / 2 else "black")
+            ax.text(
+                j,
+                i,
+                str(cm[i, j]),
+                ha="center",
+                va="center",
+                color="white" if cm[i, j] > cm.max() / 2 else "black",
+            )
     fig.tight_layout()
     atomic_write(path, lambda tmp: fig.savefig(tmp, format="png", dpi=100))
     plt.close(fig)
     return path
 
 
-def predict(task: str, model_dir: str | Path, file: str | Path,
-            opts: TaskOptions | None = None, labelled: bool = False
-            ) -> tuple[list[dict], dict[str, float] | None]:
+def predict(
+    task: str,
+    model_dir: str | Path,
+    file: str | Path,
+    opts: TaskOptions | None = None,
+    labelled: bool = False,
+) -> tuple[list[dict], dict[str, float] | None]:
     """Predictions of a fine-tuned model directory on a data file (and metrics when the file
     has labels and ``labelled``).
 
@@ -191,8 +214,9 @@ def predict(task: str, model_dir: str | Path, file: str | Path,
     opts = opts or TaskOptions()
     model = from_pretrained(model_dir).eval()
     if model.task != HEAD_OF_TASK[task]:
-        raise ValueError(f"{model_dir} holds a {model.task!r} head; task {task!r} needs "
-                         f"{HEAD_OF_TASK[task]!r}")
+        raise ValueError(
+            f"{model_dir} holds a {model.task!r} head; task {task!r} needs {HEAD_OF_TASK[task]!r}"
+        )
     tok = load_tokenizer(model_dir)
     data = TaskData(task, tok, opts, label_names=model.config.label_names)
     if task == "ner":
@@ -202,11 +226,15 @@ def predict(task: str, model_dir: str | Path, file: str | Path,
         outs = forward_rows(model, rows, opts.eval_batch_size, tok.pad_token_id or 0)
         logits = torch.cat([o.logits for o in outs]).float()
         if logits.shape[-1] == 1:
-            return [{"text": e.text, "score": float(v)} for e, v in
-                    zip(data.examples, logits.squeeze(-1))], None
+            return [
+                {"text": e.text, "score": float(v)}
+                for e, v in zip(data.examples, logits.squeeze(-1))
+            ], None
         probs = logits.softmax(-1)
-        return [{"text": e.text, "label": data.label_names[int(p.argmax())],
-                 "score": float(p.max())} for e, p in zip(data.examples, probs)], None
+        return [
+            {"text": e.text, "label": data.label_names[int(p.argmax())], "score": float(p.max())}
+            for e, p in zip(data.examples, probs)
+        ], None
     rows = data.load(file)
     metrics, preds = data.evaluate(model, rows)
     return preds, metrics

@@ -102,11 +102,17 @@ def load_for_continued_pretraining(path: str | Path, heads: Sequence[str]):
     fresh = [k for k in report.missing if k.startswith(head_prefixes)]
     trunk_missing = [k for k in report.missing if not k.startswith(head_prefixes)]
     if trunk_missing or report.unexpected or report.mismatched:
-        raise ValueError(f"{path} does not fit: missing {trunk_missing}, unexpected "
-                         f"{report.unexpected}, mismatched {report.mismatched}")
+        raise ValueError(
+            f"{path} does not fit: missing {trunk_missing}, unexpected "
+            f"{report.unexpected}, mismatched {report.mismatched}"
+        )
     if fresh:
-        logger.warning("continued pretraining from %s: %d head weights freshly initialised "
-                       "(%s)", path, len(fresh), ", ".join(fresh))
+        logger.warning(
+            "continued pretraining from %s: %d head weights freshly initialised (%s)",
+            path,
+            len(fresh),
+            ", ".join(fresh),
+        )
     return model.train(), fresh
 
 
@@ -117,8 +123,10 @@ def _objectives(cfg: PretrainConfig, config) -> tuple[str, ...]:
         objs = ("mlm",) + ((config.pair_head,) if config.pair_head else ())
     bad = set(objs) - {"mlm", "nsp", "sop", "sbo"}
     if bad or "mlm" not in objs or {"nsp", "sop"} <= set(objs):
-        raise ValueError(f"objectives must include 'mlm', at most one of 'nsp'/'sop', and "
-                         f"optionally 'sbo'; got {objs}")
+        raise ValueError(
+            f"objectives must include 'mlm', at most one of 'nsp'/'sop', and "
+            f"optionally 'sbo'; got {objs}"
+        )
     return objs
 
 
@@ -147,7 +155,8 @@ def pretrain(cfg: PretrainConfig, train: TrainConfig) -> dict[str, Any]:
         objectives = _objectives(cfg, base)
         pair = next((o for o in objectives if o in ("nsp", "sop")), None)
         model, fresh = load_for_continued_pretraining(
-            cfg.init_from, ["mlm"] + (["pair"] if pair else []))
+            cfg.init_from, ["mlm"] + (["pair"] if pair else [])
+        )
         config = model.config
     else:
         config = EncoderConfig.from_preset(cfg.preset, **cfg.overrides)
@@ -158,39 +167,67 @@ def pretrain(cfg: PretrainConfig, train: TrainConfig) -> dict[str, Any]:
             cfg = dataclasses.replace(cfg, masking=MaskingConfig(strategy=recipe["masking"]))
         objectives = _objectives(cfg, config)
         pair = next((o for o in objectives if o in ("nsp", "sop")), None)
-        config = config_for_tokenizer(config, tok, cfg.max_length, pair_head=pair,
-                                      use_pooler=pair is not None)
+        config = config_for_tokenizer(
+            config, tok, cfg.max_length, pair_head=pair, use_pooler=pair is not None
+        )
         model = build_model(config, heads=["mlm"] + (["pair"] if pair else []))
     if cfg.masking is None:
         cfg = dataclasses.replace(cfg, masking=MaskingConfig())
     if config.vocab_size < tok.vocab_size:
-        raise ValueError(f"tokenizer has {tok.vocab_size} tokens, the model only "
-                         f"{config.vocab_size}")
+        raise ValueError(
+            f"tokenizer has {tok.vocab_size} tokens, the model only {config.vocab_size}"
+        )
     if config.use_pooler and not pair:
         train = dataclasses.replace(train, find_unused_parameters=True)
 
     sbo = "sbo" in objectives
-    data = mlm_data(cfg.corpus, tok, train, dist, kind=pair or "packed",
-                    max_length=cfg.max_length, masking=cfg.masking,
-                    eval_documents=cfg.eval_documents, eval_batches=cfg.eval_batches,
-                    short_seq_prob=cfg.short_seq_prob, static_copies=cfg.static_copies,
-                    sbo=sbo, chinese_words=cfg.chinese_words,
-                    split_sentences=cfg.split_sentences, text_field=cfg.text_field)
+    data = mlm_data(
+        cfg.corpus,
+        tok,
+        train,
+        dist,
+        kind=pair or "packed",
+        max_length=cfg.max_length,
+        masking=cfg.masking,
+        eval_documents=cfg.eval_documents,
+        eval_batches=cfg.eval_batches,
+        short_seq_prob=cfg.short_seq_prob,
+        static_copies=cfg.static_copies,
+        sbo=sbo,
+        chinese_words=cfg.chinese_words,
+        split_sentences=cfg.split_sentences,
+        text_field=cfg.text_field,
+    )
     train_inst, eval_inst = data.train_instances, data.eval_instances
     unigram = unigram_log_probs(train_inst, tok.vocab_size, tok.all_special_ids)
     sbo_head = build_span_boundary_head(config, model) if sbo else None
     pmodel = PretrainingModel(model, sbo_head, pair_objective=pair is not None)
-    logger.info("pretraining %s (%d parameters) on %d/%d train/eval instances, objectives %s",
-                config.model_type, model.num_parameters(heads=True), len(train_inst),
-                len(eval_inst), objectives)
+    logger.info(
+        "pretraining %s (%d parameters) on %d/%d train/eval instances, objectives %s",
+        config.model_type,
+        model.num_parameters(heads=True),
+        len(train_inst),
+        len(eval_inst),
+        objectives,
+    )
 
-    trainer = Trainer(pmodel, lambda m, b: m(b), data.source, train,
-                      eval_fn=lambda m: evaluate_mlm(m, data.eval_batches, unigram), dist=dist,
-                      save_fn=save_pretrained)
+    trainer = Trainer(
+        pmodel,
+        lambda m, b: m(b),
+        data.source,
+        train,
+        eval_fn=lambda m: evaluate_mlm(m, data.eval_batches, unigram),
+        dist=dist,
+        save_fn=save_pretrained,
+    )
     summary = trainer.train()
-    summary.update(objectives=list(objectives), fresh_heads=fresh,
-                   instances={"train": len(train_inst), "eval": len(eval_inst)},
-                   parameters=model.num_parameters(heads=True), world_size=dist.world_size)
+    summary.update(
+        objectives=list(objectives),
+        fresh_heads=fresh,
+        instances={"train": len(train_inst), "eval": len(eval_inst)},
+        parameters=model.num_parameters(heads=True),
+        world_size=dist.world_size,
+    )
     if dist.is_main:
         finish_run(train.output_dir, tok, summary)
     return summary

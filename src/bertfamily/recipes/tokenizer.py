@@ -21,8 +21,15 @@ from collections.abc import Iterable
 from pathlib import Path
 
 import tokenizers
-from tokenizers import (AddedToken, decoders, models, normalizers, pre_tokenizers, processors,
-                        trainers)
+from tokenizers import (
+    AddedToken,
+    decoders,
+    models,
+    normalizers,
+    pre_tokenizers,
+    processors,
+    trainers,
+)
 
 from ..tokenization import Tokenizer
 
@@ -33,31 +40,41 @@ logger = logging.getLogger(__name__)
 TOKENIZER_KINDS = ("wordpiece", "bpe", "unigram")
 
 _SPECIALS = {
-    "wordpiece": {"pad": "[PAD]", "unk": "[UNK]", "cls": "[CLS]", "sep": "[SEP]",
-                  "mask": "[MASK]"},
+    "wordpiece": {"pad": "[PAD]", "unk": "[UNK]", "cls": "[CLS]", "sep": "[SEP]", "mask": "[MASK]"},
     "bpe": {"cls": "<s>", "pad": "<pad>", "sep": "</s>", "unk": "<unk>", "mask": "<mask>"},
-    "unigram": {"pad": "<pad>", "unk": "<unk>", "cls": "[CLS]", "sep": "[SEP]",
-                "mask": "[MASK]"},
+    "unigram": {"pad": "<pad>", "unk": "<unk>", "cls": "[CLS]", "sep": "[SEP]", "mask": "[MASK]"},
 }
 
 
 def _texts(corpus: Iterable[str] | str | Path | list[str | Path]) -> Iterable[str]:
     if isinstance(corpus, (str, Path)) and Path(corpus).exists():
         corpus = [corpus]
-    if isinstance(corpus, list) and corpus and all(
-            isinstance(c, Path) or (isinstance(c, str) and Path(c).is_file()) for c in corpus):
+    if (
+        isinstance(corpus, list)
+        and corpus
+        and all(isinstance(c, Path) or (isinstance(c, str) and Path(c).is_file()) for c in corpus)
+    ):
+
         def lines():
             for f in corpus:
                 with open(f, encoding="utf-8") as fh:
                     yield from (x for x in fh if x.strip())
+
         return lines()
     return corpus
 
 
-def train_tokenizer(corpus: Iterable[str] | str | Path | list[str | Path], kind: str = "wordpiece",
-                    vocab_size: int = 30522, *, lowercase: bool = True,
-                    strip_accents: bool | None = None, min_frequency: int = 2,
-                    model_max_length: int = 512, output_dir: str | Path | None = None) -> Tokenizer:
+def train_tokenizer(
+    corpus: Iterable[str] | str | Path | list[str | Path],
+    kind: str = "wordpiece",
+    vocab_size: int = 30522,
+    *,
+    lowercase: bool = True,
+    strip_accents: bool | None = None,
+    min_frequency: int = 2,
+    model_max_length: int = 512,
+    output_dir: str | Path | None = None,
+) -> Tokenizer:
     """Train a tokenizer.
 
     Args:
@@ -88,24 +105,37 @@ def train_tokenizer(corpus: Iterable[str] | str | Path | list[str | Path], kind:
     if kind == "wordpiece":
         backend = tokenizers.Tokenizer(models.WordPiece(unk_token=specials["unk"]))
         backend.normalizer = normalizers.BertNormalizer(
-            clean_text=True, handle_chinese_chars=True, strip_accents=accents,
-            lowercase=lowercase)
+            clean_text=True, handle_chinese_chars=True, strip_accents=accents, lowercase=lowercase
+        )
         backend.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
         backend.decoder = decoders.WordPiece(prefix="##")
-        trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, min_frequency=min_frequency,
-                                            special_tokens=special_list,
-                                            continuing_subword_prefix="##")
-        hf = {"tokenizer_class": "BertTokenizer", "do_lower_case": lowercase,
-              "strip_accents": strip_accents, "tokenize_chinese_chars": True}
+        trainer = trainers.WordPieceTrainer(
+            vocab_size=vocab_size,
+            min_frequency=min_frequency,
+            special_tokens=special_list,
+            continuing_subword_prefix="##",
+        )
+        hf = {
+            "tokenizer_class": "BertTokenizer",
+            "do_lower_case": lowercase,
+            "strip_accents": strip_accents,
+            "tokenize_chinese_chars": True,
+        }
     elif kind == "bpe":
         backend = tokenizers.Tokenizer(models.BPE(unk_token=None, fuse_unk=False))
         backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
         backend.decoder = decoders.ByteLevel()
-        trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=min_frequency,
-                                      special_tokens=special_list,
-                                      initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-        hf = {"tokenizer_class": "RobertaTokenizer", "add_prefix_space": False,
-              "trim_offsets": True}
+        trainer = trainers.BpeTrainer(
+            vocab_size=vocab_size,
+            min_frequency=min_frequency,
+            special_tokens=special_list,
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        )
+        hf = {
+            "tokenizer_class": "RobertaTokenizer",
+            "add_prefix_space": False,
+            "trim_offsets": True,
+        }
     else:
         steps = [normalizers.Replace("``", '"'), normalizers.Replace("''", '"')]
         if accents:
@@ -116,26 +146,37 @@ def train_tokenizer(corpus: Iterable[str] | str | Path | list[str | Path], kind:
         backend.normalizer = normalizers.Sequence(steps)
         backend.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁")
         backend.decoder = decoders.Metaspace(replacement="▁")
-        trainer = trainers.UnigramTrainer(vocab_size=vocab_size, special_tokens=special_list,
-                                          unk_token=specials["unk"])
+        trainer = trainers.UnigramTrainer(
+            vocab_size=vocab_size, special_tokens=special_list, unk_token=specials["unk"]
+        )
         hf = {"tokenizer_class": "PreTrainedTokenizerFast", "do_lower_case": lowercase}
 
     backend.train_from_iterator(_texts(corpus), trainer=trainer)
     cls, sep = specials["cls"], specials["sep"]
     if kind == "bpe":
         backend.post_processor = processors.RobertaProcessing(
-            (sep, backend.token_to_id(sep)), (cls, backend.token_to_id(cls)),
-            trim_offsets=True, add_prefix_space=False)
+            (sep, backend.token_to_id(sep)),
+            (cls, backend.token_to_id(cls)),
+            trim_offsets=True,
+            add_prefix_space=False,
+        )
     else:
         backend.post_processor = processors.TemplateProcessing(
-            single=f"{cls}:0 $A:0 {sep}:0", pair=f"{cls}:0 $A:0 {sep}:0 $B:1 {sep}:1",
-            special_tokens=[(cls, backend.token_to_id(cls)), (sep, backend.token_to_id(sep))])
+            single=f"{cls}:0 $A:0 {sep}:0",
+            pair=f"{cls}:0 $A:0 {sep}:0 $B:1 {sep}:1",
+            special_tokens=[(cls, backend.token_to_id(cls)), (sep, backend.token_to_id(sep))],
+        )
     roles = {r: AddedToken(t, special=True, normalized=False) for r, t in specials.items()}
     if kind == "bpe":  # RoBERTa's <mask> swallows the space before it
         roles["mask"] = AddedToken(specials["mask"], lstrip=True, special=True, normalized=False)
     backend.add_special_tokens(list(roles.values()))
-    tok = Tokenizer(backend, special_tokens=roles, model_max_length=model_max_length,
-                    return_token_type_ids=kind != "bpe", hf_config=hf)
+    tok = Tokenizer(
+        backend,
+        special_tokens=roles,
+        model_max_length=model_max_length,
+        return_token_type_ids=kind != "bpe",
+        hf_config=hf,
+    )
     logger.info("trained a %s tokenizer with %d tokens", kind, tok.vocab_size)
     if output_dir is not None:
         tok.save_pretrained(output_dir)

@@ -64,8 +64,14 @@ class Example:
     label: Any = None
 
 
-def read_table(path: str | Path, *, text_column: str = "text", label_column: str | None = "label",
-               text_pair_column: str | None = None, format: str | None = None) -> list[Example]:
+def read_table(
+    path: str | Path,
+    *,
+    text_column: str = "text",
+    label_column: str | None = "label",
+    text_pair_column: str | None = None,
+    format: str | None = None,
+) -> list[Example]:
     """Read a CSV, TSV or JSONL file of examples.
 
     Args:
@@ -80,10 +86,12 @@ def read_table(path: str | Path, *, text_column: str = "text", label_column: str
     """
     path = Path(path)
     fmt = format or {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".json": "jsonl"}.get(
-        path.suffix.lower())
+        path.suffix.lower()
+    )
     if fmt not in ("csv", "tsv", "jsonl"):
-        raise DataError(f"cannot tell the format of {path.name}; pass format='csv', 'tsv' or "
-                        "'jsonl'")
+        raise DataError(
+            f"cannot tell the format of {path.name}; pass format='csv', 'tsv' or 'jsonl'"
+        )
     text = read_text(path)
     if fmt == "jsonl":
         rows = []
@@ -101,11 +109,15 @@ def read_table(path: str | Path, *, text_column: str = "text", label_column: str
     for n, row in enumerate(rows, 1):
         missing = [c for c in wanted if c not in row]
         if missing:
-            raise DataError(f"{path}: row {n} has no column(s) {missing}; columns: "
-                            f"{sorted(row)}")
-    return [Example(str(r[text_column] or ""),
-                    str(r[text_pair_column]) if text_pair_column else None,
-                    r[label_column] if label_column else None) for r in rows]
+            raise DataError(f"{path}: row {n} has no column(s) {missing}; columns: {sorted(row)}")
+    return [
+        Example(
+            str(r[text_column] or ""),
+            str(r[text_pair_column]) if text_pair_column else None,
+            r[label_column] if label_column else None,
+        )
+        for r in rows
+    ]
 
 
 # --- CoNLL ----------------------------------------------------------------------------------
@@ -117,7 +129,9 @@ class TaggedSentence:
     tags: list[str]
 
 
-def read_conll(path: str | Path, *, word_column: int = 0, tag_column: int = -1) -> list[TaggedSentence]:
+def read_conll(
+    path: str | Path, *, word_column: int = 0, tag_column: int = -1
+) -> list[TaggedSentence]:
     """Read a CoNLL file: one token per line (whitespace-separated columns), sentences separated
     by blank or whitespace-only lines, ``-DOCSTART-`` lines skipped.
 
@@ -162,7 +176,7 @@ def repair_bio(tags: list[str]) -> list[str]:
 
 
 def tag_scheme(tags: list[str]) -> str:
-    """"BIOES" when any tag starts with S- or E-, else "BIO"."""
+    """ "BIOES" when any tag starts with S- or E-, else "BIO"."""
     return "BIOES" if any(t[:2] in ("S-", "E-") for t in tags) else "BIO"
 
 
@@ -195,8 +209,9 @@ class WordEncoding:
     word_ids: list[int | None]
 
 
-def word_ids_from_offsets(offsets: list[tuple[int, int]],
-                          word_spans: list[tuple[int, int]]) -> list[int | None]:
+def word_ids_from_offsets(
+    offsets: list[tuple[int, int]], word_spans: list[tuple[int, int]]
+) -> list[int | None]:
     """The word of each token: the word span containing the token's first character; None for
     special/padding tokens ((0, 0) offsets)."""
     starts = [s for s, _ in word_spans]
@@ -210,8 +225,9 @@ def word_ids_from_offsets(offsets: list[tuple[int, int]],
     return out
 
 
-def encode_words(tokenizer, sentences: list[list[str]], max_length: int | None = None
-                 ) -> list[WordEncoding]:
+def encode_words(
+    tokenizer, sentences: list[list[str]], max_length: int | None = None
+) -> list[WordEncoding]:
     """Encode pre-split sentences, keeping which word each token came from.
 
     The words are joined with single spaces (so byte-level BPE sees its usual leading spaces)
@@ -230,14 +246,23 @@ def encode_words(tokenizer, sentences: list[list[str]], max_length: int | None =
             pos += len(w) + 1
         texts.append(" ".join(words))
         spans.append(sp)
-    enc = tokenizer(texts, max_length=max_length, padding=False, return_offsets=True,
-                    return_tensors=None)
+    enc = tokenizer(
+        texts, max_length=max_length, padding=False, return_offsets=True, return_tensors=None
+    )
     out = []
     for i, text in enumerate(texts):
         offsets = [tuple(o) for o in enc["offset_mapping"][i]]
-        out.append(WordEncoding(text, spans[i], enc["input_ids"][i], enc["attention_mask"][i],
-                                enc["token_type_ids"][i] if "token_type_ids" in enc else None,
-                                offsets, word_ids_from_offsets(offsets, spans[i])))
+        out.append(
+            WordEncoding(
+                text,
+                spans[i],
+                enc["input_ids"][i],
+                enc["attention_mask"][i],
+                enc["token_type_ids"][i] if "token_type_ids" in enc else None,
+                offsets,
+                word_ids_from_offsets(offsets, spans[i]),
+            )
+        )
     return out
 
 
@@ -252,8 +277,9 @@ def align_labels(word_ids: list[int | None], word_labels: list[int]) -> list[int
     return out
 
 
-def word_predictions(word_ids: list[int | None], token_pred: list[int], num_words: int,
-                     default: int = 0) -> list[int]:
+def word_predictions(
+    word_ids: list[int | None], token_pred: list[int], num_words: int, default: int = 0
+) -> list[int]:
     """Word labels from token predictions: each word takes its first sub-token's prediction;
     words with no token (cut by truncation) get ``default`` (the "O" id)."""
     out = [default] * num_words

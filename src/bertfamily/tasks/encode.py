@@ -18,19 +18,46 @@ import torch
 
 from ..heads.tasks import IGNORE_INDEX
 from ..train.data import sorted_batches
-from .data import (DataError, align_labels, encode_words, label_list, read_conll, read_table,
-                   repair_bio, tag_scheme, word_predictions)
+from .data import (
+    DataError,
+    align_labels,
+    encode_words,
+    label_list,
+    read_conll,
+    read_table,
+    repair_bio,
+    tag_scheme,
+    word_predictions,
+)
 from .metrics import classification_metrics, entity_metrics, regression_metrics, squad_metrics
 from .qa import postprocess, prepare_windows, read_squad
 
-__all__ = ["TASKS", "HEAD_OF_TASK", "BEST_METRIC", "MODEL_INPUTS", "TaskOptions", "TaskData",
-           "pad_batch", "forward_rows"]
+__all__ = [
+    "TASKS",
+    "HEAD_OF_TASK",
+    "BEST_METRIC",
+    "MODEL_INPUTS",
+    "TaskOptions",
+    "TaskData",
+    "pad_batch",
+    "forward_rows",
+]
 
 TASKS = ("classify", "pair", "ner", "qa", "choice")
-HEAD_OF_TASK = {"classify": "classify", "pair": "classify", "ner": "tokens", "qa": "qa",
-                "choice": "choice"}
-BEST_METRIC = {"classify": "accuracy", "pair": "accuracy", "ner": "f1", "qa": "f1",
-               "choice": "accuracy"}
+HEAD_OF_TASK = {
+    "classify": "classify",
+    "pair": "classify",
+    "ner": "tokens",
+    "qa": "qa",
+    "choice": "choice",
+}
+BEST_METRIC = {
+    "classify": "accuracy",
+    "pair": "accuracy",
+    "ner": "f1",
+    "qa": "f1",
+    "choice": "accuracy",
+}
 MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
 
@@ -107,9 +134,13 @@ def forward_rows(model, rows: list[dict], size: int, pad_id: int) -> list[Simple
             batch = pad_batch([rows[i] for i in idx], pad_id)
             out = model(**{k: v for k, v in batch.items() if k in MODEL_INPUTS})
             for j, i in enumerate(idx):
-                per_row[i] = SimpleNamespace(**{
-                    name: getattr(out, name)[j:j + 1] for name in
-                    ("logits", "start_logits", "end_logits") if getattr(out, name) is not None})
+                per_row[i] = SimpleNamespace(
+                    **{
+                        name: getattr(out, name)[j : j + 1]
+                        for name in ("logits", "start_logits", "end_logits")
+                        if getattr(out, name) is not None
+                    }
+                )
     return per_row
 
 
@@ -120,8 +151,9 @@ class TaskData:
         ValueError: an unknown task.
     """
 
-    def __init__(self, task: str, tokenizer, opts: TaskOptions,
-                 label_names: tuple[str, ...] | None = None) -> None:
+    def __init__(
+        self, task: str, tokenizer, opts: TaskOptions, label_names: tuple[str, ...] | None = None
+    ) -> None:
         if task not in TASKS:
             raise ValueError(f"unknown task {task!r}; valid: {TASKS}")
         self.task, self.tok, self.opts = task, tokenizer, opts
@@ -138,48 +170,72 @@ class TaskData:
         if t in ("classify", "pair"):
             if t == "pair" and not o.text_pair_column:
                 raise DataError("the pair task needs --text-pair-column")
-            self.examples = read_table(path, text_column=o.text_column,
-                                       label_column=o.label_column if labelled else None,
-                                       text_pair_column=o.text_pair_column)
+            self.examples = read_table(
+                path,
+                text_column=o.text_column,
+                label_column=o.label_column if labelled else None,
+                text_pair_column=o.text_pair_column,
+            )
             return self._encode_table(labelled)
         if t == "ner":
             self.sentences = read_conll(path)
             for s in self.sentences:
                 if tag_scheme(s.tags) == "BIO":
                     s.tags = repair_bio(s.tags)
-            self.scheme = "BIOES" if any(tag_scheme(s.tags) == "BIOES"
-                                         for s in self.sentences) else "BIO"
+            self.scheme = (
+                "BIOES" if any(tag_scheme(s.tags) == "BIOES" for s in self.sentences) else "BIO"
+            )
             if self.label_names is None:
                 self.label_names = label_list([s.tags for s in self.sentences])
             ids = {n: i for i, n in enumerate(self.label_names)}
             unknown = {t for s in self.sentences for t in s.tags} - set(ids)
             if unknown:
                 raise DataError(f"{path}: tags not seen in training: {sorted(unknown)}")
-            self.encodings = encode_words(self.tok, [s.words for s in self.sentences],
-                                          o.max_length)
-            return [{**self._inputs(e.input_ids, e.token_type_ids),
-                     "labels": align_labels(e.word_ids, [ids[t] for t in s.tags])}
-                    for e, s in zip(self.encodings, self.sentences)]
+            self.encodings = encode_words(self.tok, [s.words for s in self.sentences], o.max_length)
+            return [
+                {
+                    **self._inputs(e.input_ids, e.token_type_ids),
+                    "labels": align_labels(e.word_ids, [ids[t] for t in s.tags]),
+                }
+                for e, s in zip(self.encodings, self.sentences)
+            ]
         if t == "qa":
             self.examples = read_squad(path)
-            self.features = prepare_windows(self.tok, self.examples, max_length=o.max_length,
-                                            doc_stride=o.doc_stride,
-                                            max_question_length=o.max_question_length)
+            self.features = prepare_windows(
+                self.tok,
+                self.examples,
+                max_length=o.max_length,
+                doc_stride=o.doc_stride,
+                max_question_length=o.max_question_length,
+            )
             if self.label_names is None:
                 self.label_names = ("start", "end")
-            return [{**self._inputs(f.input_ids, f.token_type_ids),
-                     "start_positions": f.start_position, "end_positions": f.end_position}
-                    for f in self.features]
+            return [
+                {
+                    **self._inputs(f.input_ids, f.token_type_ids),
+                    "start_positions": f.start_position,
+                    "end_positions": f.end_position,
+                }
+                for f in self.features
+            ]
         # choice: JSONL {text, choices: [...], label: index}
-        rows = [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines()
-                if line.strip()]
+        rows = [
+            json.loads(line)
+            for line in Path(path).read_text(encoding="utf-8").splitlines()
+            if line.strip()
+        ]
         self.label_names = self.label_names or ("score",)
         out = []
         for n, r in enumerate(rows, 1):
             if o.choices_column not in r or not r[o.choices_column]:
                 raise DataError(f"{path}:{n}: no list of choices in {o.choices_column!r}")
-            enc = self.tok([r[o.text_column]] * len(r[o.choices_column]), r[o.choices_column],
-                           max_length=o.max_length, padding=False, return_tensors=None)
+            enc = self.tok(
+                [r[o.text_column]] * len(r[o.choices_column]),
+                r[o.choices_column],
+                max_length=o.max_length,
+                padding=False,
+                return_tensors=None,
+            )
             row = {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"]}
             if "token_type_ids" in enc:
                 row["token_type_ids"] = enc["token_type_ids"]
@@ -197,11 +253,17 @@ class TaskData:
 
     def _encode_table(self, labelled: bool) -> list[dict]:
         ex, o = self.examples, self.opts
-        enc = self.tok([e.text for e in ex],
-                       [e.text_pair or "" for e in ex] if o.text_pair_column else None,
-                       max_length=o.max_length, padding=False, return_tensors=None)
-        rows = [self._inputs(ids, enc["token_type_ids"][i] if "token_type_ids" in enc else None)
-                for i, ids in enumerate(enc["input_ids"])]
+        enc = self.tok(
+            [e.text for e in ex],
+            [e.text_pair or "" for e in ex] if o.text_pair_column else None,
+            max_length=o.max_length,
+            padding=False,
+            return_tensors=None,
+        )
+        rows = [
+            self._inputs(ids, enc["token_type_ids"][i] if "token_type_ids" in enc else None)
+            for i, ids in enumerate(enc["input_ids"])
+        ]
         if not labelled:
             return rows
         if o.regression:
@@ -235,9 +297,14 @@ class TaskData:
             pred = probs.argmax(-1).tolist()
             names = self.label_names if t != "choice" else None
             metrics = classification_metrics(gold, pred, labels=list(range(logits.shape[-1])))
-            preds = [{"label": names[p] if names else p, "score": float(probs[i, p]),
-                      "gold": names[g] if names else g}
-                     for i, (p, g) in enumerate(zip(pred, gold))]
+            preds = [
+                {
+                    "label": names[p] if names else p,
+                    "score": float(probs[i, p]),
+                    "gold": names[g] if names else g,
+                }
+                for i, (p, g) in enumerate(zip(pred, gold))
+            ]
             self.last_confusion = (gold, pred)
             return metrics, preds
         if t == "ner":
@@ -249,18 +316,35 @@ class TaskData:
                 words_pred.append([self.label_names[i] for i in wp])
                 true.append(s.tags)
             words_pred = [repair_bio(p) if self.scheme == "BIO" else p for p in words_pred]
-            return (entity_metrics(true, words_pred, self.scheme),
-                    [{"words": s.words, "tags": p, "gold": s.tags}
-                     for s, p in zip(self.sentences, words_pred)])
+            return (
+                entity_metrics(true, words_pred, self.scheme),
+                [
+                    {"words": s.words, "tags": p, "gold": s.tags}
+                    for s, p in zip(self.sentences, words_pred)
+                ],
+            )
         # qa
         starts = [row for o in outs for row in o.start_logits.float().numpy()]
         ends = [row for o in outs for row in o.end_logits.float().numpy()]
-        preds = postprocess(self.examples, self.features, starts, ends,
-                            max_answer_length=self.opts.max_answer_length,
-                            null_threshold=self.opts.null_threshold)
+        preds = postprocess(
+            self.examples,
+            self.features,
+            starts,
+            ends,
+            max_answer_length=self.opts.max_answer_length,
+            null_threshold=self.opts.null_threshold,
+        )
         answers = {ex.id: [a for a, _ in ex.answers] or [""] for ex in self.examples}
-        metrics = squad_metrics({ex.id: p.answer.text for ex, p in zip(self.examples, preds)},
-                                answers)
-        return metrics, [{"id": ex.id, "answer": p.answer.text, "start": p.answer.start,
-                          "end": p.answer.end, "score": p.answer.probability}
-                         for ex, p in zip(self.examples, preds)]
+        metrics = squad_metrics(
+            {ex.id: p.answer.text for ex, p in zip(self.examples, preds)}, answers
+        )
+        return metrics, [
+            {
+                "id": ex.id,
+                "answer": p.answer.text,
+                "start": p.answer.start,
+                "end": p.answer.end,
+                "score": p.answer.probability,
+            }
+            for ex, p in zip(self.examples, preds)
+        ]

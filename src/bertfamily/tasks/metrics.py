@@ -11,8 +11,9 @@ from collections.abc import Sequence
 import numpy as np
 
 
-def classification_metrics(y_true: Sequence, y_pred: Sequence,
-                           labels: Sequence | None = None) -> dict[str, float]:
+def classification_metrics(
+    y_true: Sequence, y_pred: Sequence, labels: Sequence | None = None
+) -> dict[str, float]:
     """Accuracy, macro-averaged F1 (unweighted mean over classes) and Matthews correlation
     coefficient (Matthews 1975; multi-class form of Gorodkin 2004).
 
@@ -22,12 +23,17 @@ def classification_metrics(y_true: Sequence, y_pred: Sequence,
     from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
 
     if len(y_true) != len(y_pred) or not len(y_true):
-        raise ValueError(f"need equal, non-zero numbers of labels and predictions, got "
-                         f"{len(y_true)} and {len(y_pred)}")
-    return {"accuracy": float(accuracy_score(y_true, y_pred)),
-            "macro_f1": float(f1_score(y_true, y_pred, labels=labels, average="macro",
-                                       zero_division=0)),
-            "mcc": float(matthews_corrcoef(y_true, y_pred))}
+        raise ValueError(
+            f"need equal, non-zero numbers of labels and predictions, got "
+            f"{len(y_true)} and {len(y_pred)}"
+        )
+    return {
+        "accuracy": float(accuracy_score(y_true, y_pred)),
+        "macro_f1": float(
+            f1_score(y_true, y_pred, labels=labels, average="macro", zero_division=0)
+        ),
+        "mcc": float(matthews_corrcoef(y_true, y_pred)),
+    }
 
 
 def regression_metrics(y_true: Sequence[float], y_pred: Sequence[float]) -> dict[str, float]:
@@ -37,8 +43,9 @@ def regression_metrics(y_true: Sequence[float], y_pred: Sequence[float]) -> dict
     return {"mse": float(((t - p) ** 2).mean()), "pearson": r}
 
 
-def entity_metrics(y_true: list[list[str]], y_pred: list[list[str]],
-                   scheme: str = "BIO") -> dict[str, float]:
+def entity_metrics(
+    y_true: list[list[str]], y_pred: list[list[str]], scheme: str = "BIO"
+) -> dict[str, float]:
     """Entity-level micro precision, recall and F1 with seqeval: an entity counts only when
     its type and both boundaries are right. BIO uses conlleval's rules; BIOES uses strict mode.
 
@@ -55,9 +62,11 @@ def entity_metrics(y_true: list[list[str]], y_pred: list[list[str]],
         kw = {"mode": "strict", "scheme": IOBES}
     else:
         raise ValueError(f"scheme must be 'BIO' or 'BIOES', got {scheme!r}")
-    return {"precision": float(precision_score(y_true, y_pred, zero_division=0, **kw)),
-            "recall": float(recall_score(y_true, y_pred, zero_division=0, **kw)),
-            "f1": float(f1_score(y_true, y_pred, zero_division=0, **kw))}
+    return {
+        "precision": float(precision_score(y_true, y_pred, zero_division=0, **kw)),
+        "recall": float(recall_score(y_true, y_pred, zero_division=0, **kw)),
+        "f1": float(f1_score(y_true, y_pred, zero_division=0, **kw)),
+    }
 
 
 # --- SQuAD (Rajpurkar et al. 2016; official evaluate-v2.0 normalisation) ---------------------

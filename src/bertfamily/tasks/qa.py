@@ -55,12 +55,17 @@ def read_squad(path: str | Path) -> list[QAExample]:
         for para in article["paragraphs"]:
             ctx = para["context"]
             for qa in para["qas"]:
-                answers = [] if qa.get("is_impossible") else [
-                    (a["text"], int(a["answer_start"])) for a in qa.get("answers", [])]
+                answers = (
+                    []
+                    if qa.get("is_impossible")
+                    else [(a["text"], int(a["answer_start"])) for a in qa.get("answers", [])]
+                )
                 for text, start in answers:
-                    if ctx[start:start + len(text)] != text:
-                        raise DataError(f"question {qa['id']}: answer {text!r} is not at "
-                                        f"character {start} of its context")
+                    if ctx[start : start + len(text)] != text:
+                        raise DataError(
+                            f"question {qa['id']}: answer {text!r} is not at "
+                            f"character {start} of its context"
+                        )
                 out.append(QAExample(str(qa["id"]), qa["question"], ctx, answers))
     return out
 
@@ -89,8 +94,14 @@ class QAFeature:
     end_position: int = 0
 
 
-def prepare_windows(tokenizer, examples: list[QAExample], *, max_length: int = 384,
-                    doc_stride: int = 128, max_question_length: int = 64) -> list[QAFeature]:
+def prepare_windows(
+    tokenizer,
+    examples: list[QAExample],
+    *,
+    max_length: int = 384,
+    doc_stride: int = 128,
+    max_question_length: int = 64,
+) -> list[QAFeature]:
     """Split each example into windows (see the module docstring).
 
     Args:
@@ -121,9 +132,9 @@ def prepare_windows(tokenizer, examples: list[QAExample], *, max_length: int = 3
                     raise ValueError(
                         f"max_length={max_length} leaves {room} context tokens per window "
                         f"after a {len(q.ids)}-token question and {special} special tokens; "
-                        f"it must exceed doc_stride={doc_stride}")
-                backend.enable_truncation(max_length, stride=doc_stride,
-                                          strategy="only_second")
+                        f"it must exceed doc_stride={doc_stride}"
+                    )
+                backend.enable_truncation(max_length, stride=doc_stride, strategy="only_second")
                 enc = backend.encode(question, ex.context)
                 windows = [enc] + list(enc.overflowing)
                 features += _features(ei, ex, windows)
@@ -141,8 +152,9 @@ def _features(ei: int, ex: QAExample, windows) -> list[QAFeature]:
     for w in windows:
         seq = w.sequence_ids
         offsets = [tuple(o) if s == 1 else None for o, s in zip(w.offsets, seq)]
-        f = QAFeature(ei, list(w.ids), list(w.type_ids), list(w.attention_mask), offsets,
-                      [False] * len(w.ids))
+        f = QAFeature(
+            ei, list(w.ids), list(w.type_ids), list(w.attention_mask), offsets, [False] * len(w.ids)
+        )
         if ex.answers:
             text, a_start = ex.answers[0]
             a_end = a_start + len(text)
@@ -190,10 +202,16 @@ class QAPrediction:
     null_score: float
 
 
-def postprocess(examples: list[QAExample], features: list[QAFeature],
-                start_logits: list, end_logits: list, *, n_best: int = 20,
-                max_answer_length: int = 30, null_threshold: float | None = None
-                ) -> list[QAPrediction]:
+def postprocess(
+    examples: list[QAExample],
+    features: list[QAFeature],
+    start_logits: list,
+    end_logits: list,
+    *,
+    n_best: int = 20,
+    max_answer_length: int = 30,
+    null_threshold: float | None = None,
+) -> list[QAPrediction]:
     """Pick each example's answer from its windows' logits (see the module docstring).
 
     Args:
@@ -208,8 +226,10 @@ def postprocess(examples: list[QAExample], features: list[QAFeature],
         ValueError: the numbers of features and logits differ.
     """
     if not (len(features) == len(start_logits) == len(end_logits)):
-        raise ValueError(f"{len(features)} features but {len(start_logits)} start and "
-                         f"{len(end_logits)} end logit rows")
+        raise ValueError(
+            f"{len(features)} features but {len(start_logits)} start and "
+            f"{len(end_logits)} end logit rows"
+        )
     by_example: dict[int, list[int]] = {}
     for fi, f in enumerate(features):
         by_example.setdefault(f.example_index, []).append(fi)
@@ -224,13 +244,18 @@ def postprocess(examples: list[QAExample], features: list[QAFeature],
             null = min(null, float(s[0] + e[0]))
             for i in np.argsort(-s)[:n_best]:
                 for j in np.argsort(-e)[:n_best]:
-                    if (f.offsets[i] is None or f.offsets[j] is None or j < i
-                            or j - i + 1 > max_answer_length or not f.token_is_max_context[i]):
+                    if (
+                        f.offsets[i] is None
+                        or f.offsets[j] is None
+                        or j < i
+                        or j - i + 1 > max_answer_length
+                        or not f.token_is_max_context[i]
+                    ):
                         continue
                     span = (f.offsets[i][0], f.offsets[j][1])
                     score = float(s[i] + e[j])
                     if span not in candidates or score > candidates[span].score:
-                        candidates[span] = Answer(ex.context[span[0]:span[1]], *span, score)
+                        candidates[span] = Answer(ex.context[span[0] : span[1]], *span, score)
         ranked = sorted(candidates.values(), key=lambda a: -a.score)[:n_best]
         empty = Answer("", 0, 0, null if null < math.inf else 0.0)
         if null_threshold is not None:

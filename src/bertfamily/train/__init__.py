@@ -7,6 +7,20 @@ from .loop import TrainConfig, Trainer, TrainState, unwrap
 from .optim import build_optimizer, param_groups
 from .schedules import build_scheduler, lr_factor
 
-__all__ = ["BatchSource", "IndexedBatches", "as_batch_source", "default_collate", "DistInfo",
-           "cleanup_distributed", "init_distributed", "TrainConfig", "Trainer", "TrainState",
-           "unwrap", "build_optimizer", "param_groups", "build_scheduler", "lr_factor"]
+__all__ = [
+    "BatchSource",
+    "IndexedBatches",
+    "as_batch_source",
+    "default_collate",
+    "DistInfo",
+    "cleanup_distributed",
+    "init_distributed",
+    "TrainConfig",
+    "Trainer",
+    "TrainState",
+    "unwrap",
+    "build_optimizer",
+    "param_groups",
+    "build_scheduler",
+    "lr_factor",
+]

@@ -33,8 +33,7 @@ def default_collate(examples: list[Any], rng: np.random.Generator) -> Any:
     del rng
     first = examples[0]
     if isinstance(first, dict):
-        return {k: torch.as_tensor(np.stack([np.asarray(e[k]) for e in examples]))
-                for k in first}
+        return {k: torch.as_tensor(np.stack([np.asarray(e[k]) for e in examples])) for k in first}
     return torch.as_tensor(np.stack([np.asarray(e) for e in examples]))
 
 
@@ -60,14 +59,24 @@ class IndexedBatches:
         ValueError: a non-positive batch size, or fewer examples than one global batch.
     """
 
-    def __init__(self, dataset: Sequence[Any], batch_size: int,
-                 collate: Callable[[list[Any], np.random.Generator], Any] = default_collate, *,
-                 shuffle: bool = True, seed: int = 0, rank: int = 0, world_size: int = 1) -> None:
+    def __init__(
+        self,
+        dataset: Sequence[Any],
+        batch_size: int,
+        collate: Callable[[list[Any], np.random.Generator], Any] = default_collate,
+        *,
+        shuffle: bool = True,
+        seed: int = 0,
+        rank: int = 0,
+        world_size: int = 1,
+    ) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         if len(dataset) < batch_size * world_size:
-            raise ValueError(f"{len(dataset)} examples is fewer than one global batch of "
-                             f"{batch_size} x {world_size} processes")
+            raise ValueError(
+                f"{len(dataset)} examples is fewer than one global batch of "
+                f"{batch_size} x {world_size} processes"
+            )
         self.dataset, self.batch_size, self.collate = dataset, batch_size, collate
         self.shuffle, self.seed, self.rank, self.world_size = shuffle, seed, rank, world_size
 
@@ -77,12 +86,15 @@ class IndexedBatches:
 
     def __call__(self, epoch: int, start: int = 0) -> Iterator[Any]:
         n = len(self.dataset)
-        order = (np.random.default_rng((self.seed, epoch)).permutation(n) if self.shuffle
-                 else np.arange(n))
+        order = (
+            np.random.default_rng((self.seed, epoch)).permutation(n)
+            if self.shuffle
+            else np.arange(n)
+        )
         g = self.batch_size * self.world_size
         for b in range(start, len(self)):
             lo = b * g + self.rank * self.batch_size
-            examples = [self.dataset[int(i)] for i in order[lo:lo + self.batch_size]]
+            examples = [self.dataset[int(i)] for i in order[lo : lo + self.batch_size]]
             rng = np.random.default_rng((self.seed, epoch, b, self.rank, 1))
             yield self.collate(examples, rng)
 
@@ -108,6 +120,7 @@ def as_batch_source(obj: Any) -> BatchSource:
 
         return from_factory
     if isinstance(obj, Iterable):
+
         def from_iterable(epoch: int, start: int = 0) -> Iterator[Any]:
             sampler = getattr(obj, "sampler", None)
             if hasattr(sampler, "set_epoch"):
@@ -115,8 +128,9 @@ def as_batch_source(obj: Any) -> BatchSource:
             return itertools.islice(iter(obj), start, None)
 
         return from_iterable
-    raise TypeError(f"train_batches must be a batch source, a factory or an iterable, "
-                    f"got {type(obj).__name__}")
+    raise TypeError(
+        f"train_batches must be a batch source, a factory or an iterable, got {type(obj).__name__}"
+    )
 
 
 def sorted_batches(lengths: Sequence[int], batch_size: int) -> Iterator[list[int]]:
@@ -135,4 +149,4 @@ def sorted_batches(lengths: Sequence[int], batch_size: int) -> Iterator[list[int
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
     for start in range(0, len(order), batch_size):
-        yield order[start:start + batch_size]
+        yield order[start : start + batch_size]

@@ -16,8 +16,15 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-__all__ = ["DistInfo", "init_distributed", "cleanup_distributed", "all_gather_objects",
-           "broadcast_object", "all_reduce_mean", "shard_range"]
+__all__ = [
+    "DistInfo",
+    "init_distributed",
+    "cleanup_distributed",
+    "all_gather_objects",
+    "broadcast_object",
+    "all_reduce_mean",
+    "shard_range",
+]
 
 logger = logging.getLogger(__name__)
 

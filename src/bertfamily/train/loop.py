@@ -52,8 +52,13 @@ from torch import nn
 
 from ..files import atomic_write
 from .data import as_batch_source
-from .distributed import (DistInfo, all_gather_objects, all_reduce_mean, broadcast_object,
-                          init_distributed)
+from .distributed import (
+    DistInfo,
+    all_gather_objects,
+    all_reduce_mean,
+    broadcast_object,
+    init_distributed,
+)
 from .optim import build_optimizer
 from .plot import plot_metrics
 from .schedules import SCHEDULES, build_scheduler
@@ -179,8 +184,11 @@ def unwrap(model: nn.Module) -> nn.Module:
 
 
 def _rng_state() -> dict[str, Any]:
-    state = {"python": random.getstate(), "numpy": np.random.get_state(),
-             "torch": torch.get_rng_state()}
+    state = {
+        "python": random.getstate(),
+        "numpy": np.random.get_state(),
+        "torch": torch.get_rng_state(),
+    }
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state
@@ -225,9 +233,16 @@ class Trainer:
             ``lambda m, d: m.save_pretrained(d)``); None: ``model_state.pt`` only.
     """
 
-    def __init__(self, model: nn.Module, loss_fn: LossFn, train_batches: Any,
-                 config: TrainConfig, eval_fn: EvalFn | None = None,
-                 dist: DistInfo | None = None, save_fn: SaveFn | None = None) -> None:
+    def __init__(
+        self,
+        model: nn.Module,
+        loss_fn: LossFn,
+        train_batches: Any,
+        config: TrainConfig,
+        eval_fn: EvalFn | None = None,
+        dist: DistInfo | None = None,
+        save_fn: SaveFn | None = None,
+    ) -> None:
         self.config = config
         self.save_fn = save_fn
         self.dist = dist or init_distributed(config.device)
@@ -238,11 +253,18 @@ class Trainer:
         if self.dist.distributed:
             ids = [self.dist.device.index] if self.dist.device.type == "cuda" else None
             self.wrapped = nn.parallel.DistributedDataParallel(
-                self.model, device_ids=ids, find_unused_parameters=config.find_unused_parameters)
-        self.optimizer = build_optimizer(self.model, config.learning_rate, config.weight_decay,
-                                         config.adam_betas, config.adam_eps)
-        self.scheduler = build_scheduler(self.optimizer, config.schedule,
-                                         config.num_warmup_steps, config.max_steps)
+                self.model, device_ids=ids, find_unused_parameters=config.find_unused_parameters
+            )
+        self.optimizer = build_optimizer(
+            self.model,
+            config.learning_rate,
+            config.weight_decay,
+            config.adam_betas,
+            config.adam_eps,
+        )
+        self.scheduler = build_scheduler(
+            self.optimizer, config.schedule, config.num_warmup_steps, config.max_steps
+        )
         self.state = TrainState()
         self.output_dir = Path(config.output_dir)
         self._batches = None
@@ -311,8 +333,9 @@ class Trainer:
             with torch.no_grad(), self._autocast():
                 raw = self.eval_fn(self.model)
             self.model.train(was_training)
-            result = {(k if k.startswith("eval_") else f"eval_{k}"): float(v)
-                      for k, v in raw.items()}
+            result = {
+                (k if k.startswith("eval_") else f"eval_{k}"): float(v) for k, v in raw.items()
+            }
         return broadcast_object(result)
 
     def _autocast(self):
@@ -332,7 +355,10 @@ class Trainer:
         better = best is None or (value > best if self.config.greater_is_better else value < best)
         if better:
             self.state.best_metric, self.state.best_step, self.state.bad_evals = (
-                value, self.state.step, 0)
+                value,
+                self.state.step,
+                0,
+            )
             if self.dist.is_main:
                 self._save_model(self.output_dir / "best")
             return False
@@ -352,8 +378,9 @@ class Trainer:
                 batch = next(self._batches)
             except StopIteration:
                 if self.state.batch_in_epoch == 0:
-                    raise ValueError(f"the batch source yielded no batch for epoch "
-                                     f"{self.state.epoch}") from None
+                    raise ValueError(
+                        f"the batch source yielded no batch for epoch {self.state.epoch}"
+                    ) from None
                 self.state.epoch += 1
                 self.state.batch_in_epoch = 0
                 self._batches = None
@@ -426,7 +453,8 @@ class Trainer:
         try:
             while self.state.step < cfg.max_steps:
                 if cfg.max_time_s is not None and self._all_agree(
-                        time.monotonic() - start >= cfg.max_time_s):
+                    time.monotonic() - start >= cfg.max_time_s
+                ):
                     stopped = "time"
                     break
                 values = self._train_step()
@@ -435,14 +463,21 @@ class Trainer:
                 window_n += 1
                 step = self.state.step
                 if bar is not None:
-                    bar[0].update(bar[1], completed=step,
-                                  description=f"loss {values['loss']:.4f}")
+                    bar[0].update(bar[1], completed=step, description=f"loss {values['loss']:.4f}")
                 if (cfg.log_every and step % cfg.log_every == 0) or step == cfg.max_steps:
-                    means = all_reduce_mean({n: v / window_n for n, v in window.items()},
-                                            self.dist.device)
+                    means = all_reduce_mean(
+                        {n: v / window_n for n, v in window.items()}, self.dist.device
+                    )
                     last_train = means
-                    self._log({"step": step, "split": "train", "epoch": self.state.epoch,
-                               "time_s": round(time.monotonic() - start, 3), **means})
+                    self._log(
+                        {
+                            "step": step,
+                            "split": "train",
+                            "epoch": self.state.epoch,
+                            "time_s": round(time.monotonic() - start, 3),
+                            **means,
+                        }
+                    )
                     window, window_n = {}, 0
                 if cfg.eval_every and step % cfg.eval_every == 0 and self.eval_fn is not None:
                     if self._eval_and_check():
@@ -462,10 +497,18 @@ class Trainer:
                 signal.signal(signal.SIGTERM, previous)
             self._finish_bar(bar)
         if window_n:
-            last_train = all_reduce_mean({n: v / window_n for n, v in window.items()},
-                                         self.dist.device)
-            self._log({"step": self.state.step, "split": "train", "epoch": self.state.epoch,
-                       "time_s": round(time.monotonic() - start, 3), **last_train})
+            last_train = all_reduce_mean(
+                {n: v / window_n for n, v in window.items()}, self.dist.device
+            )
+            self._log(
+                {
+                    "step": self.state.step,
+                    "split": "train",
+                    "epoch": self.state.epoch,
+                    "time_s": round(time.monotonic() - start, 3),
+                    **last_train,
+                }
+            )
         if self.eval_fn is not None and self.state.last_eval.get("step") != self.state.step:
             if stopped != "early_stopping":
                 self._eval_and_check()
@@ -504,10 +547,15 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
 
     def _summary(self, stopped: str, start: float, last_train: dict) -> dict[str, Any]:
-        return {"step": self.state.step, "stopped": stopped,
-                "elapsed_s": round(time.monotonic() - start, 3), "train": last_train,
-                "eval": {k: v for k, v in self.state.last_eval.items() if k != "step"},
-                "best_metric": self.state.best_metric, "best_step": self.state.best_step}
+        return {
+            "step": self.state.step,
+            "stopped": stopped,
+            "elapsed_s": round(time.monotonic() - start, 3),
+            "train": last_train,
+            "eval": {k: v for k, v in self.state.last_eval.items() if k != "step"},
+            "best_metric": self.state.best_metric,
+            "best_step": self.state.best_step,
+        }
 
     def _on_sigterm(self, signum, frame) -> None:
         raise _Stop()
@@ -515,11 +563,23 @@ class Trainer:
     def _progress(self):
         if not (self.config.progress and self.dist.is_main):
             return None
-        from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
-                                   TimeElapsedColumn, TimeRemainingColumn)
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
 
-        p = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                     TimeElapsedColumn(), TimeRemainingColumn(), transient=False)
+        p = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TimeRemainingColumn(),
+            transient=False,
+        )
         p.start()
         task = p.add_task("training", total=self.config.max_steps, completed=self.state.step)
         return p, task

@@ -36,12 +36,16 @@ def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
             rest.append(p)
         else:
             decay.append(p)
-    return [{"params": decay, "weight_decay": weight_decay},
-            {"params": rest, "weight_decay": 0.0}]
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": rest, "weight_decay": 0.0}]
 
 
-def build_optimizer(model: nn.Module, learning_rate: float, weight_decay: float = 0.01,
-                    betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-6) -> AdamW:
+def build_optimizer(
+    model: nn.Module,
+    learning_rate: float,
+    weight_decay: float = 0.01,
+    betas: tuple[float, float] = (0.9, 0.999),
+    eps: float = 1e-6,
+) -> AdamW:
     """`torch.optim.AdamW` over `param_groups` (BERT defaults: betas (0.9, 0.999), eps 1e-6).
 
     Raises:

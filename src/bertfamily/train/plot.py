@@ -28,14 +28,18 @@ def plot_metrics(metrics_path: str | Path, png_path: str | Path) -> Path | None:
 
     records = [json.loads(line) for line in Path(metrics_path).read_text().splitlines() if line]
     train = [(r["step"], r["loss"]) for r in records if r.get("split") == "train" and "loss" in r]
-    evals = [(r["step"], r["eval_loss"]) for r in records
-             if r.get("split") == "eval" and "eval_loss" in r]
+    evals = [
+        (r["step"], r["eval_loss"])
+        for r in records
+        if r.get("split") == "eval" and "eval_loss" in r
+    ]
     if not train:
         return None
     fig, ax = plt.subplots(figsize=(7, 4))
     ax.plot(*zip(*train), label="train loss (all objectives)")
-    mlm = [(r["step"], r["mlm_loss"]) for r in records
-           if r.get("split") == "train" and "mlm_loss" in r]
+    mlm = [
+        (r["step"], r["mlm_loss"]) for r in records if r.get("split") == "train" and "mlm_loss" in r
+    ]
     if mlm and any("pair_loss" in r or "sbo_loss" in r for r in records):
         ax.plot(*zip(*mlm), label="train MLM loss")
     if evals:

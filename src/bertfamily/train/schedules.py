@@ -48,7 +48,8 @@ def lr_factor(schedule: str, warmup_steps: int, total_steps: int) -> Callable[[i
     return factor
 
 
-def build_scheduler(optimizer: torch.optim.Optimizer, schedule: str, warmup_steps: int,
-                    total_steps: int) -> LambdaLR:
+def build_scheduler(
+    optimizer: torch.optim.Optimizer, schedule: str, warmup_steps: int, total_steps: int
+) -> LambdaLR:
     """A `LambdaLR` over ``optimizer`` following `lr_factor`; call ``.step()`` once per update."""
     return LambdaLR(optimizer, lr_factor(schedule, warmup_steps, total_steps))
