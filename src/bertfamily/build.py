@@ -28,8 +28,8 @@ HEADS = ("mlm", "pair") + TASK_HEADS
 
 def build_norm(config: EncoderConfig, size: int, site: str | None = None) -> nn.Module:
     """The norm component over ``size`` features: LayerNorm (Ba et al. 2016), or Conditional
-    LayerNorm (`modules.norms.ConditionalLayerNorm`) when ``site`` (one of `config.NORM_SITES`) is in
-    ``config.conditional_norms``."""
+    LayerNorm (`modules.norms.ConditionalLayerNorm`) when ``site`` (one of `config.NORM_SITES`)
+    is in ``config.conditional_norms``."""
     if site is not None and site in config.conditional_norms:
         return ConditionalLayerNorm(size, config.condition_size, eps=config.layer_norm_eps)
     return nn.LayerNorm(size, eps=config.layer_norm_eps)
@@ -128,6 +128,7 @@ def build_attention(config: EncoderConfig, index: int = 0) -> nn.Module:
 
 
 def build_layer(config: EncoderConfig, index: int = 0) -> EncoderLayer:
+    """One `EncoderLayer` for ``config``: layer ``index``'s attention, the FFN and their norms."""
     H = config.hidden_size
     return EncoderLayer(
         attention=build_attention(config, index),

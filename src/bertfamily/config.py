@@ -311,10 +311,12 @@ class EncoderConfig:
 
     @property
     def label2id(self) -> dict[str, int]:
+        """Label name -> class id (the position in ``label_names``)."""
         return {name: i for i, name in enumerate(self.label_names)}
 
     @property
     def num_unique_layers(self) -> int:
+        """Layers with their own parameters: num_hidden_groups × inner_group_num."""
         return self.num_hidden_groups * self.inner_group_num
 
     @property
@@ -347,10 +349,13 @@ class EncoderConfig:
         return cls(**{**PRESETS[name], **overrides})
 
     def replace(self, **changes: Any) -> EncoderConfig:
+        """A copy with ``changes`` applied (`dataclasses.replace`)."""
         return dataclasses.replace(self, **changes)
 
     def to_dict(self) -> dict[str, Any]:
+        """All fields as a dict (`dataclasses.asdict`)."""
         return dataclasses.asdict(self)
 
     def to_json(self) -> str:
+        """`to_dict` as indented JSON with sorted keys."""
         return json.dumps(self.to_dict(), indent=2, sort_keys=True)

@@ -50,6 +50,7 @@ class Sentence(str):
     entities: tuple[tuple[int, int], ...] = ()
 
     def __new__(cls, text: str, entities=()):
+        """A `Sentence` of ``text`` with ``entities`` as (start, end) int pairs."""
         obj = super().__new__(cls, text)
         obj.entities = tuple((int(s), int(e)) for s, e in entities)
         return obj

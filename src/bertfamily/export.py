@@ -36,6 +36,8 @@ class _OnnxWrapper(nn.Module):
 
 
 def output_names(model: Model) -> list[str]:
+    """Output names of ``model``'s ONNX graph: last_hidden_state, then pooler_output and
+    logits where the model has a pooler and an MLM head."""
     names = ["last_hidden_state"]
     if model.encoder.pooler is not None:
         names.append("pooler_output")

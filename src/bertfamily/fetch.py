@@ -361,7 +361,9 @@ RESOURCES["gensim-test-data"] = Resource(
     sha256="d662bf96e3d741b6ab61a54be842a7cbf5e45193008b2f4225c758cafd7f9cdc",
     member="gensim/test/test_data/",
     files={
-        "enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2": "a53f4648dec40467ebdcbc7a1307eddb51fe6e28e9309f6ebde81ba0d04bea2d",
+        "enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2": (
+            "a53f4648dec40467ebdcbc7a1307eddb51fe6e28e9309f6ebde81ba0d04bea2d"
+        ),
         "lee_background.cor": "5d78d6dafd953bbf65797bef09a9ffb9ec430583381be705f8fd460000f370fb",
         "lee.cor": "a878f9a58f6743c32985c56c2f2f75988386216b38a4023a01fd3bcf7884d93e",
         "pang_lee_polarity.cor": "662c1b7c3bd0612eaaaf3f0c694cbd3897e30c0d87d2940b46c9fd0d15ed70c1",

@@ -125,7 +125,8 @@ class Model(nn.Module):
             global_attention_mask: (B, T) 0/1, 1 = global attention (windowed-attention models
                 only); None = the task head's default (Beltagy et al. 2020 §4), else none.
             masked_positions: optional (B, T) bool; the MLM head then runs only at these
-                positions and returns (M, V) logits (as the original pretraining code gathered them).
+                positions and returns (M, V) logits (as the original pretraining code gathered
+                them).
             output_hidden_states / output_attentions / condition: see `Encoder.forward`.
 
         With the "choice" head, input_ids and the other (B, T) inputs are (B, K, T): K choices
@@ -134,8 +135,8 @@ class Model(nn.Module):
         Raises:
             TypeError: an unknown keyword argument; a ``global_attention_mask`` for a model
                 whose attention reads none (see `Encoder.forward`).
-            ValueError: invalid inputs (see `Encoder.check_inputs`); a ``condition`` given to a model
-                without conditional norms, or missing / of the wrong size C for one with them
+            ValueError: invalid inputs (see `Encoder.check_inputs`); a ``condition`` given to a
+                model without conditional norms, or missing / of the wrong size C for one with them
                 (see `modules.norms.ConditionalLayerNorm.check_condition`).
         """
         if condition is not None and not self.takes_condition:

@@ -154,10 +154,12 @@ class Tokenizer:
 
     @property
     def model_max_length(self) -> int | None:
+        """Longest input in tokens the model takes, or None when not known."""
         return self._model_max_length
 
     @property
     def has_token_type_ids(self) -> bool:
+        """Whether encodings include token_type_ids (segment ids)."""
         return self._has_token_type_ids
 
     @property
@@ -170,42 +172,52 @@ class Tokenizer:
 
     @property
     def cls_token(self) -> str:
+        """The token string of the ``cls`` role."""
         return self._special["cls"].content
 
     @property
     def sep_token(self) -> str:
+        """The token string of the ``sep`` role."""
         return self._special["sep"].content
 
     @property
     def pad_token(self) -> str:
+        """The token string of the ``pad`` role."""
         return self._special["pad"].content
 
     @property
     def mask_token(self) -> str:
+        """The token string of the ``mask`` role."""
         return self._special["mask"].content
 
     @property
     def unk_token(self) -> str:
+        """The token string of the ``unk`` role."""
         return self._special["unk"].content
 
     @property
     def cls_token_id(self) -> int | None:
+        """Id of the ``cls`` token, or None when it is not in the vocabulary."""
         return self._role_id("cls")
 
     @property
     def sep_token_id(self) -> int | None:
+        """Id of the ``sep`` token, or None when it is not in the vocabulary."""
         return self._role_id("sep")
 
     @property
     def pad_token_id(self) -> int | None:
+        """Id of the ``pad`` token, or None when it is not in the vocabulary."""
         return self._role_id("pad")
 
     @property
     def mask_token_id(self) -> int | None:
+        """Id of the ``mask`` token, or None when it is not in the vocabulary."""
         return self._role_id("mask")
 
     @property
     def unk_token_id(self) -> int | None:
+        """Id of the ``unk`` token, or None when it is not in the vocabulary."""
         return self._role_id("unk")
 
     @property

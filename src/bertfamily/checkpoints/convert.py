@@ -46,6 +46,7 @@ class LoadReport:
 
     @property
     def clean(self) -> bool:
+        """True when nothing is missing, unexpected or mismatched."""
         return not (self.missing or self.unexpected or self.mismatched)
 
 
@@ -120,7 +121,10 @@ def expand(table: dict[str, Any], num_layers: int, inner_group_num: int = 1) -> 
         per_layer = any(f in t for t in texts for f in LAYER_FIELDS)
         for i in range(num_layers) if per_layer else [None]:
             fields = layer_fields(i, inner_group_num) if i is not None else {}
-            sub = lambda s, fields=fields: _substitute(s, fields)
+
+            def sub(s: str, fields: dict[str, int] = fields) -> str:
+                return _substitute(s, fields)
+
             if isinstance(ours, Join):
                 out[sub(hf)] = Join(tuple(sub(s) for s in ours.sources), ours.kind)
             else:
@@ -185,7 +189,7 @@ def normalise_hf_keys(fmap: FamilyMap, state: dict[str, torch.Tensor]) -> dict[s
     return out
 
 
-# --- the two directions ----------------------------------------------------------------------------
+# --- the two directions ---------------------------------------------------------------------------
 def hf_to_ours(
     hf_state: dict[str, torch.Tensor],
     fmap: FamilyMap,

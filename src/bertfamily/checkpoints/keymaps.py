@@ -3,8 +3,8 @@
 Templates use ``{i}`` for the unique-layer index; tables of families that store their unique
 layers in groups (ALBERT) use ``{g}`` for the group and ``{j}`` for the layer inside it
 (i = g·inner_group_num + j; see `convert.layer_fields`). A value of ``None`` drops the key on
-purpose (buffers, and tied decoder copies that equal the token embedding). `Join` entries build one of
-our tensors from several Hugging Face tensors (our attention keeps Q, K and V in one fused
+purpose (buffers, and tied decoder copies that equal the token embedding). `Join` entries build
+one of our tensors from several Hugging Face tensors (our attention keeps Q, K and V in one fused
 projection) with a named, tested transform from `convert.JOINS`.
 
 Our names (the state dict of `bertfamily.Model`):

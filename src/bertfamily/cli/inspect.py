@@ -93,9 +93,7 @@ def models(fmt: str = typer.Option("table", "--format", help="table, markdown, c
 def explore(
     names: list[str] = typer.Argument(None, help="Models (default: the ten)."),
     output: Path = typer.Option(..., "--output", "-o", help="HTML file to write."),
-    vocab_size: int | None = typer.Option(
-        None, "--vocab-size", help="Override V for every model."
-    ),
+    vocab_size: int | None = typer.Option(None, "--vocab-size", help="Override V for every model."),
 ):
     """Write the side-by-side explorer page (one self-contained HTML file)."""
     from ..inspect.explore import write_page

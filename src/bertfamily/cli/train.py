@@ -281,9 +281,7 @@ def predict(
     task: str = typer.Option(..., help=TASK_HELP),
     model: Path = typer.Option(..., help="A fine-tuned model directory."),
     input: Path = typer.Option(..., "--input", "-i", help="Data file."),
-    output: Path | None = typer.Option(
-        None, "--output", "-o", help="Write predictions as JSONL."
-    ),
+    output: Path | None = typer.Option(None, "--output", "-o", help="Write predictions as JSONL."),
     labelled: bool = typer.Option(False, help="The file has labels: also print metrics."),
     text_column: str = "text",
     text_pair_column: str | None = None,

@@ -40,6 +40,8 @@ class TaskGlobalAttention:
     def __call__(
         self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None
     ) -> dict[str, torch.Tensor]:
+        """(B, T) ids, (B, T) mask or None → {"global_attention_mask": (B, T) int64}, or {}
+        when the mask's shape differs from the ids'."""
         if attention_mask is not None and tuple(attention_mask.shape) != tuple(input_ids.shape):
             return {}
         return {

@@ -64,4 +64,5 @@ class PairHead(nn.Module):
         self.classifier = nn.Linear(hidden_size, 2)
 
     def forward(self, pooled: torch.Tensor) -> torch.Tensor:
+        """(B, H) float → (B, 2) float logits."""
         return self.classifier(pooled)

@@ -79,6 +79,7 @@ class TokenHead(nn.Module):
         self.out = nn.Linear(hidden_size, num_labels)
 
     def forward(self, hidden: torch.Tensor, pooled: torch.Tensor | None = None) -> torch.Tensor:
+        """(B, T, H) float → (B, T, C) float logits; ``pooled`` is unused."""
         return self.out(self.dropout(hidden))  # (B, T, C)
 
 
@@ -92,6 +93,7 @@ class SpanHead(nn.Module):
         self.out = nn.Linear(hidden_size, 2)
 
     def forward(self, hidden: torch.Tensor, pooled: torch.Tensor | None = None) -> torch.Tensor:
+        """(B, T, H) float → (B, T, 2) float start and end logits; ``pooled`` is unused."""
         return self.out(self.dropout(hidden))  # (B, T, 2)
 
 

@@ -22,8 +22,8 @@ REFERENCE = "bert-base"
 # scale the same design and are shown as plain size differences.
 STRUCTURAL_SIZES = ("Dh",)
 
-# Descriptive text of the family table that is not a config value (objectives live in the training code,
-# tasks in the heads): documentation data, keyed by the family's preset names.
+# Descriptive text of the family table that is not a config value (objectives live in the training
+# code, tasks in the heads): documentation data, keyed by the family's preset names.
 DESCRIPTIONS: dict[str, dict[str, str]] = {
     "bert-base": {"pretraining": "MLM + NSP", "tasks": "general NLU, QA, classification"},
     "bert-large": {"pretraining": "MLM + NSP", "tasks": "high-accuracy NLU"},
@@ -61,6 +61,7 @@ class StepDiff:
 
     @property
     def marked(self) -> bool:
+        """True when the step has a structural (△) difference."""
         return bool(self.structural)
 
 
@@ -75,6 +76,7 @@ class TraceDiff:
     notes: list[str]
 
     def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict; only the steps with differences are listed."""
         return {
             "reference": self.reference,
             "notes": self.notes,

@@ -117,6 +117,13 @@ def _e(text) -> str:
     return html.escape(str(text), quote=True)
 
 
+def _comparison_text(value):
+    """A comparison-table cell's text: ints with thousands separators, None as empty."""
+    if isinstance(value, int):
+        return f"{value:,}"
+    return "" if value is None else value
+
+
 def _cell(name: str, tr: Trace, diff: TraceDiff | None, row: Step) -> str:
     s = tr.by_key().get(row.key)
     if s is None:
@@ -155,11 +162,13 @@ def _cell(name: str, tr: Trace, diff: TraceDiff | None, row: Step) -> str:
 
 
 _CSS = """
-body{font:14px/1.4 system-ui,-apple-system,"Segoe UI",sans-serif;margin:0;color:#1d2330;background:#f6f7fb}
+body{font:14px/1.4 system-ui,-apple-system,"Segoe UI",sans-serif;margin:0;\
+color:#1d2330;background:#f6f7fb}
 header{padding:16px 24px;background:#1d2a44;color:#fff}
 header h1{margin:0 0 4px;font-size:20px} header p{margin:0;opacity:.8}
 section{padding:12px 24px}
-.legend span{display:inline-block;margin:2px 10px 2px 0} .legend b{font-family:ui-monospace,monospace}
+.legend span{display:inline-block;margin:2px 10px 2px 0} \
+.legend b{font-family:ui-monospace,monospace}
 .picker label{margin-right:12px;white-space:nowrap}
 .key{display:inline-block;padding:1px 6px;border-radius:4px;margin-right:8px}
 .wrap{overflow:auto;max-height:80vh;border:1px solid #d6dae5;background:#fff}
@@ -169,8 +178,10 @@ table.flow th{position:sticky;top:0;background:#e9edf6;z-index:2;padding:6px 8px
 table.flow th.rowkey,table.flow td.rowkey{position:sticky;left:0;background:#f1f3f9;z-index:1;
  min-width:150px;font-family:ui-monospace,monospace;font-size:11px;color:#55607a}
 table.flow th.rowkey{z-index:3}
-table.flow td{border-bottom:1px solid #eceff5;border-right:1px solid #eceff5;padding:4px 8px;vertical-align:top}
-td.depth1{padding-left:18px} td.depth2{padding-left:30px;background:#fbfcfe} td.depth3{padding-left:42px}
+table.flow td{border-bottom:1px solid #eceff5;border-right:1px solid #eceff5;\
+padding:4px 8px;vertical-align:top}
+td.depth1{padding-left:18px} td.depth2{padding-left:30px;background:#fbfcfe} \
+td.depth3{padding-left:42px}
 td.op .lbl{color:#55607a}
 .lbl{font-weight:600} .opn{color:#4a5368} .io,.numbers{font-family:ui-monospace,monospace}
 .shape{color:#0b5cad;font-weight:600} .numbers{color:#7a8296;font-size:11px}
@@ -179,7 +190,8 @@ td.op .lbl{color:#55607a}
 td.struct{background:#fff4d6} td.sized .numbers{color:#b26a00}
 td.absent{color:#aab0c0;font-style:italic} td.absent.struct{background:#fde8e8;color:#a33}
 .tri{float:right;color:#d18000;font-weight:700}
-th .meta{font-weight:400;font-size:11px;color:#4a5368} th .notes{font-weight:400;font-size:11px;color:#8a5a00}
+th .meta{font-weight:400;font-size:11px;color:#4a5368} \
+th .notes{font-weight:400;font-size:11px;color:#8a5a00}
 table.cmp{border-collapse:collapse;font-size:12px;background:#fff}
 table.cmp th,table.cmp td{border:1px solid #d6dae5;padding:4px 6px;text-align:left}
 .num{text-align:right}
@@ -197,7 +209,8 @@ function applyPicker(){
   var ops=document.getElementById('show-ops');
   document.querySelectorAll('tr.oprow').forEach(function(tr){tr.classList.toggle('hidden',!ops.checked);});
 }
-document.addEventListener('change',function(e){if(e.target.matches('.picker input')){applyPicker();}});
+document.addEventListener('change',function(e){\
+if(e.target.matches('.picker input')){applyPicker();}});
 document.addEventListener('DOMContentLoaded',applyPicker);
 """
 
@@ -238,7 +251,7 @@ def _render(names, traces, diffs, rows, totals, comparison) -> str:
     for row in comparison:
         tds = "".join(
             f'<td class="{"num" if isinstance(row[c], int) else ""}">'
-            f"{_e(f'{row[c]:,}' if isinstance(row[c], int) else ('' if row[c] is None else row[c]))}</td>"
+            f"{_e(_comparison_text(row[c]))}</td>"
             for c in COLUMNS
         )
         cmp_rows.append(f'<tr data-model="{_e(row["model"])}">{tds}</tr>')
@@ -252,7 +265,8 @@ def _render(names, traces, diffs, rows, totals, comparison) -> str:
 <body>
 <header><h1>The BERT family, side by side</h1>
 <p>Every step, shape and parameter count below was traced from one forward pass of the running
-code (hooks on a real forward pass, random weights). <span class="key" style="background:#fff4d6;color:#1d2330">△ differs from {REFERENCE}</span>
+code (hooks on a real forward pass, random weights). \
+<span class="key" style="background:#fff4d6;color:#1d2330">△ differs from {REFERENCE}</span>
 <span class="key" style="background:#fde8e8;color:#a33">△ absent</span>
 <span class="key" style="background:#fff;color:#b26a00">other sizes</span></p></header>
 <section class="legend"><strong>Shape letters:</strong> {legend}</section>

@@ -34,7 +34,8 @@ def resolve_config(
             an `EncoderConfig`.
         vocab_size: override V (e.g. 21128 for Chinese BERT).
         condition_size: make the model's norms Conditional LayerNorms of condition size C
-            (`modules.norms.ConditionalLayerNorm`); which norms: ``conditional_norms`` (default: every site the config allows).
+            (`modules.norms.ConditionalLayerNorm`); which norms: ``conditional_norms`` (default:
+            every site the config allows).
 
     Raises:
         ValueError: neither a preset nor a directory; a Conditional LayerNorm asked of a build

@@ -62,6 +62,7 @@ class ParamTable:
 
     @property
     def total(self) -> int:
+        """All parameters, trunk and heads."""
         return sum(r.params for r in self.rows)
 
     @property
@@ -95,6 +96,7 @@ class ParamTable:
         return "(" + ", ".join(parts) + ")"
 
     def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict: totals, block subtotals and rows."""
         return {
             "name": self.name,
             "heads": self.heads,

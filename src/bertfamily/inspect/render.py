@@ -114,10 +114,12 @@ def dataflow_rich(trace: Trace, diff: TraceDiff | None = None) -> Table:
 
 
 def legend_text(trace: Trace) -> str:
+    """The legend entries of the symbols ``trace`` uses, on one line."""
     return "  ".join(f"{k}: {LEGEND[k]}" for k in trace.symbols if k in LEGEND)
 
 
 def models_rich(rows: list[dict[str, Any]]) -> Table:
+    """The family table (``rows``, columns `COLUMNS`) as a rich `Table`."""
     t = Table(title="The BERT family (parameters counted from the code)")
     for col in COLUMNS:
         t.add_column(

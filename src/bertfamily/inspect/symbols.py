@@ -2,10 +2,10 @@
 
 The names are the package's shape legend (config.py): B batch, T sequence, S key length,
 H hidden, N heads, Dh head dim, I FFN inner, E embedding (ALBERT), V vocab, W window,
-R relative positions, C condition size, G global tokens, L layers. Sizes are matched against the values of one
-config and one batch, so a size that two symbols share is ambiguous: the first symbol of
-`symbol_table`'s order wins (B and T first). Callers pick B and T distinct from the config's
-sizes (`choose_batch_shape`) so that cannot happen for them.
+R relative positions, C condition size, G global tokens, L layers. Sizes are matched against
+the values of one config and one batch, so a size that two symbols share is ambiguous: the first
+symbol of `symbol_table`'s order wins (B and T first). Callers pick B and T distinct from the
+config's sizes (`choose_batch_shape`) so that cannot happen for them.
 """
 
 from __future__ import annotations

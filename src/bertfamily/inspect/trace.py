@@ -94,9 +94,11 @@ class Step:
 
     @property
     def output_shape(self) -> tuple[int, ...] | None:
+        """The first output's shape, or None when the step has no output."""
         return self.outputs[0][1] if self.outputs else None
 
     def to_dict(self) -> dict[str, Any]:
+        """Every field as a dict (`dataclasses.asdict`)."""
         return dataclasses.asdict(self)
 
 
@@ -119,9 +121,11 @@ class Trace:
     layer_schedule: list[int] = field(default_factory=list)
 
     def by_key(self) -> dict[str, Step]:
+        """Step key -> step."""
         return {s.key: s for s in self.steps}
 
     def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict: name, symbols, layer schedule, config (without ``extra``), steps."""
         return {
             "name": self.name,
             "symbols": self.symbols,

@@ -11,6 +11,7 @@ class SigmoidGELU(nn.Module):
     """x·σ(1.702x), the sigmoid approximation of GELU (Hendrycks & Gimpel 2016, §2)."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """(...) float → (...) float: x·σ(1.702x)."""
         return x * torch.sigmoid(1.702 * x)
 
 

@@ -80,7 +80,8 @@ class RelativePositionEmbeddings(nn.Module):
 
 
 def _relative_view(full: torch.Tensor) -> torch.Tensor:
-    """(B, N, T, 2T - 1) contiguous → (B, N, T, T) view ``out[.., a, b] = full[.., a, b - a + T - 1]``.
+    """(B, N, T, 2T - 1) contiguous → (B, N, T, T) view
+    ``out[.., a, b] = full[.., a, b - a + T - 1]``.
 
     Row a of the result starts at column T - 1 - a of row a of ``full`` (flat offset
     a·(2T - 2) + T - 1 + b), a strided view without a copy or a gather.

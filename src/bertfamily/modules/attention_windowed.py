@@ -176,6 +176,7 @@ class WindowedSelfAttention(nn.Module):
         self.pairs_per_chunk = 1 << 15
 
     def extra_repr(self) -> str:
+        """Window and head count, for the module's repr."""
         return f"window={self.window}, num_heads={self.num_heads}"
 
     # ------------------------------------------------------------------------------------------

@@ -33,13 +33,15 @@ class EncoderOutput:
 
 
 class Pooler(nn.Module):
-    """(B, T, H) → (B, H): the first token's hidden state through dense + tanh (Devlin et al. §3)."""
+    """(B, T, H) → (B, H): the first token's hidden state through dense + tanh
+    (Devlin et al. §3)."""
 
     def __init__(self, hidden_size: int) -> None:
         super().__init__()
         self.dense = nn.Linear(hidden_size, hidden_size)
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        """(B, T, H) float → (B, H) float: tanh(dense(first token))."""
         return torch.tanh(self.dense(hidden[:, 0]))
 
 

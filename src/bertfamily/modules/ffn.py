@@ -19,4 +19,5 @@ class FeedForward(nn.Module):
         self.down = nn.Linear(intermediate_size, hidden_size)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """(..., H) float → (..., H) float: dense to I → activation → dense to H."""
         return self.down(self.act(self.up(x)))  # (.., H) -> (.., I) -> (.., H)

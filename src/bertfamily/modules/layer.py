@@ -15,9 +15,9 @@ class EncoderLayer(nn.Module):
 
     The layer receives its components; it does not know which family it belongs to::
 
-        x ──► attention ──► dropout ──► (+) ──► attention_norm ──► ffn ──► dropout ──► (+) ──► ffn_norm ──►
-        │                                ▲  │                                           ▲
-        └────────────────────────────────┘  └───────────────────────────────────────────┘
+        x ─► attention ─► dropout ─► (+) ─► attention_norm ─► ffn ─► dropout ─► (+) ─► ffn_norm ─►
+        │                             ▲                    │                     ▲
+        └─────────────────────────────┘                    └─────────────────────┘
     """
 
     def __init__(

@@ -14,8 +14,8 @@ class ConditionalLayerNorm(nn.Module):
 
     (Ba et al. 2016, eq. 15 for the normalisation; γ and β as functions of a condition follow
     the conditional normalisation of de Vries et al. 2017, "Modulating early visual processing
-    by language", §3.1, applied to LayerNorm.) W_γ, W_β have shape (C, H), no bias, and start at zero,
-    so a fresh conditional norm computes exactly the plain LayerNorm with γ0, β0. Parameters:
+    by language", §3.1, applied to LayerNorm.) W_γ, W_β have shape (C, H), no bias, and start at
+    zero, so a fresh conditional norm computes exactly the plain LayerNorm with γ0, β0. Parameters:
     2H + 2CH (H=768, C=128: 1,536 + 196,608 = 198,144).
 
     Args:
@@ -95,6 +95,7 @@ class ConditionalLayerNorm(nn.Module):
         return plain + n * (c @ self.condition_weight) + c @ self.condition_bias
 
     def extra_repr(self) -> str:
+        """Size, condition size and eps, for the module's repr."""
         return f"{self.size}, condition_size={self.condition_size}, eps={self.eps}"
 
 

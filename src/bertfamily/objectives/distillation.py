@@ -409,14 +409,18 @@ class DistillationObjective(nn.Module):
         teacher_heads: Sequence[str] = (),
         projection: bool = False,
     ) -> None:
+        """Raise ValueError for a teacher/student pair this method cannot distil; the base class
+        raises NotImplementedError (subclasses implement it)."""
         raise NotImplementedError
 
     @property
     def teacher(self) -> Model:
+        """The frozen teacher `Model` (not a submodule)."""
         return self._teacher[0]
 
     @property
     def config(self) -> EncoderConfig:
+        """The student's config."""
         return self.student.config
 
     def _inputs(self, model: Model, batch: dict[str, torch.Tensor]) -> dict[str, Any]:
@@ -519,6 +523,8 @@ class DistilBertObjective(DistillationObjective):
     def forward(
         self, batch: dict[str, torch.Tensor]
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """Batch (see the class) → (loss, parts ``ce_loss``, ``mlm_loss``, ``cos_loss``); the
+        teacher runs without gradients."""
         teacher = self._teacher_on(batch["input_ids"].device)
         with torch.no_grad():
             t = teacher(**self._inputs(teacher, batch))
@@ -588,6 +594,8 @@ class TinyBertObjective(DistillationObjective):
     def forward(
         self, batch: dict[str, torch.Tensor]
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """Batch (see the class) → (loss, parts ``embedding_loss``, ``hidden_loss``,
+        ``attention_loss``); the teacher runs without gradients."""
         teacher = self._teacher_on(batch["input_ids"].device)
         with torch.no_grad():
             t = teacher(
@@ -654,6 +662,7 @@ class TinyBertTaskObjective(TinyBertObjective):
 
     @property
     def stage(self) -> str:
+        """ "intermediate" or "prediction"; setting any other value raises ValueError."""
         return self._stage
 
     @stage.setter
@@ -665,6 +674,8 @@ class TinyBertTaskObjective(TinyBertObjective):
     def forward(
         self, batch: dict[str, torch.Tensor]
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """Batch → (loss, parts): the intermediate losses, or in stage "prediction" the soft
+        cross-entropy of the student's logits against the teacher's (``prediction_loss``)."""
         if self.stage == "intermediate":
             return super().forward(batch)
         teacher = self._teacher_on(batch["input_ids"].device)

@@ -54,6 +54,8 @@ class Segment:
 
 @dataclass(frozen=True)
 class SpecialIds:
+    """The ids of the [CLS] and [SEP] tokens an instance is assembled with."""
+
     cls: int
     sep: int
 

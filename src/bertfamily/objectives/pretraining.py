@@ -191,6 +191,9 @@ class MLMCollator:
         self.special_ids, self.sbo = list(special_ids), sbo
 
     def __call__(self, examples: list, rng: np.random.Generator) -> dict[str, torch.Tensor]:
+        """Examples → batch: input_ids, attention_mask, token_type_ids, labels (B, T) int64
+        (labels -100 where nothing is predicted); pair_labels (B,) int64 when every example has
+        one; the SBO fields when ``sbo``."""
         rows = []
         for ex in examples:
             if isinstance(ex, MaskedInstance):
@@ -258,9 +261,11 @@ class PretrainingModel(nn.Module):
 
     @property
     def config(self):
+        """The wrapped model's config."""
         return self.model.config
 
     def forward(self, batch: dict[str, torch.Tensor]):
+        """Batch from `MLMCollator` → (loss, parts), as described in the class docstring."""
         labels = batch["labels"]
         selected = labels != IGNORE_INDEX  # (B, T)
         out = self.model(

@@ -1,0 +1,2 @@
+"""Inference pipelines over a model directory: classification, NER, extractive QA, fill-mask
+and sentence embeddings."""

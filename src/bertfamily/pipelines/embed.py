@@ -127,6 +127,7 @@ class SentenceEmbedder:
 
     @property
     def dimension(self) -> int:
+        """Length of each embedding vector (H)."""
         return self.model.config.hidden_size
 
     @torch.inference_mode()

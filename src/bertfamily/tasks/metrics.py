@@ -79,6 +79,7 @@ def normalize_answer(s: str) -> str:
 
 
 def exact_match(prediction: str, truth: str) -> float:
+    """1.0 when the answers are equal after `normalize_answer`, else 0.0."""
     return float(normalize_answer(prediction) == normalize_answer(truth))
 
 

@@ -25,7 +25,10 @@ __all__ = ["BatchSource", "IndexedBatches", "as_batch_source", "default_collate"
 
 
 class BatchSource(Protocol):
-    def __call__(self, epoch: int, start: int = 0) -> Iterator[Any]: ...
+    """A resumable source of batches: ``source(epoch, start)`` yields the epoch's batches."""
+
+    def __call__(self, epoch: int, start: int = 0) -> Iterator[Any]:
+        """Yield the batches of ``epoch``, from batch index ``start`` on."""
 
 
 def default_collate(examples: list[Any], rng: np.random.Generator) -> Any:
@@ -85,6 +88,8 @@ class IndexedBatches:
         return len(self.dataset) // (self.batch_size * self.world_size)
 
     def __call__(self, epoch: int, start: int = 0) -> Iterator[Any]:
+        """Yield this rank's batches of ``epoch`` from batch ``start`` on; the order is seeded by
+        (seed, epoch), so a resumed epoch continues the same order."""
         n = len(self.dataset)
         order = (
             np.random.default_rng((self.seed, epoch)).permutation(n)

@@ -40,10 +40,12 @@ class DistInfo:
 
     @property
     def is_main(self) -> bool:
+        """True on rank 0."""
         return self.rank == 0
 
     @property
     def distributed(self) -> bool:
+        """True when more than one process runs."""
         return self.world_size > 1
 
 

@@ -1,4 +1,5 @@
-"""`Trainer`: one small, resumable training loop shared by pretraining, fine-tuning and distillation.
+"""`Trainer`: one small, resumable training loop shared by pretraining, fine-tuning and
+distillation.
 
 The loop knows nothing about the task. It gets
 
@@ -156,9 +157,11 @@ class TrainConfig:
 
     @property
     def num_warmup_steps(self) -> int:
+        """``warmup_steps``, or if 0 ``warmup_ratio`` × ``max_steps`` (rounded down)."""
         return self.warmup_steps or int(self.warmup_ratio * self.max_steps)
 
     def to_dict(self) -> dict[str, Any]:
+        """The config as a dict, ``output_dir`` as a string."""
         d = dataclasses.asdict(self)
         d["output_dir"] = str(self.output_dir)
         return d
@@ -274,6 +277,7 @@ class Trainer:
 
     @property
     def checkpoint_path(self) -> Path:
+        """``output_dir / checkpoint.pt``."""
         return self.output_dir / CHECKPOINT_FILE
 
     def save_checkpoint(self, gather: bool = True) -> None:
