@@ -1,12 +1,51 @@
-"""Shared fixtures: tiny random Hugging Face checkpoints and the real MiniLM checkpoint."""
+"""Shared fixtures: a cached factory of tiny random Hugging Face checkpoints, the CLI runner, one
+intra-op thread for training tests, and the real MiniLM checkpoint and its tokenizer."""
 
 from __future__ import annotations
 
-import os
-import warnings
-
 import pytest
 import torch
+
+from helpers import save_hf_tiny  # importing helpers also silences transformers (offline)
+
+
+@pytest.fixture(scope="session")
+def hf_checkpoint(tmp_path_factory):
+    """``hf_checkpoint(family, cls_name, **config_overrides) -> (directory, transformers model)``:
+    a tiny random checkpoint saved with ``save_pretrained``, built once per session and
+    arguments. Treat both as read-only (copy the directory before changing files in it)."""
+    cache: dict = {}
+
+    def make(family: str, cls_name: str, **overrides):
+        key = (family, cls_name, repr(sorted(overrides.items())))
+        if key not in cache:
+            path = tmp_path_factory.mktemp(f"{family}-{cls_name}")
+            cache[key] = (path, save_hf_tiny(family, cls_name, path, **overrides))
+        return cache[key]
+
+    return make
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """Tiny models on a shared CPU: one intra-op thread avoids oversubscription stalls. Training
+    modules use it for every test: ``pytestmark = pytest.mark.usefixtures("one_thread")``."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="session")
+def cli():
+    """``cli(*args) -> click Result`` of the ``bertfamily`` command line, in process."""
+    from typer.testing import CliRunner
+
+    from bertfamily.cli import app
+
+    runner = CliRunner()
+    return lambda *args: runner.invoke(app, [str(a) for a in args])
+
 
 @pytest.fixture(scope="session")
 def minilm_dir():
@@ -14,3 +53,11 @@ def minilm_dir():
     from bertfamily.fetch import fetch
 
     return fetch("all-MiniLM-L6-v2")
+
+
+@pytest.fixture(scope="session")
+def minilm_tokenizer(minilm_dir):
+    """Our tokenizer loaded from the MiniLM checkpoint (WordPiece, uncased, 30522)."""
+    import bertfamily as bf
+
+    return bf.load_tokenizer(minilm_dir)

@@ -1,79 +1,117 @@
-"""Test helpers: tiny random Hugging Face checkpoints."""
+"""Plain test helpers (no fixtures): tiny random Hugging Face checkpoints and padded batches.
+
+The fixtures that wrap them (a cached checkpoint factory, the CLI runner, …) live in
+``conftest.py``; test modules import these functions where they build inputs themselves.
+"""
 
 from __future__ import annotations
 
 import os
 import warnings
+from pathlib import Path
 
 import torch
 
+ATOL = 1e-5  # fp32 parity tolerance against transformers
 # Tiny, mutually distinct sizes so transpositions cannot hide (B=3, T=7, H=32, N=4, I=37, V=99).
 TINY = dict(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
             intermediate_size=37, max_position_embeddings=64)
+_ROBERTA_LIKE = dict(max_position_embeddings=66, type_vocab_size=1, pad_token_id=1,
+                     layer_norm_eps=1e-5)
 
 
-def _quiet():
+def quiet() -> None:
+    """Offline, silent transformers."""
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     warnings.filterwarnings("ignore")
 
 
-_quiet()
+quiet()
 
 
-def hf_tiny(kind: str, cls_name: str, tmp_path_factory, **overrides):
-    """Save a random-init transformers model of a tiny config; returns (dir, hf model)."""
+def hf_config(family: str, **overrides):
+    """A tiny transformers config of ``family`` (a key of `checkpoints.keymaps.FAMILIES`)."""
+    import transformers
+
+    if family == "bert":
+        return transformers.BertConfig(**{**TINY, **overrides})
+    if family == "roberta":
+        return transformers.RobertaConfig(**{**TINY, **_ROBERTA_LIKE, **overrides})
+    if family == "distilbert":
+        return transformers.DistilBertConfig(**{
+            **dict(vocab_size=99, dim=32, n_layers=2, n_heads=4, hidden_dim=37,
+                   max_position_embeddings=64), **overrides})
+    if family == "albert":
+        return transformers.AlbertConfig(**{**TINY, "embedding_size": 16, "num_hidden_layers": 3,
+                                            "num_hidden_groups": 1, "hidden_act": "gelu_new",
+                                            **overrides})
+    if family == "deberta":
+        return transformers.DebertaConfig(**{**TINY, "type_vocab_size": 0,
+                                             "relative_attention": True,
+                                             "pos_att_type": "c2p|p2c",
+                                             "position_biased_input": False,
+                                             "legacy": False, **overrides})
+    if family == "longformer":
+        window = list(overrides.pop("attention_window", (4, 6)))
+        return transformers.LongformerConfig(**{**TINY, **_ROBERTA_LIKE,
+                                                "num_hidden_layers": len(window),
+                                                "attention_window": window, **overrides})
+    raise ValueError(family)
+
+
+def save_hf_tiny(family: str, cls_name: str, directory: Path, **overrides):
+    """Save a random-init transformers ``cls_name`` of a tiny config into ``directory``; returns
+    the model (eval mode). Norms and biases get non-trivial values so that a swap cannot hide."""
     import transformers
 
     torch.manual_seed(0)
-    if kind == "bert":
-        config = transformers.BertConfig(**{**TINY, **overrides})
-    elif kind == "roberta":
-        config = transformers.RobertaConfig(**{**TINY, "max_position_embeddings": 66,
-                                               "type_vocab_size": 1, "pad_token_id": 1,
-                                               "layer_norm_eps": 1e-5, **overrides})
-    elif kind == "distilbert":
-        config = transformers.DistilBertConfig(vocab_size=99, dim=32, n_layers=2, n_heads=4,
-                                               hidden_dim=37, max_position_embeddings=64,
-                                               **overrides)
-    elif kind == "albert":
-        config = transformers.AlbertConfig(**{**TINY, "embedding_size": 16, "num_hidden_layers": 3,
-                                              "num_hidden_groups": 1, "hidden_act": "gelu_new",
-                                              **overrides})
-    elif kind == "deberta":
-        config = transformers.DebertaConfig(**{**TINY, "type_vocab_size": 0,
-                                               "relative_attention": True,
-                                               "pos_att_type": "c2p|p2c",
-                                               "position_biased_input": False,
-                                               "legacy": False, **overrides})
-    else:
-        raise ValueError(kind)
-    model = getattr(transformers, cls_name)(config).eval()
-    # Non-trivial LayerNorm and bias values so a swapped weight/bias cannot hide.
+    model = getattr(transformers, cls_name)(hf_config(family, **overrides)).eval()
     with torch.no_grad():
         for name, p in model.named_parameters():
             if ("LayerNorm" in name or "layer_norm" in name or name.endswith("bias")
                     or name.endswith(("q_bias", "v_bias"))):
                 p.add_(torch.randn_like(p) * 0.1)
-    path = tmp_path_factory.mktemp(f"{kind}-{cls_name}")
-    model.save_pretrained(path)
-    return path, model
+    model.save_pretrained(directory)
+    return model
 
 
-def hf_longformer(cls_name: str, tmp_path_factory, window=(4, 6), **overrides):
-    """A random transformers Longformer of a tiny config, saved; returns (dir, model)."""
-    import transformers
+def padded_batch(lengths=(7, 5, 2), T: int | None = None, pad_id: int | None = 0,
+                 left: bool = False, seed: int = 1, low: int = 3, vocab: int = 99):
+    """(ids, mask) of shape (len(lengths), T): row r has lengths[r] real tokens, padded right
+    (or left) with ``pad_id`` (None: padding positions keep their random ids)."""
+    T = T or max(lengths)
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(low, vocab, (len(lengths), T), generator=g)
+    mask = torch.ones(len(lengths), T, dtype=torch.long)
+    for row, n in enumerate(lengths):
+        if left:
+            mask[row, : T - n] = 0
+        else:
+            mask[row, n:] = 0
+    if pad_id is not None:
+        ids[mask == 0] = pad_id
+    return ids, mask
 
-    torch.manual_seed(0)
-    config = transformers.LongformerConfig(
-        vocab_size=99, hidden_size=32, num_hidden_layers=len(window), num_attention_heads=4,
-        intermediate_size=37, max_position_embeddings=66, type_vocab_size=1, pad_token_id=1,
-        layer_norm_eps=1e-5, attention_window=list(window), **overrides)
-    model = getattr(transformers, cls_name)(config).eval()
-    with torch.no_grad():  # non-trivial norms and biases so that a swap cannot hide
-        for name, p in model.named_parameters():
-            if "LayerNorm" in name or "layer_norm" in name or name.endswith("bias"):
-                p.add_(torch.randn_like(p) * 0.1)
-    path = tmp_path_factory.mktemp(f"longformer-{cls_name}")
-    model.save_pretrained(path)
-    return path, model
+
+def assert_same_state(a: torch.nn.Module, b: torch.nn.Module) -> None:
+    """Same keys in the same order, bit-identical tensors."""
+    sa, sb = a.state_dict(), b.state_dict()
+    assert list(sa) == list(sb)
+    for key in sa:
+        assert torch.equal(sa[key], sb[key]), key
+
+
+def longformer_global_mask(kind: str, mask: torch.Tensor):
+    """Explicit Longformer global masks for a (3, T) batch: None, the first real token of each
+    row, or different numbers of global tokens per row (3, 1, 0)."""
+    if kind == "none":
+        return None
+    g = torch.zeros_like(mask)
+    if kind == "first":
+        g[torch.arange(len(mask)), mask.argmax(dim=1)] = 1
+    else:
+        real = [torch.nonzero(row).flatten() for row in mask]
+        g[0, real[0][[0, 5, 9]]] = 1
+        g[1, real[1][4]] = 1
+    return g

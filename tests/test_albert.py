@@ -1,87 +1,25 @@
-"""ALBERT: parity with transformers, checkpoints both ways, shared layers, albert-base preset."""
+"""ALBERT: shared layers and their gradients, grouped key templates, the albert-base preset.
+Parity with transformers (shared and grouped layouts, every head, both directions) is in
+``test_parity.py``; albert-base's parameter count in ``test_presets.py``."""
 
 from __future__ import annotations
 
-import pytest
 import torch
 
-import bertfamily as bf
 from bertfamily import EncoderConfig, build_model
 from bertfamily.checkpoints.convert import expand, layer_fields
-from bertfamily.checkpoints.io import config_from_hf, config_to_hf
+from bertfamily.checkpoints.io import config_from_hf
 
-from helpers import hf_tiny
+from helpers import padded_batch
 
-ATOL = 1e-5
-SHARED = {}  # tiny default of helpers.hf_tiny: L=3 steps over one shared layer
 GROUPED = dict(num_hidden_layers=4, num_hidden_groups=2, inner_group_num=2)  # 4 unique layers
 
 
 def _batch(seed: int = 1):
-    g = torch.Generator().manual_seed(seed)
-    ids = torch.randint(3, 99, (3, 7), generator=g)
-    mask = torch.ones(3, 7, dtype=torch.long)
-    for row, n in enumerate([7, 5, 2]):
-        mask[row, n:] = 0
-    ids[mask == 0] = 0
+    ids, mask = padded_batch((7, 5, 2), seed=seed)
     tt = torch.zeros_like(ids)
     tt[:, 4:] = 1
     return ids, mask, tt
-
-
-@pytest.mark.parametrize("layout", [SHARED, GROUPED], ids=["shared", "grouped"])
-@pytest.mark.parametrize("cls_name,heads", [("AlbertModel", ()), ("AlbertForMaskedLM", ("mlm",)),
-                                            ("AlbertForPreTraining", ("mlm", "pair"))])
-def test_outputs_match_transformers(cls_name, heads, layout, tmp_path_factory):
-    path, ref = hf_tiny("albert", cls_name, tmp_path_factory, **layout)
-    ours = bf.from_pretrained(path)
-    assert ours.heads == heads and ours.config.model_type == "albert"
-    assert ours.config.pair_head == "sop" and ours.config.hidden_act == "gelu_tanh"
-    assert ours.config.embedding_size == 16 and ours.config.hidden_size == 32
-    ids, mask, tt = _batch()
-    with torch.no_grad():
-        a = ours(ids, mask, tt, output_hidden_states=True)
-        b = ref(input_ids=ids, attention_mask=mask, token_type_ids=tt)
-    real = mask.bool()
-    assert len(a.hidden_states) == 1 + ref.config.num_hidden_layers * ref.config.inner_group_num
-    if not heads:
-        torch.testing.assert_close(a.last_hidden_state[real], b.last_hidden_state[real],
-                                   atol=ATOL, rtol=0)
-        torch.testing.assert_close(a.pooler_output, b.pooler_output, atol=ATOL, rtol=0)
-    if "mlm" in heads:
-        logits = b.prediction_logits if "pair" in heads else b.logits
-        torch.testing.assert_close(a.logits[real], logits[real], atol=ATOL, rtol=0)
-    if "pair" in heads:
-        torch.testing.assert_close(a.pair_logits, b.sop_logits, atol=ATOL, rtol=0)
-
-
-@pytest.mark.parametrize("layout", [SHARED, GROUPED], ids=["shared", "grouped"])
-@pytest.mark.parametrize("cls_name", ["AlbertForPreTraining", "AlbertModel"])
-def test_save_pretrained_loads_in_transformers(cls_name, layout, tmp_path_factory, tmp_path):
-    import transformers
-
-    path, _ = hf_tiny("albert", cls_name, tmp_path_factory, **layout)
-    ours = bf.from_pretrained(path)
-    ours.save_pretrained(tmp_path)
-    again = getattr(transformers, cls_name).from_pretrained(tmp_path).eval()
-    assert again.config.num_hidden_groups == ours.config.num_hidden_groups
-    assert again.config.inner_group_num == ours.config.inner_group_num
-    ids, mask, tt = _batch(seed=2)
-    real = mask.bool()
-    with torch.no_grad():
-        a = ours(ids, mask, tt)
-        b = again(input_ids=ids, attention_mask=mask, token_type_ids=tt)
-    if ours.heads:
-        torch.testing.assert_close(a.logits[real], b.prediction_logits[real], atol=ATOL, rtol=0)
-        torch.testing.assert_close(a.pair_logits, b.sop_logits, atol=ATOL, rtol=0)
-    else:
-        torch.testing.assert_close(a.last_hidden_state[real], b.last_hidden_state[real],
-                                   atol=ATOL, rtol=0)
-        torch.testing.assert_close(a.pooler_output, b.pooler_output, atol=ATOL, rtol=0)
-    back = bf.from_pretrained(tmp_path)
-    assert back.heads == ours.heads
-    for (k1, v1), (k2, v2) in zip(ours.state_dict().items(), back.state_dict().items()):
-        assert k1 == k2 and torch.equal(v1, v2)
 
 
 def test_state_dict_holds_each_unique_layer_once():
@@ -148,16 +86,3 @@ def test_albert_base_preset_is_albert_base_v2():
     preset = EncoderConfig.from_preset("albert-base")
     assert config_from_hf(ALBERT_BASE_V2) == preset
     assert preset.layer_schedule == [0] * 12 and preset.num_unique_layers == 1
-
-
-def test_albert_base_parameter_count_equals_transformers():
-    import transformers
-
-    config = EncoderConfig.from_preset("albert-base")
-    hf = config_to_hf(config, "AlbertModel")
-    hf.pop("model_type")
-    with torch.device("meta"):
-        ours = build_model(config)
-        ref = transformers.AlbertModel(transformers.AlbertConfig(**hf))
-    assert ours.num_parameters() == sum(p.numel() for p in ref.parameters()) == 11_683_584
-    assert {k.split(".")[2] for k in ours.state_dict() if k.startswith("encoder.layers.")} == {"0"}

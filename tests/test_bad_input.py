@@ -10,8 +10,6 @@ import torch
 import bertfamily as bf
 from bertfamily import CheckpointError, EncoderConfig, ModelDirectoryError, build_model
 
-from helpers import hf_tiny
-
 
 @pytest.fixture(scope="module")
 def bert():
@@ -84,12 +82,12 @@ def test_directory_errors(tmp_path):
         bf.from_pretrained(tmp_path)
 
 
-def test_missing_unexpected_and_mismatched_keys(tmp_path_factory, tmp_path):
+def test_missing_unexpected_and_mismatched_keys(hf_checkpoint, tmp_path):
     import shutil
 
     from safetensors.torch import load_file, save_file
 
-    path, _ = hf_tiny("bert", "BertModel", tmp_path_factory)
+    path, _ = hf_checkpoint("bert", "BertModel")
     state = load_file(path / "model.safetensors")
     del state["encoder.layer.1.output.dense.bias"]
     state["encoder.layer.1.extra.weight"] = torch.zeros(3)
@@ -108,10 +106,10 @@ def test_missing_unexpected_and_mismatched_keys(tmp_path_factory, tmp_path):
     assert len(report.mismatched) == 1
 
 
-def test_unsupported_variant(tmp_path_factory, tmp_path):
+def test_unsupported_variant(hf_checkpoint, tmp_path):
     import shutil
 
-    path, _ = hf_tiny("bert", "BertModel", tmp_path_factory)
+    path, _ = hf_checkpoint("bert", "BertModel")
     shutil.copy(path / "model.safetensors", tmp_path)
     cfg = json.loads((path / "config.json").read_text())
     cfg["position_embedding_type"] = "relative_key"

@@ -7,9 +7,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.slow
 def test_benchmark_quick_mode(tmp_path):
     out = tmp_path / "rows.json"
     subprocess.run([sys.executable, str(ROOT / "benchmarks" / "run.py"), "--quick", "--json",

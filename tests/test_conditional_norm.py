@@ -1,5 +1,6 @@
-"""Conditional Layer Normalization (SPEC §5): formula, parameter count, zero-init identity,
-loading ordinary checkpoints, errors, and the README example."""
+"""Conditional Layer Normalization (γ and β computed from a condition vector): formula,
+parameter count, zero-init identity, loading ordinary checkpoints, errors, and the README
+example."""
 
 from __future__ import annotations
 
@@ -15,18 +16,13 @@ from bertfamily import EncoderConfig, build_model
 from bertfamily.checkpoints.convert import CheckpointError
 from bertfamily.modules.norms import ConditionalLayerNorm
 
-from helpers import hf_tiny
+from helpers import padded_batch
 
 SITES = ("embeddings", "attention", "ffn", "mlm")
 
 
 def _batch(seed: int = 1):
-    g = torch.Generator().manual_seed(seed)
-    ids = torch.randint(3, 99, (3, 7), generator=g)
-    mask = torch.ones(3, 7, dtype=torch.long)
-    mask[1, 5:] = 0
-    mask[2, 2:] = 0
-    return ids, mask
+    return padded_batch((7, 5, 2), seed=seed, pad_id=None)
 
 
 def test_parameter_count_h768_c128():
@@ -89,8 +85,8 @@ def test_zero_init_equals_unconditioned_model_exactly(preset):
     assert not torch.allclose(a.last_hidden_state, c.last_hidden_state, atol=1e-3)
 
 
-def test_load_ordinary_checkpoint_reports_newly_initialized(tmp_path_factory):
-    path, ref = hf_tiny("albert", "AlbertForMaskedLM", tmp_path_factory)
+def test_load_ordinary_checkpoint_reports_newly_initialized(hf_checkpoint):
+    path, ref = hf_checkpoint("albert", "AlbertForMaskedLM")
     overrides = {"conditional_norms": ("attention", "ffn", "mlm"), "condition_size": 4}
     model, report = bf.from_pretrained(path, return_report=True, config_overrides=overrides)
     assert report.clean and report.missing == []

@@ -1,4 +1,7 @@
-"""DeBERTa v1: disentangled attention, relative positions, checkpoints, EMD (fp32 parity 1e-5)."""
+"""DeBERTa v1: disentangled attention against a naive reference, the heads-interleaved join,
+bf16, EMD, published checkpoint layout, config checks. Parity with transformers (attention
+variants, clipping, every head, both directions) is in ``test_parity.py``; deberta-base's
+parameter counts in ``test_presets.py``."""
 
 from __future__ import annotations
 
@@ -16,98 +19,11 @@ from bertfamily.modules.attention_disentangled import (DisentangledSelfAttention
                                                        RelativePositionEmbeddings)
 from bertfamily.modules.context import AttentionContext
 
-from helpers import hf_tiny
+from helpers import padded_batch
 from reference.disentangled import disentangled_attention
 
-ATOL = 1e-5
-# B=3, T=7; the clipping case uses k=4 < T.
-VARIANTS = {
-    "c2p|p2c": {},
-    "c2p": {"pos_att_type": "c2p"},
-    "clipped": {"max_relative_positions": 4},
-}
-
-
 def _batch(seed: int = 1):
-    g = torch.Generator().manual_seed(seed)
-    ids = torch.randint(3, 99, (3, 7), generator=g)
-    mask = torch.ones(3, 7, dtype=torch.long)
-    mask[1, 5:] = 0
-    mask[2, 2:] = 0
-    ids[mask == 0] = 0
-    return ids, mask
-
-
-@pytest.mark.parametrize("variant", list(VARIANTS))
-@pytest.mark.parametrize("cls_name,heads", [("DebertaModel", ()), ("DebertaForMaskedLM", ("mlm",))])
-def test_outputs_match_transformers(variant, cls_name, heads, tmp_path_factory):
-    path, ref = hf_tiny("deberta", cls_name, tmp_path_factory, **VARIANTS[variant])
-    ours = bf.from_pretrained(path)
-    assert ours.heads == heads
-    assert ours.config.attention_kind == "disentangled" and not ours.config.position_biased_input
-    ids, mask = _batch()
-    real = mask.bool()
-    with torch.no_grad():
-        a = ours(ids, mask, output_attentions=True, output_hidden_states=True)
-        b = ref(input_ids=ids, attention_mask=mask, output_attentions=True,
-                output_hidden_states=True)
-    if heads:
-        torch.testing.assert_close(a.logits[real], b.logits[real], atol=ATOL, rtol=0)
-        return
-    torch.testing.assert_close(a.last_hidden_state[real], b.last_hidden_state[real],
-                               atol=ATOL, rtol=0)
-    for ours_h, ref_h in zip(a.hidden_states, b.hidden_states, strict=True):
-        torch.testing.assert_close(ours_h[real], ref_h[real], atol=ATOL, rtol=0)
-    for ours_p, ref_p in zip(a.attentions, b.attentions, strict=True):
-        # (B, N, T, S) at real query rows; masked keys exactly zero, padding queries all zero
-        torch.testing.assert_close(ours_p.transpose(1, 2)[real], ref_p.transpose(1, 2)[real],
-                                   atol=ATOL, rtol=0)
-        assert (ours_p.masked_select(~real[:, None, None, :]) == 0).all()
-        assert (ours_p.masked_select(~real[:, None, :, None]) == 0).all()
-    # the fast path (SDPA + strided relative views) equals the explicit path
-    with torch.no_grad():
-        fast = ours(ids, mask).last_hidden_state
-    torch.testing.assert_close(fast[real], a.last_hidden_state[real], atol=ATOL, rtol=0)
-
-
-@pytest.mark.parametrize("variant", ["c2p|p2c", "clipped"])
-def test_padded_row_equals_row_alone(variant, tmp_path_factory):
-    path, _ = hf_tiny("deberta", "DebertaModel", tmp_path_factory, **VARIANTS[variant])
-    ours = bf.from_pretrained(path)
-    ids, mask = _batch()
-    with torch.no_grad():
-        full = ours(ids, mask).last_hidden_state
-        for row in range(3):
-            keep = mask[row].bool()
-            alone = ours(ids[row, keep][None]).last_hidden_state[0]
-            torch.testing.assert_close(full[row, keep], alone, atol=ATOL, rtol=0)
-
-
-@pytest.mark.parametrize("cls_name", ["DebertaModel", "DebertaForMaskedLM"])
-def test_save_pretrained_loads_in_transformers(cls_name, tmp_path_factory, tmp_path):
-    import transformers
-
-    path, _ = hf_tiny("deberta", cls_name, tmp_path_factory, max_relative_positions=4)
-    ours = bf.from_pretrained(path)
-    ours.save_pretrained(tmp_path)
-    written = json.loads((tmp_path / "config.json").read_text())
-    # transformers reads `lm_predictions.lm_head.*` only with legacy=False
-    assert written["legacy"] is False and written["architectures"] == [cls_name]
-    again = getattr(transformers, cls_name).from_pretrained(tmp_path).eval()
-    ids, mask = _batch()
-    real = mask.bool()
-    with torch.no_grad():
-        a, b = ours(ids, mask), again(input_ids=ids, attention_mask=mask)
-    if ours.heads:
-        torch.testing.assert_close(a.logits[real], b.logits[real], atol=ATOL, rtol=0)
-    else:
-        torch.testing.assert_close(a.last_hidden_state[real], b.last_hidden_state[real],
-                                   atol=ATOL, rtol=0)
-    back = bf.from_pretrained(tmp_path)
-    assert back.heads == ours.heads
-    for (k1, v1), (k2, v2) in zip(ours.state_dict().items(), back.state_dict().items(),
-                                  strict=True):
-        assert k1 == k2 and torch.equal(v1, v2)
+    return padded_batch((7, 5, 2), seed=seed)
 
 
 def test_heads_interleaved_join_both_directions():
@@ -173,10 +89,10 @@ def test_separate_query_states_match_reference():
     torch.testing.assert_close(got.double(), want, atol=1e-5, rtol=0)
 
 
-def test_bf16_padded_batch_is_finite_and_close_to_fp32(tmp_path_factory):
+def test_bf16_padded_batch_is_finite_and_close_to_fp32(hf_checkpoint):
     """bf16 (8-bit mantissa, ~3e-3 relative): LayerNorm-scaled outputs within 0.15 absolute
     of fp32 and 0.03 on average, at real tokens; every value finite, padding included."""
-    path, _ = hf_tiny("deberta", "DebertaForMaskedLM", tmp_path_factory)
+    path, _ = hf_checkpoint("deberta", "DebertaForMaskedLM")
     ids, mask = _batch()
     real = mask.bool()
     with torch.no_grad():
@@ -189,22 +105,6 @@ def test_bf16_padded_batch_is_finite_and_close_to_fp32(tmp_path_factory):
         diff = (out.last_hidden_state.float() - a.last_hidden_state)[real].abs()
         assert diff.max() < 0.15 and diff.mean() < 0.03, (diff.max(), diff.mean())
     assert all((p.masked_select(~real[:, None, None, :]) == 0).all() for p in b.attentions)
-
-
-def test_deberta_base_parameter_count_equals_transformers():
-    import transformers
-
-    config = EncoderConfig.from_preset("deberta-base")
-    hf = transformers.DebertaConfig(relative_attention=True, pos_att_type="c2p|p2c",
-                                    position_biased_input=False, max_relative_positions=-1)
-    with torch.device("meta"):
-        ours = build_model(config)
-        ref = transformers.DebertaModel(hf)
-        with_mlm = build_model(config, heads=["mlm"])
-    n = sum(p.numel() for p in ref.parameters())
-    assert ours.num_parameters() == n == 138_601_728
-    # with the MLM head the enhanced mask decoder keeps the absolute table (512 × 768)
-    assert with_mlm.num_parameters() == n + 512 * 768
 
 
 def test_emd_uses_absolute_positions_only_in_the_decoder():
@@ -234,10 +134,10 @@ def test_emd_uses_absolute_positions_only_in_the_decoder():
     assert plain.mlm_decoder is None and plain.encoder.embeddings.position is None
 
 
-def test_published_layout_position_table(tmp_path_factory, tmp_path):
+def test_published_layout_position_table(hf_checkpoint, tmp_path):
     """Published checkpoints carry deberta.embeddings.position_embeddings although
     position_biased_input=False: dropped for the plain model, read by the decoder."""
-    path, _ = hf_tiny("deberta", "DebertaForMaskedLM", tmp_path_factory)
+    path, _ = hf_checkpoint("deberta", "DebertaForMaskedLM")
     state = load_file(path / "model.safetensors")
     table = torch.randn(64, 32)
     state["deberta.embeddings.position_embeddings.weight"] = table

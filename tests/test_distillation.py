@@ -27,12 +27,7 @@ from bertfamily.train import IndexedBatches, TrainConfig, Trainer
 V = 99
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # conftest.py
 
 
 def _softmax(xs):

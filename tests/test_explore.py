@@ -26,6 +26,7 @@ def page(tmp_path_factory):
     return path
 
 
+@pytest.mark.slow
 def test_page_is_self_contained(page):
     text = page.read_text(encoding="utf-8")
     assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", text)  # nothing fetched
@@ -57,6 +58,7 @@ def browser():
     shutil.rmtree(profile, ignore_errors=True)
 
 
+@pytest.mark.slow
 def test_explorer_in_headless_chromium(page, browser):
     from selenium.webdriver.common.by import By
 

@@ -20,12 +20,8 @@ FACTS = ["the sky is blue .", "the grass is green .", "the sun is yellow .",
          "the snow is white .", "the night is dark ."]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+# every test here trains a toy model or continues pretraining MiniLM (tens of seconds)
+pytestmark = [pytest.mark.usefixtures("one_thread"), pytest.mark.slow]  # conftest.py
 
 
 @pytest.fixture(scope="module")

@@ -15,11 +15,6 @@ from bertfamily.tasks.metrics import (classification_metrics, entity_metrics, ex
 from bertfamily.pipelines.ner import bio_spans
 
 
-@pytest.fixture(scope="module")
-def tok(minilm_dir):
-    return bf.load_tokenizer(minilm_dir)
-
-
 # --- readers -----------------------------------------------------------------------------------
 def test_read_table_formats_and_columns(tmp_path):
     (tmp_path / "a.csv").write_bytes("txt,y\nsch\xf6n,pos\n\"a, b\",neg\n".encode("utf-8"))
@@ -56,10 +51,10 @@ def test_read_conll_and_bio_repair(tmp_path):
         read_conll(tmp_path / "bad.txt")
 
 
-def test_labels_on_first_sub_token_only(tok):
+def test_labels_on_first_sub_token_only(minilm_tokenizer):
     words = ["Johanson", "visited", "Reykjavík", "👍🏽", "today"]
-    (enc,) = encode_words(tok, [words])
-    toks = tok.convert_ids_to_tokens(enc.input_ids)
+    (enc,) = encode_words(minilm_tokenizer, [words])
+    toks = minilm_tokenizer.convert_ids_to_tokens(enc.input_ids)
     labels = align_labels(enc.word_ids, [1, 0, 2, 0, 0])
     firsts = [i for i, w in enumerate(enc.word_ids) if w is not None and
               (i == 0 or enc.word_ids[i - 1] != w)]
@@ -124,6 +119,7 @@ def tiny_dir(minilm_dir, tmp_path_factory):
     return path
 
 
+@pytest.mark.slow
 def test_tiny_model_learns_separable_task(tiny_dir, tmp_path):
     from bertfamily.pipelines.classify import TextClassifier
     from bertfamily.recipes.finetune import FinetuneConfig, finetune, predict
@@ -171,6 +167,7 @@ def test_tiny_model_learns_separable_task(tiny_dir, tmp_path):
     assert abs(top[0]["score"] + top[1]["score"] - 1) < 1e-6
 
 
+@pytest.mark.slow
 def test_tiny_model_learns_toy_ner(tiny_dir, tmp_path):
     from bertfamily.pipelines.ner import EntityTagger
     from bertfamily.recipes.finetune import FinetuneConfig, finetune

@@ -40,7 +40,7 @@ def test_params_add_up_to_the_real_count(name):
     assert table.trunk_total == meta_model(config).num_parameters()  # base model + pooler
     assert table.trunk_total == sum(table.subtotals()[b] for b in table.subtotals()
                                     if b in {r.block for r in table.rows if r.part == "trunk"})
-    if name in PUBLISHED_PARAMETERS:  # trunk only: the published figure of SPEC §1
+    if name in PUBLISHED_PARAMETERS:  # trunk only, as published (PUBLISHED_PARAMETERS)
         assert table.trunk_total == PUBLISHED_PARAMETERS[name]
 
 
@@ -99,7 +99,7 @@ def test_shared_layers_counted_once_and_marked():
 def test_conditional_layer_norm_option():
     table = parameter_table("bert-base", condition_size=128)
     norm = next(r for r in table.rows if r.name == "encoder.embeddings.norm")
-    assert norm.params == 198_144  # 1,536 + 2 · 128 · 768 (SPEC §5)
+    assert norm.params == 198_144  # 1,536 + 2 · 128 · 768 (W_γ and W_β: C × H each)
     _, config = resolve_config("bert-base", condition_size=128)
     assert table.total == sum(p.numel() for p in meta_model(config).parameters())
 
@@ -127,6 +127,7 @@ def traces():
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(PRESETS))
 def test_every_shown_shape_is_the_real_tensor_shape(name, traces):
     tr, model, inputs = traces[name]
@@ -204,6 +205,7 @@ def test_symbols_round_trip():
         evaluate("(B, Q)", table)
 
 
+@pytest.mark.slow
 def test_differences_from_bert_base_come_from_the_traces(traces):
     ref = traces["bert-base"][0]
     roberta = diff_traces(ref, traces["roberta-base"][0])
@@ -249,6 +251,7 @@ def test_differences_from_bert_base_come_from_the_traces(traces):
     assert f"{att}:matmul(B,N,T,T)#0" in {s.key for s in longformer.missing}
 
 
+@pytest.mark.slow
 def test_align_keeps_every_step_once(traces):
     rows = align([traces[n][0] for n in ("bert-base", "distilbert-base", "roberta-base")])
     keys = [r.key for r in rows]

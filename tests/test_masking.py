@@ -1,4 +1,7 @@
-"""Masking statistics on fixed seeds over large samples (SPEC §3)."""
+"""Masking statistics on fixed seeds over large samples: BERT's 15% with 80/10/10 replacement
+(Devlin et al. 2019, §3.1), whole words, entities and phrases, SpanBERT's clipped geometric span
+lengths with per-span replacement (Joshi et al. 2020, §3.1), dynamic masks (Liu et al. 2019,
+RoBERTa §4.1)."""
 
 from __future__ import annotations
 

@@ -1,162 +1,427 @@
-"""Parity with Hugging Face transformers on tiny random checkpoints (fp32, 1e-5)."""
+"""Parity with Hugging Face transformers, by contract: every checkpoint family × every head the
+family maps (`checkpoints.keymaps.FAMILIES`), on tiny random checkpoints saved with
+``save_pretrained``, padded batches, fp32, 1e-5 — transformers → ours and ours → transformers
+(same class, logits and label names) → ours (bit-identical weights). Family-specific cases
+(Longformer's explicit global masks, DeBERTa's attention probabilities, legacy checkpoint
+files, a fresh head on a base checkpoint) follow the sweep as focused tests."""
 
 from __future__ import annotations
+
+import json
+import shutil
 
 import pytest
 import torch
 
 import bertfamily as bf
-from bertfamily import EncoderConfig, build_model
-from bertfamily.presets import PRESETS, PUBLISHED_PARAMETERS
+from bertfamily.checkpoints.convert import CheckpointError
+from bertfamily.checkpoints.keymaps import FAMILIES
 
-from helpers import hf_tiny
+from helpers import ATOL, assert_same_state, longformer_global_mask, padded_batch
 
-ATOL = 1e-5
-
-
-def _batch(pad_id: int, left: bool = False, seed: int = 1):
-    g = torch.Generator().manual_seed(seed)
-    ids = torch.randint(3, 99, (3, 7), generator=g)
-    mask = torch.ones(3, 7, dtype=torch.long)
-    lengths = [7, 5, 2]
-    for row, n in enumerate(lengths):
-        if left:
-            mask[row, : 7 - n] = 0
-        else:
-            mask[row, n:] = 0
-    ids[mask == 0] = pad_id
-    return ids, mask
-
-
-CASES = [  # (family, HF class, our heads)
-    ("bert", "BertModel", ()),
-    ("bert", "BertForMaskedLM", ("mlm",)),
-    ("bert", "BertForPreTraining", ("mlm", "pair")),
-    ("roberta", "RobertaModel", ()),
-    ("roberta", "RobertaForMaskedLM", ("mlm",)),
-    ("distilbert", "DistilBertModel", ()),
-    ("distilbert", "DistilBertForMaskedLM", ("mlm",)),
-]
+LABELS = {0: "neg", 1: "neu", 2: "pos"}
+QA_LABELS = {0: "start", 1: "end"}  # transformers' QA heads: Linear(H, 2) for start and end
+SEP = 2  # the tiny configs' separator id (transformers' RobertaConfig / LongformerConfig default)
+# Config variants swept for every head: ALBERT's layer sharing (3 steps over one shared layer;
+# 4 unique layers in 2 groups of 2) and DeBERTa's attention types and relative-position clipping
+# (k = 4 < T). The other families have one variant.
+VARIANTS = {
+    "albert": {"shared": {},
+               "grouped": dict(num_hidden_layers=4, num_hidden_groups=2, inner_group_num=2)},
+    "deberta": {"c2p|p2c": {}, "c2p": dict(pos_att_type="c2p"),
+                "clipped": dict(max_relative_positions=4)},
+}
+# Facts each family's tiny checkpoint must read into our config.
+CONFIG_FACTS = {
+    "albert": dict(model_type="albert", pair_head="sop", hidden_act="gelu_tanh",
+                   embedding_size=16, hidden_size=32),
+    "deberta": dict(model_type="deberta", attention_kind="disentangled",
+                    position_biased_input=False),
+    "longformer": dict(model_type="longformer", attention_kind="windowed",
+                       attention_window=(4, 6), sep_token_id=SEP),
+}
+PAIR_LOGITS = {"bert": "seq_relationship_logits", "albert": "sop_logits"}
+SEGMENTS = ("bert", "albert")  # families whose tiny configs have two token types
+LEFT_PADDED = ("", "mlm", "tokens")  # heads that never read a padded position when left-padded
 
 
-@pytest.mark.parametrize("family,cls_name,heads", CASES)
-@pytest.mark.parametrize("left", [False, True])
-def test_outputs_match_transformers(family, cls_name, heads, left, tmp_path_factory):
-    if left and family != "roberta":
-        pytest.skip("left padding is exercised on RoBERTa (position ids skip padding)")
-    path, ref = hf_tiny(family, cls_name, tmp_path_factory)
-    ours = bf.from_pretrained(path)
-    assert ours.heads == heads
-    ids, mask = _batch(ours.config.pad_token_id, left=left)
-    tt = None
-    if family == "bert":
-        tt = torch.zeros_like(ids)
-        tt[:, 4:] = 1
-    with torch.no_grad():
-        a = ours(ids, mask, tt)
-        b = ref(input_ids=ids, attention_mask=mask, **({"token_type_ids": tt} if tt is not None else {}))
+def _head_cases():
+    """(family, variant, head key) for every class each family maps; "regression" is the
+    sequence-classification class with one label."""
+    cases = []
+    for family, fmap in FAMILIES.items():
+        heads = list(fmap.architectures) + (["regression"] if "classify" in fmap.architectures
+                                            else [])
+        for variant in VARIANTS.get(family, {"default": {}}):
+            cases += [(family, variant, head) for head in heads]
+    return cases
+
+
+CASES = _head_cases()
+# Left padding only for heads that never read a padded position (the others read column 0).
+PADDED_CASES = [(*case, padding) for case in CASES for padding in ("right", "left")
+                if padding == "right" or case[2] in LEFT_PADDED]
+
+
+def test_sweep_covers_every_family_and_head():
+    """The sweep is built from the key tables, so a new family or head is swept automatically;
+    this pins the minimum it must hold."""
+    families = {f for f, _, _ in CASES}
+    assert families >= {"bert", "roberta", "distilbert", "albert", "deberta", "longformer"}
+    for family in families:
+        heads = {h for f, _, h in CASES if f == family}
+        assert {"", "mlm", "classify", "regression", "tokens", "qa"} <= heads, family
+    assert {h for f, _, h in CASES if f in ("bert", "albert")} >= {"mlm+pair"}
+    assert ("deberta", "c2p|p2c", "choice") not in CASES  # transformers has no such class
+    assert len(CASES) == sum(len(VARIANTS.get(f, {0: 0})) * (len(m.architectures) + 1)
+                             for f, m in FAMILIES.items())
+
+
+def _row(g: torch.Generator, T: int, length: int, question: int, pad_id: int, first: int):
+    """first, question, SEP SEP, answer, SEP, padding: exactly three separators, as
+    transformers' Longformer QA and multiple-choice defaults demand."""
+    answer = length - question - 4
+    return torch.cat([torch.tensor([first]), torch.randint(3, 99, (question,), generator=g),
+                      torch.tensor([SEP, SEP]), torch.randint(3, 99, (answer,), generator=g),
+                      torch.tensor([SEP]), torch.full((T - length,), pad_id)])
+
+
+def task_inputs(family: str, choice: bool, pad_id: int, left: bool = False):
+    """(B, T) or (B, K, T) ids and keyword inputs: rows of 11, 8 and 6 real tokens (T = 11 is
+    not a multiple of the Longformer windows 4 and 6), padded right or left; two segments for
+    the families that have them."""
+    g = torch.Generator().manual_seed(3)
+    T = 11
+    first = 0 if family in ("roberta", "longformer") else 5  # <s> / any token
+    lengths = [[11, 7], [8, 8], [6, 10]] if choice else [[11], [8], [6]]
+    questions = [[3, 1], [2, 2], [1, 4]] if choice else [[3], [2], [1]]
+    ids = torch.stack([torch.stack([_row(g, T, n, q, pad_id, first) for n, q in zip(ns, qs)])
+                       for ns, qs in zip(lengths, questions)])
+    mask = (torch.arange(T)[None, None, :] < torch.tensor(lengths)[..., None]).long()
+    if left:  # move the padding to the front of each row
+        for b in range(ids.shape[0]):
+            for k in range(ids.shape[1]):
+                n = int(mask[b, k].sum())
+                ids[b, k] = torch.roll(ids[b, k], T - n)
+                mask[b, k] = torch.roll(mask[b, k], T - n)
+    if not choice:
+        ids, mask = ids[:, 0], mask[:, 0]
+    kw = {"attention_mask": mask}
+    if family in SEGMENTS:
+        kw["token_type_ids"] = (torch.arange(T) >= 4).long().expand_as(ids).contiguous()
+    return ids, kw
+
+
+def _labels(head: str):
+    if head in ("classify", "tokens", "choice"):
+        return LABELS
+    return QA_LABELS if head == "qa" else None
+
+
+def _compare(family: str, head: str, a, b, mask: torch.Tensor, pooler: bool) -> None:
+    """Our output ``a`` against transformers' ``b`` for ``head``, at real tokens."""
     real = mask.bool()
-    if not heads:
-        torch.testing.assert_close(a.last_hidden_state[real], b.last_hidden_state[real],
-                                   atol=ATOL, rtol=0)
-        if family != "distilbert":
-            torch.testing.assert_close(a.pooler_output, b.pooler_output, atol=ATOL, rtol=0)
-        else:
-            assert a.pooler_output is None
-    if "mlm" in heads:
-        logits = b.prediction_logits if "pair" in heads else b.logits
-        torch.testing.assert_close(a.logits[real], logits[real], atol=ATOL, rtol=0)
-    if "pair" in heads:
-        torch.testing.assert_close(a.pair_logits, b.seq_relationship_logits, atol=ATOL, rtol=0)
+    close = dict(atol=ATOL, rtol=0)
+    if head == "":
+        torch.testing.assert_close(a.last_hidden_state[real], b.last_hidden_state[real], **close)
+        if getattr(b, "pooler_output", None) is None:
+            assert a.pooler_output is None  # DistilBERT and DeBERTa have no pooler
+        elif pooler:
+            torch.testing.assert_close(a.pooler_output, b.pooler_output, **close)
+    elif head == "mlm":
+        torch.testing.assert_close(a.logits[real], b.logits[real], **close)
+    elif head == "mlm+pair":
+        torch.testing.assert_close(a.logits[real], b.prediction_logits[real], **close)
+        torch.testing.assert_close(a.pair_logits, getattr(b, PAIR_LOGITS[family]), **close)
+    elif head == "pair":
+        torch.testing.assert_close(a.pair_logits, b.logits, **close)
+    elif head == "qa":
+        torch.testing.assert_close(a.start_logits[real], b.start_logits[real], **close)
+        torch.testing.assert_close(a.end_logits[real], b.end_logits[real], **close)
+    elif head == "tokens":
+        torch.testing.assert_close(a.logits[real], b.logits[real], **close)
+    else:  # classify, regression, choice: one row of logits per sequence (or per choice set)
+        torch.testing.assert_close(a.logits, b.logits, **close)
 
 
-@pytest.mark.parametrize("family,cls_name", [("bert", "BertModel"), ("roberta", "RobertaModel"),
-                                             ("distilbert", "DistilBertModel")])
-@pytest.mark.parametrize("left", [False, True])
-def test_padded_row_equals_row_alone(family, cls_name, left, tmp_path_factory):
-    if left and family != "roberta":
-        pytest.skip("with absolute positions from 0, left padding shifts positions by design")
-    path, _ = hf_tiny(family, cls_name, tmp_path_factory)
+@pytest.mark.parametrize("family,variant,head,padding", PADDED_CASES)
+def test_matches_transformers(family, variant, head, padding, hf_checkpoint, tmp_path):
+    """transformers → ours → transformers → ours for one family, variant and head. For
+    Longformer no global_attention_mask is passed: both sides apply their task defaults."""
+    import transformers
+
+    fmap = FAMILIES[family]
+    key = "classify" if head == "regression" else head
+    cls_name = fmap.architectures[key]
+    labels = _labels(head)
+    overrides = dict(VARIANTS.get(family, {}).get(variant, {}))
+    if labels:
+        overrides.update(id2label=labels, label2id={v: k for k, v in labels.items()})
+    if head == "regression":
+        overrides.update(num_labels=1)
+    path, ref = hf_checkpoint(family, cls_name, **overrides)
+
     ours = bf.from_pretrained(path)
-    ids, mask = _batch(ours.config.pad_token_id, left=left)
+    assert ours.heads == (tuple(key.split("+")) if key else ())
+    for field, value in CONFIG_FACTS.get(family, {}).items():
+        assert getattr(ours.config, field) == value, field
+    if family == "longformer":  # one window per layer, as in the checkpoint
+        assert [layer.attention.window for layer in ours.encoder.layers] == [4, 6]
+    if labels:
+        assert ours.config.label_names == tuple(labels.values())
+    if head == "regression":
+        assert ours.config.num_labels == 1
+    ids, kw = task_inputs(family, head == "choice", ours.config.pad_token_id,
+                          left=padding == "left")
+    mask = kw["attention_mask"]
     with torch.no_grad():
-        full = ours(ids, mask).last_hidden_state
+        a = ours(ids, **kw, output_hidden_states=head == "")
+        b = ref(input_ids=ids, **kw, output_hidden_states=head == "")
+    _compare(family, head, a, b, mask, pooler=padding == "right")
+    if head == "regression":
+        assert a.logits.shape == (3, 1)
+    if head == "choice":
+        assert a.logits.shape == (3, 2)
+    if head == "":  # every layer's output, not only the last
+        if family == "albert":  # ours: one state per layer step; transformers: per group step
+            steps = ref.config.num_hidden_layers * ref.config.inner_group_num
+            assert len(a.hidden_states) == 1 + steps
+            torch.testing.assert_close(a.hidden_states[0][mask.bool()],
+                                       b.hidden_states[0][mask.bool()], atol=ATOL, rtol=0)
+        else:
+            assert len(a.hidden_states) == len(b.hidden_states) == 1 + ref.config.num_hidden_layers
+            for ours_h, ref_h in zip(a.hidden_states, b.hidden_states):
+                torch.testing.assert_close(ours_h[mask.bool()], ref_h[mask.bool()], atol=ATOL,
+                                           rtol=0)
+    if padding == "left":
+        return
+
+    # ours → transformers: same class, same outputs, same label names
+    out = ours.save_pretrained(tmp_path / "saved")
+    written = json.loads((out / "config.json").read_text())
+    assert written["model_type"] == family and written["architectures"] == [cls_name]
+    if family == "deberta":  # transformers reads `lm_predictions.lm_head.*` only with legacy=False
+        assert written["legacy"] is False
+    again = getattr(transformers, cls_name).from_pretrained(out).eval()
+    if labels:
+        assert again.config.id2label == labels
+    if family == "albert":
+        assert again.config.num_hidden_groups == ours.config.num_hidden_groups
+        assert again.config.inner_group_num == ours.config.inner_group_num
+    with torch.no_grad():
+        c = again(input_ids=ids, **kw)
+    _compare(family, head, a, c, mask, pooler=True)
+    if key in ("mlm", "mlm+pair", "pair") or (key and family != "longformer"):
+        # the trunk alone, as AutoModel reads it (Longformer task heads add default globals)
+        base = transformers.AutoModel.from_pretrained(out).eval()
+        flat = {k: v.flatten(0, 1) if head == "choice" else v for k, v in kw.items()}
+        with torch.no_grad():
+            h = base(input_ids=ids.flatten(0, 1) if head == "choice" else ids,
+                     **flat).last_hidden_state
+        real = flat["attention_mask"].bool()
+        torch.testing.assert_close(a.last_hidden_state.reshape(h.shape)[real], h[real],
+                                   atol=ATOL, rtol=0)
+
+    # ... and back into bertfamily: same heads, bit-identical weights
+    back = bf.from_pretrained(out)
+    assert back.heads == ours.heads
+    assert_same_state(ours, back)
+
+
+# --- padding contract ------------------------------------------------------------------------
+ROW_ALONE = [("bert", "right", {}), ("roberta", "right", {}), ("roberta", "left", {}),
+             ("distilbert", "right", {}), ("albert", "right", {}),
+             ("deberta", "right", {}), ("deberta", "right", VARIANTS["deberta"]["clipped"]),
+             ("longformer", "right", {}), ("longformer", "left", {})]
+
+
+@pytest.mark.parametrize("family,padding,overrides", ROW_ALONE,
+                         ids=[f"{f}-{p}-{'clipped' if o else 'default'}"
+                              for f, p, o in ROW_ALONE])
+def test_padded_row_equals_row_alone(family, padding, overrides, hf_checkpoint):
+    """A padded row's real tokens equal the row run alone (left padding only where positions
+    count from the first real token: RoBERTa's scheme). Longformer: with different numbers of
+    global tokens per row."""
+    path, _ = hf_checkpoint(family, FAMILIES[family].architectures[""], **overrides)
+    ours = bf.from_pretrained(path)
+    T = 11 if family == "longformer" else 7
+    ids, mask = padded_batch((T, 8 if T == 11 else 5, 3 if T == 11 else 2),
+                             pad_id=ours.config.pad_token_id, left=padding == "left")
+    g = longformer_global_mask("different", mask) if family == "longformer" else None
+    with torch.no_grad():
+        kw = {} if g is None else {"global_attention_mask": g}
+        full = ours(ids, mask, **kw).last_hidden_state
         for row in range(3):
             keep = mask[row].bool()
-            alone = ours(ids[row, keep][None]).last_hidden_state[0]
+            kw = {} if g is None else {"global_attention_mask": g[row, keep][None]}
+            alone = ours(ids[row, keep][None], **kw).last_hidden_state[0]
             torch.testing.assert_close(full[row, keep], alone, atol=ATOL, rtol=0)
 
 
-@pytest.mark.parametrize("family,cls_name", [("bert", "BertForPreTraining"),
-                                             ("roberta", "RobertaForMaskedLM"),
-                                             ("distilbert", "DistilBertForMaskedLM"),
-                                             ("bert", "BertModel")])
-def test_save_pretrained_loads_in_transformers(family, cls_name, tmp_path_factory, tmp_path):
+# --- focused cases ---------------------------------------------------------------------------
+@pytest.mark.parametrize("padding", ["right", "left"])
+@pytest.mark.parametrize("glob", ["first", "different"])
+@pytest.mark.parametrize("head", ["", "mlm"])
+def test_longformer_explicit_global_mask_matches_transformers(head, glob, padding,
+                                                              hf_checkpoint):
+    """Explicit global tokens: the first real token, or 3, 1 and 0 global tokens per row."""
+    path, ref = hf_checkpoint("longformer", FAMILIES["longformer"].architectures[head])
+    ours = bf.from_pretrained(path)
+    ids, mask = padded_batch((11, 8, 3), pad_id=1, left=padding == "left")
+    g = longformer_global_mask(glob, mask)
+    with torch.no_grad():
+        a = ours(ids, mask, global_attention_mask=g)
+        b = ref(input_ids=ids, attention_mask=mask, global_attention_mask=g)
+    assert a.last_hidden_state.shape == (3, 11, 32)  # the internal window padding is trimmed
+    # the pooler reads column 0, a padding token when left-padded
+    _compare("longformer", head, a, b, mask, pooler=padding == "right")
+
+
+def test_longformer_saved_with_explicit_global_mask(hf_checkpoint, tmp_path):
     import transformers
 
-    path, _ = hf_tiny(family, cls_name, tmp_path_factory)
-    ours = bf.from_pretrained(path)
+    ours = bf.from_pretrained(hf_checkpoint("longformer", "LongformerForMaskedLM")[0])
     ours.save_pretrained(tmp_path)
-    again = getattr(transformers, cls_name).from_pretrained(tmp_path).eval()
-    base = transformers.AutoModel.from_pretrained(tmp_path).eval()
-    ids, mask = _batch(ours.config.pad_token_id)
+    cfg = json.loads((tmp_path / "config.json").read_text())
+    assert cfg["model_type"] == "longformer" and cfg["attention_window"] == [4, 6]
+    again = transformers.LongformerForMaskedLM.from_pretrained(tmp_path).eval()
+    ids, mask = padded_batch((11, 8, 3), pad_id=1)
+    g = longformer_global_mask("different", mask)
+    with torch.no_grad():
+        a = ours(ids, mask, global_attention_mask=g).logits
+        b = again(input_ids=ids, attention_mask=mask, global_attention_mask=g).logits
+    torch.testing.assert_close(a[mask.bool()], b[mask.bool()], atol=ATOL, rtol=0)
+
+
+@pytest.mark.parametrize("padding", ["right", "left"])
+@pytest.mark.parametrize("glob", ["none", "first", "different"])
+def test_longformer_attention_probabilities_match_transformers(glob, padding, hf_checkpoint):
+    """output_attentions: band probabilities (B, N, T, 2W+1), the global-key columns and the
+    global rows equal transformers' ``attentions`` / ``global_attentions``; hidden unchanged."""
+    path, ref = hf_checkpoint("longformer", "LongformerModel")
+    ours = bf.from_pretrained(path)
+    ids, mask = padded_batch((11, 8, 3), pad_id=1, left=padding == "left")
+    B, T = ids.shape
+    g = longformer_global_mask(glob, mask)
+    kw = {} if g is None else {"global_attention_mask": g}
+    caught = []
+    handles = [layer.attention.register_forward_hook(lambda m, a, o: caught.append(o))
+               for layer in ours.encoder.layers]
+    with torch.no_grad():
+        a = ours(ids, mask, output_attentions=True, **kw)
+        plain = ours(ids, mask, **kw)
+        b = ref(input_ids=ids, attention_mask=mask, output_attentions=True, **kw)
+    for h in handles:
+        h.remove()
+    torch.testing.assert_close(a.last_hidden_state, plain.last_hidden_state, atol=ATOL, rtol=0)
+    G = 0 if g is None else int(g.sum(1).max())
+    for layer, window in enumerate([4, 6]):
+        probs, out = a.attentions[layer], caught[layer]
+        assert probs.shape == (B, 4, T, window + 1)  # 2W + 1 band columns, never (T, T)
+        assert a.attention_scores[layer].shape == (B, 4, T, window + 1)
+        assert b.attentions[layer].shape[-1] == G + window + 1
+        torch.testing.assert_close(probs, b.attentions[layer][..., G:], atol=ATOL, rtol=0)
+        assert float(probs.max()) > 0.3  # not a near-uniform or all-zero tensor
+        if G == 0:
+            assert out.global_key_probs is None and out.global_probs is None
+            continue
+        torch.testing.assert_close(out.global_key_probs, b.attentions[layer][..., :G],
+                                   atol=ATOL, rtol=0)
+        rows = out.global_probs.transpose(2, 3)  # (B, N, T, G) like transformers
+        valid = (torch.arange(G)[None, :] < g.sum(1)[:, None])[:, None, None, :].expand_as(rows)
+        torch.testing.assert_close(rows[valid], b.global_attentions[layer][:, :, :T][valid],
+                                   atol=ATOL, rtol=0)
+        assert not rows[~valid].any()
+        # every real local query's probabilities (band + global keys) sum to one
+        local = mask.bool() & ~g.bool()
+        total = probs.sum(-1) + out.global_key_probs.sum(-1)
+        torch.testing.assert_close(total.permute(0, 2, 1)[local], torch.ones(int(local.sum()), 4))
+
+
+@pytest.mark.parametrize("task", ["classify", "qa", "choice"])
+def test_longformer_explicit_global_mask_overrides_default(task, hf_checkpoint):
+    """An explicit global_attention_mask is used as given (here: none global, and a mask other
+    than the default); the default differs from it, so the default really is applied."""
+    path, ref = hf_checkpoint("longformer", FAMILIES["longformer"].architectures[task])
+    ours = bf.from_pretrained(path)
+    ids, kw = task_inputs("longformer", task == "choice", ours.config.pad_token_id)
+    mask = kw["attention_mask"]
+    other = torch.zeros_like(mask)
+    other[..., 4] = 1  # one global token at column 4 in every row
+    key = "start_logits" if task == "qa" else "logits"
     real = mask.bool()
     with torch.no_grad():
-        a = ours(ids, mask)
-        b = again(input_ids=ids, attention_mask=mask)
-        c = base(input_ids=ids, attention_mask=mask)
-    torch.testing.assert_close(a.last_hidden_state[real], c.last_hidden_state[real],
-                               atol=ATOL, rtol=0)
-    if ours.heads:
-        logits = b.prediction_logits if "pair" in ours.heads else b.logits
-        torch.testing.assert_close(a.logits[real], logits[real], atol=ATOL, rtol=0)
-    # ... and back into bertfamily with the same heads
-    back = bf.from_pretrained(tmp_path)
-    assert back.heads == ours.heads
-    for (k1, v1), (k2, v2) in zip(ours.state_dict().items(), back.state_dict().items()):
-        assert k1 == k2 and torch.equal(v1, v2)
+        default = ours(ids, **kw).last_hidden_state.view(*mask.shape, -1)[real]
+        for g in (torch.zeros_like(mask), other):
+            a = ours(ids, **kw, global_attention_mask=g)
+            b = ref(input_ids=ids, **kw, global_attention_mask=g)
+            sel = real if task == "qa" else slice(None)
+            torch.testing.assert_close(getattr(a, key)[sel], getattr(b, key)[sel], atol=ATOL,
+                                       rtol=0)
+            hidden = a.last_hidden_state.view(*mask.shape, -1)[real]
+            assert (hidden - default).abs().max() > 1e-2  # the default was really applied
 
 
-def test_bin_weights_and_unprefixed_keys(tmp_path_factory, tmp_path):
+@pytest.mark.parametrize("variant", list(VARIANTS["deberta"]))
+def test_deberta_attention_probabilities_match_transformers(variant, hf_checkpoint):
+    """output_attentions: (B, N, T, S) probabilities equal transformers' at real query rows;
+    masked keys and padding queries exactly zero; the fast path (SDPA + strided relative views)
+    equals the explicit path."""
+    path, ref = hf_checkpoint("deberta", "DebertaModel", **VARIANTS["deberta"][variant])
+    ours = bf.from_pretrained(path)
+    ids, mask = padded_batch((7, 5, 2))
+    real = mask.bool()
+    with torch.no_grad():
+        a = ours(ids, mask, output_attentions=True)
+        b = ref(input_ids=ids, attention_mask=mask, output_attentions=True)
+        fast = ours(ids, mask).last_hidden_state
+    assert len(a.attentions) == len(b.attentions) == 2
+    for ours_p, ref_p in zip(a.attentions, b.attentions):
+        torch.testing.assert_close(ours_p.transpose(1, 2)[real], ref_p.transpose(1, 2)[real],
+                                   atol=ATOL, rtol=0)
+        assert (ours_p.masked_select(~real[:, None, None, :]) == 0).all()
+        assert (ours_p.masked_select(~real[:, None, :, None]) == 0).all()
+    torch.testing.assert_close(a.last_hidden_state[real], b.last_hidden_state[real], atol=ATOL,
+                               rtol=0)
+    torch.testing.assert_close(fast[real], a.last_hidden_state[real], atol=ATOL, rtol=0)
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_new_head_on_base_checkpoint(family, hf_checkpoint):
+    """A base checkpoint + a fresh classification head: strict loading refuses it; with
+    new_heads the trunk equals the checkpoint's and the head has the new labels."""
+    path, ref = hf_checkpoint(family, FAMILIES[family].architectures[""])
+    with pytest.raises(CheckpointError):
+        bf.from_pretrained(path, heads=["classify"])  # strict: the head is missing
+    model = bf.from_pretrained(path, heads=["classify"], new_heads=True,
+                               label_names=("a", "b", "c", "d"))
+    assert model.config.num_labels == 4
+    ids, kw = task_inputs(family, False, model.config.pad_token_id)
+    with torch.no_grad():
+        h = model.encoder(ids, **kw).last_hidden_state
+        r = ref(input_ids=ids, **kw).last_hidden_state
+        assert model(ids, **kw).logits.shape == (3, 4)
+    real = kw["attention_mask"].bool()
+    torch.testing.assert_close(h[real], r[real], atol=ATOL, rtol=0)
+
+
+def test_bin_weights_and_unprefixed_keys(hf_checkpoint, tmp_path):
     """pytorch_model.bin (read weights_only), legacy gamma/beta names, no `bert.` prefix."""
-    import json
-    import shutil
-
     from safetensors.torch import load_file
 
-    path, ref = hf_tiny("bert", "BertModel", tmp_path_factory)
+    path, ref = hf_checkpoint("bert", "BertModel")
     state = load_file(path / "model.safetensors")
     state = {k.replace("LayerNorm.weight", "LayerNorm.gamma").replace("LayerNorm.bias",
                                                                         "LayerNorm.beta"): v
              for k, v in state.items()}
+    assert any(k.endswith("LayerNorm.gamma") for k in state)
     state["embeddings.position_ids"] = torch.arange(64)[None]
     torch.save(state, tmp_path / "pytorch_model.bin")
     shutil.copy(path / "config.json", tmp_path / "config.json")
     ours = bf.from_pretrained(tmp_path)
-    ids, mask = _batch(0)
+    ids, mask = padded_batch((7, 5, 2))
     with torch.no_grad():
         torch.testing.assert_close(ours(ids, mask).last_hidden_state[mask.bool()],
                                    ref(input_ids=ids, attention_mask=mask).last_hidden_state[
                                        mask.bool()], atol=ATOL, rtol=0)
     assert json.loads((tmp_path / "config.json").read_text())["model_type"] == "bert"
-
-
-def _hf_config(config: EncoderConfig):
-    import transformers
-
-    from bertfamily.checkpoints.io import config_to_hf
-
-    d = config_to_hf(config, "x")
-    return transformers.AutoConfig.for_model(d.pop("model_type"), **d)
-
-
-@pytest.mark.parametrize("name", [n for n in PRESETS if n in PUBLISHED_PARAMETERS])
-def test_parameter_counts_equal_transformers_and_spec(name):
-    import transformers
-
-    config = EncoderConfig.from_preset(name)
-    with torch.device("meta"):
-        ours = build_model(config)
-        ref = transformers.AutoModel.from_config(_hf_config(config))
-    n_ref = sum(p.numel() for p in ref.parameters())
-    assert ours.num_parameters() == n_ref == PUBLISHED_PARAMETERS[name]

@@ -4,7 +4,6 @@ same weights and batch; SBO vs a naive per-token loop; collation of SBO targets.
 from __future__ import annotations
 
 import numpy as np
-import pytest
 import torch
 from torch.nn import functional as F
 
@@ -14,8 +13,6 @@ from bertfamily.config import EncoderConfig
 from bertfamily.objectives.instances import Instance
 from bertfamily.objectives.masking import MaskingConfig
 from bertfamily.objectives.pretraining import MLMCollator, PretrainingModel
-
-from helpers import hf_tiny
 
 
 def batch(seed=0, B=3, T=9, V=99):
@@ -31,8 +28,8 @@ def batch(seed=0, B=3, T=9, V=99):
             "labels": labels, "pair_labels": torch.tensor([0, 1, 1])}
 
 
-def test_mlm_nsp_loss_equals_bert_for_pretraining(tmp_path_factory):
-    path, hf = hf_tiny("bert", "BertForPreTraining", tmp_path_factory)
+def test_mlm_nsp_loss_equals_bert_for_pretraining(hf_checkpoint):
+    path, hf = hf_checkpoint("bert", "BertForPreTraining")
     ours = from_pretrained(path)
     assert ours.heads == ("mlm", "pair")
     b = batch()
@@ -122,10 +119,10 @@ def test_sbo_against_naive_reference():
         5, 5, 5] and b["sbo_rel"][2, 3:7].tolist() == [0, 1, 2, 3]
 
 
-def test_mlm_sop_loss_equals_albert_for_pretraining(tmp_path_factory):
+def test_mlm_sop_loss_equals_albert_for_pretraining(hf_checkpoint):
     """SOP (Lan et al. 2020 §4.1) through the same pair head: AlbertForPreTraining's loss
     (MLM + sentence-order) on the same weights and batch."""
-    path, hf = hf_tiny("albert", "AlbertForPreTraining", tmp_path_factory)
+    path, hf = hf_checkpoint("albert", "AlbertForPreTraining")
     ours = from_pretrained(path)
     assert ours.heads == ("mlm", "pair") and ours.config.pair_head == "sop"
     b = batch()

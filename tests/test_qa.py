@@ -8,14 +8,8 @@ import unicodedata
 import numpy as np
 import pytest
 
-import bertfamily as bf
 from bertfamily.tasks.data import DataError
 from bertfamily.tasks.qa import QAExample, postprocess, prepare_windows, read_squad
-
-
-@pytest.fixture(scope="module")
-def tok(minilm_dir):
-    return bf.load_tokenizer(minilm_dir)
 
 
 def _logits(features, targets, low=-5.0, high=5.0):
@@ -33,16 +27,17 @@ def _logits(features, targets, low=-5.0, high=5.0):
 FILLER = " ".join(f"word{i}" for i in range(40))
 
 
-def test_answer_only_in_second_window(tok):
+def test_answer_only_in_second_window(minilm_tokenizer):
     ctx = FILLER + " the capital is Zanzibar city ."
     ex = QAExample("q1", "what is the capital?", ctx, [("Zanzibar city", ctx.index("Zanzibar"))])
-    feats = prepare_windows(tok, [ex], max_length=48, doc_stride=8)
+    feats = prepare_windows(minilm_tokenizer, [ex], max_length=48, doc_stride=8)
     assert len(feats) >= 2
     assert feats[0].start_position == feats[0].end_position == 0  # not in window 1
     holding = [f for f in feats if f.start_position]
     assert holding and holding[0] is not feats[0]
     f = holding[0]
-    assert tok.decode(f.input_ids[f.start_position:f.end_position + 1]) == "zanzibar city"
+    answer = f.input_ids[f.start_position:f.end_position + 1]
+    assert minilm_tokenizer.decode(answer) == "zanzibar city"
     # the model is confident in window 1 about a filler word, more so in window 2 about the answer
     targets = [(5, 5) if fi == 0 else None for fi in range(len(feats))]
     targets[feats.index(f)] = (f.start_position, f.end_position)
@@ -55,10 +50,10 @@ def test_answer_only_in_second_window(tok):
     assert abs(sum(a.probability for a in pred.n_best) - 1) < 1e-9
 
 
-def test_answer_at_very_end_of_context(tok):
+def test_answer_at_very_end_of_context(minilm_tokenizer):
     ctx = FILLER + " it ended in 1989"
     ex = QAExample("q2", "when?", ctx, [("1989", len(ctx) - 4)])
-    feats = prepare_windows(tok, [ex], max_length=40, doc_stride=10)
+    feats = prepare_windows(minilm_tokenizer, [ex], max_length=40, doc_stride=10)
     last = feats[-1]
     assert last.start_position > 0
     assert last.offsets[last.end_position][1] == len(ctx)
@@ -68,11 +63,11 @@ def test_answer_at_very_end_of_context(tok):
     assert pred.answer.text == "1989" and pred.answer.end == len(ctx)
 
 
-def test_answer_never_from_the_question(tok):
+def test_answer_never_from_the_question(minilm_tokenizer):
     ctx = "Berlin is large. The answer is Paris of France."
     ex = QAExample("q3", "Is it Paris of France?", ctx)
-    (f,) = prepare_windows(tok, [ex], max_length=64, doc_stride=16)
-    toks = tok.convert_ids_to_tokens(f.input_ids)
+    (f,) = prepare_windows(minilm_tokenizer, [ex], max_length=64, doc_stride=16)
+    toks = minilm_tokenizer.convert_ids_to_tokens(f.input_ids)
     q_paris = toks.index("paris")  # first occurrence: in the question
     c_paris = toks.index("paris", q_paris + 1)
     assert f.offsets[q_paris] is None and f.offsets[c_paris] is not None
@@ -84,11 +79,11 @@ def test_answer_never_from_the_question(tok):
     assert all(a.start >= 0 and ctx[a.start:a.end] == a.text for a in pred.n_best)
 
 
-def test_chinese_and_emoji_offsets_exact(tok):
+def test_chinese_and_emoji_offsets_exact(minilm_tokenizer):
     ctx = "Café 👍🏽 — 我们在北京见面 🎉 then naïve talk."
     answer = "北京见面 🎉 then"
     ex = QAExample("q4", "哪里?", ctx, [(answer, ctx.index(answer))])
-    (f,) = prepare_windows(tok, [ex], max_length=64, doc_stride=16)
+    (f,) = prepare_windows(minilm_tokenizer, [ex], max_length=64, doc_stride=16)
     assert (f.offsets[f.start_position][0], f.offsets[f.end_position][1]) == (
         ctx.index(answer), ctx.index(answer) + len(answer))
     pred = postprocess([ex], [f], *_logits([f], [(f.start_position, f.end_position)]))[0]
@@ -100,14 +95,14 @@ def test_chinese_and_emoji_offsets_exact(tok):
                        if not unicodedata.combining(c))
 
     for tid, o in zip(f.input_ids, f.offsets):
-        if o is not None and tok.convert_ids_to_tokens(tid) != "[UNK]":
-            assert tok.convert_ids_to_tokens(tid).lstrip("#") == plain(ctx[o[0]:o[1]])
+        if o is not None and minilm_tokenizer.convert_ids_to_tokens(tid) != "[UNK]":
+            assert minilm_tokenizer.convert_ids_to_tokens(tid).lstrip("#") == plain(ctx[o[0]:o[1]])
 
 
-def test_max_answer_length_and_order(tok):
+def test_max_answer_length_and_order(minilm_tokenizer):
     ctx = "alpha beta gamma delta epsilon zeta"
     ex = QAExample("q5", "which?", ctx)
-    (f,) = prepare_windows(tok, [ex], max_length=32, doc_stride=8)
+    (f,) = prepare_windows(minilm_tokenizer, [ex], max_length=32, doc_stride=8)
     first = next(i for i, o in enumerate(f.offsets) if o is not None)
     s, e = _logits([f], [None])
     s[0][first + 1] = 3.0  # "beta"
@@ -118,11 +113,11 @@ def test_max_answer_length_and_order(tok):
     assert pred.answer.text == "beta gamma"
 
 
-def test_no_answer_threshold(tok):
+def test_no_answer_threshold(minilm_tokenizer):
     ctx = "The river is long and wide."
     ex = QAExample("q6", "how wide?", ctx)
-    (f,) = prepare_windows(tok, [ex], max_length=32, doc_stride=8)
-    toks = tok.convert_ids_to_tokens(f.input_ids)
+    (f,) = prepare_windows(minilm_tokenizer, [ex], max_length=32, doc_stride=8)
+    toks = minilm_tokenizer.convert_ids_to_tokens(f.input_ids)
     i = len(toks) - 1 - toks[::-1].index("wide")  # the context's "wide", not the question's
     s, e = _logits([f], [(i, i)], high=3.0)
     s[0][0] = e[0][0] = 4.0  # null score 8 vs best span 6: null − best = 2
@@ -147,15 +142,16 @@ def test_read_squad(tmp_path):
         read_squad(p)
 
 
-def test_window_too_small_is_a_clear_error(tok):
+def test_window_too_small_is_a_clear_error(minilm_tokenizer):
     with pytest.raises(ValueError, match="doc_stride"):
-        prepare_windows(tok, [QAExample("x", "q " * 10, "c " * 50)], max_length=16, doc_stride=8)
+        prepare_windows(minilm_tokenizer, [QAExample("x", "q " * 10, "c " * 50)], max_length=16,
+                        doc_stride=8)
 
 
-def test_max_context_rule_picks_the_central_window(tok):
+def test_max_context_rule_picks_the_central_window(minilm_tokenizer):
     ctx = FILLER
     ex = QAExample("q7", "which word?", ctx)
-    feats = prepare_windows(tok, [ex], max_length=32, doc_stride=16)
+    feats = prepare_windows(minilm_tokenizer, [ex], max_length=32, doc_stride=16)
     a, b = feats[0], feats[1]
     shared = [o for o in a.offsets if o is not None and o in b.offsets]
     span = shared[-2]  # next to the end of window 0, well inside window 1

@@ -20,13 +20,7 @@ from bertfamily.train.distributed import DistInfo, shard_range
 V, T = 99, 8
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny models on a shared CPU: one intra-op thread avoids oversubscription stalls."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # conftest.py
 
 
 def tiny_model(dropout: float = 0.1):
@@ -155,6 +149,7 @@ def _ddp_worker(rank, world, port, out_dir, data):
     torch.distributed.destroy_process_group()
 
 
+@pytest.mark.slow
 def test_two_process_ddp_equals_one_process(tmp_path):
     data = dataset(32)
     with socket.socket() as s:
