@@ -30,8 +30,14 @@ def measure(fn, repeats: int) -> float:
     return best
 
 
-def run(quick: bool = False, batch: int = 8, length: int = 128, rounds: int = 7,
-        device: str = "cpu", dtype: torch.dtype = torch.float32) -> dict[str, float]:
+def run(
+    quick: bool = False,
+    batch: int = 8,
+    length: int = 128,
+    rounds: int = 7,
+    device: str = "cpu",
+    dtype: torch.dtype = torch.float32,
+) -> dict[str, float]:
     """Benchmark; returns tokens/s of both and the ratio (ours / transformers)."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     warnings.filterwarnings("ignore")
@@ -40,11 +46,22 @@ def run(quick: bool = False, batch: int = 8, length: int = 128, rounds: int = 7,
     import bertfamily as bf
 
     transformers.logging.set_verbosity_error()
-    sizes = dict(relative_attention=True, pos_att_type="c2p|p2c", position_biased_input=False,
-                 max_relative_positions=-1, legacy=False)
+    sizes = dict(
+        relative_attention=True,
+        pos_att_type="c2p|p2c",
+        position_biased_input=False,
+        max_relative_positions=-1,
+        legacy=False,
+    )
     if quick:
-        sizes.update(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                     intermediate_size=37, max_position_embeddings=64)
+        sizes.update(
+            vocab_size=99,
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            intermediate_size=37,
+            max_position_embeddings=64,
+        )
         batch, length, rounds = 2, 16, 1
     torch.manual_seed(0)
     ref = transformers.DebertaModel(transformers.DebertaConfig(**sizes)).eval()
@@ -61,12 +78,20 @@ def run(quick: bool = False, batch: int = 8, length: int = 128, rounds: int = 7,
         def go():
             model(input_ids=ids, attention_mask=mask, **kw)
             sync()
+
         return go
 
     ours_fn, ref_fn = call(ours), call(ref)
     with torch.inference_mode():
-        diff = (ours(ids, mask).last_hidden_state - ref(input_ids=ids, attention_mask=mask)
-                .last_hidden_state).abs().max().item()
+        diff = (
+            (
+                ours(ids, mask).last_hidden_state
+                - ref(input_ids=ids, attention_mask=mask).last_hidden_state
+            )
+            .abs()
+            .max()
+            .item()
+        )
         for fn in (ours_fn, ref_fn, ours_fn, ref_fn):  # warm-up
             fn()
         t_ours, t_ref = [], []
@@ -74,9 +99,11 @@ def run(quick: bool = False, batch: int = 8, length: int = 128, rounds: int = 7,
             t_ours.append(measure(ours_fn, 1 if quick else 2))
             t_ref.append(measure(ref_fn, 1 if quick else 2))
     tokens = batch * length
-    result = {"ours_tokens_per_s": tokens / statistics.median(t_ours),
-              "transformers_tokens_per_s": tokens / statistics.median(t_ref),
-              "max_abs_diff": diff}
+    result = {
+        "ours_tokens_per_s": tokens / statistics.median(t_ours),
+        "transformers_tokens_per_s": tokens / statistics.median(t_ref),
+        "max_abs_diff": diff,
+    }
     result["ratio"] = result["ours_tokens_per_s"] / result["transformers_tokens_per_s"]
     return result
 
@@ -89,27 +116,38 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
-    parser.add_argument("--json", action="store_true",
-                        help="print one JSON list of result rows last (for benchmarks/run.py)")
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="print one JSON list of result rows last (for benchmarks/run.py)",
+    )
     args = parser.parse_args()
-    r = run(args.quick, args.batch, args.length, args.rounds, args.device,
-            getattr(torch, args.dtype))
-    shape = ("tiny" if args.quick
-             else f"deberta-base, B={args.batch}, T={args.length}, {args.dtype}")
+    r = run(
+        args.quick, args.batch, args.length, args.rounds, args.device, getattr(torch, args.dtype)
+    )
+    shape = "tiny" if args.quick else f"deberta-base, B={args.batch}, T={args.length}, {args.dtype}"
     print(f"DeBERTa forward ({shape}, {args.device}, {torch.get_num_threads()} threads)")
     print(f"  transformers DebertaModel : {r['transformers_tokens_per_s']:10.0f} tokens/s")
     print(f"  bertfamily                : {r['ours_tokens_per_s']:10.0f} tokens/s")
-    print(f"  ratio (ours / transformers): {r['ratio']:.2f}x   (max |diff| {r['max_abs_diff']:.1e})")
+    print(
+        f"  ratio (ours / transformers): {r['ratio']:.2f}x   (max |diff| {r['max_abs_diff']:.1e})"
+    )
     if args.json:
         import json
 
-        rows = [dict(bench="deberta-base" if not args.quick else "deberta (quick)",
-                     shape="tiny" if args.quick else f"B={args.batch} T={args.length}",
-                     dtype=args.dtype, impl=impl,
-                     tokens_per_s=round(r[f"{key}_tokens_per_s"], 1),
-                     ratio_vs_transformers_fp32=round(r[f"{key}_tokens_per_s"]
-                                                      / r["transformers_tokens_per_s"], 2))
-                for impl, key in (("bertfamily", "ours"), ("transformers", "transformers"))]
+        rows = [
+            dict(
+                bench="deberta-base" if not args.quick else "deberta (quick)",
+                shape="tiny" if args.quick else f"B={args.batch} T={args.length}",
+                dtype=args.dtype,
+                impl=impl,
+                tokens_per_s=round(r[f"{key}_tokens_per_s"], 1),
+                ratio_vs_transformers_fp32=round(
+                    r[f"{key}_tokens_per_s"] / r["transformers_tokens_per_s"], 2
+                ),
+            )
+            for impl, key in (("bertfamily", "ours"), ("transformers", "transformers"))
+        ]
         print(json.dumps(rows))
 
 

@@ -25,8 +25,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
-TRAIN_NOVELS = ("emma", "mansfield_park", "northanger_abbey", "pride_and_prejudice",
-                "sense_and_sensibility")
+TRAIN_NOVELS = (
+    "emma",
+    "mansfield_park",
+    "northanger_abbey",
+    "pride_and_prejudice",
+    "sense_and_sensibility",
+)
 HELD_OUT = "persuasion"
 
 
@@ -38,10 +43,17 @@ def prepare(out: Path, n_eval: int, n_fit: int, init_layers: list[int]) -> None:
 
     teacher_dir, austen = fetch("all-MiniLM-L6-v2"), fetch("janeausten")
     rng = np.random.default_rng(0)
-    held = [s.strip() for s in (austen / f"{HELD_OUT}.txt").read_text().splitlines()
-            if len(s.split()) >= 6]
-    fit = [s.strip() for n in TRAIN_NOVELS for s in (austen / f"{n}.txt").read_text()
-           .splitlines() if len(s.split()) >= 6]
+    held = [
+        s.strip()
+        for s in (austen / f"{HELD_OUT}.txt").read_text().splitlines()
+        if len(s.split()) >= 6
+    ]
+    fit = [
+        s.strip()
+        for n in TRAIN_NOVELS
+        for s in (austen / f"{n}.txt").read_text().splitlines()
+        if len(s.split()) >= 6
+    ]
     held = [held[i] for i in rng.choice(len(held), n_eval, replace=False)]
     fit = [fit[i] for i in rng.choice(len(fit), n_fit, replace=False)]
     (out / "heldout.json").write_text(json.dumps({"heldout": held, "fit": fit}))
@@ -56,9 +68,15 @@ def prepare(out: Path, n_eval: int, n_fit: int, init_layers: list[int]) -> None:
     torch.manual_seed(0)
     teacher_cfg = json.loads((teacher_dir / "config.json").read_text())
     config = EncoderConfig.from_preset(
-        "bert-tiny", num_hidden_layers=3, hidden_size=384, num_attention_heads=12,
-        intermediate_size=1536, vocab_size=teacher_cfg["vocab_size"], use_pooler=False,
-        pair_head=None)
+        "bert-tiny",
+        num_hidden_layers=3,
+        hidden_size=384,
+        num_attention_heads=12,
+        intermediate_size=1536,
+        vocab_size=teacher_cfg["vocab_size"],
+        use_pooler=False,
+        pair_head=None,
+    )
     build_model(config).save_pretrained(out / "random_init")
     load_tokenizer(teacher_dir).save_pretrained(out / "random_init")
 
@@ -66,10 +84,21 @@ def prepare(out: Path, n_eval: int, n_fit: int, init_layers: list[int]) -> None:
 def train_config(out: Path, seconds: float, device: str):
     from bertfamily.train import TrainConfig
 
-    return TrainConfig(output_dir=out, max_steps=100_000, max_time_s=seconds, batch_size=16,
-                       learning_rate=3e-4, warmup_steps=10, schedule="constant",
-                       log_every=10, eval_every=0, save_every=200, seed=0, device=device,
-                       progress=False)
+    return TrainConfig(
+        output_dir=out,
+        max_steps=100_000,
+        max_time_s=seconds,
+        batch_size=16,
+        learning_rate=3e-4,
+        warmup_steps=10,
+        schedule="constant",
+        log_every=10,
+        eval_every=0,
+        save_every=200,
+        seed=0,
+        device=device,
+        progress=False,
+    )
 
 
 def corpus():
@@ -80,19 +109,30 @@ def corpus():
 
 
 def run_distill(out: Path, seconds: float, device: str, max_length: int) -> dict:
-    from bertfamily.recipes.distill import DistillConfig, distill
     from bertfamily.fetch import fetch
+    from bertfamily.recipes.distill import DistillConfig, distill
 
-    cfg = DistillConfig(teacher=fetch("all-MiniLM-L6-v2"), method="tinybert", corpus=corpus(),
-                        student=out / "init", max_length=max_length, eval_batches=4)
+    cfg = DistillConfig(
+        teacher=fetch("all-MiniLM-L6-v2"),
+        method="tinybert",
+        corpus=corpus(),
+        student=out / "init",
+        max_length=max_length,
+        eval_batches=4,
+    )
     return distill(cfg, train_config(out / "distilled", seconds, device))
 
 
 def run_baseline(out: Path, seconds: float, device: str, max_length: int) -> dict:
     from bertfamily.recipes.pretrain import PretrainConfig, pretrain
 
-    cfg = PretrainConfig(corpus=corpus(), init_from=out / "init", objectives=["mlm"],
-                         max_length=max_length, eval_batches=4)
+    cfg = PretrainConfig(
+        corpus=corpus(),
+        init_from=out / "init",
+        objectives=["mlm"],
+        max_length=max_length,
+        eval_batches=4,
+    )
     return pretrain(cfg, train_config(out / "baseline", seconds, device))
 
 
@@ -102,10 +142,13 @@ def evaluate(out: Path) -> dict:
 
     data = json.loads((out / "heldout.json").read_text())
     teacher_dir = fetch("all-MiniLM-L6-v2")
-    models = {"teacher": teacher_dir, "random 3-layer init (reference)": out / "random_init",
-              "teacher layers copied = both students' start": out / "init",
-              "MLM-only baseline": out / "baseline" / "model",
-              "TinyBERT-distilled": out / "distilled" / "model"}
+    models = {
+        "teacher": teacher_dir,
+        "random 3-layer init (reference)": out / "random_init",
+        "teacher layers copied = both students' start": out / "init",
+        "MLM-only baseline": out / "baseline" / "model",
+        "TinyBERT-distilled": out / "distilled" / "model",
+    }
     emb = {}
     for name, path in models.items():
         if not path.is_dir():
@@ -123,16 +166,23 @@ def evaluate(out: Path) -> dict:
         W = np.linalg.solve(X.T @ X + 1e-2 * np.eye(X.shape[1]), X.T @ t_fit)
         p = np.c_[e["heldout"], np.ones(len(e["heldout"]))] @ W
         p /= np.linalg.norm(p, axis=1, keepdims=True)
-        rows[name] = {"cosine_mean": float(cos.mean()), "cosine_std": float(cos.std()),
-                      "linear_probe_cosine_mean": float((p * t_held).sum(1).mean())}
-    result = {"heldout_sentences": len(data["heldout"]), "fit_sentences": len(data["fit"]),
-              "rows": rows}
+        rows[name] = {
+            "cosine_mean": float(cos.mean()),
+            "cosine_std": float(cos.std()),
+            "linear_probe_cosine_mean": float((p * t_held).sum(1).mean()),
+        }
+    result = {
+        "heldout_sentences": len(data["heldout"]),
+        "fit_sentences": len(data["fit"]),
+        "rows": rows,
+    }
     for run in ("distilled", "baseline"):
         s = out / run / "summary.json"
         if s.is_file():
             summary = json.loads(s.read_text())
-            result[f"{run}_run"] = {k: summary.get(k) for k in
-                                    ("step", "stopped", "elapsed_s", "train", "eval")}
+            result[f"{run}_run"] = {
+                k: summary.get(k) for k in ("step", "stopped", "elapsed_s", "train", "eval")
+            }
     (out / "acceptance.json").write_text(json.dumps(result, indent=2))
     return result
 
@@ -144,9 +194,12 @@ def main() -> None:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--max-length", type=int, default=64)
     ap.add_argument("--only", default=None)
-    ap.add_argument("--init-layers", default="1,3,5",
-                    help="teacher layers copied into both students (1,3,5 = the layers the "
-                         "TinyBERT mapping compares them with)")
+    ap.add_argument(
+        "--init-layers",
+        default="1,3,5",
+        help="teacher layers copied into both students (1,3,5 = the layers the "
+        "TinyBERT mapping compares them with)",
+    )
     ap.add_argument("--n-eval", type=int, default=500)
     ap.add_argument("--n-fit", type=int, default=2000)
     a = ap.parse_args()

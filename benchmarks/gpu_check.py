@@ -28,9 +28,14 @@ DEV = "cuda"
 torch.backends.cuda.matmul.allow_tf32 = False
 torch.backends.cudnn.allow_tf32 = False
 
-FAMILIES = [("bert", "BertForMaskedLM"), ("roberta", "RobertaForMaskedLM"),
-            ("distilbert", "DistilBertForMaskedLM"), ("albert", "AlbertForMaskedLM"),
-            ("deberta", "DebertaForMaskedLM"), ("longformer", "LongformerForMaskedLM")]
+FAMILIES = [
+    ("bert", "BertForMaskedLM"),
+    ("roberta", "RobertaForMaskedLM"),
+    ("distilbert", "DistilBertForMaskedLM"),
+    ("albert", "AlbertForMaskedLM"),
+    ("deberta", "DebertaForMaskedLM"),
+    ("longformer", "LongformerForMaskedLM"),
+]
 
 
 def tiny(kind, cls_name, tmp):
@@ -40,6 +45,7 @@ def tiny(kind, cls_name, tmp):
         def mktemp(self, name):
             p = Path(tempfile.mkdtemp(dir=tmp))
             return p
+
     if kind == "longformer":
         from test_longformer import hf_longformer
 
@@ -92,15 +98,24 @@ def main():
                 d = ours(ids, mask).logits.float()
                 finite = bool(torch.isfinite(d).all())
                 cos = torch.nn.functional.cosine_similarity(d[real], a[real], dim=-1).min().item()
-            rows.append(dict(check="parity-cuda", family=kind, max_abs_diff_fp32=diff,
-                             unpadded_vs_padded=unpad_diff, bf16_finite=finite,
-                             bf16_min_logit_cosine=round(cos, 5), ok=diff < 1e-4 and finite))
+            rows.append(
+                dict(
+                    check="parity-cuda",
+                    family=kind,
+                    max_abs_diff_fp32=diff,
+                    unpadded_vs_padded=unpad_diff,
+                    bf16_finite=finite,
+                    bf16_min_logit_cosine=round(cos, 5),
+                    ok=diff < 1e-4 and finite,
+                )
+            )
         except Exception as e:  # report and continue: this script is a report, not a test
             rows.append(dict(check="parity-cuda", family=kind, error=repr(e)[:500]))
         print(json.dumps(rows[-1]), flush=True)
 
     # BERT-base throughput (random weights, same for both)
     import transformers
+
     torch.manual_seed(0)
     hf = transformers.BertModel(transformers.BertConfig(attn_implementation="sdpa")).eval()
     d = tempfile.mkdtemp()
@@ -111,18 +126,27 @@ def main():
     for dtype_name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
         ours.to(dtype)
         hf.to(dtype)
-        for shape, lengths in (("fixed 32x128", [128] * 32), ("variable 32x(16..256)", lengths_var),
-                               ("fixed 8x512", [512] * 8)):
+        for shape, lengths in (
+            ("fixed 32x128", [128] * 32),
+            ("variable 32x(16..256)", lengths_var),
+            ("fixed 8x512", [512] * 8),
+        ):
             T = max(lengths)
             mask = (torch.arange(T)[None] < torch.tensor(lengths)[:, None]).long().to(DEV)
             ids = torch.randint(1000, 30000, (len(lengths), T)).to(DEV).masked_fill(mask == 0, 0)
             with torch.inference_mode():
                 t_o = timed(lambda: ours(ids, mask))
                 t_h = timed(lambda: hf(input_ids=ids, attention_mask=mask))
-            rows.append(dict(check="bert-base-throughput", dtype=dtype_name, shape=shape,
-                             ours_tokens_per_s=round(sum(lengths) / t_o),
-                             transformers_tokens_per_s=round(sum(lengths) / t_h),
-                             ratio=round(t_h / t_o, 2)))
+            rows.append(
+                dict(
+                    check="bert-base-throughput",
+                    dtype=dtype_name,
+                    shape=shape,
+                    ours_tokens_per_s=round(sum(lengths) / t_o),
+                    transformers_tokens_per_s=round(sum(lengths) / t_h),
+                    ratio=round(t_h / t_o, 2),
+                )
+            )
             print(json.dumps(rows[-1]), flush=True)
     if args.out:
         args.out.write_text(json.dumps(rows, indent=1))

@@ -43,8 +43,14 @@ def _reset_peak() -> bool:
 
 def _shape(quick: bool) -> dict:
     if quick:
-        return dict(num_hidden_layers=2, hidden_size=64, num_attention_heads=4,
-                    intermediate_size=128, max_position_embeddings=1026, attention_window=32)
+        return dict(
+            num_hidden_layers=2,
+            hidden_size=64,
+            num_attention_heads=4,
+            intermediate_size=128,
+            max_position_embeddings=1026,
+            attention_window=32,
+        )
     return {}
 
 
@@ -75,8 +81,9 @@ def child(impl: str, T: int, quick: bool, repeat: int, threads: int) -> dict:
     glob = torch.zeros_like(ids)
     glob[:, 0] = 1
     with torch.no_grad():
-        model(input_ids=ids[:, :64], attention_mask=mask[:, :64],
-              global_attention_mask=glob[:, :64])  # warm-up (lazy initialisation)
+        model(
+            input_ids=ids[:, :64], attention_mask=mask[:, :64], global_attention_mask=glob[:, :64]
+        )  # warm-up (lazy initialisation)
         exact = _reset_peak()
         before = _status_kib("VmRSS")
         times = []
@@ -86,9 +93,16 @@ def child(impl: str, T: int, quick: bool, repeat: int, threads: int) -> dict:
             times.append(time.perf_counter() - t0)
             del out
         peak = _status_kib("VmHWM")
-    return dict(impl=impl, T=T, seconds=min(times), peak_rss_mb=peak / 1024,
-                forward_mb=(peak - before) / 1024, peak_reset=exact, parameters=n_params,
-                threads=torch.get_num_threads())
+    return dict(
+        impl=impl,
+        T=T,
+        seconds=min(times),
+        peak_rss_mb=peak / 1024,
+        forward_mb=(peak - before) / 1024,
+        peak_reset=exact,
+        parameters=n_params,
+        threads=torch.get_num_threads(),
+    )
 
 
 def main() -> None:
@@ -96,11 +110,15 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="tiny sizes (smoke test)")
     ap.add_argument("--lengths", type=int, nargs="+", default=None)
     ap.add_argument("--repeat", type=int, default=1)
-    ap.add_argument("--impls", nargs="+", default=["ours", "transformers"],
-                    choices=["ours", "transformers"])
+    ap.add_argument(
+        "--impls", nargs="+", default=["ours", "transformers"], choices=["ours", "transformers"]
+    )
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch default)")
-    ap.add_argument("--json", action="store_true",
-                    help="print one JSON list of result rows last (for benchmarks/run.py)")
+    ap.add_argument(
+        "--json",
+        action="store_true",
+        help="print one JSON list of result rows last (for benchmarks/run.py)",
+    )
     ap.add_argument("--child", nargs=2, metavar=("IMPL", "T"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -111,42 +129,72 @@ def main() -> None:
     rows = []
     for T in lengths:
         for impl in args.impls:
-            cmd = [sys.executable, __file__, "--child", impl, str(T), "--repeat", str(args.repeat),
-                   "--threads", str(args.threads)] + (["--quick"] if args.quick else [])
-            proc = subprocess.run(cmd, capture_output=True, text=True,
-                                  env={**os.environ, "TRANSFORMERS_VERBOSITY": "error"})
+            cmd = [
+                sys.executable,
+                __file__,
+                "--child",
+                impl,
+                str(T),
+                "--repeat",
+                str(args.repeat),
+                "--threads",
+                str(args.threads),
+            ] + (["--quick"] if args.quick else [])
+            proc = subprocess.run(
+                cmd,
+                capture_output=True,
+                text=True,
+                env={**os.environ, "TRANSFORMERS_VERBOSITY": "error"},
+            )
             line = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
             if proc.returncode or not line:
                 sys.exit(f"{impl} T={T} failed:\n{proc.stderr[-3000:]}")
             rows.append(json.loads(line[0][7:]))
             r = rows[-1]
-            print(f"{impl:>12}  T={T:5d}  {r['seconds']:8.2f} s  peak RSS {r['peak_rss_mb']:8.0f} MB"
-                  f"  forward +{r['forward_mb']:7.0f} MB", flush=True)
+            print(
+                f"{impl:>12}  T={T:5d}  {r['seconds']:8.2f} s  peak RSS {r['peak_rss_mb']:8.0f} MB"
+                f"  forward +{r['forward_mb']:7.0f} MB",
+                flush=True,
+            )
     if len(args.impls) < 2:
         return
     print()
-    print(f"{'T':>5}  {'time ours/transformers':>22}  {'peak RSS ratio':>14}  {'forward memory ratio':>20}")
+    header = ("T", "time ours/transformers", "peak RSS ratio", "forward memory ratio")
+    print("  ".join(f"{h:>{w}}" for h, w in zip(header, (5, 22, 14, 20))))
     for T in lengths:
-        a, b = (next(r for r in rows if r["impl"] == i and r["T"] == T)
-                for i in ("ours", "transformers"))
-        print(f"{T:5d}  {a['seconds'] / b['seconds']:22.2f}  "
-              f"{a['peak_rss_mb'] / b['peak_rss_mb']:14.2f}  "
-              f"{a['forward_mb'] / max(b['forward_mb'], 1e-9):20.2f}")
-    print(f"\nparameters: ours {rows[0]['parameters']:,}, transformers {rows[1]['parameters']:,}; "
-          f"threads {rows[0]['threads']}; peak counter reset: {rows[0]['peak_reset']}")
+        a, b = (
+            next(r for r in rows if r["impl"] == i and r["T"] == T)
+            for i in ("ours", "transformers")
+        )
+        print(
+            f"{T:5d}  {a['seconds'] / b['seconds']:22.2f}  "
+            f"{a['peak_rss_mb'] / b['peak_rss_mb']:14.2f}  "
+            f"{a['forward_mb'] / max(b['forward_mb'], 1e-9):20.2f}"
+        )
+    print(
+        f"\nparameters: ours {rows[0]['parameters']:,}, transformers {rows[1]['parameters']:,}; "
+        f"threads {rows[0]['threads']}; peak counter reset: {rows[0]['peak_reset']}"
+    )
     if args.json:
         out = []
         for T in lengths:
             ref = next(r for r in rows if r["impl"] == "transformers" and r["T"] == T)
             for r in (x for x in rows if x["T"] == T):
-                out.append(dict(bench="longformer-base" if not args.quick else "longformer (quick)",
-                                shape=f"B=1 T={T}", dtype="fp32",
-                                impl="bertfamily" if r["impl"] == "ours" else "transformers",
-                                seconds=round(r["seconds"], 3),
-                                peak_rss_mb=round(r["peak_rss_mb"]),
-                                forward_mb=round(r["forward_mb"]),
-                                ratio_vs_transformers_fp32=round(ref["seconds"] / r["seconds"], 2),
-                                memory_ratio_vs_transformers=round(r["peak_rss_mb"] / ref["peak_rss_mb"], 2)))
+                out.append(
+                    dict(
+                        bench="longformer-base" if not args.quick else "longformer (quick)",
+                        shape=f"B=1 T={T}",
+                        dtype="fp32",
+                        impl="bertfamily" if r["impl"] == "ours" else "transformers",
+                        seconds=round(r["seconds"], 3),
+                        peak_rss_mb=round(r["peak_rss_mb"]),
+                        forward_mb=round(r["forward_mb"]),
+                        ratio_vs_transformers_fp32=round(ref["seconds"] / r["seconds"], 2),
+                        memory_ratio_vs_transformers=round(
+                            r["peak_rss_mb"] / ref["peak_rss_mb"], 2
+                        ),
+                    )
+                )
         print(json.dumps(out))
 
 

@@ -22,8 +22,9 @@ from reference.longformer import DenseReference  # noqa: E402
 
 
 def parity(device: str) -> float:
-    config = EncoderConfig.from_preset("tiny-longformer", num_hidden_layers=3,
-                                       attention_window=(2, 4, 8))
+    config = EncoderConfig.from_preset(
+        "tiny-longformer", num_hidden_layers=3, attention_window=(2, 4, 8)
+    )
     torch.manual_seed(0)
     model = build_model(config).eval().to(device)
     ref = build_model(config).eval().to(device)
@@ -46,8 +47,10 @@ def parity(device: str) -> float:
 
 def main() -> None:
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    print(f"device {device} {torch.cuda.get_device_name() if device == 'cuda' else ''}, "
-          f"torch {torch.__version__}")
+    print(
+        f"device {device} {torch.cuda.get_device_name() if device == 'cuda' else ''}, "
+        f"torch {torch.__version__}"
+    )
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     print(f"max |chunked - dense| fp32: {parity(device):.2e}")
@@ -70,8 +73,10 @@ def main() -> None:
                     torch.cuda.synchronize()
                 dt = time.perf_counter() - t0
             peak = torch.cuda.max_memory_allocated() / 2**20 if device == "cuda" else float("nan")
-            print(f"{str(dtype):15s} T={T:5d}  {dt * 1000:8.1f} ms  peak {peak:8.0f} MiB  "
-                  f"finite {bool(torch.isfinite(out).all())}")
+            print(
+                f"{str(dtype):15s} T={T:5d}  {dt * 1000:8.1f} ms  peak {peak:8.0f} MiB  "
+                f"finite {bool(torch.isfinite(out).all())}"
+            )
 
 
 if __name__ == "__main__":

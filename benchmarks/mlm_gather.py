@@ -27,8 +27,9 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=10)
     args = ap.parse_args()
     torch.manual_seed(0)
-    model = build_model(EncoderConfig.from_preset("bert-tiny", use_pooler=False, pair_head=None),
-                        heads=["mlm"])
+    model = build_model(
+        EncoderConfig.from_preset("bert-tiny", use_pooler=False, pair_head=None), heads=["mlm"]
+    )
     B, T, V = args.batch, args.length, model.config.vocab_size
     ids = torch.randint(5, V, (B, T))
     labels = torch.where(torch.rand(B, T) < 0.15, ids, torch.full_like(ids, -100))
@@ -52,8 +53,10 @@ def main() -> None:
             fn()
             runs.append(time.perf_counter() - t0)
         times[name] = statistics.median(runs)
-    print(f"bert-tiny, B={B}, T={T}, V={V}, {int(sel.sum())} predicted tokens, "
-          f"{torch.get_num_threads()} thread(s)")
+    print(
+        f"bert-tiny, B={B}, T={T}, V={V}, {int(sel.sum())} predicted tokens, "
+        f"{torch.get_num_threads()} thread(s)"
+    )
     for name, t in times.items():
         print(f"  {name:9s} {1000 * t:8.1f} ms per forward+backward")
     print(f"  full / gathered = {times['full'] / times['gathered']:.2f}x")

@@ -60,7 +60,7 @@ def matmul_peak(dtype: torch.dtype, n: int, repeats: int) -> float:
     """Measured GEMM rate in GFLOP/s for n×n×n products."""
     a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
     t = median_time(lambda: a @ b, repeats, warmup=2)
-    return 2 * n ** 3 / t / 1e9
+    return 2 * n**3 / t / 1e9
 
 
 def encoder_flops(lengths: list[int], H: int, I: int, L: int) -> float:
@@ -87,14 +87,14 @@ def bench_bert(args, rows: list[dict], peaks: dict) -> None:
     import bertfamily as bf
 
     if args.quick:
-        cfg = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
-                   intermediate_size=256)
+        cfg = dict(
+            hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=256
+        )
         shapes = {"fixed B=2 T=16": [16] * 2, "variable 4×(4..32)": None, "B=1 T=32": [32]}
         lo, hi, nvar = 4, 32, 4
     else:
         cfg = {}
-        shapes = {"fixed B=8 T=128": [128] * 8, "variable 32×(16..256)": None,
-                  "B=1 T=512": [512]}
+        shapes = {"fixed B=8 T=128": [128] * 8, "variable 32×(16..256)": None, "B=1 T=512": [512]}
         lo, hi, nvar = 16, 256, 32
     g = torch.Generator().manual_seed(0)
     var = torch.randint(lo, hi + 1, (nvar,), generator=g).tolist()
@@ -136,22 +136,37 @@ def bench_bert(args, rows: list[dict], peaks: dict) -> None:
 
             fns = {"bertfamily": run_ours, "transformers": run_ref}
             if ort_session is not None and dtype_name == "fp32":
-                feed = {"input_ids": ids.numpy(), "attention_mask": mask.numpy(),
-                        "token_type_ids": torch.zeros_like(ids).numpy()}
+                feed = {
+                    "input_ids": ids.numpy(),
+                    "attention_mask": mask.numpy(),
+                    "token_type_ids": torch.zeros_like(ids).numpy(),
+                }
                 fns["onnxruntime"] = lambda: ort_session.run(None, feed)
             t = interleaved(fns, args.repeats)
             flops = encoder_flops(lengths, H, I, L)
             peak = peaks[dtype_name]
             for impl, sec in t.items():
-                rows.append(dict(bench="bert-base" if not args.quick else "bert (quick)",
-                                 shape=shape_name, dtype=dtype_name, impl=impl,
-                                 seconds=round(sec, 4), tokens_per_s=round(real / sec, 1),
-                                 gflops=round(flops / sec / 1e9, 1),
-                                 frac_of_peak=round(flops / sec / 1e9 / peak, 3),
-                                 ratio_vs_transformers_fp32=None))
+                rows.append(
+                    dict(
+                        bench="bert-base" if not args.quick else "bert (quick)",
+                        shape=shape_name,
+                        dtype=dtype_name,
+                        impl=impl,
+                        seconds=round(sec, 4),
+                        tokens_per_s=round(real / sec, 1),
+                        gflops=round(flops / sec / 1e9, 1),
+                        frac_of_peak=round(flops / sec / 1e9 / peak, 3),
+                        ratio_vs_transformers_fp32=None,
+                    )
+                )
     # ratios against transformers fp32 of the same shape
-    base = {r["shape"]: r["seconds"] for r in rows
-            if r.get("impl") == "transformers" and r["dtype"] == "fp32" and r["bench"].startswith("bert")}
+    base = {
+        r["shape"]: r["seconds"]
+        for r in rows
+        if r.get("impl") == "transformers"
+        and r["dtype"] == "fp32"
+        and r["bench"].startswith("bert")
+    }
     for r in rows:
         if r["bench"].startswith("bert") and r.get("shape") in base:
             r["ratio_vs_transformers_fp32"] = round(base[r["shape"]] / r["seconds"], 2)
@@ -165,8 +180,15 @@ def bench_bert(args, rows: list[dict], peaks: dict) -> None:
     m = mask[..., None].float()
     pa, pb = (a * m).sum(1) / m.sum(1), (b * m).sum(1) / m.sum(1)
     cos = torch.nn.functional.cosine_similarity(pa, pb).min().item()
-    rows.append(dict(bench="bf16 accuracy", shape="variable", dtype="bf16", impl="bertfamily",
-                     min_mean_pooled_cosine_vs_fp32=round(cos, 6)))
+    rows.append(
+        dict(
+            bench="bf16 accuracy",
+            shape="variable",
+            dtype="bf16",
+            impl="bertfamily",
+            min_mean_pooled_cosine_vs_fp32=round(cos, 6),
+        )
+    )
 
 
 def bench_pretrain(args, rows: list[dict]) -> None:
@@ -177,10 +199,14 @@ def bench_pretrain(args, rows: list[dict]) -> None:
 
     import bertfamily as bf
 
-    configs = {"bert-tiny": dict(hidden_size=128, num_hidden_layers=2, num_attention_heads=2,
-                                 intermediate_size=512),
-               "4L/256": dict(hidden_size=256, num_hidden_layers=4, num_attention_heads=4,
-                              intermediate_size=1024)}
+    configs = {
+        "bert-tiny": dict(
+            hidden_size=128, num_hidden_layers=2, num_attention_heads=2, intermediate_size=512
+        ),
+        "4L/256": dict(
+            hidden_size=256, num_hidden_layers=4, num_attention_heads=4, intermediate_size=1024
+        ),
+    }
     B, T = (8, 32) if args.quick else (64, 128)
     for name, cfg in configs.items():
         torch.manual_seed(0)
@@ -211,9 +237,17 @@ def bench_pretrain(args, rows: list[dict]) -> None:
 
         t = interleaved({"bertfamily": step_ours, "transformers": step_ref}, args.repeats)
         for impl, sec in t.items():
-            rows.append(dict(bench=f"MLM train step {name}", shape=f"{B}×{T}", dtype="fp32",
-                             impl=impl, seconds=round(sec, 4), steps_per_s=round(1 / sec, 2),
-                             ratio_vs_transformers_fp32=round(t["transformers"] / sec, 2)))
+            rows.append(
+                dict(
+                    bench=f"MLM train step {name}",
+                    shape=f"{B}×{T}",
+                    dtype="fp32",
+                    impl=impl,
+                    seconds=round(sec, 4),
+                    steps_per_s=round(1 / sec, 2),
+                    ratio_vs_transformers_fp32=round(t["transformers"] / sec, 2),
+                )
+            )
 
 
 def bench_script(name: str, args, rows: list[dict]) -> None:
@@ -237,10 +271,16 @@ def main() -> None:
     only = set(args.only.split(","))
     rows: list[dict] = []
     n = 256 if args.quick else 2048
-    peaks = {"fp32": matmul_peak(torch.float32, n, args.repeats + 2),
-             "bf16": matmul_peak(torch.bfloat16, n, args.repeats + 2)}
-    rows.append(dict(bench="matmul peak", shape=f"{n}³", dtype="fp32", gflops=round(peaks["fp32"], 1)))
-    rows.append(dict(bench="matmul peak", shape=f"{n}³", dtype="bf16", gflops=round(peaks["bf16"], 1)))
+    peaks = {
+        "fp32": matmul_peak(torch.float32, n, args.repeats + 2),
+        "bf16": matmul_peak(torch.bfloat16, n, args.repeats + 2),
+    }
+    rows.append(
+        dict(bench="matmul peak", shape=f"{n}³", dtype="fp32", gflops=round(peaks["fp32"], 1))
+    )
+    rows.append(
+        dict(bench="matmul peak", shape=f"{n}³", dtype="bf16", gflops=round(peaks["bf16"], 1))
+    )
     if "bert" in only:
         bench_bert(args, rows, peaks)
     if "pretrain" in only:
@@ -248,8 +288,10 @@ def main() -> None:
     for name in ("deberta", "longformer"):
         if name in only:
             bench_script(name, args, rows)
-    print(f"# {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
-          f"torch {torch.__version__}, {torch.get_num_threads()} threads")
+    print(
+        f"# {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads"
+    )
     for r in rows:
         print(json.dumps(r, ensure_ascii=False))
     if args.json:

@@ -14,10 +14,17 @@ import torch
 
 ATOL = 1e-5  # fp32 parity tolerance against transformers
 # Tiny, mutually distinct sizes so transpositions cannot hide (B=3, T=7, H=32, N=4, I=37, V=99).
-TINY = dict(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-            intermediate_size=37, max_position_embeddings=64)
-_ROBERTA_LIKE = dict(max_position_embeddings=66, type_vocab_size=1, pad_token_id=1,
-                     layer_norm_eps=1e-5)
+TINY = dict(
+    vocab_size=99,
+    hidden_size=32,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    intermediate_size=37,
+    max_position_embeddings=64,
+)
+_ROBERTA_LIKE = dict(
+    max_position_embeddings=66, type_vocab_size=1, pad_token_id=1, layer_norm_eps=1e-5
+)
 
 
 def quiet() -> None:
@@ -39,24 +46,53 @@ def hf_config(family: str, **overrides):
     if family == "roberta":
         return transformers.RobertaConfig(**{**TINY, **_ROBERTA_LIKE, **overrides})
     if family == "distilbert":
-        return transformers.DistilBertConfig(**{
-            **dict(vocab_size=99, dim=32, n_layers=2, n_heads=4, hidden_dim=37,
-                   max_position_embeddings=64), **overrides})
+        return transformers.DistilBertConfig(
+            **{
+                **dict(
+                    vocab_size=99,
+                    dim=32,
+                    n_layers=2,
+                    n_heads=4,
+                    hidden_dim=37,
+                    max_position_embeddings=64,
+                ),
+                **overrides,
+            }
+        )
     if family == "albert":
-        return transformers.AlbertConfig(**{**TINY, "embedding_size": 16, "num_hidden_layers": 3,
-                                            "num_hidden_groups": 1, "hidden_act": "gelu_new",
-                                            **overrides})
+        return transformers.AlbertConfig(
+            **{
+                **TINY,
+                "embedding_size": 16,
+                "num_hidden_layers": 3,
+                "num_hidden_groups": 1,
+                "hidden_act": "gelu_new",
+                **overrides,
+            }
+        )
     if family == "deberta":
-        return transformers.DebertaConfig(**{**TINY, "type_vocab_size": 0,
-                                             "relative_attention": True,
-                                             "pos_att_type": "c2p|p2c",
-                                             "position_biased_input": False,
-                                             "legacy": False, **overrides})
+        return transformers.DebertaConfig(
+            **{
+                **TINY,
+                "type_vocab_size": 0,
+                "relative_attention": True,
+                "pos_att_type": "c2p|p2c",
+                "position_biased_input": False,
+                "legacy": False,
+                **overrides,
+            }
+        )
     if family == "longformer":
         window = list(overrides.pop("attention_window", (4, 6)))
-        return transformers.LongformerConfig(**{**TINY, **_ROBERTA_LIKE,
-                                                "num_hidden_layers": len(window),
-                                                "attention_window": window, **overrides})
+        return transformers.LongformerConfig(
+            **{
+                **TINY,
+                **_ROBERTA_LIKE,
+                "num_hidden_layers": len(window),
+                "attention_window": window,
+                **overrides,
+            }
+        )
     raise ValueError(family)
 
 
@@ -69,15 +105,26 @@ def save_hf_tiny(family: str, cls_name: str, directory: Path, **overrides):
     model = getattr(transformers, cls_name)(hf_config(family, **overrides)).eval()
     with torch.no_grad():
         for name, p in model.named_parameters():
-            if ("LayerNorm" in name or "layer_norm" in name or name.endswith("bias")
-                    or name.endswith(("q_bias", "v_bias"))):
+            if (
+                "LayerNorm" in name
+                or "layer_norm" in name
+                or name.endswith("bias")
+                or name.endswith(("q_bias", "v_bias"))
+            ):
                 p.add_(torch.randn_like(p) * 0.1)
     model.save_pretrained(directory)
     return model
 
 
-def padded_batch(lengths=(7, 5, 2), T: int | None = None, pad_id: int | None = 0,
-                 left: bool = False, seed: int = 1, low: int = 3, vocab: int = 99):
+def padded_batch(
+    lengths=(7, 5, 2),
+    T: int | None = None,
+    pad_id: int | None = 0,
+    left: bool = False,
+    seed: int = 1,
+    low: int = 3,
+    vocab: int = 99,
+):
     """(ids, mask) of shape (len(lengths), T): row r has lengths[r] real tokens, padded right
     (or left) with ``pad_id`` (None: padding positions keep their random ids)."""
     T = T or max(lengths)

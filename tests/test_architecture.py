@@ -1,4 +1,4 @@
-"""The floors of ARCHITECTURE.md hold: no import cycle, no import from a lower floor to a higher one.
+"""The floors of ARCHITECTURE.md hold: no import cycle, no import from a lower floor upward.
 
 Every ``import`` of the package is read with `ast` (module level and function-local alike; only
 ``if TYPE_CHECKING:`` blocks are skipped) and resolved to a module of the package.
@@ -64,7 +64,7 @@ def imports(name: str, path: Path, known: dict[str, Path]) -> set[str]:
         elif isinstance(node, ast.ImportFrom):
             if node.level:
                 base = package.split(".")
-                base = base[:len(base) - node.level + 1]
+                base = base[: len(base) - node.level + 1]
                 target = ".".join(base + ([node.module] if node.module else []))
             else:
                 target = node.module or ""
@@ -96,9 +96,12 @@ def test_every_module_has_a_floor(graph):
 
 def test_no_import_from_a_lower_floor_to_a_higher_one(graph):
     table = floors()
-    upward = [f"{a} (floor {table[unit(a)]}) imports {b} (floor {table[unit(b)]})"
-              for a, targets in graph.items() for b in targets
-              if table.get(unit(b), -1) > table.get(unit(a), 99)]
+    upward = [
+        f"{a} (floor {table[unit(a)]}) imports {b} (floor {table[unit(b)]})"
+        for a, targets in graph.items()
+        for b in targets
+        if table.get(unit(b), -1) > table.get(unit(a), 99)
+    ]
     assert not upward, "\n".join(sorted(upward))
 
 
@@ -150,8 +153,17 @@ def test_the_checker_sees_function_local_and_relative_imports(tmp_path):
 
 def test_model_has_no_family_knowledge():
     source = (PACKAGE / "model.py").read_text(encoding="utf-8")
-    families = ["bert", "albert", "roberta", "distilbert", "spanbert", "deberta", "longformer",
-                "tinybert", "electra"]
+    families = [
+        "bert",
+        "albert",
+        "roberta",
+        "distilbert",
+        "spanbert",
+        "deberta",
+        "longformer",
+        "tinybert",
+        "electra",
+    ]
     words = set(re.findall(r"[a-z]+", source.lower()))
     assert not words & set(families), f"family names in model.py: {sorted(words & set(families))}"
     assert "attention_kind" not in source

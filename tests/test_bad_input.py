@@ -52,8 +52,13 @@ def test_sequence_too_long(bert):
 
 
 def test_roberta_limit_is_positions_minus_padding_offset():
-    config = EncoderConfig.from_preset("roberta-base", num_hidden_layers=1, hidden_size=32,
-                                       num_attention_heads=4, intermediate_size=37)
+    config = EncoderConfig.from_preset(
+        "roberta-base",
+        num_hidden_layers=1,
+        hidden_size=32,
+        num_attention_heads=4,
+        intermediate_size=37,
+    )
     model = build_model(config).eval()
     ids = torch.full((1, 512), 5)
     model(ids)

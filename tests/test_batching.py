@@ -24,14 +24,20 @@ def test_sorted_batches_cover_every_index_longest_first():
 def test_classifier_pipeline_keeps_input_order(minilm_dir, tmp_path):
     from bertfamily.pipelines.classify import TextClassifier
 
-    model = bf.from_pretrained(minilm_dir, heads=["classify"], new_heads=True,
-                               label_names=("neg", "pos"))
+    model = bf.from_pretrained(
+        minilm_dir, heads=["classify"], new_heads=True, label_names=("neg", "pos")
+    )
     model.save_pretrained(tmp_path)
     for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt"):
         shutil.copy(minilm_dir / name, tmp_path / name)
     clf = TextClassifier(tmp_path)
-    texts = ["short", "a much longer sentence with many more tokens in it than the others",
-             "medium length text", "x", "another fairly long sentence, but shorter"]
+    texts = [
+        "short",
+        "a much longer sentence with many more tokens in it than the others",
+        "medium length text",
+        "x",
+        "another fairly long sentence, but shorter",
+    ]
     batched = clf(texts, batch_size=2, top_k=2)
     alone = [clf([t], batch_size=1, top_k=2)[0] for t in texts]
     for a, b in zip(batched, alone):

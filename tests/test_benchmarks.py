@@ -15,8 +15,12 @@ ROOT = Path(__file__).resolve().parents[1]
 @pytest.mark.slow
 def test_benchmark_quick_mode(tmp_path):
     out = tmp_path / "rows.json"
-    subprocess.run([sys.executable, str(ROOT / "benchmarks" / "run.py"), "--quick", "--json",
-                    str(out)], check=True, capture_output=True, timeout=600)
+    subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "run.py"), "--quick", "--json", str(out)],
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
     rows = json.loads(out.read_text())
     benches = {r["bench"] for r in rows}
     assert {"matmul peak", "bert (quick)", "bf16 accuracy"} <= benches

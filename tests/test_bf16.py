@@ -7,8 +7,13 @@ import torch
 
 from bertfamily.pipelines.embed import SentenceEmbedder
 
-SENTENCES = ["A man is eating food.", "The girl is carrying a baby.", "北京是中国的首都。",
-             "It was the best of times, it was the worst of times. " * 10, "short"]
+SENTENCES = [
+    "A man is eating food.",
+    "The girl is carrying a baby.",
+    "北京是中国的首都。",
+    "It was the best of times, it was the worst of times. " * 10,
+    "short",
+]
 
 
 def test_bf16_embeddings_close_to_fp32(minilm_dir):

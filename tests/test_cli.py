@@ -22,8 +22,9 @@ runner = CliRunner()
 
 
 def test_embed_prints_similarity_matrix(minilm_dir):
-    result = runner.invoke(app, ["embed", "A man is eating food.", "A man eats bread.",
-                                 "--model", str(minilm_dir)])
+    result = runner.invoke(
+        app, ["embed", "A man is eating food.", "A man eats bread.", "--model", str(minilm_dir)]
+    )
     assert result.exit_code == 0, result.output
     assert "cosine similarity" in result.output and "1.000" in result.output
 
@@ -32,13 +33,15 @@ def test_embed_writes_npy_and_jsonl(minilm_dir, tmp_path):
     inp = tmp_path / "in.txt"
     inp.write_text("one\n\ntwo three\nfour\n")
     out = tmp_path / "e.npy"
-    result = runner.invoke(app, ["embed", "--input", str(inp), "--output", str(out),
-                                 "--model", str(minilm_dir)])
+    result = runner.invoke(
+        app, ["embed", "--input", str(inp), "--output", str(out), "--model", str(minilm_dir)]
+    )
     assert result.exit_code == 0, result.output
     assert np.load(out).shape == (3, 384)
     out = tmp_path / "e.jsonl"
-    runner.invoke(app, ["embed", "--input", str(inp), "--output", str(out),
-                        "--model", str(minilm_dir)])
+    runner.invoke(
+        app, ["embed", "--input", str(inp), "--output", str(out), "--model", str(minilm_dir)]
+    )
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert [r["text"] for r in rows] == ["one", "two three", "four"]
     assert len(rows[0]["embedding"]) == 384
@@ -46,10 +49,14 @@ def test_embed_writes_npy_and_jsonl(minilm_dir, tmp_path):
 
 def test_search(minilm_dir, tmp_path):
     corpus = tmp_path / "c.txt"
-    corpus.write_text("The cat sat on the mat.\nStock markets fell sharply today.\n"
-                      "A kitten is sleeping on a rug.\n")
-    result = runner.invoke(app, ["search", "a cat resting", "--corpus", str(corpus), "-k", "2",
-                                 "--model", str(minilm_dir)])
+    corpus.write_text(
+        "The cat sat on the mat.\nStock markets fell sharply today.\n"
+        "A kitten is sleeping on a rug.\n"
+    )
+    result = runner.invoke(
+        app,
+        ["search", "a cat resting", "--corpus", str(corpus), "-k", "2", "--model", str(minilm_dir)],
+    )
     assert result.exit_code == 0, result.output
     assert "Stock" not in result.output
 
@@ -64,21 +71,39 @@ def test_clear_errors(tmp_path):
 
 # --- the command tree, its entry points and its import cost ------------------------------------
 
-COMMANDS = ("fetch", "embed", "search", "fill-mask", "tokenizer", "pretrain", "distill",
-            "finetune", "predict", "params", "dataflow", "models", "explore", "attention",
-            "export", "convert")
+COMMANDS = (
+    "fetch",
+    "embed",
+    "search",
+    "fill-mask",
+    "tokenizer",
+    "pretrain",
+    "distill",
+    "finetune",
+    "predict",
+    "params",
+    "dataflow",
+    "models",
+    "explore",
+    "attention",
+    "export",
+    "convert",
+)
 
 
 def _listed(help_text: str) -> set[str]:
-    return {name for name in COMMANDS
-            if re.search(rf"(?m)^\W*{re.escape(name)}\s", help_text)}
+    return {name for name in COMMANDS if re.search(rf"(?m)^\W*{re.escape(name)}\s", help_text)}
 
 
 def _run(*args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "COLUMNS": "120",
-           "PYTHONPATH": os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")])}
-    return subprocess.run([sys.executable, *args], capture_output=True, text=True, env=env,
-                          timeout=120, check=False)
+    env = {
+        **os.environ,
+        "COLUMNS": "120",
+        "PYTHONPATH": os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")]),
+    }
+    return subprocess.run(
+        [sys.executable, *args], capture_output=True, text=True, env=env, timeout=120, check=False
+    )
 
 
 SRC = Path(__file__).resolve().parents[1] / "src"
@@ -93,14 +118,16 @@ def test_python_m_help_lists_every_command(module):
 
 
 def test_help_does_not_import_torch():
-    script = ("import runpy, sys\n"
-              "sys.argv = ['bertfamily', '--help']\n"
-              "try:\n"
-              "    runpy.run_module('bertfamily', run_name='__main__')\n"
-              "except SystemExit as e:\n"
-              "    assert e.code in (0, None), e.code\n"
-              "heavy = sorted(m for m in ('torch', 'transformers', 'numpy') if m in sys.modules)\n"
-              "print('HEAVY', heavy)\n")
+    script = (
+        "import runpy, sys\n"
+        "sys.argv = ['bertfamily', '--help']\n"
+        "try:\n"
+        "    runpy.run_module('bertfamily', run_name='__main__')\n"
+        "except SystemExit as e:\n"
+        "    assert e.code in (0, None), e.code\n"
+        "heavy = sorted(m for m in ('torch', 'transformers', 'numpy') if m in sys.modules)\n"
+        "print('HEAVY', heavy)\n"
+    )
     result = _run("-c", script)
     assert result.returncode == 0, result.stderr
     assert "HEAVY []" in result.stdout, result.stdout
@@ -108,10 +135,13 @@ def test_help_does_not_import_torch():
 
 
 def test_import_bertfamily_is_lazy():
-    result = _run("-c", "import sys, bertfamily; assert 'torch' not in sys.modules; "
-                        "print(sorted(bertfamily.__all__) == sorted(set(dir(bertfamily)) "
-                        "& set(bertfamily.__all__))); bertfamily.Model; "
-                        "print('torch' in sys.modules)")
+    result = _run(
+        "-c",
+        "import sys, bertfamily; assert 'torch' not in sys.modules; "
+        "print(sorted(bertfamily.__all__) == sorted(set(dir(bertfamily)) "
+        "& set(bertfamily.__all__))); bertfamily.Model; "
+        "print('torch' in sys.modules)",
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["True", "True"]
 
@@ -163,6 +193,7 @@ def test_cli_modules_do_not_import_the_package_init():
 
 # --- the shared training options -----------------------------------------------------------------
 
+
 def _defaults(*path: str) -> dict:
     cmd = typer.main.get_command(app)
     for name in path:
@@ -180,8 +211,7 @@ def test_training_options_are_shared_with_per_command_defaults():
     assert (pre["warmup"], fin["warmup"]) == (0.05, 0.1)
     assert (pre["save_every"], fin["save_every"]) == (500, 0)
     assert fin["eval_every"] is None and fin["log_every"] is None
-    lr = next(p for p in typer.main.get_command(app).commands["finetune"].params
-              if p.name == "lr")
+    lr = next(p for p in typer.main.get_command(app).commands["finetune"].params if p.name == "lr")
     assert set(lr.opts) == {"--lr", "--learning-rate"}
 
 
@@ -208,17 +238,48 @@ def test_finetune_takes_shared_options(monkeypatch, tmp_path):
 
     monkeypatch.setattr(bertfamily.fetch, "resolve_model", lambda m: m)
     monkeypatch.setattr(bertfamily.recipes.finetune, "finetune", fake_finetune)
-    base = ["finetune", "--task", "classify", "--model", "m", "--train", "t.csv",
-            "-o", str(tmp_path)]
+    base = [
+        "finetune",
+        "--task",
+        "classify",
+        "--model",
+        "m",
+        "--train",
+        "t.csv",
+        "-o",
+        str(tmp_path),
+    ]
     result = runner.invoke(app, base)
     assert result.exit_code == 0, result.output
     # the defaults fine-tuning always had; log_every 0 = a tenth of the run
-    assert seen["train"] == TrainConfig(output_dir=tmp_path, batch_size=32, learning_rate=5e-5,
-                                        warmup_ratio=0.1, save_every=0, log_every=0)
+    assert seen["train"] == TrainConfig(
+        output_dir=tmp_path,
+        batch_size=32,
+        learning_rate=5e-5,
+        warmup_ratio=0.1,
+        save_every=0,
+        log_every=0,
+    )
     assert seen["cfg"].epochs == 3.0 and seen["cfg"].task == "classify"
-    result = runner.invoke(app, base + ["--learning-rate", "1e-4", "--seed", "3", "--bf16",
-                                        "--device", "cpu", "--batch-size", "8", "--patience", "2",
-                                        "--max-steps", "7"])
+    result = runner.invoke(
+        app,
+        base
+        + [
+            "--learning-rate",
+            "1e-4",
+            "--seed",
+            "3",
+            "--bf16",
+            "--device",
+            "cpu",
+            "--batch-size",
+            "8",
+            "--patience",
+            "2",
+            "--max-steps",
+            "7",
+        ],
+    )
     assert result.exit_code == 0, result.output
     tc = seen["train"]
     assert (tc.learning_rate, tc.seed, tc.bf16, tc.device) == (1e-4, 3, True, "cpu")
@@ -230,6 +291,7 @@ def test_finetune_takes_shared_options(monkeypatch, tmp_path):
 
 # --- the one error handler ------------------------------------------------------------------------
 
+
 def test_error_handler():
     from bertfamily.cli.common import handle_errors
 
@@ -240,8 +302,9 @@ def test_error_handler():
     def boom(kind: str):
         if kind == "exit":
             raise typer.Exit(code=3)
-        raise {"value": ValueError, "key": KeyError, "os": OSError,
-               "runtime": RuntimeError}[kind]("bad [MASK] input")
+        raise {"value": ValueError, "key": KeyError, "os": OSError, "runtime": RuntimeError}[kind](
+            "bad [MASK] input"
+        )
 
     for kind in ("value", "key", "os", "runtime"):
         result = runner.invoke(mini, [kind])

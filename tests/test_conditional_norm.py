@@ -15,7 +15,6 @@ import bertfamily as bf
 from bertfamily import EncoderConfig, build_model
 from bertfamily.checkpoints.convert import CheckpointError
 from bertfamily.modules.norms import ConditionalLayerNorm
-
 from helpers import padded_batch
 
 SITES = ("embeddings", "attention", "ffn", "mlm")
@@ -62,8 +61,9 @@ def test_zero_init_equals_unconditioned_model_exactly(preset):
     torch.manual_seed(0)
     heads = ["mlm", "pair"]
     plain = build_model(EncoderConfig.from_preset(preset), heads=heads).eval()
-    cond = build_model(EncoderConfig.from_preset(preset, conditional_norms=SITES,
-                                                 condition_size=6), heads=heads).eval()
+    cond = build_model(
+        EncoderConfig.from_preset(preset, conditional_norms=SITES, condition_size=6), heads=heads
+    ).eval()
     result = cond.load_state_dict(plain.state_dict(), strict=False)
     assert result.unexpected_keys == []
     assert all(k.endswith(("condition_weight", "condition_bias")) for k in result.missing_keys)
@@ -91,9 +91,14 @@ def test_load_ordinary_checkpoint_reports_newly_initialized(hf_checkpoint):
     model, report = bf.from_pretrained(path, return_report=True, config_overrides=overrides)
     assert report.clean and report.missing == []
     assert report.newly_initialized == sorted(
-        f"{prefix}.{p}" for prefix in ("encoder.layers.0.attention_norm",
-                                       "encoder.layers.0.ffn_norm", "mlm_head.norm")
-        for p in ("condition_bias", "condition_weight"))
+        f"{prefix}.{p}"
+        for prefix in (
+            "encoder.layers.0.attention_norm",
+            "encoder.layers.0.ffn_norm",
+            "mlm_head.norm",
+        )
+        for p in ("condition_bias", "condition_weight")
+    )
     ids, mask = _batch()
     with torch.no_grad():
         ours = model(ids, mask, condition=torch.randn(3, 4)).logits
@@ -105,8 +110,10 @@ def test_load_ordinary_checkpoint_reports_newly_initialized(hf_checkpoint):
 
 def test_masked_positions_select_the_condition_too():
     torch.manual_seed(0)
-    model = build_model(EncoderConfig.from_preset("tiny-bert", conditional_norms=("mlm",),
-                                                  condition_size=3), heads=["mlm"]).eval()
+    model = build_model(
+        EncoderConfig.from_preset("tiny-bert", conditional_norms=("mlm",), condition_size=3),
+        heads=["mlm"],
+    ).eval()
     with torch.no_grad():
         model.mlm_head.norm.condition_weight.normal_()
     ids, mask = _batch()
@@ -120,8 +127,9 @@ def test_masked_positions_select_the_condition_too():
 
 
 def test_condition_weights_get_gradients():
-    model = build_model(EncoderConfig.from_preset("tiny-bert", conditional_norms=("ffn",),
-                                                  condition_size=3))
+    model = build_model(
+        EncoderConfig.from_preset("tiny-bert", conditional_norms=("ffn",), condition_size=3)
+    )
     ids, mask = _batch()
     model(ids, mask, condition=torch.randn(3, 3)).last_hidden_state.square().sum().backward()
     grad = model.encoder.layers[1].ffn_norm.condition_weight.grad
@@ -129,8 +137,9 @@ def test_condition_weights_get_gradients():
 
 
 def test_clear_errors():
-    cond = build_model(EncoderConfig.from_preset("tiny-bert", conditional_norms=("attention",),
-                                                 condition_size=8))
+    cond = build_model(
+        EncoderConfig.from_preset("tiny-bert", conditional_norms=("attention",), condition_size=8)
+    )
     plain = build_model(EncoderConfig.from_preset("tiny-bert"))
     ids, mask = _batch()
     with pytest.raises(ValueError, match=r"conditional LayerNorms \(condition_size C=8\)"):
@@ -145,14 +154,17 @@ def test_clear_errors():
         plain(ids, mask, condition=torch.randn(3, 8))
 
 
-@pytest.mark.parametrize("fields,match", [
-    (dict(conditional_norms=("pooler",), condition_size=4), "conditional_norms"),
-    (dict(conditional_norms=("ffn", "ffn"), condition_size=4), "distinct"),
-    (dict(conditional_norms="ffn", condition_size=4), "sequence"),
-    (dict(conditional_norms=("ffn",)), "condition_size"),
-    (dict(conditional_norms=("ffn",), condition_size=0), "condition_size"),
-    (dict(condition_size=4), "conditional_norms is empty"),
-])
+@pytest.mark.parametrize(
+    "fields,match",
+    [
+        (dict(conditional_norms=("pooler",), condition_size=4), "conditional_norms"),
+        (dict(conditional_norms=("ffn", "ffn"), condition_size=4), "distinct"),
+        (dict(conditional_norms="ffn", condition_size=4), "sequence"),
+        (dict(conditional_norms=("ffn",)), "condition_size"),
+        (dict(conditional_norms=("ffn",), condition_size=0), "condition_size"),
+        (dict(condition_size=4), "conditional_norms is empty"),
+    ],
+)
 def test_invalid_config_raises(fields, match):
     with pytest.raises(ValueError, match=match):
         EncoderConfig(**fields)
@@ -165,8 +177,9 @@ def test_config_json_round_trip_keeps_tuple():
 
 
 def test_conditional_model_cannot_be_saved_as_hugging_face(tmp_path):
-    model = build_model(EncoderConfig.from_preset("tiny-bert", conditional_norms=("ffn",),
-                                                  condition_size=3))
+    model = build_model(
+        EncoderConfig.from_preset("tiny-bert", conditional_norms=("ffn",), condition_size=3)
+    )
     with pytest.raises(CheckpointError, match="condition_weight"):
         model.save_pretrained(tmp_path)
 

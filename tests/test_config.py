@@ -9,9 +9,17 @@ def test_heads_must_divide_hidden():
         EncoderConfig(hidden_size=100, num_attention_heads=12)
 
 
-@pytest.mark.parametrize("field,value", [("vocab_size", 0), ("hidden_act", "swish2"),
-                                         ("attention_kind", "magic"), ("pad_token_id", 40000),
-                                         ("hidden_dropout_prob", 1.5), ("num_hidden_groups", 5)])
+@pytest.mark.parametrize(
+    "field,value",
+    [
+        ("vocab_size", 0),
+        ("hidden_act", "swish2"),
+        ("attention_kind", "magic"),
+        ("pad_token_id", 40000),
+        ("hidden_dropout_prob", 1.5),
+        ("num_hidden_groups", 5),
+    ],
+)
 def test_invalid_values_raise(field, value):
     with pytest.raises(ValueError, match=field):
         EncoderConfig(**{field: value})
@@ -36,8 +44,9 @@ def test_overrides_and_derived_values():
 def test_layer_schedule():
     assert EncoderConfig(num_hidden_layers=4).layer_schedule == [0, 1, 2, 3]
     assert EncoderConfig(num_hidden_layers=4, num_hidden_groups=1).layer_schedule == [0, 0, 0, 0]
-    assert EncoderConfig(num_hidden_layers=4, num_hidden_groups=2,
-                         inner_group_num=2).layer_schedule == [0, 1, 0, 1, 2, 3, 2, 3]
+    assert EncoderConfig(
+        num_hidden_layers=4, num_hidden_groups=2, inner_group_num=2
+    ).layer_schedule == [0, 1, 0, 1, 2, 3, 2, 3]
 
 
 def test_presets_are_valid_configs():

@@ -12,8 +12,13 @@ import zlib
 import pytest
 
 from bertfamily import fetch as f
-from bertfamily.corpora import (austen_from_rdb, parse_rdata_strings, read_documents,
-                                split_sentences, wiki_xml_to_documents)
+from bertfamily.corpora import (
+    austen_from_rdb,
+    parse_rdata_strings,
+    read_documents,
+    split_sentences,
+    wiki_xml_to_documents,
+)
 
 
 def rdata_record(strings):
@@ -40,15 +45,23 @@ def rdb(*novels):
 
 def test_parse_rdata_strings():
     assert parse_rdata_strings(rdata_record(["EMMA", "", None, "Emma Woodhouse, été"])) == [
-        "EMMA", "", None, "Emma Woodhouse, été"]
+        "EMMA",
+        "",
+        None,
+        "Emma Woodhouse, été",
+    ]
     with pytest.raises(ValueError, match="XDR"):
         parse_rdata_strings(b"RDX2\n")
 
 
 def test_austen_from_rdb(tmp_path):
     path = tmp_path / "Rdata.rdb"
-    path.write_bytes(rdb(["EMMA", "", "CHAPTER I", "", "Emma was rich. She was", "clever."],
-                         ["PERSUASION", "Chapter 1", "Sir Walter Elliot."]))
+    path.write_bytes(
+        rdb(
+            ["EMMA", "", "CHAPTER I", "", "Emma was rich. She was", "clever."],
+            ["PERSUASION", "Chapter 1", "Sir Walter Elliot."],
+        )
+    )
     novels = austen_from_rdb(path)
     assert [t for t, _ in novels] == ["EMMA", "PERSUASION"]
     assert novels[0][1][-1] == "clever."
@@ -61,20 +74,36 @@ def test_austen_extractor_on_a_real_deb_layout(tmp_path):
     root = tmp_path / "pkg"
     target = root / res.member
     target.parent.mkdir(parents=True)
-    target.write_bytes(rdb(["EMMA", "CHAPTER I", "", "Emma was rich. She was clever.", "",
-                            "CHAPTER II", "", "Mr. Knightley came. He sat down."],
-                           ["PERSUASION", "Chapter 1", "Sir Walter Elliot read."]))
+    target.write_bytes(
+        rdb(
+            [
+                "EMMA",
+                "CHAPTER I",
+                "",
+                "Emma was rich. She was clever.",
+                "",
+                "CHAPTER II",
+                "",
+                "Mr. Knightley came. He sat down.",
+            ],
+            ["PERSUASION", "Chapter 1", "Sir Walter Elliot read."],
+        )
+    )
     (root / "DEBIAN").mkdir()
     (root / "DEBIAN" / "control").write_text(
-        "Package: fake\nVersion: 1\nArchitecture: all\nMaintainer: x <x@y>\nDescription: x\n")
+        "Package: fake\nVersion: 1\nArchitecture: all\nMaintainer: x <x@y>\nDescription: x\n"
+    )
     deb = tmp_path / "fake.deb"
     subprocess.run(["dpkg-deb", "--build", str(root), str(deb)], check=True, capture_output=True)
     dest = tmp_path / "entry"
     dest.mkdir()
     f.KINDS["apt-deb"].extract(deb, res.member, dest)
     docs = read_documents(dest / "austen.txt")
-    assert docs == [["Emma was rich.", "She was clever."],
-                    ["Mr. Knightley came.", "He sat down."], ["Sir Walter Elliot read."]]
+    assert docs == [
+        ["Emma was rich.", "She was clever."],
+        ["Mr. Knightley came.", "He sat down."],
+        ["Sir Walter Elliot read."],
+    ]
     assert (dest / "emma.txt").is_file() and (dest / "Rdata.rdb").is_file()
 
 
@@ -99,7 +128,9 @@ def test_read_documents_txt_jsonl(tmp_path):
 
 def test_sentence_splitting_keeps_abbreviations():
     assert split_sentences("Mr. Darcy arrived at 10 a.m. on Monday. Elizabeth was out.") == [
-        "Mr. Darcy arrived at 10 a.m. on Monday.", "Elizabeth was out."]
+        "Mr. Darcy arrived at 10 a.m. on Monday.",
+        "Elizabeth was out.",
+    ]
 
 
 def test_wiki_markup_stripped(tmp_path):
@@ -111,7 +142,7 @@ def test_wiki_markup_stripped(tmp_path):
 Cats were domesticated in the Near East around 7500 BC according to archaeologists.</text>
 </revision></page><page><title>Kitty</title><ns>0</ns><revision><text>#REDIRECT [[Cat]]</text>
 </revision></page><page><title>Talk:Cat</title><ns>1</ns><revision><text>Some talk text that
-is long enough to be kept if it were an article page.</text></revision></page></mediawiki>"""
+is long enough to be kept if it were an article page.</text></revision></page></mediawiki>"""  # noqa: E501
     path = tmp_path / "w.xml.bz2"
     path.write_bytes(bz2.compress(xml.encode()))
     docs = list(wiki_xml_to_documents(path))
@@ -128,8 +159,7 @@ def test_entity_spans_flow_from_jsonl_to_instances(tmp_path):
 
     from bertfamily.objectives.instances import SpecialIds
     from bertfamily.objectives.masking import MaskingConfig
-    from bertfamily.objectives.pretraining import (MLMCollator, build_instances,
-                                                   tokenize_documents)
+    from bertfamily.objectives.pretraining import MLMCollator, build_instances, tokenize_documents
     from bertfamily.recipes.tokenizer import train_tokenizer
 
     text = "Elizabeth Bennet lives at Longbourn House. Mr. Darcy owns Pemberley."
@@ -142,11 +172,16 @@ def test_entity_spans_flow_from_jsonl_to_instances(tmp_path):
     tok = train_tokenizer([text] * 5, "wordpiece", 200, min_frequency=1)
     segs = tokenize_documents(docs, tok)
     assert tok.backend.decode(segs[0][0].ids[slice(*segs[0][0].entities[0])].tolist()) == (
-        "elizabeth bennet")
+        "elizabeth bennet"
+    )
     inst = build_instances(segs, "nsp", 40, SpecialIds(tok.cls_token_id, tok.sep_token_id))
-    collate = MLMCollator(MaskingConfig(strategy="entity", mlm_probability=0.5),
-                          vocab_size=tok.vocab_size, mask_token_id=tok.mask_token_id,
-                          pad_token_id=0, special_ids=tok.all_special_ids)
+    collate = MLMCollator(
+        MaskingConfig(strategy="entity", mlm_probability=0.5),
+        vocab_size=tok.vocab_size,
+        mask_token_id=tok.mask_token_id,
+        pad_token_id=0,
+        special_ids=tok.all_special_ids,
+    )
     whole = 0
     for seed in range(30):
         b = collate(inst, np.random.default_rng(seed))
@@ -154,7 +189,10 @@ def test_entity_spans_flow_from_jsonl_to_instances(tmp_path):
             chosen = (b["labels"][r] != -100).numpy()
             for s, e in i.entities:
                 assert tok.decode(i.input_ids[s:e].tolist()) in (
-                    "elizabeth bennet", "longbourn house", "mr. darcy")
+                    "elizabeth bennet",
+                    "longbourn house",
+                    "mr. darcy",
+                )
                 assert chosen[s:e].all() or not chosen[s:e].any()
                 whole += chosen[s:e].all()
     assert whole > 10

@@ -15,12 +15,14 @@ from safetensors.torch import load_file, save_file
 import bertfamily as bf
 from bertfamily import EncoderConfig, build_model
 from bertfamily.checkpoints.convert import JOINS
-from bertfamily.modules.attention_disentangled import (DisentangledSelfAttention,
-                                                       RelativePositionEmbeddings)
+from bertfamily.modules.attention_disentangled import (
+    DisentangledSelfAttention,
+    RelativePositionEmbeddings,
+)
 from bertfamily.modules.context import AttentionContext
-
 from helpers import padded_batch
 from reference.disentangled import disentangled_attention
+
 
 def _batch(seed: int = 1):
     return padded_batch((7, 5, 2), seed=seed)
@@ -28,8 +30,9 @@ def _batch(seed: int = 1):
 
 def test_heads_interleaved_join_both_directions():
     """in_proj rows [q0, k0, v0, q1, k1, v1] (Dh rows each) ↔ ours [q0, q1, k0, k1, v0, v1]."""
-    config = EncoderConfig.from_preset("tiny-deberta", hidden_size=4, num_attention_heads=2,
-                                       intermediate_size=5)
+    config = EncoderConfig.from_preset(
+        "tiny-deberta", hidden_size=4, num_attention_heads=2, intermediate_size=5
+    )
     Dh = 2
     names = ["q0", "k0", "v0", "q1", "k1", "v1"]
     hf = torch.cat([torch.full((Dh, 3), float(i)) for i in range(6)])  # (3H=6·Dh, 3)
@@ -48,11 +51,16 @@ def _random_attention(pos_att_type, H=32, N=4, k=4, seed=0):
     with torch.no_grad():
         for p in list(att.parameters()) + list(rel.parameters()):
             p.normal_(0, 0.3)
-    w = {"qkv": att.qkv.weight, "q_bias": att.q_bias, "v_bias": att.v_bias,
-         "pos_key": att.pos_key.weight if att.pos_key is not None else None,
-         "pos_query": att.pos_query.weight if att.pos_query is not None else None,
-         "pos_query_bias": att.pos_query.bias if att.pos_query is not None else None,
-         "out": att.out.weight, "out_bias": att.out.bias}
+    w = {
+        "qkv": att.qkv.weight,
+        "q_bias": att.q_bias,
+        "v_bias": att.v_bias,
+        "pos_key": att.pos_key.weight if att.pos_key is not None else None,
+        "pos_query": att.pos_query.weight if att.pos_query is not None else None,
+        "pos_query_bias": att.pos_query.bias if att.pos_query is not None else None,
+        "out": att.out.weight,
+        "out_bias": att.out.bias,
+    }
     return att, rel, w
 
 
@@ -63,7 +71,7 @@ def test_matches_naive_reference(pos_att_type, k, T, weights_path):
     att, rel, w = _random_attention(pos_att_type, k=k)
     x = torch.randn(3, T, 32)
     mask = torch.ones(3, T, dtype=torch.long)
-    mask[1, T // 2 + 1:] = 0
+    mask[1, T // 2 + 1 :] = 0
     ctx = AttentionContext.from_mask(mask, x.dtype, need_weights=weights_path)
     ctx = dataclasses.replace(ctx, **rel(x, ctx))
     with torch.no_grad():
@@ -84,8 +92,9 @@ def test_separate_query_states_match_reference():
     ctx = dataclasses.replace(ctx, **rel(x, ctx))
     with torch.no_grad():
         got = att(q, dataclasses.replace(ctx, key_value_states=x)).hidden
-    want = disentangled_attention(x, mask, rel.embeddings.weight, w, 4, ("c2p", "p2c"),
-                                  query_states=q)
+    want = disentangled_attention(
+        x, mask, rel.embeddings.weight, w, 4, ("c2p", "p2c"), query_states=q
+    )
     torch.testing.assert_close(got.double(), want, atol=1e-5, rtol=0)
 
 
@@ -152,9 +161,16 @@ def test_published_layout_position_table(hf_checkpoint, tmp_path):
     assert torch.equal(emd.encoder.embeddings.position.weight, table)
 
 
-@pytest.mark.parametrize("bad", [dict(pos_att_type="c2x"), dict(pos_att_type="c2p|c2p"),
-                                 dict(position_biased_input=True),
-                                 dict(attention_kind="full"), dict(emd_layers=-1)])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        dict(pos_att_type="c2x"),
+        dict(pos_att_type="c2p|c2p"),
+        dict(position_biased_input=True),
+        dict(attention_kind="full"),
+        dict(emd_layers=-1),
+    ],
+)
 def test_bad_config_raises(bad):
     with pytest.raises(ValueError):
         EncoderConfig.from_preset("tiny-deberta", **bad)
@@ -171,7 +187,8 @@ def test_benchmark_quick_runs():
     from pathlib import Path
 
     spec = importlib.util.spec_from_file_location(
-        "bench_deberta", Path(__file__).parents[1] / "benchmarks" / "deberta.py")
+        "bench_deberta", Path(__file__).parents[1] / "benchmarks" / "deberta.py"
+    )
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     r = bench.run(quick=True)

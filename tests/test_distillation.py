@@ -14,13 +14,21 @@ from typer.testing import CliRunner
 from bertfamily import build_model
 from bertfamily.cli import app
 from bertfamily.config import EncoderConfig
-from bertfamily.objectives.distillation import (DistilBertObjective, TinyBertObjective,
-                                                attention_layer_map, attention_score_mse,
-                                                check_compatible, distilbert_loss,
-                                                hidden_layer_map, layer_step,
-                                                masked_cosine_loss, masked_mse,
-                                                soft_cross_entropy, soft_target_kl,
-                                                tinybert_intermediate_loss)
+from bertfamily.objectives.distillation import (
+    DistilBertObjective,
+    TinyBertObjective,
+    attention_layer_map,
+    attention_score_mse,
+    check_compatible,
+    distilbert_loss,
+    hidden_layer_map,
+    layer_step,
+    masked_cosine_loss,
+    masked_mse,
+    soft_cross_entropy,
+    soft_target_kl,
+    tinybert_intermediate_loss,
+)
 from bertfamily.recipes.distill import init_student
 from bertfamily.train import IndexedBatches, TrainConfig, Trainer
 
@@ -37,6 +45,7 @@ def _softmax(xs):
 
 # --- layer mapping -----------------------------------------------------------------------------
 
+
 def test_layer_maps_tinybert_4_of_12_and_any_divisible_pair():
     assert hidden_layer_map(12, 4) == [(0, 0), (1, 3), (2, 6), (3, 9), (4, 12)]
     assert attention_layer_map(12, 4) == [(0, 2), (1, 5), (2, 8), (3, 11)]
@@ -52,6 +61,7 @@ def test_layer_maps_tinybert_4_of_12_and_any_divisible_pair():
 
 # --- losses on fixed tensors -------------------------------------------------------------------
 
+
 def test_soft_target_kl_hand_value_temperature_and_padding():
     s = torch.tensor([[[1.0, 0.0, 0.0], [9.0, -9.0, 3.0]]])  # (1, 2, 3); position 1 = padding
     t = torch.tensor([[[0.0, 1.0, 0.0], [-9.0, 9.0, 0.0]]])
@@ -62,8 +72,7 @@ def test_soft_target_kl_hand_value_temperature_and_padding():
         got = soft_target_kl(s, t, T, mask)
         assert got.item() == pytest.approx(kl * T * T, rel=1e-5)
     # Without the mask the padding position changes the value.
-    assert soft_target_kl(s, t, 2.0).item() != pytest.approx(soft_target_kl(s, t, 2.0,
-                                                                             mask).item())
+    assert soft_target_kl(s, t, 2.0).item() != pytest.approx(soft_target_kl(s, t, 2.0, mask).item())
     assert soft_target_kl(t, t, 2.0).item() == pytest.approx(0.0, abs=1e-6)
     with pytest.raises(ValueError, match="same vocabulary"):
         soft_target_kl(s, t[..., :2])
@@ -81,7 +90,8 @@ def test_soft_cross_entropy_hand_value():
     assert soft_cross_entropy(s, t).item() == pytest.approx((row0 + row1) / 2, rel=1e-6)
     # Temperature divides both logits.
     assert soft_cross_entropy(s, t, 2.0).item() == pytest.approx(
-        soft_cross_entropy(s / 2, t / 2).item(), rel=1e-6)
+        soft_cross_entropy(s / 2, t / 2).item(), rel=1e-6
+    )
 
 
 def test_cosine_and_mse_skip_padding():
@@ -123,8 +133,9 @@ def test_distilbert_loss_weights_and_mlm_positions():
     assert parts["cos_loss"].item() == pytest.approx(cos.item(), rel=1e-6)
     assert parts["mlm_loss"].item() == pytest.approx(mlm.item(), rel=1e-6)
     assert loss.item() == pytest.approx(5 * ce.item() + 2 * mlm.item() + cos.item(), rel=1e-6)
-    loss2, _ = distilbert_loss(sl, tl, sh, th, mask, labels, temperature=1.0, alpha_ce=1.0,
-                               alpha_mlm=0.0, alpha_cos=0.0)
+    loss2, _ = distilbert_loss(
+        sl, tl, sh, th, mask, labels, temperature=1.0, alpha_ce=1.0, alpha_mlm=0.0, alpha_cos=0.0
+    )
     assert loss2.item() == pytest.approx(soft_target_kl(sl, tl, 1.0, mask.bool()).item())
 
 
@@ -143,9 +154,15 @@ def test_tinybert_loss_follows_the_layer_mapping():
     assert parts["attention_loss"].item() == pytest.approx((0 - 1) ** 2 + (1 - 3) ** 2)  # 0↔1, 1↔3
     assert loss.item() == pytest.approx(10.0)
     # Projections apply to the student: W_h doubling hidden states, W_e adding 1.
-    _, parts = tinybert_intermediate_loss(sh, th, ss, ts, mask,
-                                          embedding_projection=lambda x: x + 1,
-                                          hidden_projection=lambda x: 2 * x)
+    _, parts = tinybert_intermediate_loss(
+        sh,
+        th,
+        ss,
+        ts,
+        mask,
+        embedding_projection=lambda x: x + 1,
+        hidden_projection=lambda x: 2 * x,
+    )
     assert parts["embedding_loss"].item() == pytest.approx(1.0)
     assert parts["hidden_loss"].item() == pytest.approx(0.0)
     with pytest.raises(ValueError, match="multiple"):
@@ -154,10 +171,15 @@ def test_tinybert_loss_follows_the_layer_mapping():
 
 # --- student initialisation --------------------------------------------------------------------
 
+
 def tiny_teacher(layers: int = 4, heads=("mlm",)):
     torch.manual_seed(0)
-    cfg = EncoderConfig.from_preset("tiny-bert", num_hidden_layers=layers,
-                                    hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    cfg = EncoderConfig.from_preset(
+        "tiny-bert",
+        num_hidden_layers=layers,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+    )
     return build_model(cfg, heads=heads).eval()
 
 
@@ -175,8 +197,9 @@ def test_init_student_copies_exactly_the_chosen_layers():
         if not k.startswith("encoder.layers."):
             assert torch.equal(ss[k], ts[k]), k
     # A copied layer is not the neighbouring one.
-    assert not torch.equal(ss["encoder.layers.1.attention.qkv.weight"],
-                           ts["encoder.layers.1.attention.qkv.weight"])
+    assert not torch.equal(
+        ss["encoder.layers.1.attention.qkv.weight"], ts["encoder.layers.1.attention.qkv.weight"]
+    )
     ids = torch.randint(5, V, (2, 7))
     with torch.no_grad():
         to = teacher(ids, output_hidden_states=True)
@@ -189,7 +212,11 @@ def test_init_student_with_distilbert_structure_drops_segments_and_pooler():
     student = init_student(teacher, [1, 3], preset="tiny-distilbert")
     cfg = student.config
     assert (cfg.model_type, cfg.type_vocab_size, cfg.use_pooler, cfg.hidden_size) == (
-        "distilbert", 0, False, 32)
+        "distilbert",
+        0,
+        False,
+        32,
+    )
     ts, ss = teacher.state_dict(), student.state_dict()
     assert not any("segment" in k or "pooler" in k for k in ss)
     pos = "encoder.embeddings.position.weight"
@@ -210,6 +237,7 @@ def test_init_student_with_distilbert_structure_drops_segments_and_pooler():
 
 
 # --- compatibility errors ----------------------------------------------------------------------
+
 
 def test_incompatible_pairs_raise_clear_errors():
     t = EncoderConfig.from_preset("tiny-bert", num_hidden_layers=4)
@@ -235,6 +263,7 @@ def test_incompatible_pairs_raise_clear_errors():
 
 # --- a few steps of each method on the shared Trainer --------------------------------------------
 
+
 def _batches(n=32, T=10, seed=0):
     rng = np.random.default_rng(seed)
     data = []
@@ -249,16 +278,32 @@ def _batches(n=32, T=10, seed=0):
 
 
 def _train(model, tmp_path, steps=25, **kw):
-    cfg = TrainConfig(output_dir=tmp_path, max_steps=steps, batch_size=8, learning_rate=3e-3,
-                      warmup_steps=0, schedule="constant", log_every=1, progress=False,
-                      device="cpu", **kw)
-    fixed = {k: torch.as_tensor(np.stack([e[k] for e in _batches(8, seed=9)]))
-             for k in ("input_ids", "attention_mask", "labels")}
+    cfg = TrainConfig(
+        output_dir=tmp_path,
+        max_steps=steps,
+        batch_size=8,
+        learning_rate=3e-3,
+        warmup_steps=0,
+        schedule="constant",
+        log_every=1,
+        progress=False,
+        device="cpu",
+        **kw,
+    )
+    fixed = {
+        k: torch.as_tensor(np.stack([e[k] for e in _batches(8, seed=9)]))
+        for k in ("input_ids", "attention_mask", "labels")
+    }
     model.eval()
     with torch.no_grad():
         before = model(fixed)
-    summary = Trainer(model, lambda m, b: m(b), IndexedBatches(_batches(), 8), cfg,
-                      save_fn=lambda m, d: m.save_pretrained(d)).train()
+    summary = Trainer(
+        model,
+        lambda m, b: m(b),
+        IndexedBatches(_batches(), 8),
+        cfg,
+        save_fn=lambda m, d: m.save_pretrained(d),
+    ).train()
     model.eval()
     with torch.no_grad():
         after = model(fixed)
@@ -269,8 +314,11 @@ def _train(model, tmp_path, steps=25, **kw):
 def test_tinybert_steps_reduce_the_loss_with_a_projection(tmp_path):
     teacher = tiny_teacher(heads=())
     torch.manual_seed(1)
-    student = build_model(EncoderConfig.from_preset(
-        "tiny-bert", hidden_size=16, intermediate_size=20, num_hidden_layers=2))
+    student = build_model(
+        EncoderConfig.from_preset(
+            "tiny-bert", hidden_size=16, intermediate_size=20, num_hidden_layers=2
+        )
+    )
     model = TinyBertObjective(student, teacher)
     assert set(model.projections) == {"hidden", "embedding"}
     before, after, summary, rows = _train(model, tmp_path)
@@ -296,11 +344,14 @@ def test_distilbert_steps_reduce_the_loss(tmp_path):
     assert after[0] < before[0]
     assert {"ce_loss", "mlm_loss", "cos_loss"} <= set(rows[0])
     # The teacher did not move.
-    assert torch.equal(teacher.state_dict()["encoder.layers.3.attention.qkv.weight"],
-                       tiny_teacher().state_dict()["encoder.layers.3.attention.qkv.weight"])
+    assert torch.equal(
+        teacher.state_dict()["encoder.layers.3.attention.qkv.weight"],
+        tiny_teacher().state_dict()["encoder.layers.3.attention.qkv.weight"],
+    )
 
 
 # --- CLI: init, train, resume --------------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def toy_teacher(tmp_path_factory):
@@ -310,8 +361,12 @@ def toy_teacher(tmp_path_factory):
     words = "the cat sat on a mat and dog ran to park with ball while bird sang in tree".split()
     rng = np.random.default_rng(0)
     corpus = root / "corpus.txt"
-    corpus.write_text("\n\n".join("\n".join(" ".join(rng.choice(words, 8)) + "."
-                                            for _ in range(4)) for _ in range(40)) + "\n")
+    corpus.write_text(
+        "\n\n".join(
+            "\n".join(" ".join(rng.choice(words, 8)) + "." for _ in range(4)) for _ in range(40)
+        )
+        + "\n"
+    )
     tok = train_tokenizer([str(corpus)], "wordpiece", 120, min_frequency=1)
     torch.manual_seed(0)
     cfg = EncoderConfig.from_preset("tiny-bert", num_hidden_layers=4, vocab_size=tok.vocab_size)
@@ -327,43 +382,126 @@ def test_cli_init_train_and_resume(toy_teacher, tmp_path):
     teacher_dir, corpus = toy_teacher
     runner = CliRunner()
     out = tmp_path / "student"
-    r = runner.invoke(app, ["distill", "init", "--teacher", str(teacher_dir), "--layers", "1,3",
-                            "--student-preset", "tiny-distilbert", "-o", str(out)])
+    r = runner.invoke(
+        app,
+        [
+            "distill",
+            "init",
+            "--teacher",
+            str(teacher_dir),
+            "--layers",
+            "1,3",
+            "--student-preset",
+            "tiny-distilbert",
+            "-o",
+            str(out),
+        ],
+    )
     assert r.exit_code == 0, r.output
     s, t = from_pretrained(out), from_pretrained(teacher_dir)
     assert s.config.model_type == "distilbert" and s.config.num_hidden_layers == 2
-    assert torch.equal(s.state_dict()["encoder.layers.0.attention.qkv.weight"],
-                       t.state_dict()["encoder.layers.1.attention.qkv.weight"])
+    assert torch.equal(
+        s.state_dict()["encoder.layers.0.attention.qkv.weight"],
+        t.state_dict()["encoder.layers.1.attention.qkv.weight"],
+    )
 
     run = tmp_path / "run"
-    common = ["distill", "--method", "distilbert", "--teacher", str(teacher_dir), "--student",
-              str(out), "--corpus", str(corpus), "-o", str(run), "--max-length", "16",
-              "--batch-size", "4", "--log-every", "1", "--eval-every", "0", "--save-every", "1",
-              "--device", "cpu", "--no-progress"]
+    common = [
+        "distill",
+        "--method",
+        "distilbert",
+        "--teacher",
+        str(teacher_dir),
+        "--student",
+        str(out),
+        "--corpus",
+        str(corpus),
+        "-o",
+        str(run),
+        "--max-length",
+        "16",
+        "--batch-size",
+        "4",
+        "--log-every",
+        "1",
+        "--eval-every",
+        "0",
+        "--save-every",
+        "1",
+        "--device",
+        "cpu",
+        "--no-progress",
+    ]
     r = runner.invoke(app, common + ["--max-steps", "2"])
     assert r.exit_code == 0, r.output
     r = runner.invoke(app, common + ["--max-steps", "4", "--resume"])
     assert r.exit_code == 0, r.output
     summary = json.loads((run / "summary.json").read_text())
     assert summary["step"] == 4 and summary["method"] == "distilbert"
-    steps = [json.loads(x)["step"] for x in (run / "metrics.jsonl").read_text().splitlines()
-             if json.loads(x)["split"] == "train"]
+    steps = [
+        json.loads(x)["step"]
+        for x in (run / "metrics.jsonl").read_text().splitlines()
+        if json.loads(x)["split"] == "train"
+    ]
     assert steps == [1, 2, 3, 4]
     assert (run / "model" / "tokenizer.json").is_file()
 
-    r = runner.invoke(app, ["distill", "--method", "tinybert", "--teacher", str(teacher_dir),
-                            "--student", "tiny-bert", "--layers", "2", "--hidden", "16",
-                            "--corpus", str(corpus), "-o", str(tmp_path / "tiny"),
-                            "--max-length", "16", "--batch-size", "4", "--max-steps", "2",
-                            "--device", "cpu", "--no-progress"])
+    r = runner.invoke(
+        app,
+        [
+            "distill",
+            "--method",
+            "tinybert",
+            "--teacher",
+            str(teacher_dir),
+            "--student",
+            "tiny-bert",
+            "--layers",
+            "2",
+            "--hidden",
+            "16",
+            "--corpus",
+            str(corpus),
+            "-o",
+            str(tmp_path / "tiny"),
+            "--max-length",
+            "16",
+            "--batch-size",
+            "4",
+            "--max-steps",
+            "2",
+            "--device",
+            "cpu",
+            "--no-progress",
+        ],
+    )
     assert r.exit_code == 0, r.output
-    r = runner.invoke(app, ["distill", "--method", "tinybert", "--teacher", str(teacher_dir),
-                            "--student", "tiny-bert", "--layers", "3", "--corpus", str(corpus),
-                            "-o", str(tmp_path / "bad"), "--device", "cpu", "--no-progress"])
+    r = runner.invoke(
+        app,
+        [
+            "distill",
+            "--method",
+            "tinybert",
+            "--teacher",
+            str(teacher_dir),
+            "--student",
+            "tiny-bert",
+            "--layers",
+            "3",
+            "--corpus",
+            str(corpus),
+            "-o",
+            str(tmp_path / "bad"),
+            "--device",
+            "cpu",
+            "--no-progress",
+        ],
+    )
     assert r.exit_code == 2 and "multiple" in r.output
 
 
 # --- TinyBERT task distillation ------------------------------------------------------------------
+
 
 def test_task_distillation_two_stages(toy_teacher, tmp_path):
     from bertfamily.pretrained import from_pretrained
@@ -372,9 +510,14 @@ def test_task_distillation_two_stages(toy_teacher, tmp_path):
     teacher_dir, _ = toy_teacher
     tok = load_tokenizer(teacher_dir)
     torch.manual_seed(0)
-    cfg = EncoderConfig.from_preset("tiny-bert", num_hidden_layers=2, vocab_size=tok.vocab_size,
-                                    label_names=("neg", "pos"), hidden_dropout_prob=0.0,
-                                    attention_probs_dropout_prob=0.0)
+    cfg = EncoderConfig.from_preset(
+        "tiny-bert",
+        num_hidden_layers=2,
+        vocab_size=tok.vocab_size,
+        label_names=("neg", "pos"),
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+    )
     teacher = build_model(cfg, heads=["classify"])
     with torch.no_grad():  # peaked teacher logits (a random head's are nearly uniform)
         teacher.task_head.out.weight.mul_(30.0)
@@ -384,21 +527,52 @@ def test_task_distillation_two_stages(toy_teacher, tmp_path):
     before_t = {k: v.clone() for k, v in from_pretrained(tdir).state_dict().items()}
     words = ["cat sat on the mat", "dog ran to the park", "bird sang in a tree", "the ball"]
     csv = tmp_path / "train.csv"
-    csv.write_text("sentence,y\n" + "".join(f"{w} {i},{'pos' if i % 2 else 'neg'}\n"
-                                            for i, w in enumerate(words * 4)))
+    csv.write_text(
+        "sentence,y\n"
+        + "".join(f"{w} {i},{'pos' if i % 2 else 'neg'}\n" for i, w in enumerate(words * 4))
+    )
     out = tmp_path / "run"
     runner = CliRunner()
-    r = runner.invoke(app, ["distill", "--method", "tinybert-task", "--teacher", str(tdir),
-                            "--student", "1", "--train", str(csv), "--text-column", "sentence",
-                            "--label-column", "y", "-o", str(out), "--intermediate-steps", "5",
-                            "--prediction-steps", "30", "--batch-size", "8", "--lr", "3e-3",
-                            "--warmup", "0", "--log-every", "1", "--device", "cpu",
-                            "--no-progress"])
+    r = runner.invoke(
+        app,
+        [
+            "distill",
+            "--method",
+            "tinybert-task",
+            "--teacher",
+            str(tdir),
+            "--student",
+            "1",
+            "--train",
+            str(csv),
+            "--text-column",
+            "sentence",
+            "--label-column",
+            "y",
+            "-o",
+            str(out),
+            "--intermediate-steps",
+            "5",
+            "--prediction-steps",
+            "30",
+            "--batch-size",
+            "8",
+            "--lr",
+            "3e-3",
+            "--warmup",
+            "0",
+            "--log-every",
+            "1",
+            "--device",
+            "cpu",
+            "--no-progress",
+        ],
+    )
     assert r.exit_code == 0, r.output
-    inter = [json.loads(x) for x in (out / "intermediate" / "metrics.jsonl").read_text()
-             .splitlines()]
-    pred = [json.loads(x) for x in (out / "prediction" / "metrics.jsonl").read_text()
-            .splitlines()]
+    inter = [
+        json.loads(x) for x in (out / "intermediate" / "metrics.jsonl").read_text().splitlines()
+    ]
+    pred = [json.loads(x) for x in (out / "prediction" / "metrics.jsonl").read_text().splitlines()]
     assert {"embedding_loss", "hidden_loss", "attention_loss"} <= set(inter[0])
     losses = [row["prediction_loss"] for row in pred if "prediction_loss" in row]
     assert len(losses) == 30 and np.mean(losses[-5:]) < np.mean(losses[:5])

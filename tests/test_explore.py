@@ -38,8 +38,10 @@ def test_page_is_self_contained(page):
 def browser():
     if not (os.path.exists(CHROMIUM) and os.path.exists(DRIVER)):
         if os.environ.get("CI") == "true":
-            pytest.fail(f"chromium ({CHROMIUM}) and chromedriver ({DRIVER}) are required in CI; "
-                        ".ci/run installs them")
+            pytest.fail(
+                f"chromium ({CHROMIUM}) and chromedriver ({DRIVER}) are required in CI; "
+                ".ci/run installs them"
+            )
         pytest.skip("headless Chromium not installed (apt-get install chromium chromium-driver)")
     webdriver = pytest.importorskip("selenium.webdriver")
     from selenium.webdriver.chrome.options import Options
@@ -48,9 +50,17 @@ def browser():
     options = Options()
     options.binary_location = CHROMIUM
     profile = tempfile.mkdtemp(prefix="bertfamily-chromium-")
-    for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                 "--disable-background-networking", "--disable-component-update",
-                 "--no-first-run", f"--user-data-dir={profile}", "--window-size=1600,1000"):
+    for flag in (
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--no-first-run",
+        f"--user-data-dir={profile}",
+        "--window-size=1600,1000",
+    ):
         options.add_argument(flag)
     driver = webdriver.Chrome(service=Service(DRIVER), options=options)
     yield driver
@@ -76,13 +86,15 @@ def test_explorer_in_headless_chromium(page, browser):
     numbers = cell.find_element(By.CSS_SELECTOR, ".numbers").text
     configs = [EncoderConfig.from_preset(n, vocab_size=SMALL_V) for n in FAMILY if n in PRESETS]
     B, T = choose_batch_shape(configs)
-    step = trace(EncoderConfig.from_preset("tinybert-4l", vocab_size=SMALL_V), batch=B,
-                 seq_len=T).by_key()[key]
+    step = trace(
+        EncoderConfig.from_preset("tinybert-4l", vocab_size=SMALL_V), batch=B, seq_len=T
+    ).by_key()[key]
     assert shape == step.output_symbols[0] == "(B, N, T, T)"
     assert numbers == str(step.output_shape)
     assert "struct" in cell.get_attribute("class")  # Dh = 26 differs from BERT-base
     missing = browser.find_element(
-        By.CSS_SELECTOR, 'td[data-model="distilbert-base"][data-key="encoder.pooler"]')
+        By.CSS_SELECTOR, 'td[data-model="distilbert-base"][data-key="encoder.pooler"]'
+    )
     assert "absent" in missing.text
     legend = browser.find_element(By.CSS_SELECTOR, ".legend").text
     assert "Dh head dimension" in legend
@@ -100,8 +112,12 @@ def test_attention_png(minilm_dir, tmp_path):
     import torch
     from PIL import Image
 
-    from bertfamily.inspect.attention_plot import (attention_weights, figure_pixels, pick_head,
-                                                   plot_attention)
+    from bertfamily.inspect.attention_plot import (
+        attention_weights,
+        figure_pixels,
+        pick_head,
+        plot_attention,
+    )
 
     tokens, probs = attention_weights("The cat sat on the mat.", minilm_dir, layer=2, head=3)
     assert tokens[0] == "[CLS]" and tokens[-1] == "[SEP]" and probs.shape == (len(tokens),) * 2
@@ -125,12 +141,26 @@ def test_attention_cli(minilm_dir, tmp_path):
     from bertfamily.cli import app
 
     out = tmp_path / "a.png"
-    result = CliRunner().invoke(app, ["attention", "Hello world", "--model", str(minilm_dir),
-                                      "--layer", "0", "--head", "1", "--output", str(out)])
+    result = CliRunner().invoke(
+        app,
+        [
+            "attention",
+            "Hello world",
+            "--model",
+            str(minilm_dir),
+            "--layer",
+            "0",
+            "--head",
+            "1",
+            "--output",
+            str(out),
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert out.stat().st_size > 1000
-    result = CliRunner().invoke(app, ["attention", "x", "--model", str(minilm_dir), "--output",
-                                      str(tmp_path / "a.jpg")])
+    result = CliRunner().invoke(
+        app, ["attention", "x", "--model", str(minilm_dir), "--output", str(tmp_path / "a.jpg")]
+    )
     assert result.exit_code == 2 and ".png" in result.output
 
 
@@ -148,13 +178,19 @@ def test_attention_band_for_longformer(minilm_dir, tmp_path):
 
     torch.manual_seed(0)
     config = transformers.LongformerConfig(
-        vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-        intermediate_size=37, max_position_embeddings=66, type_vocab_size=1, pad_token_id=0,
-        attention_window=[4, 6])
+        vocab_size=30522,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=37,
+        max_position_embeddings=66,
+        type_vocab_size=1,
+        pad_token_id=0,
+        attention_window=[4, 6],
+    )
     path = tmp_path / "tiny-longformer"
     transformers.LongformerModel(config).save_pretrained(path)
-    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
-                 "vocab.txt"):
+    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt"):
         sh.copy(minilm_dir / name, path / name)
     text = "The cat sat on the mat."
     tokens, probs = attention_weights(text, path, layer=1, head=2)
@@ -162,8 +198,9 @@ def test_attention_band_for_longformer(minilm_dir, tmp_path):
     assert torch.allclose(probs.sum(-1), torch.ones(len(tokens)), atol=1e-5)
     assert not probs[0, :3].any() and not probs[-1, -3:].any()  # no keys before / after
     out = tmp_path / "band.png"
-    result = CliRunner().invoke(app, ["attention", text, "--model", str(path), "--layer", "0",
-                                      "--output", str(out)])
+    result = CliRunner().invoke(
+        app, ["attention", text, "--model", str(path), "--layer", "0", "--output", str(out)]
+    )
     assert result.exit_code == 0, result.output
     with Image.open(out) as image:
         assert image.size == figure_pixels(len(tokens))

@@ -21,7 +21,7 @@ def test_onnx_runtime_matches(preset, tmp_path):
     for B, T in ((3, 11), (1, 5)):  # shapes other than the export example: axes are dynamic
         ids = torch.randint(3, 99, (B, T))
         mask = torch.ones(B, T, dtype=torch.long)
-        mask[-1, T // 2:] = 0
+        mask[-1, T // 2 :] = 0
         feed = {"input_ids": ids.numpy(), "attention_mask": mask.numpy()}
         if model.config.type_vocab_size:
             feed["token_type_ids"] = np.zeros((B, T), dtype=np.int64)

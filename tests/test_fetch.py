@@ -18,7 +18,7 @@ from bertfamily.fetch import FetchError, Resource, cache_dir, fetch, resolve_mod
 MODEL_FILES = {
     "config.json": json.dumps({"model_type": "bert", "hidden_size": 32}).encode(),
     "model.safetensors": bytes(range(256)) * 64,
-    "vocab.txt": "[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nhello\n".encode(),
+    "vocab.txt": b"[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nhello\n",
     "1_Pooling/config.json": b'{"pooling_mode_mean_tokens": true}',
 }
 MEMBER = "tiny_pkg/model/"

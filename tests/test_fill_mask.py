@@ -12,12 +12,17 @@ from typer.testing import CliRunner
 from bertfamily.cli import app
 from bertfamily.objectives.masking import MaskingConfig
 from bertfamily.pipelines.fill_mask import FillMask
-from bertfamily.train import TrainConfig
 from bertfamily.recipes.pretrain import PretrainConfig, load_for_continued_pretraining, pretrain
 from bertfamily.recipes.tokenizer import train_tokenizer
+from bertfamily.train import TrainConfig
 
-FACTS = ["the sky is blue .", "the grass is green .", "the sun is yellow .",
-         "the snow is white .", "the night is dark ."]
+FACTS = [
+    "the sky is blue .",
+    "the grass is green .",
+    "the sun is yellow .",
+    "the snow is white .",
+    "the night is dark .",
+]
 
 
 # every test here trains a toy model or continues pretraining MiniLM (tens of seconds)
@@ -32,11 +37,28 @@ def trained(tmp_path_factory):
     corpus = root / "toy.txt"
     corpus.write_text("\n\n".join(docs) + "\n")
     train_tokenizer(corpus, "wordpiece", 120, min_frequency=1, output_dir=root / "tok")
-    cfg = PretrainConfig(corpus=[corpus], tokenizer=root / "tok", preset="tiny-bert", overrides=dict(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0),
-                         objectives=["mlm"], max_length=32, eval_documents=4, eval_batches=2,
-                         masking=MaskingConfig(strategy="token", mlm_probability=0.3))
-    tc = TrainConfig(output_dir=root / "run", max_steps=600, batch_size=16, learning_rate=1e-2,
-                     warmup_steps=10, log_every=50, eval_every=0, progress=False, device="cpu")
+    cfg = PretrainConfig(
+        corpus=[corpus],
+        tokenizer=root / "tok",
+        preset="tiny-bert",
+        overrides=dict(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0),
+        objectives=["mlm"],
+        max_length=32,
+        eval_documents=4,
+        eval_batches=2,
+        masking=MaskingConfig(strategy="token", mlm_probability=0.3),
+    )
+    tc = TrainConfig(
+        output_dir=root / "run",
+        max_steps=600,
+        batch_size=16,
+        learning_rate=1e-2,
+        warmup_steps=10,
+        log_every=50,
+        eval_every=0,
+        progress=False,
+        device="cpu",
+    )
     summary = pretrain(cfg, tc)
     return root, summary
 
@@ -63,8 +85,17 @@ def test_pretraining_learns_and_fill_mask_predicts(trained):
 
 def test_fill_mask_cli(trained):
     root, _ = trained
-    result = CliRunner().invoke(app, ["fill-mask", "the grass is [MASK] .", "--model",
-                                      str(root / "run" / "model"), "--top-k", "2"])
+    result = CliRunner().invoke(
+        app,
+        [
+            "fill-mask",
+            "the grass is [MASK] .",
+            "--model",
+            str(root / "run" / "model"),
+            "--top-k",
+            "2",
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert "green" in result.output
 
@@ -80,8 +111,13 @@ def test_metrics_and_checkpoint_written(trained):
 def test_continued_pretraining_from_minilm_adds_fresh_head(minilm_dir):
     model, fresh = load_for_continued_pretraining(minilm_dir, ["mlm"])
     assert model.mlm_head is not None
-    assert sorted(fresh) == ["mlm_head.bias", "mlm_head.dense.bias", "mlm_head.dense.weight",
-                             "mlm_head.norm.bias", "mlm_head.norm.weight"]
+    assert sorted(fresh) == [
+        "mlm_head.bias",
+        "mlm_head.dense.bias",
+        "mlm_head.dense.weight",
+        "mlm_head.norm.bias",
+        "mlm_head.norm.weight",
+    ]
     assert torch.equal(model.mlm_head.bias, torch.zeros(30522))
     assert model.mlm_head.decoder_weight is model.encoder.embeddings.token.weight
     with pytest.raises(ValueError, match="no masked-LM head"):
@@ -93,14 +129,48 @@ def test_cli_tokenizer_train_pretrain_and_resume(trained, tmp_path):
 
     root, _ = trained
     runner = CliRunner()
-    res = runner.invoke(app, ["tokenizer", "train", str(root / "toy.txt"), "-o",
-                              str(tmp_path / "tok"), "--vocab-size", "120",
-                              "--min-frequency", "1"])
+    res = runner.invoke(
+        app,
+        [
+            "tokenizer",
+            "train",
+            str(root / "toy.txt"),
+            "-o",
+            str(tmp_path / "tok"),
+            "--vocab-size",
+            "120",
+            "--min-frequency",
+            "1",
+        ],
+    )
     assert res.exit_code == 0, res.output
-    args = ["pretrain", str(root / "toy.txt"), "-o", str(tmp_path / "run"), "--tokenizer",
-            str(tmp_path / "tok"), "--preset", "tiny-bert", "--objectives", "mlm,nsp",
-            "--masking", "span", "--max-length", "32", "--batch-size", "4", "--log-every", "1",
-            "--eval-every", "0", "--save-every", "2", "--no-progress", "--device", "cpu"]
+    args = [
+        "pretrain",
+        str(root / "toy.txt"),
+        "-o",
+        str(tmp_path / "run"),
+        "--tokenizer",
+        str(tmp_path / "tok"),
+        "--preset",
+        "tiny-bert",
+        "--objectives",
+        "mlm,nsp",
+        "--masking",
+        "span",
+        "--max-length",
+        "32",
+        "--batch-size",
+        "4",
+        "--log-every",
+        "1",
+        "--eval-every",
+        "0",
+        "--save-every",
+        "2",
+        "--no-progress",
+        "--device",
+        "cpu",
+    ]
     res = runner.invoke(app, args + ["--max-steps", "3"])
     assert res.exit_code == 0, res.output
     res = runner.invoke(app, args + ["--max-steps", "5", "--resume"])
@@ -109,8 +179,19 @@ def test_cli_tokenizer_train_pretrain_and_resume(trained, tmp_path):
     steps = [r["step"] for r in rows if r["split"] == "train"]
     assert steps == [1, 2, 3, 4, 5]  # the second run continued at step 4
     assert all("pair_loss" in r for r in rows if r["split"] == "train")
-    res = runner.invoke(app, ["pretrain", str(root / "toy.txt"), "-o", str(tmp_path / "bad"),
-                              "--tokenizer", str(tmp_path / "tok"), "--objectives", "nsp,sop"])
+    res = runner.invoke(
+        app,
+        [
+            "pretrain",
+            str(root / "toy.txt"),
+            "-o",
+            str(tmp_path / "bad"),
+            "--tokenizer",
+            str(tmp_path / "tok"),
+            "--objectives",
+            "nsp,sop",
+        ],
+    )
     assert res.exit_code == 2 and "objectives" in res.output
 
 
@@ -118,13 +199,20 @@ def test_spanbert_recipe_span_masking_and_sbo(trained, tmp_path):
     import json
 
     root, _ = trained
-    cfg = PretrainConfig(corpus=[root / "toy.txt"], tokenizer=root / "tok",
-                         preset="spanbert-base", max_length=32, eval_documents=4,
-                         eval_batches=1,
-                         overrides=dict(hidden_size=32, num_hidden_layers=1,
-                                        num_attention_heads=2, intermediate_size=37))
-    tc = TrainConfig(output_dir=tmp_path, max_steps=3, batch_size=4, log_every=1,
-                     progress=False, device="cpu")
+    cfg = PretrainConfig(
+        corpus=[root / "toy.txt"],
+        tokenizer=root / "tok",
+        preset="spanbert-base",
+        max_length=32,
+        eval_documents=4,
+        eval_batches=1,
+        overrides=dict(
+            hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=37
+        ),
+    )
+    tc = TrainConfig(
+        output_dir=tmp_path, max_steps=3, batch_size=4, log_every=1, progress=False, device="cpu"
+    )
     summary = pretrain(cfg, tc)
     assert summary["objectives"] == ["mlm", "sbo"]
     rows = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]

@@ -38,8 +38,11 @@ def test_params_add_up_to_the_real_count(name):
     assert table.total == real
     assert sum(table.subtotals().values()) == real
     assert table.trunk_total == meta_model(config).num_parameters()  # base model + pooler
-    assert table.trunk_total == sum(table.subtotals()[b] for b in table.subtotals()
-                                    if b in {r.block for r in table.rows if r.part == "trunk"})
+    assert table.trunk_total == sum(
+        table.subtotals()[b]
+        for b in table.subtotals()
+        if b in {r.block for r in table.rows if r.part == "trunk"}
+    )
     if name in PUBLISHED_PARAMETERS:  # trunk only, as published (PUBLISHED_PARAMETERS)
         assert table.trunk_total == PUBLISHED_PARAMETERS[name]
 
@@ -49,8 +52,11 @@ def test_deberta_emd_position_table_is_its_own_head_row():
     trunk is the published 138,601,728; the table is a labelled row of the decoder's block."""
     trunk_only = parameter_table("deberta-base")
     assert trunk_only.total == trunk_only.trunk_total == PUBLISHED_PARAMETERS["deberta-base"]
-    assert not any("position" in r.name and "relative" not in r.name for r in trunk_only.rows
-                   if r.name.startswith("encoder.embeddings"))
+    assert not any(
+        "position" in r.name and "relative" not in r.name
+        for r in trunk_only.rows
+        if r.name.startswith("encoder.embeddings")
+    )
     table = parameter_table("deberta-base", heads=["mlm"])
     assert table.trunk_total == PUBLISHED_PARAMETERS["deberta-base"]
     row = next(r for r in table.rows if r.name == "encoder.embeddings.position")
@@ -66,12 +72,18 @@ def test_chinese_bert_base_figures_of_spec():
     table = parameter_table("bert-base", heads=["mlm"], vocab_size=21128)
     by_name = {r.name: r.params for r in table.rows}
     expected = {
-        "encoder.embeddings.token": 16_226_304, "encoder.embeddings.segment": 1_536,
-        "encoder.embeddings.position": 393_216, "encoder.embeddings.norm": 1_536,
-        "encoder.layers.0.attention": 2_362_368, "encoder.layers.0.attention_norm": 1_536,
-        "encoder.layers.0.ffn": 4_722_432, "encoder.layers.0.ffn_norm": 1_536,
+        "encoder.embeddings.token": 16_226_304,
+        "encoder.embeddings.segment": 1_536,
+        "encoder.embeddings.position": 393_216,
+        "encoder.embeddings.norm": 1_536,
+        "encoder.layers.0.attention": 2_362_368,
+        "encoder.layers.0.attention_norm": 1_536,
+        "encoder.layers.0.ffn": 4_722_432,
+        "encoder.layers.0.ffn_norm": 1_536,
         "encoder.layers.11.ffn": 4_722_432,
-        "mlm_head.dense": 590_592, "mlm_head.norm": 1_536, "mlm_head.bias": 21_128,
+        "mlm_head.dense": 590_592,
+        "mlm_head.norm": 1_536,
+        "mlm_head.bias": 21_128,
     }
     for name, count in expected.items():
         assert by_name[name] == count, name
@@ -137,16 +149,23 @@ def test_every_shown_shape_is_the_real_tensor_shape(name, traces):
     def first_tensor(obj, depth=0):
         if isinstance(obj, torch.Tensor) or depth > 1:
             return obj if isinstance(obj, torch.Tensor) else None
-        items = (obj.values() if isinstance(obj, dict) else obj if isinstance(obj, tuple)
-                 else vars(obj).values() if hasattr(obj, "__dict__") else ())
-        return next((t for t in (first_tensor(v, depth + 1) for v in items) if t is not None),
-                    None)
+        items = (
+            obj.values()
+            if isinstance(obj, dict)
+            else obj
+            if isinstance(obj, tuple)
+            else vars(obj).values()
+            if hasattr(obj, "__dict__")
+            else ()
+        )
+        return next((t for t in (first_tensor(v, depth + 1) for v in items) if t is not None), None)
 
     def hook(path):
         def fn(module, args, output):
             first = first_tensor(output)
             if first is not None:
                 actual.setdefault(path, tuple(first.shape))
+
         return fn
 
     handles = [m.register_forward_hook(hook(p)) for p, m in model.named_modules() if p]
@@ -175,20 +194,27 @@ def test_every_shown_shape_is_the_real_tensor_shape(name, traces):
         G = int(inputs["global_attention_mask"].sum(1).max())
         assert tr.symbols["G"] == G and tr.symbols["W"] == tr.config.attention_windows[0] // 2
         shown = dict(zip((n for n, _ in attn.outputs), attn.output_symbols))
-        assert shown == {"hidden": "(B, T, H)", "probs": "(B, N, T, 2W+1)",
-                         "scores": "(B, N, T, 2W+1)", "global_key_probs": "(B, N, T, G)",
-                         "global_probs": "(B, N, G, T)"}
+        assert shown == {
+            "hidden": "(B, T, H)",
+            "probs": "(B, N, T, 2W+1)",
+            "scores": "(B, N, T, 2W+1)",
+            "global_key_probs": "(B, N, T, G)",
+            "global_probs": "(B, N, G, T)",
+        }
         band = steps["encoder.layers.*.attention:matmul(B,N,T,2W+1)#0"]
         assert band.output_symbols == ["(B, N, T, 2W+1)"] and "band" in band.operation
         assert steps["encoder.layers.*.attention:softmax#0"].output_symbols == ["(B, N, T, G+2W+1)"]
         assert steps["encoder.layers.*.attention:matmul(B,N,G,T)#0"].operation.startswith(
-            "global rows")
+            "global rows"
+        )
         assert not any(t.endswith("T, T)") for st in tr.steps for t in st.output_symbols)
     else:
         assert steps["encoder.layers.*.attention:softmax#0"].output_shape == tuple(
-            out.attentions[0].shape)
+            out.attentions[0].shape
+        )
         assert steps["encoder.layers.*.attention:matmul(B,N,T,T)#0"].output_symbols == [
-            "(B, N, T, T)"]
+            "(B, N, T, T)"
+        ]
     assert steps["mlm_head"].output_shape == tuple(out.logits.shape) == (B, T, SMALL_V)
     if model.encoder.pooler is not None:
         assert steps["encoder.pooler"].output_shape == tuple(out.pooler_output.shape)
@@ -209,7 +235,10 @@ def test_symbols_round_trip():
 def test_differences_from_bert_base_come_from_the_traces(traces):
     ref = traces["bert-base"][0]
     roberta = diff_traces(ref, traces["roberta-base"][0])
-    assert {s.key for s in roberta.missing} >= {"inputs.token_type_ids", "encoder.embeddings.segment"}
+    assert {s.key for s in roberta.missing} >= {
+        "inputs.token_type_ids",
+        "encoder.embeddings.segment",
+    }
     distil = diff_traces(ref, traces["distilbert-base"][0])
     assert "encoder.pooler" in {s.key for s in distil.missing}
     assert any("6" in x for x in distil.steps["encoder.layers.*"].sizes)
@@ -225,8 +254,11 @@ def test_differences_from_bert_base_come_from_the_traces(traces):
     layer = diff_traces(ref, shared).steps["encoder.layers.*"]
     assert layer.marked and "weights shared" in " ".join(layer.structural)
     # A structural difference: E < H (factorised embedding) adds a projection step.
-    fact = trace(EncoderConfig.from_preset("bert-base", vocab_size=SMALL_V, embedding_size=128),
-                 batch=5, seq_len=16)
+    fact = trace(
+        EncoderConfig.from_preset("bert-base", vocab_size=SMALL_V, embedding_size=128),
+        batch=5,
+        seq_len=16,
+    )
     fd = diff_traces(ref, fact)
     assert fd.steps["encoder.embeddings.projection"].marked
     assert fact.by_key()["encoder.embeddings.token"].output_symbols == ["(B, T, E)"]
@@ -235,7 +267,8 @@ def test_differences_from_bert_base_come_from_the_traces(traces):
     albert = diff_traces(ref, traces["albert-base"][0])
     assert albert.steps["encoder.embeddings.projection"].marked  # E→H
     assert traces["albert-base"][0].by_key()["encoder.embeddings.projection"].output_symbols == [
-        "(B, T, H)"]
+        "(B, T, H)"
+    ]
     assert "weights shared" in " ".join(albert.steps["encoder.layers.*"].structural)
     deberta = diff_traces(ref, traces["deberta-base"][0])
     att = "encoder.layers.*.attention"
@@ -245,8 +278,14 @@ def test_differences_from_bert_base_come_from_the_traces(traces):
     assert not deberta.steps[f"{att}:matmul(B,N,T,T)#0"].marked  # c2c: BERT's QKᵀ itself
     assert "c2c + c2p + p2c" in deberta.steps[att].structural[0]
     longformer = diff_traces(ref, traces["longformer-base"][0])
-    for key in (f"{att}:matmul(B,N,T,2W+1)#0", f"{att}:matmul(B,N,G,T)#0", f"{att}.query_global",
-                f"{att}.kv_global", f"{att}:softmax#0", "inputs.global_attention_mask"):
+    for key in (
+        f"{att}:matmul(B,N,T,2W+1)#0",
+        f"{att}:matmul(B,N,G,T)#0",
+        f"{att}.query_global",
+        f"{att}.kv_global",
+        f"{att}:softmax#0",
+        "inputs.global_attention_mask",
+    ):
         assert longformer.steps[key].marked, key
     assert f"{att}:matmul(B,N,T,T)#0" in {s.key for s in longformer.missing}
 

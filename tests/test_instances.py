@@ -5,9 +5,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from bertfamily.objectives.instances import (Segment, SpecialIds, nsp_instances,
-                                             packed_instances, sop_instances,
-                                             truncate_longest_first)
+from bertfamily.objectives.instances import (
+    Segment,
+    SpecialIds,
+    nsp_instances,
+    packed_instances,
+    sop_instances,
+    truncate_longest_first,
+)
 
 SP = SpecialIds(cls=2, sep=3)
 
@@ -27,7 +32,7 @@ def docs(n_docs=60, seed=0):
 
 def split_ab(inst):
     seps = np.flatnonzero(inst.input_ids == SP.sep)
-    return inst.input_ids[1:seps[0]], inst.input_ids[seps[0] + 1:seps[1]]
+    return inst.input_ids[1 : seps[0]], inst.input_ids[seps[0] + 1 : seps[1]]
 
 
 @pytest.mark.parametrize("builder", [nsp_instances, sop_instances])

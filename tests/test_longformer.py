@@ -13,7 +13,6 @@ import torch
 import bertfamily as bf
 from bertfamily import EncoderConfig, build_model
 from bertfamily.heads.global_attention import default_global_attention_mask
-
 from helpers import ATOL, longformer_global_mask, padded_batch
 from reference.longformer import DenseReference
 
@@ -30,12 +29,13 @@ def batch(padding: str, seed: int = 1):
 @pytest.mark.parametrize("padding", ["right", "left"])
 @pytest.mark.parametrize("per_call", [1024, 5])  # 5: several SDPA calls per layer
 def test_chunked_equals_dense_reference(windows, padding, per_call):
-    config = EncoderConfig.from_preset("tiny-longformer", num_hidden_layers=3,
-                                       attention_window=windows)
+    config = EncoderConfig.from_preset(
+        "tiny-longformer", num_hidden_layers=3, attention_window=windows
+    )
     torch.manual_seed(2)
     model = build_model(config, heads=["mlm"]).eval()
     with torch.no_grad():
-        for name, p in model.named_parameters():
+        for p in model.parameters():
             p.add_(torch.randn_like(p) * 0.05)
     assert [layer.attention.window for layer in model.encoder.layers] == list(windows)
     for layer in model.encoder.layers:
@@ -72,8 +72,9 @@ def test_whole_window_equals_full_attention():
 
 def test_long_input_runs_and_window_limits_influence():
     """T = 2000 on a tiny model; a token's change reaches only the tokens within L·W of it."""
-    config = EncoderConfig.from_preset("tiny-longformer", max_position_embeddings=2100,
-                                       attention_window=(4, 6))
+    config = EncoderConfig.from_preset(
+        "tiny-longformer", max_position_embeddings=2100, attention_window=(4, 6)
+    )
     model = build_model(config).eval()
     ids = torch.randint(3, 99, (1, 2000), generator=torch.Generator().manual_seed(0))
     changed = ids.clone()
@@ -86,8 +87,10 @@ def test_long_input_runs_and_window_limits_influence():
 
 
 # --- presets, defaults, bad input --------------------------------------------------------------
-@pytest.mark.parametrize("window,match", [(5, "even"), (0, "positive even"), (-2, "even"),
-                                          ((4,), "one per layer"), ((4, 3), "got 3")])
+@pytest.mark.parametrize(
+    "window,match",
+    [(5, "even"), (0, "positive even"), (-2, "even"), ((4,), "one per layer"), ((4, 3), "got 3")],
+)
 def test_bad_window(window, match):
     with pytest.raises(ValueError, match=match):
         EncoderConfig.from_preset("tiny-longformer", attention_window=window)
@@ -96,16 +99,20 @@ def test_bad_window(window, match):
 def test_bad_global_attention_mask():
     model = build_model(EncoderConfig.from_preset("tiny-longformer")).eval()
     ids = torch.randint(3, 99, (2, 5))
-    with pytest.raises(ValueError, match=r"global_attention_mask has shape \(2, 4\); expected "
-                                         r"\(2, 5\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"global_attention_mask has shape \(2, 4\); expected "
+        r"\(2, 5\)",
+    ):
         model(ids, global_attention_mask=torch.zeros(2, 4, dtype=torch.long))
     with pytest.raises(ValueError, match="integers 0/1 or bools"):
         model(ids, global_attention_mask=torch.zeros(2, 5))
     with pytest.raises(ValueError, match=r"only 0 \(local\) and 1 \(global\)"):
         model(ids, global_attention_mask=torch.full((2, 5), 2))
     with pytest.raises(ValueError, match=r"4096 exceeds the model's maximum of 4095"):
-        big = build_model(EncoderConfig.from_preset(
-            "tiny-longformer", max_position_embeddings=4097)).eval()
+        big = build_model(
+            EncoderConfig.from_preset("tiny-longformer", max_position_embeddings=4097)
+        ).eval()
         big(torch.full((1, 4096), 5))
 
 
@@ -121,17 +128,23 @@ def test_global_flag_on_padding_is_ignored():
 
 
 def test_default_global_attention_mask():
-    ids = torch.tensor([[0, 7, 8, 2, 2, 9, 9, 2, 1, 1],
-                        [0, 7, 2, 2, 9, 9, 9, 9, 9, 2],
-                        [1, 1, 0, 7, 8, 9, 2, 2, 9, 2]])
+    ids = torch.tensor(
+        [
+            [0, 7, 8, 2, 2, 9, 9, 2, 1, 1],
+            [0, 7, 2, 2, 9, 9, 9, 9, 9, 2],
+            [1, 1, 0, 7, 8, 9, 2, 2, 9, 2],
+        ]
+    )
     mask = (ids != 1).long()
     mask[1, 0] = 1
     cls = default_global_attention_mask(ids, "classification", attention_mask=mask)
     assert cls.tolist() == [[1] + [0] * 9, [1] + [0] * 9, [0, 0, 1] + [0] * 7]
     qa = default_global_attention_mask(ids, "qa", sep_token_id=2, attention_mask=mask)
-    assert qa.tolist() == [[1, 1, 1, 0, 0, 0, 0, 0, 0, 0],
-                           [1, 1, 0, 0, 0, 0, 0, 0, 0, 0],
-                           [0, 0, 1, 1, 1, 1, 0, 0, 0, 0]]
+    assert qa.tolist() == [
+        [1, 1, 1, 0, 0, 0, 0, 0, 0, 0],
+        [1, 1, 0, 0, 0, 0, 0, 0, 0, 0],
+        [0, 0, 1, 1, 1, 1, 0, 0, 0, 0],
+    ]
     with pytest.raises(ValueError, match="sep_token_id"):
         default_global_attention_mask(ids, "qa")
     with pytest.raises(ValueError, match=r"rows \[0\] hold no separator"):
@@ -176,14 +189,16 @@ def test_convert_roberta_to_longformer(hf_checkpoint, tmp_path):
         torch.testing.assert_close(a[mask.bool()], b[mask.bool()], atol=ATOL, rtol=0)
         # Short input, window covering it, no global tokens: exactly RoBERTa (the paper's §5).
         r = roberta(input_ids=ids, attention_mask=mask).logits
-        torch.testing.assert_close(ours(ids, mask).logits[mask.bool()], r[mask.bool()],
-                                   atol=ATOL, rtol=0)
+        torch.testing.assert_close(
+            ours(ids, mask).logits[mask.bool()], r[mask.bool()], atol=ATOL, rtol=0
+        )
         # Global tokens start with the local projections: same outputs with or without them.
         torch.testing.assert_close(a[mask.bool()], r[mask.bool()], atol=ATOL, rtol=0)
     long_ids = torch.randint(3, 99, (1, 150))
     with torch.no_grad():
-        torch.testing.assert_close(ours(long_ids).logits, ref(input_ids=long_ids).logits,
-                                   atol=ATOL, rtol=0)
+        torch.testing.assert_close(
+            ours(long_ids).logits, ref(input_ids=long_ids).logits, atol=ATOL, rtol=0
+        )
 
 
 def test_convert_rejects_bad_sources(hf_checkpoint, tmp_path):
@@ -201,12 +216,23 @@ def test_convert_rejects_bad_sources(hf_checkpoint, tmp_path):
 
 def test_cli_convert(hf_checkpoint, cli, tmp_path):
     path, _ = hf_checkpoint("roberta", "RobertaModel")
-    result = cli("convert", "to-longformer", "--model", path, "--output", tmp_path / "lf",
-                 "--max-positions", "128", "--window", "8")
+    result = cli(
+        "convert",
+        "to-longformer",
+        "--model",
+        path,
+        "--output",
+        tmp_path / "lf",
+        "--max-positions",
+        "128",
+        "--window",
+        "8",
+    )
     assert result.exit_code == 0, result.output
     cfg = json.loads((tmp_path / "lf" / "config.json").read_text())
     assert cfg["model_type"] == "longformer" and cfg["max_position_embeddings"] == 130
     assert cfg["attention_window"] == 8 and cfg["architectures"] == ["LongformerModel"]
-    bad = cli("convert", "to-longformer", "--model", path, "--output", tmp_path / "x",
-              "--window", "7")
+    bad = cli(
+        "convert", "to-longformer", "--model", path, "--output", tmp_path / "x", "--window", "7"
+    )
     assert bad.exit_code == 2 and "even" in bad.output

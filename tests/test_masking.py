@@ -8,9 +8,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from bertfamily.objectives.masking import (MaskingConfig, chinese_word_ids, mask_tokens,
-                                           span_length_distribution, word_ids_from_starts,
-                                           word_starts)
+from bertfamily.objectives.masking import (
+    MaskingConfig,
+    chinese_word_ids,
+    mask_tokens,
+    span_length_distribution,
+    word_ids_from_starts,
+    word_starts,
+)
 
 V, T, MASK, SPECIALS = 500, 128, 4, [0, 1, 2, 3, 4]
 
@@ -25,12 +30,21 @@ def sample(strategy: str, n: int = 600, seed: int = 0, **kw):
         pad = int(rng.integers(0, 20))
         ids[0], ids[50] = 2, 3
         ids[T - pad - 1] = 3
-        ids[T - pad:] = 0
+        ids[T - pad :] = 0
         special = np.isin(ids, SPECIALS)
         wid = word_ids_from_starts(rng.random(T) < 0.6, special)
         ents = [(10, 14), (30, 33)]
-        r = mask_tokens(ids, special, cfg, rng, vocab_size=V, mask_token_id=MASK, word_ids=wid,
-                        entities=ents, special_ids=SPECIALS)
+        r = mask_tokens(
+            ids,
+            special,
+            cfg,
+            rng,
+            vocab_size=V,
+            mask_token_id=MASK,
+            word_ids=wid,
+            entities=ents,
+            special_ids=SPECIALS,
+        )
         out.append((ids, special, wid, r))
     return out
 
@@ -86,8 +100,10 @@ def test_span_replacement_is_per_span():
     mixed = 0
     for ids, _, _, r in sample("span", n=200):
         for s, e in r.spans:
-            kinds = {("mask" if x == MASK else "same" if x == y else "random")
-                     for x, y in zip(r.input_ids[s:e], ids[s:e])}
+            kinds = {
+                ("mask" if x == MASK else "same" if x == y else "random")
+                for x, y in zip(r.input_ids[s:e], ids[s:e])
+            }
             mixed += len(kinds - {"random", "same"}) and len(kinds) > 1 and "random" not in kinds
     assert mixed == 0
 
@@ -101,20 +117,33 @@ def test_dynamic_masks_differ_static_repeats():
     rng = np.random.default_rng(0)
     ids = rng.integers(5, V, T)
     special = np.zeros(T, bool)
-    a = mask_tokens(ids, special, MaskingConfig(), np.random.default_rng(1), vocab_size=V,
-                    mask_token_id=MASK)
-    b = mask_tokens(ids, special, MaskingConfig(), np.random.default_rng(1), vocab_size=V,
-                    mask_token_id=MASK)
-    c = mask_tokens(ids, special, MaskingConfig(), np.random.default_rng(2), vocab_size=V,
-                    mask_token_id=MASK)
+    a = mask_tokens(
+        ids, special, MaskingConfig(), np.random.default_rng(1), vocab_size=V, mask_token_id=MASK
+    )
+    b = mask_tokens(
+        ids, special, MaskingConfig(), np.random.default_rng(1), vocab_size=V, mask_token_id=MASK
+    )
+    c = mask_tokens(
+        ids, special, MaskingConfig(), np.random.default_rng(2), vocab_size=V, mask_token_id=MASK
+    )
     assert (a.labels == b.labels).all() and not (a.labels == c.labels).all()
 
 
 def test_word_starts_wordpiece_and_bpe():
     assert word_starts(["the", "un", "##believ", "##able", "cat"], "wordpiece").tolist() == [
-        True, True, False, False, True]
+        True,
+        True,
+        False,
+        False,
+        True,
+    ]
     assert word_starts(["The", "Ġun", "believ", "able", "Ġcat"], "bpe").tolist() == [
-        True, True, False, False, True]
+        True,
+        True,
+        False,
+        False,
+        True,
+    ]
     special = np.array([True, False, False, True, False, True])
     starts = np.array([True, True, False, True, False, True])
     w = word_ids_from_starts(starts, special).tolist()

@@ -10,15 +10,28 @@ import bertfamily as bf
 from bertfamily.pipelines.embed import SentenceEmbedder, cosine_matrix, semantic_search
 
 SENTENCES = [
-    "A man is eating food.", "A man is eating a piece of bread.", "The girl is carrying a baby.",
-    "A man is riding a horse.", "A woman is playing violin.", "Two men pushed carts through the woods.",
-    "A man is riding a white horse on an enclosed ground.", "A monkey is playing drums.",
-    "Someone in a gorilla costume is playing a set of drums.", "Café au lait, s'il vous plaît.",
-    "Müller's Straße ist naß.", "北京是中国的首都。", "東京は日本の首都です。",
-    "Москва — столица России.", "Η Αθήνα είναι η πρωτεύουσα της Ελλάδας.",
-    "I love pizza 🍕 and sushi 🍣!", "The quick brown fox jumps over the lazy dog.",
-    "", "   whitespace   around   ", "It was the best of times, it was the worst of times, " * 20,
-    "naïve coöperation résumé", "[MASK] tokens in text",
+    "A man is eating food.",
+    "A man is eating a piece of bread.",
+    "The girl is carrying a baby.",
+    "A man is riding a horse.",
+    "A woman is playing violin.",
+    "Two men pushed carts through the woods.",
+    "A man is riding a white horse on an enclosed ground.",
+    "A monkey is playing drums.",
+    "Someone in a gorilla costume is playing a set of drums.",
+    "Café au lait, s'il vous plaît.",
+    "Müller's Straße ist naß.",
+    "北京是中国的首都。",
+    "東京は日本の首都です。",
+    "Москва — столица России.",
+    "Η Αθήνα είναι η πρωτεύουσα της Ελλάδας.",
+    "I love pizza 🍕 and sushi 🍣!",
+    "The quick brown fox jumps over the lazy dog.",
+    "",
+    "   whitespace   around   ",
+    "It was the best of times, it was the worst of times, " * 20,
+    "naïve coöperation résumé",
+    "[MASK] tokens in text",
 ]
 
 
@@ -48,8 +61,13 @@ def test_embeddings_equal_transformers(minilm_dir, reference):
 
 def test_paraphrase_scores_higher_than_unrelated(minilm_dir):
     embedder = SentenceEmbedder(minilm_dir)
-    v = embedder.encode(["A man is eating food.", "A man is eating a piece of bread.",
-                         "The girl is carrying a baby."])
+    v = embedder.encode(
+        [
+            "A man is eating food.",
+            "A man is eating a piece of bread.",
+            "The girl is carrying a baby.",
+        ]
+    )
     sims = cosine_matrix(v, v)
     assert sims[0, 1] > 0.6 > 0.1 > sims[0, 2]
 
@@ -57,8 +75,9 @@ def test_paraphrase_scores_higher_than_unrelated(minilm_dir):
 def test_semantic_search(minilm_dir):
     embedder = SentenceEmbedder(minilm_dir)
     corpus = SENTENCES[:9]
-    hits = semantic_search(embedder, ["A man is eating pasta.", "Someone is riding a horse."],
-                           corpus, top_k=2)
+    hits = semantic_search(
+        embedder, ["A man is eating pasta.", "Someone is riding a horse."], corpus, top_k=2
+    )
     assert hits[0][0].text == "A man is eating food."
     assert {h.index for h in hits[1]} == {3, 6}
     assert hits[0][0].score >= hits[0][1].score

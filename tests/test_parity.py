@@ -16,7 +16,6 @@ import torch
 import bertfamily as bf
 from bertfamily.checkpoints.convert import CheckpointError
 from bertfamily.checkpoints.keymaps import FAMILIES
-
 from helpers import ATOL, assert_same_state, longformer_global_mask, padded_batch
 
 LABELS = {0: "neg", 1: "neu", 2: "pos"}
@@ -26,19 +25,34 @@ SEP = 2  # the tiny configs' separator id (transformers' RobertaConfig / Longfor
 # 4 unique layers in 2 groups of 2) and DeBERTa's attention types and relative-position clipping
 # (k = 4 < T). The other families have one variant.
 VARIANTS = {
-    "albert": {"shared": {},
-               "grouped": dict(num_hidden_layers=4, num_hidden_groups=2, inner_group_num=2)},
-    "deberta": {"c2p|p2c": {}, "c2p": dict(pos_att_type="c2p"),
-                "clipped": dict(max_relative_positions=4)},
+    "albert": {
+        "shared": {},
+        "grouped": dict(num_hidden_layers=4, num_hidden_groups=2, inner_group_num=2),
+    },
+    "deberta": {
+        "c2p|p2c": {},
+        "c2p": dict(pos_att_type="c2p"),
+        "clipped": dict(max_relative_positions=4),
+    },
 }
 # Facts each family's tiny checkpoint must read into our config.
 CONFIG_FACTS = {
-    "albert": dict(model_type="albert", pair_head="sop", hidden_act="gelu_tanh",
-                   embedding_size=16, hidden_size=32),
-    "deberta": dict(model_type="deberta", attention_kind="disentangled",
-                    position_biased_input=False),
-    "longformer": dict(model_type="longformer", attention_kind="windowed",
-                       attention_window=(4, 6), sep_token_id=SEP),
+    "albert": dict(
+        model_type="albert",
+        pair_head="sop",
+        hidden_act="gelu_tanh",
+        embedding_size=16,
+        hidden_size=32,
+    ),
+    "deberta": dict(
+        model_type="deberta", attention_kind="disentangled", position_biased_input=False
+    ),
+    "longformer": dict(
+        model_type="longformer",
+        attention_kind="windowed",
+        attention_window=(4, 6),
+        sep_token_id=SEP,
+    ),
 }
 PAIR_LOGITS = {"bert": "seq_relationship_logits", "albert": "sop_logits"}
 SEGMENTS = ("bert", "albert")  # families whose tiny configs have two token types
@@ -50,8 +64,9 @@ def _head_cases():
     sequence-classification class with one label."""
     cases = []
     for family, fmap in FAMILIES.items():
-        heads = list(fmap.architectures) + (["regression"] if "classify" in fmap.architectures
-                                            else [])
+        heads = list(fmap.architectures) + (
+            ["regression"] if "classify" in fmap.architectures else []
+        )
         for variant in VARIANTS.get(family, {"default": {}}):
             cases += [(family, variant, head) for head in heads]
     return cases
@@ -59,8 +74,12 @@ def _head_cases():
 
 CASES = _head_cases()
 # Left padding only for heads that never read a padded position (the others read column 0).
-PADDED_CASES = [(*case, padding) for case in CASES for padding in ("right", "left")
-                if padding == "right" or case[2] in LEFT_PADDED]
+PADDED_CASES = [
+    (*case, padding)
+    for case in CASES
+    for padding in ("right", "left")
+    if padding == "right" or case[2] in LEFT_PADDED
+]
 
 
 def test_sweep_covers_every_family_and_head():
@@ -73,17 +92,25 @@ def test_sweep_covers_every_family_and_head():
         assert {"", "mlm", "classify", "regression", "tokens", "qa"} <= heads, family
     assert {h for f, _, h in CASES if f in ("bert", "albert")} >= {"mlm+pair"}
     assert ("deberta", "c2p|p2c", "choice") not in CASES  # transformers has no such class
-    assert len(CASES) == sum(len(VARIANTS.get(f, {0: 0})) * (len(m.architectures) + 1)
-                             for f, m in FAMILIES.items())
+    assert len(CASES) == sum(
+        len(VARIANTS.get(f, {0: 0})) * (len(m.architectures) + 1) for f, m in FAMILIES.items()
+    )
 
 
 def _row(g: torch.Generator, T: int, length: int, question: int, pad_id: int, first: int):
     """first, question, SEP SEP, answer, SEP, padding: exactly three separators, as
     transformers' Longformer QA and multiple-choice defaults demand."""
     answer = length - question - 4
-    return torch.cat([torch.tensor([first]), torch.randint(3, 99, (question,), generator=g),
-                      torch.tensor([SEP, SEP]), torch.randint(3, 99, (answer,), generator=g),
-                      torch.tensor([SEP]), torch.full((T - length,), pad_id)])
+    return torch.cat(
+        [
+            torch.tensor([first]),
+            torch.randint(3, 99, (question,), generator=g),
+            torch.tensor([SEP, SEP]),
+            torch.randint(3, 99, (answer,), generator=g),
+            torch.tensor([SEP]),
+            torch.full((T - length,), pad_id),
+        ]
+    )
 
 
 def task_inputs(family: str, choice: bool, pad_id: int, left: bool = False):
@@ -95,8 +122,12 @@ def task_inputs(family: str, choice: bool, pad_id: int, left: bool = False):
     first = 0 if family in ("roberta", "longformer") else 5  # <s> / any token
     lengths = [[11, 7], [8, 8], [6, 10]] if choice else [[11], [8], [6]]
     questions = [[3, 1], [2, 2], [1, 4]] if choice else [[3], [2], [1]]
-    ids = torch.stack([torch.stack([_row(g, T, n, q, pad_id, first) for n, q in zip(ns, qs)])
-                       for ns, qs in zip(lengths, questions)])
+    ids = torch.stack(
+        [
+            torch.stack([_row(g, T, n, q, pad_id, first) for n, q in zip(ns, qs)])
+            for ns, qs in zip(lengths, questions)
+        ]
+    )
     mask = (torch.arange(T)[None, None, :] < torch.tensor(lengths)[..., None]).long()
     if left:  # move the padding to the front of each row
         for b in range(ids.shape[0]):
@@ -171,8 +202,9 @@ def test_matches_transformers(family, variant, head, padding, hf_checkpoint, tmp
         assert ours.config.label_names == tuple(labels.values())
     if head == "regression":
         assert ours.config.num_labels == 1
-    ids, kw = task_inputs(family, head == "choice", ours.config.pad_token_id,
-                          left=padding == "left")
+    ids, kw = task_inputs(
+        family, head == "choice", ours.config.pad_token_id, left=padding == "left"
+    )
     mask = kw["attention_mask"]
     with torch.no_grad():
         a = ours(ids, **kw, output_hidden_states=head == "")
@@ -186,13 +218,15 @@ def test_matches_transformers(family, variant, head, padding, hf_checkpoint, tmp
         if family == "albert":  # ours: one state per layer step; transformers: per group step
             steps = ref.config.num_hidden_layers * ref.config.inner_group_num
             assert len(a.hidden_states) == 1 + steps
-            torch.testing.assert_close(a.hidden_states[0][mask.bool()],
-                                       b.hidden_states[0][mask.bool()], atol=ATOL, rtol=0)
+            torch.testing.assert_close(
+                a.hidden_states[0][mask.bool()], b.hidden_states[0][mask.bool()], atol=ATOL, rtol=0
+            )
         else:
             assert len(a.hidden_states) == len(b.hidden_states) == 1 + ref.config.num_hidden_layers
             for ours_h, ref_h in zip(a.hidden_states, b.hidden_states):
-                torch.testing.assert_close(ours_h[mask.bool()], ref_h[mask.bool()], atol=ATOL,
-                                           rtol=0)
+                torch.testing.assert_close(
+                    ours_h[mask.bool()], ref_h[mask.bool()], atol=ATOL, rtol=0
+                )
     if padding == "left":
         return
 
@@ -216,11 +250,13 @@ def test_matches_transformers(family, variant, head, padding, hf_checkpoint, tmp
         base = transformers.AutoModel.from_pretrained(out).eval()
         flat = {k: v.flatten(0, 1) if head == "choice" else v for k, v in kw.items()}
         with torch.no_grad():
-            h = base(input_ids=ids.flatten(0, 1) if head == "choice" else ids,
-                     **flat).last_hidden_state
+            h = base(
+                input_ids=ids.flatten(0, 1) if head == "choice" else ids, **flat
+            ).last_hidden_state
         real = flat["attention_mask"].bool()
-        torch.testing.assert_close(a.last_hidden_state.reshape(h.shape)[real], h[real],
-                                   atol=ATOL, rtol=0)
+        torch.testing.assert_close(
+            a.last_hidden_state.reshape(h.shape)[real], h[real], atol=ATOL, rtol=0
+        )
 
     # ... and back into bertfamily: same heads, bit-identical weights
     back = bf.from_pretrained(out)
@@ -229,15 +265,24 @@ def test_matches_transformers(family, variant, head, padding, hf_checkpoint, tmp
 
 
 # --- padding contract ------------------------------------------------------------------------
-ROW_ALONE = [("bert", "right", {}), ("roberta", "right", {}), ("roberta", "left", {}),
-             ("distilbert", "right", {}), ("albert", "right", {}),
-             ("deberta", "right", {}), ("deberta", "right", VARIANTS["deberta"]["clipped"]),
-             ("longformer", "right", {}), ("longformer", "left", {})]
+ROW_ALONE = [
+    ("bert", "right", {}),
+    ("roberta", "right", {}),
+    ("roberta", "left", {}),
+    ("distilbert", "right", {}),
+    ("albert", "right", {}),
+    ("deberta", "right", {}),
+    ("deberta", "right", VARIANTS["deberta"]["clipped"]),
+    ("longformer", "right", {}),
+    ("longformer", "left", {}),
+]
 
 
-@pytest.mark.parametrize("family,padding,overrides", ROW_ALONE,
-                         ids=[f"{f}-{p}-{'clipped' if o else 'default'}"
-                              for f, p, o in ROW_ALONE])
+@pytest.mark.parametrize(
+    "family,padding,overrides",
+    ROW_ALONE,
+    ids=[f"{f}-{p}-{'clipped' if o else 'default'}" for f, p, o in ROW_ALONE],
+)
 def test_padded_row_equals_row_alone(family, padding, overrides, hf_checkpoint):
     """A padded row's real tokens equal the row run alone (left padding only where positions
     count from the first real token: RoBERTa's scheme). Longformer: with different numbers of
@@ -245,8 +290,11 @@ def test_padded_row_equals_row_alone(family, padding, overrides, hf_checkpoint):
     path, _ = hf_checkpoint(family, FAMILIES[family].architectures[""], **overrides)
     ours = bf.from_pretrained(path)
     T = 11 if family == "longformer" else 7
-    ids, mask = padded_batch((T, 8 if T == 11 else 5, 3 if T == 11 else 2),
-                             pad_id=ours.config.pad_token_id, left=padding == "left")
+    ids, mask = padded_batch(
+        (T, 8 if T == 11 else 5, 3 if T == 11 else 2),
+        pad_id=ours.config.pad_token_id,
+        left=padding == "left",
+    )
     g = longformer_global_mask("different", mask) if family == "longformer" else None
     with torch.no_grad():
         kw = {} if g is None else {"global_attention_mask": g}
@@ -262,8 +310,7 @@ def test_padded_row_equals_row_alone(family, padding, overrides, hf_checkpoint):
 @pytest.mark.parametrize("padding", ["right", "left"])
 @pytest.mark.parametrize("glob", ["first", "different"])
 @pytest.mark.parametrize("head", ["", "mlm"])
-def test_longformer_explicit_global_mask_matches_transformers(head, glob, padding,
-                                                              hf_checkpoint):
+def test_longformer_explicit_global_mask_matches_transformers(head, glob, padding, hf_checkpoint):
     """Explicit global tokens: the first real token, or 3, 1 and 0 global tokens per row."""
     path, ref = hf_checkpoint("longformer", FAMILIES["longformer"].architectures[head])
     ours = bf.from_pretrained(path)
@@ -305,8 +352,10 @@ def test_longformer_attention_probabilities_match_transformers(glob, padding, hf
     g = longformer_global_mask(glob, mask)
     kw = {} if g is None else {"global_attention_mask": g}
     caught = []
-    handles = [layer.attention.register_forward_hook(lambda m, a, o: caught.append(o))
-               for layer in ours.encoder.layers]
+    handles = [
+        layer.attention.register_forward_hook(lambda m, a, o: caught.append(o))
+        for layer in ours.encoder.layers
+    ]
     with torch.no_grad():
         a = ours(ids, mask, output_attentions=True, **kw)
         plain = ours(ids, mask, **kw)
@@ -325,12 +374,14 @@ def test_longformer_attention_probabilities_match_transformers(glob, padding, hf
         if G == 0:
             assert out.global_key_probs is None and out.global_probs is None
             continue
-        torch.testing.assert_close(out.global_key_probs, b.attentions[layer][..., :G],
-                                   atol=ATOL, rtol=0)
+        torch.testing.assert_close(
+            out.global_key_probs, b.attentions[layer][..., :G], atol=ATOL, rtol=0
+        )
         rows = out.global_probs.transpose(2, 3)  # (B, N, T, G) like transformers
         valid = (torch.arange(G)[None, :] < g.sum(1)[:, None])[:, None, None, :].expand_as(rows)
-        torch.testing.assert_close(rows[valid], b.global_attentions[layer][:, :, :T][valid],
-                                   atol=ATOL, rtol=0)
+        torch.testing.assert_close(
+            rows[valid], b.global_attentions[layer][:, :, :T][valid], atol=ATOL, rtol=0
+        )
         assert not rows[~valid].any()
         # every real local query's probabilities (band + global keys) sum to one
         local = mask.bool() & ~g.bool()
@@ -356,8 +407,9 @@ def test_longformer_explicit_global_mask_overrides_default(task, hf_checkpoint):
             a = ours(ids, **kw, global_attention_mask=g)
             b = ref(input_ids=ids, **kw, global_attention_mask=g)
             sel = real if task == "qa" else slice(None)
-            torch.testing.assert_close(getattr(a, key)[sel], getattr(b, key)[sel], atol=ATOL,
-                                       rtol=0)
+            torch.testing.assert_close(
+                getattr(a, key)[sel], getattr(b, key)[sel], atol=ATOL, rtol=0
+            )
             hidden = a.last_hidden_state.view(*mask.shape, -1)[real]
             assert (hidden - default).abs().max() > 1e-2  # the default was really applied
 
@@ -377,12 +429,14 @@ def test_deberta_attention_probabilities_match_transformers(variant, hf_checkpoi
         fast = ours(ids, mask).last_hidden_state
     assert len(a.attentions) == len(b.attentions) == 2
     for ours_p, ref_p in zip(a.attentions, b.attentions):
-        torch.testing.assert_close(ours_p.transpose(1, 2)[real], ref_p.transpose(1, 2)[real],
-                                   atol=ATOL, rtol=0)
+        torch.testing.assert_close(
+            ours_p.transpose(1, 2)[real], ref_p.transpose(1, 2)[real], atol=ATOL, rtol=0
+        )
         assert (ours_p.masked_select(~real[:, None, None, :]) == 0).all()
         assert (ours_p.masked_select(~real[:, None, :, None]) == 0).all()
-    torch.testing.assert_close(a.last_hidden_state[real], b.last_hidden_state[real], atol=ATOL,
-                               rtol=0)
+    torch.testing.assert_close(
+        a.last_hidden_state[real], b.last_hidden_state[real], atol=ATOL, rtol=0
+    )
     torch.testing.assert_close(fast[real], a.last_hidden_state[real], atol=ATOL, rtol=0)
 
 
@@ -393,8 +447,9 @@ def test_new_head_on_base_checkpoint(family, hf_checkpoint):
     path, ref = hf_checkpoint(family, FAMILIES[family].architectures[""])
     with pytest.raises(CheckpointError):
         bf.from_pretrained(path, heads=["classify"])  # strict: the head is missing
-    model = bf.from_pretrained(path, heads=["classify"], new_heads=True,
-                               label_names=("a", "b", "c", "d"))
+    model = bf.from_pretrained(
+        path, heads=["classify"], new_heads=True, label_names=("a", "b", "c", "d")
+    )
     assert model.config.num_labels == 4
     ids, kw = task_inputs(family, False, model.config.pad_token_id)
     with torch.no_grad():
@@ -411,9 +466,12 @@ def test_bin_weights_and_unprefixed_keys(hf_checkpoint, tmp_path):
 
     path, ref = hf_checkpoint("bert", "BertModel")
     state = load_file(path / "model.safetensors")
-    state = {k.replace("LayerNorm.weight", "LayerNorm.gamma").replace("LayerNorm.bias",
-                                                                        "LayerNorm.beta"): v
-             for k, v in state.items()}
+    state = {
+        k.replace("LayerNorm.weight", "LayerNorm.gamma").replace(
+            "LayerNorm.bias", "LayerNorm.beta"
+        ): v
+        for k, v in state.items()
+    }
     assert any(k.endswith("LayerNorm.gamma") for k in state)
     state["embeddings.position_ids"] = torch.arange(64)[None]
     torch.save(state, tmp_path / "pytorch_model.bin")
@@ -421,7 +479,10 @@ def test_bin_weights_and_unprefixed_keys(hf_checkpoint, tmp_path):
     ours = bf.from_pretrained(tmp_path)
     ids, mask = padded_batch((7, 5, 2))
     with torch.no_grad():
-        torch.testing.assert_close(ours(ids, mask).last_hidden_state[mask.bool()],
-                                   ref(input_ids=ids, attention_mask=mask).last_hidden_state[
-                                       mask.bool()], atol=ATOL, rtol=0)
+        torch.testing.assert_close(
+            ours(ids, mask).last_hidden_state[mask.bool()],
+            ref(input_ids=ids, attention_mask=mask).last_hidden_state[mask.bool()],
+            atol=ATOL,
+            rtol=0,
+        )
     assert json.loads((tmp_path / "config.json").read_text())["model_type"] == "bert"

@@ -14,7 +14,6 @@ from bertfamily import EncoderConfig, build_model
 from bertfamily.inspect.explore import default_heads
 from bertfamily.inspect.models import meta_model, shrink_layers
 from bertfamily.presets import FAMILY, PRESETS, PUBLISHED_PARAMETERS
-
 from helpers import padded_batch
 
 FULL_SIZE = [n for n in PRESETS if not n.startswith("tiny-")]
@@ -27,8 +26,9 @@ def test_registry():
 
     assert sorted(FULL_SIZE) == sorted(FAMILY) and len(FAMILY) == 10
     assert set(PUBLISHED_PARAMETERS) == set(FAMILY)
-    assert {EncoderConfig.from_preset(n).model_type for n in PRESETS if n.startswith("tiny-")} \
-        == set(FAMILIES)
+    assert {
+        EncoderConfig.from_preset(n).model_type for n in PRESETS if n.startswith("tiny-")
+    } == set(FAMILIES)
 
 
 def small(name: str) -> EncoderConfig:
@@ -37,9 +37,14 @@ def small(name: str) -> EncoderConfig:
     if name.startswith("tiny-"):
         return config
     offset = 2 if config.position_scheme == "absolute_from_padding" else 0
-    changes = dict(vocab_size=99, hidden_size=32, num_attention_heads=4, intermediate_size=37,
-                   max_position_embeddings=64 + offset,
-                   embedding_size=32 if config.embedding_size == config.hidden_size else 16)
+    changes = dict(
+        vocab_size=99,
+        hidden_size=32,
+        num_attention_heads=4,
+        intermediate_size=37,
+        max_position_embeddings=64 + offset,
+        embedding_size=32 if config.embedding_size == config.hidden_size else 16,
+    )
     if config.attention_kind == "windowed":
         changes["attention_window"] = 4
     return shrink_layers(config.replace(**changes))
@@ -81,8 +86,9 @@ def test_forward_backward_round_trip(name, tmp_path):
         loss = loss + out.pair_logits.logsumexp(-1).mean()
     loss.backward()
     grads = {n: p.grad for n, p in model.named_parameters()}
-    assert all(g is not None and torch.isfinite(g).all() for g in grads.values()), \
-        [n for n, g in grads.items() if g is None]
+    assert all(g is not None and torch.isfinite(g).all() for g in grads.values()), [
+        n for n, g in grads.items() if g is None
+    ]
     assert model.encoder.layers[0].attention.qkv.weight.grad.abs().sum() > 0
 
     model.eval()
@@ -121,10 +127,14 @@ def test_full_size_specifics():
     albert = meta_model(EncoderConfig.from_preset("albert-base"))
     assert albert.num_parameters() == 11_683_584
     # all 12 layer steps run one stored layer
-    assert {k.split(".")[2] for k in albert.state_dict() if k.startswith("encoder.layers.")} \
-        == {"0"}
+    assert {k.split(".")[2] for k in albert.state_dict() if k.startswith("encoder.layers.")} == {
+        "0"
+    }
     deberta = EncoderConfig.from_preset("deberta-base")
     # with the MLM head the enhanced mask decoder keeps the absolute table (512 × 768)
-    assert (meta_model(deberta, ["mlm"]).num_parameters()
-            == meta_model(deberta).num_parameters() + 512 * 768 == 138_601_728 + 512 * 768)
+    assert (
+        meta_model(deberta, ["mlm"]).num_parameters()
+        == meta_model(deberta).num_parameters() + 512 * 768
+        == 138_601_728 + 512 * 768
+    )
     assert EncoderConfig.from_preset("longformer-base").max_sequence_length == 4096

@@ -8,11 +8,11 @@ import torch
 from torch.nn import functional as F
 
 from bertfamily.build import build_model, build_span_boundary_head
-from bertfamily.pretrained import from_pretrained
 from bertfamily.config import EncoderConfig
 from bertfamily.objectives.instances import Instance
 from bertfamily.objectives.masking import MaskingConfig
 from bertfamily.objectives.pretraining import MLMCollator, PretrainingModel
+from bertfamily.pretrained import from_pretrained
 
 
 def batch(seed=0, B=3, T=9, V=99):
@@ -24,8 +24,13 @@ def batch(seed=0, B=3, T=9, V=99):
     types[:, 5:] = 1
     labels = torch.full((B, T), -100)
     labels[0, 2], labels[1, 1:4], labels[2, 6] = 17, torch.tensor([3, 40, 41]), 88
-    return {"input_ids": ids, "attention_mask": attn, "token_type_ids": types,
-            "labels": labels, "pair_labels": torch.tensor([0, 1, 1])}
+    return {
+        "input_ids": ids,
+        "attention_mask": attn,
+        "token_type_ids": types,
+        "labels": labels,
+        "pair_labels": torch.tensor([0, 1, 1]),
+    }
 
 
 def test_mlm_nsp_loss_equals_bert_for_pretraining(hf_checkpoint):
@@ -34,9 +39,13 @@ def test_mlm_nsp_loss_equals_bert_for_pretraining(hf_checkpoint):
     assert ours.heads == ("mlm", "pair")
     b = batch()
     with torch.no_grad():
-        ref = hf(b["input_ids"], attention_mask=b["attention_mask"],
-                 token_type_ids=b["token_type_ids"], labels=b["labels"],
-                 next_sentence_label=b["pair_labels"])
+        ref = hf(
+            b["input_ids"],
+            attention_mask=b["attention_mask"],
+            token_type_ids=b["token_type_ids"],
+            labels=b["labels"],
+            next_sentence_label=b["pair_labels"],
+        )
         loss, parts = PretrainingModel(ours)(b)
     torch.testing.assert_close(loss, ref.loss, atol=1e-5, rtol=1e-5)
     sel = b["labels"] != -100
@@ -77,10 +86,20 @@ def naive_sbo_loss(model, head, b):
             while e + 1 < T and b["labels"][r, e + 1] != -100:
                 e += 1
             h0 = torch.cat([hidden[r, s - 1], hidden[r, e + 1], head.position.weight[i - s]])
-            h1 = F.layer_norm(F.gelu(h0 @ head.dense1.weight.T + head.dense1.bias), (32,),
-                              head.norm1.weight, head.norm1.bias, 1e-12)
-            y = F.layer_norm(F.gelu(h1 @ head.dense2.weight.T + head.dense2.bias), (32,),
-                             head.norm2.weight, head.norm2.bias, 1e-12)
+            h1 = F.layer_norm(
+                F.gelu(h0 @ head.dense1.weight.T + head.dense1.bias),
+                (32,),
+                head.norm1.weight,
+                head.norm1.bias,
+                1e-12,
+            )
+            y = F.layer_norm(
+                F.gelu(h1 @ head.dense2.weight.T + head.dense2.bias),
+                (32,),
+                head.norm2.weight,
+                head.norm2.bias,
+                1e-12,
+            )
             logits = y @ E.T + head.bias
             losses.append(F.cross_entropy(logits[None], b["labels"][r, i][None]))
     return torch.stack(losses).mean()
@@ -88,9 +107,13 @@ def naive_sbo_loss(model, head, b):
 
 def test_sbo_against_naive_reference():
     torch.manual_seed(0)
-    cfg = EncoderConfig.from_preset("tiny-bert", hidden_dropout_prob=0.0,
-                                    attention_probs_dropout_prob=0.0, use_pooler=False,
-                                    pair_head=None)
+    cfg = EncoderConfig.from_preset(
+        "tiny-bert",
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+        use_pooler=False,
+        pair_head=None,
+    )
     model = build_model(cfg, heads=["mlm"]).eval()
     head = build_span_boundary_head(cfg, model).eval()
     with torch.no_grad():
@@ -98,13 +121,19 @@ def test_sbo_against_naive_reference():
             p.add_(torch.randn_like(p) * 0.1)
     # Collate real instances so the SBO fields come from the collator under test.
     insts = []
-    for r, span in enumerate([(2, 5), (1, 2), (3, 7)]):
+    for r in range(3):
         ids = np.arange(10, 19) + r
         special = np.zeros(9, bool)
         special[[0, 8]] = True
         insts.append(Instance(ids, np.zeros(9, np.int64), special, np.ones(9, bool), -1))
-    collate = MLMCollator(MaskingConfig(), vocab_size=99, mask_token_id=4, pad_token_id=0,
-                          special_ids=[0, 1, 2, 3, 4], sbo=True)
+    collate = MLMCollator(
+        MaskingConfig(),
+        vocab_size=99,
+        mask_token_id=4,
+        pad_token_id=0,
+        special_ids=[0, 1, 2, 3, 4],
+        sbo=True,
+    )
     b = collate(insts, np.random.default_rng(0))
     b["labels"][:] = -100
     for r, (s, e) in enumerate([(2, 5), (1, 2), (3, 7)]):
@@ -115,8 +144,11 @@ def test_sbo_against_naive_reference():
         _, parts = PretrainingModel(model, head, pair_objective=False)(b)
         ref = naive_sbo_loss(model, head, b)
     torch.testing.assert_close(parts["sbo_loss"], ref, atol=1e-5, rtol=1e-5)
-    assert b["sbo_left"][0, 2:5].tolist() == [1, 1, 1] and b["sbo_right"][0, 2:5].tolist() == [
-        5, 5, 5] and b["sbo_rel"][2, 3:7].tolist() == [0, 1, 2, 3]
+    assert (
+        b["sbo_left"][0, 2:5].tolist() == [1, 1, 1]
+        and b["sbo_right"][0, 2:5].tolist() == [5, 5, 5]
+        and b["sbo_rel"][2, 3:7].tolist() == [0, 1, 2, 3]
+    )
 
 
 def test_mlm_sop_loss_equals_albert_for_pretraining(hf_checkpoint):
@@ -127,9 +159,13 @@ def test_mlm_sop_loss_equals_albert_for_pretraining(hf_checkpoint):
     assert ours.heads == ("mlm", "pair") and ours.config.pair_head == "sop"
     b = batch()
     with torch.no_grad():
-        ref = hf(b["input_ids"], attention_mask=b["attention_mask"],
-                 token_type_ids=b["token_type_ids"], labels=b["labels"],
-                 sentence_order_label=b["pair_labels"])
+        ref = hf(
+            b["input_ids"],
+            attention_mask=b["attention_mask"],
+            token_type_ids=b["token_type_ids"],
+            labels=b["labels"],
+            sentence_order_label=b["pair_labels"],
+        )
         loss, parts = PretrainingModel(ours)(b)
     torch.testing.assert_close(loss, ref.loss, atol=1e-5, rtol=1e-5)
     sop_ref = F.cross_entropy(ref.sop_logits, b["pair_labels"])

@@ -36,7 +36,7 @@ def test_answer_only_in_second_window(minilm_tokenizer):
     holding = [f for f in feats if f.start_position]
     assert holding and holding[0] is not feats[0]
     f = holding[0]
-    answer = f.input_ids[f.start_position:f.end_position + 1]
+    answer = f.input_ids[f.start_position : f.end_position + 1]
     assert minilm_tokenizer.decode(answer) == "zanzibar city"
     # the model is confident in window 1 about a filler word, more so in window 2 about the answer
     targets = [(5, 5) if fi == 0 else None for fi in range(len(feats))]
@@ -76,7 +76,7 @@ def test_answer_never_from_the_question(minilm_tokenizer):
     pred = postprocess([ex], [f], s, e)[0]
     assert pred.answer.text == "Paris of France"
     assert pred.answer.start == ctx.index("Paris")
-    assert all(a.start >= 0 and ctx[a.start:a.end] == a.text for a in pred.n_best)
+    assert all(a.start >= 0 and ctx[a.start : a.end] == a.text for a in pred.n_best)
 
 
 def test_chinese_and_emoji_offsets_exact(minilm_tokenizer):
@@ -85,18 +85,24 @@ def test_chinese_and_emoji_offsets_exact(minilm_tokenizer):
     ex = QAExample("q4", "哪里?", ctx, [(answer, ctx.index(answer))])
     (f,) = prepare_windows(minilm_tokenizer, [ex], max_length=64, doc_stride=16)
     assert (f.offsets[f.start_position][0], f.offsets[f.end_position][1]) == (
-        ctx.index(answer), ctx.index(answer) + len(answer))
+        ctx.index(answer),
+        ctx.index(answer) + len(answer),
+    )
     pred = postprocess([ex], [f], *_logits([f], [(f.start_position, f.end_position)]))[0]
     assert pred.answer.text == answer
-    assert ctx[pred.answer.start:pred.answer.end] == answer
+    assert ctx[pred.answer.start : pred.answer.end] == answer
+
     # every context token's offsets point at its own characters (lower-cased, accents off)
     def plain(text):
-        return "".join(c for c in unicodedata.normalize("NFD", text.lower())
-                       if not unicodedata.combining(c))
+        return "".join(
+            c for c in unicodedata.normalize("NFD", text.lower()) if not unicodedata.combining(c)
+        )
 
     for tid, o in zip(f.input_ids, f.offsets):
         if o is not None and minilm_tokenizer.convert_ids_to_tokens(tid) != "[UNK]":
-            assert minilm_tokenizer.convert_ids_to_tokens(tid).lstrip("#") == plain(ctx[o[0]:o[1]])
+            assert minilm_tokenizer.convert_ids_to_tokens(tid).lstrip("#") == plain(
+                ctx[o[0] : o[1]]
+            )
 
 
 def test_max_answer_length_and_order(minilm_tokenizer):
@@ -129,9 +135,25 @@ def test_no_answer_threshold(minilm_tokenizer):
 
 
 def test_read_squad(tmp_path):
-    data = {"data": [{"paragraphs": [{"context": "Ünïcode 中文 here", "qas": [
-        {"id": "a", "question": "what?", "answers": [{"text": "中文", "answer_start": 8}]},
-        {"id": "b", "question": "none?", "answers": [], "is_impossible": True}]}]}]}
+    data = {
+        "data": [
+            {
+                "paragraphs": [
+                    {
+                        "context": "Ünïcode 中文 here",
+                        "qas": [
+                            {
+                                "id": "a",
+                                "question": "what?",
+                                "answers": [{"text": "中文", "answer_start": 8}],
+                            },
+                            {"id": "b", "question": "none?", "answers": [], "is_impossible": True},
+                        ],
+                    }
+                ]
+            }
+        ]
+    }
     p = tmp_path / "s.json"
     p.write_text(json.dumps(data, ensure_ascii=False), encoding="utf-8")
     exs = read_squad(p)
@@ -144,8 +166,9 @@ def test_read_squad(tmp_path):
 
 def test_window_too_small_is_a_clear_error(minilm_tokenizer):
     with pytest.raises(ValueError, match="doc_stride"):
-        prepare_windows(minilm_tokenizer, [QAExample("x", "q " * 10, "c " * 50)], max_length=16,
-                        doc_stride=8)
+        prepare_windows(
+            minilm_tokenizer, [QAExample("x", "q " * 10, "c " * 50)], max_length=16, doc_stride=8
+        )
 
 
 def test_max_context_rule_picks_the_central_window(minilm_tokenizer):
@@ -162,5 +185,5 @@ def test_max_context_rule_picks_the_central_window(minilm_tokenizer):
     s, e = _logits(feats, targets, high=5.0)
     s[1][j] = e[1][j] = 3.0  # less confident where the token has more context
     pred = postprocess([ex], feats, s, e)[0]
-    assert pred.answer.text == ctx[span[0]:span[1]]
+    assert pred.answer.text == ctx[span[0] : span[1]]
     assert pred.answer.score == 6.0  # from window 1, not the 10.0 of window 0

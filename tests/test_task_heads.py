@@ -32,8 +32,9 @@ def test_head_variants_come_from_config():
 
 
 def test_regression_with_one_label_uses_mse():
-    model = build_model(EncoderConfig.from_preset("tiny-bert", label_names=("score",)),
-                        ["classify"]).eval()
+    model = build_model(
+        EncoderConfig.from_preset("tiny-bert", label_names=("score",)), ["classify"]
+    ).eval()
     ids = torch.randint(3, 99, (4, 6))
     out = model(ids)
     assert out.logits.shape == (4, 1)
@@ -61,8 +62,14 @@ def test_deberta_heads_from_config(tmp_path):
     import transformers
 
     assert not hasattr(transformers, "DebertaForMultipleChoice")
-    base = {"model_type": "deberta", "vocab_size": 99, "hidden_size": 32,
-            "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 37}
+    base = {
+        "model_type": "deberta",
+        "vocab_size": 99,
+        "hidden_size": 32,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "intermediate_size": 37,
+    }
     assert config_from_hf(base).classifier_activation == "gelu"
     cfg = config_from_hf({**base, "pooler_hidden_act": "gelu_new", "cls_dropout": 0.3})
     assert cfg.classifier_activation == "gelu_tanh" and cfg.classifier_dropout == 0.3
@@ -74,6 +81,7 @@ def test_deberta_heads_from_config(tmp_path):
     assert model(ids).logits.shape == (2, 3)
     with pytest.raises(CheckpointError, match="no Hugging Face class"):
         model.save_pretrained(tmp_path / "choice")
-    albert = config_from_hf({"model_type": "albert", "classifier_dropout_prob": 0.2,
-                             "vocab_size": 99})
+    albert = config_from_hf(
+        {"model_type": "albert", "classifier_dropout_prob": 0.2, "vocab_size": 99}
+    )
     assert albert.classifier_dropout == 0.2

@@ -145,7 +145,13 @@ def test_wordpiece_matches_transformers(tmp_path, wordpiece_vocab, lower):
     ours = load_tokenizer(directory)
     hf = _hf_bert(wordpiece_vocab, do_lower_case=lower)
     assert ours.scheme == "wordpiece" and ours.has_token_type_ids
-    keys = ["input_ids", "attention_mask", "token_type_ids", "offset_mapping", "special_tokens_mask"]
+    keys = [
+        "input_ids",
+        "attention_mask",
+        "token_type_ids",
+        "offset_mapping",
+        "special_tokens_mask",
+    ]
 
     got = ours(SENTENCES, return_offsets=True, return_special_tokens_mask=True)
     want = hf(SENTENCES, padding=True, return_offsets_mapping=True, return_special_tokens_mask=True)
@@ -302,11 +308,13 @@ def test_offsets_point_into_the_original_strings(tmp_path, bpe_files, wordpiece_
         assert tok == "[UNK]" or tok.removeprefix("##") == piece
 
 
-# --------------------------------------------------------------------------- tokenizer.json and saving
+# --- tokenizer.json and saving ---------------------------------------------------------------
 
 
 def test_save_pretrained_round_trip_wordpiece(tmp_path, wordpiece_vocab):
-    source = _wordpiece_dir(tmp_path, wordpiece_vocab, {"do_lower_case": True, "model_max_length": 64})
+    source = _wordpiece_dir(
+        tmp_path, wordpiece_vocab, {"do_lower_case": True, "model_max_length": 64}
+    )
     ours = load_tokenizer(source)
     saved = ours.save_pretrained(tmp_path / "saved")
     assert {p.name for p in saved.iterdir()} == {

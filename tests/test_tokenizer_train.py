@@ -5,16 +5,19 @@ from __future__ import annotations
 
 import pytest
 
-from bertfamily.tokenization import load_tokenizer
 from bertfamily.recipes.tokenizer import train_tokenizer
+from bertfamily.tokenization import load_tokenizer
 
-TEXT = ["It is a truth universally acknowledged, that a single man in possession of a good "
-        "fortune, must be in want of a wife.",
-        "However little known the feelings or views of such a man may be on his first "
-        "entering a neighbourhood, this truth is so well fixed in the minds of the families.",
-        "Émile était très content à Paris.", "北京是中国的首都。",
-        "My dear Mr. Bennet, said his lady to him one day, have you heard that Netherfield "
-        "Park is let at last?"] * 20
+TEXT = [
+    "It is a truth universally acknowledged, that a single man in possession of a good "
+    "fortune, must be in want of a wife.",
+    "However little known the feelings or views of such a man may be on his first "
+    "entering a neighbourhood, this truth is so well fixed in the minds of the families.",
+    "Émile était très content à Paris.",
+    "北京是中国的首都。",
+    "My dear Mr. Bennet, said his lady to him one day, have you heard that Netherfield "
+    "Park is let at last?",
+] * 20
 PROBE = ["Mr. Bennet heard the truth about Netherfield.", "Émile à Paris", "中国的首都"]
 
 
@@ -38,8 +41,13 @@ def test_train_save_and_load_everywhere(tmp_path, kind, size):
 
 def test_wordpiece_specials_cjk_and_casing(tmp_path):
     tok = train_tokenizer(TEXT, "wordpiece", 300, min_frequency=1)
-    assert [tok.pad_token_id, tok.unk_token_id, tok.cls_token_id, tok.sep_token_id,
-            tok.mask_token_id] == [0, 1, 2, 3, 4]
+    assert [
+        tok.pad_token_id,
+        tok.unk_token_id,
+        tok.cls_token_id,
+        tok.sep_token_id,
+        tok.mask_token_id,
+    ] == [0, 1, 2, 3, 4]
     assert tok.tokenize("北京") == ["北", "京"]  # CJK: one character per token
     assert tok.tokenize("Émile") == tok.tokenize("emile")  # lower-cased, accents stripped
     cased = train_tokenizer(TEXT, "wordpiece", 300, min_frequency=1, lowercase=False)

@@ -14,7 +14,7 @@ from torch.nn import functional as F
 
 from bertfamily import build_model
 from bertfamily.config import EncoderConfig
-from bertfamily.train import (IndexedBatches, TrainConfig, Trainer, lr_factor, param_groups)
+from bertfamily.train import IndexedBatches, TrainConfig, Trainer, lr_factor, param_groups
 from bertfamily.train.distributed import DistInfo, shard_range
 
 V, T = 99, 8
@@ -25,15 +25,18 @@ pytestmark = pytest.mark.usefixtures("one_thread")  # conftest.py
 
 def tiny_model(dropout: float = 0.1):
     torch.manual_seed(0)
-    cfg = EncoderConfig.from_preset("tiny-bert", hidden_dropout_prob=dropout, use_pooler=False,
-                                    attention_probs_dropout_prob=dropout)
+    cfg = EncoderConfig.from_preset(
+        "tiny-bert",
+        hidden_dropout_prob=dropout,
+        use_pooler=False,
+        attention_probs_dropout_prob=dropout,
+    )
     return build_model(cfg, heads=["mlm"])
 
 
 def dataset(n: int = 24):
     rng = np.random.default_rng(0)
-    return [{"input_ids": rng.integers(5, V, T), "labels": rng.integers(5, V, T)}
-            for _ in range(n)]
+    return [{"input_ids": rng.integers(5, V, T), "labels": rng.integers(5, V, T)} for _ in range(n)]
 
 
 def loss_fn(model, batch):
@@ -43,9 +46,18 @@ def loss_fn(model, batch):
 
 
 def cfg(tmp_path, **kw):
-    base = dict(output_dir=tmp_path, max_steps=7, batch_size=4, grad_accum_steps=2,
-                learning_rate=1e-3, warmup_steps=2, log_every=1, seed=3, progress=False,
-                device="cpu")
+    base = dict(
+        output_dir=tmp_path,
+        max_steps=7,
+        batch_size=4,
+        grad_accum_steps=2,
+        learning_rate=1e-3,
+        warmup_steps=2,
+        log_every=1,
+        seed=3,
+        progress=False,
+        device="cpu",
+    )
     return TrainConfig(**{**base, **kw})
 
 
@@ -57,7 +69,17 @@ def train_losses(path):
 def test_linear_schedule_values():
     f = lr_factor("linear", warmup_steps=4, total_steps=10)
     assert [round(f(s), 4) for s in range(10)] == [
-        0.25, 0.5, 0.75, 1.0, 1.0, 0.8333, 0.6667, 0.5, 0.3333, 0.1667]
+        0.25,
+        0.5,
+        0.75,
+        1.0,
+        1.0,
+        0.8333,
+        0.6667,
+        0.5,
+        0.3333,
+        0.1667,
+    ]
     g = lr_factor("inverse_sqrt", warmup_steps=4, total_steps=0)
     assert g(3) == 1.0 and g(15) == pytest.approx(0.5)
     with pytest.raises(ValueError, match="schedule"):
@@ -71,7 +93,8 @@ def test_no_weight_decay_on_bias_and_layernorm():
     assert all(names[id(p)].endswith("weight") and p.ndim == 2 for p in decay["params"])
     rest_names = {names[id(p)] for p in rest["params"]}
     assert "encoder.embeddings.norm.weight" in rest_names or any(
-        "norm.weight" in n for n in rest_names)
+        "norm.weight" in n for n in rest_names
+    )
     assert all(n.endswith("bias") or "norm" in n for n in rest_names)
     assert rest["weight_decay"] == 0.0
     n_params = sum(p.numel() for p in model.parameters())
@@ -86,8 +109,12 @@ def test_resume_is_exact(tmp_path):
 
     two = tmp_path / "two"
     m2 = tiny_model()
-    out = Trainer(m2, loss_fn, IndexedBatches(data, 4, seed=1), cfg(two, max_steps=7),
-                  ).__class__  # keep the same schedule length: stop by interrupt below
+    out = Trainer(
+        m2,
+        loss_fn,
+        IndexedBatches(data, 4, seed=1),
+        cfg(two, max_steps=7),
+    ).__class__  # keep the same schedule length: stop by interrupt below
     calls = {"n": 0}
 
     def interrupting(model, batch):
@@ -109,12 +136,23 @@ def test_resume_is_exact(tmp_path):
 
 def test_early_stopping_and_best(tmp_path):
     scores = iter([0.5, 0.7, 0.6, 0.65, 0.9])
-    out = Trainer(tiny_model(), loss_fn, IndexedBatches(dataset(), 4),
-                  cfg(tmp_path, max_steps=50, eval_every=1, grad_accum_steps=1,
-                      metric_for_best="accuracy", greater_is_better=True,
-                      early_stopping_patience=2, load_best_at_end=True),
-                  eval_fn=lambda m: {"accuracy": next(scores)},
-                  save_fn=lambda m, d: m.save_pretrained(d)).train()
+    out = Trainer(
+        tiny_model(),
+        loss_fn,
+        IndexedBatches(dataset(), 4),
+        cfg(
+            tmp_path,
+            max_steps=50,
+            eval_every=1,
+            grad_accum_steps=1,
+            metric_for_best="accuracy",
+            greater_is_better=True,
+            early_stopping_patience=2,
+            load_best_at_end=True,
+        ),
+        eval_fn=lambda m: {"accuracy": next(scores)},
+        save_fn=lambda m, d: m.save_pretrained(d),
+    ).train()
     assert out["stopped"] == "early_stopping" and out["step"] == 4
     assert out["best_step"] == 2 and out["best_metric"] == pytest.approx(0.7)
     assert (tmp_path / "best" / "model.safetensors").is_file()
@@ -136,15 +174,27 @@ def test_shard_range():
 
 
 def _ddp_worker(rank, world, port, out_dir, data):
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
-                      WORLD_SIZE=str(world), LOCAL_RANK=str(rank))
+    os.environ.update(
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+        RANK=str(rank),
+        WORLD_SIZE=str(world),
+        LOCAL_RANK=str(rank),
+    )
     torch.distributed.init_process_group("gloo", rank=rank, world_size=world)
     torch.set_num_threads(1)
     model = tiny_model(dropout=0.0)
     src = IndexedBatches(data, 2, seed=5, rank=rank, world_size=world)
-    c = TrainConfig(output_dir=out_dir, max_steps=4, max_time_s=3600, grad_accum_steps=2,
-                    learning_rate=1e-3,
-                    log_every=1, progress=False, device="cpu")
+    c = TrainConfig(
+        output_dir=out_dir,
+        max_steps=4,
+        max_time_s=3600,
+        grad_accum_steps=2,
+        learning_rate=1e-3,
+        log_every=1,
+        progress=False,
+        device="cpu",
+    )
     Trainer(model, loss_fn, src, c, dist=DistInfo(rank, world, rank)).train()
     torch.distributed.destroy_process_group()
 
@@ -155,11 +205,19 @@ def test_two_process_ddp_equals_one_process(tmp_path):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    torch.multiprocessing.spawn(_ddp_worker, args=(2, port, str(tmp_path / "ddp"), data),
-                                nprocs=2, join=True)
+    torch.multiprocessing.spawn(
+        _ddp_worker, args=(2, port, str(tmp_path / "ddp"), data), nprocs=2, join=True
+    )
     single = tiny_model(dropout=0.0)
-    c = TrainConfig(output_dir=tmp_path / "one", max_steps=4, grad_accum_steps=2,
-                    learning_rate=1e-3, log_every=1, progress=False, device="cpu")
+    c = TrainConfig(
+        output_dir=tmp_path / "one",
+        max_steps=4,
+        grad_accum_steps=2,
+        learning_rate=1e-3,
+        log_every=1,
+        progress=False,
+        device="cpu",
+    )
     Trainer(single, loss_fn, IndexedBatches(data, 4, seed=5), c).train()
     ddp = torch.load(tmp_path / "ddp" / "model" / "model_state.pt")
     for k, v in single.state_dict().items():
@@ -169,5 +227,7 @@ def test_two_process_ddp_equals_one_process(tmp_path):
     for k in l1:
         assert l1[k] == pytest.approx(l2[k], rel=1e-5)
     # Training actually moved the weights.
-    assert not torch.allclose(ddp["encoder.embeddings.token.weight"],
-                              tiny_model(0.0).state_dict()["encoder.embeddings.token.weight"])
+    assert not torch.allclose(
+        ddp["encoder.embeddings.token.weight"],
+        tiny_model(0.0).state_dict()["encoder.embeddings.token.weight"],
+    )

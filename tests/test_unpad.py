@@ -34,8 +34,9 @@ def test_unpadded_equals_padded(preset, seed, strategy, monkeypatch):
         model.encoder.unpad = False
         slow = model(ids, mask, output_hidden_states=True)
     real = mask.bool()
-    torch.testing.assert_close(fast.last_hidden_state[real], slow.last_hidden_state[real],
-                               atol=1e-5, rtol=0)
+    torch.testing.assert_close(
+        fast.last_hidden_state[real], slow.last_hidden_state[real], atol=1e-5, rtol=0
+    )
     torch.testing.assert_close(fast.logits[real], slow.logits[real], atol=1e-5, rtol=0)
     for a, b in zip(fast.hidden_states, slow.hidden_states):
         torch.testing.assert_close(a[real], b[real], atol=1e-5, rtol=0)
@@ -53,8 +54,11 @@ def test_plan_does_not_apply_to_left_padding_or_full_batches():
 
 def test_unpadded_gradients_equal_padded():
     torch.manual_seed(0)
-    model = build_model(EncoderConfig.from_preset("tiny-bert", hidden_dropout_prob=0.0,
-                                                  attention_probs_dropout_prob=0.0))
+    model = build_model(
+        EncoderConfig.from_preset(
+            "tiny-bert", hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0
+        )
+    )
     ids, mask = _random_right_padded(4, 9, 99, 0, 3)
     grads = []
     for unpad in (True, False):
@@ -62,8 +66,7 @@ def test_unpadded_gradients_equal_padded():
         model.encoder.unpad = unpad
         out = model(ids, mask).last_hidden_state
         (out[mask.bool()] ** 2).sum().backward()
-        grads.append({n: p.grad.clone() for n, p in model.named_parameters()
-                      if p.grad is not None})
+        grads.append({n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
     assert grads[0].keys() == grads[1].keys() and len(grads[0]) > 20
     for name in grads[0]:
         torch.testing.assert_close(grads[0][name], grads[1][name], atol=1e-4, rtol=1e-3)
