@@ -30,9 +30,9 @@ import numpy as np
 import tokenizers
 from tokenizers import AddedToken, decoders, models, normalizers, pre_tokenizers, processors
 
-from .files import write_text_atomic
+from .files import atomic_directory, write_text_atomic
 
-__all__ = ["Tokenizer", "TokenizerNotFoundError", "load_tokenizer"]
+__all__ = ["Tokenizer", "TokenizerFileError", "TokenizerNotFoundError", "load_tokenizer"]
 
 logger = logging.getLogger(__name__)
 
@@ -66,8 +66,26 @@ Padding = bool | Literal["longest", "max_length", "do_not_pad"]
 ReturnTensors = Literal["pt", "np"] | None
 
 
+# Truncating a long text: it is first cut by characters, so that time and memory per input
+# are bounded by the length limit, not by the text (a 10 MB line would otherwise be tokenised
+# whole, then truncated). The cut keeps ``limit * CHARS_PER_TOKEN`` characters, ending at a
+# whitespace so no word is split; if that prefix has fewer than ``limit`` tokens (text with
+# very long words or runs of whitespace), the cut grows x4, up to ``MAX_CHARS_PER_TOKEN``.
+# Whenever the kept prefix has at least ``limit`` tokens, the result equals tokenising the
+# whole text and truncating it.
+CHARS_PER_TOKEN = 64
+MAX_CHARS_PER_TOKEN = 1024
+_BOUNDARY_SEARCH = 256  # characters searched back from the cut for a whitespace
+
+
 class TokenizerNotFoundError(ValueError):
     """A directory holds none of the files a tokenizer can be built from."""
+
+
+class TokenizerFileError(ValueError):
+    """A tokenizer file (``tokenizer.json``, ``vocab.txt``, ``vocab.json``/``merges.txt``,
+    ``tokenizer_config.json``, ``special_tokens_map.json``, ``config.json``) is unreadable or
+    malformed, or ``vocab.txt`` lists a token twice; the message names the file."""
 
 
 # --------------------------------------------------------------------------- the wrapper
@@ -256,8 +274,16 @@ class Tokenizer:
         return_offsets: bool = False,
         return_tensors: ReturnTensors = "pt",
         return_special_tokens_mask: bool = False,
+        return_truncated: bool = False,
     ) -> dict[str, Any]:
         """Encode a batch of texts (or text pairs) with special tokens added.
+
+        With truncation on, a text longer than ``max_length * CHARS_PER_TOKEN`` characters is
+        cut by characters (at a whitespace) before it is tokenised, so time and memory per
+        input are bounded by ``max_length``; the tokens kept are those of the whole text
+        whenever the kept prefix still holds ``max_length`` tokens (it grows until it does,
+        up to ``MAX_CHARS_PER_TOKEN`` characters per token). Misspelt keywords raise
+        ``TypeError`` naming them.
 
         Args:
             text: one string or a list of B strings.
@@ -273,6 +299,7 @@ class Tokenizer:
             return_offsets: also return ``offset_mapping``.
             return_tensors: ``"pt"`` (torch), ``"np"`` (numpy) or ``None`` (lists).
             return_special_tokens_mask: also return ``special_tokens_mask``.
+            return_truncated: also return ``truncated``.
 
         Returns:
             A dict with
@@ -282,7 +309,9 @@ class Tokenizer:
             ``offset_mapping`` (B, T, 2) int64 if asked: [start, end) character offsets into
             the string the token came from (``text`` or ``text_pair``), (0, 0) for special
             and padding tokens;
-            ``special_tokens_mask`` (B, T) int64 if asked: 1 = special or padding token.
+            ``special_tokens_mask`` (B, T) int64 if asked: 1 = special or padding token;
+            ``truncated`` (B,) int64 if asked: 1 = the input was longer than ``max_length``
+            and was cut.
             Always batched, also for a single string.
 
         Raises:
@@ -306,8 +335,20 @@ class Tokenizer:
             raise ValueError(f"unknown return_tensors {return_tensors!r}; use 'pt', 'np' or None")
 
         limit = max_length if max_length is not None else self.model_max_length
+        cut = [False] * len(inputs)
+        if truncation and limit is not None:
+            with self._truncation(None):
+                inputs, cut = self._cut_long_inputs(inputs, limit)
         with self._truncation(limit if truncation else None):
             encodings = self.backend.encode_batch(inputs, add_special_tokens=True)
+        truncated = [int(c or bool(e.overflowing)) for c, e in zip(cut, encodings)]
+        if any(truncated):
+            logger.debug(
+                "%d of %d inputs were longer than %s tokens and were truncated",
+                sum(truncated),
+                len(truncated),
+                limit,
+            )
 
         fields: dict[str, list[list[Any]]] = {
             "input_ids": [e.ids for e in encodings],
@@ -333,7 +374,55 @@ class Tokenizer:
                 f"sequences have different lengths {sorted(set(lengths))} and padding is off; "
                 "pass padding=True or return_tensors=None"
             )
-        return _to_tensors(fields, return_tensors)
+        out = _to_tensors(fields, return_tensors)
+        if return_truncated:
+            out["truncated"] = _to_tensors({"truncated": [truncated]}, return_tensors)["truncated"][
+                0
+            ]
+        return out
+
+    def _cut_long_inputs(self, inputs: list[Any], limit: int) -> tuple[list[Any], list[bool]]:
+        """Cut every text (or pair segment) longer than ``limit * CHARS_PER_TOKEN`` characters
+        to a prefix ending before a whitespace that still holds at least ``limit`` tokens
+        (growing the prefix x4 while it holds fewer, up to ``limit * MAX_CHARS_PER_TOKEN``
+        characters). Call with the backend's truncation off. Returns the inputs and, per
+        input, whether anything was cut."""
+        # (input index, segment index or None, the whole text)
+        todo = []
+        for i, item in enumerate(inputs):
+            segments = [(None, item)] if isinstance(item, str) else list(enumerate(item))
+            todo += [(i, j, t) for j, t in segments if len(t) > limit * CHARS_PER_TOKEN]
+        if not todo:
+            return inputs, [False] * len(inputs)
+        out = list(inputs)
+        cut = [False] * len(inputs)
+        budget = limit * CHARS_PER_TOKEN
+        while todo:
+            prefixes = [_prefix_at_whitespace(t, budget) for _, _, t in todo]
+            last = budget >= limit * MAX_CHARS_PER_TOKEN
+            counts = (
+                [limit] * len(todo)  # the last round accepts every cut
+                if last
+                else [
+                    len(e.ids)
+                    for e in self.backend.encode_batch(prefixes, add_special_tokens=False)
+                ]
+            )
+            retry = []
+            for (i, j, text), prefix, n in zip(todo, prefixes, counts):
+                if n < limit:
+                    retry.append((i, j, text))
+                    continue
+                if j is None:
+                    out[i] = prefix
+                else:
+                    pair = list(out[i])
+                    pair[j] = prefix
+                    out[i] = tuple(pair)
+                cut[i] = True
+            budget *= 4
+            todo = [(i, j, t) for i, j, t in retry if len(t) > budget]
+        return out, cut
 
     def _pad(self, fields: dict[str, list[list[Any]]], target: int) -> dict[str, list[list[Any]]]:
         """Right-pad every row of every field to ``target`` tokens."""
@@ -387,13 +476,24 @@ class Tokenizer:
 
     def save_pretrained(self, directory: str | os.PathLike[str]) -> Path:
         """Write ``tokenizer.json``, ``tokenizer_config.json``, ``special_tokens_map.json``
-        (and ``vocab.txt`` for WordPiece) into ``directory``, each file atomically.
+        (and ``vocab.txt`` for WordPiece) into ``directory``, all-or-nothing: the files are
+        written into a copy of the directory (other files, such as the model's weights, are
+        kept) that replaces it only when every file is written (`files.atomic_directory`).
 
         Both ``load_tokenizer(directory)`` and ``transformers.AutoTokenizer`` load the result
         with the same ids. Returns the directory.
+
+        Raises:
+            ValueError: WordPiece ids that are not contiguous (``directory`` is unchanged).
         """
-        out = Path(directory)
-        out.mkdir(parents=True, exist_ok=True)
+        final = Path(directory)
+        with atomic_directory(final, keep_existing=True) as out:
+            self._write_files(out)
+        logger.info("saved tokenizer to %s", final)
+        return final
+
+    def _write_files(self, out: Path) -> None:
+        """Write the tokenizer files into directory ``out``."""
 
         serialised = json.loads(self.backend.to_str())
         serialised["truncation"] = None  # the wrapper, not the file, decides these
@@ -426,8 +526,6 @@ class Tokenizer:
                     "WordPiece vocabulary ids are not contiguous; cannot write vocab.txt"
                 )
             write_text_atomic(out / WORDPIECE_VOCAB_FILE, "".join(t + "\n" for t, _ in by_id))
-        logger.info("saved tokenizer to %s", out)
-        return out
 
 
 # --------------------------------------------------------------------------- loading
@@ -448,18 +546,34 @@ def load_tokenizer(
 
     Raises:
         TokenizerNotFoundError: the directory (or path) holds none of those files.
+        TokenizerFileError: one of the files is unreadable or malformed (not JSON, a JSON
+            value of the wrong type, a ``tokenizer.json`` the ``tokenizers`` library refuses),
+            or ``vocab.txt`` lists a token twice; the message names the file.
     """
     directory = Path(path)
     tok_config = _read_json(directory / TOKENIZER_CONFIG_FILE)
-    special_config = {**tok_config, **_read_json(directory / SPECIAL_TOKENS_MAP_FILE)}
-    specials = {
-        role: _from_json_token(special_config[f"{role}_token"])
-        for role in ROLES
-        if special_config.get(f"{role}_token") is not None
-    }
+    specials = _specials_from(directory / TOKENIZER_CONFIG_FILE, tok_config)
+    specials.update(
+        _specials_from(
+            directory / SPECIAL_TOKENS_MAP_FILE, _read_json(directory / SPECIAL_TOKENS_MAP_FILE)
+        )
+    )
+    try:
+        model_max_length = _sane_max_length(tok_config.get("model_max_length"))
+    except (TypeError, ValueError, OverflowError) as e:
+        raise TokenizerFileError(
+            f"{directory / TOKENIZER_CONFIG_FILE}: model_max_length "
+            f"{tok_config.get('model_max_length')!r} is not a number: {e}"
+        ) from None
 
     if (directory / TOKENIZER_FILE).is_file():
-        backend = tokenizers.Tokenizer.from_file(str(directory / TOKENIZER_FILE))
+        try:
+            backend = tokenizers.Tokenizer.from_file(str(directory / TOKENIZER_FILE))
+        except Exception as e:  # the library raises a bare Exception for every bad file
+            raise TokenizerFileError(
+                f"{directory / TOKENIZER_FILE} is not a tokenizer the tokenizers library can "
+                f"read: {e}"
+            ) from None
         # transformers adds configured special tokens the file lacks; so do we.
         missing = [t for t in specials.values() if backend.token_to_id(t.content) is None]
         if missing:
@@ -481,14 +595,20 @@ def load_tokenizer(
         )
 
     if return_token_type_ids is None:
-        return_token_type_ids = _model_uses_token_types(
-            _read_json(directory / MODEL_CONFIG_FILE),
-            default=isinstance(backend.model, models.WordPiece),
-        )
+        model_config = _read_json(directory / MODEL_CONFIG_FILE)
+        try:
+            return_token_type_ids = _model_uses_token_types(
+                model_config, default=isinstance(backend.model, models.WordPiece)
+            )
+        except (TypeError, ValueError) as e:
+            raise TokenizerFileError(
+                f"{directory / MODEL_CONFIG_FILE}: type_vocab_size "
+                f"{model_config.get('type_vocab_size')!r} is not an integer: {e}"
+            ) from None
     tokenizer = Tokenizer(
         backend,
         special_tokens=specials,
-        model_max_length=tok_config.get("model_max_length"),
+        model_max_length=model_max_length,
         return_token_type_ids=return_token_type_ids,
         hf_config=hf_config,
     )
@@ -518,8 +638,10 @@ def _build_wordpiece(
     chinese = bool(tok_config.get("tokenize_chinese_chars", True))
 
     backend = tokenizers.Tokenizer(
-        models.WordPiece.from_file(
-            str(vocab_file), unk_token=names["unk"].content, max_input_chars_per_word=100
+        models.WordPiece(
+            _read_wordpiece_vocab(vocab_file),
+            unk_token=names["unk"].content,
+            max_input_chars_per_word=100,
         )
     )
     backend.normalizer = normalizers.BertNormalizer(
@@ -555,15 +677,20 @@ def _build_byte_level_bpe(
     add_prefix_space = bool(tok_config.get("add_prefix_space", False))
     trim_offsets = bool(tok_config.get("trim_offsets", True))
 
-    backend = tokenizers.Tokenizer(
-        models.BPE.from_file(
+    try:
+        bpe = models.BPE.from_file(
             str(directory / BPE_VOCAB_FILE),
             str(directory / BPE_MERGES_FILE),
             continuing_subword_prefix="",
             end_of_word_suffix="",
             fuse_unk=False,
         )
-    )
+    except Exception as e:  # the library raises a bare Exception for every bad file
+        raise TokenizerFileError(
+            f"{directory / BPE_VOCAB_FILE} + {directory / BPE_MERGES_FILE}: not a byte-level BPE "
+            f"vocabulary and merge list: {e}"
+        ) from None
+    backend = tokenizers.Tokenizer(bpe)
     backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=add_prefix_space)
     backend.decoder = decoders.ByteLevel()
     backend.add_special_tokens(list(names.values()))
@@ -596,15 +723,81 @@ def _model_uses_token_types(model_config: Mapping[str, Any], *, default: bool) -
 
 
 def _read_json(path: Path) -> dict[str, Any]:
+    """A JSON object file, ``{}`` when absent.
+
+    Raises:
+        TokenizerFileError: unreadable, not UTF-8 JSON, or not a JSON object.
+    """
     if not path.is_file():
         return {}
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)
+    try:
+        with open(path, encoding="utf-8") as f:
+            value = json.load(f)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise TokenizerFileError(f"{path} is not readable JSON: {e}") from None
+    if not isinstance(value, dict):
+        raise TokenizerFileError(f"{path} must hold a JSON object, got {type(value).__name__}")
+    return value
+
+
+def _specials_from(path: Path, config: Mapping[str, Any]) -> dict[str, AddedToken]:
+    """The role tokens a ``tokenizer_config.json`` / ``special_tokens_map.json`` names.
+
+    Raises:
+        TokenizerFileError: a token that is neither a string nor an AddedToken object with a
+            string ``content``.
+    """
+    out = {}
+    for role in ROLES:
+        value = config.get(f"{role}_token")
+        if value is None:
+            continue
+        if not (
+            isinstance(value, str)
+            or (isinstance(value, Mapping) and isinstance(value.get("content"), str))
+        ):
+            raise TokenizerFileError(
+                f"{path}: {role}_token must be a string or an object with a string "
+                f"'content', got {value!r}"
+            )
+        out[role] = _from_json_token(value)
+    return out
+
+
+def _read_wordpiece_vocab(path: Path) -> dict[str, int]:
+    """``vocab.txt``: one token per line, id = line number - 1, read as ``tokenizers`` and
+    ``transformers`` do (line ends and trailing whitespace stripped).
+
+    Raises:
+        TokenizerFileError: not UTF-8 text, or a token listed twice (the message names the
+            token and both line numbers: a duplicate would leave an id without a token).
+    """
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise TokenizerFileError(f"{path} is not readable UTF-8 text: {e}") from None
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()  # the final line end
+    vocab: dict[str, int] = {}
+    for index, line in enumerate(lines):
+        token = line.rstrip()
+        if token in vocab:
+            raise TokenizerFileError(
+                f"{path}: token {token!r} on line {index + 1} is already on line "
+                f"{vocab[token] + 1}; every token must appear once"
+            )
+        vocab[token] = index
+    if not vocab:
+        raise TokenizerFileError(f"{path} lists no tokens")
+    return vocab
 
 
 def _sane_max_length(value: Any) -> int | None:
     if value is None or float(value) >= _ABSURD_MAX_LENGTH:
         return None
+    if isinstance(value, bool) or int(value) < 1:
+        raise ValueError(f"model_max_length must be a positive integer, got {value!r}")
     return int(value)
 
 
@@ -659,3 +852,12 @@ def _to_tensors(
     import torch  # deferred: tokenisation alone does not need torch
 
     return {key: torch.from_numpy(a) for key, a in arrays.items()}
+
+
+def _prefix_at_whitespace(text: str, length: int) -> str:
+    """``text[:length]``, shortened to end just before a whitespace when there is one in the
+    last ``_BOUNDARY_SEARCH`` characters, so the cut splits no word."""
+    for i in range(length, max(length - _BOUNDARY_SEARCH, 0), -1):
+        if text[i].isspace():
+            return text[:i]
+    return text[:length]

@@ -102,7 +102,9 @@ class Encoder(nn.Module):
 
         Raises:
             ValueError: input_ids not (B, T) integers or outside [0, vocab_size); a sequence
-                longer than the position table allows; attention_mask / token_type_ids /
+                longer than the position table allows, or of length 0; attention_mask not
+                integer/bool 0/1 values (a float mask, or a value such as 2 or -1, is refused:
+                it would silently count as 1); attention_mask / token_type_ids /
                 position_ids of another shape than input_ids; token_type_ids outside
                 [0, type_vocab_size), or passed at all to a model without segment embeddings;
                 position_ids outside the table.
@@ -112,6 +114,11 @@ class Encoder(nn.Module):
         if input_ids.dtype.is_floating_point or input_ids.dtype == torch.bool:
             raise ValueError(f"input_ids must be an integer tensor, got {input_ids.dtype}")
         B, T = input_ids.shape
+        if T == 0:
+            raise ValueError(
+                f"input_ids have shape {tuple(input_ids.shape)}: a sequence of length 0 has no "
+                "tokens to encode (a tokenizer adds at least the special tokens)"
+            )
         if input_ids.numel():
             lo, hi = int(input_ids.min()), int(input_ids.max())
             if lo < 0 or hi >= self.vocab_size:
@@ -143,6 +150,8 @@ class Encoder(nn.Module):
                 raise ValueError(
                     f"{name} has shape {tuple(t.shape)}; expected {(B, T)} like input_ids"
                 )
+        if attention_mask is not None:
+            _check_attention_mask(attention_mask)
         if token_type_ids is not None:
             if self.type_vocab_size == 0:
                 raise ValueError(
@@ -297,3 +306,22 @@ class Encoder(nn.Module):
             attention_scores=tuple(scores) if output_attentions else None,
         )
         return (out, ctx) if return_context else out
+
+
+def _check_attention_mask(attention_mask: torch.Tensor) -> None:
+    """Refuse a mask that is not 0/1: float masks (an additive -inf bias or a 0.5 weight would
+    silently count as 1) and integer values other than 0 and 1, naming the offending value."""
+    if attention_mask.dtype == torch.bool:
+        return
+    if attention_mask.dtype.is_floating_point or attention_mask.is_complex():
+        raise ValueError(
+            f"attention_mask must hold integers 0/1 or bools, got {attention_mask.dtype}; "
+            "a float mask is refused (pass mask.long() of a 0/1 mask)"
+        )
+    if attention_mask.numel():
+        lo, hi = int(attention_mask.min()), int(attention_mask.max())
+        if lo < 0 or hi > 1:
+            raise ValueError(
+                f"attention_mask contains {lo if lo < 0 else hi}; only 0 (padding) and "
+                "1 (real token) are allowed"
+            )

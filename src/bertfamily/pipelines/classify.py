@@ -46,7 +46,9 @@ class TextClassifier:
         texts = [texts] if isinstance(texts, str) else list(texts)
         pairs = [text_pairs] if isinstance(text_pairs, str) else text_pairs
         out: list[list[dict]] = [[] for _ in texts]
-        for idx in sorted_batches(token_lengths(self.tokenizer, texts, pairs), batch_size):
+        for idx in sorted_batches(
+            token_lengths(self.tokenizer, texts, pairs, self.max_length), batch_size
+        ):
             enc = self.tokenizer(
                 [texts[i] for i in idx],
                 [pairs[i] for i in idx] if pairs is not None else None,

@@ -124,6 +124,7 @@ class SentenceEmbedder:
             if x
         ]
         self.max_length = min(limits)
+        self.last_truncated = 0  # texts cut to max_length by the last `encode`
 
     @property
     def dimension(self) -> int:
@@ -141,7 +142,9 @@ class SentenceEmbedder:
         """Embed texts.
 
         Texts are sorted by token count so each batch pads little, then restored to input
-        order. Texts longer than ``max_length`` tokens are truncated.
+        order. Texts longer than ``max_length`` tokens are truncated (the tokenizer cuts a
+        huge text by characters first, so its cost is bounded by ``max_length``); how many
+        were is logged and kept in ``last_truncated``.
 
         Args:
             texts: N strings.
@@ -155,8 +158,13 @@ class SentenceEmbedder:
         if not texts:
             return np.zeros((0, self.dimension), dtype=np.float32)
         out = np.zeros((len(texts), self.dimension), dtype=np.float32)
-        for idx in sorted_batches(token_lengths(self.tokenizer, texts), batch_size):
-            batch = self.tokenizer([texts[i] for i in idx], max_length=self.max_length)
+        truncated = 0
+        lengths = token_lengths(self.tokenizer, texts, max_length=self.max_length)
+        for idx in sorted_batches(lengths, batch_size):
+            batch = self.tokenizer(
+                [texts[i] for i in idx], max_length=self.max_length, return_truncated=True
+            )
+            truncated += int(batch["truncated"].sum())
             batch = {
                 k: v.to(self.device)
                 for k, v in batch.items()
@@ -167,6 +175,14 @@ class SentenceEmbedder:
             out[idx] = vec.cpu().numpy()
             if progress is not None:
                 progress(len(idx))
+        self.last_truncated = truncated
+        if truncated:
+            log.info(
+                "%d of %d texts were longer than %d tokens and were truncated",
+                truncated,
+                len(texts),
+                self.max_length,
+            )
         return out
 
 

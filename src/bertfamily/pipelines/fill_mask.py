@@ -73,11 +73,14 @@ class FillMask:
         if top_k < 1:
             raise ValueError(f"top_k must be >= 1, got {top_k}")
         text = self._normalise(text)
-        enc = self.tokenizer([text], return_tensors="pt", truncation=False)
-        ids = enc["input_ids"].to(self.device)
         limit = self.model.config.max_sequence_length
+        # One token past the limit tells "too long" without tokenising a huge text whole.
+        enc = self.tokenizer([text], return_tensors="pt", max_length=limit + 1)
+        ids = enc["input_ids"].to(self.device)
         if ids.shape[1] > limit:
-            raise ValueError(f"the text is {ids.shape[1]} tokens; the model takes at most {limit}")
+            raise ValueError(
+                f"the text is more than {limit} tokens; the model takes at most {limit}"
+            )
         mask_id = self.tokenizer.mask_token_id
         where = (ids[0] == mask_id).nonzero().flatten()
         if len(where) == 0:

@@ -69,7 +69,9 @@ class EntityTagger:
         texts = [texts] if isinstance(texts, str) else list(texts)
         out: list[list[Entity]] = [[] for _ in texts]
         o_id = self.labels.index("O") if "O" in self.labels else 0
-        for idx in sorted_batches(token_lengths(self.tokenizer, texts), batch_size):
+        for idx in sorted_batches(
+            token_lengths(self.tokenizer, texts, max_length=self.max_length), batch_size
+        ):
             chunk = [texts[i] for i in idx]
             enc = self.tokenizer(chunk, max_length=self.max_length, return_offsets=True)
             offsets = enc.pop("offset_mapping").tolist()

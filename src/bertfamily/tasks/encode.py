@@ -9,6 +9,7 @@ JSON), "choice" (JSONL with a list of choices).
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
@@ -25,8 +26,10 @@ from .data import (
     label_list,
     read_conll,
     read_table,
+    read_text,
     repair_bio,
     tag_scheme,
+    text_lines,
     word_predictions,
 )
 from .metrics import classification_metrics, entity_metrics, regression_metrics, squad_metrics
@@ -164,7 +167,10 @@ class TaskData:
         """Read and encode a file; on the first (training) call the label set is fixed.
 
         Raises:
-            DataError: unreadable file or columns; a label not seen in training.
+            DataError: unreadable or binary file; a row without its text, pair, label or
+                choices; a label not seen in training, a regression label that is not a finite
+                number, a choice label outside [0, number of choices). Messages name the file
+                and the line.
         """
         t, o = self.task, self.opts
         if t in ("classify", "pair"):
@@ -176,7 +182,7 @@ class TaskData:
                 label_column=o.label_column if labelled else None,
                 text_pair_column=o.text_pair_column,
             )
-            return self._encode_table(labelled)
+            return self._encode_table(labelled, Path(path))
         if t == "ner":
             self.sentences = read_conll(path)
             for s in self.sentences:
@@ -219,16 +225,10 @@ class TaskData:
                 for f in self.features
             ]
         # choice: JSONL {text, choices: [...], label: index}
-        rows = [
-            json.loads(line)
-            for line in Path(path).read_text(encoding="utf-8").splitlines()
-            if line.strip()
-        ]
+        rows = self._read_choices(Path(path), labelled)
         self.label_names = self.label_names or ("score",)
         out = []
-        for n, r in enumerate(rows, 1):
-            if o.choices_column not in r or not r[o.choices_column]:
-                raise DataError(f"{path}:{n}: no list of choices in {o.choices_column!r}")
+        for r in rows:
             enc = self.tok(
                 [r[o.text_column]] * len(r[o.choices_column]),
                 r[o.choices_column],
@@ -240,10 +240,65 @@ class TaskData:
             if "token_type_ids" in enc:
                 row["token_type_ids"] = enc["token_type_ids"]
             if labelled:
-                row["labels"] = int(r[o.label_column])
+                row["labels"] = r[o.label_column]
             out.append(row)
         self.choice_rows = rows
         return out
+
+    def _read_choices(self, path: Path, labelled: bool) -> list[dict]:
+        """The rows of a choice JSONL file, checked: a string text, a non-empty list of string
+        choices, and (``labelled``) an integer label in [0, number of choices).
+
+        Raises:
+            DataError: naming the file, the line and the offending value.
+        """
+        o = self.opts
+        rows = []
+        for n, line in enumerate(text_lines(read_text(path)), 1):
+            if not line.strip():
+                continue
+            try:
+                r = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise DataError(f"{path}:{n}: not valid JSON: {e}") from e
+            if not isinstance(r, dict):
+                raise DataError(f"{path}:{n}: expected a JSON object, got {line[:80]!r}")
+            text = r.get(o.text_column)
+            if not isinstance(text, str):
+                raise DataError(
+                    f"{path}:{n}: no text (key {o.text_column!r} must hold a string, got {text!r})"
+                )
+            choices = r.get(o.choices_column)
+            if (
+                not isinstance(choices, list)
+                or not choices
+                or not all(isinstance(c, str) for c in choices)
+            ):
+                raise DataError(
+                    f"{path}:{n}: no list of choices (key {o.choices_column!r} must hold a "
+                    f"non-empty list of strings, got {choices!r})"
+                )
+            if labelled:
+                label = r.get(o.label_column)
+                if label is None:
+                    raise DataError(f"{path}:{n}: no label (key {o.label_column!r})")
+                if isinstance(label, str) and label.strip().lstrip("-").isdigit():
+                    label = int(label)
+                if isinstance(label, bool) or not isinstance(label, int):
+                    raise DataError(
+                        f"{path}:{n}: label {r.get(o.label_column)!r} is not the index of a "
+                        "choice (an integer)"
+                    )
+                if not 0 <= label < len(choices):
+                    raise DataError(
+                        f"{path}:{n}: label {label} is out of range: {len(choices)} choices, "
+                        f"so it must lie in [0, {len(choices) - 1}]"
+                    )
+                r[o.label_column] = label
+            rows.append(r)
+        if not rows:
+            raise DataError(f"{path} holds no rows")
+        return rows
 
     def _inputs(self, ids: list[int], types: list[int] | None) -> dict:
         row = {"input_ids": list(ids), "attention_mask": [1] * len(ids)}
@@ -251,7 +306,7 @@ class TaskData:
             row["token_type_ids"] = list(types)
         return row
 
-    def _encode_table(self, labelled: bool) -> list[dict]:
+    def _encode_table(self, labelled: bool, path: Path) -> list[dict]:
         ex, o = self.examples, self.opts
         enc = self.tok(
             [e.text for e in ex],
@@ -269,14 +324,26 @@ class TaskData:
         if o.regression:
             self.label_names = ("score",)
             for r, e in zip(rows, ex):
-                r["labels"] = float(e.label)
+                try:
+                    value = float(e.label)
+                except ValueError:
+                    value = math.nan
+                if not math.isfinite(value):
+                    raise DataError(
+                        f"{path}:{e.line}: regression label {e.label!r} is not a finite number"
+                    )
+                r["labels"] = value
             return rows
         if self.label_names is None:
             self.label_names = tuple(sorted({str(e.label) for e in ex}))
         ids = {n: i for i, n in enumerate(self.label_names)}
-        unknown = {str(e.label) for e in ex} - set(ids)
-        if unknown:
-            raise DataError(f"labels not seen in training: {sorted(unknown)}")
+        for e in ex:
+            if str(e.label) not in ids:
+                unknown = sorted({str(x.label) for x in ex} - set(ids))
+                raise DataError(
+                    f"{path}:{e.line}: label {str(e.label)!r} was not seen in training "
+                    f"(known: {list(self.label_names)}); labels not seen: {unknown}"
+                )
         for r, e in zip(rows, ex):
             r["labels"] = ids[str(e.label)]
         return rows
