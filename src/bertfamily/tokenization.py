@@ -400,19 +400,19 @@ class Tokenizer:
         while todo:
             prefixes = [_prefix_at_whitespace(t, budget) for _, _, t in todo]
             last = budget >= limit * MAX_CHARS_PER_TOKEN
-            counts = (
-                [limit] * len(todo)  # the last round accepts every cut
+            # the last round accepts every cut without counting
+            encodings = (
+                [None] * len(todo)
                 if last
-                else [
-                    len(e.ids)
-                    for e in self.backend.encode_batch(prefixes, add_special_tokens=False)
-                ]
+                else self.backend.encode_batch(prefixes, add_special_tokens=False)
             )
             retry = []
-            for (i, j, text), prefix, n in zip(todo, prefixes, counts):
-                if n < limit:
-                    retry.append((i, j, text))
-                    continue
+            for (i, j, text), prefix, enc in zip(todo, prefixes, encodings):
+                if enc is not None:
+                    if len(enc.ids) < limit:
+                        retry.append((i, j, text))
+                        continue
+                    prefix = _tighten(prefix, enc.offsets, limit)
                 if j is None:
                     out[i] = prefix
                 else:
@@ -852,6 +852,19 @@ def _to_tensors(
     import torch  # deferred: tokenisation alone does not need torch
 
     return {key: torch.from_numpy(a) for key, a in arrays.items()}
+
+
+def _tighten(prefix: str, offsets: list[tuple[int, int]], limit: int) -> str:
+    """Shorten a prefix that holds at least ``limit`` tokens (``offsets``, in characters) to
+    the end of the word holding its token number ``limit + 1``: the first ``limit + 1``
+    tokens are unchanged (no word is split) and little more is left to tokenise again (a pair
+    of long segments would otherwise give overflowing windows by the thousand)."""
+    if len(offsets) <= limit:
+        return prefix
+    end = offsets[limit][1]
+    while end < len(prefix) and not prefix[end].isspace():
+        end += 1
+    return prefix[:end]
 
 
 def _prefix_at_whitespace(text: str, length: int) -> str:
