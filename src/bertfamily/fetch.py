@@ -7,6 +7,13 @@ unpacks the wanted member into ``cache_dir()/name``, checks the sha256 of the im
 and only then moves the entry into place, so an interrupted or failed fetch never leaves a
 half-written entry behind.
 
+Nothing on disk is trusted: each entry carries a manifest (``.manifest.json``: sha256, size and
+mtime of every file), and a cached entry is checked before it is used, cheaply (sizes, mtimes,
+no stray files) on every use and fully (every sha256) by ``bertfamily fetch``,
+``bertfamily fetch --verify`` and ``fetch(name, verify=True)``. A mismatch raises
+`CacheCorruptError` naming the file and the remedy, ``bertfamily fetch NAME --force``. Every
+path taken from an archive or a manifest must resolve inside the entry.
+
 Adding a new kind of resource (e.g. ``"apt-deb"``) means writing one downloader
 (``(resource, dest_dir) -> archive path``) and one extractor
 (``(archive, member, dest_dir) -> None``) and registering both in ``KINDS``.
