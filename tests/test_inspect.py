@@ -11,6 +11,7 @@ import torch
 from typer.testing import CliRunner
 
 from bertfamily import EncoderConfig, build_model
+from bertfamily.build import reads_pooler
 from bertfamily.cli import app
 from bertfamily.inspect.compare import comparison_rows, diff_traces, format_rows
 from bertfamily.inspect.explore import align, default_heads
@@ -37,14 +38,18 @@ def test_params_add_up_to_the_real_count(name):
     real = sum(p.numel() for p in meta_model(config, heads).parameters())  # shared: once
     assert table.total == real
     assert sum(table.subtotals().values()) == real
-    assert table.trunk_total == meta_model(config).num_parameters()  # base model + pooler
+    # base model + pooler (the published count), less the pooler when no head reads it
+    unread = config.use_pooler and not reads_pooler(config, heads)
+    H = config.hidden_size
+    assert table.trunk_total == meta_model(config).num_parameters() - unread * (H * H + H)
     assert table.trunk_total == sum(
         table.subtotals()[b]
         for b in table.subtotals()
         if b in {r.block for r in table.rows if r.part == "trunk"}
     )
-    if name in PUBLISHED_PARAMETERS:  # trunk only, as published (PUBLISHED_PARAMETERS)
-        assert table.trunk_total == PUBLISHED_PARAMETERS[name]
+    if name in PUBLISHED_PARAMETERS:  # the base model, as published (with its pooler)
+        assert parameter_table(name).total == PUBLISHED_PARAMETERS[name]
+        assert table.trunk_total == PUBLISHED_PARAMETERS[name] - unread * (H * H + H)
 
 
 def test_deberta_emd_position_table_is_its_own_head_row():
@@ -91,10 +96,11 @@ def test_chinese_bert_base_figures_of_spec():
     assert decoder.params == 0 and decoder.shared and "embeddings.token" in decoder.note
     assert next(r for r in table.rows if r.name == "mlm_head.bias").output_shape == "(B, T, V)"
     assert table.concrete("(B, T, V)") == "(B, T, 21128)"
-    # dataflow order: embeddings, 12 layers, pooler, MLM head
+    # dataflow order: embeddings, 12 layers, MLM head (BertForMaskedLM has no pooler)
     blocks = list(table.subtotals())
     assert blocks[0] == "embeddings" and blocks[1:13] == [f"layer {i}" for i in range(12)]
-    assert blocks[13:] == ["pooler", "mlm_head"]
+    assert blocks[13:] == ["mlm_head"]
+    assert table.total == 102_290_312 and table.trunk_total == 101_677_056
 
 
 def test_shared_layers_counted_once_and_marked():

@@ -68,12 +68,19 @@ def test_rate_split_and_never_special(strategy):
     assert kept / n == pytest.approx(0.1, abs=tol)
 
 
-@pytest.mark.parametrize("strategy", ["whole_word", "ngram", "entity"])
-def test_whole_words_kept_whole(strategy):
-    for _, _, wid, r in sample(strategy, n=200):
+@pytest.mark.parametrize(
+    "strategy,n", [("whole_word", 2000), ("ngram", 2000), ("entity", 2000), ("span", 10000)]
+)
+def test_whole_words_kept_whole(strategy, n):
+    """No word is ever partly masked, even when the last span meets the budget (SpanBERT's own
+    code cut 1.1 % of the chosen words there); 10,000 sequences for "span"."""
+    partial = chosen_words = 0
+    for _, _, wid, r in sample(strategy, n=n):
         c = r.labels != -100
         for w in np.unique(wid[c]):
-            assert c[wid == w].all(), f"word {w} split"
+            chosen_words += 1
+            partial += not c[wid == w].all()
+    assert chosen_words > 10 * n and partial == 0
 
 
 def test_entities_masked_as_units():

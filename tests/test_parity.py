@@ -486,3 +486,120 @@ def test_bin_weights_and_unprefixed_keys(hf_checkpoint, tmp_path):
             rtol=0,
         )
     assert json.loads((tmp_path / "config.json").read_text())["model_type"] == "bert"
+
+
+# --- losses: `labels` and friends under transformers' names -----------------------------------
+PAIR_LABEL = {"bert": "next_sentence_label", "albert": "sentence_order_label"}
+LOSS_CASES = [c for c in CASES if c[2] != ""] + [
+    (family, "default", "multilabel")
+    for family, fmap in FAMILIES.items()
+    if "classify" in fmap.architectures
+]
+
+
+def _loss_targets(family: str, head: str, ids: torch.Tensor, mask: torch.Tensor) -> dict:
+    """Targets for ``head`` under transformers' argument names: padding and every other
+    token carry no MLM / token loss; one QA position lies beyond the sequence (no loss)."""
+    g = torch.Generator().manual_seed(7)
+    if head in ("mlm", "mlm+pair"):
+        labels = torch.randint(3, 99, ids.shape, generator=g)
+        labels[(mask == 0) | (torch.arange(ids.shape[-1]) % 2 == 0)] = -100
+        if head == "mlm":
+            return {"labels": labels}
+        return {"labels": labels, PAIR_LABEL[family]: torch.tensor([0, 1, 1])}
+    if head == "pair":
+        return {"labels": torch.tensor([1, 0, 1])}
+    if head == "classify":
+        return {"labels": torch.tensor([0, 2, 1])}
+    if head == "regression":
+        return {"labels": torch.tensor([0.5, -1.0, 2.0])}
+    if head == "multilabel":
+        return {"labels": torch.tensor([[1.0, 0.0, 1.0], [0.0, 0.0, 0.0], [0.0, 1.0, 1.0]])}
+    if head == "tokens":
+        labels = torch.randint(0, 3, ids.shape, generator=g)
+        labels[mask == 0] = -100
+        return {"labels": labels}
+    if head == "qa":
+        return {
+            "start_positions": torch.tensor([1, 3, 40]),
+            "end_positions": torch.tensor([2, 5, 0]),
+        }
+    assert head == "choice"
+    return {"labels": torch.tensor([1, 0, 1])}
+
+
+@pytest.mark.parametrize("family,variant,head", LOSS_CASES)
+def test_loss_matches_transformers(family, variant, head, hf_checkpoint):
+    """``model(**batch, labels=y).loss`` equals transformers' loss for every family and head,
+    including regression and multi-label classification (problem_type in config.json)."""
+    fmap = FAMILIES[family]
+    key = "classify" if head in ("regression", "multilabel") else head
+    labels = _labels(key)
+    overrides = dict(VARIANTS.get(family, {}).get(variant, {}))
+    if labels:
+        overrides.update(id2label=labels, label2id={v: k for k, v in labels.items()})
+    if head == "regression":
+        overrides.update(num_labels=1)
+    if head == "multilabel":
+        overrides.update(problem_type="multi_label_classification")
+    path, ref = hf_checkpoint(family, fmap.architectures[key], **overrides)
+    ours = bf.from_pretrained(path)
+    if head == "multilabel":
+        assert ours.config.problem_type == "multi_label_classification"
+    ids, kw = task_inputs(family, head == "choice", ours.config.pad_token_id)
+    if head == "qa":  # ours never takes padding as an answer (see test_qa_loss_ignores_padding)
+        ids, kw = ids[:1], {k: v[:1] for k, v in kw.items()}
+    targets = _loss_targets(family, head, ids, kw["attention_mask"])
+    if head == "qa":
+        targets = {k: v[:1] for k, v in targets.items()}
+    with torch.no_grad():
+        a = ours(ids, **kw, **targets)
+        b = ref(input_ids=ids, **kw, **targets)
+    assert a.loss.dim() == 0 and torch.isfinite(a.loss)
+    torch.testing.assert_close(a.loss, b.loss, atol=ATOL, rtol=0)
+
+
+def test_qa_loss_ignores_padding():
+    """A padded batch's QA loss is the mean of its rows' losses alone."""
+    torch.manual_seed(0)
+    qa = bf.build_model(bf.EncoderConfig.from_preset("tiny-bert"), heads=["qa"]).eval()
+    ids = torch.tensor([[5, 6, 7, 8, 9], [5, 6, 7, 0, 0]])
+    mask = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]])
+    start, end = torch.tensor([1, 2]), torch.tensor([3, 2])
+    with torch.no_grad():
+        batch = qa(ids, mask, start_positions=start, end_positions=end).loss
+        rows = [
+            qa(
+                ids[i : i + 1, : int(mask[i].sum())],
+                start_positions=start[i : i + 1],
+                end_positions=end[i : i + 1],
+            ).loss
+            for i in range(2)
+        ]
+    torch.testing.assert_close(batch, (rows[0] + rows[1]) / 2, atol=1e-6, rtol=0)
+
+
+def test_loss_only_for_the_heads_present():
+    base = bf.build_model(bf.EncoderConfig.from_preset("tiny-bert")).eval()
+    ids = torch.tensor([[5, 6, 7]])
+    assert base(ids).loss is None
+    with pytest.raises(ValueError, match="take none"):
+        base(ids, labels=torch.tensor([1]))
+    qa = bf.build_model(bf.EncoderConfig.from_preset("tiny-bert"), heads=["qa"]).eval()
+    with pytest.raises(ValueError, match="take none"):
+        qa(ids, labels=torch.tensor([1]))
+    with pytest.raises(ValueError, match="together"):
+        qa(ids, start_positions=torch.tensor([1]))
+    mlm = bf.build_model(bf.EncoderConfig.from_preset("tiny-bert"), heads=["mlm"]).eval()
+    with pytest.raises(ValueError, match="pair head"):
+        mlm(ids, labels=torch.full_like(ids, -100), next_sentence_label=torch.tensor([0]))
+    with pytest.raises(TypeError, match="label"):
+        mlm(ids, label=ids)  # transformers' name is `labels`
+    # the loss trains: one step of SGD on it lowers it
+    labels = torch.tensor([[-100, 9, -100]])
+    opt = torch.optim.SGD(mlm.parameters(), lr=0.5)
+    mlm.train()
+    before = mlm(ids, labels=labels).loss
+    before.backward()
+    opt.step()
+    assert mlm(ids, labels=labels).loss < before

@@ -78,7 +78,9 @@ def test_forward_backward_round_trip(name, tmp_path):
     assert out.logits.shape == (3, 9, 99)
     assert torch.isfinite(out.last_hidden_state[real]).all() and torch.isfinite(out.logits).all()
     loss = out.logits[real].logsumexp(-1).mean()
-    if config.use_pooler:  # the pooler, also where no pretraining head reads it
+    # a pooler exactly where a head reads it (NSP/SOP), as in transformers' classes
+    assert (model.encoder.pooler is not None) == ("pair" in heads)
+    if model.encoder.pooler is not None:
         assert out.pooler_output.shape == (3, 32) and torch.isfinite(out.pooler_output).all()
         loss = loss + out.pooler_output.square().mean()
     if "pair" in heads:

@@ -170,3 +170,24 @@ def test_mlm_sop_loss_equals_albert_for_pretraining(hf_checkpoint):
     torch.testing.assert_close(loss, ref.loss, atol=1e-5, rtol=1e-5)
     sop_ref = F.cross_entropy(ref.sop_logits, b["pair_labels"])
     torch.testing.assert_close(parts["pair_loss"], sop_ref, atol=1e-5, rtol=1e-5)
+
+
+def test_unigram_baseline_is_finite_on_unseen_and_unk_targets():
+    """[UNK] (a special id that masking can choose) and ids never seen in training keep a finite
+    log-probability; only ids seen solely as [CLS]/[SEP]/padding get -inf."""
+    import math
+
+    from bertfamily.objectives.pretraining import unigram_log_probs
+
+    def inst(ids):
+        ids = np.asarray(ids)
+        special = np.isin(ids, [0, 2, 3])  # padding, [CLS], [SEP]
+        return Instance(ids, np.zeros(len(ids), np.int64), special, ~special)
+
+    train = [inst([2, 10, 11, 10, 3, 0]), inst([2, 12, 3])]
+    logp = unigram_log_probs(train, vocab_size=20, special_ids=[0, 1, 2, 3, 4])  # 1 = [UNK]
+    assert torch.isinf(logp[[0, 2, 3]]).all()  # never a target
+    assert torch.isfinite(logp[[1, 4, 15]]).all()  # [UNK], [MASK], an unseen id
+    # add-one smoothing: "10" seen twice → (2 + 1) / (4 seen + 17 other ids)
+    assert math.isclose(float(logp[10]), math.log(3 / 21), rel_tol=1e-12)
+    assert math.isclose(float(logp.exp().sum()), 1.0, rel_tol=1e-12)

@@ -7,9 +7,11 @@ from __future__ import annotations
 import pytest
 import torch
 
+import bertfamily as bf
 from bertfamily import EncoderConfig, build_model
 from bertfamily.checkpoints.convert import CheckpointError
 from bertfamily.checkpoints.io import config_from_hf, config_to_hf
+from bertfamily.checkpoints.keymaps import FAMILIES
 from bertfamily.objectives.tasks import task_loss
 
 
@@ -85,3 +87,53 @@ def test_deberta_heads_from_config(tmp_path):
         {"model_type": "albert", "classifier_dropout_prob": 0.2, "vocab_size": 99}
     )
     assert albert.classifier_dropout == 0.2
+
+
+TINY_FAMILIES = {
+    "tiny-bert": "bert",
+    "tiny-roberta": "roberta",
+    "tiny-distilbert": "distilbert",
+    "tiny-albert": "albert",
+    "tiny-deberta": "deberta",
+    "tiny-longformer": "longformer",
+}
+HEAD_SETS = [
+    (preset, heads)
+    for preset, family in TINY_FAMILIES.items()
+    for heads in FAMILIES[family].architectures
+    if heads
+]
+
+
+@pytest.mark.parametrize("preset,heads", HEAD_SETS)
+def test_built_models_have_the_modules_of_transformers_class(preset, heads, tmp_path):
+    """A model built from a preset has exactly the modules of transformers' class with the same
+    heads: no unused pooler (BERT-base QA or token classification, RoBERTa MLM: +590,592
+    parameters before), nothing missing; transformers loads it without a warning."""
+    import transformers
+
+    from bertfamily.build import reads_pooler
+
+    config = bf.EncoderConfig.from_preset(preset)
+    model = bf.build_model(config, heads=heads.split("+"))
+    assert (model.encoder.pooler is not None) == reads_pooler(config, heads.split("+"))
+    path = model.save_pretrained(tmp_path / "m")
+    cls = getattr(transformers, FAMILIES[TINY_FAMILIES[preset]].architectures[heads])
+    ref, info = cls.from_pretrained(path, output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"], info
+    extra = 0
+    if model.mlm_decoder is not None:  # DeBERTa's enhanced mask decoder reads the absolute
+        extra = config.max_position_embeddings * config.hidden_size  # table transformers lacks
+    assert model.num_parameters(heads=True) == sum(p.numel() for p in ref.parameters()) + extra
+
+
+def test_unused_pooler_in_a_checkpoint_is_dropped_with_a_report(tmp_path):
+    """A masked-LM directory holding a pooler (as older saves did) still loads strictly; the
+    pooler is reported as dropped."""
+    config = bf.EncoderConfig.from_preset("tiny-bert")
+    with_pooler = bf.build_model(config, heads=["mlm", "pair"])
+    with_pooler.pair_head = None  # masked LM only, pooler kept: BertForMaskedLM + pooler keys
+    with_pooler.save_pretrained(tmp_path / "m")
+    model, report = bf.from_pretrained(tmp_path / "m", return_report=True)
+    assert model.heads == ("mlm",) and model.encoder.pooler is None
+    assert sorted(report.dropped) == ["bert.pooler.dense.bias", "bert.pooler.dense.weight"]

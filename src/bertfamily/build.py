@@ -206,9 +206,25 @@ def build_task_head(config: EncoderConfig, task: str) -> nn.Module:
     raise ValueError(f"unknown task head {task!r}; valid: {TASK_HEADS}")
 
 
+def reads_pooler(config: EncoderConfig, heads: Iterable[str]) -> bool:
+    """Whether any of ``heads`` reads the pooled output (B, H): the pair head, or a "classify"
+    / "choice" head whose ``classifier_pooling`` / ``choice_pooling`` is "pooler"."""
+    heads = tuple(heads)
+    return (
+        "pair" in heads
+        or ("classify" in heads and config.classifier_pooling == "pooler")
+        or ("choice" in heads and config.choice_pooling == "pooler")
+    )
+
+
 def build_model(config: EncoderConfig, heads: Iterable[str] = ()) -> Model:
     """A randomly initialised `Model` with the chosen heads: pretraining heads ("mlm",
     "pair") or one fine-tuning head ("classify", "tokens", "qa", "choice").
+
+    The pooler is built only where something reads it, as in transformers' class with the
+    same heads: the base model (when ``config.use_pooler``), the pair head, and "classify" /
+    "choice" heads whose pooling is "pooler". Masked LM, token classification, QA and
+    first-token classifiers get none (the returned model's ``config.use_pooler`` is False).
 
     Raises:
         ValueError: an unknown head name, "pair" for a config whose ``pair_head`` is None
@@ -223,6 +239,8 @@ def build_model(config: EncoderConfig, heads: Iterable[str] = ()) -> Model:
         raise ValueError(f"a task head cannot be combined with other heads, got {heads}")
     if len(tasks) > 1:
         raise ValueError(f"at most one task head per model, got {tasks}")
+    if heads and config.use_pooler and not reads_pooler(config, heads):
+        config = config.replace(use_pooler=False)
     emd = config.emd_layers > 0 and "mlm" in heads
     encoder = build_encoder(config, position_table=config.position_biased_input or emd)
     mlm = pair = None

@@ -23,6 +23,11 @@ RELATIVE_ATTENTION_TYPES = ("c2p", "p2c")  # DeBERTa's position terms
 POSITION_SCHEMES = ("absolute", "absolute_from_padding")
 
 
+# The losses of a sequence-classification head, under transformers' names (config.json's
+# problem_type): mean squared error, cross-entropy, binary cross-entropy per label.
+PROBLEM_TYPES = ("regression", "single_label_classification", "multi_label_classification")
+
+
 @dataclass(frozen=True)
 class EncoderConfig:
     """Sizes and component choices of one BERT-family encoder.
@@ -101,6 +106,9 @@ class EncoderConfig:
     classifier_dropout: float | None = None  # None = hidden_dropout_prob
     # Label names in id order (config.json's id2label); C = len; one label = regression (MSE).
     label_names: tuple[str, ...] = ("LABEL_0", "LABEL_1")
+    # Loss of the classify head (config.json's problem_type): one of PROBLEM_TYPES, or None =
+    # as transformers infers it (one label: regression; integer labels: single-label).
+    problem_type: str | None = None
     # Separator token id (config.json's sep_token_id). Windowed-attention (Longformer) task heads
     # read it to put default global attention on the question (qa) or the answer (choice); see
     # heads/global_attention.py. None = unknown (those defaults then need an explicit mask).
@@ -201,6 +209,10 @@ class EncoderConfig:
             raise ValueError(
                 f"sep_token_id must be None or an integer in [0, vocab_size="
                 f"{self.vocab_size}), got {self.sep_token_id!r}"
+            )
+        if self.problem_type is not None and self.problem_type not in PROBLEM_TYPES:
+            raise ValueError(
+                f"problem_type must be None or one of {PROBLEM_TYPES}, got {self.problem_type!r}"
             )
         if not self.label_names or len(set(self.label_names)) != len(self.label_names):
             raise ValueError(f"label_names must be non-empty and distinct, got {self.label_names}")

@@ -11,6 +11,8 @@ from torch import nn
 
 from .checkpoints.io import save_pretrained
 from .config import EncoderConfig
+from .heads.pretraining import mlm_loss, pair_loss
+from .heads.tasks import sequence_loss, span_loss, token_loss
 from .modules.encoder import Encoder, EncoderOutput
 
 
@@ -19,6 +21,8 @@ class ModelOutput(EncoderOutput):
     """EncoderOutput plus head outputs.
 
     Attributes:
+        loss: 0-d float, the loss of the heads given their labels (see `Model.forward`), or
+            None when no labels were given.
         logits: (B, T, V) masked-LM vocabulary logits, or (M, V) at the M positions selected by
             ``masked_positions``; None without an MLM head. With a task head: (B, C) class
             scores ("classify"; C = 1: regression), (B, T, C) per-token scores ("tokens"),
@@ -27,6 +31,7 @@ class ModelOutput(EncoderOutput):
         start_logits, end_logits: (B, T) answer-span scores of the "qa" head.
     """
 
+    loss: torch.Tensor | None = None
     logits: torch.Tensor | None = None
     pair_logits: torch.Tensor | None = None
     start_logits: torch.Tensor | None = None
@@ -114,8 +119,13 @@ class Model(nn.Module):
         output_hidden_states: bool = False,
         output_attentions: bool = False,
         condition: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        start_positions: torch.Tensor | None = None,
+        end_positions: torch.Tensor | None = None,
+        next_sentence_label: torch.Tensor | None = None,
+        sentence_order_label: torch.Tensor | None = None,
     ) -> ModelOutput:
-        """Run the encoder and the heads.
+        """Run the encoder and the heads; with labels, also the loss.
 
         Args:
             input_ids: (B, T) int64 in [0, V).
@@ -128,6 +138,20 @@ class Model(nn.Module):
                 positions and returns (M, V) logits (as the original pretraining code gathered
                 them).
             output_hidden_states / output_attentions / condition: see `Encoder.forward`.
+            labels / start_positions / end_positions / next_sentence_label /
+                sentence_order_label: targets under transformers' names; when any is given,
+                ``loss`` is the loss transformers' class with these heads computes —
+                ``labels``: (B, T) token ids with -100 = no loss for the MLM head (at
+                ``masked_positions`` only when given); (B,) for the pair head alone; (B,)
+                class ids, (B,) float targets (one label: regression) or (B, C) 0/1 floats
+                (multi-label) for "classify", per ``config.problem_type`` or inferred as
+                transformers does; (B, T) with -100 for "tokens"; (B,) the right choice for
+                "choice". ``start_positions`` / ``end_positions``: (B,) for "qa" (positions
+                outside the sequence carry no loss; padding is never a candidate, so on
+                padded batches the loss differs from transformers', whose heads keep padding
+                positions as candidates). ``next_sentence_label`` (or its SOP name
+                ``sentence_order_label``): (B,) for the pair head beside the MLM head; the
+                loss is then the sum of both.
 
         With the "choice" head, input_ids and the other (B, T) inputs are (B, K, T): K choices
         per example, flattened to (B·K, T) for the encoder; ``logits`` is then (B, K).
@@ -135,7 +159,8 @@ class Model(nn.Module):
         Raises:
             TypeError: an unknown keyword argument; a ``global_attention_mask`` for a model
                 whose attention reads none (see `Encoder.forward`).
-            ValueError: invalid inputs (see `Encoder.check_inputs`); a ``condition`` given to a
+            ValueError: invalid inputs (see `Encoder.check_inputs`); targets for a head the
+                model does not have, or both names of the pair label; a ``condition`` given to a
                 model without conditional norms, or missing / of the wrong size C for one with them
                 (see `modules.norms.ConditionalLayerNorm.check_condition`).
         """
@@ -144,8 +169,11 @@ class Model(nn.Module):
                 "condition= was given but this model has no conditional norms "
                 "(EncoderConfig.conditional_norms is empty)"
             )
+        targets = self._targets(
+            labels, start_positions, end_positions, next_sentence_label, sentence_order_label
+        )
         if self.task == "choice":
-            return self._forward_choice(
+            out = self._forward_choice(
                 input_ids,
                 attention_mask,
                 token_type_ids,
@@ -155,6 +183,7 @@ class Model(nn.Module):
                 output_attentions=output_attentions,
                 condition=condition,
             )
+            return self._with_loss(out, targets, masked_positions, attention_mask)
         if global_attention_mask is None and self.default_inputs is not None:
             global_attention_mask = self.default_inputs(input_ids, attention_mask).get(
                 "global_attention_mask"
@@ -193,9 +222,79 @@ class Model(nn.Module):
                 start, end = scores.unbind(-1)  # (B, T) each
             else:
                 logits = scores
-        return ModelOutput(
+        result = ModelOutput(
             **vars(out), logits=logits, pair_logits=pair_logits, start_logits=start, end_logits=end
         )
+        return self._with_loss(result, targets, masked_positions, attention_mask)
+
+    def _targets(
+        self,
+        labels: torch.Tensor | None,
+        start_positions: torch.Tensor | None,
+        end_positions: torch.Tensor | None,
+        next_sentence_label: torch.Tensor | None,
+        sentence_order_label: torch.Tensor | None,
+    ) -> dict[str, torch.Tensor]:
+        """The given targets by head, checked against the heads present (before any compute)."""
+        if next_sentence_label is not None and sentence_order_label is not None:
+            raise ValueError("give next_sentence_label or sentence_order_label, not both")
+        pair = next_sentence_label if next_sentence_label is not None else sentence_order_label
+        targets: dict[str, torch.Tensor] = {}
+        if labels is not None:
+            head = "mlm" if self.mlm_head is not None else self.task
+            if head is None and self.pair_head is not None:
+                head = "pair"
+            if head is None or head == "qa":
+                raise ValueError(
+                    f"labels were given but this model's heads {self.heads or '(none)'} take "
+                    "none (qa takes start_positions and end_positions)"
+                )
+            targets[head] = labels
+        if pair is not None:
+            if self.pair_head is None or "pair" in targets:
+                raise ValueError(
+                    "next_sentence_label / sentence_order_label need a pair head beside the "
+                    f"MLM head; this model has {self.heads or '(no heads)'}"
+                )
+            targets["pair"] = pair
+        if (start_positions is None) != (end_positions is None):
+            raise ValueError("give start_positions and end_positions together")
+        if start_positions is not None:
+            if self.task != "qa":
+                raise ValueError(
+                    f"start_positions / end_positions need the qa head; this model has "
+                    f"{self.heads or '(no heads)'}"
+                )
+            targets["qa"] = torch.stack([start_positions.reshape(-1), end_positions.reshape(-1)])
+        return targets
+
+    def _with_loss(
+        self,
+        out: ModelOutput,
+        targets: dict[str, torch.Tensor],
+        masked_positions: torch.Tensor | None,
+        attention_mask: torch.Tensor | None,
+    ) -> ModelOutput:
+        """``out`` with ``loss`` set to the sum of the losses of the targeted heads."""
+        losses = []
+        for head, target in targets.items():
+            if head == "mlm":
+                if masked_positions is not None and target.shape == masked_positions.shape:
+                    target = target[masked_positions]
+                losses.append(mlm_loss(out.logits, target))
+            elif head == "pair":
+                losses.append(pair_loss(out.pair_logits, target))
+            elif head == "qa":
+                losses.append(span_loss(out.start_logits, out.end_logits, *target, attention_mask))
+            elif head == "tokens":
+                losses.append(token_loss(out.logits, target))
+            elif head == "choice":
+                losses.append(sequence_loss(out.logits, target, "single_label_classification"))
+            else:
+                losses.append(sequence_loss(out.logits, target, self.config.problem_type))
+        if losses:
+            out.loss = losses[0] if len(losses) == 1 else torch.stack(losses).sum()
+        return out
 
     def _forward_choice(
         self,

@@ -84,6 +84,14 @@ def from_pretrained(
             config = config.replace(use_pooler=True)
     config = config.replace(use_pooler=has_pooler and config.use_pooler)
     model = build_model(config, heads=heads)
+    unused_pooler: list[str] = []
+    if config.use_pooler and not model.config.use_pooler:
+        # a pooler none of the heads reads (e.g. a masked-LM checkpoint saved with one):
+        # dropped, as transformers' class with these heads drops it
+        pooler_keys = {fmap.base_prefix + k for k in fmap.pooler} | set(fmap.pooler)
+        unused_pooler = sorted(k for k in hf_state if rename_legacy_layernorm(k) in pooler_keys)
+        hf_state = {k: v for k, v in hf_state.items() if k not in unused_pooler}
+        config = model.config
     expected = {k: v.shape for k, v in model.state_dict().items()}
     state, report = hf_to_ours(
         hf_state,
@@ -106,6 +114,9 @@ def from_pretrained(
                 report.unexpected,
                 report.mismatched,
             )
+    if unused_pooler:
+        log.info("dropped the unused pooler: %s", ", ".join(unused_pooler))
+        report.dropped.extend(unused_pooler)
     model.load_state_dict(state, strict=False)
     model.eval()
     if dtype is not None:

@@ -95,7 +95,15 @@ def config_from_hf(hf_config: dict[str, Any]) -> EncoderConfig:
     labels = label_names_from_hf(hf_config)
     if labels is not None:
         fields["label_names"] = labels
-    used = set(fmap.config_fields) | {"model_type", "id2label", "label2id", "num_labels"}
+    if hf_config.get("problem_type") is not None:
+        fields["problem_type"] = hf_config["problem_type"]
+    used = set(fmap.config_fields) | {
+        "model_type",
+        "id2label",
+        "label2id",
+        "num_labels",
+        "problem_type",
+    }
     fields["extra"] = {k: v for k, v in hf_config.items() if k not in used}
     return EncoderConfig(**fields)
 
@@ -149,7 +157,6 @@ def config_to_hf(config: EncoderConfig, architecture: str) -> dict[str, Any]:
             "bos_token_id",
             "eos_token_id",
             "classifier_dropout",
-            "problem_type",
         )
     }
     out: dict[str, Any] = {**keep, "model_type": config.model_type, "architectures": [architecture]}
@@ -164,6 +171,8 @@ def config_to_hf(config: EncoderConfig, architecture: str) -> dict[str, Any]:
         )
     out["id2label"] = {str(i): name for i, name in enumerate(config.label_names)}
     out["label2id"] = dict(config.label2id)
+    if config.problem_type is not None:
+        out["problem_type"] = config.problem_type
     for name, value in fmap.config_required.items():
         out[name] = value
     out.update(fmap.config_written)

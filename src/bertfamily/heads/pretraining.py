@@ -66,3 +66,16 @@ class PairHead(nn.Module):
     def forward(self, pooled: torch.Tensor) -> torch.Tensor:
         """(B, H) float → (B, 2) float logits."""
         return self.classifier(pooled)
+
+
+def mlm_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Masked-LM cross-entropy (Devlin et al. 2019 §3.1, Task #1).
+
+    logits (B, T, V) or (M, V) float; labels of the same leading shape, int64 token ids with
+    -100 at positions that carry no loss → 0-d float, the mean over predicted positions."""
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1).long())
+
+
+def pair_loss(pair_logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """NSP / SOP cross-entropy: pair_logits (B, 2) float, labels (B,) int64 → 0-d float."""
+    return F.cross_entropy(pair_logits.reshape(-1, 2), labels.reshape(-1).long())

@@ -20,6 +20,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from ..config import PROBLEM_TYPES
+
 TASK_HEADS = ("classify", "tokens", "qa", "choice")
 POOLINGS = ("pooler", "first_token_dense")
 IGNORE_INDEX = -100  # label of positions that carry no loss (sub-tokens, special tokens)
@@ -98,16 +100,61 @@ class SpanHead(nn.Module):
 
 
 # --- losses ---------------------------------------------------------------------------------
-def sequence_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """Classification cross-entropy, or mean squared error when there is one output.
+def problem_type_of(num_outputs: int, labels: torch.Tensor, problem_type: str | None) -> str:
+    """The problem type of a sequence-classification loss, as transformers chooses it: the
+    configured one, else regression for one output, single-label for integer labels,
+    multi-label otherwise (float labels over several outputs).
+
+    Raises:
+        ValueError: a problem type not in `PROBLEM_TYPES`.
+    """
+    if problem_type is not None:
+        if problem_type not in PROBLEM_TYPES:
+            raise ValueError(f"problem_type {problem_type!r} is not one of {PROBLEM_TYPES}")
+        return problem_type
+    if num_outputs == 1:
+        return "regression"
+    if not labels.dtype.is_floating_point:
+        return "single_label_classification"
+    return "multi_label_classification"
+
+
+def sequence_loss(
+    logits: torch.Tensor, labels: torch.Tensor, problem_type: str | None = None
+) -> torch.Tensor:
+    """The loss of a sequence-classification head (transformers' ``*ForSequenceClassification``).
 
     Args:
         logits: (B, C) float; C = 1 means regression.
-        labels: (B,) int64 class ids, or (B,) float targets for regression.
+        labels: (B,) int64 class ids (single-label), (B,) or (B, 1) float targets (regression),
+            or (B, C) 0/1 floats (multi-label).
+        problem_type: one of `PROBLEM_TYPES`, or None to infer it (`problem_type_of`).
+
+    Returns:
+        0-d float: mean squared error (regression), cross-entropy (single-label) or binary
+        cross-entropy with logits averaged over B·C (multi-label).
+
+    Raises:
+        ValueError: labels whose shape does not fit the problem type.
     """
-    if logits.shape[-1] == 1:
-        return F.mse_loss(logits.squeeze(-1), labels.to(logits.dtype))
-    return F.cross_entropy(logits, labels.long())
+    kind = problem_type_of(logits.shape[-1], labels, problem_type)
+    if kind == "regression":
+        if logits.shape[-1] == 1:
+            return F.mse_loss(logits.squeeze(-1), labels.reshape(-1).to(logits.dtype))
+        return F.mse_loss(logits, labels.to(logits.dtype))
+    if kind == "single_label_classification":
+        if labels.numel() != logits.shape[0]:
+            raise ValueError(
+                f"single-label classification takes (B,) labels; got {tuple(labels.shape)} "
+                f"for logits {tuple(logits.shape)}"
+            )
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1).long())
+    if tuple(labels.shape) != tuple(logits.shape):
+        raise ValueError(
+            f"multi-label classification takes (B, C) labels like the logits "
+            f"{tuple(logits.shape)}; got {tuple(labels.shape)}"
+        )
+    return F.binary_cross_entropy_with_logits(logits, labels.to(logits.dtype))
 
 
 def token_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -122,12 +169,24 @@ def span_loss(
     end_logits: torch.Tensor,
     start_positions: torch.Tensor,
     end_positions: torch.Tensor,
+    attention_mask: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Mean of the start and end cross-entropies (Devlin et al. 2019 §4.2).
 
-    start_logits/end_logits (B, T) float; positions (B,) int64 token indices (0 = [CLS], the
-    no-answer position of SQuAD 2.0)."""
+    start_logits/end_logits (B, T) float; positions (B,) or (B, 1) int64 token indices (0 =
+    [CLS], the no-answer position of SQuAD 2.0). Positions outside [0, T) are clamped to T
+    and carry no loss, as transformers' question-answering heads treat answers cut off by
+    truncation. With ``attention_mask`` (B, T) 0/1, padding positions are no candidates
+    (their logits are set to the dtype's minimum), so a row's loss does not depend on how much
+    padding its batch has (transformers' heads keep them as candidates)."""
+    T = start_logits.shape[1]
+    if attention_mask is not None:
+        pad = ~attention_mask.bool()
+        start_logits = start_logits.masked_fill(pad, torch.finfo(start_logits.dtype).min)
+        end_logits = end_logits.masked_fill(pad, torch.finfo(end_logits.dtype).min)
+    start = start_positions.reshape(-1).long().clamp(0, T)
+    end = end_positions.reshape(-1).long().clamp(0, T)
     return (
-        F.cross_entropy(start_logits, start_positions.long())
-        + F.cross_entropy(end_logits, end_positions.long())
+        F.cross_entropy(start_logits, start, ignore_index=T)
+        + F.cross_entropy(end_logits, end, ignore_index=T)
     ) / 2

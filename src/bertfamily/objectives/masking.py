@@ -11,7 +11,11 @@ One function, `mask_tokens`, covers the schemes of the family:
   as single units (Sun et al. 2019 §3.2, ERNIE knowledge masking);
 - ``"span"``: SpanBERT (Joshi et al. 2020 §3.1): span length in words ~ Geometric(p=0.2)
   clipped at 10 (renormalised over 1..10, mean ≈ 3.8), a uniformly random start word, complete
-  words, repeated until 15% of the tokens are chosen (the last span is cut at the budget).
+  words, repeated until 15% of the tokens are chosen.
+
+Every scheme but ``"token"`` masks whole words or none of them: a span or n-gram whose next
+word would exceed the budget ends before that word (SpanBERT's code cuts the last span inside a
+word; a partly masked word leaks its other pieces, so we keep words whole).
 
 Budget: ``floor(n·p + u)`` tokens, u ~ U[0, 1) (unbiased rounding; n = maskable tokens), capped
 at ``max_predictions``. Special tokens and padding are never chosen. Each chosen token becomes
@@ -286,22 +290,19 @@ def _replacement_ids(vocab_size: int, special_ids: tuple[int, ...]) -> np.ndarra
 
 def _grow_spans(units, budget, config, rng, chosen):
     """n-gram / SpanBERT selection: sample a length in words and a random start word, mask
-    those words; skip starts already chosen; stop after 50 misses in a row. "span" cuts the
-    last span at the budget (as SpanBERT does); "ngram" keeps words whole. Returns (spans,
-    sampled lengths in words)."""
+    those words; skip starts already chosen or whose first word exceeds the remaining budget;
+    stop after 50 misses in a row. Words are kept whole: a span ends before a word that would
+    exceed the budget. Returns (spans, sampled lengths in words)."""
     if config.strategy == "span":
         dist = span_length_distribution(config.span_p, config.max_span)
     else:
         inv = 1.0 / np.arange(1, config.max_ngram + 1)
         dist = inv / inv.sum()
-    cut_words = config.strategy == "span"  # SpanBERT cuts the last span at the budget
     spans, lengths, count, misses = [], [], 0, 0
     while count < budget and misses < 50:
         length = int(rng.choice(len(dist), p=dist)) + 1
         start = int(rng.integers(len(units)))
-        if chosen[units[start][0]] or (
-            not cut_words and units[start][1] - units[start][0] > budget - count
-        ):
+        if chosen[units[start][0]] or units[start][1] - units[start][0] > budget - count:
             misses += 1
             continue
         lengths.append(length)
@@ -310,12 +311,11 @@ def _grow_spans(units, budget, config, rng, chosen):
             ws, we = units[w]
             if chosen[ws] or (ws != e and w != start):
                 break  # stop at an already chosen word or a gap (a special token)
-            if not cut_words and we - ws > budget - count:
-                break  # n-grams keep words whole
-            take = min(we, ws + budget - count)
-            chosen[ws:take] = True
-            count += take - ws
-            e = take
+            if we - ws > budget - count:
+                break  # words stay whole
+            chosen[ws:we] = True
+            count += we - ws
+            e = we
             if count >= budget:
                 break
         spans.append((s, e))

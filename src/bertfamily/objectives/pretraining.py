@@ -319,12 +319,23 @@ class PretrainingModel(nn.Module):
 def unigram_log_probs(
     instances: Sequence[Instance], vocab_size: int, special_ids: Sequence[int]
 ) -> torch.Tensor:
-    """(V,) float64 log-frequency of each non-special token over the instances (add-one
-    smoothing; special ids get -inf): the unigram baseline predictor."""
+    """(V,) float64 log-frequency of each token over the maskable positions of the instances
+    (add-one smoothing): the unigram baseline predictor.
+
+    Only ids that can never be a prediction target get -inf: special ids that occur in the
+    instances at special positions only ([CLS], [SEP], padding). Every other id keeps a finite
+    log-probability, so held-out targets the training data never showed — [UNK] included, a
+    special token that masking can choose — give a finite baseline loss and perplexity."""
     counts = np.ones(vocab_size, np.float64)
+    structural = np.zeros(vocab_size, bool)
+    maskable = np.zeros(vocab_size, bool)
     for inst in instances:
         np.add.at(counts, inst.input_ids[~inst.special], 1)
-    counts[list(special_ids)] = 0
+        structural[inst.input_ids[inst.special]] = True
+        maskable[inst.input_ids[~inst.special]] = True
+    never_target = np.zeros(vocab_size, bool)
+    never_target[list(special_ids)] = True
+    counts[never_target & structural & ~maskable] = 0
     with np.errstate(divide="ignore"):
         return torch.from_numpy(np.log(counts / counts.sum()))
 
