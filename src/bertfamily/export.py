@@ -1,8 +1,16 @@
-"""ONNX export of any bertfamily model, with dynamic batch and sequence axes."""
+"""ONNX export of any bertfamily model, with dynamic batch and sequence axes.
+
+Every family exports (absolute-position encoders, ALBERT's shared layers, DeBERTa's
+disentangled attention with its enhanced mask decoder, Longformer's windowed attention) with
+every head. The graph is traced with the TorchScript exporter; the attention components take
+trace-friendly paths while `torch.jit.is_tracing()` (same math, no Python int taken from a
+tensor's values or a dynamic size, no loop whose length depends on the input).
+"""
 
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -13,72 +21,136 @@ from .model import Model
 
 log = logging.getLogger(__name__)
 
+MIN_OPSET = 14  # scaled_dot_product_attention has an ONNX form from opset 14 on
+
+
+@dataclass(frozen=True)
+class _Output:
+    """One graph output: its name, the `ModelOutput` field it reads and its dynamic axes."""
+
+    name: str
+    field: str
+    axes: dict[int, str]
+
+
+def _outputs(model: Model) -> list[_Output]:
+    """The graph outputs of ``model``, under transformers' names."""
+    bt = {0: "B", 1: "T"}
+    if model.task == "qa":
+        return [_Output(n, n, bt) for n in ("start_logits", "end_logits")]
+    if model.task is not None:
+        axes = {"classify": {0: "B"}, "tokens": bt, "choice": {0: "B", 1: "K"}}[model.task]
+        return [_Output("logits", "logits", axes)]
+    outs = [_Output("last_hidden_state", "last_hidden_state", bt)]
+    if model.encoder.pooler is not None:
+        outs.append(_Output("pooler_output", "pooler_output", {0: "B"}))
+    if model.mlm_head is not None:
+        outs.append(_Output("logits", "logits", bt))
+    if model.pair_head is not None:
+        # BertForNextSentencePrediction's "logits"; BertForPreTraining's name beside the MLM's.
+        name = "seq_relationship_logits" if model.mlm_head is not None else "logits"
+        outs.append(_Output(name, "pair_logits", {0: "B"}))
+    return outs
+
+
+def output_names(model: Model) -> list[str]:
+    """Output names of ``model``'s ONNX graph, under transformers' names.
+
+    Base model and pretraining heads: last_hidden_state (B, T, H), then pooler_output (B, H)
+    where the model has a pooler, logits (B, T, V) with an MLM head, and the pair (NSP/SOP)
+    head's (B, 2) scores as logits (pair head alone) or seq_relationship_logits (beside the
+    MLM head). Task heads: logits ("classify" (B, C), "tokens" (B, T, C), "choice" (B, K)), or
+    start_logits and end_logits (B, T) ("qa").
+    """
+    return [o.name for o in _outputs(model)]
+
 
 class _OnnxWrapper(nn.Module):
-    """Positional inputs/outputs for the exporter: (input_ids, attention_mask[, token_type_ids])
-    → last_hidden_state (B, T, H)[, pooler_output (B, H)][, logits (B, T, V)]."""
+    """Positional inputs and outputs for the exporter: (input_ids, attention_mask
+    [, token_type_ids]) → the tensors named by `output_names`."""
 
     def __init__(self, model: Model, with_token_types: bool) -> None:
         super().__init__()
         self.model = model
         self.with_token_types = with_token_types
+        self.fields = [o.field for o in _outputs(model)]
 
     def forward(self, input_ids, attention_mask, token_type_ids=None):
         out = self.model(
             input_ids, attention_mask, token_type_ids if self.with_token_types else None
         )
-        result = [out.last_hidden_state]
-        if out.pooler_output is not None:
-            result.append(out.pooler_output)
-        if out.logits is not None:
-            result.append(out.logits)
-        return tuple(result)
+        return tuple(getattr(out, f) for f in self.fields)
 
 
-def output_names(model: Model) -> list[str]:
-    """Output names of ``model``'s ONNX graph: last_hidden_state, then pooler_output and
-    logits where the model has a pooler and an MLM head."""
-    names = ["last_hidden_state"]
-    if model.encoder.pooler is not None:
-        names.append("pooler_output")
-    if model.mlm_head is not None:
-        names.append("logits")
-    return names
+def _example(model: Model) -> tuple[torch.Tensor, torch.Tensor]:
+    """A padded example batch to trace: ids (2, T) ((2, 2, T) for "choice") of ordinary
+    tokens with separators laid out as ``x q q </s></s> c c ... </s>`` (so that task heads'
+    default global attention finds a question and an answer), and a mask whose second row is
+    padded from T // 2 on. Only the ops are recorded, not these values."""
+    config = model.config
+    T = min(11, config.max_sequence_length)
+    special = {config.pad_token_id, config.sep_token_id}
+    ordinary = [t for t in range(config.vocab_size) if t not in special] or [0]
+    gen = torch.Generator().manual_seed(0)
+    ids = torch.tensor(ordinary)[torch.randint(len(ordinary), (2, T), generator=gen)]
+    mask = torch.ones(2, T, dtype=torch.long)
+    mask[1, T // 2 :] = 0
+    if config.sep_token_id is not None and T >= 6:
+        ids[:, 3:5] = config.sep_token_id
+        ids[0, T - 1] = ids[1, T // 2 - 1] = config.sep_token_id
+    ids = ids.masked_fill(mask == 0, config.pad_token_id)
+    if model.task == "choice":
+        ids, mask = ids[:, None].repeat(1, 2, 1), mask[:, None].repeat(1, 2, 1)
+    return ids, mask
+
+
+def check_exportable(model: Model, opset: int = 17) -> None:
+    """Raise ``ValueError`` for what the exported graph could not compute correctly.
+
+    Raises:
+        ValueError: an opset below `MIN_OPSET`; a model with conditional norms (the graph has
+            no ``condition`` input).
+    """
+    if opset < MIN_OPSET:
+        raise ValueError(f"ONNX export needs opset >= {MIN_OPSET} (attention), got {opset}")
+    if model.takes_condition:
+        raise ValueError(
+            "cannot export a model with conditional norms: the ONNX graph has no condition input"
+        )
 
 
 def export_onnx(model: Model, path: str | Path, opset: int = 17) -> Path:
     """Write ``model`` as an ONNX graph with dynamic batch (B) and sequence (T) axes.
 
-    Inputs: input_ids (B, T) int64, attention_mask (B, T) int64, and token_type_ids (B, T)
-    int64 for models with a segment embedding. Outputs: last_hidden_state (B, T, H) float32,
-    pooler_output (B, H) where the model has a pooler, logits (B, T, V) with an MLM head.
-    The padded execution path is exported (the graph is static; unpadding is data-dependent).
+    Inputs: input_ids (B, T) int64, attention_mask (B, T) int64 (0/1, any padding), and
+    token_type_ids (B, T) int64 for models with a segment embedding; with the "choice" head
+    each is (B, K, T) with a dynamic K. Outputs: see `output_names`. The padded execution path
+    of the eval-mode model is exported (unpadding is data-dependent); ONNX Runtime matches
+    PyTorch within 1e-4 at any B, T (and K) up to the model's position limit.
+
+    Windowed attention (Longformer): any T (not only multiples of the window). There is no
+    global_attention_mask input: task heads with a default global attention ("classify",
+    "qa", "choice") compute it in the graph from input_ids, with a number of global tokens
+    that is a dynamic size of the graph (0 allowed); the base model and the "mlm" and
+    "tokens" heads run without global attention, as in PyTorch when none is given. Unlike
+    PyTorch, the graph does not check its inputs: ids outside the vocabulary, a sequence longer
+    than the position table, or (Longformer "qa"/"choice") a row without a separator, which
+    PyTorch refuses with ValueError, give unspecified outputs.
 
     Raises:
-        ValueError: the model has attention weights output switched on or another
-            data-dependent configuration the exporter cannot trace.
+        ValueError: see `check_exportable`.
     """
+    check_exportable(model, opset)
     path = Path(path)
     was_training, unpad = model.training, model.encoder.unpad
     model.eval()
     model.encoder.unpad = False
     with_tt = model.config.type_vocab_size > 0
-    T = min(8, model.config.max_sequence_length)
-    ids = torch.full(
-        (2, T),
-        model.config.pad_token_id + 1
-        if model.config.pad_token_id + 1 < model.config.vocab_size
-        else 0,
-        dtype=torch.long,
-    )
-    mask = torch.ones(2, T, dtype=torch.long)
-    mask[1, T // 2 :] = 0
+    ids, mask = _example(model)
     inputs = (ids, mask) + ((torch.zeros_like(ids),) if with_tt else ())
     names_in = ["input_ids", "attention_mask"] + (["token_type_ids"] if with_tt else [])
-    names_out = output_names(model)
-    axes = {n: {0: "B", 1: "T"} for n in names_in + names_out}
-    if "pooler_output" in axes:
-        axes["pooler_output"] = {0: "B"}
+    in_axes = {0: "B", 1: "K", 2: "T"} if model.task == "choice" else {0: "B", 1: "T"}
+    axes = {n: in_axes for n in names_in} | {o.name: o.axes for o in _outputs(model)}
     try:
 
         def write(tmp: Path) -> None:
@@ -87,7 +159,7 @@ def export_onnx(model: Model, path: str | Path, opset: int = 17) -> Path:
                 inputs,
                 str(tmp),
                 input_names=names_in,
-                output_names=names_out,
+                output_names=output_names(model),
                 dynamic_axes=axes,
                 opset_version=opset,
                 dynamo=False,

@@ -50,9 +50,11 @@ def relative_rows(
         (2T - 1,) int64; entry r is the table row for distance d = r - (T - 1), i.e.
         ``k - s + clamp(d + s, 0, 2s - 1)`` with s = min(T, k) (distances beyond ±k clipped).
     """
-    span = min(seq_len, max_relative_positions)
+    # With s = min(T, k): for T <= k every d + s lies in [1, 2T - 1], so the entry is k + d;
+    # for T > k it is clamp(d + k, 0, 2k - 1). Both are clamp(d + k, 0, 2k - 1), which needs
+    # no Python int taken from T (the ONNX exporter traces it with a dynamic T).
     d = torch.arange(-(seq_len - 1), seq_len, device=device)
-    return (d + span).clamp(0, 2 * span - 1) + (max_relative_positions - span)
+    return (d + max_relative_positions).clamp(0, 2 * max_relative_positions - 1)
 
 
 class RelativePositionEmbeddings(nn.Module):
@@ -84,8 +86,15 @@ def _relative_view(full: torch.Tensor) -> torch.Tensor:
     ``out[.., a, b] = full[.., a, b - a + T - 1]``.
 
     Row a of the result starts at column T - 1 - a of row a of ``full`` (flat offset
-    a·(2T - 2) + T - 1 + b), a strided view without a copy or a gather.
+    a·(2T - 2) + T - 1 + b), a strided view without a copy or a gather. While the ONNX
+    exporter traces, the same entries are read with a gather instead (``as_strided`` has no
+    ONNX form with dynamic sizes): identical values.
     """
+    if torch.jit.is_tracing():
+        T = full.shape[-2]
+        a = torch.arange(T, device=full.device)
+        index = a[None, :] - a[:, None] + (T - 1)  # (T, T): b - a + T - 1
+        return full.gather(-1, index.expand_as(full[..., :T]))  # sizes read in the graph
     B, N, T, R = full.shape
     return full.as_strided(
         (B, N, T, T), (N * T * R, T * R, R - 1, 1), full.storage_offset() + T - 1
@@ -145,7 +154,8 @@ class DisentangledSelfAttention(nn.Module):
 
     def _heads(self, t: torch.Tensor) -> torch.Tensor:
         """(.., T, H) → (.., N, T, Dh)."""
-        return t.unflatten(-1, (self.num_heads, self.head_dim)).transpose(-3, -2)
+        # A view over the traced leading sizes (the exporter folds unflatten's to constants).
+        return t.view(t.shape[:-1] + (self.num_heads, self.head_dim)).transpose(-3, -2)
 
     def _project(self, x: torch.Tensor, ctx: AttentionContext):
         """Q (scaled, with bias), K, V, each (B, N, T, Dh)."""

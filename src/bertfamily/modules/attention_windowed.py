@@ -101,6 +101,8 @@ class GlobalAttentionInputs(nn.Module):
         mask = ctx.global_attention_mask
         if mask is None:
             return {"global_tokens": None}
+        if torch.jit.is_tracing():
+            return {"global_tokens": _traced_global_tokens(mask.bool() & ctx.mask)}
         is_global = check_global_attention_mask(mask, tuple(x.shape[:2])).to(x.device) & ctx.mask
         counts = is_global.sum(dim=1)  # (B,)
         G = int(counts.max()) if counts.numel() else 0
@@ -111,6 +113,25 @@ class GlobalAttentionInputs(nn.Module):
         index = order[:, :G]  # (B, G)
         valid = torch.arange(G, device=x.device)[None, :] < counts[:, None]  # (B, G)
         return {"global_tokens": GlobalTokens(is_global, index.masked_fill(~valid, 0), valid)}
+
+
+def _traced_global_tokens(is_global: torch.Tensor) -> GlobalTokens:
+    """`GlobalTokens` of a (B, T) bool mask of real global tokens, for the ONNX exporter.
+
+    The same index and valid tensors as `GlobalAttentionInputs` builds eagerly, from tensor
+    operations only: G = the most global tokens in a row is the length of a ``nonzero`` (a
+    dynamic size in the graph, 0 allowed), never a Python int, and the positions come from
+    each global token's rank (no sort).
+    """
+    T = is_global.shape[1]
+    counts = is_global.sum(dim=1)  # (B,)
+    positions = torch.arange(T, device=is_global.device)
+    slots = torch.nonzero(positions < counts.max())[:, 0]  # (G,) = 0..G-1
+    rank = torch.cumsum(is_global.long(), dim=1) - 1  # (B, T): rank of each global token
+    hit = (rank[:, None, :] == slots[None, :, None]) & is_global[:, None, :]  # (B, G, T)
+    index = (hit.long() * positions).sum(dim=2)  # (B, G); 0 where no token (like eager)
+    valid = slots[None, :] < counts[:, None]  # (B, G)
+    return GlobalTokens(is_global, index, valid)
 
 
 @dataclass
@@ -190,6 +211,11 @@ class WindowedSelfAttention(nn.Module):
         glob = ctx.global_tokens
         p = self.dropout if self.training else 0.0
         weights: dict[str, torch.Tensor | None] = {}
+        if torch.jit.is_tracing():  # the ONNX exporter: no Python int taken from T or G
+            y = self._local_traced(x, ctx.mask, glob)
+            if glob is not None:
+                y = self._global_traced(x, y, ctx, glob)
+            return WindowedAttentionOutput(self.out(y.masked_fill(~ctx.mask[:, :, None], 0.0)))
         if ctx.need_weights:
             y, weights = self._local_with_weights(x, ctx.mask, glob, p)
         else:
@@ -315,6 +341,67 @@ class WindowedSelfAttention(nn.Module):
             )  # (B·n, N, W, Dh)
             y[:, c0 * W : c1 * W] = yc.view(B, n, N, W, Dh).transpose(2, 3).reshape(B, n * W, N, Dh)
         return y[:, :T].reshape(B, T, H)
+
+    def _local_traced(
+        self, x: torch.Tensor, mask: torch.Tensor, glob: GlobalTokens | None
+    ) -> torch.Tensor:
+        """`_local` for the ONNX exporter (eval mode): the same blocks of W queries against
+        their 3W keys plus the global keys, built by concatenating shifted block views instead
+        of ``unfold`` and run in one `scaled_dot_product_attention` call over all blocks (no
+        loop whose length depends on T). x: (B, T, H); mask: (B, T) bool → (B, T, H)."""
+        B, T, H = x.shape
+        N, Dh, W = self.num_heads, self.head_dim, self.one_sided
+        nb = (T + W - 1) // W  # query blocks of W (traced: a graph value, not a constant)
+        extra = nb * W - T
+        qkv = self.qkv(F.pad(x, (0, 0, W, W + extra))).view(B, nb + 2, W, 3, N, Dh)
+        q, k, v = qkv.unbind(3)  # (B, nb + 2, W, N, Dh): padded blocks -1 .. nb
+
+        def around(t: torch.Tensor) -> torch.Tensor:
+            """(B, nb + 2, W, ...) padded blocks → (B, nb, 3W, ...): blocks c-1, c, c+1."""
+            return torch.cat([t[:, :-2], t[:, 1:-1], t[:, 2:]], dim=2)
+
+        kb = around(k).transpose(2, 3)  # (B, nb, N, 3W, Dh)
+        vb = around(v).transpose(2, 3)
+        key_ok = mask if glob is None else mask & ~glob.is_global  # global keys come once
+        key_ok = around(F.pad(key_ok, (W, W + extra), value=False).view(B, nb + 2, W))
+        a = torch.arange(W, device=x.device)[:, None]
+        b = torch.arange(3 * W, device=x.device)[None, :]
+        band = (b >= a) & (b <= a + 2 * W)  # (W, 3W)
+        ok = band[None, None] & key_ok[:, :, None, :]  # (B, nb, W, 3W)
+        if glob is not None:
+            G = glob.index.shape[1]
+            kf, vf = k.reshape(B, -1, N, Dh), v.reshape(B, -1, N, Dh)  # (B, (nb+2)W, N, Dh)
+            idx = (glob.index + W)[:, :, None, None].expand(B, G, N, Dh)  # padded rows
+            gk = kf.gather(1, idx).transpose(1, 2)[:, None].expand(B, nb, N, G, Dh)
+            gv = vf.gather(1, idx).transpose(1, 2)[:, None].expand(B, nb, N, G, Dh)
+            kb, vb = torch.cat([gk, kb], dim=3), torch.cat([gv, vb], dim=3)
+            ok = torch.cat([glob.valid[:, None, None, :].expand(B, nb, W, G), ok], dim=3)
+        S = kb.shape[3]
+        bias = torch.zeros(ok.shape, dtype=x.dtype, device=x.device)
+        bias = bias.masked_fill(~ok, torch.finfo(x.dtype).min).view(B * nb, 1, W, S)
+        qb = q[:, 1:-1].reshape(B * nb, W, N, Dh).transpose(1, 2)  # (B·nb, N, W, Dh)
+        y = F.scaled_dot_product_attention(
+            qb, kb.reshape(B * nb, N, S, Dh), vb.reshape(B * nb, N, S, Dh), attn_mask=bias
+        )  # (B·nb, N, W, Dh)
+        return y.view(B, nb, N, W, Dh).transpose(2, 3).reshape(B, nb * W, H)[:, :T]
+
+    def _global_traced(
+        self, x: torch.Tensor, y: torch.Tensor, ctx: AttentionContext, glob: GlobalTokens
+    ) -> torch.Tensor:
+        """`_global` for the ONNX exporter (eval mode, no weights): the global rows are
+        written back with a scatter and a select instead of boolean-mask indexing. G may be 0."""
+        B, T, H = x.shape
+        N, Dh, G = self.num_heads, self.head_dim, glob.index.shape[1]
+        xg = x.gather(1, glob.index[:, :, None].expand(B, G, H))  # (B, G, H)
+        qg = self.query_global(xg).view(B, G, N, Dh).transpose(1, 2)  # (B, N, G, Dh)
+        kg, vg = self.kv_global(x).view(B, T, 2, N, Dh).permute(2, 0, 3, 1, 4).unbind(0)
+        out = F.scaled_dot_product_attention(qg, kg, vg, attn_mask=ctx.bias.to(qg.dtype))
+        out = out.transpose(1, 2).reshape(B, G, H)
+        # Slots without a global token go to an extra column T, dropped after the scatter.
+        where = torch.where(glob.valid, glob.index, torch.full_like(glob.index, T))
+        rows = torch.zeros(B, T + 1, H, dtype=y.dtype, device=y.device)
+        rows = rows.scatter(1, where[:, :, None].expand(B, G, H), out)[:, :T]
+        return torch.where(glob.is_global[:, :, None], rows, y)
 
     def _global(
         self,
