@@ -29,6 +29,9 @@ POSITION_SCHEMES = ("absolute", "absolute_from_padding")
 #: keyword or the ``BERTFAMILY_MAX_PARAMETERS`` environment variable.
 DEFAULT_MAX_PARAMETERS = 2 * 10**10
 MAX_PARAMETERS_ENV = "BERTFAMILY_MAX_PARAMETERS"
+#: Most layer steps (num_hidden_layers × inner_group_num) a config may describe: every step is a
+#: Python module call (and, unshared, a set of modules), whatever its parameter count.
+MAX_LAYER_STEPS = 10_000
 
 
 class ConfigError(ValueError):
@@ -177,6 +180,12 @@ class EncoderConfig:
         if self.embedding_size is None:
             object.__setattr__(self, "embedding_size", self.hidden_size)
         self._check_types()
+        steps = self.num_hidden_layers * self.inner_group_num
+        if steps > MAX_LAYER_STEPS:
+            raise ConfigError(
+                f"num_hidden_layers={self.num_hidden_layers} (x inner_group_num="
+                f"{self.inner_group_num}) exceeds the limit of {MAX_LAYER_STEPS:,} layer steps"
+            )
         if self.layer_norm_eps <= 0:
             raise ConfigError(f"layer_norm_eps must be > 0, got {self.layer_norm_eps!r}")
         if self.initializer_range < 0:

@@ -82,8 +82,8 @@ def from_pretrained(
     path = Path(path)
     with reading_directory(path):  # no save swaps the directory while it is read
         hf_config = read_hf_config(path)
-        fmap = family_of(hf_config)
         config = config_from_hf(hf_config, path / "config.json")
+        fmap = family_of(hf_config)
         overrides = {**(config_overrides or {}), **more_overrides}
         if overrides:
             config = config.replace(**overrides)

@@ -217,7 +217,7 @@ def _config_from_hf(hf_config: dict[str, Any]) -> EncoderConfig:
     act = fields.get("hidden_act", "gelu")
     if not isinstance(act, str) or act not in HF_ACTIVATIONS:
         raise ModelDirectoryError(
-            f"unsupported activation {act!r}; supported: {sorted(HF_ACTIVATIONS)}"
+            f"unsupported hidden_act {_short(act)}; supported: {sorted(HF_ACTIVATIONS)}"
         )
     fields["hidden_act"] = HF_ACTIVATIONS[act]
     head_act = fields.get("classifier_activation")  # tanh is not a hidden_act, kept as is
