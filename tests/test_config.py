@@ -52,3 +52,31 @@ def test_layer_schedule():
 def test_presets_are_valid_configs():
     for name in PRESETS:
         EncoderConfig.from_preset(name)
+
+
+@pytest.mark.parametrize(
+    "field,value",
+    [
+        ("layer_norm_eps", "tiny"),
+        ("layer_norm_eps", 0.0),
+        ("hidden_size", 32.0),
+        ("num_hidden_layers", True),
+        ("use_pooler", 1),
+        ("hidden_act", None),
+        ("hidden_dropout_prob", float("nan")),
+        ("initializer_range", -1.0),
+        ("conditional_norms", [["ffn"]]),
+        ("pos_att_type", [1]),
+        ("num_hidden_layers", 10**6),
+    ],
+)
+def test_types_and_ranges_raise_config_error_naming_the_field(field, value):
+    from bertfamily import ConfigError
+
+    with pytest.raises(ConfigError, match=field):
+        EncoderConfig(**{field: value})
+
+
+def test_numbers_become_floats():
+    c = EncoderConfig(layer_norm_eps=1, hidden_dropout_prob=0)
+    assert isinstance(c.layer_norm_eps, float) and isinstance(c.hidden_dropout_prob, float)

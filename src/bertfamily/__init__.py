@@ -14,6 +14,7 @@ __version__ = "0.1.0"
 # public name -> the module that defines it
 _LAZY = {
     "EncoderConfig": ".config",
+    "ConfigError": ".config",
     "Model": ".model",
     "ModelOutput": ".model",
     "build_model": ".build",
@@ -36,13 +37,14 @@ __all__ = [
     "CheckpointError",
     "LoadReport",
     "ModelDirectoryError",
+    "ConfigError",
 ]
 
 if TYPE_CHECKING:
     from .build import build_model
     from .checkpoints.convert import CheckpointError, LoadReport
     from .checkpoints.io import ModelDirectoryError
-    from .config import EncoderConfig
+    from .config import ConfigError, EncoderConfig
     from .model import Model, ModelOutput
     from .pretrained import from_pretrained
     from .tokenization import Tokenizer, load_tokenizer

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from torch import nn
 
-from .config import EncoderConfig
+from .config import EncoderConfig, check_parameter_budget
 from .heads.enhanced_mask_decoder import EnhancedMaskDecoder
 from .heads.global_attention import HEAD_DEFAULTS, TaskGlobalAttention
 from .heads.pretraining import MaskedLMHead, PairHead
@@ -217,7 +217,9 @@ def reads_pooler(config: EncoderConfig, heads: Iterable[str]) -> bool:
     )
 
 
-def build_model(config: EncoderConfig, heads: Iterable[str] = ()) -> Model:
+def build_model(
+    config: EncoderConfig, heads: Iterable[str] = (), *, max_parameters: int | None = None
+) -> Model:
     """A randomly initialised `Model` with the chosen heads: pretraining heads ("mlm",
     "pair") or one fine-tuning head ("classify", "tokens", "qa", "choice").
 
@@ -226,11 +228,16 @@ def build_model(config: EncoderConfig, heads: Iterable[str] = ()) -> Model:
     "choice" heads whose pooling is "pooler". Masked LM, token classification, QA and
     first-token classifiers get none (the returned model's ``config.use_pooler`` is False).
 
+    ``max_parameters``: the largest model to allocate (the config's closed-form estimate is
+    checked first); None = ``BERTFAMILY_MAX_PARAMETERS`` or 2·10^10.
+
     Raises:
         ValueError: an unknown head name, "pair" for a config whose ``pair_head`` is None
             or without a pooler, more than one task head, or a task head with "mlm"/"pair".
+        ConfigError (a ValueError): the model would exceed ``max_parameters``.
     """
     heads = tuple(heads)
+    check_parameter_budget(config, max_parameters, heads)
     unknown = set(heads) - set(HEADS)
     if unknown:
         raise ValueError(f"unknown heads {sorted(unknown)}; valid: {HEADS}")

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,6 +23,61 @@ ACTIVATIONS = ("gelu", "gelu_tanh", "gelu_sigmoid", "relu", "silu")
 ATTENTION_KINDS = ("full", "disentangled", "windowed")  # BERT; DeBERTa §3.1; Longformer §3
 RELATIVE_ATTENTION_TYPES = ("c2p", "p2c")  # DeBERTa's position terms
 POSITION_SCHEMES = ("absolute", "absolute_from_padding")
+
+#: Default largest model `check_parameter_budget` lets `build_model` / `from_pretrained`
+#: allocate (2·10^10 parameters, 80 GB in float32); raise it with the ``max_parameters``
+#: keyword or the ``BERTFAMILY_MAX_PARAMETERS`` environment variable.
+DEFAULT_MAX_PARAMETERS = 2 * 10**10
+MAX_PARAMETERS_ENV = "BERTFAMILY_MAX_PARAMETERS"
+#: Most layer steps (num_hidden_layers × inner_group_num) a config may describe: every step is a
+#: Python module call (and, unshared, a set of modules), whatever its parameter count.
+MAX_LAYER_STEPS = 10_000
+
+
+class ConfigError(ValueError):
+    """A config field has the wrong type, is out of range or is inconsistent with another, or
+    the model it describes exceeds the parameter budget; the message names the field(s) and the
+    value(s)."""
+
+
+# field -> kind, checked for every EncoderConfig before any other rule (types first, so the
+# range rules below never compare a string with a number).
+_POSITIVE_INTS = (
+    "vocab_size",
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "intermediate_size",
+    "embedding_size",
+    "max_position_embeddings",
+    "inner_group_num",
+    "num_hidden_groups",
+)
+_INTS = ("type_vocab_size", "pad_token_id", "max_relative_positions", "emd_layers")
+_BOOLS = ("attention_bias", "relative_attention", "position_biased_input", "use_pooler")
+_STRINGS = (
+    "position_scheme",
+    "attention_kind",
+    "hidden_act",
+    "classifier_pooling",
+    "choice_pooling",
+    "classifier_activation",
+    "model_type",
+)
+_FLOATS = (
+    "layer_norm_eps",
+    "hidden_dropout_prob",
+    "attention_probs_dropout_prob",
+    "initializer_range",
+)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 # The losses of a sequence-classification head, under transformers' names (config.json's
@@ -33,9 +90,9 @@ class EncoderConfig:
     """Sizes and component choices of one BERT-family encoder.
 
     Raises:
-        ValueError: on creation, when a value is out of range or inconsistent with another
-            (e.g. ``hidden_size`` not divisible by ``num_attention_heads``); the message names
-            the offending values.
+        ConfigError (a ValueError): on creation, when a value has the wrong type, is out of
+            range or is inconsistent with another (e.g. ``hidden_size`` not divisible by
+            ``num_attention_heads``); the message names the field and the offending value.
     """
 
     # --- sizes -------------------------------------------------------------------------------
@@ -130,74 +187,71 @@ class EncoderConfig:
             object.__setattr__(self, "num_hidden_groups", self.num_hidden_layers)
         if self.embedding_size is None:
             object.__setattr__(self, "embedding_size", self.hidden_size)
-        for name in (
-            "vocab_size",
-            "hidden_size",
-            "num_hidden_layers",
-            "num_attention_heads",
-            "intermediate_size",
-            "embedding_size",
-            "max_position_embeddings",
-            "inner_group_num",
-            "num_hidden_groups",
-        ):
-            value = getattr(self, name)
-            if not isinstance(value, int) or value <= 0:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        self._check_types()
+        steps = self.num_hidden_layers * self.inner_group_num
+        if steps > MAX_LAYER_STEPS:
+            raise ConfigError(
+                f"num_hidden_layers={self.num_hidden_layers} (x inner_group_num="
+                f"{self.inner_group_num}) exceeds the limit of {MAX_LAYER_STEPS:,} layer steps"
+            )
+        if self.layer_norm_eps <= 0:
+            raise ConfigError(f"layer_norm_eps must be > 0, got {self.layer_norm_eps!r}")
+        if self.initializer_range < 0:
+            raise ConfigError(f"initializer_range must be >= 0, got {self.initializer_range!r}")
         if self.hidden_size % self.num_attention_heads:
-            raise ValueError(
+            raise ConfigError(
                 f"hidden_size ({self.hidden_size}) must be divisible by num_attention_heads "
                 f"({self.num_attention_heads})"
             )
         if self.type_vocab_size < 0:
-            raise ValueError(f"type_vocab_size must be >= 0, got {self.type_vocab_size}")
+            raise ConfigError(f"type_vocab_size must be >= 0, got {self.type_vocab_size}")
         if self.hidden_act not in ACTIVATIONS:
-            raise ValueError(f"hidden_act {self.hidden_act!r} is not one of {ACTIVATIONS}")
+            raise ConfigError(f"hidden_act {self.hidden_act!r} is not one of {ACTIVATIONS}")
         if self.attention_kind not in ATTENTION_KINDS:
-            raise ValueError(
+            raise ConfigError(
                 f"attention_kind {self.attention_kind!r} is not one of {ATTENTION_KINDS}"
             )
         self._check_disentangled()
         self._check_attention_window()
         if self.position_scheme not in POSITION_SCHEMES:
-            raise ValueError(
+            raise ConfigError(
                 f"position_scheme {self.position_scheme!r} is not one of {POSITION_SCHEMES}"
             )
         if self.pair_head not in (None, "nsp", "sop"):
-            raise ValueError(f"pair_head must be 'nsp', 'sop' or None, got {self.pair_head!r}")
+            raise ConfigError(f"pair_head must be 'nsp', 'sop' or None, got {self.pair_head!r}")
         if self.num_hidden_layers % self.num_hidden_groups:
-            raise ValueError(
+            raise ConfigError(
                 f"num_hidden_layers ({self.num_hidden_layers}) must be divisible by "
                 f"num_hidden_groups ({self.num_hidden_groups})"
             )
         if not 0 <= self.pad_token_id < self.vocab_size:
-            raise ValueError(
+            raise ConfigError(
                 f"pad_token_id ({self.pad_token_id}) must lie in [0, vocab_size={self.vocab_size})"
             )
         if self.position_scheme == "absolute_from_padding" and (
             self.max_position_embeddings <= self.pad_token_id + 1
         ):
-            raise ValueError(
+            raise ConfigError(
                 f"max_position_embeddings ({self.max_position_embeddings}) leaves no positions "
                 f"after the padding offset pad_token_id + 1 = {self.pad_token_id + 1}"
             )
         for name in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
             if not 0.0 <= getattr(self, name) < 1.0:
-                raise ValueError(f"{name} must lie in [0, 1), got {getattr(self, name)}")
+                raise ConfigError(f"{name} must lie in [0, 1), got {getattr(self, name)}")
         self._check_conditional_norms()
         # task heads
         for name in ("classifier_pooling", "choice_pooling"):
             if getattr(self, name) not in ("pooler", "first_token_dense"):
-                raise ValueError(
+                raise ConfigError(
                     f"{name} must be 'pooler' or 'first_token_dense', got {getattr(self, name)!r}"
                 )
         if self.classifier_activation not in ("tanh",) + ACTIVATIONS:
-            raise ValueError(
+            raise ConfigError(
                 f"classifier_activation {self.classifier_activation!r} is not one "
                 f"of {('tanh',) + ACTIVATIONS}"
             )
         if self.classifier_dropout is not None and not 0.0 <= self.classifier_dropout < 1.0:
-            raise ValueError(
+            raise ConfigError(
                 f"classifier_dropout must lie in [0, 1), got {self.classifier_dropout}"
             )
         object.__setattr__(self, "label_names", tuple(str(n) for n in self.label_names))
@@ -206,7 +260,7 @@ class EncoderConfig:
             or not isinstance(self.sep_token_id, int)
             or not 0 <= self.sep_token_id < self.vocab_size
         ):
-            raise ValueError(
+            raise ConfigError(
                 f"sep_token_id must be None or an integer in [0, vocab_size="
                 f"{self.vocab_size}), got {self.sep_token_id!r}"
             )
@@ -215,29 +269,70 @@ class EncoderConfig:
                 f"problem_type must be None or one of {PROBLEM_TYPES}, got {self.problem_type!r}"
             )
         if not self.label_names or len(set(self.label_names)) != len(self.label_names):
-            raise ValueError(f"label_names must be non-empty and distinct, got {self.label_names}")
+            raise ConfigError(f"label_names must be non-empty and distinct, got {self.label_names}")
+
+    def _check_types(self) -> None:
+        """Every field's type (JSON gives any type anywhere); ints stay ints, numbers become
+        floats where a float is meant."""
+        for name in _POSITIVE_INTS:
+            value = getattr(self, name)
+            if not _is_int(value) or value <= 0:
+                raise ConfigError(f"{name} must be a positive integer, got {value!r}")
+        for name in _INTS:
+            value = getattr(self, name)
+            if not _is_int(value):
+                raise ConfigError(f"{name} must be an integer, got {value!r}")
+        for name in _BOOLS:
+            value = getattr(self, name)
+            if not isinstance(value, bool):
+                raise ConfigError(f"{name} must be true or false, got {value!r}")
+        for name in _STRINGS:
+            value = getattr(self, name)
+            if not isinstance(value, str):
+                raise ConfigError(f"{name} must be a string, got {value!r}")
+        for name in _FLOATS:
+            value = getattr(self, name)
+            if not _is_number(value):
+                raise ConfigError(f"{name} must be a finite number, got {value!r}")
+            object.__setattr__(self, name, float(value))
+        dropout = self.classifier_dropout
+        if dropout is not None:
+            if not _is_number(dropout):
+                raise ConfigError(f"classifier_dropout must be null or a number, got {dropout!r}")
+            object.__setattr__(self, "classifier_dropout", float(dropout))
+        if self.pair_head is not None and not isinstance(self.pair_head, str):
+            raise ConfigError(f"pair_head must be 'nsp', 'sop' or None, got {self.pair_head!r}")
+        if not isinstance(self.label_names, (list, tuple)):
+            raise ConfigError(f"label_names must be a sequence of names, got {self.label_names!r}")
+        if not isinstance(self.conditional_norms, (list, tuple, str)):
+            raise ConfigError(
+                f"conditional_norms must be a sequence of site names, got "
+                f"{self.conditional_norms!r}"
+            )
+        if not isinstance(self.extra, dict):
+            raise ConfigError(f"extra must be a dict, got {type(self.extra).__name__}")
 
     def _check_conditional_norms(self) -> None:
         if isinstance(self.conditional_norms, str):
-            raise ValueError(
+            raise ConfigError(
                 f"conditional_norms must be a sequence of site names, got the "
                 f"string {self.conditional_norms!r}"
             )
         sites = tuple(self.conditional_norms)
         object.__setattr__(self, "conditional_norms", sites)  # lists (from JSON) become tuples
-        unknown = [s for s in sites if s not in NORM_SITES]
+        unknown = [s for s in sites if not isinstance(s, str) or s not in NORM_SITES]
         if unknown or len(set(sites)) != len(sites):
-            raise ValueError(
+            raise ConfigError(
                 f"conditional_norms {sites!r} must be distinct names from {NORM_SITES}"
             )
         C = self.condition_size
         if sites and (not isinstance(C, int) or isinstance(C, bool) or C <= 0):
-            raise ValueError(
+            raise ConfigError(
                 f"condition_size must be a positive integer when conditional_norms "
                 f"is set, got {C!r}"
             )
         if not sites and C is not None:
-            raise ValueError(
+            raise ConfigError(
                 f"condition_size={C!r} given but conditional_norms is empty; name "
                 f"the norms to condition, e.g. conditional_norms=('attention', 'ffn')"
             )
@@ -246,26 +341,28 @@ class EncoderConfig:
         """Normalise and validate the DeBERTa fields (see the attention block above)."""
         types = self.pos_att_type
         if isinstance(types, (list, tuple)):
+            if not all(isinstance(t, str) for t in types):
+                raise ConfigError(f"pos_att_type must list strings like 'c2p', got {types!r}")
             types = "|".join(types)
         if not isinstance(types, str):
-            raise ValueError(f"pos_att_type must be a string like 'c2p|p2c', got {types!r}")
+            raise ConfigError(f"pos_att_type must be a string like 'c2p|p2c', got {types!r}")
         parts = [t.strip().lower() for t in types.split("|") if t.strip()]
         bad = [t for t in parts if t not in RELATIVE_ATTENTION_TYPES]
         if bad or len(set(parts)) != len(parts):
-            raise ValueError(
+            raise ConfigError(
                 f"pos_att_type {self.pos_att_type!r}: each term must be one of "
                 f"{RELATIVE_ATTENTION_TYPES}, at most once"
             )
         object.__setattr__(self, "pos_att_type", "|".join(parts))
         if (self.relative_attention or parts) and self.attention_kind != "disentangled":
-            raise ValueError(
+            raise ConfigError(
                 f"relative_attention / pos_att_type need attention_kind "
                 f"'disentangled', got {self.attention_kind!r}"
             )
-        if not isinstance(self.emd_layers, int) or self.emd_layers < 0:
-            raise ValueError(f"emd_layers must be an integer >= 0, got {self.emd_layers!r}")
+        if self.emd_layers < 0:
+            raise ConfigError(f"emd_layers must be an integer >= 0, got {self.emd_layers!r}")
         if self.emd_layers and self.position_biased_input:
-            raise ValueError(
+            raise ConfigError(
                 "emd_layers > 0 (enhanced mask decoder) needs position_biased_input="
                 "False: the decoder is where absolute positions enter"
             )
@@ -276,13 +373,13 @@ class EncoderConfig:
             window = tuple(window)
             object.__setattr__(self, "attention_window", window)
             if len(window) != self.num_hidden_layers:
-                raise ValueError(
+                raise ConfigError(
                     f"attention_window lists {len(window)} windows; expected one per layer "
                     f"(num_hidden_layers={self.num_hidden_layers})"
                 )
         for value in window if isinstance(window, tuple) else (window,):
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0 or value % 2:
-                raise ValueError(
+                raise ConfigError(
                     f"attention_window must be a positive even integer (the full window, twice "
                     f"the one-sided window), got {value!r}"
                 )
@@ -342,6 +439,37 @@ class EncoderConfig:
             for j in range(self.inner_group_num)
         ]
 
+    def estimated_parameters(self, heads: tuple[str, ...] | list[str] = ("mlm", "pair")) -> int:
+        """The parameter count of the model this config describes, in closed form (no
+        allocation): embeddings, every unique layer, the pooler, the relative position table,
+        conditional norms and the named heads (task heads counted at their largest). Within a
+        few percent of the built model; `check_parameter_budget` compares it with the limit
+        before anything is allocated."""
+        V, H, I, E = self.vocab_size, self.hidden_size, self.intermediate_size, self.embedding_size
+        P, T = self.max_position_embeddings, self.type_vocab_size
+        C = self.condition_size or 0
+        cond = 2 * C  # a conditional norm adds W_gamma, W_beta (C·dim each) per normalised dim
+        sites = set(self.conditional_norms)
+        total = (V + P + T) * E + 2 * E + (cond * E if "embeddings" in sites else 0)
+        if E != H:
+            total += E * H + H
+        layer = 4 * (H * H + H) + 2 * H * I + I + H + 4 * H
+        layer += cond * H * (("attention" in sites) + ("ffn" in sites))
+        if self.attention_kind == "windowed":  # separate global Q/K/V projections
+            layer += 3 * (H * H + H)
+        if self.attention_kind == "disentangled":  # position projections
+            layer += 2 * (H * H + H)
+        total += self.num_unique_layers * layer
+        if self.relative_attention:
+            total += 2 * self.relative_span * H + 2 * H
+        total += H * H + H  # pooler
+        if "mlm" in heads:
+            total += H * E + E + 2 * E + V + (cond * E if "mlm" in sites else 0)
+        if "pair" in heads:
+            total += 2 * H + 2
+        total += H * H + H + H * max(self.num_labels, 2) + self.num_labels  # a task head
+        return total
+
     # --- construction ----------------------------------------------------------------------------
     @classmethod
     def from_preset(cls, name: str, **overrides: Any) -> EncoderConfig:
@@ -371,3 +499,57 @@ class EncoderConfig:
     def to_json(self) -> str:
         """`to_dict` as indented JSON with sorted keys."""
         return json.dumps(self.to_dict(), indent=2, sort_keys=True)
+
+
+def max_parameters_limit(max_parameters: int | None = None) -> int:
+    """The parameter budget: ``max_parameters`` when given, else the ``BERTFAMILY_MAX_PARAMETERS``
+    environment variable, else `DEFAULT_MAX_PARAMETERS`.
+
+    Raises:
+        ConfigError: the keyword or the variable is not a positive integer.
+    """
+    if max_parameters is None:
+        raw = os.environ.get(MAX_PARAMETERS_ENV)
+        if raw is None or not raw.strip():
+            return DEFAULT_MAX_PARAMETERS
+        try:
+            max_parameters = int(float(raw)) if "e" in raw.lower() else int(raw)
+        except ValueError:
+            raise ConfigError(f"{MAX_PARAMETERS_ENV}={raw!r} is not a positive integer") from None
+    if not _is_int(max_parameters) or max_parameters <= 0:
+        raise ConfigError(f"max_parameters must be a positive integer, got {max_parameters!r}")
+    return max_parameters
+
+
+def check_parameter_budget(
+    config: EncoderConfig,
+    max_parameters: int | None = None,
+    heads: tuple[str, ...] | list[str] = ("mlm", "pair"),
+) -> int:
+    """Refuse a config whose model would exceed the parameter budget, before allocating it.
+
+    Returns:
+        the estimated parameter count (`EncoderConfig.estimated_parameters`).
+
+    Raises:
+        ConfigError: the estimate exceeds the limit (`max_parameters_limit`); the message names
+            the largest contributing fields and how to raise the limit.
+    """
+    limit = max_parameters_limit(max_parameters)
+    count = config.estimated_parameters(heads)
+    if count > limit:
+        fields = ", ".join(
+            f"{name}={getattr(config, name)}"
+            for name in (
+                "vocab_size",
+                "hidden_size",
+                "num_hidden_layers",
+                "intermediate_size",
+                "max_position_embeddings",
+            )
+        )
+        raise ConfigError(
+            f"the model would have about {count:,} parameters, over the limit of {limit:,} "
+            f"({fields}); pass max_parameters= or set {MAX_PARAMETERS_ENV} to allow it"
+        )
+    return count

@@ -17,8 +17,17 @@ from .checkpoints.convert import (
     new_parameter_keys,
     rename_legacy_layernorm,
 )
-from .checkpoints.io import config_from_hf, family_of, read_hf_config, read_weights, task_of
+from .checkpoints.io import (
+    ModelDirectoryError,
+    config_from_hf,
+    family_of,
+    read_hf_config,
+    read_weights,
+    reading_directory,
+    task_of,
+)
 from .checkpoints.keymaps import FamilyMap
+from .config import ConfigError, check_parameter_budget
 from .heads.tasks import TASK_HEADS
 
 log = logging.getLogger(__name__)
@@ -33,6 +42,7 @@ def from_pretrained(
     dtype: torch.dtype | None = None,
     new_heads: bool = False,
     config_overrides: dict[str, Any] | None = None,
+    max_parameters: int | None = None,
     **more_overrides: Any,
 ):
     """Load a local Hugging Face model directory into a `bertfamily.Model`.
@@ -54,22 +64,34 @@ def from_pretrained(
             ordinary checkpoint into a conditional model (its W_γ, W_β are then reported as
             ``newly_initialized``, zero, so the model starts as the checkpoint), or
             ``label_names``. Fields may also be given as keyword arguments.
+        max_parameters: the largest model to build (estimated from config.json before
+            anything is allocated); None = ``BERTFAMILY_MAX_PARAMETERS`` or 2·10^10.
 
     Returns:
         The model in eval mode (or (model, LoadReport)).
 
     Raises:
-        ModelDirectoryError: no directory, no config.json, no weights, unsupported model_type.
+        ModelDirectoryError: no directory, no config.json, no weights, unsupported model_type;
+            a config.json that is not a JSON object or has a field of the wrong type or out of
+            range, or describes a model over ``max_parameters``; a weight file that is corrupt,
+            truncated, refused (a ``.bin`` pickling code) or names files outside the
+            directory. The message names the file.
+        ConfigError: an override out of range.
         CheckpointError: when strict, every missing or unexpected key and shape mismatch.
     """
     path = Path(path)
-    hf_config = read_hf_config(path)
-    fmap = family_of(hf_config)
-    config = config_from_hf(hf_config)
-    overrides = {**(config_overrides or {}), **more_overrides}
-    if overrides:
-        config = config.replace(**overrides)
-    hf_state = read_weights(path)
+    with reading_directory(path):  # no save swaps the directory while it is read
+        hf_config = read_hf_config(path)
+        config = config_from_hf(hf_config, path / "config.json")
+        fmap = family_of(hf_config)
+        overrides = {**(config_overrides or {}), **more_overrides}
+        if overrides:
+            config = config.replace(**overrides)
+        try:
+            check_parameter_budget(config, max_parameters)
+        except ConfigError as e:
+            raise ModelDirectoryError(f"{path / 'config.json'}: {e}") from e
+        hf_state = read_weights(path)
     found_heads, has_pooler = detect_components(fmap, hf_state)
     task = task_of(fmap, hf_config)
     found_heads = [h for h in found_heads if h not in TASK_HEADS] + ([task] if task else [])
@@ -83,7 +105,7 @@ def from_pretrained(
         if has_pooler and not config.use_pooler:
             config = config.replace(use_pooler=True)
     config = config.replace(use_pooler=has_pooler and config.use_pooler)
-    model = build_model(config, heads=heads)
+    model = build_model(config, heads=heads, max_parameters=max_parameters)
     unused_pooler: list[str] = []
     if config.use_pooler and not model.config.use_pooler:
         # a pooler none of the heads reads (e.g. a masked-LM checkpoint saved with one):

@@ -1,35 +1,161 @@
-"""Reading and writing Hugging Face model directories (config.json + weights)."""
+"""Reading and writing Hugging Face model directories (config.json + weights).
+
+Nothing read from disk is trusted: config.json must be a bounded JSON object whose fields pass
+`EncoderConfig` validation; a safetensors header is checked against the file (dtypes, shapes,
+offsets, size) before any tensor is read; a sharded index must name shards inside its
+directory; a ``.bin`` is read with ``weights_only=True``. Every failure is a
+`ModelDirectoryError` naming the file. Saves are directory-atomic (`atomic_directory`), and
+saves and loads clear the temporaries an interrupted save left (`recover_directory`).
+"""
 
 from __future__ import annotations
 
 import json
 import logging
-from pathlib import Path
+import math
+import os
+import pickle
+import struct
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Any
 
 import torch
 from safetensors.torch import load_file, save_file
 
-from ..config import EncoderConfig
-from ..files import atomic_write
+from ..config import ConfigError, EncoderConfig
+from ..files import atomic_directory, atomic_write, recover_directory
 from .convert import CheckpointError, LoadReport, ours_to_hf
 from .keymaps import FAMILIES, HF_ACTIVATIONS, OUR_ACTIVATIONS_TO_HF, FamilyMap
 
 log = logging.getLogger(__name__)
 
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
+MAX_JSON_BYTES = 64 * 2**20  # config.json and index files: far above any real one
+MAX_SAFETENSORS_HEADER = 100 * 2**20  # the safetensors format's own limit
+MAX_LABELS = 1_000_000  # num_labels without id2label
+
+# safetensors dtype -> bytes per element
+SAFETENSORS_DTYPES = {
+    "BOOL": 1,
+    "U8": 1,
+    "I8": 1,
+    "F8_E5M2": 1,
+    "F8_E4M3": 1,
+    "I16": 2,
+    "U16": 2,
+    "F16": 2,
+    "BF16": 2,
+    "I32": 4,
+    "U32": 4,
+    "F32": 4,
+    "I64": 8,
+    "U64": 8,
+    "F64": 8,
+}
 
 
 class ModelDirectoryError(ValueError):
-    """A model directory lacks config.json or weights, or names an unsupported model_type."""
+    """A model directory lacks config.json or weights, names an unsupported model_type, or
+    holds a file that is corrupt, truncated, refused or inconsistent; the message names the
+    file and the problem."""
+
+
+# --- directory hygiene ---------------------------------------------------------------------------
+@contextmanager
+def _parent_lock(path: Path, exclusive: bool, blocking: bool = True) -> Iterator[bool]:
+    """An advisory ``flock`` on the parent directory of ``path``: saves hold it exclusively,
+    so a concurrent load never deletes a save's temporary directory as stale, and never reads
+    config.json of one version and weights of another. Yields whether the lock is held (False
+    where locks are unavailable, or when not ``blocking`` and it is taken)."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - no flock (Windows): best effort
+        yield False
+        return
+    try:
+        fd = os.open(path.parent, os.O_RDONLY)
+    except OSError:
+        yield False
+        return
+    try:
+        flags = fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH
+        try:
+            fcntl.flock(fd, flags | (0 if blocking else fcntl.LOCK_NB))
+            held = True
+        except OSError:
+            held = False
+        yield held
+    finally:
+        os.close(fd)  # releases the lock
+
+
+@contextmanager
+def reading_directory(path: str | Path) -> Iterator[Path]:
+    """Hold a model directory still while it is read: removes the temporaries an interrupted
+    save left (`recover_directory`, when no save or other reader is active), waits for a save
+    in progress, puts back the previous version when a kill came at the rename instant, and
+    keeps saves out until the block ends."""
+    path = Path(path)
+    with _parent_lock(path, exclusive=True, blocking=False) as alone:
+        if alone:
+            _recover(path)
+    with _parent_lock(path, exclusive=False):
+        if not path.exists():
+            _recover(path)
+        yield path
+
+
+def _recover(path: Path) -> None:
+    try:
+        recover_directory(path)
+    except OSError as e:  # a read-only location: nothing to clean there
+        log.debug("could not clean temporaries beside %s: %s", path, e)
 
 
 # --- config.json ---------------------------------------------------------------------------------
+def read_json_file(file: Path, what: str = "a JSON object") -> dict[str, Any]:
+    """A bounded JSON object from ``file``.
+
+    Raises:
+        ModelDirectoryError: the file is missing, too large, not UTF-8, not JSON, nested too
+            deep, or not a JSON object; the message names the file.
+    """
+    try:
+        size = file.stat().st_size
+        if size > MAX_JSON_BYTES:
+            raise ModelDirectoryError(
+                f"{file} is {size:,} bytes; a JSON file here is at most {MAX_JSON_BYTES:,}"
+            )
+        text = file.read_bytes().decode("utf-8")
+        data = json.loads(text)
+    except ModelDirectoryError:
+        raise
+    except OSError as e:
+        raise ModelDirectoryError(f"{file} cannot be read: {e}") from e
+    except UnicodeDecodeError as e:
+        raise ModelDirectoryError(f"{file} is not valid JSON (not UTF-8 text): {e}") from e
+    except (ValueError, RecursionError) as e:  # JSONDecodeError, too-long ints, deep nesting
+        raise ModelDirectoryError(f"{file} is not valid JSON: {e}") from e
+    if not isinstance(data, dict):
+        raise ModelDirectoryError(
+            f"{file} must hold {what}, got {type(data).__name__} ({_short(data)})"
+        )
+    return data
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def read_hf_config(path: str | Path) -> dict[str, Any]:
     """The parsed config.json of a model directory.
 
     Raises:
-        ModelDirectoryError: the directory or its config.json is missing or not valid JSON.
+        ModelDirectoryError: the directory or its config.json is missing, or config.json is
+            not a JSON object (or too large to be a config).
     """
     path = Path(path)
     if not path.is_dir():
@@ -37,10 +163,7 @@ def read_hf_config(path: str | Path) -> dict[str, Any]:
     cfg = path / "config.json"
     if not cfg.is_file():
         raise ModelDirectoryError(f"{path} has no config.json")
-    try:
-        return json.loads(cfg.read_text())
-    except json.JSONDecodeError as e:
-        raise ModelDirectoryError(f"{cfg} is not valid JSON: {e}") from e
+    return read_json_file(cfg, "a JSON object of model settings")
 
 
 def family_of(hf_config: dict[str, Any]) -> FamilyMap:
@@ -50,20 +173,36 @@ def family_of(hf_config: dict[str, Any]) -> FamilyMap:
         ModelDirectoryError: model_type missing or not supported (lists the supported ones).
     """
     model_type = hf_config.get("model_type")
-    if model_type not in FAMILIES:
+    if not isinstance(model_type, str) or model_type not in FAMILIES:
         raise ModelDirectoryError(
             f"unsupported model_type {model_type!r}; supported: {', '.join(FAMILIES)}"
         )
     return FAMILIES[model_type]
 
 
-def config_from_hf(hf_config: dict[str, Any]) -> EncoderConfig:
+def config_from_hf(hf_config: dict[str, Any], source: str | Path = "config.json") -> EncoderConfig:
     """EncoderConfig from a Hugging Face config.json dict.
 
+    Args:
+        hf_config: the parsed config.json.
+        source: the file it came from, named in error messages.
+
     Raises:
-        ModelDirectoryError: unsupported model_type, activation or variant (e.g. relative
-            position embeddings in a BERT config).
+        ModelDirectoryError: not an object, unsupported model_type, activation or variant
+            (e.g. relative position embeddings in a BERT config), or a field of the wrong type
+            or out of range (the message names ``source``, the field and the value).
     """
+    if not isinstance(hf_config, dict):
+        raise ModelDirectoryError(f"{source} must hold a JSON object, got {_short(hf_config)}")
+    try:
+        return _config_from_hf(hf_config)
+    except ConfigError as e:
+        raise ModelDirectoryError(f"{source}: {e}") from e
+    except ModelDirectoryError as e:
+        raise ModelDirectoryError(f"{source}: {e}") from e
+
+
+def _config_from_hf(hf_config: dict[str, Any]) -> EncoderConfig:
     fmap = family_of(hf_config)
     for name, value in fmap.config_required.items():
         if name in hf_config and hf_config[name] != value:
@@ -76,14 +215,14 @@ def config_from_hf(hf_config: dict[str, Any]) -> EncoderConfig:
         if hf_name in hf_config and hf_config[hf_name] is not None:
             fields[ours] = hf_config[hf_name]
     act = fields.get("hidden_act", "gelu")
-    if act not in HF_ACTIVATIONS:
+    if not isinstance(act, str) or act not in HF_ACTIVATIONS:
         raise ModelDirectoryError(
-            f"unsupported activation {act!r}; supported: {sorted(HF_ACTIVATIONS)}"
+            f"unsupported hidden_act {_short(act)}; supported: {sorted(HF_ACTIVATIONS)}"
         )
     fields["hidden_act"] = HF_ACTIVATIONS[act]
     head_act = fields.get("classifier_activation")  # tanh is not a hidden_act, kept as is
     if head_act is not None and head_act != "tanh":
-        if head_act not in HF_ACTIVATIONS:
+        if not isinstance(head_act, str) or head_act not in HF_ACTIVATIONS:
             raise ModelDirectoryError(
                 f"unsupported classifier activation {head_act!r}; "
                 f"supported: {['tanh'] + sorted(HF_ACTIVATIONS)}"
@@ -116,19 +255,28 @@ def label_names_from_hf(hf_config: dict[str, Any]) -> tuple[str, ...] | None:
         ModelDirectoryError: id2label keys are not 0..C-1.
     """
     id2label = hf_config.get("id2label")
+    if id2label is not None and not isinstance(id2label, dict):
+        raise ModelDirectoryError(f"id2label must be an object, got {_short(id2label)}")
     if id2label:
         try:
             pairs = sorted((int(k), str(v)) for k, v in id2label.items())
         except (TypeError, ValueError) as e:
-            raise ModelDirectoryError(f"id2label keys must be integers, got {id2label}") from e
+            raise ModelDirectoryError(
+                f"id2label keys must be integers, got {_short(id2label)}"
+            ) from e
         if [i for i, _ in pairs] != list(range(len(pairs))):
             raise ModelDirectoryError(
                 f"id2label keys must be 0..{len(pairs) - 1}, got {[i for i, _ in pairs]}"
             )
         return tuple(v for _, v in pairs)
-    if hf_config.get("num_labels"):
-        return tuple(f"LABEL_{i}" for i in range(int(hf_config["num_labels"])))
-    return None
+    num = hf_config.get("num_labels")
+    if num is None or num == 0:  # 0: transformers' "no head" (read as the default labels)
+        return None
+    if isinstance(num, bool) or not isinstance(num, int) or not 1 <= num <= MAX_LABELS:
+        raise ModelDirectoryError(
+            f"num_labels must be an integer in [1, {MAX_LABELS:,}], got {_short(num)}"
+        )
+    return tuple(f"LABEL_{i}" for i in range(num))
 
 
 def task_of(fmap: FamilyMap, hf_config: dict[str, Any]) -> str | None:
@@ -138,8 +286,9 @@ def task_of(fmap: FamilyMap, hf_config: dict[str, Any]) -> str | None:
     from ..heads.tasks import TASK_HEADS
 
     by_class = {cls: heads for heads, cls in fmap.architectures.items() if heads in TASK_HEADS}
-    for arch in hf_config.get("architectures") or ():
-        if arch in by_class:
+    archs = hf_config.get("architectures") or ()
+    for arch in archs if isinstance(archs, list) else ():
+        if isinstance(arch, str) and arch in by_class:
             return by_class[arch]
     return None
 
@@ -181,24 +330,205 @@ def config_to_hf(config: EncoderConfig, architecture: str) -> dict[str, Any]:
 
 
 # --- weights -------------------------------------------------------------------------------------
+def inside(directory: Path, name: Any, source: Path) -> Path:
+    """``directory / name`` for a relative path ``name`` read from ``source`` that stays
+    inside ``directory`` (checked on the text, so symlinked files such as the Hugging Face
+    cache's blobs still load).
+
+    Raises:
+        ModelDirectoryError: ``name`` is not a non-empty string, is absolute, or leaves the
+            directory (``..``); the message names ``source``.
+    """
+    if not isinstance(name, str) or not name or "\x00" in name:
+        raise ModelDirectoryError(f"{source} names an invalid file {_short(name)}")
+    posix, windows = PurePosixPath(name), PureWindowsPath(name)
+    if posix.is_absolute() or windows.is_absolute() or windows.drive or windows.root:
+        raise ModelDirectoryError(
+            f"{source} names the absolute path {name!r}; files must lie inside {directory}"
+        )
+    if ".." in posix.parts or ".." in windows.parts:
+        raise ModelDirectoryError(
+            f"{source} names {name!r}, outside its directory {directory}; refused"
+        )
+    return directory / name
+
+
+def check_safetensors(file: Path) -> dict[str, Any]:
+    """Validate a safetensors file's header against the file before any tensor is read.
+
+    Returns:
+        the header's tensor entries (name → {dtype, shape, data_offsets}).
+
+    Raises:
+        ModelDirectoryError: too short, a header length past the file or the format's limit,
+            a header that is not a JSON object, an unknown dtype, a bad shape, offsets that do
+            not match the shape or overlap, leave gaps or run past the end of the file (a
+            truncated file); the message names the file.
+    """
+
+    def bad(problem: str) -> ModelDirectoryError:
+        return ModelDirectoryError(f"{file} is not a valid safetensors file: {problem}")
+
+    try:
+        size = file.stat().st_size
+        with open(file, "rb") as f:
+            head = f.read(8)
+            if len(head) < 8:
+                raise bad(f"{size} bytes, shorter than the 8-byte header length (truncated?)")
+            (n,) = struct.unpack("<Q", head)
+            if n > MAX_SAFETENSORS_HEADER:
+                raise bad(f"header length {n:,} exceeds the format's limit (corrupt?)")
+            if 8 + n > size:
+                raise bad(f"header of {n:,} bytes runs past the end of the file (truncated?)")
+            raw = f.read(n)
+    except OSError as e:
+        raise ModelDirectoryError(f"{file} cannot be read: {e}") from e
+    try:
+        header = json.loads(raw.decode("utf-8"))
+    except (ValueError, RecursionError) as e:
+        raise bad(f"header is not JSON ({e})") from e
+    if not isinstance(header, dict):
+        raise bad(f"header is {type(header).__name__}, not an object")
+    entries = {k: v for k, v in header.items() if k != "__metadata__"}
+    meta = header.get("__metadata__")
+    if meta is not None and not (
+        isinstance(meta, dict) and all(isinstance(v, str) for v in meta.values())
+    ):
+        raise bad("__metadata__ must map names to strings")
+    spans = []
+    for name, entry in entries.items():
+        if not isinstance(entry, dict):
+            raise bad(f"tensor {name!r}: entry is not an object")
+        dtype, shape, offsets = entry.get("dtype"), entry.get("shape"), entry.get("data_offsets")
+        if dtype not in SAFETENSORS_DTYPES:
+            raise bad(f"tensor {name!r}: unknown dtype {_short(dtype)}")
+        if not isinstance(shape, list) or not all(
+            isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape
+        ):
+            raise bad(f"tensor {name!r}: shape {_short(shape)} is not a list of sizes >= 0")
+        if (
+            not isinstance(offsets, list)
+            or len(offsets) != 2
+            or not all(isinstance(o, int) and not isinstance(o, bool) for o in offsets)
+            or not 0 <= offsets[0] <= offsets[1]
+        ):
+            raise bad(f"tensor {name!r}: data_offsets {_short(offsets)} are not [begin, end]")
+        nbytes = math.prod(shape) * SAFETENSORS_DTYPES[dtype]
+        if offsets[1] - offsets[0] != nbytes:
+            raise bad(
+                f"tensor {name!r}: data_offsets {offsets} hold {offsets[1] - offsets[0]:,} "
+                f"bytes; dtype {dtype} shape {shape} needs {nbytes:,}"
+            )
+        spans.append((offsets[0], offsets[1], name))
+    data_size = size - 8 - n
+    end = 0
+    for begin, stop, name in sorted(spans):
+        if begin != end:
+            raise bad(
+                f"tensor {name!r} starts at byte {begin:,} of the data, expected {end:,} "
+                f"(overlapping or gapped offsets)"
+            )
+        end = stop
+    if end != data_size:
+        raise bad(
+            f"the tensors end at byte {end:,} of the data but the file holds {data_size:,} "
+            f"({'truncated' if end > data_size else 'trailing bytes'}?)"
+        )
+    return entries
+
+
+def read_safetensors(file: Path) -> dict[str, torch.Tensor]:
+    """All tensors of one safetensors file, validated first (`check_safetensors`).
+
+    Raises:
+        ModelDirectoryError: the file is missing, corrupt or truncated; names the file.
+    """
+    if not file.is_file():
+        raise ModelDirectoryError(f"{file} does not exist")
+    check_safetensors(file)
+    try:
+        return load_file(file)
+    except Exception as e:  # safetensors' own checks (SafetensorError is no ValueError)
+        raise ModelDirectoryError(f"{file} is not a valid safetensors file: {e}") from e
+
+
+def read_sharded(path: Path) -> dict[str, torch.Tensor]:
+    """The tensors of a sharded safetensors checkpoint (model.safetensors.index.json).
+
+    Raises:
+        ModelDirectoryError: the index is not a JSON object with a ``weight_map`` of tensor
+            name → shard file; a shard path leaves the directory or is missing; a shard is
+            corrupt; a shard lacks a tensor the index assigns to it, or two shards hold one.
+    """
+    index_file = path / "model.safetensors.index.json"
+    index = read_json_file(index_file, "a JSON object with a weight_map")
+    weight_map = index.get("weight_map")
+    if not isinstance(weight_map, dict) or not weight_map:
+        raise ModelDirectoryError(
+            f"{index_file} has no weight_map (an object of tensor name -> shard file), got "
+            f"{_short(weight_map)}"
+        )
+    shards: dict[str, list[str]] = {}
+    for tensor, shard in weight_map.items():
+        inside(path, shard, index_file)
+        shards.setdefault(shard, []).append(tensor)
+    state: dict[str, torch.Tensor] = {}
+    for shard in sorted(shards):
+        file = path / shard
+        if not file.is_file():
+            raise ModelDirectoryError(f"{index_file} names the shard {shard!r}, which is missing")
+        tensors = read_safetensors(file)
+        absent = [t for t in shards[shard] if t not in tensors]
+        if absent:
+            raise ModelDirectoryError(
+                f"{index_file} assigns {absent[:5]} to {shard}, which does not hold them"
+            )
+        twice = sorted(set(tensors) & set(state))
+        if twice:
+            raise ModelDirectoryError(f"{file} repeats tensors of another shard: {twice[:5]}")
+        state.update(tensors)
+    return state
+
+
+def read_bin(file: Path) -> dict[str, torch.Tensor]:
+    """A ``pytorch_model.bin`` read with ``weights_only=True`` (no code runs on load).
+
+    Raises:
+        ModelDirectoryError: the file is refused (it pickles something other than tensors,
+            e.g. code), is corrupt, or does not hold a dict of name → tensor; names the file.
+    """
+    try:
+        state = torch.load(file, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as e:
+        raise ModelDirectoryError(
+            f"{file} was refused: it holds objects other than tensors (weights_only load); "
+            f"it may run code when unpickled, so it is not loaded. Convert it to safetensors "
+            f"from a trusted source. ({str(e).splitlines()[0] if str(e) else e!r})"
+        ) from e
+    except Exception as e:  # corrupt zip/pickle: RuntimeError, EOFError, ...
+        raise ModelDirectoryError(f"{file} is not a readable PyTorch checkpoint: {e}") from e
+    if not isinstance(state, dict) or not all(
+        isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in state.items()
+    ):
+        raise ModelDirectoryError(f"{file} does not hold a dict of name -> tensor")
+    return state
+
+
 def read_weights(path: str | Path) -> dict[str, torch.Tensor]:
     """All tensors of a model directory: model.safetensors, a sharded safetensors index, or
     pytorch_model.bin (read with ``weights_only=True``).
 
     Raises:
-        ModelDirectoryError: none of the weight files exists (lists the names looked for).
+        ModelDirectoryError: none of the weight files exists (lists the names looked for), or
+            the one found is corrupt, truncated, refused or inconsistent (names the file).
     """
     path = Path(path)
     if (path / "model.safetensors").is_file():
-        return load_file(path / "model.safetensors")
+        return read_safetensors(path / "model.safetensors")
     if (path / "model.safetensors.index.json").is_file():
-        index = json.loads((path / "model.safetensors.index.json").read_text())
-        state: dict[str, torch.Tensor] = {}
-        for shard in sorted(set(index["weight_map"].values())):
-            state.update(load_file(path / shard))
-        return state
+        return read_sharded(path)
     if (path / "pytorch_model.bin").is_file():
-        return torch.load(path / "pytorch_model.bin", map_location="cpu", weights_only=True)
+        return read_bin(path / "pytorch_model.bin")
     raise ModelDirectoryError(f"{path} has no weights; looked for {', '.join(WEIGHT_FILES)}")
 
 
@@ -207,6 +537,12 @@ def save_pretrained(model, path: str | Path) -> Path:
 
     The class written into config.json follows the heads: e.g. BertModel, BertForMaskedLM,
     BertForPreTraining. Tied decoder weights are not stored (transformers re-ties them).
+
+    The save is all-or-nothing (`atomic_directory`): the new version is built beside ``path``
+    and swapped in, so a reader (or a kill) sees the old model or the new one, never new
+    weights beside an old config. Other files of the directory (a tokenizer, training state)
+    are kept; other weight files (shards, pytorch_model.bin) are dropped, since
+    model.safetensors now holds the weights. Temporaries of an interrupted save are removed.
     """
     path = Path(path)
     config: EncoderConfig = model.config
@@ -217,13 +553,30 @@ def save_pretrained(model, path: str | Path) -> Path:
         raise CheckpointError(f"{config.model_type} has no Hugging Face class with heads {heads}")
     state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
     hf_state = ours_to_hf(state, fmap, config, heads, config.use_pooler)
-    atomic_write(
-        path / "model.safetensors",
-        lambda tmp: save_file(hf_state, str(tmp), metadata={"format": "pt"}),
-    )
     text = json.dumps(config_to_hf(config, arch), indent=2, sort_keys=True) + "\n"
-    atomic_write(path / "config.json", lambda tmp: tmp.write_text(text))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with _parent_lock(path, exclusive=True), atomic_directory(path) as tmp:
+        _drop_other_weights(tmp)
+        atomic_write(
+            tmp / "model.safetensors",
+            lambda t: save_file(hf_state, str(t), metadata={"format": "pt"}),
+        )
+        atomic_write(tmp / "config.json", lambda t: t.write_text(text))
     return path
+
+
+def _drop_other_weights(directory: Path) -> None:
+    """Remove the weight files a new model.safetensors supersedes (kept hard links)."""
+    index = directory / "model.safetensors.index.json"
+    if index.is_file():
+        try:
+            weight_map = json.loads(index.read_text()).get("weight_map") or {}
+            for shard in set(weight_map.values()) if isinstance(weight_map, dict) else ():
+                inside(directory, shard, index).unlink(missing_ok=True)
+        except (OSError, ValueError, AttributeError) as e:
+            log.warning("could not remove the shards named by %s: %s", index, e)
+        index.unlink(missing_ok=True)
+    (directory / "pytorch_model.bin").unlink(missing_ok=True)
 
 
 __all__ = [
@@ -233,6 +586,7 @@ __all__ = [
     "config_from_hf",
     "config_to_hf",
     "ModelDirectoryError",
+    "ConfigError",
     "CheckpointError",
     "LoadReport",
 ]
