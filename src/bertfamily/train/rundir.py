@@ -72,16 +72,23 @@ def load_tensor_file(path: str | Path, what: str = "file") -> Any:
         return torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as e:
         name = _refused_global(str(e))
-        if name is not None or "Weights only load failed" in str(e):
+        if name is not None:
             hint = ""
             if name and name.startswith("numpy"):
                 hint = " (a checkpoint of an older bertfamily, which stored numpy objects)"
             raise RunDirectoryError(
                 f"refused to load {what} {path}: it holds Python objects that could run code "
-                f"when loaded ({name or 'an unsupported object'}){hint}; only tensors, numbers, "
+                f"when loaded ({name}){hint}; only tensors, numbers, "
                 "strings, lists and dicts are accepted"
             ) from None
-        raise RunDirectoryError(f"{what} {path} is corrupt or truncated: {e}") from None
+        detail = next(
+            (line.strip() for line in str(e).splitlines() if line.startswith("Unsupported")),
+            str(e).splitlines()[0] if str(e) else "unreadable",
+        )
+        raise RunDirectoryError(
+            f"{what} {path} is corrupt or truncated, or not a torch.save file of tensors and "
+            f"plain values ({size} bytes): {detail}"
+        ) from None
     except KeyboardInterrupt:
         raise
     except Exception as e:  # EOFError, zip reader RuntimeError, OSError, ...
