@@ -413,3 +413,36 @@ def test_kill_while_saving_leaves_old_or_new(tmp_path, monkeypatch):
         train_steps = [r["step"] for r in rows if r["split"] == "train"]
         assert train_steps == list(range(1, step + 1))
     assert landed["model"] >= 1 and landed["best"] >= 1, landed  # kills did land inside saves
+
+
+def test_checkpoint_of_an_older_version_is_named(tmp_path):
+    run = tmp_path / "run"
+    train(run, max_steps=1)
+    payload = torch.load(run / "checkpoint.pt", weights_only=True)
+    payload["format"], payload["rng"] = 1, [{"numpy": np.random.get_state()}]
+    torch.save(payload, run / "checkpoint.pt")
+    with pytest.raises(RunDirectoryError, match=r"checkpoint\.pt.*older bertfamily"):
+        train(run, max_steps=2, resume=True)
+
+
+@pytest.mark.parametrize("damage", ["empty", "malicious"])
+def test_cli_resume_reports_the_file(tmp_path, cli, damage):
+    corpus = tmp_path / "toy.txt"
+    corpus.write_text("\n\n".join(["the sky is blue .\nthe grass is green ."] * 8) + "\n")
+    res = cli("tokenizer", "train", corpus, "-o", tmp_path / "tok", "--vocab-size", "60")
+    assert res.exit_code == 0, res.output
+    run = tmp_path / "run"
+    args = ["pretrain", corpus, "-o", run, "--tokenizer", tmp_path / "tok", "--preset"]
+    args += ["tiny-bert", "--objectives", "mlm", "--max-length", "16", "--batch-size", "2"]
+    args += ["--eval-every", "0", "--no-progress", "--device", "cpu", "--max-steps", "1"]
+    assert cli(*args).exit_code == 0
+    marker = tmp_path / "PWNED"
+    if damage == "empty":
+        (run / "checkpoint.pt").write_bytes(b"")
+    else:
+        payload = torch.load(run / "checkpoint.pt", weights_only=True)
+        torch.save({**payload, "state": Marker(marker)}, run / "checkpoint.pt")
+    res = cli(*args, "--resume")
+    assert res.exit_code == 2 and not marker.exists()
+    assert "error:" in res.output and "checkpoint.pt" in res.output
+    assert "Traceback" not in res.output
