@@ -1,10 +1,12 @@
 """Training: the shared loop (`Trainer`, `TrainConfig`), optimizer groups, schedules, positionable
-batch sources and data-parallel helpers."""
+batch sources and data-parallel helpers. Nothing read back from a run directory runs code
+(`RunDirectoryError` names a file that cannot be used)."""
 
 from .data import BatchSource, IndexedBatches, as_batch_source, default_collate
 from .distributed import DistInfo, cleanup_distributed, init_distributed
 from .loop import TrainConfig, Trainer, TrainState, unwrap
 from .optim import build_optimizer, param_groups
+from .rundir import RunDirectoryError, read_metrics
 from .schedules import build_scheduler, lr_factor
 
 __all__ = [
@@ -19,6 +21,8 @@ __all__ = [
     "Trainer",
     "TrainState",
     "unwrap",
+    "RunDirectoryError",
+    "read_metrics",
     "build_optimizer",
     "param_groups",
     "build_scheduler",

@@ -27,6 +27,14 @@ norms, `optim.param_groups`), a learning-rate schedule (`schedules`). Outputs in
   evaluation when ``metric_for_best`` is set;
 - ``loss.png``: the loss curve (when matplotlib is installed).
 
+Nothing on disk is trusted (see `rundir`). ``checkpoint.pt`` holds only tensors and plain values
+and is read with ``torch.load(weights_only=True)``, so a doctored file cannot run code; an
+unusable one (empty, truncated, a directory, another model's) raises `RunDirectoryError` naming
+it. Files are replaced atomically and ``model/``/``best/`` are swapped in whole, so a kill leaves
+the old version or the new one; stale temporaries are removed when a run starts. At the start
+``metrics.jsonl`` loses a line torn by a kill and the records of steps after the checkpoint (the
+start step: 0 for a fresh run), which are trained again, so the log never repeats a step.
+
 Example::
 
     cfg = TrainConfig(output_dir="runs/x", max_steps=1000, learning_rate=1e-4, warmup_ratio=0.1)
@@ -51,7 +59,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..files import atomic_write
+from ..files import atomic_directory, atomic_write
 from .data import as_batch_source
 from .distributed import (
     DistInfo,
@@ -62,15 +70,30 @@ from .distributed import (
 )
 from .optim import build_optimizer
 from .plot import plot_metrics
+from .rundir import RunDirectoryError, clean_run_directory, load_tensor_file, trim_metrics
 from .schedules import SCHEDULES, build_scheduler
 
-__all__ = ["TrainConfig", "TrainState", "Trainer", "unwrap", "CHECKPOINT_FILE", "METRICS_FILE"]
+__all__ = [
+    "TrainConfig",
+    "TrainState",
+    "Trainer",
+    "unwrap",
+    "CHECKPOINT_FILE",
+    "METRICS_FILE",
+    "CHECKPOINT_FORMAT",
+]
 
 logger = logging.getLogger(__name__)
 
 CHECKPOINT_FILE = "checkpoint.pt"
 METRICS_FILE = "metrics.jsonl"
 MODEL_STATE_FILE = "model_state.pt"
+PLOT_FILE = "loss.png"
+MODEL_DIRS = ("model", "best")
+#: Version of ``checkpoint.pt``. 2: every value a tensor, number, string, list, tuple or dict
+#: (RNG states included), so it loads with ``torch.load(weights_only=True)``.
+CHECKPOINT_FORMAT = 2
+_CHECKPOINT_KEYS = ("model", "optimizer", "scheduler", "state", "rng")
 
 LossFn = Callable[[nn.Module, Any], tuple[torch.Tensor, dict[str, float]]]
 EvalFn = Callable[[nn.Module], dict[str, float]]
@@ -187,9 +210,19 @@ def unwrap(model: nn.Module) -> nn.Module:
 
 
 def _rng_state() -> dict[str, Any]:
+    """The RNG states of python, numpy and torch as plain values (tensors, ints, floats, lists):
+    loadable with ``weights_only=True``."""
+    version, internal, gauss = random.getstate()
+    name, key, pos, has_gauss, cached = np.random.get_state(legacy=True)
     state = {
-        "python": random.getstate(),
-        "numpy": np.random.get_state(),
+        "python": [version, list(internal), gauss],
+        "numpy": {
+            "bit_generator": str(name),
+            "key": torch.from_numpy(np.asarray(key, dtype=np.int64)),
+            "pos": int(pos),
+            "has_gauss": int(has_gauss),
+            "gauss": float(cached),
+        },
         "torch": torch.get_rng_state(),
     }
     if torch.cuda.is_available():
@@ -198,8 +231,12 @@ def _rng_state() -> dict[str, Any]:
 
 
 def _set_rng_state(state: dict[str, Any]) -> None:
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
+    """Restore what `_rng_state` returned."""
+    version, internal, gauss = state["python"]
+    random.setstate((int(version), tuple(int(x) for x in internal), gauss))
+    n = state["numpy"]
+    key = n["key"].numpy().astype(np.uint32)
+    np.random.set_state((n["bit_generator"], key, n["pos"], n["has_gauss"], n["gauss"]))
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
@@ -234,6 +271,8 @@ class Trainer:
         save_fn: ``(model, directory) -> None``, called on rank 0 for ``model/`` and ``best/``
             after ``model_state.pt`` is written (the unwrapped model; e.g.
             ``lambda m, d: m.save_pretrained(d)``); None: ``model_state.pt`` only.
+            ``directory`` is a fresh temporary sibling that replaces ``model/``/``best/`` whole
+            once ``save_fn`` returns (files of the previous version are not kept).
     """
 
     def __init__(
@@ -287,7 +326,7 @@ class Trainer:
         if not self.dist.is_main:
             return
         payload = {
-            "format": 1,
+            "format": CHECKPOINT_FORMAT,
             "model": self.model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict(),
@@ -300,23 +339,93 @@ class Trainer:
 
     def load_checkpoint(self, path: str | Path | None = None) -> None:
         """Restore everything `save_checkpoint` wrote (each rank takes its own RNG state;
-        with a different number of processes, rank r takes state r mod saved ranks)."""
+        with a different number of processes, rank r takes state r mod saved ranks).
+
+        The file is loaded with ``torch.load(weights_only=True)``: it can hold nothing but
+        tensors and plain values, so loading it runs no code.
+
+        Raises:
+            RunDirectoryError: the file is missing, a directory, empty, truncated or corrupt,
+                refused (it holds other Python objects), not a checkpoint of this trainer's
+                format, or from another model (parameter names or shapes differ) or optimizer.
+                The model is unchanged unless the error is raised while restoring the
+                optimizer, scheduler or RNG state.
+        """
         path = Path(path) if path else self.checkpoint_path
-        payload = torch.load(path, map_location="cpu", weights_only=False)
-        self.model.load_state_dict(payload["model"])
-        self.optimizer.load_state_dict(payload["optimizer"])
-        self.scheduler.load_state_dict(payload["scheduler"])
-        self.state = TrainState(**payload["state"])
+        payload = load_tensor_file(path, "checkpoint")
+        if not isinstance(payload, dict) or any(k not in payload for k in _CHECKPOINT_KEYS):
+            got = sorted(map(str, payload)) if isinstance(payload, dict) else type(payload).__name__
+            raise RunDirectoryError(
+                f"{path} is not a training checkpoint: expected the entries "
+                f"{list(_CHECKPOINT_KEYS)}, found {got}"
+            )
+        if payload.get("format") != CHECKPOINT_FORMAT:
+            raise RunDirectoryError(
+                f"{path} has checkpoint format {payload.get('format')!r}; this version reads "
+                f"format {CHECKPOINT_FORMAT} only"
+            )
+        self._load_model_state(payload["model"], path)
         rngs = payload["rng"]
-        _set_rng_state(rngs[self.dist.rank % len(rngs)])
+        try:
+            self.optimizer.load_state_dict(payload["optimizer"])
+            self.scheduler.load_state_dict(payload["scheduler"])
+            state = TrainState(**payload["state"])
+            _set_rng_state(rngs[self.dist.rank % len(rngs)])
+        except (ValueError, KeyError, TypeError, IndexError, RuntimeError, ZeroDivisionError) as e:
+            raise RunDirectoryError(
+                f"{path} does not match this run (optimizer, schedule, counters or RNG state): "
+                f"{type(e).__name__}: {e}"
+            ) from None
+        self.state = state
         logger.info("resumed from %s at step %d", path, self.state.step)
 
+    def _load_model_state(self, saved: Any, path: Path) -> None:
+        """Load ``saved`` (read from ``path``) into the model after checking that it names the
+        same tensors with the same shapes; raises `RunDirectoryError` otherwise."""
+        if not isinstance(saved, dict):
+            raise RunDirectoryError(f"{path}: the model state is a {type(saved).__name__}")
+        own = self.model.state_dict()
+        missing = [k for k in own if k not in saved]
+        unexpected = [k for k in saved if k not in own]
+        shapes = [
+            f"{k}: saved {tuple(saved[k].shape) if isinstance(saved[k], torch.Tensor) else '?'}"
+            f", model {tuple(v.shape)}"
+            for k, v in own.items()
+            if k in saved and not (isinstance(saved[k], torch.Tensor) and saved[k].shape == v.shape)
+        ]
+        if missing or unexpected or shapes:
+            problems = []
+            for what, names in (("missing", missing), ("unexpected", unexpected)):
+                if names:
+                    problems.append(f"{len(names)} {what} (e.g. {', '.join(map(str, names[:3]))})")
+            if shapes:
+                problems.append(f"{len(shapes)} of another shape (e.g. {'; '.join(shapes[:2])})")
+            raise RunDirectoryError(
+                f"{path} holds the weights of another model: tensors {', '.join(problems)}"
+            )
+        self.model.load_state_dict(saved)
+
     def _save_model(self, directory: Path) -> None:
-        directory.mkdir(parents=True, exist_ok=True)
+        """Write ``directory`` (``model/`` or ``best/``) all-or-nothing: ``model_state.pt`` and
+        what ``save_fn`` writes go into a sibling temporary directory that is swapped in."""
         state = {k: v.detach().cpu() for k, v in self.model.state_dict().items()}
-        atomic_write(directory / MODEL_STATE_FILE, lambda tmp: torch.save(state, tmp))
-        if self.save_fn is not None:
-            self.save_fn(self.model, directory)
+        with atomic_directory(directory, keep_existing=False) as tmp:
+            atomic_write(tmp / MODEL_STATE_FILE, lambda t: torch.save(state, t))
+            if self.save_fn is not None:
+                self.save_fn(self.model, tmp)
+
+    def _prepare_run_directory(self) -> None:
+        """Rank 0, before training: refuse a layout that cannot work (a directory where a file
+        belongs or the reverse) and remove stale temporaries of interrupted writes."""
+        for name in (CHECKPOINT_FILE, METRICS_FILE, PLOT_FILE):
+            p = self.output_dir / name
+            if p.exists() and not p.is_file():
+                raise RunDirectoryError(f"{p} is a directory, not a file; move it away")
+        for name in MODEL_DIRS:
+            p = self.output_dir / name
+            if p.exists() and not p.is_dir():
+                raise RunDirectoryError(f"{p} is a file, not a directory; move it away")
+        clean_run_directory(self.output_dir, MODEL_DIRS)
 
     # ------------------------------------------------------------------ metrics
 
@@ -434,16 +543,21 @@ class Trainer:
         Raises:
             FloatingPointError: a non-finite loss.
             ValueError: an empty batch source or an unknown ``metric_for_best``.
+            RunDirectoryError: (a ValueError) ``resume`` and an unusable ``checkpoint.pt`` (see
+                `load_checkpoint`), or a run directory whose layout cannot work.
         """
         cfg = self.config
         if self.dist.is_main:
             self.output_dir.mkdir(parents=True, exist_ok=True)
-        if cfg.resume and self.checkpoint_path.is_file():
+            self._prepare_run_directory()
+        if cfg.resume and (self.checkpoint_path.exists() or self.checkpoint_path.is_symlink()):
             self.load_checkpoint()
         else:
             random.seed(cfg.seed + self.dist.rank)
             np.random.seed(cfg.seed + self.dist.rank)
             torch.manual_seed(cfg.seed + self.dist.rank)
+        if self.dist.is_main:  # a torn last line, and the records of steps to be redone
+            trim_metrics(self.output_dir / METRICS_FILE, self.state.step)
         self.wrapped.train()
         self._batches = None
         start, stopped = time.monotonic(), "max_steps"
@@ -519,10 +633,10 @@ class Trainer:
         self.save_checkpoint()
         if self.dist.is_main:
             self._save_model(self.output_dir / "model")
-            plot_metrics(self.output_dir / METRICS_FILE, self.output_dir / "loss.png")
+            plot_metrics(self.output_dir / METRICS_FILE, self.output_dir / PLOT_FILE)
         if cfg.load_best_at_end and self.state.best_step is not None:
-            best = torch.load(self.output_dir / "best" / MODEL_STATE_FILE, map_location="cpu")
-            self.model.load_state_dict(best)
+            best_path = self.output_dir / "best" / MODEL_STATE_FILE
+            self._load_model_state(load_tensor_file(best_path, "model state"), best_path)
         return self._summary(stopped, start, last_train)
 
     def _all_agree(self, flag: bool) -> bool:

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 
 from ..files import atomic_write
+from .rundir import read_metrics
 
 __all__ = ["plot_metrics"]
 
@@ -15,8 +15,8 @@ logger = logging.getLogger(__name__)
 
 def plot_metrics(metrics_path: str | Path, png_path: str | Path) -> Path | None:
     """Plot train ``loss`` (and ``eval_loss`` when logged) against ``step`` from a
-    ``metrics.jsonl``; written atomically. Returns the path, or None when matplotlib is not
-    installed or there is nothing to plot."""
+    ``metrics.jsonl`` (a torn line is skipped); written atomically. Returns the path, or None
+    when matplotlib is not installed or there is nothing to plot."""
     try:
         import matplotlib
 
@@ -26,7 +26,7 @@ def plot_metrics(metrics_path: str | Path, png_path: str | Path) -> Path | None:
         logger.info("matplotlib not installed; no loss curve")
         return None
 
-    records = [json.loads(line) for line in Path(metrics_path).read_text().splitlines() if line]
+    records = read_metrics(metrics_path)
     train = [(r["step"], r["loss"]) for r in records if r.get("split") == "train" and "loss" in r]
     evals = [
         (r["step"], r["eval_loss"])

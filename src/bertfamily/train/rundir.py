@@ -1,0 +1,218 @@
+"""The training run directory on disk, trusted for nothing: tensor files loaded without running
+code, stale temporaries of interrupted writes removed, a torn ``metrics.jsonl`` repaired.
+
+Every file the trainer reads back (``checkpoint.pt``, ``best/model_state.pt``) goes through
+`load_tensor_file`: ``torch.load(weights_only=True)``, which accepts tensors, numbers, strings,
+lists, tuples and dicts and refuses any other Python object (a pickle that would call
+``os.system`` is refused before anything runs). Every failure is a `RunDirectoryError` naming
+the file.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import pickle
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..files import OLD_TAG, TMP_TAG, atomic_write, recover_directory
+
+__all__ = [
+    "RunDirectoryError",
+    "load_tensor_file",
+    "clean_run_directory",
+    "read_metrics",
+    "trim_metrics",
+]
+
+logger = logging.getLogger(__name__)
+
+
+class RunDirectoryError(ValueError):
+    """A file of a training run directory cannot be used: missing, unreadable, empty or
+    truncated, refused because loading it would run code, the wrong kind of file (a directory
+    where a file belongs), or written for another model. The message names the file and the
+    problem."""
+
+
+def _refused_global(message: str) -> str | None:
+    """The Python global a weights-only load refused (e.g. ``posix.system``), if named."""
+    m = re.search(r"GLOBAL ([\w.]+)", message)
+    return m.group(1) if m else None
+
+
+def load_tensor_file(path: str | Path, what: str = "file") -> Any:
+    """Load a ``torch.save`` file without running code (``weights_only=True``, on the CPU).
+
+    Args:
+        path: the file.
+        what: what the file should be, for messages ("checkpoint", "model state").
+
+    Raises:
+        RunDirectoryError: the file is missing, a directory, empty, truncated or corrupt, or
+            holds Python objects other than tensors and plain containers (refused unread).
+    """
+    path = Path(path)
+    if path.is_dir():
+        raise RunDirectoryError(f"{path} is a directory, not a {what} file")
+    if not path.exists():
+        raise RunDirectoryError(f"{path} does not exist (no {what} to load)")
+    try:
+        size = path.stat().st_size
+    except OSError as e:
+        raise RunDirectoryError(f"cannot read {what} {path}: {e}") from None
+    if size == 0:
+        raise RunDirectoryError(f"{what} {path} is empty (0 bytes); delete it or start afresh")
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as e:
+        name = _refused_global(str(e))
+        if name is not None:
+            hint = ""
+            if name and name.startswith("numpy"):
+                hint = " (a checkpoint of an older bertfamily, which stored numpy objects)"
+            raise RunDirectoryError(
+                f"refused to load {what} {path}: it holds Python objects that could run code "
+                f"when loaded ({name}){hint}; only tensors, numbers, "
+                "strings, lists and dicts are accepted"
+            ) from None
+        detail = next(
+            (line.strip() for line in str(e).splitlines() if line.startswith("Unsupported")),
+            str(e).splitlines()[0] if str(e) else "unreadable",
+        )
+        raise RunDirectoryError(
+            f"{what} {path} is corrupt or truncated, or not a torch.save file of tensors and "
+            f"plain values ({size} bytes): {detail}"
+        ) from None
+    except KeyboardInterrupt:
+        raise
+    except Exception as e:  # EOFError, zip reader RuntimeError, OSError, ...
+        detail = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise RunDirectoryError(
+            f"{what} {path} is corrupt or truncated ({size} bytes): {detail}"
+        ) from None
+
+
+def clean_run_directory(output_dir: str | Path, subdirs: tuple[str, ...] = ()) -> list[str]:
+    """Remove what interrupted atomic writes left in ``output_dir``: stale ``.<name>.tmp-*``
+    files and directories, and ``.<name>.old-*`` directories of an interrupted directory swap
+    (put back first when ``<name>`` itself is missing; see `bertfamily.files.recover_directory`).
+    The same is done inside each of ``subdirs`` that exists. Returns the names cleaned up."""
+    output_dir = Path(output_dir)
+    cleaned: list[str] = []
+    for directory in (output_dir, *(output_dir / s for s in subdirs)):
+        if not directory.is_dir():
+            continue
+        names = set()
+        for entry in directory.iterdir():
+            if not entry.name.startswith("."):
+                continue
+            for tag in (TMP_TAG, OLD_TAG):
+                if tag in entry.name[1:]:
+                    names.add(entry.name[1:].rsplit(tag, 1)[0])
+                    cleaned.append(str(entry.relative_to(output_dir)))
+        for name in sorted(names):
+            if name:
+                recover_directory(directory / name)
+            else:  # ".tmp-x": no target name; remove it directly
+                for stale in directory.glob(f".{TMP_TAG}*"):
+                    if stale.is_dir() and not stale.is_symlink():
+                        shutil.rmtree(stale, ignore_errors=True)
+                    else:
+                        stale.unlink(missing_ok=True)
+    if cleaned:
+        logger.warning(
+            "%s: removed stale temporaries of interrupted writes: %s",
+            output_dir,
+            cleaned,
+        )
+    return cleaned
+
+
+def _parse(line: bytes) -> dict | None:
+    try:
+        record = json.loads(line)
+    except ValueError:  # JSONDecodeError, UnicodeDecodeError
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def read_metrics(path: str | Path) -> list[dict[str, Any]]:
+    """The records of a ``metrics.jsonl``, skipping lines that are not JSON objects (a line torn
+    by a kill while it was appended) with a warning naming the file. A missing file: []."""
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return []
+    except OSError as e:
+        raise RunDirectoryError(f"cannot read metrics log {path}: {e}") from None
+    records, bad = [], 0
+    for line in data.split(b"\n"):
+        if not line.strip():
+            continue
+        record = _parse(line)
+        if record is None:
+            bad += len(line)
+        else:
+            records.append(record)
+    if bad:
+        logger.warning("%s: skipped %d bytes of torn or unparsable lines", path, bad)
+    return records
+
+
+def trim_metrics(path: str | Path, last_step: int) -> None:
+    """Make ``metrics.jsonl`` fit a run that continues after step ``last_step``: drop a torn
+    tail (and any other line that is not a JSON object), warning with the bytes dropped, and
+    drop the records of steps after ``last_step`` (they are trained, and logged, again). The
+    file is rewritten atomically, and only when something changes.
+
+    Raises:
+        RunDirectoryError: the path exists but cannot be read (e.g. a directory).
+    """
+    path = Path(path)
+    if path.is_dir():
+        raise RunDirectoryError(f"{path} is a directory, not the metrics log")
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return
+    except OSError as e:
+        raise RunDirectoryError(f"cannot read metrics log {path}: {e}") from None
+    keep: list[bytes] = []
+    torn = later = 0
+    lines = data.split(b"\n")
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        record = _parse(line)
+        if record is None:
+            torn += len(line) + (i < len(lines) - 1)  # with its newline, when it had one
+            continue
+        step = record.get("step")
+        if isinstance(step, (int, float)) and step > last_step:
+            later += 1
+            continue
+        keep.append(line)
+    new = b"".join(line + b"\n" for line in keep)
+    if new == data:
+        return
+    if torn:
+        logger.warning(
+            "%s: dropped %d bytes of a torn or unparsable line (a write cut short by a kill)",
+            path,
+            torn,
+        )
+    if later:
+        logger.warning(
+            "%s: dropped %d records of steps after %d (those steps are trained again)",
+            path,
+            later,
+            last_step,
+        )
+    atomic_write(path, lambda tmp: tmp.write_bytes(new))
