@@ -51,22 +51,37 @@ def read_squad(path: str | Path) -> list[QAExample]:
     except (json.JSONDecodeError, KeyError, TypeError) as e:
         raise DataError(f"{path} is not SQuAD-format JSON: {e}") from e
     out = []
-    for article in data:
-        for para in article["paragraphs"]:
-            ctx = para["context"]
-            for qa in para["qas"]:
-                answers = (
-                    []
-                    if qa.get("is_impossible")
-                    else [(a["text"], int(a["answer_start"])) for a in qa.get("answers", [])]
-                )
-                for text, start in answers:
-                    if ctx[start : start + len(text)] != text:
-                        raise DataError(
-                            f"question {qa['id']}: answer {text!r} is not at "
-                            f"character {start} of its context"
-                        )
-                out.append(QAExample(str(qa["id"]), qa["question"], ctx, answers))
+    where = "data"
+    try:
+        for i, article in enumerate(data):
+            for j, para in enumerate(article["paragraphs"]):
+                where = f"data[{i}].paragraphs[{j}]"
+                ctx = para["context"]
+                if not isinstance(ctx, str):
+                    raise TypeError(f"context is {type(ctx).__name__}, not text")
+                for k, qa in enumerate(para["qas"]):
+                    where = f"data[{i}].paragraphs[{j}].qas[{k}]"
+                    answers = (
+                        []
+                        if qa.get("is_impossible")
+                        else [
+                            (str(a["text"]), int(a["answer_start"])) for a in qa.get("answers", [])
+                        ]
+                    )
+                    for text, start in answers:
+                        if start < 0 or ctx[start : start + len(text)] != text:
+                            raise DataError(
+                                f"{path}: question {qa['id']}: answer {text!r} is not at "
+                                f"character {start} of its context"
+                            )
+                    if not isinstance(qa["question"], str):
+                        raise TypeError(f"question is {type(qa['question']).__name__}, not text")
+                    out.append(QAExample(str(qa["id"]), qa["question"], ctx, answers))
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        if isinstance(e, DataError):
+            raise
+        missing = f"no {e}" if isinstance(e, KeyError) else str(e)
+        raise DataError(f"{path}: {where}: not the SQuAD layout ({missing})") from e
     return out
 
 
