@@ -119,7 +119,7 @@ def test_export_refuses_what_it_cannot_compute(tmp_path):
 def test_output_names():
     names = {h: output_names(_make("tiny-bert", h)) for h in HEADS}
     assert names["base"] == ["last_hidden_state", "pooler_output"]
-    assert names["mlm"] == ["last_hidden_state", "pooler_output", "logits"]
+    assert names["mlm"] == ["last_hidden_state", "logits"]  # no pooler: BertForMaskedLM
     assert names["pair"] == ["last_hidden_state", "pooler_output", "logits"]
     assert names["qa"] == ["start_logits", "end_logits"]
     assert names["classify"] == names["tokens"] == names["choice"] == ["logits"]
