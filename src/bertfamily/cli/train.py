@@ -241,7 +241,17 @@ def finetune(
     ),
     training: TrainOptions = None,
     patience: int | None = typer.Option(None, min=1, help="Early-stopping patience (evals)."),
-    regression: bool = False,
+    regression: bool = typer.Option(False, help="Same as --problem-type regression."),
+    problem_type: str | None = typer.Option(
+        None,
+        help="classify/pair: single_label_classification, multi_label_classification (labels "
+        "as a JSON list or joined by --label-separator) or regression; default: inferred "
+        "from the labels.",
+    ),
+    label_separator: str = typer.Option("|", help="Joins the labels of a multi-label cell."),
+    threshold: float = typer.Option(
+        0.5, min=0.0, max=1.0, help="Multi-label: a label is predicted over this sigmoid score."
+    ),
     null_threshold: float | None = None,
 ):
     """Fine-tune an encoder on a task; writes metrics.jsonl, best/, model/, confusion PNG."""
@@ -259,6 +269,9 @@ def finetune(
         label_column=label_column,
         max_length=max_length,
         regression=regression,
+        problem_type=problem_type,
+        label_separator=label_separator,
+        threshold=threshold,
         null_threshold=null_threshold,
     )
     cfg = FinetuneConfig(
@@ -287,6 +300,10 @@ def predict(
     text_pair_column: str | None = None,
     label_column: str = "label",
     max_length: int = typer.Option(128, min=8),
+    label_separator: str = typer.Option("|", help="Joins the labels of a multi-label cell."),
+    threshold: float = typer.Option(
+        0.5, min=0.0, max=1.0, help="Multi-label: emit every label over this sigmoid score."
+    ),
     null_threshold: float | None = None,
 ):
     """Predictions of a fine-tuned model on a file (JSONL to --output or the screen)."""
@@ -299,6 +316,8 @@ def predict(
         text_pair_column=text_pair_column,
         label_column=label_column,
         max_length=max_length,
+        label_separator=label_separator,
+        threshold=threshold,
         null_threshold=null_threshold,
     )
     preds, metrics = run(

@@ -13,19 +13,27 @@ from ..heads.tasks import TASK_HEADS, sequence_loss, span_loss, token_loss
 __all__ = ["task_loss"]
 
 
-def task_loss(task: str, output, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+def task_loss(
+    task: str, output, batch: dict[str, torch.Tensor], problem_type: str | None = None
+) -> torch.Tensor:
     """The loss of one task head on one batch: a 0-d float tensor.
 
     Args:
         task: one of ``TASK_HEADS``.
         output: the `ModelOutput` (``logits`` or ``start_logits``/``end_logits``).
-        batch: holds ``labels`` ((B,) or (B, T)), or ``start_positions``/``end_positions``.
+        batch: holds ``labels`` ((B,) or (B, T); (B, C) 0/1 floats for multi-label), or
+            ``start_positions``/``end_positions``.
+        problem_type: the "classify" head's loss (one of ``config.PROBLEM_TYPES``: MSE,
+            cross-entropy, binary cross-entropy); None infers it as transformers does
+            (`heads.tasks.problem_type_of`). "choice" is always cross-entropy over the choices.
 
     Raises:
         ValueError: unknown task or the batch lacks the labels the task needs.
     """
-    if task in ("classify", "choice"):
-        return sequence_loss(output.logits, _need(batch, "labels"))
+    if task == "classify":
+        return sequence_loss(output.logits, _need(batch, "labels"), problem_type)
+    if task == "choice":
+        return sequence_loss(output.logits, _need(batch, "labels"), "single_label_classification")
     if task == "tokens":
         return token_loss(output.logits, _need(batch, "labels"))
     if task == "qa":

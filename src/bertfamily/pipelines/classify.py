@@ -12,9 +12,26 @@ from ..tokenization import load_tokenizer
 from ..train.data import sorted_batches
 from .batching import token_lengths
 
+FUNCTIONS = ("default", "softmax", "sigmoid", "none")
+
+
+def default_function(problem_type: str | None, num_labels: int) -> str:
+    """The score function transformers' text-classification pipeline applies by default: none
+    (the raw value) for regression, sigmoid for multi-label or a single output, softmax for
+    single-label or several outputs."""
+    if problem_type == "regression":
+        return "none"
+    if problem_type == "multi_label_classification" or num_labels == 1:
+        return "sigmoid"
+    return "softmax"
+
 
 class TextClassifier:
     """A fine-tuned sequence-classification model directory, ready to label text.
+
+    Scores follow the model's ``problem_type`` (config.json) as in transformers'
+    ``pipeline("text-classification")``: softmax probabilities for single-label, independent
+    sigmoid scores for multi-label, the raw value for regression (see `default_function`).
 
     Args:
         path: a directory holding a ``*ForSequenceClassification`` model and its tokenizer.
@@ -31,6 +48,7 @@ class TextClassifier:
         self.tokenizer = load_tokenizer(path)
         self.max_length = max_length
         self.labels = self.model.config.label_names
+        self.problem_type = self.model.config.problem_type
 
     @torch.no_grad()
     def __call__(
@@ -38,11 +56,31 @@ class TextClassifier:
         texts: str | Sequence[str],
         text_pairs: str | Sequence[str] | None = None,
         *,
-        top_k: int = 1,
+        top_k: int | None = 1,
+        function_to_apply: str = "default",
         batch_size: int = 32,
     ) -> list[list[dict]]:
-        """Per text, the ``top_k`` labels as ``{"label", "score"}`` (softmax probability),
-        best first; a regression model (one label) gives ``[{"label", "score": value}]``."""
+        """Per text, labels as ``{"label", "score"}``, best first.
+
+        Args:
+            top_k: how many labels per text (the best ``top_k``, or all when ``None`` or larger
+                than the number of labels), as in transformers' text-classification pipeline.
+            function_to_apply: "default" (by problem type, `default_function`), "softmax",
+                "sigmoid" or "none" (raw logits), as transformers defines it.
+
+        Raises:
+            ValueError: unknown ``function_to_apply`` or ``top_k`` < 1.
+        """
+        if function_to_apply not in FUNCTIONS:
+            raise ValueError(
+                f"function_to_apply must be one of {FUNCTIONS}, got {function_to_apply!r}"
+            )
+        if top_k is not None and top_k < 1:
+            raise ValueError(f"top_k must be None or at least 1, got {top_k}")
+        fn = function_to_apply
+        if fn == "default":
+            fn = default_function(self.problem_type, len(self.labels))
+        k = len(self.labels) if top_k is None else min(top_k, len(self.labels))
         texts = [texts] if isinstance(texts, str) else list(texts)
         pairs = [text_pairs] if isinstance(text_pairs, str) else text_pairs
         out: list[list[dict]] = [[] for _ in texts]
@@ -55,12 +93,13 @@ class TextClassifier:
                 max_length=self.max_length,
             )
             logits = self.model(**enc).logits.float()  # (B, C)
-            if logits.shape[-1] == 1:
-                for i, v in zip(idx, logits[:, 0]):
-                    out[i] = [{"label": self.labels[0], "score": float(v)}]
-                continue
-            probs = logits.softmax(-1)
-            top = probs.topk(min(top_k, probs.shape[-1]), dim=-1)
+            if fn == "softmax":
+                scores = logits.softmax(-1)
+            elif fn == "sigmoid":
+                scores = logits.sigmoid()
+            else:
+                scores = logits
+            top = scores.topk(k, dim=-1)
             for i, ps, js in zip(idx, top.values, top.indices):
                 out[i] = [
                     {"label": self.labels[j], "score": float(p)}

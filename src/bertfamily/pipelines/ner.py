@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -10,7 +9,7 @@ from pathlib import Path
 import torch
 
 from ..pretrained import from_pretrained
-from ..tasks.data import repair_bio, word_ids_from_offsets, word_predictions
+from ..tasks.data import repair_bio, tokenizer_words, word_ids_from_offsets, word_predictions
 from ..tokenization import load_tokenizer
 from ..train.data import sorted_batches
 from .batching import token_lengths
@@ -48,8 +47,11 @@ def bio_spans(tags: Sequence[str]) -> list[tuple[str, int, int]]:
 class EntityTagger:
     """A fine-tuned token-classification directory, ready to tag raw text.
 
-    Words are whitespace-separated, as in the CoNLL files the model was trained on; each word
-    takes the tag of its first sub-token.
+    Words are found the way the model's tokenizer splits them (`tasks.data.tokenizer_words`:
+    its normaliser and pre-tokeniser with offsets into the input), so every script works:
+    with BERT's tokenizer each CJK character is a word of its own, as in Chinese CoNLL data
+    (one character per line), and punctuation is split off words. Each word takes the tag of
+    its first sub-token; entity offsets are character offsets into the input string.
 
     Raises:
         ValueError: the directory's model has no "tokens" head.
@@ -77,7 +79,7 @@ class EntityTagger:
             offsets = enc.pop("offset_mapping").tolist()
             probs = self.model(**enc).logits.float().softmax(-1)  # (B, T, C)
             for row, text, offs, p in zip(idx, chunk, offsets, probs):
-                words = [(m.start(), m.end()) for m in re.finditer(r"\S+", text)]
+                words = tokenizer_words(self.tokenizer, text, end=max(e for _, e in offs))
                 if not words:
                     continue
                 wids = word_ids_from_offsets([tuple(o) for o in offs], words)

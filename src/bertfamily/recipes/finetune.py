@@ -24,12 +24,13 @@ from ..files import atomic_write, write_text_atomic
 from ..objectives.tasks import task_loss
 from ..pretrained import from_pretrained
 from ..tasks.encode import (
-    BEST_METRIC,
     HEAD_OF_TASK,
     MODEL_INPUTS,
     TaskData,
     TaskOptions,
+    best_metric,
     forward_rows,
+    model_problem_type,
     pad_batch,
 )
 from ..tokenization import load_tokenizer
@@ -55,7 +56,9 @@ class FinetuneConfig:
         model: a Hugging Face model directory with a tokenizer (a base or a task model).
         train_file / eval_file: data files (see `TaskData.load`); with an eval file the best
             evaluation is kept in ``output_dir/best`` and early stopping can apply.
-        data: reading, encoding and evaluation options (`TaskOptions`).
+        data: reading, encoding and evaluation options (`TaskOptions`), among them the
+            classification problem type (single-label, multi-label, regression; inferred from
+            the training labels when None), which the model's config.json then records.
         epochs: passes over the training data; sets ``max_steps`` (None: the TrainConfig's
             ``max_steps``).
         patience: stop after this many evaluations without improvement of the task metric
@@ -78,12 +81,13 @@ def finetune(cfg: FinetuneConfig, train: TrainConfig) -> dict[str, Any]:
     capped at the number of training rows; ``max_steps`` comes from ``cfg.epochs`` when set;
     ``log_every`` 0 means max(1, min(50, steps // 10)); with an eval file, ``eval_every`` 0
     means once per epoch and, when ``metric_for_best`` is None, the best checkpoint is chosen
-    by the task's metric (accuracy, F1; mean squared error for regression) and loaded at the
-    end. `FINETUNE_TRAIN_DEFAULTS` are the usual learning rate and warm-up.
+    by the task's metric (accuracy, F1; micro F1 for multi-label, mean squared error for
+    regression) and loaded at the end. `FINETUNE_TRAIN_DEFAULTS` are the usual learning rate
+    and warm-up.
 
     Returns:
         {"train": trainer summary, "eval": final metrics on the eval file (best model),
-         "labels": label names, "seconds": wall-clock}.
+         "labels": label names, "problem_type": classify/pair only, "seconds": wall-clock}.
 
     Raises:
         ValueError (DataError, CheckpointError, ...): bad task, data or model directory.
@@ -96,11 +100,17 @@ def finetune(cfg: FinetuneConfig, train: TrainConfig) -> dict[str, Any]:
     train_rows = data.load(cfg.train_file)
     eval_data = eval_rows = None
     if cfg.eval_file is not None:
-        eval_data = TaskData(cfg.task, tok, opts, label_names=data.label_names)
+        eval_data = TaskData(
+            cfg.task, tok, opts, label_names=data.label_names, problem_type=data.problem_type
+        )
         eval_data.scheme = getattr(data, "scheme", "BIO")
         eval_rows = eval_data.load(cfg.eval_file)
     head = HEAD_OF_TASK[cfg.task]
-    model = from_pretrained(cfg.model, heads=[head], new_heads=True, label_names=data.label_names)
+    problem_type = data.problem_type if head == "classify" else None
+    overrides: dict[str, Any] = {"label_names": data.label_names}
+    if head == "classify":
+        overrides["problem_type"] = problem_type
+    model = from_pretrained(cfg.model, heads=[head], new_heads=True, **overrides)
     model.train()
     pad = tok.pad_token_id or 0
     batch_size = min(train.batch_size, len(train_rows))
@@ -109,7 +119,7 @@ def finetune(cfg: FinetuneConfig, train: TrainConfig) -> dict[str, Any]:
 
     def loss_fn(m, batch):
         out_ = m(**{k: v for k, v in batch.items() if k in MODEL_INPUTS})
-        loss = task_loss(head, out_, batch)
+        loss = task_loss(head, out_, batch, problem_type)
         return loss, {}
 
     def eval_fn(m):
@@ -127,11 +137,8 @@ def finetune(cfg: FinetuneConfig, train: TrainConfig) -> dict[str, Any]:
         if not train.eval_every:
             derived["eval_every"] = max(1, len(source))
         if train.metric_for_best is None:
-            derived.update(
-                metric_for_best=BEST_METRIC[cfg.task] if not opts.regression else "mse",
-                greater_is_better=not opts.regression,
-                load_best_at_end=True,
-            )
+            metric, greater = best_metric(cfg.task, problem_type)
+            derived.update(metric_for_best=metric, greater_is_better=greater, load_best_at_end=True)
     config = dataclasses.replace(train, **derived)
     summary = Trainer(
         model,
@@ -142,6 +149,8 @@ def finetune(cfg: FinetuneConfig, train: TrainConfig) -> dict[str, Any]:
         save_fn=save_pretrained,
     ).train()
     result: dict[str, Any] = {"train": summary, "labels": list(data.label_names)}
+    if problem_type is not None:
+        result["problem_type"] = problem_type
     if eval_data is not None:
         model.eval()
         metrics, preds = eval_data.evaluate(model, eval_rows)
@@ -150,7 +159,7 @@ def finetune(cfg: FinetuneConfig, train: TrainConfig) -> dict[str, Any]:
             out / "eval_predictions.jsonl",
             "".join(json.dumps(p, ensure_ascii=False) + "\n" for p in preds),
         )
-        if cfg.task in ("classify", "pair") and hasattr(eval_data, "last_confusion"):
+        if problem_type == "single_label_classification" and hasattr(eval_data, "last_confusion"):
             confusion_png(*eval_data.last_confusion, data.label_names, out / "confusion_matrix.png")
     result["seconds"] = time.time() - t0
     finish_run(out, tok, result, file="final_metrics.json")
@@ -205,6 +214,13 @@ def predict(
     """Predictions of a fine-tuned model directory on a data file (and metrics when the file
     has labels and ``labelled``).
 
+    Classification ("classify", "pair") follows the model's ``problem_type`` (config.json;
+    None: regression for one label, else single-label): single-label rows are
+    ``{"text", "label", "score"}`` (softmax probability of the best class); multi-label rows
+    ``{"text", "labels": [{"label", "score"}, ...]}`` with every label whose sigmoid score is
+    over ``opts.threshold``, best first (possibly none); regression rows
+    ``{"text", "value", "score"}`` (the predicted value, twice).
+
     Returns:
         (one dict per example, metrics or None).
 
@@ -218,21 +234,33 @@ def predict(
             f"{model_dir} holds a {model.task!r} head; task {task!r} needs {HEAD_OF_TASK[task]!r}"
         )
     tok = load_tokenizer(model_dir)
-    data = TaskData(task, tok, opts, label_names=model.config.label_names)
+    kind = model_problem_type(model.config) if task in ("classify", "pair") else None
+    data = TaskData(task, tok, opts, label_names=model.config.label_names, problem_type=kind)
     if task == "ner":
         data.scheme = "BIOES" if any(n[:2] in ("S-", "E-") for n in data.label_names) else "BIO"
     if task in ("classify", "pair") and not labelled:
         rows = data.load(file, labelled=False)
         outs = forward_rows(model, rows, opts.eval_batch_size, tok.pad_token_id or 0)
         logits = torch.cat([o.logits for o in outs]).float()
-        if logits.shape[-1] == 1:
+        names = data.label_names
+        if kind == "regression":
             return [
-                {"text": e.text, "score": float(v)}
-                for e, v in zip(data.examples, logits.squeeze(-1))
+                {"text": e.text, "value": float(v), "score": float(v)}
+                for e, v in zip(data.examples, logits[:, 0])
             ], None
+        if kind == "multi_label_classification":
+            out = []
+            for e, p in zip(data.examples, logits.sigmoid().tolist()):
+                over = sorted(
+                    ((s, j) for j, s in enumerate(p) if s > opts.threshold), key=lambda x: -x[0]
+                )
+                out.append(
+                    {"text": e.text, "labels": [{"label": names[j], "score": s} for s, j in over]}
+                )
+            return out, None
         probs = logits.softmax(-1)
         return [
-            {"text": e.text, "label": data.label_names[int(p.argmax())], "score": float(p.max())}
+            {"text": e.text, "label": names[int(p.argmax())], "score": float(p.max())}
             for e, p in zip(data.examples, probs)
         ], None
     rows = data.load(file)

@@ -10,6 +10,7 @@ import csv
 import io
 import json
 import logging
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -130,7 +131,8 @@ def _table_rows(
 
 def _field(path: Path, line: int, row: dict[str, Any], column: str, what: str) -> Any:
     """The value of ``row[column]``: a text as a string (numbers written as text), a label as
-    it is (a CSV string, a JSON string, number or bool).
+    it is (a CSV string, a JSON string, number or bool, or a JSON list of label names for a
+    multi-label row, possibly empty).
 
     Raises:
         DataError: the value is missing (no such field on this line, JSON null, or an empty
@@ -142,6 +144,13 @@ def _field(path: Path, line: int, row: dict[str, Any], column: str, what: str) -
             f"{path}:{line}: no {what} (column {column!r}); columns on this line: {sorted(row)}"
         )
     value = row[column]
+    if what == "label" and isinstance(value, list):  # a JSON list: the labels of a multi-label row
+        if not all(isinstance(v, (str, int)) and not isinstance(v, bool) for v in value):
+            raise DataError(
+                f"{path}:{line}: a list of labels (column {column!r}) must hold strings or "
+                f"integers, got {value!r}"
+            )
+        return value
     if not isinstance(value, (str, int, float)):
         raise DataError(
             f"{path}:{line}: the {what} (column {column!r}) must be a string or a number, "
@@ -290,6 +299,44 @@ class WordEncoding:
     token_type_ids: list[int] | None
     offsets: list[tuple[int, int]]
     word_ids: list[int | None]
+
+
+def tokenizer_words(tokenizer, text: str, end: int | None = None) -> list[tuple[int, int]]:
+    """The words of raw ``text`` as the tokenizer itself splits them before sub-word
+    tokenisation: [start, end) character offsets into ``text``, leading/trailing whitespace
+    trimmed, in order. The tokenizer's normaliser and pre-tokeniser run with offsets kept to
+    the original string, so every script is split the way the model saw it in training: BERT
+    puts each CJK character and each punctuation mark in a word of its own, byte-level BPE
+    keeps a word's leading space (trimmed here). A tokenizer without a pre-tokeniser splits at
+    whitespace.
+
+    Args:
+        tokenizer: a `bertfamily.tokenization.Tokenizer` (its ``backend`` is a
+            ``tokenizers.Tokenizer``).
+        end: only the words that start before this character offset are needed (the text is
+            cut at the first whitespace from there, so the last word stays whole).
+    """
+    import tokenizers
+
+    if end is not None and end < len(text):
+        space = next((i for i in range(end, len(text)) if text[i].isspace()), len(text))
+        text = text[:space]
+    backend = getattr(tokenizer, "backend", None)
+    if backend is None or backend.pre_tokenizer is None:
+        return [(m.start(), m.end()) for m in re.finditer(r"\S+", text)]
+    pts = tokenizers.PreTokenizedString(text)
+    if backend.normalizer is not None:
+        pts.normalize(lambda n: backend.normalizer.normalize(n))
+    backend.pre_tokenizer.pre_tokenize(pts)
+    words = []
+    for _, (a, b), _ in pts.get_splits(offset_referential="original", offset_type="char"):
+        while a < b and text[a].isspace():
+            a += 1
+        while b > a and text[b - 1].isspace():
+            b -= 1
+        if a < b:
+            words.append((a, b))
+    return words
 
 
 def word_ids_from_offsets(

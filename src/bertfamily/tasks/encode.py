@@ -9,6 +9,7 @@ JSON), "choice" (JSONL with a list of choices).
 from __future__ import annotations
 
 import json
+import logging
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +18,7 @@ from typing import Any
 
 import torch
 
+from ..config import PROBLEM_TYPES
 from ..heads.tasks import IGNORE_INDEX
 from ..train.data import sorted_batches
 from .data import (
@@ -32,7 +34,13 @@ from .data import (
     text_lines,
     word_predictions,
 )
-from .metrics import classification_metrics, entity_metrics, regression_metrics, squad_metrics
+from .metrics import (
+    classification_metrics,
+    entity_metrics,
+    multilabel_metrics,
+    regression_metrics,
+    squad_metrics,
+)
 from .qa import postprocess, prepare_windows, read_squad
 
 __all__ = [
@@ -42,6 +50,9 @@ __all__ = [
     "MODEL_INPUTS",
     "TaskOptions",
     "TaskData",
+    "best_metric",
+    "infer_problem_type",
+    "model_problem_type",
     "pad_batch",
     "forward_rows",
 ]
@@ -63,6 +74,8 @@ BEST_METRIC = {
 }
 MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
+log = logging.getLogger(__name__)
+
 
 @dataclass
 class TaskOptions:
@@ -71,7 +84,14 @@ class TaskOptions:
     Attributes:
         text_column / text_pair_column / label_column / choices_column: table and JSONL
             fields (``text_pair_column`` is required by the "pair" task).
-        regression: one float label per row (mean squared error, metric ``mse``).
+        problem_type: for "classify"/"pair": "single_label_classification" (one label per
+            row; cross-entropy, softmax), "multi_label_classification" (a set of labels per
+            row: a JSON list, or names joined by ``label_separator``; binary cross-entropy,
+            sigmoid, labels over ``threshold``) or "regression" (one float per row; mean
+            squared error). None: inferred from the training labels (`infer_problem_type`).
+        regression: the same as ``problem_type="regression"`` (kept for older callers).
+        label_separator: joins the labels of a multi-label row in a CSV/TSV cell or a string.
+        threshold: a multi-label prediction holds every label whose sigmoid score is over it.
         max_length: tokens per row (per window for QA), special tokens included.
         doc_stride / max_question_length / max_answer_length / null_threshold: QA windows
             and answer selection (see `bertfamily.tasks.qa`).
@@ -82,13 +102,72 @@ class TaskOptions:
     text_pair_column: str | None = None
     label_column: str = "label"
     choices_column: str = "choices"
+    problem_type: str | None = None
     regression: bool = False
+    label_separator: str = "|"
+    threshold: float = 0.5
     max_length: int = 128
     doc_stride: int = 128
     max_question_length: int = 64
     max_answer_length: int = 30
     null_threshold: float | None = None
     eval_batch_size: int = 64
+
+    def __post_init__(self) -> None:
+        if self.problem_type is not None and self.problem_type not in PROBLEM_TYPES:
+            raise ValueError(
+                f"problem_type must be None or one of {PROBLEM_TYPES}, got {self.problem_type!r}"
+            )
+        if self.regression:
+            if self.problem_type not in (None, "regression"):
+                raise ValueError(f"regression=True contradicts problem_type={self.problem_type!r}")
+            self.problem_type = "regression"
+        if not 0.0 <= self.threshold <= 1.0:
+            raise ValueError(f"threshold must lie in [0, 1], got {self.threshold}")
+        if not self.label_separator:
+            raise ValueError("label_separator must be a non-empty string")
+
+
+def infer_problem_type(labels: list[Any], separator: str = "|") -> str:
+    """The problem type a column of table labels implies: multi-label when any label is a list
+    or a string holding ``separator``; regression when every label is a number (a JSON number
+    or a numeric string) and some is not a whole number (integers are class ids: ``0``/``1``
+    stay classes); single-label otherwise."""
+    if any(isinstance(v, list) or (isinstance(v, str) and separator in v) for v in labels):
+        return "multi_label_classification"
+    values = []
+    for v in labels:
+        try:
+            values.append(float(v))
+        except (TypeError, ValueError):
+            return "single_label_classification"
+    if values and all(math.isfinite(x) for x in values) and any(x != int(x) for x in values):
+        return "regression"
+    return "single_label_classification"
+
+
+def model_problem_type(config) -> str:
+    """The problem type of a classification model's config: its own ``problem_type``, else
+    regression for one label and single-label for more (as the loss infers it for class ids)."""
+    if config.problem_type is not None:
+        return config.problem_type
+    return "regression" if config.num_labels == 1 else "single_label_classification"
+
+
+def best_metric(task: str, problem_type: str | None) -> tuple[str, bool]:
+    """(metric name, greater is better) that picks the best checkpoint of a task."""
+    if task in ("classify", "pair") and problem_type == "regression":
+        return "mse", False
+    if task in ("classify", "pair") and problem_type == "multi_label_classification":
+        return "micro_f1", True
+    return BEST_METRIC[task], True
+
+
+def _label_items(value: Any, separator: str) -> list[str]:
+    """The label names of one multi-label cell: a list, or a string split at ``separator``
+    (blank items dropped; an empty string or list is a row without labels)."""
+    items = value if isinstance(value, list) else str(value).split(separator)
+    return [s for s in (str(v).strip() for v in items) if s]
 
 
 def pad_batch(rows: list[dict[str, Any]], pad_id: int) -> dict[str, torch.Tensor]:
@@ -155,12 +234,20 @@ class TaskData:
     """
 
     def __init__(
-        self, task: str, tokenizer, opts: TaskOptions, label_names: tuple[str, ...] | None = None
+        self,
+        task: str,
+        tokenizer,
+        opts: TaskOptions,
+        label_names: tuple[str, ...] | None = None,
+        problem_type: str | None = None,
     ) -> None:
         if task not in TASKS:
             raise ValueError(f"unknown task {task!r}; valid: {TASKS}")
         self.task, self.tok, self.opts = task, tokenizer, opts
         self.label_names = label_names
+        # classify/pair: given (the training data's, the model's), the option, or inferred by
+        # the first `load` of labelled rows.
+        self.problem_type = problem_type or opts.problem_type
 
     # classification / pair --------------------------------------------------------------------
     def load(self, path: str | Path, labelled: bool = True) -> list[dict]:
@@ -321,12 +408,15 @@ class TaskData:
         ]
         if not labelled:
             return rows
-        if o.regression:
-            self.label_names = ("score",)
+        if self.problem_type is None:
+            self.problem_type = infer_problem_type([e.label for e in ex], o.label_separator)
+            log.info("%s: problem type %s (inferred from the labels)", path, self.problem_type)
+        if self.problem_type == "regression":
+            self.label_names = self.label_names or ("score",)
             for r, e in zip(rows, ex):
                 try:
                     value = float(e.label)
-                except ValueError:
+                except (TypeError, ValueError):
                     value = math.nan
                 if not math.isfinite(value):
                     raise DataError(
@@ -334,6 +424,30 @@ class TaskData:
                     )
                 r["labels"] = value
             return rows
+        if self.problem_type == "multi_label_classification":
+            sets = [_label_items(e.label, o.label_separator) for e in ex]
+            if self.label_names is None:
+                self.label_names = tuple(sorted({n for s in sets for n in s}))
+                if not self.label_names:
+                    raise DataError(f"{path}: no row holds a label")
+            ids = {n: i for i, n in enumerate(self.label_names)}
+            for r, e, names in zip(rows, ex, sets):
+                unknown = [n for n in names if n not in ids]
+                if unknown:
+                    raise DataError(
+                        f"{path}:{e.line}: labels {unknown} were not seen in training "
+                        f"(known: {list(self.label_names)})"
+                    )
+                r["labels"] = [0.0] * len(ids)
+                for n in names:
+                    r["labels"][ids[n]] = 1.0
+            return rows
+        for e in ex:
+            if isinstance(e.label, list):
+                raise DataError(
+                    f"{path}:{e.line}: a list of labels in a {self.problem_type} task; use "
+                    "problem_type='multi_label_classification'"
+                )
         if self.label_names is None:
             self.label_names = tuple(sorted({str(e.label) for e in ex}))
         ids = {n: i for i, n in enumerate(self.label_names)}
@@ -355,11 +469,29 @@ class TaskData:
         outs = forward_rows(model, rows, self.opts.eval_batch_size, pad)
         t = self.task
         if t in ("classify", "pair", "choice"):
+            if not rows:
+                raise ValueError("cannot evaluate on an empty set of rows")
             logits = torch.cat([o.logits for o in outs]).float()
             gold = [r["labels"] for r in rows]
-            if logits.shape[-1] == 1 and t != "choice":
-                pred = logits.squeeze(-1).tolist()
-                return regression_metrics(gold, pred), [{"prediction": p} for p in pred]
+            kind = self.problem_type if t != "choice" else None
+            if kind == "regression" or (kind is None and t != "choice" and logits.shape[-1] == 1):
+                pred = logits[:, 0].tolist()
+                return regression_metrics(gold, pred), [
+                    {"prediction": p, "gold": g} for p, g in zip(pred, gold)
+                ]
+            if kind == "multi_label_classification":
+                probs = logits.sigmoid()
+                hits = (probs > self.opts.threshold).int().tolist()
+                names = self.label_names
+                preds = [
+                    {
+                        "labels": [names[j] for j, h in enumerate(row) if h],
+                        "scores": {n: float(s) for n, s in zip(names, p)},
+                        "gold": [names[j] for j, v in enumerate(g) if v],
+                    }
+                    for row, p, g in zip(hits, probs, gold)
+                ]
+                return multilabel_metrics([[int(v) for v in g] for g in gold], hits), preds
             probs = logits.softmax(-1)
             pred = probs.argmax(-1).tolist()
             names = self.label_names if t != "choice" else None

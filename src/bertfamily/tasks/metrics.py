@@ -1,4 +1,5 @@
-"""Task metrics: accuracy, macro-F1, Matthews correlation (scikit-learn); entity-level
+"""Task metrics: accuracy, macro-F1, Matthews correlation (scikit-learn); multi-label micro/macro
+F1 and subset accuracy; regression MSE, Pearson and Spearman; entity-level
 precision/recall/F1 (seqeval); SQuAD exact match and F1 with the official normalisation."""
 
 from __future__ import annotations
@@ -6,6 +7,7 @@ from __future__ import annotations
 import collections
 import re
 import string
+import warnings
 from collections.abc import Sequence
 
 import numpy as np
@@ -15,32 +17,98 @@ def classification_metrics(
     y_true: Sequence, y_pred: Sequence, labels: Sequence | None = None
 ) -> dict[str, float]:
     """Accuracy, macro-averaged F1 (unweighted mean over classes) and Matthews correlation
-    coefficient (Matthews 1975; multi-class form of Gorodkin 2004).
+    coefficient (Matthews 1975; multi-class form of Gorodkin 2004). With one class present
+    (gold and predicted all alike) the MCC is undefined and reported as 0.0.
 
     Raises:
         ValueError: empty or unequal-length inputs.
     """
     from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
 
-    if len(y_true) != len(y_pred) or not len(y_true):
-        raise ValueError(
-            f"need equal, non-zero numbers of labels and predictions, got "
-            f"{len(y_true)} and {len(y_pred)}"
-        )
+    _check_sizes(len(y_true), len(y_pred))
+    with warnings.catch_warnings():  # one class present: MCC is undefined, reported as 0.0
+        warnings.simplefilter("ignore")
+        mcc = float(matthews_corrcoef(y_true, y_pred))
     return {
         "accuracy": float(accuracy_score(y_true, y_pred)),
         "macro_f1": float(
             f1_score(y_true, y_pred, labels=labels, average="macro", zero_division=0)
         ),
-        "mcc": float(matthews_corrcoef(y_true, y_pred)),
+        "mcc": _finite(mcc),
     }
 
 
 def regression_metrics(y_true: Sequence[float], y_pred: Sequence[float]) -> dict[str, float]:
-    """Mean squared error and Pearson correlation."""
-    t, p = np.asarray(y_true, float), np.asarray(y_pred, float)
-    r = float(np.corrcoef(t, p)[0, 1]) if len(t) > 1 and t.std() and p.std() else 0.0
-    return {"mse": float(((t - p) ** 2).mean()), "pearson": r}
+    """Mean squared error, Pearson and Spearman correlations. A correlation is 0.0 when it is
+    undefined (fewer than two values, or either side constant), so every value is finite.
+
+    Raises:
+        ValueError: empty or unequal-length inputs, or a value that is not finite.
+    """
+    t, p = np.asarray(y_true, float).reshape(-1), np.asarray(y_pred, float).reshape(-1)
+    _check_sizes(len(t), len(p))
+    if not (np.isfinite(t).all() and np.isfinite(p).all()):
+        raise ValueError("regression targets and predictions must be finite numbers")
+    return {
+        "mse": float(((t - p) ** 2).mean()),
+        "pearson": _correlation(t, p),
+        "spearman": _correlation(_ranks(t), _ranks(p)),
+    }
+
+
+def multilabel_metrics(
+    y_true: Sequence[Sequence[int]], y_pred: Sequence[Sequence[int]]
+) -> dict[str, float]:
+    """Multi-label scores over (N, C) 0/1 indicator rows: micro F1 (over all N·C decisions),
+    macro F1 (unweighted mean over the C labels; a label never gold nor predicted scores 0, as
+    scikit-learn's ``zero_division=0``), and subset accuracy (the share of rows whose whole
+    label set is right).
+
+    Raises:
+        ValueError: empty inputs, unequal numbers of rows, or rows of unequal widths.
+    """
+    t, p = np.asarray(y_true, dtype=bool), np.asarray(y_pred, dtype=bool)
+    _check_sizes(len(t), len(p))
+    if t.ndim != 2 or t.shape != p.shape:
+        raise ValueError(
+            f"multi-label metrics take (N, C) 0/1 rows of equal shape, got {t.shape} and {p.shape}"
+        )
+    tp, fp, fn = (t & p).sum(0), (~t & p).sum(0), (t & ~p).sum(0)
+    micro_den = 2 * tp.sum() + fp.sum() + fn.sum()
+    per_den = 2 * tp + fp + fn
+    per_f1 = np.where(per_den > 0, 2 * tp / np.maximum(per_den, 1), 0.0)
+    return {
+        "micro_f1": float(2 * tp.sum() / micro_den) if micro_den else 0.0,
+        "macro_f1": float(per_f1.mean()),
+        "subset_accuracy": float((t == p).all(1).mean()),
+    }
+
+
+def _check_sizes(n_true: int, n_pred: int) -> None:
+    if n_true != n_pred or not n_true:
+        raise ValueError(
+            f"need equal, non-zero numbers of labels and predictions, got {n_true} and {n_pred}"
+        )
+
+
+def _finite(x: float) -> float:
+    return x if np.isfinite(x) else 0.0
+
+
+def _correlation(a: np.ndarray, b: np.ndarray) -> float:
+    if len(a) < 2 or not a.std() or not b.std():
+        return 0.0
+    return float(np.clip(np.corrcoef(a, b)[0, 1], -1.0, 1.0))
+
+
+def _ranks(x: np.ndarray) -> np.ndarray:
+    """Average ranks (ties share the mean of their ranks), as Spearman's rho uses them."""
+    order = np.argsort(x, kind="stable")
+    ranks = np.empty(len(x), float)
+    ranks[order] = np.arange(len(x), dtype=float)
+    _, inverse, counts = np.unique(x, return_inverse=True, return_counts=True)
+    sums = np.bincount(inverse, weights=ranks)
+    return sums[inverse] / counts[inverse]
 
 
 def entity_metrics(
