@@ -24,6 +24,11 @@ _LAZY = {
     "CheckpointError": ".checkpoints.convert",
     "LoadReport": ".checkpoints.convert",
     "ModelDirectoryError": ".checkpoints.io",
+    "TokenizerFileError": ".tokenization",
+    "DataError": ".tasks.data",
+    "RunDirectoryError": ".train.rundir",
+    "FetchError": ".fetch",
+    "CacheCorruptError": ".fetch",
 }
 
 __all__ = [
@@ -38,6 +43,11 @@ __all__ = [
     "LoadReport",
     "ModelDirectoryError",
     "ConfigError",
+    "TokenizerFileError",
+    "DataError",
+    "RunDirectoryError",
+    "FetchError",
+    "CacheCorruptError",
 ]
 
 if TYPE_CHECKING:
@@ -45,9 +55,12 @@ if TYPE_CHECKING:
     from .checkpoints.convert import CheckpointError, LoadReport
     from .checkpoints.io import ModelDirectoryError
     from .config import ConfigError, EncoderConfig
+    from .fetch import CacheCorruptError, FetchError
     from .model import Model, ModelOutput
     from .pretrained import from_pretrained
-    from .tokenization import Tokenizer, load_tokenizer
+    from .tasks.data import DataError
+    from .tokenization import Tokenizer, TokenizerFileError, load_tokenizer
+    from .train.rundir import RunDirectoryError
 
 
 def __getattr__(name: str) -> Any:

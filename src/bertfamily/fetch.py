@@ -468,7 +468,7 @@ def _refetch_hint(name: str) -> str:
     )
 
 
-class CacheCorruptError(FetchError):
+class CacheCorruptError(FetchError, ValueError):
     """A cache entry does not match its manifest: a file was changed, truncated, removed or
     added, or the manifest itself is missing, corrupt or unverifiable. The message names the
     file and the command that re-fetches the entry.
