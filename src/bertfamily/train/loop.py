@@ -130,7 +130,8 @@ class TrainConfig:
             limit); the loop stops after the step that crosses it and saves a checkpoint.
         batch_size: examples per process per micro-batch. The trainer takes batches as given;
             this field is for the code that builds the batch source (and the record).
-        grad_accum_steps: micro-batches per optimizer step.
+        grad_accum_steps: micro-batches per optimizer step (weighed by their units when the
+            `Trainer` has a ``count_fn``, else equally; see the module docstring).
         learning_rate / weight_decay / adam_betas / adam_eps: AdamW (`optim.build_optimizer`).
         warmup_steps: linear warm-up length; when 0, ``warmup_ratio * max_steps`` is used.
         schedule: "linear" | "inverse_sqrt" | "constant" (`schedules.lr_factor`).
