@@ -53,6 +53,9 @@ __all__ = [
     "layer_step",
     "hidden_layer_map",
     "attention_layer_map",
+    "REDUCTIONS",
+    "real_tokens",
+    "real_token_pairs",
     "soft_target_kl",
     "soft_cross_entropy",
     "masked_cosine_loss",
@@ -113,16 +116,39 @@ def attention_layer_map(teacher_layers: int, student_layers: int) -> list[tuple[
 
 # --- elementary losses ------------------------------------------------------------------------
 
+REDUCTIONS = ("mean", "sum")
+
+
+def _check_reduction(reduction: str) -> None:
+    if reduction not in REDUCTIONS:
+        raise ValueError(f"reduction must be one of {REDUCTIONS}, got {reduction!r}")
+
+
+def _reduce(values: torch.Tensor, reduction: str) -> torch.Tensor:
+    return values.sum() if reduction == "sum" else values.mean()
+
+
+def real_tokens(batch: dict[str, torch.Tensor]) -> int:
+    """The real (non-padding) tokens of a batch: the units of the per-token losses."""
+    return int(batch["attention_mask"].bool().sum())
+
+
+def real_token_pairs(batch: dict[str, torch.Tensor]) -> int:
+    """Σ over rows of (real tokens)²: the (query, key) units of `attention_score_mse`."""
+    n = batch["attention_mask"].bool().sum(-1).long()
+    return int((n * n).sum())
+
 
 def soft_target_kl(
     student_logits: torch.Tensor,
     teacher_logits: torch.Tensor,
     temperature: float = 2.0,
     mask: torch.Tensor | None = None,
+    reduction: str = "mean",
 ) -> torch.Tensor:
-    """T²·KL(softmax(teacher/T) ‖ softmax(student/T)), mean over the selected positions
-    (Hinton et al. 2015 §2; DistilBERT's L_ce, Sanh et al. 2019 §3). The T² factor keeps the
-    gradient scale independent of T.
+    """T²·KL(softmax(teacher/T) ‖ softmax(student/T)), mean (or with ``reduction="sum"`` sum)
+    over the selected positions (Hinton et al. 2015 §2; DistilBERT's L_ce, Sanh et al. 2019
+    §3). The T² factor keeps the gradient scale independent of T.
 
     Args:
         student_logits / teacher_logits: (..., V) float, same shape.
@@ -134,8 +160,10 @@ def soft_target_kl(
         0-d float32 tensor (0 when no position is selected).
 
     Raises:
-        ValueError: shape mismatch (e.g. different vocabularies) or T <= 0.
+        ValueError: shape mismatch (e.g. different vocabularies), T <= 0 or an unknown
+            reduction.
     """
+    _check_reduction(reduction)
     if student_logits.shape != teacher_logits.shape:
         raise ValueError(
             f"student logits {tuple(student_logits.shape)} and teacher logits "
@@ -152,19 +180,23 @@ def soft_target_kl(
     log_p_s = F.log_softmax(s / temperature, dim=-1)
     log_p_t = F.log_softmax(t / temperature, dim=-1)
     kl = (log_p_t.exp() * (log_p_t - log_p_s)).sum(-1)  # (M,)
-    return kl.mean() * temperature**2
+    return _reduce(kl, reduction) * temperature**2
 
 
 def soft_cross_entropy(
-    student_logits: torch.Tensor, teacher_logits: torch.Tensor, temperature: float = 1.0
+    student_logits: torch.Tensor,
+    teacher_logits: torch.Tensor,
+    temperature: float = 1.0,
+    reduction: str = "mean",
 ) -> torch.Tensor:
     """TinyBERT's prediction-layer loss (Jiao et al. 2020 eq. 10): −Σ softmax(z_T/t)·
-    log_softmax(z_S/t), mean over the leading dimensions. Used in task distillation on the
-    teacher's task logits ((B, C) for classification).
+    log_softmax(z_S/t), mean (or with ``reduction="sum"`` sum) over the leading dimensions.
+    Used in task distillation on the teacher's task logits ((B, C) for classification).
 
     Raises:
-        ValueError: shape mismatch or t <= 0.
+        ValueError: shape mismatch, t <= 0 or an unknown reduction.
     """
+    _check_reduction(reduction)
     if student_logits.shape != teacher_logits.shape:
         raise ValueError(
             f"student logits {tuple(student_logits.shape)} and teacher logits "
@@ -173,22 +205,27 @@ def soft_cross_entropy(
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0, got {temperature}")
     p_t = F.softmax(teacher_logits.float() / temperature, dim=-1)
-    return -(p_t * F.log_softmax(student_logits.float() / temperature, dim=-1)).sum(-1).mean()
+    per_row = -(p_t * F.log_softmax(student_logits.float() / temperature, dim=-1)).sum(-1)
+    return _reduce(per_row, reduction)
 
 
 def masked_cosine_loss(
-    student_hidden: torch.Tensor, teacher_hidden: torch.Tensor, attention_mask: torch.Tensor
+    student_hidden: torch.Tensor,
+    teacher_hidden: torch.Tensor,
+    attention_mask: torch.Tensor,
+    reduction: str = "mean",
 ) -> torch.Tensor:
-    """DistilBERT's L_cos (Sanh et al. 2019 §3): mean over real tokens of 1 − cos(h_S, h_T)
-    (torch's CosineEmbeddingLoss with target 1).
+    """DistilBERT's L_cos (Sanh et al. 2019 §3): mean (or with ``reduction="sum"`` sum) over
+    real tokens of 1 − cos(h_S, h_T) (torch's CosineEmbeddingLoss with target 1).
 
     Args:
         student_hidden / teacher_hidden: (B, T, H) float, same H.
         attention_mask: (B, T) 0/1, 1 = real token.
 
     Raises:
-        ValueError: different hidden sizes.
+        ValueError: different hidden sizes or an unknown reduction.
     """
+    _check_reduction(reduction)
     if student_hidden.shape != teacher_hidden.shape:
         raise ValueError(
             f"cosine loss needs equal hidden states; student "
@@ -199,18 +236,24 @@ def masked_cosine_loss(
     s, t = student_hidden[keep].float(), teacher_hidden[keep].float()  # (M, H)
     if s.numel() == 0:
         return student_hidden.sum() * 0.0
-    return (1.0 - F.cosine_similarity(s, t, dim=-1, eps=1e-8)).mean()
+    return _reduce(1.0 - F.cosine_similarity(s, t, dim=-1, eps=1e-8), reduction)
 
 
 def masked_mse(
-    student: torch.Tensor, teacher: torch.Tensor, attention_mask: torch.Tensor
+    student: torch.Tensor,
+    teacher: torch.Tensor,
+    attention_mask: torch.Tensor,
+    reduction: str = "mean",
 ) -> torch.Tensor:
     """Mean squared error over the real tokens of (B, T, H) tensors: Σ over real tokens and
-    features / (real tokens · H) (TinyBERT eq. 8/9 restricted to non-padding positions).
+    features / (real tokens · H) (TinyBERT eq. 8/9 restricted to non-padding positions). With
+    ``reduction="sum"``: Σ over real tokens of each token's mean over the H features (so
+    mean = sum / real tokens).
 
     Raises:
-        ValueError: shape mismatch.
+        ValueError: shape mismatch or an unknown reduction.
     """
+    _check_reduction(reduction)
     if student.shape != teacher.shape:
         raise ValueError(
             f"MSE needs equal shapes; got {tuple(student.shape)} and {tuple(teacher.shape)}"
@@ -219,24 +262,31 @@ def masked_mse(
     s, t = student[keep].float(), teacher[keep].float()
     if s.numel() == 0:
         return student.sum() * 0.0
+    if reduction == "sum":
+        return F.mse_loss(s, t, reduction="sum") / s.shape[-1]
     return F.mse_loss(s, t)
 
 
 def attention_score_mse(
-    student_scores: torch.Tensor, teacher_scores: torch.Tensor, attention_mask: torch.Tensor
+    student_scores: torch.Tensor,
+    teacher_scores: torch.Tensor,
+    attention_mask: torch.Tensor,
+    reduction: str = "mean",
 ) -> torch.Tensor:
     """TinyBERT's attention loss (eq. 7) on pre-softmax scores QKᵀ/√Dh: the entries whose
     query or key is padding are zeroed in both (they carry no information; the official code
     zeroes the masked keys), and the squared error is averaged over the N·(real query, real
-    key) entries that remain.
+    key) entries that remain. With ``reduction="sum"``: Σ over (real query, real key) pairs of
+    each pair's mean over the N heads (so mean = sum / pairs).
 
     Args:
         student_scores / teacher_scores: (B, N, T, S) float (same N).
         attention_mask: (B, T) 0/1, 1 = real token.
 
     Raises:
-        ValueError: shape mismatch (e.g. different head counts).
+        ValueError: shape mismatch (e.g. different head counts) or an unknown reduction.
     """
+    _check_reduction(reduction)
     if student_scores.shape != teacher_scores.shape:
         raise ValueError(
             f"attention scores differ in shape: student "
@@ -251,6 +301,8 @@ def attention_score_mse(
     count = pair.sum()
     if count == 0:
         return student_scores.sum() * 0.0
+    if reduction == "sum":
+        return ((s - t) ** 2).sum() / student_scores.shape[1]
     return ((s - t) ** 2).sum() / count
 
 
@@ -269,6 +321,7 @@ def distilbert_loss(
     alpha_ce: float = 5.0,
     alpha_mlm: float = 2.0,
     alpha_cos: float = 1.0,
+    denominators: dict[str, float] | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """DistilBERT's triple loss (Sanh et al. 2019 §3):
     α_ce·T²·KL(p_T ‖ p_S) + α_mlm·CE(student, labels) + α_cos·(1 − cos(h_S, h_T)).
@@ -282,22 +335,30 @@ def distilbert_loss(
             the teacher's H when sizes differ).
         attention_mask: (B, T) 0/1.
         labels: (B, T) int64 MLM targets, -100 elsewhere; None or α_mlm = 0 skips the term.
+        denominators: None (each term a mean over its positions), or ``{"tokens", "mlm"}``
+            (`DistilBertObjective.counts`): the soft-target and cosine terms summed over real
+            tokens ÷ ``tokens``, the MLM term summed over labelled tokens ÷ ``mlm``.
 
     Returns:
         (loss, {"ce_loss", "mlm_loss", "cos_loss"}) — parts detached and unweighted.
     """
     mask = attention_mask.bool()
-    ce = soft_target_kl(student_logits, teacher_logits, temperature, mask)
-    cos = masked_cosine_loss(student_hidden, teacher_hidden, attention_mask)
+    red = "mean" if denominators is None else "sum"
+    ce = soft_target_kl(student_logits, teacher_logits, temperature, mask, reduction=red)
+    cos = masked_cosine_loss(student_hidden, teacher_hidden, attention_mask, reduction=red)
+    if denominators is not None:
+        ce, cos = ce / denominators["tokens"], cos / denominators["tokens"]
     loss = alpha_ce * ce + alpha_cos * cos
     parts = {"ce_loss": ce.detach(), "cos_loss": cos.detach()}
     if labels is not None and alpha_mlm:
         sel = labels != IGNORE_INDEX
         mlm = (
-            F.cross_entropy(student_logits[sel].float(), labels[sel])
+            F.cross_entropy(student_logits[sel].float(), labels[sel], reduction=red)
             if sel.any()
             else student_logits.sum() * 0.0
         )
+        if denominators is not None:
+            mlm = mlm / denominators["mlm"]
         loss = loss + alpha_mlm * mlm
         parts["mlm_loss"] = mlm.detach()
     return loss, parts
@@ -312,6 +373,7 @@ def tinybert_intermediate_loss(
     *,
     embedding_projection=None,
     hidden_projection=None,
+    denominators: dict[str, float] | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """TinyBERT's Transformer-layer and embedding-layer distillation (Jiao et al. 2020 §3.1,
     eq. 7–9, 11): Σ_m MSE(A_S^m, A_T^{g(m)}) + Σ_m MSE(H_S^m W_h, H_T^{g(m)}) +
@@ -323,6 +385,10 @@ def tinybert_intermediate_loss(
         attention_mask: (B, T) 0/1.
         embedding_projection / hidden_projection: W_e, W_h (callables H_S → H_T); None =
             identity (then H_S must equal H_T).
+        denominators: None (each term a mean), or ``{"tokens", "pairs"}``
+            (`TinyBertObjective.counts`): the embedding and hidden terms summed over real
+            tokens ÷ ``tokens``, the attention terms summed over (query, key) pairs ÷
+            ``pairs`` (each unit's loss a mean over features or heads).
 
     Returns:
         (loss, {"embedding_loss", "hidden_loss", "attention_loss"}) — each the sum over its
@@ -336,16 +402,20 @@ def tinybert_intermediate_loss(
         raise ValueError("hidden-state tuples must hold L + 1 tensors (embeddings first)")
     we = embedding_projection or (lambda x: x)
     wh = hidden_projection or (lambda x: x)
+    red = "mean" if denominators is None else "sum"
     emb = hid = att = None
     for s, t in hidden_layer_map(lt, ls):
         if s == 0:
-            emb = masked_mse(we(student_hidden[0]), teacher_hidden[0], attention_mask)
+            emb = masked_mse(we(student_hidden[0]), teacher_hidden[0], attention_mask, red)
         else:
-            term = masked_mse(wh(student_hidden[s]), teacher_hidden[t], attention_mask)
+            term = masked_mse(wh(student_hidden[s]), teacher_hidden[t], attention_mask, red)
             hid = term if hid is None else hid + term
     for s, t in attention_layer_map(lt, ls):
-        term = attention_score_mse(student_scores[s], teacher_scores[t], attention_mask)
+        term = attention_score_mse(student_scores[s], teacher_scores[t], attention_mask, red)
         att = term if att is None else att + term
+    if denominators is not None:
+        emb, hid = emb / denominators["tokens"], hid / denominators["tokens"]
+        att = att / denominators["pairs"]
     loss = emb + hid + att
     return loss, {
         "embedding_loss": emb.detach(),
@@ -379,7 +449,13 @@ class DistillationObjective(nn.Module):
     Subclasses set ``method`` (the name in `OBJECTIVES`), ``student_heads`` (the heads a fresh
     student needs), ``masked_inputs`` (whether training inputs are MLM-masked),
     ``hyperparameters`` (their keyword arguments besides ``projection``), and implement
-    ``check`` (a staticmethod raising ValueError for an incompatible pair) and ``forward``.
+    ``check`` (a staticmethod raising ValueError for an incompatible pair), ``counts`` and
+    ``forward``.
+
+    Gradient accumulation: ``counts(batch)`` gives the units of each loss term in a batch; pass
+    it to the `Trainer` as ``count_fn`` and call ``forward(batch, denominators)``: each term is
+    then summed over its units and divided by ``denominators[term]``, so an accumulated step
+    equals one merged batch (see `bertfamily.train.loop`).
     """
 
     method = ""
@@ -411,6 +487,11 @@ class DistillationObjective(nn.Module):
     ) -> None:
         """Raise ValueError for a teacher/student pair this method cannot distil; the base class
         raises NotImplementedError (subclasses implement it)."""
+        raise NotImplementedError
+
+    def counts(self, batch: dict[str, torch.Tensor]) -> dict[str, int]:
+        """The units of each loss term in ``batch`` (the `Trainer`'s ``count_fn``); the base
+        class raises NotImplementedError."""
         raise NotImplementedError
 
     @property
@@ -520,11 +601,18 @@ class DistilBertObjective(DistillationObjective):
                 f"configure a learned projection"
             )
 
+    def counts(self, batch: dict[str, torch.Tensor]) -> dict[str, int]:
+        """``tokens``: real tokens (soft-target and cosine terms); ``mlm``: labelled tokens
+        (0 without labels or with α_mlm = 0)."""
+        labels = batch.get("labels")
+        mlm = int((labels != IGNORE_INDEX).sum()) if labels is not None else 0
+        return {"tokens": real_tokens(batch), "mlm": mlm if self.weights["alpha_mlm"] else 0}
+
     def forward(
-        self, batch: dict[str, torch.Tensor]
+        self, batch: dict[str, torch.Tensor], denominators: dict[str, float] | None = None
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """Batch (see the class) → (loss, parts ``ce_loss``, ``mlm_loss``, ``cos_loss``); the
-        teacher runs without gradients."""
+        teacher runs without gradients. ``denominators``: see `distilbert_loss`."""
         teacher = self._teacher_on(batch["input_ids"].device)
         with torch.no_grad():
             t = teacher(**self._inputs(teacher, batch))
@@ -540,6 +628,7 @@ class DistilBertObjective(DistillationObjective):
             batch["attention_mask"],
             batch.get("labels"),
             **self.weights,
+            denominators=denominators,
         )
 
 
@@ -591,11 +680,17 @@ class TinyBertObjective(DistillationObjective):
             )
         layer_step(teacher.num_hidden_layers, student.num_hidden_layers)
 
+    def counts(self, batch: dict[str, torch.Tensor]) -> dict[str, int]:
+        """``tokens``: real tokens (embedding and hidden terms); ``pairs``: (real query, real
+        key) pairs (attention terms)."""
+        return {"tokens": real_tokens(batch), "pairs": real_token_pairs(batch)}
+
     def forward(
-        self, batch: dict[str, torch.Tensor]
+        self, batch: dict[str, torch.Tensor], denominators: dict[str, float] | None = None
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """Batch (see the class) → (loss, parts ``embedding_loss``, ``hidden_loss``,
-        ``attention_loss``); the teacher runs without gradients."""
+        ``attention_loss``); the teacher runs without gradients. ``denominators``: see
+        `tinybert_intermediate_loss`."""
         teacher = self._teacher_on(batch["input_ids"].device)
         with torch.no_grad():
             t = teacher(
@@ -613,6 +708,7 @@ class TinyBertObjective(DistillationObjective):
             batch["attention_mask"],
             embedding_projection=p["embedding"] if p is not None else None,
             hidden_projection=p["hidden"] if p is not None else None,
+            denominators=denominators,
         )
 
 
@@ -671,18 +767,29 @@ class TinyBertTaskObjective(TinyBertObjective):
             raise ValueError(f"stage must be one of {TASK_STAGES}, got {value!r}")
         self._stage = value
 
+    def counts(self, batch: dict[str, torch.Tensor]) -> dict[str, int]:
+        """Stage "intermediate": `TinyBertObjective.counts`; stage "prediction":
+        ``sequences`` (the rows of the batch)."""
+        if self.stage == "intermediate":
+            return super().counts(batch)
+        return {"sequences": int(batch["input_ids"].shape[0])}
+
     def forward(
-        self, batch: dict[str, torch.Tensor]
+        self, batch: dict[str, torch.Tensor], denominators: dict[str, float] | None = None
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """Batch → (loss, parts): the intermediate losses, or in stage "prediction" the soft
-        cross-entropy of the student's logits against the teacher's (``prediction_loss``)."""
+        cross-entropy of the student's logits against the teacher's (``prediction_loss``).
+        ``denominators``: keys of `counts`; each term summed over its units and divided."""
         if self.stage == "intermediate":
-            return super().forward(batch)
+            return super().forward(batch, denominators)
         teacher = self._teacher_on(batch["input_ids"].device)
         with torch.no_grad():
             t = teacher(**self._inputs(teacher, batch)).logits
         s = self.student(**self._inputs(self.student, batch)).logits
-        loss = soft_cross_entropy(s, t, self.temperature)
+        if denominators is None:
+            loss = soft_cross_entropy(s, t, self.temperature)
+        else:
+            loss = soft_cross_entropy(s, t, self.temperature, "sum") / denominators["sequences"]
         return loss, {"prediction_loss": loss.detach()}
 
 

@@ -250,6 +250,12 @@ class PretrainingModel(nn.Module):
 
     The MLM head runs only at the predicted positions (``masked_positions``), as the original
     BERT gathered them before the vocabulary projection.
+
+    Gradient accumulation: `counts` gives the units of each term in a batch (``mlm``: predicted
+    tokens, ``pair``: sequences with a pair label, ``sbo``: span tokens); pass it to the
+    `Trainer` as ``count_fn`` and call ``forward(batch, denominators)``: each term (and its
+    accuracy) is then summed over its units and divided by ``denominators[term]``, so the
+    accumulated step equals one merged batch (see `bertfamily.train.loop`).
     """
 
     def __init__(
@@ -264,8 +270,18 @@ class PretrainingModel(nn.Module):
         """The wrapped model's config."""
         return self.model.config
 
-    def forward(self, batch: dict[str, torch.Tensor]):
-        """Batch from `MLMCollator` → (loss, parts), as described in the class docstring."""
+    def counts(self, batch: dict[str, torch.Tensor]) -> dict[str, int]:
+        """The units of each loss term in ``batch`` (the `Trainer`'s ``count_fn``): ``mlm``
+        predicted tokens, ``pair`` sequences with a pair label (0 without the pair objective),
+        ``sbo`` span tokens (0 without SBO)."""
+        masked = int((batch["labels"] != IGNORE_INDEX).sum())
+        pairs = len(batch["pair_labels"]) if self.pair_objective and "pair_labels" in batch else 0
+        return {"mlm": masked, "pair": pairs, "sbo": masked if self.sbo_head is not None else 0}
+
+    def forward(self, batch: dict[str, torch.Tensor], denominators: dict[str, float] | None = None):
+        """Batch from `MLMCollator` → (loss, parts), as described in the class docstring; with
+        ``denominators`` (keys of `counts`) each term's sum over its units divided by its
+        denominator instead of its mean."""
         labels = batch["labels"]
         selected = labels != IGNORE_INDEX  # (B, T)
         out = self.model(
@@ -275,20 +291,33 @@ class PretrainingModel(nn.Module):
             masked_positions=selected,
         )
         targets = labels[selected]  # (M,), same row-major order as the gathered logits
-        mlm = (
-            F.cross_entropy(out.logits.float(), targets) if len(targets) else out.logits.sum() * 0.0
-        )
+
+        def reduce(values: torch.Tensor, term: str, empty: torch.Tensor) -> torch.Tensor:
+            if not len(values):
+                return empty.sum() * 0.0
+            if denominators is None:
+                return values.mean()
+            return values.sum() / denominators[term]
+
+        token_ce = F.cross_entropy(out.logits.float(), targets, reduction="none")
+        mlm = reduce(token_ce, "mlm", out.logits)
         parts = {
             "mlm_loss": mlm.detach(),
-            "mlm_accuracy": (out.logits.argmax(-1) == targets).float().mean().detach(),
+            "mlm_accuracy": reduce(
+                (out.logits.argmax(-1) == targets).float().detach(), "mlm", out.logits
+            ).detach(),
         }
         loss = mlm
         if self.pair_objective and "pair_labels" in batch:
-            pair = F.cross_entropy(out.pair_logits.float(), batch["pair_labels"])
+            pair_labels = batch["pair_labels"]
+            pair_ce = F.cross_entropy(out.pair_logits.float(), pair_labels, reduction="none")
+            pair = reduce(pair_ce, "pair", out.pair_logits)
             parts["pair_loss"] = pair.detach()
-            parts["pair_accuracy"] = (
-                (out.pair_logits.argmax(-1) == batch["pair_labels"]).float().mean().detach()
-            )
+            parts["pair_accuracy"] = reduce(
+                (out.pair_logits.argmax(-1) == pair_labels).float().detach(),
+                "pair",
+                out.pair_logits,
+            ).detach()
             loss = loss + pair
         if self.sbo_head is not None:
             rows = selected.nonzero()[:, 0]
@@ -299,7 +328,8 @@ class PretrainingModel(nn.Module):
                 batch["sbo_right"][selected],
                 batch["sbo_rel"][selected],
             )
-            sbo = F.cross_entropy(sbo_logits.float(), targets)
+            sbo_ce = F.cross_entropy(sbo_logits.float(), targets, reduction="none")
+            sbo = reduce(sbo_ce, "sbo", sbo_logits)
             parts["sbo_loss"] = sbo.detach()
             loss = loss + sbo
         return loss, parts

@@ -193,7 +193,8 @@ def _load_student(cfg: DistillConfig, heads: Sequence[str], teacher: Model, tok)
 
 @torch.no_grad()
 def evaluate_distillation(model: DistillationObjective, batches) -> dict[str, float]:
-    """Mean distillation loss and parts over fixed held-out batches (names as in training).
+    """Distillation loss and parts over fixed held-out batches (names as in training), each
+    term per unit over all the batches (as one merged batch, like a training step).
 
     Args:
         model: a distillation objective; batches: dicts of (B, T) int64 tensors.
@@ -202,11 +203,16 @@ def evaluate_distillation(model: DistillationObjective, batches) -> dict[str, fl
         {"loss": float, one float per part}.
     """
     device = next(model.parameters()).device
+    totals: dict[str, int] = {}
+    for batch in batches:
+        for k, n in model.counts(batch).items():
+            totals[k] = totals.get(k, 0) + n
+    denominators = {k: float(max(n, 1)) for k, n in totals.items()}
     sums: dict[str, float] = {}
     for batch in batches:
-        loss, parts = model({k: v.to(device) for k, v in batch.items()})
+        loss, parts = model({k: v.to(device) for k, v in batch.items()}, denominators)
         for k, v in {"loss": loss, **parts}.items():
-            sums[k] = sums.get(k, 0.0) + float(v) / len(batches)
+            sums[k] = sums.get(k, 0.0) + float(v)
     return sums
 
 
@@ -279,12 +285,13 @@ def distill(cfg: DistillConfig, train: TrainConfig) -> dict[str, Any]:
     train = dataclasses.replace(train, find_unused_parameters=True)
     trainer = Trainer(
         model,
-        lambda m, b: m(b),
+        lambda m, b, denominators: m(b, denominators),
         data.source,
         train,
         eval_fn=lambda m: evaluate_distillation(m, data.eval_batches),
         dist=dist,
         save_fn=save_pretrained,
+        count_fn=model.counts,  # each term normalised over the whole accumulated step
     )
     summary = trainer.train()
     summary.update(
@@ -414,7 +421,12 @@ def distill_task(cfg: TaskDistillConfig, train: TrainConfig) -> dict[str, Any]:
         )
         logger.info("task distillation, stage %s: %d steps on %d examples", stage, steps, len(rows))
         result[stage] = Trainer(
-            model, lambda m, b: m(b), source, stage_cfg, save_fn=save_pretrained
+            model,
+            lambda m, b, denominators: m(b, denominators),
+            source,
+            stage_cfg,
+            save_fn=save_pretrained,
+            count_fn=model.counts,  # follows model.stage
         ).train()
     model.save_pretrained(out / "model")
     finish_run(out, tok, result)

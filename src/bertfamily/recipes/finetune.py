@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from ..files import atomic_write, write_text_atomic
-from ..objectives.tasks import task_loss
+from ..objectives.tasks import task_counts, task_loss
 from ..pretrained import from_pretrained
 from ..tasks.encode import (
     HEAD_OF_TASK,
@@ -117,10 +117,13 @@ def finetune(cfg: FinetuneConfig, train: TrainConfig) -> dict[str, Any]:
     source = IndexedBatches(train_rows, batch_size, lambda rows, rng: pad_batch(rows, pad))
     steps = max(1, int(cfg.epochs * len(source))) if cfg.epochs is not None else train.max_steps
 
-    def loss_fn(m, batch):
+    def loss_fn(m, batch, denominators):
         out_ = m(**{k: v for k, v in batch.items() if k in MODEL_INPUTS})
-        loss = task_loss(head, out_, batch, problem_type)
+        loss = task_loss(head, out_, batch, problem_type, denominators)
         return loss, {}
+
+    def count_fn(batch):  # the loss is normalised over the whole accumulated step
+        return task_counts(head, batch)
 
     def eval_fn(m):
         metrics, _ = eval_data.evaluate(m, eval_rows)
@@ -147,6 +150,7 @@ def finetune(cfg: FinetuneConfig, train: TrainConfig) -> dict[str, Any]:
         config,
         eval_fn if eval_data is not None else None,
         save_fn=save_pretrained,
+        count_fn=count_fn,
     ).train()
     result: dict[str, Any] = {"train": summary, "labels": list(data.label_names)}
     if problem_type is not None:

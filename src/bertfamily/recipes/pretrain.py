@@ -213,12 +213,13 @@ def pretrain(cfg: PretrainConfig, train: TrainConfig) -> dict[str, Any]:
 
     trainer = Trainer(
         pmodel,
-        lambda m, b: m(b),
+        lambda m, b, denominators: m(b, denominators),
         data.source,
         train,
         eval_fn=lambda m: evaluate_mlm(m, data.eval_batches, unigram),
         dist=dist,
         save_fn=save_pretrained,
+        count_fn=pmodel.counts,  # each term normalised over the whole accumulated step
     )
     summary = trainer.train()
     summary.update(

@@ -23,6 +23,7 @@ __all__ = [
     "all_gather_objects",
     "broadcast_object",
     "all_reduce_mean",
+    "all_reduce_sum",
     "shard_range",
 ]
 
@@ -115,6 +116,17 @@ def all_reduce_mean(values: dict[str, float], device: torch.device) -> dict[str,
     t = torch.tensor([float(values[k]) for k in keys], dtype=torch.float64, device=device)
     dist.all_reduce(t)
     t /= dist.get_world_size()
+    return dict(zip(keys, t.tolist()))
+
+
+def all_reduce_sum(values: dict[str, float], device: torch.device) -> dict[str, float]:
+    """Sum each number of ``values`` over ranks (same keys on every rank), in float64 (exact
+    for counts below 2**53)."""
+    if not values or not (dist.is_initialized() and dist.get_world_size() > 1):
+        return {k: float(v) for k, v in values.items()}
+    keys = sorted(values)
+    t = torch.tensor([float(values[k]) for k in keys], dtype=torch.float64, device=device)
+    dist.all_reduce(t)
     return dict(zip(keys, t.tolist()))
 
 

@@ -8,6 +8,9 @@ The loop knows nothing about the task. It gets
 - ``loss_fn(model, batch) -> (loss, {name: float})``: the scalar loss to minimise and named
   components to log. ``model`` is the DDP wrapper when distributed: call it
   (``model(**inputs)``) rather than its submodules, and use `unwrap` for attributes;
+- ``count_fn(batch) -> {term: units}`` (optional): how many units each loss term has in a
+  micro-batch (masked tokens, sequences, ...). With it the loss is normalised over the whole
+  optimizer step (see "Gradient accumulation" below) and ``loss_fn`` takes a third argument;
 - ``train_batches``: a positionable batch source (see `bertfamily.train.data`): the data
   position ``(epoch, batches consumed)`` is stored in checkpoints so ``resume`` continues with the
   very next batch;
@@ -16,8 +19,22 @@ The loop knows nothing about the task. It gets
 
 What it does per optimizer step: ``grad_accum_steps`` forward/backward passes (gradient sync only
 on the last under DDP), gradient clipping at ``max_grad_norm``, AdamW (no decay on biases and
-norms, `optim.param_groups`), a learning-rate schedule (`schedules`). Outputs in
-``output_dir``:
+norms, `optim.param_groups`), a learning-rate schedule (`schedules`).
+
+Gradient accumulation. Without ``count_fn`` each micro-batch's loss is divided by
+``grad_accum_steps`` (and DDP averages over ranks): every micro-batch weighs the same, however
+many units it holds, so a step over a micro-batch of 1 masked token and one of 8 is not the
+step over the merged batch. With ``count_fn`` each step first reads its ``grad_accum_steps``
+micro-batches (the same batches, in the same order), sums their units per term, sums those
+over ranks, and calls ``loss_fn(model, batch, denominators)`` with ``denominators[term]`` = the
+step's total units of ``term`` (at least 1) ÷ the number of ranks. The loss must then be
+Σ over terms of (the term's loss summed over its units in ``batch``) / ``denominators[term]``
+(weights allowed), and every logged component the same kind of share (e.g. correct predictions
+/ ``denominators[term]``): the trainer backpropagates each micro-batch's loss as it is, sums
+loss and components over the micro-batches, and DDP's mean over ranks turns the ÷ ranks back
+into the sum, so the gradient is that of Σ unit losses / Σ units over everything the step
+saw, on any number of ranks (transformers' ``num_items_in_batch``). The logged values are the
+step's per-unit means over all ranks. Outputs in ``output_dir``:
 
 - ``metrics.jsonl``: one JSON object per log/eval event (``step``, ``split``, values);
 - ``checkpoint.pt``: model + optimizer + scheduler + RNG states of every rank + data position +
@@ -65,6 +82,7 @@ from .distributed import (
     DistInfo,
     all_gather_objects,
     all_reduce_mean,
+    all_reduce_sum,
     broadcast_object,
     init_distributed,
 )
@@ -95,7 +113,8 @@ MODEL_DIRS = ("model", "best")
 CHECKPOINT_FORMAT = 2
 _CHECKPOINT_KEYS = ("model", "optimizer", "scheduler", "state", "rng")
 
-LossFn = Callable[[nn.Module, Any], tuple[torch.Tensor, dict[str, float]]]
+LossFn = Callable[..., tuple[torch.Tensor, dict[str, float]]]
+CountFn = Callable[[Any], dict[str, int]]
 EvalFn = Callable[[nn.Module], dict[str, float]]
 SaveFn = Callable[[nn.Module, Path], Any]
 
@@ -111,7 +130,8 @@ class TrainConfig:
             limit); the loop stops after the step that crosses it and saves a checkpoint.
         batch_size: examples per process per micro-batch. The trainer takes batches as given;
             this field is for the code that builds the batch source (and the record).
-        grad_accum_steps: micro-batches per optimizer step.
+        grad_accum_steps: micro-batches per optimizer step (weighed by their units when the
+            `Trainer` has a ``count_fn``, else equally; see the module docstring).
         learning_rate / weight_decay / adam_betas / adam_eps: AdamW (`optim.build_optimizer`).
         warmup_steps: linear warm-up length; when 0, ``warmup_ratio * max_steps`` is used.
         schedule: "linear" | "inverse_sqrt" | "constant" (`schedules.lr_factor`).
@@ -262,7 +282,9 @@ class Trainer:
     Args:
         model: the module to train (its parameters are optimised; tied weights once).
         loss_fn: ``(model, batch) -> (loss, components)``; ``loss`` a scalar float tensor,
-            ``components`` floats (or 0-d tensors) logged as ``train`` metrics.
+            ``components`` floats (or 0-d tensors) logged as ``train`` metrics. With
+            ``count_fn``: ``(model, batch, denominators) -> (loss, components)``, normalised by
+            ``denominators`` (see the module docstring).
         train_batches: a batch source ``(epoch, start) -> iterator`` (e.g. `IndexedBatches`),
             a factory ``(epoch) -> iterable`` or a re-iterable such as a DataLoader.
         config: `TrainConfig`.
@@ -273,6 +295,9 @@ class Trainer:
             ``lambda m, d: m.save_pretrained(d)``); None: ``model_state.pt`` only.
             ``directory`` is a fresh temporary sibling that replaces ``model/``/``best/`` whole
             once ``save_fn`` returns (files of the previous version are not kept).
+        count_fn: ``(batch) -> {term: units}`` on the micro-batch as the source yields it
+            (before it moves to the device); the same keys for every batch and every rank.
+            None: every micro-batch weighs the same (see the module docstring).
     """
 
     def __init__(
@@ -284,9 +309,12 @@ class Trainer:
         eval_fn: EvalFn | None = None,
         dist: DistInfo | None = None,
         save_fn: SaveFn | None = None,
+        count_fn: CountFn | None = None,
     ) -> None:
         self.config = config
         self.save_fn = save_fn
+        self.count_fn = count_fn
+        self._count_keys: list[str] | None = None
         self.dist = dist or init_distributed(config.device)
         self.model = model.to(self.dist.device)
         self.loss_fn, self.eval_fn = loss_fn, eval_fn
@@ -502,25 +530,58 @@ class Trainer:
             return batch
         raise ValueError(f"the batch source yielded no batch for epoch {self.state.epoch}")
 
+    def _denominators(self, batches: list[Any]) -> dict[str, float]:
+        """``count_fn``'s units of the step's micro-batches, summed per term over them and over
+        ranks, each (at least 1) divided by the number of ranks."""
+        totals: dict[str, float] = {}
+        for batch in batches:
+            counts = self.count_fn(batch)
+            keys = sorted(counts)
+            if self._count_keys is None:
+                seen = all_gather_objects(keys)  # once: every rank must count the same terms
+                if any(other != keys for other in seen):
+                    raise ValueError(f"count_fn gives different terms on different ranks: {seen}")
+                self._count_keys = keys
+            if keys != self._count_keys:
+                raise ValueError(
+                    f"count_fn gave the terms {keys}, earlier batches {self._count_keys}"
+                )
+            for name, n in counts.items():
+                n = int(n)
+                if n < 0:
+                    raise ValueError(f"count_fn gave {n} units for {name!r}")
+                totals[name] = totals.get(name, 0.0) + n
+        totals = all_reduce_sum(totals, self.dist.device)
+        world = self.dist.world_size
+        return {name: max(n, 1.0) / world for name, n in totals.items()}
+
     def _train_step(self) -> dict[str, float]:
-        """One optimizer step over ``grad_accum_steps`` micro-batches; returns the mean loss and
-        components (this rank)."""
+        """One optimizer step over ``grad_accum_steps`` micro-batches; returns the step's loss
+        and components (this rank: the mean over micro-batches, or with ``count_fn`` the sum
+        of their shares, which the mean over ranks turns into the global per-unit mean)."""
         cfg, k = self.config, self.config.grad_accum_steps
         sums: dict[str, float] = {}
         self._step_start = (self.state.epoch, self.state.batch_in_epoch, _rng_state())
+        if self.count_fn is not None:
+            micro = [self._next_batch() for _ in range(k)]  # read the step's batches first
+            denominators = self._denominators(micro)
+            extra, divisor = (denominators,), 1
+        else:
+            micro, extra, divisor = None, (), k
         for i in range(k):
-            batch = _to_device(self._next_batch(), self.dist.device)
+            raw = micro[i] if micro is not None else self._next_batch()
+            batch = _to_device(raw, self.dist.device)
             sync = i == k - 1 or not self.dist.distributed
             ctx = contextlib.nullcontext() if sync else self.wrapped.no_sync()
             with ctx:
                 with self._autocast():
-                    loss, parts = self.loss_fn(self.wrapped, batch)
+                    loss, parts = self.loss_fn(self.wrapped, batch, *extra)
                 if not torch.isfinite(loss):
                     raise FloatingPointError(f"loss is {loss.item()} at step {self.state.step}")
-                (loss / k).backward()
+                (loss / divisor).backward()
             for name, v in {"loss": loss, **parts}.items():
                 v = v.detach() if isinstance(v, torch.Tensor) else v
-                sums[name] = sums.get(name, 0.0) + float(v) / k
+                sums[name] = sums.get(name, 0.0) + float(v) / divisor
         if cfg.max_grad_norm:
             norm = nn.utils.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)
             sums["grad_norm"] = float(norm)
