@@ -63,6 +63,28 @@ _ABSURD_MAX_LENGTH = 10**9
 _NO_SEGMENT_MODEL_TYPES = frozenset({"distilbert"})
 
 Padding = bool | Literal["longest", "max_length", "do_not_pad"]
+Truncation = bool | Literal["longest_first", "only_first", "only_second", "do_not_truncate"]
+_TRUNCATION_STRATEGIES: dict[bool | str, str | None] = {
+    True: "longest_first",
+    "longest_first": "longest_first",
+    "only_first": "only_first",
+    "only_second": "only_second",
+    False: None,
+    "do_not_truncate": None,
+}
+# transformers' __call__ arguments this tokenizer does not take (a TypeError names them).
+_UNSUPPORTED_HF_ARGUMENTS = frozenset(
+    {
+        "is_split_into_words",
+        "pad_to_multiple_of",
+        "padding_side",
+        "text_target",
+        "text_pair_target",
+        "return_attention_masks",
+        "verbose",
+        "split_special_tokens",
+    }
+)
 ReturnTensors = Literal["pt", "np"] | None
 
 
@@ -247,14 +269,16 @@ class Tokenizer:
     # ------------------------------------------------------------------ encoding
 
     @contextmanager
-    def _truncation(self, max_length: int | None) -> Iterator[None]:
-        """Set longest-first truncation on the backend for one call, then restore it."""
+    def _truncation(
+        self, max_length: int | None, strategy: str = "longest_first", stride: int = 0
+    ) -> Iterator[None]:
+        """Set truncation on the backend for one call, then restore it."""
         with self._lock:
             previous = self.backend.truncation
             if max_length is None:
                 self.backend.no_truncation()
             else:
-                self.backend.enable_truncation(max_length, strategy="longest_first")
+                self.backend.enable_truncation(max_length, stride=stride, strategy=strategy)
             try:
                 yield
             finally:
@@ -268,57 +292,94 @@ class Tokenizer:
         text: str | Sequence[str],
         text_pair: str | Sequence[str] | None = None,
         *,
+        add_special_tokens: bool = True,
         max_length: int | None = None,
-        truncation: bool = True,
+        truncation: Truncation = True,
+        stride: int = 0,
         padding: Padding = True,
-        return_offsets: bool = False,
         return_tensors: ReturnTensors = "pt",
+        return_token_type_ids: bool | None = None,
+        return_attention_mask: bool = True,
+        return_offsets_mapping: bool = False,
+        return_overflowing_tokens: bool = False,
         return_special_tokens_mask: bool = False,
+        return_length: bool = False,
+        return_offsets: bool = False,
         return_truncated: bool = False,
+        **unsupported: Any,
     ) -> dict[str, Any]:
-        """Encode a batch of texts (or text pairs) with special tokens added.
+        """Encode a batch of texts (or text pairs), with transformers' argument names and
+        results (equal to a fast ``transformers`` tokenizer on the same directory).
 
-        With truncation on, a text longer than ``max_length * CHARS_PER_TOKEN`` characters is
-        cut by characters (at a whitespace) before it is tokenised, so time and memory per
-        input are bounded by ``max_length``; the tokens kept are those of the whole text
-        whenever the kept prefix still holds ``max_length`` tokens (it grows until it does,
-        up to ``MAX_CHARS_PER_TOKEN`` characters per token). Misspelt keywords raise
-        ``TypeError`` naming them.
+        With truncation on and no overflowing windows asked for, a text longer than
+        ``max_length * CHARS_PER_TOKEN`` characters is cut by characters (at a whitespace)
+        before it is tokenised, so time and memory per input are bounded by ``max_length``;
+        the tokens kept are those of the whole text whenever the kept prefix still holds
+        ``max_length`` tokens (it grows until it does, up to ``MAX_CHARS_PER_TOKEN`` characters
+        per token). Only the segments the strategy may cut are cut.
 
         Args:
             text: one string or a list of B strings.
-            text_pair: ``None``, or as many second segments as ``text`` (``[SEP]``-joined
-                after it, token type 1).
+            text_pair: ``None``, or as many second segments as ``text`` (joined after it by
+                the special tokens, token type 1).
+            add_special_tokens: add ``[CLS]``/``[SEP]`` (``<s>``/``</s>``).
             max_length: the length limit in tokens, special tokens included; defaults to
                 ``model_max_length``. Used for truncation and for ``padding="max_length"``.
-            truncation: cut over-long inputs to ``max_length``, longest segment first. No
+            truncation: ``True``/``"longest_first"``: cut the longer segment token by token;
+                ``"only_first"``/``"only_second"``: cut only that segment (a ``ValueError``
+                when that is not enough); ``False``/``"do_not_truncate"``: no cut. No
                 truncation when ``max_length`` and ``model_max_length`` are both ``None``.
-            padding: ``True``/``"longest"``: right-pad to the longest in the batch;
-                ``"max_length"``: to ``max_length`` (or the longest, if longer);
+            stride: with ``return_overflowing_tokens``, tokens shared by consecutive windows.
+            padding: ``True``/``"longest"``: right-pad to the longest row of the batch;
+                ``"max_length"``: each row to ``max_length`` (rows already longer are kept as
+                they are: tensors then need truncation);
                 ``False``/``"do_not_pad"``: no padding (tensors then need equal lengths).
-            return_offsets: also return ``offset_mapping``.
             return_tensors: ``"pt"`` (torch), ``"np"`` (numpy) or ``None`` (lists).
+            return_token_type_ids: return ``token_type_ids``; ``None``: iff
+                ``has_token_type_ids``.
+            return_attention_mask: return ``attention_mask``.
+            return_offsets_mapping (alias ``return_offsets``): also return ``offset_mapping``.
+            return_overflowing_tokens: return every window of a truncated input as a row of its
+                own (consecutive windows share ``stride`` tokens), and
+                ``overflow_to_sample_mapping`` (rows,): the input each row comes from.
             return_special_tokens_mask: also return ``special_tokens_mask``.
-            return_truncated: also return ``truncated``.
+            return_length: also return ``length`` (rows,): tokens per row, padding included
+                (as transformers counts).
+            return_truncated: also return ``truncated`` (rows,).
 
         Returns:
-            A dict with
-            ``input_ids`` (B, T) int64;
-            ``attention_mask`` (B, T) int64, 1 = real token, 0 = padding;
-            ``token_type_ids`` (B, T) int64, segment 0/1, only if ``has_token_type_ids``;
-            ``offset_mapping`` (B, T, 2) int64 if asked: [start, end) character offsets into
+            A dict with, for R rows (B, or more with overflowing windows),
+            ``input_ids`` (R, T) int64;
+            ``token_type_ids`` (R, T) int64, segment 0/1, if asked (see above);
+            ``attention_mask`` (R, T) int64, 1 = real token, 0 = padding;
+            ``offset_mapping`` (R, T, 2) int64 if asked: [start, end) character offsets into
             the string the token came from (``text`` or ``text_pair``), (0, 0) for special
             and padding tokens;
-            ``special_tokens_mask`` (B, T) int64 if asked: 1 = special or padding token;
-            ``truncated`` (B,) int64 if asked: 1 = the input was longer than ``max_length``
-            and was cut.
+            ``special_tokens_mask`` (R, T) int64 if asked: 1 = special or padding token;
+            ``overflow_to_sample_mapping`` (R,) if asked;
+            ``length`` (R,) if asked;
+            ``truncated`` (R,) int64 if asked: 1 = the row's input was longer than
+            ``max_length`` and was cut.
             Always batched, also for a single string.
 
         Raises:
             ValueError: empty batch, ``text``/``text_pair`` lengths differ, unknown
-                ``padding``/``return_tensors``, ``padding="max_length"`` without a length,
-                padding needed but no pad token, or unequal lengths with tensors asked for.
+                ``padding``/``truncation``/``return_tensors``, ``"only_second"`` on a single
+                text that must be cut, a truncation the strategy cannot make (the segment it
+                may cut is too short, or ``stride`` is not below the room left for it), a
+                negative ``stride``,
+                ``padding="max_length"`` without a length, padding needed but no pad token,
+                or unequal lengths with tensors asked for.
+            TypeError: an argument this tokenizer does not take (a misspelling, or one of
+                transformers' that it does not support, such as ``is_split_into_words``).
         """
+        if unsupported:
+            names = sorted(unsupported)
+            known = [n for n in names if n in _UNSUPPORTED_HF_ARGUMENTS]
+            raise TypeError(
+                f"Tokenizer.__call__() got unexpected keyword argument(s) {names}"
+                + (f"; {known} (transformers) are not supported" if known else "")
+            )
         texts = [text] if isinstance(text, str) else list(text)
         if not texts:
             raise ValueError("cannot encode an empty batch")
@@ -333,64 +394,165 @@ class Tokenizer:
             raise ValueError(f"unknown padding {padding!r}")
         if return_tensors not in ("pt", "np", None):
             raise ValueError(f"unknown return_tensors {return_tensors!r}; use 'pt', 'np' or None")
+        if truncation not in _TRUNCATION_STRATEGIES:
+            raise ValueError(
+                f"unknown truncation {truncation!r}; use True, False, 'longest_first', "
+                "'only_first', 'only_second' or 'do_not_truncate'"
+            )
+        strategy = _TRUNCATION_STRATEGIES[truncation]
+        if isinstance(stride, bool) or not isinstance(stride, int) or stride < 0:
+            raise ValueError(f"stride must be a non-negative integer, got {stride!r}")
+        return_offsets_mapping = return_offsets_mapping or return_offsets
+        if return_token_type_ids is None:
+            return_token_type_ids = self.has_token_type_ids
 
         limit = max_length if max_length is not None else self.model_max_length
+        if limit is None:
+            strategy = None
         cut = [False] * len(inputs)
-        if truncation and limit is not None:
+        if strategy is not None and not return_overflowing_tokens:
             with self._truncation(None):
-                inputs, cut = self._cut_long_inputs(inputs, limit)
-        with self._truncation(limit if truncation else None):
-            encodings = self.backend.encode_batch(inputs, add_special_tokens=True)
-        truncated = [int(c or bool(e.overflowing)) for c, e in zip(cut, encodings)]
-        if any(truncated):
+                inputs, cut = self._cut_long_inputs(inputs, limit, strategy)
+        encodings = self._encode(inputs, limit, strategy, stride, add_special_tokens)
+
+        rows: list[tokenizers.Encoding] = []
+        sample: list[int] = []
+        was_cut: list[int] = []  # per input
+        for i, enc in enumerate(encodings):
+            overflowing = enc.overflowing  # built anew on every access: read it once
+            was_cut.append(int(cut[i] or bool(overflowing)))
+            windows = [enc] + (overflowing if return_overflowing_tokens else [])
+            rows += windows
+            sample += [i] * len(windows)
+        truncated = [was_cut[i] for i in sample]
+        if any(was_cut):
             logger.debug(
                 "%d of %d inputs were longer than %s tokens and were truncated",
-                sum(truncated),
-                len(truncated),
+                sum(was_cut),
+                len(encodings),
                 limit,
             )
 
-        fields: dict[str, list[list[Any]]] = {
-            "input_ids": [e.ids for e in encodings],
-            "attention_mask": [e.attention_mask for e in encodings],
-        }
-        if self.has_token_type_ids:
-            fields["token_type_ids"] = [e.type_ids for e in encodings]
-        if return_offsets:
-            fields["offset_mapping"] = [[list(o) for o in e.offsets] for e in encodings]
+        fields: dict[str, list[list[Any]]] = {"input_ids": [e.ids for e in rows]}
+        if return_token_type_ids:
+            fields["token_type_ids"] = [e.type_ids for e in rows]
+        if return_attention_mask:
+            fields["attention_mask"] = [e.attention_mask for e in rows]
+        if return_offsets_mapping:
+            fields["offset_mapping"] = [[list(o) for o in e.offsets] for e in rows]
         if return_special_tokens_mask:
-            fields["special_tokens_mask"] = [e.special_tokens_mask for e in encodings]
+            fields["special_tokens_mask"] = [e.special_tokens_mask for e in rows]
 
-        lengths = [len(e.ids) for e in encodings]
+        lengths = [len(e.ids) for e in rows]
         if padding in (True, "longest", "max_length"):
             target = max(lengths)
             if padding == "max_length":
                 if limit is None:
                     raise ValueError("padding='max_length' needs max_length or model_max_length")
-                target = max(target, limit)
+                target = limit  # rows already longer are kept as they are, as in transformers
             fields = self._pad(fields, target)
-        elif return_tensors is not None and len(set(lengths)) > 1:
+            lengths = [max(n, target) for n in lengths]  # transformers: the padded length
+        if return_tensors is not None and len(set(lengths)) > 1:
             raise ValueError(
-                f"sequences have different lengths {sorted(set(lengths))} and padding is off; "
-                "pass padding=True or return_tensors=None"
+                f"sequences have different lengths {sorted(set(lengths))} after padding="
+                f"{padding!r}; pass padding=True, truncation, or return_tensors=None"
             )
         out = _to_tensors(fields, return_tensors)
+        flat = {}
+        if return_overflowing_tokens:
+            flat["overflow_to_sample_mapping"] = sample
+        if return_length:
+            flat["length"] = lengths
         if return_truncated:
-            out["truncated"] = _to_tensors({"truncated": [truncated]}, return_tensors)["truncated"][
-                0
-            ]
+            flat["truncated"] = truncated
+        for key, values in flat.items():
+            out[key] = _to_tensors({key: [values]}, return_tensors)[key][0]
         return out
 
-    def _cut_long_inputs(self, inputs: list[Any], limit: int) -> tuple[list[Any], list[bool]]:
-        """Cut every text (or pair segment) longer than ``limit * CHARS_PER_TOKEN`` characters
-        to a prefix ending before a whitespace that still holds at least ``limit`` tokens
-        (growing the prefix x4 while it holds fewer, up to ``limit * MAX_CHARS_PER_TOKEN``
-        characters). Call with the backend's truncation off. Returns the inputs and, per
-        input, whether anything was cut."""
+    def _encode(
+        self,
+        inputs: list[Any],
+        limit: int | None,
+        strategy: str | None,
+        stride: int,
+        add_special_tokens: bool,
+    ) -> list[tokenizers.Encoding]:
+        """``encode_batch`` under one call's truncation; the backend's truncation errors
+        become ValueErrors that give the numbers."""
+        if strategy is None:
+            with self._truncation(None):
+                return self.backend.encode_batch(inputs, add_special_tokens=add_special_tokens)
+        special = (
+            self.backend.post_processor.num_special_tokens_to_add(isinstance(inputs[0], tuple))
+            if add_special_tokens and self.backend.post_processor is not None
+            else 0
+        )
+        if limit <= special:
+            raise ValueError(
+                f"max_length={limit} leaves no room for text after {special} special tokens"
+            )
+        try:
+            with self._truncation(limit, strategy, stride):
+                return self.backend.encode_batch(inputs, add_special_tokens=add_special_tokens)
+        except BaseException as e:  # a bare Exception, or a Rust panic (a stride too long)
+            is_panic = type(e).__name__ == "PanicException"
+            if not (isinstance(e, Exception) or is_panic) or not (
+                "runcat" in str(e) or "stride" in str(e)
+            ):
+                raise
+            detail = self._truncation_problem(inputs, limit, strategy, stride, special)
+            raise ValueError(
+                f"cannot truncate to max_length={limit} with truncation={strategy!r}, "
+                f"stride={stride}: {detail} ({e})"
+            ) from None
+
+    def _truncation_problem(
+        self, inputs: list[Any], limit: int, strategy: str, stride: int, special: int
+    ) -> str:
+        """Why the backend refused a truncation, with the numbers of the first input at fault."""
+        with self._truncation(None):
+            for i, item in enumerate(inputs):
+                segments = (item,) if isinstance(item, str) else item
+                counts = [
+                    len(self.backend.encode(t, add_special_tokens=False).ids) for t in segments
+                ]
+                if strategy == "only_second" and len(counts) == 1:
+                    if counts[0] + special > limit:
+                        return f"input {i}: truncation='only_second' needs text pairs (text_pair)"
+                    continue
+                if strategy == "longest_first" or len(counts) == 1:
+                    room = limit - special
+                    if sum(counts) > room and stride >= room:
+                        return f"input {i}: stride must be below the {room} tokens of a window"
+                    continue
+                kept = counts[1] if strategy == "only_first" else counts[0]
+                room = limit - special - kept
+                if sum(counts) + special > limit and room <= 0:
+                    which = "second" if strategy == "only_first" else "first"
+                    return (
+                        f"input {i}: the {which} sequence alone has {kept} tokens, which with "
+                        f"{special} special tokens leaves no room in {limit}"
+                    )
+                if sum(counts) + special > limit and stride >= room:
+                    return f"input {i}: stride must be below the {room} tokens left to cut"
+        return "the backend refused it"
+
+    def _cut_long_inputs(
+        self, inputs: list[Any], limit: int, strategy: str = "longest_first"
+    ) -> tuple[list[Any], list[bool]]:
+        """Cut every text (or pair segment that ``strategy`` may truncate) longer than
+        ``limit * CHARS_PER_TOKEN`` characters to a prefix ending before a whitespace that
+        still holds at least ``limit`` tokens (growing the prefix x4 while it holds fewer, up
+        to ``limit * MAX_CHARS_PER_TOKEN`` characters). Call with the backend's truncation
+        off. Returns the inputs and, per input, whether anything was cut."""
+        cuttable = {"longest_first": (0, 1), "only_first": (0,), "only_second": (1,)}[strategy]
         # (input index, segment index or None, the whole text)
         todo = []
         for i, item in enumerate(inputs):
-            segments = [(None, item)] if isinstance(item, str) else list(enumerate(item))
+            if isinstance(item, str):
+                segments = [(None, item)] if 0 in cuttable else []
+            else:
+                segments = [(j, t) for j, t in enumerate(item) if j in cuttable]
             todo += [(i, j, t) for j, t in segments if len(t) > limit * CHARS_PER_TOKEN]
         if not todo:
             return inputs, [False] * len(inputs)
@@ -552,12 +714,15 @@ def load_tokenizer(
     """
     directory = Path(path)
     tok_config = _read_json(directory / TOKENIZER_CONFIG_FILE)
-    specials = _specials_from(directory / TOKENIZER_CONFIG_FILE, tok_config)
-    specials.update(
-        _specials_from(
-            directory / SPECIAL_TOKENS_MAP_FILE, _read_json(directory / SPECIAL_TOKENS_MAP_FILE)
-        )
-    )
+    special_map = _read_json(directory / SPECIAL_TOKENS_MAP_FILE)
+    model_config = _read_json(directory / MODEL_CONFIG_FILE)
+    role_values = _specials_from(directory / TOKENIZER_CONFIG_FILE, tok_config)
+    decoder = _added_tokens_decoder(directory / TOKENIZER_CONFIG_FILE, tok_config)
+    if decoder is None:
+        # transformers reads special_tokens_map.json only when tokenizer_config.json has no
+        # added_tokens_decoder; its roles then override tokenizer_config.json's.
+        role_values.update(_specials_from(directory / SPECIAL_TOKENS_MAP_FILE, special_map))
+    family = _family(tok_config, model_config)
     try:
         model_max_length = _sane_max_length(tok_config.get("model_max_length"))
     except (TypeError, ValueError, OverflowError) as e:
@@ -574,19 +739,29 @@ def load_tokenizer(
                 f"{directory / TOKENIZER_FILE} is not a tokenizer the tokenizers library can "
                 f"read: {e}"
             ) from None
-        # transformers adds configured special tokens the file lacks; so do we.
-        missing = [t for t in specials.values() if backend.token_to_id(t.content) is None]
-        if missing:
-            backend.add_special_tokens(missing)
+        stored = decoder if decoder is not None else _tokenizer_json_added(backend)
+        mask_lstrip = _mask_lstrip(family, default=isinstance(backend.model, models.BPE))
+        specials, extra = _resolve_specials(role_values, stored, mask_lstrip)
+        # transformers adds the configured special tokens (with the flags resolved above) and
+        # the tokens of added_tokens_decoder; adding a token the file has updates its flags.
+        _add_tokens(backend, list(specials.values()) + (extra if decoder is not None else []))
         hf_config = {k: tok_config[k] for k in _HF_PASSTHROUGH if k in tok_config}
         source = TOKENIZER_FILE
     elif (directory / WORDPIECE_VOCAB_FILE).is_file():
+        specials, extra = _resolve_specials(
+            role_values, decoder or {}, _mask_lstrip(family, default=False), _WORDPIECE_DEFAULTS
+        )
         backend, hf_config = _build_wordpiece(
             directory / WORDPIECE_VOCAB_FILE, tok_config, specials
         )
+        _add_tokens(backend, extra)
         source = WORDPIECE_VOCAB_FILE
     elif (directory / BPE_VOCAB_FILE).is_file() and (directory / BPE_MERGES_FILE).is_file():
+        specials, extra = _resolve_specials(
+            role_values, decoder or {}, _mask_lstrip(family, default=True), _BPE_DEFAULTS
+        )
         backend, hf_config = _build_byte_level_bpe(directory, tok_config, specials)
+        _add_tokens(backend, extra)
         source = f"{BPE_VOCAB_FILE} + {BPE_MERGES_FILE}"
     else:
         raise TokenizerNotFoundError(
@@ -595,7 +770,6 @@ def load_tokenizer(
         )
 
     if return_token_type_ids is None:
-        model_config = _read_json(directory / MODEL_CONFIG_FILE)
         try:
             return_token_type_ids = _model_uses_token_types(
                 model_config, default=isinstance(backend.model, models.WordPiece)
@@ -632,7 +806,7 @@ def _build_wordpiece(
     vocab_file: Path, tok_config: Mapping[str, Any], specials: dict[str, AddedToken]
 ) -> tuple[tokenizers.Tokenizer, dict[str, Any]]:
     """BERT's WordPiece pipeline from ``vocab.txt`` (one token per line, id = line number)."""
-    names = {role: specials.get(role, _as_added_token(_WORDPIECE_DEFAULTS[role])) for role in ROLES}
+    names = {role: specials[role] for role in ROLES}
     lower = bool(tok_config.get("do_lower_case", True))
     strip_accents = tok_config.get("strip_accents")  # None: follow lower-casing, as BERT does
     chinese = bool(tok_config.get("tokenize_chinese_chars", True))
@@ -669,11 +843,7 @@ def _build_byte_level_bpe(
     directory: Path, tok_config: Mapping[str, Any], specials: dict[str, AddedToken]
 ) -> tuple[tokenizers.Tokenizer, dict[str, Any]]:
     """RoBERTa's byte-level BPE pipeline from ``vocab.json`` + ``merges.txt``."""
-    names = {role: specials.get(role, _as_added_token(_BPE_DEFAULTS[role])) for role in ROLES}
-    if "mask" not in specials:
-        # RoBERTa's <mask> swallows the space before it ("Paris is <mask>.").
-        names["mask"] = AddedToken(_BPE_DEFAULTS["mask"], lstrip=True, rstrip=False, special=True)
-        specials["mask"] = names["mask"]
+    names = {role: specials[role] for role in ROLES}
     add_prefix_space = bool(tok_config.get("add_prefix_space", False))
     trim_offsets = bool(tok_config.get("trim_offsets", True))
 
@@ -760,8 +930,116 @@ def _specials_from(path: Path, config: Mapping[str, Any]) -> dict[str, AddedToke
                 f"{path}: {role}_token must be a string or an object with a string "
                 f"'content', got {value!r}"
             )
-        out[role] = _from_json_token(value)
+        out[role] = value
     return out
+
+
+# Families whose tokenizer class turns a plain-string mask token into one that absorbs the
+# space before it (``AddedToken(mask, lstrip=True)``), as RoBERTa's released tokenizer does
+# ("Paris is <mask>."); other families' plain-string special tokens have no flags.
+_MASK_LSTRIP_FAMILIES = frozenset(
+    {"roberta", "longformer", "deberta", "mpnet", "camembert", "xlmroberta", "bart", "albert"}
+)
+# Families known to give their mask token no flags (a BPE vocabulary of one of these
+# families does not get RoBERTa's default).
+_PLAIN_MASK_FAMILIES = frozenset(
+    {"bert", "distilbert", "electra", "debertav2", "mobilebert", "squeezebert", "gpt2"}
+)
+_GENERIC_TOKENIZER_CLASSES = frozenset({"PreTrainedTokenizerFast", "TokenizersBackend"})
+
+
+def _family(tok_config: Mapping[str, Any], model_config: Mapping[str, Any]) -> str | None:
+    """The tokenizer family: ``tokenizer_class`` of ``tokenizer_config.json`` without its
+    ``Tokenizer``/``Fast`` suffix, else ``model_type`` of ``config.json``; lower case, without
+    ``-``/``_`` (``"roberta"``, ``"debertav2"``, ``"xlmroberta"``); None when neither names one."""
+    name = tok_config.get("tokenizer_class")
+    if isinstance(name, str) and name not in _GENERIC_TOKENIZER_CLASSES:
+        name = name.removesuffix("Fast").removesuffix("Tokenizer")
+    else:
+        name = model_config.get("model_type")
+    if not isinstance(name, str) or not name:
+        return None
+    return name.lower().replace("-", "").replace("_", "")
+
+
+def _mask_lstrip(family: str | None, *, default: bool) -> bool:
+    """Whether a plain-string mask token absorbs the space to its left: by family, else
+    ``default`` (True for a byte-level BPE vocabulary, RoBERTa's scheme)."""
+    if family in _MASK_LSTRIP_FAMILIES:
+        return True
+    if family in _PLAIN_MASK_FAMILIES:
+        return False
+    return default
+
+
+def _added_tokens_decoder(
+    path: Path, tok_config: Mapping[str, Any]
+) -> dict[str, AddedToken] | None:
+    """``tokenizer_config.json``'s ``added_tokens_decoder`` (id -> AddedToken dict) as content
+    -> AddedToken, or None when the file has none.
+
+    Raises:
+        TokenizerFileError: not an object of objects with a string ``content``.
+    """
+    decoder = tok_config.get("added_tokens_decoder")
+    if decoder is None:
+        return None
+    if not isinstance(decoder, Mapping) or not all(
+        isinstance(v, Mapping) and isinstance(v.get("content"), str) for v in decoder.values()
+    ):
+        raise TokenizerFileError(
+            f"{path}: added_tokens_decoder must map ids to objects with a string 'content'"
+        )
+    return {v["content"]: _token_from_dict(v, special=False) for v in decoder.values()}
+
+
+def _tokenizer_json_added(backend: tokenizers.Tokenizer) -> dict[str, AddedToken]:
+    """The ``added_tokens`` of a loaded ``tokenizer.json``, content -> AddedToken."""
+    return {t.content: t for t in backend.get_added_tokens_decoder().values()}
+
+
+def _resolve_specials(
+    role_values: Mapping[str, str | Mapping[str, Any]],
+    stored: Mapping[str, AddedToken],
+    mask_lstrip: bool,
+    defaults: Mapping[str, str] | None = None,
+) -> tuple[dict[str, AddedToken], list[AddedToken]]:
+    """Each role's token with its flags, by transformers' precedence: the flags stored for that
+    content (``added_tokens_decoder``, else ``tokenizer.json``'s ``added_tokens``), else the
+    role's own object form (``special_tokens_map.json`` over ``tokenizer_config.json``), else
+    the family's defaults for a plain string (the mask of a lstrip family: ``lstrip=True``;
+    everything else: no flags). Roles no file names get the strings of ``defaults`` (when
+    given; otherwise they are left out).
+
+    Returns the roles and the stored tokens that are no role's (to be added as they are)."""
+    roles: dict[str, AddedToken] = {}
+    for role in ROLES:
+        value = role_values.get(role)
+        if value is None:
+            if defaults is None:
+                continue
+            value = defaults[role]
+        content = value if isinstance(value, str) else value["content"]
+        if content in stored:
+            roles[role] = stored[content]
+        elif isinstance(value, Mapping):
+            roles[role] = _token_from_dict(value, special=True)
+        else:
+            lstrip = role == "mask" and mask_lstrip
+            roles[role] = AddedToken(content, lstrip=lstrip, special=True, normalized=False)
+    taken = {t.content for t in roles.values()}
+    extra = [t for content, t in stored.items() if content not in taken]
+    return roles, extra
+
+
+def _add_tokens(backend: tokenizers.Tokenizer, tokens: Sequence[AddedToken]) -> None:
+    """Add (or update the flags of) ``tokens``: special ones as special tokens."""
+    special = [t for t in tokens if t.special]
+    plain = [t for t in tokens if not t.special]
+    if special:
+        backend.add_special_tokens(special)
+    if plain:
+        backend.add_tokens(plain)
 
 
 def _read_wordpiece_vocab(path: Path) -> dict[str, int]:
@@ -807,22 +1085,23 @@ def _as_added_token(token: str | AddedToken) -> AddedToken:
     return AddedToken(token, special=True, normalized=False)
 
 
-def _from_json_token(value: str | Mapping[str, Any]) -> AddedToken:
-    """A special token as ``tokenizer_config.json`` spells it: a string or an AddedToken dict."""
-    if isinstance(value, str):
-        return _as_added_token(value)
+def _token_from_dict(value: Mapping[str, Any], *, special: bool) -> AddedToken:
+    """An AddedToken from its JSON object form; ``special`` when the object does not say
+    (True for a role's token, as transformers forces it); ``normalized`` defaults to
+    ``not special``, as in ``tokenizers``."""
+    special = bool(value.get("special", special))
     return AddedToken(
         value["content"],
         single_word=bool(value.get("single_word", False)),
         lstrip=bool(value.get("lstrip", False)),
         rstrip=bool(value.get("rstrip", False)),
-        normalized=bool(value.get("normalized", False)),
-        special=True,
+        normalized=bool(value.get("normalized", not special)),
+        special=special,
     )
 
 
 def _token_to_json(token: AddedToken) -> str | dict[str, Any]:
-    """The inverse of ``_from_json_token``: a plain string unless a flag is set."""
+    """A role's token for ``special_tokens_map.json``: a plain string unless a flag is set."""
     if not (token.lstrip or token.rstrip or token.single_word or token.normalized):
         return token.content
     return {
