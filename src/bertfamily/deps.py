@@ -31,7 +31,7 @@ def require(module: str, extra: str, feature: str) -> ModuleType:
         return importlib.import_module(module)
     except ImportError as e:
         top = module.split(".")[0]
-        if e.name is not None and e.name != top and not module.startswith(e.name + "."):
+        if e.name is not None and e.name != module and not module.startswith(e.name + "."):
             raise  # the module is there but one of its own imports is broken
         raise MissingDependency(
             f"{feature} needs the optional package {top!r}, which is not installed; "
