@@ -16,10 +16,14 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from .deps import require
 from .files import atomic_write
 from .model import Model
 
 log = logging.getLogger(__name__)
+
+# What torch.onnx needs to write a graph; the [onnx] extra installs them (and onnxruntime).
+ONNX_MODULES = ("onnx",)
 
 MIN_OPSET = 14  # scaled_dot_product_attention has an ONNX form from opset 14 on
 
@@ -139,8 +143,11 @@ def export_onnx(model: Model, path: str | Path, opset: int = 17) -> Path:
 
     Raises:
         ValueError: see `check_exportable`.
+        MissingDependency: onnx is not installed (``pip install "bertfamily[onnx]"``).
     """
     check_exportable(model, opset)
+    for module in ONNX_MODULES:
+        require(module, "onnx", "ONNX export (bertfamily export)")
     path = Path(path)
     was_training, unpad = model.training, model.encoder.unpad
     model.eval()
