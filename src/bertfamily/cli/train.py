@@ -321,6 +321,8 @@ def finetune(
     )
     with training_threads(training.threads):
         res = run(cfg, TrainConfig(output_dir=output, **fields))
+    if res.get("new_head"):
+        console.print(f"new task head: initialised {res['new_head']} (normal for fine-tuning)")
     console.print_json(json.dumps({k: res.get(k) for k in ("eval", "labels", "seconds")}))
     console.print(f"model: {output / ('best' if eval else 'model')}")
 
