@@ -39,13 +39,13 @@ from ..train.loop import TrainConfig, Trainer
 from .common import finish_run, save_pretrained
 
 
-
 class KeepLastBatch(IndexedBatches):
     """`IndexedBatches` (one process) that keeps the last, smaller batch of every epoch:
     56 examples at batch 16 are 4 steps per epoch, not 3 (no example goes unseen)."""
 
     def __len__(self) -> int:  # the parent's batch loop then also slices the short last one
         return -(-len(self.dataset) // self.batch_size)
+
 
 __all__ = ["FINETUNE_TRAIN_DEFAULTS", "FinetuneConfig", "finetune", "predict", "confusion_png"]
 
