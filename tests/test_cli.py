@@ -216,7 +216,7 @@ def test_training_options_are_shared_with_per_command_defaults():
 
 
 def test_training_options_to_train_config_fields():
-    fields = TrainOptions(max_steps=None, lr=0.1, no_progress=True).train_config_fields()
+    fields = TrainOptions(max_steps=None, lr=0.1, progress=False).train_config_fields()
     assert "max_steps" not in fields and "max_time_s" not in fields
     assert fields["learning_rate"] == 0.1 and fields["progress"] is False
     assert fields["grad_accum_steps"] == 1 and fields["warmup_ratio"] == 0.05

@@ -5,14 +5,16 @@ Nothing here imports torch (or numpy) at module level: `bertfamily --help` stays
 
 from __future__ import annotations
 
+import contextlib
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import typer
 from rich.console import Console
 from rich.markup import escape
+from typer.core import TyperCommand
 
 console = Console()
 err = Console(stderr=True)
@@ -95,3 +97,89 @@ def model_overrides(
     if dropout is not None:
         overrides.update(hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout)
     return overrides
+
+
+def physical_cores() -> int:
+    """Physical cores this process may run on (hyper-threads not counted; /proc/cpuinfo when
+    readable, else the logical count)."""
+    import os
+
+    try:
+        logical = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        logical = os.cpu_count() or 1
+    cores: set[tuple[str, str]] = set()
+    try:
+        phys = core = ""
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            key = key.strip()
+            if key == "physical id":
+                phys = value.strip()
+            elif key == "core id":
+                core = value.strip()
+                cores.add((phys, core))
+    except OSError:
+        pass
+    return max(1, min(logical, len(cores))) if cores else max(1, logical)
+
+
+@contextlib.contextmanager
+def training_threads(requested: int = 0) -> Iterator[str]:
+    """Thread pools that do not oversubscribe the CPU while a training command runs (restored
+    after); prints, on the main process, the one line that says what was chosen (and yields it).
+
+    ``TOKENIZERS_PARALLELISM`` (when unset) becomes ``false``: the tokenizer's pool and torch's
+    otherwise fight over the same cores. torch's intra-op threads: ``requested`` when > 0, else
+    left to ``OMP_NUM_THREADS`` when that is set, else the physical cores divided by the
+    processes on this node (``LOCAL_WORLD_SIZE`` under torchrun).
+    """
+    import os
+
+    import torch
+
+    before_threads, before_env = torch.get_num_threads(), os.environ.get("TOKENIZERS_PARALLELISM")
+    tokenizers = ""
+    if "TOKENIZERS_PARALLELISM" not in os.environ:
+        os.environ["TOKENIZERS_PARALLELISM"] = "false"
+        tokenizers = "; TOKENIZERS_PARALLELISM=false"
+    if requested > 0:
+        torch.set_num_threads(requested)
+        why = "--threads"
+    elif os.environ.get("OMP_NUM_THREADS", "").strip():
+        why = f"OMP_NUM_THREADS={os.environ['OMP_NUM_THREADS'].strip()}"
+    else:
+        cores = physical_cores()
+        try:
+            procs = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+        except ValueError:
+            procs = 1
+        torch.set_num_threads(max(1, cores // procs))
+        why = f"{cores} physical cores / {procs} process{'es' if procs > 1 else ''}"
+    line = f"threads: {torch.get_num_threads()} torch intra-op ({why}){tokenizers}"
+    if is_main_process():
+        err.print(line, markup=False, highlight=False)
+    try:
+        yield line
+    finally:
+        torch.set_num_threads(before_threads)
+        if before_env is None:
+            os.environ.pop("TOKENIZERS_PARALLELISM", None)
+
+
+def is_main_process() -> bool:
+    """Rank 0, or no torchrun at all (from the environment; nothing initialised)."""
+    import os
+
+    return os.environ.get("RANK", "0") == "0"
+
+
+class MetavarCommand(TyperCommand):
+    """A command whose arguments with a ``metavar`` show just that in help (typer otherwise
+    appends the annotation as a type label, e.g. ``<list[Path]>``)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        for param in self.params:
+            if param.param_type_name == "argument" and param.metavar:
+                param.display_type_rich = lambda ctx: None  # type: ignore[method-assign]

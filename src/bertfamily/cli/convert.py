@@ -28,6 +28,8 @@ def export(
 
     if format != "onnx":
         raise ValueError(f"unsupported format {format!r}; supported: onnx")
+    if output.suffix.lower() != ".onnx":
+        raise ValueError(f"the output of an ONNX export must end in .onnx, got {output}")
     m = from_pretrained(resolve_model(model))
     export_onnx(m, output, opset=opset)
     console.print(f"wrote {output} (outputs: {', '.join(output_names(m))})")

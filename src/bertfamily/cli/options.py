@@ -37,7 +37,8 @@ class TrainOptions:
     seed: int = 0
     resume: bool = False
     device: str = "auto"
-    no_progress: bool = False
+    progress: bool = True
+    threads: int = 0
 
     def train_config_fields(self) -> dict[str, Any]:
         """The `train.loop.TrainConfig` fields these options set (None values left out)."""
@@ -57,20 +58,33 @@ class TrainOptions:
             seed=self.seed,
             resume=self.resume,
             device=self.device,
-            progress=not self.no_progress,
+            progress=self.progress,
         )
         return {k: v for k, v in fields.items() if v is not None}
 
 
 # name -> (extra option names, typer.Option keywords); the type is the dataclass field's.
 _OPTIONS: dict[str, tuple[tuple[str, ...], dict[str, Any]]] = {
-    "batch_size": ((), dict(min=1, help="Per process.")),
+    "batch_size": ((), dict(min=1, help="Examples per batch, per process.")),
     "grad_accum": ((), dict(min=1, help="Micro-batches per optimizer step.")),
-    "max_steps": ((), dict(min=1, help="Optimizer steps (finetune: default --epochs passes).")),
-    "max_time": ((), dict(help="Wall-clock budget, seconds.")),
+    "max_steps": (
+        (),
+        dict(min=1, help="Optimizer steps (finetune: default --epochs passes over the data)."),
+    ),
+    "max_time": (
+        (),
+        dict(
+            min=0.001,
+            help="Wall-clock budget in seconds; training stops at whichever of --max-steps and "
+            "--max-time comes first (the progress bar's ETA respects both).",
+        ),
+    ),
     "lr": (("--lr", "--learning-rate"), dict(help="Peak learning rate.")),
-    "warmup": ((), dict(help="Warm-up ratio.")),
-    "schedule": ((), dict(help="linear | inverse_sqrt | constant")),
+    "warmup": ((), dict(help="Warm-up, as a fraction of the steps.")),
+    "schedule": (
+        (),
+        dict(help="Learning-rate schedule: linear | inverse_sqrt | constant."),
+    ),
     "weight_decay": ((), dict(help="AdamW weight decay.")),
     "eval_every": (
         (),
@@ -85,7 +99,15 @@ _OPTIONS: dict[str, tuple[tuple[str, ...], dict[str, Any]]] = {
     "seed": ((), dict(help="Seed of a fresh run (plus the rank).")),
     "resume": ((), dict(help="Continue from OUTPUT/checkpoint.pt.")),
     "device": ((), dict(help="auto | cpu | cuda")),
-    "no_progress": ((), dict(help="No progress bar.")),
+    "progress": (("--progress/--no-progress",), dict(help="Show a progress bar.")),
+    "threads": (
+        (),
+        dict(
+            min=0,
+            help="torch intra-op threads per process (0: OMP_NUM_THREADS when set, else the "
+            "physical cores / processes on this node).",
+        ),
+    ),
 }
 _TYPES = get_type_hints(TrainOptions)
 if set(_OPTIONS) != {f.name for f in dataclasses.fields(TrainOptions)}:

@@ -10,7 +10,13 @@ from pathlib import Path
 
 import typer
 
-from .common import console, handle_errors, model_overrides
+from .common import (
+    MetavarCommand,
+    console,
+    handle_errors,
+    model_overrides,
+    training_threads,
+)
 from .options import TrainOptions, training_options
 
 commands = typer.Typer()
@@ -19,7 +25,15 @@ distill_group = typer.Typer(
 )
 commands.add_typer(distill_group, name="distill")
 
-TASK_HELP = "classify | pair | ner | qa | choice"
+TASK_HELP = "Task: classify | pair | ner | qa | choice."
+TEXT_HELP = "Column of the text (CSV/TSV/JSONL)."
+PAIR_HELP = "Column of the second text (pair tasks)."
+LABEL_HELP = "Column of the label."
+LENGTH_HELP = "Tokens per example (longer inputs are truncated; qa: windows)."
+NULL_HELP = (
+    "qa: answer nothing when the no-answer score beats the best span by this margin "
+    "(default: always answer)."
+)
 
 
 def _print_summary_on_main_rank(summary: dict, keys: tuple[str, ...], device: str) -> None:
@@ -30,12 +44,16 @@ def _print_summary_on_main_rank(summary: dict, keys: tuple[str, ...], device: st
     cleanup_distributed()
 
 
-@commands.command()
+@commands.command(cls=MetavarCommand)
 @handle_errors
 @training_options()
 def pretrain(
-    corpus: list[Path] = typer.Argument(..., help="Corpus files (.txt / .jsonl / dataset dir)."),
-    output: Path = typer.Option(..., "--output", "-o"),
+    corpus: list[Path] = typer.Argument(
+        ..., metavar="CORPUS", help="Corpus files (.txt / .jsonl / dataset dir)."
+    ),
+    output: Path = typer.Option(
+        ..., "--output", "-o", help="Run directory: checkpoint, metrics.jsonl, loss.png, model/."
+    ),
     tokenizer: Path | None = typer.Option(None, help="Tokenizer directory."),
     preset: str = typer.Option("bert-tiny", help="Preset for a model from scratch."),
     init_from: str | None = typer.Option(
@@ -47,10 +65,12 @@ def pretrain(
     masking: str | None = typer.Option(
         None, help="token | whole_word | ngram | entity | span (default: the preset's, else token)"
     ),
-    mlm_probability: float = typer.Option(0.15),
+    mlm_probability: float = typer.Option(
+        0.15, min=0.0, max=1.0, help="Share of the tokens chosen for masked-LM prediction."
+    ),
     max_predictions: int | None = typer.Option(None, help="Cap per sequence."),
     static_copies: int = typer.Option(0, help="0: dynamic masking; k: k static maskings."),
-    max_length: int = typer.Option(128, min=5),
+    max_length: int = typer.Option(128, min=5, help="Tokens per training sequence."),
     layers: int | None = typer.Option(None, help="Override num_hidden_layers."),
     hidden: int | None = typer.Option(None, help="Override hidden_size (FFN = 4H)."),
     heads: int | None = typer.Option(None, help="Override num_attention_heads."),
@@ -86,10 +106,13 @@ def pretrain(
         split_sentences=split_sentences,
         chinese_words=chinese_words,
     )
-    summary = run(
-        cfg,
-        TrainConfig(output_dir=output, metric_for_best="loss", **training.train_config_fields()),
-    )
+    with training_threads(training.threads):
+        summary = run(
+            cfg,
+            TrainConfig(
+                output_dir=output, metric_for_best="loss", **training.train_config_fields()
+            ),
+        )
     _print_summary_on_main_rank(summary, ("step", "stopped", "elapsed_s", "eval"), training.device)
 
 
@@ -105,8 +128,12 @@ def distill(
         help="Student preset name or directory "
         "(tinybert-task: also teacher layers to copy, e.g. 1,3).",
     ),
-    corpus: list[Path] | None = typer.Option(None, help="Corpus file(s); repeatable."),
-    output: Path | None = typer.Option(None, "--output", "-o"),
+    corpus: list[Path] | None = typer.Option(
+        None, metavar="PATH", help="Corpus file(s); repeatable."
+    ),
+    output: Path | None = typer.Option(
+        None, "--output", "-o", help="Run directory (checkpoint, metrics, student model/)."
+    ),
     layers: int | None = typer.Option(None, help="Preset student: num_hidden_layers."),
     hidden: int | None = typer.Option(None, help="Preset student: hidden_size (FFN 4H)."),
     heads: int | None = typer.Option(None, help="Preset student: attention heads."),
@@ -114,10 +141,12 @@ def distill(
     temperature: float | None = typer.Option(
         None, help="Soft-target temperature (default: distilbert 2, tinybert-task 1)."
     ),
-    alpha_ce: float = typer.Option(5.0),
-    alpha_mlm: float = typer.Option(2.0),
-    alpha_cos: float = typer.Option(1.0),
-    max_length: int = typer.Option(128, min=5),
+    alpha_ce: float = typer.Option(5.0, help="distilbert: weight of the soft-target loss."),
+    alpha_mlm: float = typer.Option(2.0, help="distilbert: weight of the masked-LM loss."),
+    alpha_cos: float = typer.Option(
+        1.0, help="distilbert: weight of the hidden-state cosine loss."
+    ),
+    max_length: int = typer.Option(128, min=5, help="Tokens per training sequence."),
     training: TrainOptions = None,
     train: Path | None = typer.Option(None, help="tinybert-task: classification CSV/TSV/JSONL."),
     text_column: str = typer.Option("text", help="tinybert-task: text column."),
@@ -157,7 +186,8 @@ def distill(
             temperature=1.0 if temperature is None else temperature,
             projection=projection,
         )
-        res = distill_task(cfg, TrainConfig(output_dir=output, **stage_fields))
+        with training_threads(training.threads):
+            res = distill_task(cfg, TrainConfig(output_dir=output, **stage_fields))
         console.print_json(data={k: res[k] for k in ("labels", "parameters")})
         return
     if not (method and teacher and corpus and output):
@@ -179,7 +209,8 @@ def distill(
         alpha_cos=alpha_cos,
         max_length=max_length,
     )
-    summary = run(cfg, TrainConfig(output_dir=output, **fields))
+    with training_threads(training.threads):
+        summary = run(cfg, TrainConfig(output_dir=output, **fields))
     _print_summary_on_main_rank(
         summary, ("step", "stopped", "elapsed_s", "train", "eval"), training.device
     )
@@ -190,7 +221,7 @@ def distill(
 def distill_init(
     teacher: str = typer.Option(..., help="Teacher model directory or resource."),
     layers: str = typer.Option(..., help="Teacher layers to copy, 0-based: e.g. 0,2,4."),
-    output: Path = typer.Option(..., "--output", "-o"),
+    output: Path = typer.Option(..., "--output", "-o", help="Directory for the student."),
     student_preset: str | None = typer.Option(
         None, help="Structure (token types, pooler, model type) from this preset."
     ),
@@ -231,11 +262,16 @@ def finetune(
     eval: Path | None = typer.Option(
         None, help="Evaluation file: best checkpoint, early stopping, metrics."
     ),
-    output: Path = typer.Option(Path("runs/finetune"), "--output", "-o"),
-    text_column: str = "text",
-    text_pair_column: str | None = None,
-    label_column: str = "label",
-    max_length: int = typer.Option(128, min=8),
+    output: Path = typer.Option(
+        Path("runs/finetune"),
+        "--output",
+        "-o",
+        help="Run directory: metrics.jsonl, loss.png, model/ (and best/ with --eval).",
+    ),
+    text_column: str = typer.Option("text", help=TEXT_HELP),
+    text_pair_column: str | None = typer.Option(None, help=PAIR_HELP),
+    label_column: str = typer.Option("label", help=LABEL_HELP),
+    max_length: int = typer.Option(128, min=8, help=LENGTH_HELP),
     epochs: float = typer.Option(
         3.0, min=0.01, help="Passes over the data (when --max-steps is not given)."
     ),
@@ -252,7 +288,7 @@ def finetune(
     threshold: float = typer.Option(
         0.5, min=0.0, max=1.0, help="Multi-label: a label is predicted over this sigmoid score."
     ),
-    null_threshold: float | None = None,
+    null_threshold: float | None = typer.Option(None, help=NULL_HELP),
 ):
     """Fine-tune an encoder on a task; writes metrics.jsonl, best/, model/, confusion PNG."""
     from ..fetch import resolve_model
@@ -283,7 +319,10 @@ def finetune(
         epochs=None if "max_steps" in fields else epochs,
         patience=patience,
     )
-    res = run(cfg, TrainConfig(output_dir=output, **fields))
+    with training_threads(training.threads):
+        res = run(cfg, TrainConfig(output_dir=output, **fields))
+    if res.get("new_head"):
+        console.print(f"new task head: initialised {res['new_head']} (normal for fine-tuning)")
     console.print_json(json.dumps({k: res.get(k) for k in ("eval", "labels", "seconds")}))
     console.print(f"model: {output / ('best' if eval else 'model')}")
 
@@ -296,15 +335,15 @@ def predict(
     input: Path = typer.Option(..., "--input", "-i", help="Data file."),
     output: Path | None = typer.Option(None, "--output", "-o", help="Write predictions as JSONL."),
     labelled: bool = typer.Option(False, help="The file has labels: also print metrics."),
-    text_column: str = "text",
-    text_pair_column: str | None = None,
-    label_column: str = "label",
-    max_length: int = typer.Option(128, min=8),
+    text_column: str = typer.Option("text", help=TEXT_HELP),
+    text_pair_column: str | None = typer.Option(None, help=PAIR_HELP),
+    label_column: str = typer.Option("label", help=LABEL_HELP),
+    max_length: int = typer.Option(128, min=8, help=LENGTH_HELP),
     label_separator: str = typer.Option("|", help="Joins the labels of a multi-label cell."),
     threshold: float = typer.Option(
         0.5, min=0.0, max=1.0, help="Multi-label: emit every label over this sigmoid score."
     ),
-    null_threshold: float | None = None,
+    null_threshold: float | None = typer.Option(None, help=NULL_HELP),
 ):
     """Predictions of a fine-tuned model on a file (JSONL to --output or the screen)."""
     from ..files import atomic_write

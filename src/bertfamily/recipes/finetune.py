@@ -38,6 +38,15 @@ from ..train.data import IndexedBatches
 from ..train.loop import TrainConfig, Trainer
 from .common import finish_run, save_pretrained
 
+
+class KeepLastBatch(IndexedBatches):
+    """`IndexedBatches` (one process) that keeps the last, smaller batch of every epoch:
+    56 examples at batch 16 are 4 steps per epoch, not 3 (no example goes unseen)."""
+
+    def __len__(self) -> int:  # the parent's batch loop then also slices the short last one
+        return -(-len(self.dataset) // self.batch_size)
+
+
 __all__ = ["FINETUNE_TRAIN_DEFAULTS", "FinetuneConfig", "finetune", "predict", "confusion_png"]
 
 log = logging.getLogger(__name__)
@@ -111,10 +120,12 @@ def finetune(cfg: FinetuneConfig, train: TrainConfig) -> dict[str, Any]:
     if head == "classify":
         overrides["problem_type"] = problem_type
     model = from_pretrained(cfg.model, heads=[head], new_heads=True, **overrides)
+    new_head = f"{head} head, {len(data.label_names or []) or 1} output(s)"
+    log.info("new task head: initialised %s (normal for fine-tuning)", new_head)
     model.train()
     pad = tok.pad_token_id or 0
     batch_size = min(train.batch_size, len(train_rows))
-    source = IndexedBatches(train_rows, batch_size, lambda rows, rng: pad_batch(rows, pad))
+    source = KeepLastBatch(train_rows, batch_size, lambda rows, rng: pad_batch(rows, pad))
     steps = max(1, int(cfg.epochs * len(source))) if cfg.epochs is not None else train.max_steps
 
     def loss_fn(m, batch, denominators):
@@ -166,6 +177,7 @@ def finetune(cfg: FinetuneConfig, train: TrainConfig) -> dict[str, Any]:
         if problem_type == "single_label_classification" and hasattr(eval_data, "last_confusion"):
             confusion_png(*eval_data.last_confusion, data.label_names, out / "confusion_matrix.png")
     result["seconds"] = time.time() - t0
+    result["new_head"] = new_head
     finish_run(out, tok, result, file="final_metrics.json")
     return result
 

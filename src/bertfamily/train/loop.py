@@ -276,6 +276,19 @@ class _Stop(Exception):
     """Raised by the SIGTERM handler; handled like Ctrl-C."""
 
 
+def budget_total(
+    step: int, max_steps: int, elapsed_s: float, max_time_s: float | None, step0: int = 0
+) -> int:
+    """The step a run is expected to stop at: ``max_steps``, or sooner when the time budget
+    ``max_time_s`` runs out first at the speed so far (``step0``: the step this call began at).
+    The progress bar's total, so its ETA respects both budgets."""
+    if max_time_s is None or step <= step0 or elapsed_s <= 0:
+        return max_steps
+    rate = (step - step0) / elapsed_s
+    by_time = step + int(rate * max(0.0, max_time_s - elapsed_s))
+    return max(step, min(max_steps, by_time))
+
+
 class Trainer:
     """The training loop; see the module docstring.
 
@@ -629,6 +642,7 @@ class Trainer:
             with contextlib.suppress(ValueError):  # not the main thread: keep the default
                 previous = signal.signal(signal.SIGTERM, self._on_sigterm)
         bar = self._progress()
+        step0 = self.state.step
         try:
             while self.state.step < cfg.max_steps:
                 if cfg.max_time_s is not None and self._all_agree(
@@ -642,7 +656,14 @@ class Trainer:
                 window_n += 1
                 step = self.state.step
                 if bar is not None:
-                    bar[0].update(bar[1], completed=step, description=f"loss {values['loss']:.4f}")
+                    bar[0].update(
+                        bar[1],
+                        completed=step,
+                        total=budget_total(
+                            step, cfg.max_steps, time.monotonic() - start, cfg.max_time_s, step0
+                        ),
+                        description=f"loss {values['loss']:.4f}",
+                    )
                 if (cfg.log_every and step % cfg.log_every == 0) or step == cfg.max_steps:
                     means = all_reduce_mean(
                         {n: v / window_n for n, v in window.items()}, self.dist.device
@@ -761,9 +782,28 @@ class Trainer:
         )
         p.start()
         task = p.add_task("training", total=self.config.max_steps, completed=self.state.step)
+        if self.config.max_time_s is not None:  # ETA: never past the time budget
+            p.columns = (*p.columns[:-1], _budget_column(time.monotonic() + self.config.max_time_s))
         return p, task
 
     @staticmethod
     def _finish_bar(bar) -> None:
         if bar is not None:
             bar[0].stop()
+
+
+def _budget_column(deadline: float):
+    """A rich column: the time left, never more than until ``deadline`` (time.monotonic)."""
+    from datetime import timedelta
+
+    from rich.progress import TimeRemainingColumn
+    from rich.text import Text
+
+    class BudgetRemaining(TimeRemainingColumn):
+        def render(self, task) -> Text:
+            left = max(0.0, deadline - time.monotonic())
+            if task.time_remaining is not None:
+                left = min(left, task.time_remaining)
+            return Text(str(timedelta(seconds=int(left))), style="progress.remaining")
+
+    return BudgetRemaining()

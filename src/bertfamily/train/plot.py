@@ -34,14 +34,16 @@ def plot_metrics(metrics_path: str | Path, png_path: str | Path) -> Path | None:
         if r.get("split") == "eval" and "eval_loss" in r
     ]
     if not train:
+        logger.warning("no logged train loss in %s; %s not written", metrics_path, png_path)
         return None
     fig, ax = plt.subplots(figsize=(7, 4))
-    ax.plot(*zip(*train), label="train loss (all objectives)")
+    # a marker per logged point: a run with one or two log lines still shows its points
+    ax.plot(*zip(*train), "o-", markersize=3, label="train loss (all objectives)")
     mlm = [
         (r["step"], r["mlm_loss"]) for r in records if r.get("split") == "train" and "mlm_loss" in r
     ]
     if mlm and any("pair_loss" in r or "sbo_loss" in r for r in records):
-        ax.plot(*zip(*mlm), label="train MLM loss")
+        ax.plot(*zip(*mlm), "o-", markersize=3, label="train MLM loss")
     if evals:
         ax.plot(*zip(*evals), "o-", label="held-out eval_loss")
     ax.set_xlabel("optimizer step")
