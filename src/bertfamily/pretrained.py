@@ -124,6 +124,7 @@ def from_pretrained(
         config.use_pooler,
         strict=strict and not new_heads,
         optional=new_parameter_keys(model),
+        warn=not new_heads,
     )
     if new_heads:
         report = _accept_new_heads(report, fmap, state)
@@ -132,6 +133,13 @@ def from_pretrained(
                 "checkpoint does not match the model beyond its heads: "
                 f"missing {report.missing}, unexpected {report.unexpected}, "
                 f"mismatched {report.mismatched}",
+                report.missing,
+                report.unexpected,
+                report.mismatched,
+            )
+        if not report.clean:
+            log.warning(
+                "non-strict load beyond the heads: missing %s, unexpected %s, mismatched %s",
                 report.missing,
                 report.unexpected,
                 report.mismatched,
@@ -163,8 +171,15 @@ def _accept_new_heads(report: LoadReport, fmap: FamilyMap, state: dict) -> LoadR
         k for k in report.unexpected if rename_legacy_layernorm(k) not in head_keys | pooler_keys
     ]
     mismatched = [m for m in report.mismatched if not m.startswith("task_head.")]
-    for key in [k for k in report.missing if k.startswith(fresh)]:
-        log.info("initialised fresh: %s", key)
+    names = {
+        "task_head.": "task head",
+        "mlm_head.": "MLM head",
+        "pair_head.": "pair head",
+        "encoder.pooler.": "pooler",
+    }
+    initialised = sorted({names[p] for k in report.missing for p in fresh if k.startswith(p)})
+    if initialised:  # the normal case when fine-tuning starts: one line, as information
+        log.info("new %s initialised (not in the checkpoint)", " and ".join(initialised))
     return LoadReport(
         missing,
         unexpected,

@@ -199,6 +199,7 @@ def hf_to_ours(
     pooler: bool,
     strict: bool = True,
     optional: Iterable[str] = (),
+    warn: bool = True,
 ) -> tuple[dict[str, torch.Tensor], LoadReport]:
     """Convert a Hugging Face state dict into ours.
 
@@ -208,6 +209,8 @@ def hf_to_ours(
         config: our EncoderConfig (for layer counts and transforms).
         expected: our model's state-dict keys → shapes.
         heads, pooler: the components the model was built with.
+        warn: log a warning for a non-strict load that is not clean (callers that filter
+            the report further, e.g. for fresh heads, warn themselves).
         strict: raise on any missing/unexpected/mismatched key instead of reporting it.
         optional: our keys that ordinary checkpoints lack (see `new_parameter_keys`); when absent
             they are reported as ``newly_initialized``, not as missing.
@@ -258,7 +261,7 @@ def hf_to_ours(
         raise CheckpointError(
             _describe(report), report.missing, report.unexpected, report.mismatched
         )
-    if not report.clean:
+    if warn and not report.clean:
         log.warning("non-strict load: %s", _describe(report))
     if report.newly_initialized:
         log.info(
