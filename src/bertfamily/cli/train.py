@@ -323,6 +323,11 @@ def finetune(
         res = run(cfg, TrainConfig(output_dir=output, **fields))
     if res.get("new_head"):
         console.print(f"new task head: initialised {res['new_head']} (normal for fine-tuning)")
+    if res.get("left_out_per_epoch"):
+        console.print(
+            f"each epoch left out the last partial batch ({res['left_out_per_epoch']} examples, "
+            "other ones every epoch: the data is reshuffled)"
+        )
     console.print_json(json.dumps({k: res.get(k) for k in ("eval", "labels", "seconds")}))
     console.print(f"model: {output / ('best' if eval else 'model')}")
 

@@ -38,15 +38,6 @@ from ..train.data import IndexedBatches
 from ..train.loop import TrainConfig, Trainer
 from .common import finish_run, save_pretrained
 
-
-class KeepLastBatch(IndexedBatches):
-    """`IndexedBatches` (one process) that keeps the last, smaller batch of every epoch:
-    56 examples at batch 16 are 4 steps per epoch, not 3 (no example goes unseen)."""
-
-    def __len__(self) -> int:  # the parent's batch loop then also slices the short last one
-        return -(-len(self.dataset) // self.batch_size)
-
-
 __all__ = ["FINETUNE_TRAIN_DEFAULTS", "FinetuneConfig", "finetune", "predict", "confusion_png"]
 
 log = logging.getLogger(__name__)
@@ -125,7 +116,16 @@ def finetune(cfg: FinetuneConfig, train: TrainConfig) -> dict[str, Any]:
     model.train()
     pad = tok.pad_token_id or 0
     batch_size = min(train.batch_size, len(train_rows))
-    source = KeepLastBatch(train_rows, batch_size, lambda rows, rng: pad_batch(rows, pad))
+    source = IndexedBatches(train_rows, batch_size, lambda rows, rng: pad_batch(rows, pad))
+    left_out = len(train_rows) - len(source) * batch_size
+    if left_out:  # every step sees a full batch; the data is reshuffled every epoch
+        log.info(
+            "each epoch trains on %d of %d examples: the last partial batch (%d) is left out "
+            "(other examples every epoch, the data is reshuffled)",
+            len(train_rows) - left_out,
+            len(train_rows),
+            left_out,
+        )
     steps = max(1, int(cfg.epochs * len(source))) if cfg.epochs is not None else train.max_steps
 
     def loss_fn(m, batch, denominators):
@@ -178,6 +178,7 @@ def finetune(cfg: FinetuneConfig, train: TrainConfig) -> dict[str, Any]:
             confusion_png(*eval_data.last_confusion, data.label_names, out / "confusion_matrix.png")
     result["seconds"] = time.time() - t0
     result["new_head"] = new_head
+    result["left_out_per_epoch"] = left_out
     finish_run(out, tok, result, file="final_metrics.json")
     return result
 
