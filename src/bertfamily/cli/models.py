@@ -35,9 +35,8 @@ def read_input_lines(path: Path) -> list[str]:
     """Every line of a UTF-8 text file, stripped; an empty line stays (as ""), so line i of the
     file is item i. A missing, unreadable or empty file is an error naming it."""
     if not path.is_file():
-        raise ValueError(
-            f"input file {path} does not exist" + (" (it is a directory)" if path.is_dir() else "")
-        )
+        why = "it is a directory" if path.is_dir() else "it does not exist"
+        raise ValueError(f"cannot read input file {path}: {why}")
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:

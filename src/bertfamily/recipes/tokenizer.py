@@ -52,8 +52,8 @@ def check_corpus_files(files: Iterable[str | Path]) -> None:
     for f in files:
         path = Path(f)
         if not path.is_file():
-            what = "is a directory, not a file" if path.is_dir() else "does not exist"
-            raise ValueError(f"corpus file {path} {what}")
+            why = "it is a directory" if path.is_dir() else "it does not exist"
+            raise ValueError(f"cannot read corpus file {path}: {why}")
         try:
             with open(path, encoding="utf-8") as fh:
                 has_text = any(line.strip() for line in fh)
