@@ -169,6 +169,15 @@ def test_params_and_dataflow_fit_80_columns(command):
 
 
 @pytest.mark.parametrize("command", ["params", "dataflow"])
+@pytest.mark.parametrize("model", ["deberta-base", "longformer-base"])
+def test_nothing_is_cut_at_80_columns(command, model):
+    proc = run(command, model, "--head", "mlm")
+    assert proc.returncode == 0, proc.stderr
+    assert max(len(x) for x in proc.stdout.splitlines()) <= 80
+    assert "…" not in proc.stdout
+
+
+@pytest.mark.parametrize("command", ["params", "dataflow"])
 def test_params_and_dataflow_json_pipes(command):
     proc = run(command, "bert-base", "--json", columns=40)
     assert proc.returncode == 0, proc.stderr

@@ -32,10 +32,10 @@ def params_rich(table: ParamTable, width: int | None = None) -> Table:
     )
     cols = [
         ("component", {"no_wrap": True}),
-        ("type", {"no_wrap": compact}),
+        ("type", {"max_width": 16, "overflow": "fold"} if compact else {}),
         ("output shape", {"no_wrap": compact}),
         ("", {"style": "dim"}),
-        ("parameters", {"justify": "right", "no_wrap": True}),
+        ("parameters", {"justify": "right", "no_wrap": True, "min_width": 11}),
         ("note", {"style": "dim"}),
     ]
     keep = [0, 1, 2, 4] if compact else list(range(len(cols)))
