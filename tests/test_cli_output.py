@@ -104,6 +104,16 @@ def test_embed_reports_truncation_and_shortens_long_text(cli, minilm_dir):
     assert "word word" in result.output and "…" in result.output
 
 
+def test_search_reports_truncated_corpus_lines_and_queries(cli, minilm_dir, tmp_path):
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("short line\n" + " ".join(["cat"] * 1000) + "\n")
+    result = cli("search", " ".join(["dog"] * 1000), "--corpus", corpus, "--model", minilm_dir)
+    assert result.exit_code == 0, result.output
+    message = " ".join(result.output.split())
+    assert "1 of 2 inputs were longer" in message and "1 of 1 queries were longer" in message
+    assert "cat cat" in result.output and " ".join(["cat"] * 100) not in result.output
+
+
 # -- output that pipes ------------------------------------------------------------------------
 def test_embed_and_search_jsonl_on_stdout_are_unwrapped_with_text_and_index(minilm_dir, tmp_path):
     text = "a rather long sentence " * 10

@@ -47,7 +47,7 @@ def read_input_lines(path: Path) -> list[str]:
     return lines
 
 
-def _report_truncation(embedder, texts: list[str]) -> None:
+def _report_truncation(embedder, texts: list[str], what: str = "inputs") -> None:
     """Warn on stderr when the last `encode` cut texts to the model's limit."""
     n = getattr(embedder, "last_truncated", 0)
     if not n:
@@ -59,7 +59,7 @@ def _report_truncation(embedder, texts: list[str]) -> None:
     long = sorted((x for x in lengths if x > embedder.max_length), reverse=True)
     longest = f" (longest: {long[0]:,} tokens)" if long else ""
     err.print(
-        f"[yellow]warning:[/] {n} of {len(texts)} inputs were longer than the model's limit of "
+        f"[yellow]warning:[/] {n} of {len(texts)} {what} were longer than the model's limit of "
         f"{embedder.max_length} tokens and were truncated{longest}; only their first "
         f"{embedder.max_length} tokens were embedded"
     )
@@ -269,6 +269,7 @@ def search(
     corpus_vectors = _encode_with_progress(embedder, docs, batch_size)
     _report_truncation(embedder, docs)
     results = semantic_search(embedder, query, docs, top_k=top_k, corpus_embeddings=corpus_vectors)
+    _report_truncation(embedder, list(query), what="queries")
     if fmt == "jsonl":
         _write_stdout(
             "".join(
