@@ -37,13 +37,14 @@ def test_embed_writes_npy_and_jsonl(minilm_dir, tmp_path):
         app, ["embed", "--input", str(inp), "--output", str(out), "--model", str(minilm_dir)]
     )
     assert result.exit_code == 0, result.output
-    assert np.load(out).shape == (3, 384)
+    assert np.load(out).shape == (4, 384)  # one row per line, the empty line included
     out = tmp_path / "e.jsonl"
     runner.invoke(
         app, ["embed", "--input", str(inp), "--output", str(out), "--model", str(minilm_dir)]
     )
     rows = [json.loads(line) for line in out.read_text().splitlines()]
-    assert [r["text"] for r in rows] == ["one", "two three", "four"]
+    assert [r["text"] for r in rows] == ["one", "", "two three", "four"]
+    assert [r["index"] for r in rows] == [0, 1, 2, 3]
     assert len(rows[0]["embedding"]) == 384
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import typer
@@ -12,13 +13,22 @@ from .common import console, handle_errors
 commands = typer.Typer()
 
 
+def _print_json(obj) -> None:
+    """Machine output: indented JSON on stdout with plain print (never wrapped or highlighted)."""
+    sys.stdout.write(json.dumps(obj, indent=2, ensure_ascii=False) + "\n")
+    sys.stdout.flush()
+
+
 @commands.command()
 @handle_errors
 def params(
     model: str = typer.Argument(..., help="Preset name or model directory."),
     vocab_size: int | None = typer.Option(None, "--vocab-size", help="Override V (e.g. 21128)."),
     head: list[str] = typer.Option(
-        [], "--head", help="Head to include (mlm, nsp, sop, ...); repeat for several."
+        [],
+        "--head",
+        metavar="HEAD",
+        help="Head to include (mlm, nsp, sop, ...); repeat for several.",
     ),
     condition_size: int | None = typer.Option(
         None, "--condition-size", help="Conditional LayerNorm condition size C."
@@ -31,9 +41,9 @@ def params(
 
     table = parameter_table(model, heads=head, vocab_size=vocab_size, condition_size=condition_size)
     if json_out:
-        console.print_json(json.dumps(table.to_dict()))
+        _print_json(table.to_dict())
     else:
-        console.print(params_rich(table))
+        console.print(params_rich(table, width=console.width))
 
 
 @commands.command()
@@ -42,13 +52,18 @@ def dataflow(
     model: str = typer.Argument(..., help="Preset name or model directory."),
     batch: int | None = typer.Option(None, "--batch", min=1, help="B."),
     seq_len: int | None = typer.Option(None, "--seq-len", min=1, help="T."),
-    head: list[str] = typer.Option([], "--head", help="Head to include."),
+    head: list[str] = typer.Option(
+        [],
+        "--head",
+        metavar="HEAD",
+        help="Head to include (mlm, nsp, sop, ...); repeat for several.",
+    ),
     compare: bool = typer.Option(True, help="Mark differences from bert-base."),
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
 ):
     """The traced dataflow of one forward pass with every shape."""
     from ..inspect.compare import REFERENCE, diff_traces
-    from ..inspect.render import dataflow_rich, legend_text
+    from ..inspect.render import WIDE, dataflow_differences, dataflow_rich, legend_text
     from ..inspect.trace import trace
 
     tr = trace(model, heads=head, batch=batch, seq_len=seq_len)
@@ -66,9 +81,12 @@ def dataflow(
         out = tr.to_dict()
         if diff:
             out["differences"] = diff.to_dict()
-        console.print_json(json.dumps(out))
+        _print_json(out)
         return
-    console.print(dataflow_rich(tr, diff))
+    console.print(dataflow_rich(tr, diff, width=console.width))
+    if console.width < WIDE:
+        for line in dataflow_differences(tr, diff):
+            console.print(line, markup=False, highlight=False)
     console.print(legend_text(tr))
     if diff and diff.notes:
         console.print("differences from " + diff.reference + ": " + "; ".join(diff.notes))
@@ -76,16 +94,29 @@ def dataflow(
 
 @commands.command()
 @handle_errors
-def models(fmt: str = typer.Option("table", "--format", help="table, markdown, csv or json.")):
+def models(
+    fmt: str = typer.Option(
+        "table",
+        "--format",
+        help="table (folded into one block per model when the terminal is too narrow or "
+        "stdout is not a terminal), markdown, csv or json.",
+    ),
+):
     """The comparison table of the ten models (parameters counted from the code)."""
     from ..inspect.compare import comparison_rows, format_rows
-    from ..inspect.render import models_rich
+    from ..inspect.render import models_folded, models_rich
 
     rows = comparison_rows()
     if fmt == "table":
-        console.print(models_rich(rows))
+        table = models_rich(rows)
+        if console.is_terminal and console.measure(table).maximum <= console.width:
+            console.print(table)
+        else:
+            sys.stdout.write(models_folded(rows, width=min(console.width, 100)))
+            sys.stdout.flush()
         return
-    typer.echo(format_rows(rows, fmt), nl=False)
+    sys.stdout.write(format_rows(rows, fmt))
+    sys.stdout.flush()
 
 
 @commands.command()
@@ -97,8 +128,10 @@ def explore(
 ):
     """Write the side-by-side explorer page (one self-contained HTML file)."""
     from ..inspect.explore import write_page
+    from .common import err
 
-    path = write_page(output, names or None, vocab_size=vocab_size)
+    with err.status("building the explorer page (tracing every model; may take minutes)…"):
+        path = write_page(output, names or None, vocab_size=vocab_size)
     console.print(f"wrote {path}")
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import typer
@@ -10,9 +11,64 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from .common import console, err, handle_errors, read_lines, torch_dtype
+from .common import console, err, handle_errors, torch_dtype
 
 commands = typer.Typer()
+
+#: Texts longer than this are shortened in tables (the full text goes to machine output).
+SHOWN_CHARS = 40
+
+
+def shorten(text: str, limit: int = SHOWN_CHARS) -> str:
+    """``text`` on one line, cut to ``limit`` characters plus "…" when longer."""
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
+def fmt_score(x: float, digits: int = 3) -> str:
+    """``x`` with ``digits`` decimals; a value that rounds to zero prints as 0.000, never -0.000."""
+    s = f"{x:.{digits}f}"
+    return s[1:] if s.startswith("-") and float(s) == 0 else s
+
+
+def read_input_lines(path: Path) -> list[str]:
+    """Every line of a UTF-8 text file, stripped; an empty line stays (as ""), so line i of the
+    file is item i. A missing, unreadable or empty file is an error naming it."""
+    if not path.is_file():
+        why = "it is a directory" if path.is_dir() else "it does not exist"
+        raise ValueError(f"cannot read input file {path}: {why}")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise ValueError(f"cannot read {path}: {e}") from e
+    lines = [line.strip() for line in text.splitlines()]
+    if not any(lines):
+        raise ValueError(f"input file {path} is empty (no text on any line)")
+    return lines
+
+
+def _report_truncation(embedder, texts: list[str], what: str = "inputs") -> None:
+    """Warn on stderr when the last `encode` cut texts to the model's limit."""
+    n = getattr(embedder, "last_truncated", 0)
+    if not n:
+        return
+    lengths = [
+        len(ids)
+        for ids in embedder.tokenizer(texts, truncation=False, add_special_tokens=True)["input_ids"]
+    ]
+    long = sorted((x for x in lengths if x > embedder.max_length), reverse=True)
+    longest = f" (longest: {long[0]:,} tokens)" if long else ""
+    err.print(
+        f"[yellow]warning:[/] {n} of {len(texts)} {what} were longer than the model's limit of "
+        f"{embedder.max_length} tokens and were truncated{longest}; only their first "
+        f"{embedder.max_length} tokens were embedded"
+    )
+
+
+def _write_stdout(text: str) -> None:
+    """Machine output: plain text on stdout, never wrapped."""
+    sys.stdout.write(text)
+    sys.stdout.flush()
 
 
 def _embedder(model: str | None, dtype: str):
@@ -38,7 +94,10 @@ def _encode_with_progress(embedder, texts: list[str], batch_size: int):
 @handle_errors
 def fetch(
     name: list[str] = typer.Argument(
-        None, help="Resources to fetch (default: the default model). See --list."
+        None,
+        metavar="NAME",
+        help="Resources to fetch (default: the default model). See --list.",
+        show_default=False,
     ),
     list_: bool = typer.Option(False, "--list", help="List the known resources."),
     force: bool = typer.Option(
@@ -79,39 +138,73 @@ def fetch(
             raise typer.Exit(code=1)
         return
     for n in name or [f.DEFAULT_MODEL]:
-        console.print(f"{n}: {f.fetch(n, force=force, verify=True)}")
+        with err.status(f"fetching {n} (downloading and checking sha256; may take minutes)…"):
+            path = f.fetch(n, force=force, verify=True)
+        console.print(f"{n}: {path}", soft_wrap=True)
+
+
+FORMAT_HELP = "table (for reading) or jsonl (one JSON object a line on stdout, for pipes)."
+
+
+def _check_format(fmt: str) -> None:
+    if fmt not in ("table", "jsonl"):
+        raise typer.BadParameter(f"--format must be table or jsonl, got {fmt!r}")
 
 
 @commands.command()
 @handle_errors
 def embed(
-    sentences: list[str] = typer.Argument(None, help="Sentences to embed."),
+    sentences: list[str] = typer.Argument(
+        None, metavar="SENTENCE", help="Sentences to embed.", show_default=False
+    ),
     input: Path | None = typer.Option(
-        None, "--input", "-i", help="Text file, one sentence per line."
+        None,
+        "--input",
+        "-i",
+        metavar="FILE",
+        help="UTF-8 text file, one sentence per line. Every line gives exactly one output row "
+        "(an empty line gives the embedding of the empty string), so row i is line i+1.",
     ),
     output: Path | None = typer.Option(
-        None, "--output", "-o", help="Write embeddings to .npy or .jsonl."
+        None,
+        "--output",
+        "-o",
+        metavar="FILE",
+        help="Write embeddings to FILE.npy (rows in input order) or FILE.jsonl "
+        '({"index", "text", "embedding"} a line).',
     ),
     model: str | None = typer.Option(
         None,
+        metavar="DIR|NAME",
         help="Model directory or resource name (default: all-MiniLM-L6-v2, fetched on first use).",
     ),
-    batch_size: int = typer.Option(32, min=1),
+    batch_size: int = typer.Option(32, min=1, help="Texts per forward pass."),
     dtype: str = typer.Option("fp32", help="fp32 or bf16."),
+    fmt: str = typer.Option("table", "--format", help=FORMAT_HELP),
 ):
-    """Sentence embeddings; prints the cosine-similarity matrix (or writes --output)."""
+    """Sentence embeddings; prints the cosine-similarity matrix (or writes --output, or JSONL
+    with --format jsonl). Inputs longer than the model's limit are truncated, with a warning."""
     import numpy as np
 
     from ..files import atomic_write
     from ..pipelines.embed import cosine_matrix
 
-    texts = list(sentences or []) + (read_lines(input) if input else [])
+    _check_format(fmt)
+    texts = list(sentences or []) + (read_input_lines(input) if input is not None else [])
     if not texts:
         raise ValueError("give sentences as arguments or --input FILE")
     if output is not None and output.suffix not in (".npy", ".jsonl"):
         raise ValueError(f"--output must end in .npy or .jsonl, got {output.name}")
     embedder = _embedder(model, dtype)
     vectors = _encode_with_progress(embedder, texts, batch_size)
+    _report_truncation(embedder, texts)
+
+    def jsonl() -> str:
+        return "".join(
+            json.dumps({"index": i, "text": t, "embedding": v.tolist()}, ensure_ascii=False) + "\n"
+            for i, (t, v) in enumerate(zip(texts, vectors))
+        )
+
     if output is not None:
         if output.suffix == ".npy":
 
@@ -121,64 +214,110 @@ def embed(
 
             atomic_write(output, save)
         else:
-            body = "".join(
-                json.dumps({"text": t, "embedding": v.tolist()}) + "\n"
-                for t, v in zip(texts, vectors)
-            )
+            body = jsonl()
             atomic_write(output, lambda tmp: tmp.write_text(body, encoding="utf-8"))
-        console.print(f"wrote {len(texts)} × {vectors.shape[1]} embeddings to {output}")
+        err.print(f"wrote {len(texts)} × {vectors.shape[1]} embeddings to {output}", soft_wrap=True)
+        return
+    if fmt == "jsonl":
+        _write_stdout(jsonl())
         return
     sims = cosine_matrix(vectors, vectors)
     if len(texts) > 12:
         console.print(
-            f"{len(texts)} embeddings of dimension {vectors.shape[1]}; use --output to save them"
+            f"{len(texts)} embeddings of dimension {vectors.shape[1]}; use --output or "
+            "--format jsonl to save them"
         )
         return
     table = Table(title=f"cosine similarity ({embedder.path.name}, dim {vectors.shape[1]})")
     table.add_column("#")
-    table.add_column("sentence", max_width=40)
+    table.add_column("sentence", max_width=SHOWN_CHARS + 1)
     for j in range(len(texts)):
         table.add_column(str(j), justify="right")
     for i, t in enumerate(texts):
-        table.add_row(str(i), t, *[f"{sims[i, j]:.3f}" for j in range(len(texts))])
+        table.add_row(
+            str(i), escape(shorten(t)), *[fmt_score(sims[i, j]) for j in range(len(texts))]
+        )
     console.print(table)
 
 
 @commands.command()
 @handle_errors
 def search(
-    query: list[str] = typer.Argument(..., help="One or more queries."),
-    corpus: Path = typer.Option(..., help="Text file, one document per line."),
-    top_k: int = typer.Option(5, "--top-k", "-k", min=1),
-    model: str | None = typer.Option(None, help="Model directory or resource name."),
-    batch_size: int = typer.Option(32, min=1),
+    query: list[str] = typer.Argument(
+        ..., metavar="QUERY", help="One or more queries.", show_default=False
+    ),
+    corpus: Path = typer.Option(
+        ...,
+        metavar="FILE",
+        help="UTF-8 text file, one document per line (line numbers count every line).",
+    ),
+    top_k: int = typer.Option(5, "--top-k", "-k", min=1, help="Hits per query."),
+    model: str | None = typer.Option(
+        None, metavar="DIR|NAME", help="Model directory or resource name."
+    ),
+    batch_size: int = typer.Option(32, min=1, help="Texts per forward pass."),
     dtype: str = typer.Option("fp32", help="fp32 or bf16."),
+    fmt: str = typer.Option("table", "--format", help=FORMAT_HELP),
 ):
-    """Semantic search: the corpus lines closest to each query."""
+    """Semantic search: the corpus lines closest to each query. JSONL rows carry the query, the
+    hit's 0-based "index" (its line is index + 1), "text" and "score"."""
     from ..pipelines.embed import semantic_search
 
-    docs = read_lines(corpus)
+    _check_format(fmt)
+    docs = read_input_lines(corpus)
     embedder = _embedder(model, dtype)
     corpus_vectors = _encode_with_progress(embedder, docs, batch_size)
+    _report_truncation(embedder, docs)
     results = semantic_search(embedder, query, docs, top_k=top_k, corpus_embeddings=corpus_vectors)
+    _report_truncation(embedder, list(query), what="queries")
+    if fmt == "jsonl":
+        _write_stdout(
+            "".join(
+                json.dumps(
+                    {
+                        "query": q,
+                        "query_index": qi,
+                        "rank": rank,
+                        "score": float(fmt_score(h.score, 6)),
+                        "index": h.index,
+                        "line": h.index + 1,
+                        "text": h.text,
+                    },
+                    ensure_ascii=False,
+                )
+                + "\n"
+                for qi, (q, hits) in enumerate(zip(query, results))
+                for rank, h in enumerate(hits, 1)
+            )
+        )
+        return
     for q, hits in zip(query, results):
-        table = Table("rank", "score", "line", "text", title=f"query: {q}")
+        table = Table("rank", "score", "line", "text", title=escape(f"query: {shorten(q)}"))
         for rank, h in enumerate(hits, 1):
-            table.add_row(str(rank), f"{h.score:.4f}", str(h.index + 1), h.text)
+            table.add_row(
+                str(rank), fmt_score(h.score, 4), str(h.index + 1), escape(shorten(h.text))
+            )
         console.print(table)
 
 
 @commands.command("fill-mask")
 @handle_errors
 def fill_mask(
-    text: list[str] = typer.Argument(..., help="Texts with [MASK] or <mask>."),
-    model: Path = typer.Option(..., help="Model directory with an MLM head."),
-    top_k: int = typer.Option(5, "--top-k", "-k", min=1),
+    text: list[str] = typer.Argument(
+        ..., metavar="TEXT", help="Texts with [MASK] or <mask>.", show_default=False
+    ),
+    model: str = typer.Option(
+        ...,
+        metavar="DIR|NAME",
+        help="Model directory or resource name; the model needs a masked-LM head.",
+    ),
+    top_k: int = typer.Option(5, "--top-k", "-k", min=1, help="Predictions per mask."),
 ):
     """The most likely tokens at each mask."""
+    from ..fetch import resolve_model
     from ..pipelines.fill_mask import FillMask
 
-    pipe = FillMask(model)
+    pipe = FillMask(resolve_model(model))
     for t in text:
         for m, preds in enumerate(pipe(t, top_k=top_k)):
             table = Table(
@@ -186,8 +325,8 @@ def fill_mask(
                 "token",
                 "score",
                 "sequence",
-                title=f"{t}" + (f" (mask {m + 1})" if m else ""),
+                title=escape(f"{shorten(t)}" + (f" (mask {m + 1})" if m else "")),
             )
             for r, p in enumerate(preds, 1):
-                table.add_row(str(r), p.token, f"{p.score:.4f}", p.sequence)
+                table.add_row(str(r), escape(p.token), fmt_score(p.score, 4), escape(p.sequence))
             console.print(table)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import textwrap
 from typing import Any
 
+from rich import box
 from rich.table import Table
 from rich.text import Text
 
@@ -12,26 +14,42 @@ from .params import ParamTable
 from .symbols import LEGEND
 from .trace import Trace
 
+#: Below this terminal width `params_rich` and `dataflow_rich` drop their wide columns.
+WIDE = 120
 
-def params_rich(table: ParamTable) -> Table:
+
+def params_rich(table: ParamTable, width: int | None = None) -> Table:
     """Keras-style summary: component, type, output shape (symbolic and concrete), parameters,
-    with a subtotal line after each block and the total at the end."""
+    with a subtotal line after each block and the total at the end. With ``width`` under `WIDE`
+    (an 80-column terminal) the concrete shape and the note are left out so nothing wraps."""
+    compact = width is not None and width < WIDE
     heads = f", heads: {', '.join(table.heads)}" if table.heads else ""
-    t = Table(title=f"{table.name} — parameters{heads}", show_lines=False)
-    for col, kw in (
+    t = Table(
+        title=f"{table.name} — parameters{heads}",
+        show_lines=False,
+        box=box.SIMPLE_HEAD if compact else box.HEAVY_HEAD,
+        pad_edge=not compact,
+    )
+    cols = [
         ("component", {"no_wrap": True}),
-        ("type", {}),
-        ("output shape", {}),
+        ("type", {"max_width": 16, "overflow": "fold"} if compact else {}),
+        ("output shape", {"no_wrap": compact}),
         ("", {"style": "dim"}),
-        ("parameters", {"justify": "right", "no_wrap": True}),
+        ("parameters", {"justify": "right", "no_wrap": True, "min_width": 11}),
         ("note", {"style": "dim"}),
-    ):
-        t.add_column(col, **kw)
+    ]
+    keep = [0, 1, 2, 4] if compact else list(range(len(cols)))
+    for k in keep:
+        t.add_column(cols[k][0], **cols[k][1])
+
+    def add(*cells, **kw) -> None:
+        t.add_row(*[cells[k] for k in keep], **kw)
+
     subtotals = table.subtotals()
     rows = table.rows
     for i, r in enumerate(rows):
         name = Text(r.name.removeprefix("encoder."), style="italic" if r.shared else "")
-        t.add_row(
+        add(
             name,
             r.kind,
             r.output_shape,
@@ -40,7 +58,7 @@ def params_rich(table: ParamTable) -> Table:
             ("shared · " if r.shared else "") + r.note,
         )
         if i + 1 == len(rows) or rows[i + 1].block != r.block:
-            t.add_row(
+            add(
                 Text(f"  {r.block} subtotal", style="bold"),
                 "",
                 "",
@@ -50,7 +68,7 @@ def params_rich(table: ParamTable) -> Table:
                 end_section=True,
             )
     if table.head_total:
-        t.add_row(
+        add(
             Text("trunk (base model + pooler)", style="bold"),
             "",
             "",
@@ -58,35 +76,44 @@ def params_rich(table: ParamTable) -> Table:
             Text(f"{table.trunk_total:,}", style="bold"),
             "",
         )
-        t.add_row(
+        add(
             Text("heads", style="bold"), "", "", "", Text(f"{table.head_total:,}", style="bold"), ""
         )
-    t.add_row(Text("total", style="bold"), "", "", "", Text(f"{table.total:,}", style="bold"), "")
+    add(Text("total", style="bold"), "", "", "", Text(f"{table.total:,}", style="bold"), "")
     return t
 
 
-def dataflow_rich(trace: Trace, diff: TraceDiff | None = None) -> Table:
+def dataflow_rich(trace: Trace, diff: TraceDiff | None = None, width: int | None = None) -> Table:
     """The traced steps: name, operation, input and output shapes (symbolic and concrete),
-    parameters, repetitions, and △ where the step differs structurally from the reference."""
+    parameters, repetitions, and △ where the step differs structurally from the reference.
+    With ``width`` under `WIDE` only mark, step, output shape, parameters and × are shown
+    (`dataflow_differences` lists what the difference column would hold)."""
+    compact = width is not None and width < WIDE
     sym = ", ".join(f"{k}={v}" for k, v in trace.symbols.items())
-    t = Table(title=f"{trace.name} — dataflow of one forward pass ({sym})")
-    for col, kw in (
+    t = Table(
+        title=f"{trace.name} — dataflow of one forward pass ({sym})",
+        box=box.SIMPLE_HEAD if compact else box.HEAVY_HEAD,
+        pad_edge=not compact,
+    )
+    cols = [
         ("", {}),
         ("step", {"no_wrap": True}),
         ("operation", {"max_width": 44}),
         ("in", {}),
-        ("out", {}),
+        ("out", {"max_width": 24} if compact else {}),
         ("out (numbers)", {"style": "dim"}),
-        ("params", {"justify": "right"}),
+        ("params", {"justify": "right", "no_wrap": compact}),
         ("×", {"justify": "right"}),
         ("difference", {"max_width": 36, "style": "yellow"}),
-    ):
-        t.add_column(col, **kw)
+    ]
+    keep = [0, 1, 4, 6, 7] if compact else list(range(len(cols)))
+    for k in keep:
+        t.add_column(cols[k][0], **cols[k][1])
     for s in trace.steps:
         d = diff.steps.get(s.key) if diff else None
         mark = "△" if d and d.marked else ("≠" if d and d.sizes else "")
         what = "; ".join((d.structural + d.sizes) if d else []) or s.note
-        t.add_row(
+        cells = (
             mark,
             "  " * s.depth + s.label,
             s.operation,
@@ -97,9 +124,10 @@ def dataflow_rich(trace: Trace, diff: TraceDiff | None = None) -> Table:
             str(s.repeat) if s.repeat > 1 else "",
             what,
         )
+        t.add_row(*[cells[k] for k in keep])
     if diff:
         for s in diff.missing:
-            t.add_row(
+            cells = (
                 "△",
                 Text("  " * s.depth + s.label, style="strike"),
                 "—",
@@ -110,7 +138,22 @@ def dataflow_rich(trace: Trace, diff: TraceDiff | None = None) -> Table:
                 "",
                 f"absent (present in {diff.reference})",
             )
+            t.add_row(*[cells[k] for k in keep])
     return t
+
+
+def dataflow_differences(trace: Trace, diff: TraceDiff | None) -> list[str]:
+    """``step: difference`` lines for the steps that differ (the compact table's footnotes)."""
+    if not diff:
+        return []
+    out = []
+    for s in trace.steps:
+        d = diff.steps.get(s.key)
+        if d and (d.structural or d.sizes):
+            mark = "△" if d.marked else "≠"
+            out.append(f"{mark} {s.label}: " + "; ".join(d.structural + d.sizes))
+    out += [f"△ {s.label}: absent (present in {diff.reference})" for s in diff.missing]
+    return out
 
 
 def legend_text(trace: Trace) -> str:
@@ -132,3 +175,33 @@ def models_rich(rows: list[dict[str, Any]]) -> Table:
         ]
         t.add_row(*cells)
     return t
+
+
+#: Short numeric fields packed on one line in `models_folded`; the rest get a line each.
+_PACKED = ("layers", "hidden", "heads", "d_k", "ffn", "vocab", "segments")
+
+
+def models_folded(rows: list[dict[str, Any]], width: int = 80) -> str:
+    """The family table as one block per model, every line at most ``width`` characters: for a
+    narrow terminal or a pipe, where the 12-column table cannot be read."""
+
+    def cell(v: Any) -> str:
+        return "" if v is None else (f"{v:,}" if isinstance(v, int) else str(v))
+
+    blocks = []
+    for r in rows:
+        lines = [f"{r['model']}: {cell(r.get('parameters'))} parameters"]
+        if r.get("published") is not None:
+            lines[0] += f" (published {cell(r['published'])})"
+        packed = [f"{c} {cell(r[c])}" for c in COLUMNS if c in _PACKED and r.get(c) is not None]
+        lines += textwrap.wrap(
+            " · ".join(packed), width, initial_indent="  ", subsequent_indent="    "
+        )
+        for c in COLUMNS:
+            if c in _PACKED or c in ("model", "parameters", "published") or r.get(c) is None:
+                continue
+            lines += textwrap.wrap(
+                f"{c}: {cell(r[c])}", width, initial_indent="  ", subsequent_indent="    "
+            )
+        blocks.append("\n".join(lines))
+    return "\n\n".join(blocks) + "\n"

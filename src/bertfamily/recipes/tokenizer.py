@@ -46,14 +46,32 @@ _SPECIALS = {
 }
 
 
+def check_corpus_files(files: Iterable[str | Path]) -> None:
+    """Raise `ValueError` (naming the file) unless every one of ``files`` exists, is a readable
+    UTF-8 file and holds some text: a mistyped path must never be learnt from as a string."""
+    for f in files:
+        path = Path(f)
+        if not path.is_file():
+            why = "it is a directory" if path.is_dir() else "it does not exist"
+            raise ValueError(f"cannot read corpus file {path}: {why}")
+        try:
+            with open(path, encoding="utf-8") as fh:
+                has_text = any(line.strip() for line in fh)
+        except (OSError, UnicodeDecodeError) as e:
+            raise ValueError(f"cannot read corpus file {path}: {e}") from e
+        if not has_text:
+            raise ValueError(f"corpus file {path} is empty (no text on any line)")
+
+
 def _texts(corpus: Iterable[str] | str | Path | list[str | Path]) -> Iterable[str]:
-    if isinstance(corpus, (str, Path)) and Path(corpus).exists():
+    if isinstance(corpus, Path) or (isinstance(corpus, str) and Path(corpus).exists()):
         corpus = [corpus]
     if (
         isinstance(corpus, list)
         and corpus
         and all(isinstance(c, Path) or (isinstance(c, str) and Path(c).is_file()) for c in corpus)
     ):
+        check_corpus_files(corpus)
 
         def lines():
             for f in corpus:

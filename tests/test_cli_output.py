@@ -1,0 +1,254 @@
+"""Issue 17: the command line never gives silent wrong results, and its output pipes.
+
+Everything runs through the real entry points: the `cli` fixture (the typer app in process) or
+``python -m bertfamily`` as a subprocess, which is not a terminal.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import typer
+
+SRC = str(Path(__file__).resolve().parents[1] / "src")
+
+
+def run(*args: str, columns: int = 80) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=SRC, COLUMNS=str(columns))
+    return subprocess.run(
+        [sys.executable, "-m", "bertfamily", *args],
+        capture_output=True,
+        text=True,
+        encoding="utf-8",
+        env=env,
+        timeout=600,
+    )
+
+
+# -- silent wrong results ---------------------------------------------------------------------
+def test_tokenizer_train_mistyped_path_is_an_error(cli, tmp_path):
+    out = tmp_path / "tok"
+    result = cli("tokenizer", "train", tmp_path / "nope.txt", "-o", out)
+    assert result.exit_code == 2, result.output
+    message = " ".join(result.output.split())
+    assert f"{tmp_path / 'nope.txt'}: it does not exist" in message
+    assert not out.exists()
+
+
+def test_tokenizer_train_empty_corpus_is_an_error(cli, tmp_path):
+    empty = tmp_path / "empty.txt"
+    empty.write_text("\n  \n")
+    result = cli("tokenizer", "train", empty, "-o", tmp_path / "tok")
+    assert result.exit_code == 2, result.output
+    assert "empty.txt" in result.output and "empty" in result.output
+
+
+def test_train_tokenizer_recipe_never_learns_from_a_path_string(tmp_path):
+    from bertfamily.recipes.tokenizer import train_tokenizer
+
+    with pytest.raises(ValueError, match="nope.txt"):
+        train_tokenizer(tmp_path / "nope.txt", "wordpiece", 100)
+
+
+@pytest.mark.parametrize("content", [None, "", "\n\n"])
+def test_embed_missing_or_empty_input_is_an_error(cli, tmp_path, content):
+    path = tmp_path / "in.txt"
+    if content is not None:
+        path.write_text(content)
+    result = cli("embed", "--input", path, "--model", tmp_path)
+    assert result.exit_code == 2, result.output
+    assert "in.txt" in result.output and ("does not exist" if content is None else "empty") in (
+        " ".join(result.output.split())
+    )
+
+
+def test_search_missing_corpus_is_an_error(cli, tmp_path):
+    result = cli("search", "q", "--corpus", tmp_path / "corpus.txt", "--model", tmp_path)
+    assert result.exit_code == 2, result.output
+    assert "corpus.txt" in result.output
+
+
+def test_embed_one_row_per_input_line(cli, minilm_dir, tmp_path):
+    inp = tmp_path / "in.txt"
+    inp.write_text("one\n\ntwo three\n\n")
+    out = tmp_path / "e.npy"
+    result = cli("embed", "--input", inp, "--output", out, "--model", minilm_dir)
+    assert result.exit_code == 0, result.output
+    vectors = np.load(out)
+    assert vectors.shape == (4, 384)
+    # an empty line is the embedding of the empty string
+    empty = tmp_path / "empty.npy"
+    cli("embed", "", "--output", empty, "--model", minilm_dir)
+    np.testing.assert_allclose(vectors[1], np.load(empty)[0], atol=1e-5)
+    np.testing.assert_allclose(vectors[3], vectors[1], atol=1e-5)
+    from bertfamily.cli import app
+
+    params = {p.name: p for p in typer.main.get_command(app).commands["embed"].params}
+    assert "empty line gives the embedding of the empty string" in params["input"].help
+
+
+def test_embed_reports_truncation_and_shortens_long_text(cli, minilm_dir):
+    long = " ".join(["word"] * 2000)
+    result = cli("embed", long, "short text", "--model", minilm_dir)
+    assert result.exit_code == 0, result.output
+    assert "1 of 2 inputs" in result.output and "truncated" in result.output
+    assert "2,002 tokens" in result.output  # 2000 words + [CLS] + [SEP]
+    assert long not in result.output
+    assert "word word" in result.output and "…" in result.output
+
+
+def test_search_reports_truncated_corpus_lines_and_queries(cli, minilm_dir, tmp_path):
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("short line\n" + " ".join(["cat"] * 1000) + "\n")
+    result = cli("search", " ".join(["dog"] * 1000), "--corpus", corpus, "--model", minilm_dir)
+    assert result.exit_code == 0, result.output
+    message = " ".join(result.output.split())
+    assert "1 of 2 inputs were longer" in message and "1 of 1 queries were longer" in message
+    assert "cat cat" in result.output and " ".join(["cat"] * 100) not in result.output
+
+
+# -- output that pipes ------------------------------------------------------------------------
+def test_embed_and_search_jsonl_on_stdout_are_unwrapped_with_text_and_index(minilm_dir, tmp_path):
+    text = "a rather long sentence " * 10
+    proc = run("embed", "short", text.strip(), "--format", "jsonl", "--model", str(minilm_dir))
+    assert proc.returncode == 0, proc.stderr
+    rows = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert [(r["index"], r["text"]) for r in rows] == [(0, "short"), (1, text.strip())]
+    assert len(rows[1]["embedding"]) == 384
+
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("The cat sat on the mat.\n\nStock markets fell sharply today.\n")
+    proc = run(
+        "search", "a cat", "--corpus", str(corpus), "-k", "3", "--format", "jsonl",
+        "--model", str(minilm_dir),
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    rows = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert len(rows) == 3
+    assert rows[0]["text"] == "The cat sat on the mat." and rows[0]["index"] == 0
+    assert rows[0]["line"] == 1 and rows[0]["query"] == "a cat" and rows[0]["rank"] == 1
+    # line numbers count the empty line
+    assert {r["index"]: r["text"] for r in rows}[2] == "Stock markets fell sharply today."
+
+
+def test_scores_never_print_negative_zero():
+    from bertfamily.cli.models import fmt_score
+
+    assert fmt_score(-0.0001) == "0.000"
+    assert fmt_score(-0.0) == "0.000"
+    assert fmt_score(0.0004) == "0.000"
+    assert fmt_score(-0.25) == "-0.250"
+    assert fmt_score(-0.00004, 4) == "0.0000"
+
+
+def test_models_in_a_pipe_is_readable():
+    proc = run("models")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert max(len(x) for x in lines) <= 80
+    assert len(lines) < 120
+    assert "bert-base: 109,482,240 parameters" in proc.stdout
+    assert "albert-base" in proc.stdout and "│" not in proc.stdout
+
+
+def test_models_machine_formats_are_unwrapped():
+    csv = run("models", "--format", "csv", columns=40)
+    assert csv.returncode == 0, csv.stderr
+    assert len(csv.stdout.splitlines()) == 11  # header + ten models, however narrow
+    js = run("models", "--format", "json", columns=40)
+    assert len(json.loads(js.stdout)) == 10
+
+
+@pytest.mark.parametrize("command", ["params", "dataflow"])
+def test_params_and_dataflow_fit_80_columns(command):
+    proc = run(command, "albert-base")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert max(len(x) for x in lines) <= 80, max(lines, key=len)
+    assert "(B, T, H)" in proc.stdout
+    assert "embeddings.projection" in proc.stdout  # step names are not cut
+    if command == "params":
+        assert "11,683,584" in proc.stdout
+
+
+@pytest.mark.parametrize("command", ["params", "dataflow"])
+@pytest.mark.parametrize("model", ["deberta-base", "longformer-base"])
+def test_nothing_is_cut_at_80_columns(command, model):
+    proc = run(command, model, "--head", "mlm")
+    assert proc.returncode == 0, proc.stderr
+    assert max(len(x) for x in proc.stdout.splitlines()) <= 80
+    assert "…" not in proc.stdout
+
+
+@pytest.mark.parametrize("command", ["params", "dataflow"])
+def test_params_and_dataflow_json_pipes(command):
+    proc = run(command, "bert-base", "--json", columns=40)
+    assert proc.returncode == 0, proc.stderr
+    assert isinstance(json.loads(proc.stdout), dict)
+
+
+def test_fill_mask_gives_the_true_reason(cli, minilm_dir):
+    result = cli("fill-mask", "a [MASK] cat", "--model", "all-MiniLM-L6-v2")
+    assert result.exit_code == 2, result.output
+    assert "masked-LM head" in result.output
+    assert "no tokenizer" not in result.output.lower()
+
+
+class _Recorder:
+    def __init__(self):
+        self.statuses = []
+
+    @contextlib.contextmanager
+    def status(self, text, **kw):
+        self.statuses.append(text)
+        yield
+
+    def print(self, *a, **kw):
+        pass
+
+
+def test_fetch_and_explore_show_progress(cli, monkeypatch, tmp_path):
+    from bertfamily import fetch as f
+    from bertfamily.cli import common, models
+    from bertfamily.inspect import explore
+
+    rec = _Recorder()
+    monkeypatch.setattr(models, "err", rec)
+    monkeypatch.setattr(common, "err", rec)
+    monkeypatch.setattr(f, "fetch", lambda n, **kw: tmp_path / n)
+    monkeypatch.setattr(explore, "write_page", lambda path, *a, **kw: Path(path))
+    assert cli("fetch", "all-MiniLM-L6-v2").exit_code == 0
+    assert cli("explore", "-o", tmp_path / "x.html").exit_code == 0
+    assert any("fetching all-MiniLM-L6-v2" in s for s in rec.statuses)
+    assert any("explorer" in s for s in rec.statuses)
+
+
+MY_COMMANDS = [
+    ("fetch",), ("embed",), ("search",), ("fill-mask",), ("params",), ("dataflow",),
+    ("models",), ("explore",), ("attention",), ("tokenizer", "train"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("path", MY_COMMANDS, ids=" ".join)
+def test_every_option_has_help_and_no_raw_list_type(path):
+    import click
+
+    from bertfamily.cli import app
+
+    cmd = typer.main.get_command(app)
+    for name in path:
+        cmd = cmd.commands[name]
+    for p in cmd.params:
+        if isinstance(p, click.Option):
+            assert p.help, f"{' '.join(path)} {p.opts} has no help"
+            assert "list[" not in (p.metavar or "")
+    proc = run(*path, "--help", columns=100)
+    options_panel = proc.stdout.split("Options")[-1]
+    assert "<list[" not in options_panel
