@@ -17,7 +17,7 @@ from rich.markup import escape
 from typer.core import TyperCommand
 
 console = Console()
-err = Console(stderr=True)
+err = Console(stderr=True, soft_wrap=True)  # messages name paths: never broken mid-path
 
 #: The errors our library raises for bad input (DataError, CheckpointError, ModelDirectoryError,
 #: TokenizerNotFoundError, ... are ValueErrors; FetchError is a RuntimeError).
