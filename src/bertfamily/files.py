@@ -70,7 +70,10 @@ def recover_directory(path: Path) -> None:
         if stale.is_dir() and not stale.is_symlink():
             shutil.rmtree(stale, ignore_errors=True)
         else:
-            stale.unlink(missing_ok=True)
+            try:
+                stale.unlink(missing_ok=True)
+            except OSError:  # a read-only location: leave it, it is never read
+                pass
 
 
 @contextmanager
