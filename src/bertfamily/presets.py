@@ -27,6 +27,23 @@ _DEBERTA_HEADS = dict(
     choice_pooling="first_token_dense",
     classifier_activation="gelu",
 )
+# DeBERTa v1's structure, shared by the full and the tiny preset: relative positions only (no
+# absolute position at the input; the table returns in the enhanced mask decoder, 2 steps, when
+# an MLM head is built), no token types, no pooler in the base model, eps 1e-7.
+_DEBERTA_V1 = dict(
+    model_type="deberta",
+    attention_kind="disentangled",
+    type_vocab_size=0,
+    relative_attention=True,
+    max_relative_positions=-1,
+    pos_att_type="c2p|p2c",
+    position_biased_input=False,
+    layer_norm_eps=1e-7,
+    use_pooler=False,
+    pair_head=None,
+    emd_layers=2,
+    **_DEBERTA_HEADS,
+)
 # Longformer: RoBERTa's heads; the separator id places default global attention (qa, choice).
 _LONGFORMER_HEADS = dict(_ROBERTA_HEADS, sep_token_id=2)
 
@@ -96,24 +113,8 @@ PRESETS: dict[str, dict[str, Any]] = {
         pair_head="sop",
         classifier_dropout=0.1,
     ),  # classifier_dropout_prob
-    # microsoft/deberta-base — 138,601,728. Relative positions only (k = 512), c2p + p2c, no
-    # absolute position at the input (the table returns in the enhanced mask decoder, 2 steps, when
-    # an MLM head is built), no token types, no pooler in the base model, eps 1e-7.
-    "deberta-base": dict(
-        model_type="deberta",
-        attention_kind="disentangled",
-        vocab_size=50265,
-        type_vocab_size=0,
-        relative_attention=True,
-        max_relative_positions=-1,
-        pos_att_type="c2p|p2c",
-        position_biased_input=False,
-        layer_norm_eps=1e-7,
-        use_pooler=False,
-        pair_head=None,
-        emd_layers=2,
-        **_DEBERTA_HEADS,
-    ),
+    # microsoft/deberta-base — 138,601,728. Relative positions only (k = 512), c2p + p2c.
+    "deberta-base": dict(vocab_size=50265, **_DEBERTA_V1),
     # allenai/longformer-base-4096 — 148,659,456. RoBERTa-base plus global Q/K/V projections per
     # layer; 4098 positions (4096 + the padding offset 2); sliding window 512 (256 per side).
     "longformer-base": dict(
@@ -184,24 +185,13 @@ PRESETS: dict[str, dict[str, Any]] = {
         classifier_dropout=0.1,
     ),
     "tiny-deberta": dict(
-        model_type="deberta",
-        attention_kind="disentangled",
         vocab_size=99,
         hidden_size=32,
         num_hidden_layers=2,
         num_attention_heads=4,
         intermediate_size=37,
         max_position_embeddings=64,
-        type_vocab_size=0,
-        relative_attention=True,
-        max_relative_positions=-1,
-        pos_att_type="c2p|p2c",
-        position_biased_input=False,
-        layer_norm_eps=1e-7,
-        use_pooler=False,
-        pair_head=None,
-        emd_layers=2,
-        **_DEBERTA_HEADS,
+        **_DEBERTA_V1,
     ),
     "tiny-longformer": dict(
         model_type="longformer",
