@@ -534,7 +534,9 @@ def test_loss_matches_transformers(family, variant, head, hf_checkpoint):
     including regression and multi-label classification (problem_type in config.json)."""
     fmap = FAMILIES[family]
     key = "classify" if head in ("regression", "multilabel") else head
-    labels = _labels(key)
+    # regression has one output and no label names (transformers 4 lets id2label override
+    # num_labels=1, so naming three labels would make a 3-output model)
+    labels = None if head == "regression" else _labels(key)
     overrides = dict(VARIANTS.get(family, {}).get(variant, {}))
     if labels:
         overrides.update(id2label=labels, label2id={v: k for k, v in labels.items()})

@@ -13,6 +13,7 @@ from tokenizers import AddedToken, decoders, models, normalizers, pre_tokenizers
 from tokenizers import Tokenizer as BackendTokenizer
 
 from bertfamily.tokenization import Tokenizer, TokenizerNotFoundError, load_tokenizer
+from hf_compat import hf_bert_tokenizer, hf_roberta_tokenizer
 
 transformers = pytest.importorskip("transformers")
 
@@ -110,23 +111,13 @@ def _wordpiece_dir(tmp_path: Path, vocab: Path, tokenizer_config=None, config=No
 
 
 def _hf_bert(vocab: Path, **kwargs):
-    # transformers 5 silently ignores `vocab_file=` here (it builds a 5-token vocab);
-    # `vocab=` is the path argument. The length check guards against that trap.
-    hf = transformers.BertTokenizerFast(vocab=str(vocab), **kwargs)
-    assert len(hf) == len(vocab.read_text(encoding="utf-8").splitlines())
-    return hf
+    return hf_bert_tokenizer(vocab, **kwargs)
 
 
 def _hf_roberta(directory: Path, **kwargs):
-    hf = transformers.RobertaTokenizerFast(
-        vocab=str(directory / "vocab.json"),
-        merges=str(directory / "merges.txt"),
-        # RoBERTa's released tokenizer: <mask> absorbs the space before it.
-        mask_token=AddedToken("<mask>", lstrip=True, rstrip=False, special=True),
-        **kwargs,
-    )
-    assert len(hf) == len(json.loads((directory / "vocab.json").read_text()))
-    return hf
+    # RoBERTa's released tokenizer: <mask> absorbs the space before it.
+    mask = AddedToken("<mask>", lstrip=True, rstrip=False, special=True)
+    return hf_roberta_tokenizer(directory, mask_token=mask, **kwargs)
 
 
 def _assert_same(ours: dict, theirs, keys) -> None:

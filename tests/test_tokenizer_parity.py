@@ -15,6 +15,7 @@ from tokenizers import AddedToken, decoders, models, pre_tokenizers, trainers
 from tokenizers import Tokenizer as BackendTokenizer
 
 from bertfamily.tokenization import load_tokenizer
+from hf_compat import hf_roberta_tokenizer
 
 transformers = pytest.importorskip("transformers")
 
@@ -96,9 +97,8 @@ def test_roberta_plain_string_mask_absorbs_the_space_before_it(tmp_path, bpe_mod
     # RoBERTa's tokenizer class makes a plain-string mask AddedToken(lstrip=True) (transformers
     # 4, and the released roberta-base files); transformers 5's RobertaTokenizer built from
     # vocab.json + merges.txt dropped that default, so the reference gets the token explicitly.
-    hf = transformers.RobertaTokenizerFast(
-        vocab=str(directory / "vocab.json"),
-        merges=str(directory / "merges.txt"),
+    hf = hf_roberta_tokenizer(
+        directory,
         mask_token=AddedToken("<mask>", lstrip=True, rstrip=False, special=True),
     )
     _ids_and_offsets(ours, hf, MASK_TEXTS)
@@ -125,9 +125,8 @@ def test_family_default_for_a_plain_string_mask(tmp_path, bpe_model, family):
     ) + [ours.mask_token_id]
     # transformers 5 builds these classes from vocab.json + merges.txt without the default, so
     # the reference is given the token explicitly (see the test above).
-    hf = transformers.RobertaTokenizerFast(
-        vocab=str(directory / "vocab.json"),
-        merges=str(directory / "merges.txt"),
+    hf = hf_roberta_tokenizer(
+        directory,
         mask_token=AddedToken("<mask>", lstrip=True, rstrip=False, special=True),
     )
     _ids_and_offsets(ours, hf, MASK_TEXTS)
@@ -185,9 +184,8 @@ def test_added_tokens_decoder_wins_over_special_tokens_map(tmp_path, bpe_model):
 def test_tokenizer_json_flags_and_extra_added_tokens(tmp_path, bpe_model):
     """A RoBERTa directory saved by transformers (tokenizer.json with added_tokens), with a
     non-special added token that is single_word."""
-    hf = transformers.RobertaTokenizerFast(
-        vocab=str(bpe_model / "vocab.json"),
-        merges=str(bpe_model / "merges.txt"),
+    hf = hf_roberta_tokenizer(
+        bpe_model,
         mask_token=AddedToken("<mask>", lstrip=True, rstrip=False, special=True),
     )
     hf.add_tokens([AddedToken("foxdog", single_word=True, normalized=False)])
