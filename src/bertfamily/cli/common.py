@@ -175,11 +175,20 @@ def is_main_process() -> bool:
 
 
 class MetavarCommand(TyperCommand):
-    """A command whose arguments with a ``metavar`` show just that in help (typer otherwise
-    appends the annotation as a type label, e.g. ``<list[Path]>``)."""
+    """A command whose positional arguments show only their name or ``metavar`` in help (typer
+    otherwise appends the annotation as a type label, e.g. ``<list[Path]>``)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         for param in self.params:
-            if param.param_type_name == "argument" and param.metavar:
+            if param.param_type_name == "argument":
                 param.display_type_rich = lambda ctx: None  # type: ignore[method-assign]
+
+
+class App(typer.Typer):
+    """`typer.Typer` whose commands are `MetavarCommand`s (every command of the CLI)."""
+
+    def command(self, *args: Any, **kwargs: Any) -> Any:
+        """As `typer.Typer.command`, with ``cls`` defaulting to `MetavarCommand`."""
+        kwargs.setdefault("cls", MetavarCommand)
+        return super().command(*args, **kwargs)

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import typer
 
-from .common import console, handle_errors
+from .common import App, console, handle_errors
 
-commands = typer.Typer()
-convert = typer.Typer(help="Convert checkpoints between families.", no_args_is_help=True)
+commands = App()
+convert = App(help="Convert checkpoints between families.", no_args_is_help=True)
 commands.add_typer(convert, name="convert")
 
 

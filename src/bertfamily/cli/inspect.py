@@ -8,9 +8,9 @@ from pathlib import Path
 
 import typer
 
-from .common import console, handle_errors
+from .common import App, console, handle_errors
 
-commands = typer.Typer()
+commands = App()
 
 
 def _print_json(obj) -> None:
@@ -122,7 +122,7 @@ def models(
 @commands.command()
 @handle_errors
 def explore(
-    names: list[str] = typer.Argument(None, help="Models (default: the ten)."),
+    names: list[str] = typer.Argument(None, metavar="MODEL", help="Models (default: the ten)."),
     output: Path = typer.Option(..., "--output", "-o", help="HTML file to write."),
     vocab_size: int | None = typer.Option(None, "--vocab-size", help="Override V for every model."),
 ):

@@ -11,9 +11,9 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from .common import console, err, handle_errors, torch_dtype
+from .common import App, console, err, handle_errors, torch_dtype
 
-commands = typer.Typer()
+commands = App()
 
 #: Texts longer than this are shortened in tables (the full text goes to machine output).
 SHOWN_CHARS = 40

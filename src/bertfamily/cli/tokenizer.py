@@ -6,10 +6,10 @@ from pathlib import Path
 
 import typer
 
-from .common import console, handle_errors
+from .common import App, console, handle_errors
 
-commands = typer.Typer()
-tokenizer = typer.Typer(help="Tokenizer training.", no_args_is_help=True)
+commands = App()
+tokenizer = App(help="Tokenizer training.", no_args_is_help=True)
 commands.add_typer(tokenizer, name="tokenizer")
 
 

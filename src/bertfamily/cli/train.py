@@ -11,7 +11,7 @@ from pathlib import Path
 import typer
 
 from .common import (
-    MetavarCommand,
+    App,
     console,
     handle_errors,
     model_overrides,
@@ -19,8 +19,8 @@ from .common import (
 )
 from .options import TrainOptions, training_options
 
-commands = typer.Typer()
-distill_group = typer.Typer(
+commands = App()
+distill_group = App(
     help="Knowledge distillation (DistilBERT, TinyBERT).", invoke_without_command=True
 )
 commands.add_typer(distill_group, name="distill")
@@ -44,7 +44,7 @@ def _print_summary_on_main_rank(summary: dict, keys: tuple[str, ...], device: st
     cleanup_distributed()
 
 
-@commands.command(cls=MetavarCommand)
+@commands.command()
 @handle_errors
 @training_options()
 def pretrain(
