@@ -1,12 +1,32 @@
 """Shared fixtures: a cached factory of tiny random Hugging Face checkpoints, the CLI runner, one
-intra-op thread for training tests, and the real MiniLM checkpoint and its tokenizer."""
+intra-op thread for training tests, the real MiniLM checkpoint and its tokenizer, and the `parity`
+marker."""
 
 from __future__ import annotations
+
+import re
+from pathlib import Path
 
 import pytest
 import torch
 
 from helpers import save_hf_tiny  # importing helpers also silences transformers (offline)
+
+# A test module whose source names transformers or sentence-transformers (imports, or the
+# helpers that build transformers checkpoints) compares with them: its tests get the `parity`
+# marker, and CI runs `pytest -m parity` again under the last transformers 4.x.
+_REFERENCE = re.compile(r"\b(transformers|sentence_transformers|save_hf_tiny|hf_config)\b")
+
+
+def pytest_collection_modifyitems(items):
+    """Mark every test of a module that uses a reference library with `parity`."""
+    seen: dict[Path, bool] = {}
+    for item in items:
+        path = Path(str(item.fspath))
+        if path not in seen:
+            seen[path] = bool(_REFERENCE.search(path.read_text(encoding="utf-8")))
+        if seen[path]:
+            item.add_marker(pytest.mark.parity)
 
 
 @pytest.fixture(scope="session")
