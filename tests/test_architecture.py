@@ -172,3 +172,15 @@ def test_model_has_no_family_knowledge():
 def test_import_bertfamily_does_not_import_torch():
     code = "import sys, bertfamily; assert 'torch' not in sys.modules, 'torch imported'"
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
+
+
+def test_every_loader_resolves_names_through_hub_cache(graph):
+    """One resolver (floor 0) turns a directory or a cached ``org/name`` into a directory."""
+    assert floors()["hub_cache"] == 0
+    for loader in (
+        "bertfamily.pretrained",
+        "bertfamily.tokenization",
+        "bertfamily.pipelines.embed",
+        "bertfamily.cli.common",
+    ):
+        assert "bertfamily.hub_cache" in graph[loader], loader

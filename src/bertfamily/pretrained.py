@@ -29,6 +29,7 @@ from .checkpoints.io import (
 from .checkpoints.keymaps import FamilyMap
 from .config import ConfigError, check_parameter_budget
 from .heads.tasks import TASK_HEADS
+from .hub_cache import resolve_model_dir
 
 log = logging.getLogger(__name__)
 
@@ -43,12 +44,15 @@ def from_pretrained(
     new_heads: bool = False,
     config_overrides: dict[str, Any] | None = None,
     max_parameters: int | None = None,
+    revision: str | None = None,
     **more_overrides: Any,
 ):
     """Load a local Hugging Face model directory into a `bertfamily.Model`.
 
     Args:
-        path: directory with config.json and model.safetensors / pytorch_model.bin.
+        path: directory with config.json and model.safetensors / pytorch_model.bin, or the id
+            (``org/name``) of a model already in the local Hugging Face cache (found offline by
+            `hub_cache.resolve_model_dir`; a local directory of that name wins).
         heads: heads to build (subset of "mlm", "pair", or one task head "classify", "tokens",
             "qa", "choice"); None = the heads the checkpoint holds (task heads from
             config.json's ``architectures``).
@@ -66,6 +70,7 @@ def from_pretrained(
             ``label_names``. Fields may also be given as keyword arguments.
         max_parameters: the largest model to build (estimated from config.json before
             anything is allocated); None = ``BERTFAMILY_MAX_PARAMETERS`` or 2·10^10.
+        revision: for a cache id: a branch or tag (default ``main``) or a commit.
 
     Returns:
         The model in eval mode (or (model, LoadReport)).
@@ -78,8 +83,10 @@ def from_pretrained(
             directory. The message names the file.
         ConfigError: an override out of range.
         CheckpointError: when strict, every missing or unexpected key and shape mismatch.
+        ModelNotFoundError: an id neither a local directory nor in the cache (lists where it
+            looked).
     """
-    path = Path(path)
+    path = resolve_model_dir(path, revision)
     with reading_directory(path):  # no save swaps the directory while it is read
         hf_config = read_hf_config(path)
         config = config_from_hf(hf_config, path / "config.json")

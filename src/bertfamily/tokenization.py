@@ -31,6 +31,7 @@ import tokenizers
 from tokenizers import AddedToken, decoders, models, normalizers, pre_tokenizers, processors
 
 from .files import atomic_directory, write_text_atomic
+from .hub_cache import resolve_model_dir
 
 __all__ = ["Tokenizer", "TokenizerFileError", "TokenizerNotFoundError", "load_tokenizer"]
 
@@ -712,7 +713,7 @@ def load_tokenizer(
             value of the wrong type, a ``tokenizer.json`` the ``tokenizers`` library refuses),
             or ``vocab.txt`` lists a token twice; the message names the file.
     """
-    directory = Path(path)
+    directory = resolve_model_dir(path)  # a directory, or org/name in the Hugging Face cache
     tok_config = _read_json(directory / TOKENIZER_CONFIG_FILE)
     special_map = _read_json(directory / SPECIAL_TOKENS_MAP_FILE)
     model_config = _read_json(directory / MODEL_CONFIG_FILE)

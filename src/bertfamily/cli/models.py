@@ -11,7 +11,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from .common import App, console, err, handle_errors, torch_dtype
+from .common import App, console, err, handle_errors, model_path, torch_dtype
 
 commands = App()
 
@@ -72,10 +72,9 @@ def _write_stdout(text: str) -> None:
 
 
 def _embedder(model: str | None, dtype: str):
-    from ..fetch import resolve_model
     from ..pipelines.embed import SentenceEmbedder
 
-    return SentenceEmbedder(resolve_model(model), dtype=torch_dtype(dtype))
+    return SentenceEmbedder(model_path(model), dtype=torch_dtype(dtype))
 
 
 def _encode_with_progress(embedder, texts: list[str], batch_size: int):
@@ -176,7 +175,8 @@ def embed(
     model: str | None = typer.Option(
         None,
         metavar="DIR|NAME",
-        help="Model directory or resource name (default: all-MiniLM-L6-v2, fetched on first use).",
+        help="Model directory, resource name (default: all-MiniLM-L6-v2, fetched on first use), "
+        "or org/name of a model in the local Hugging Face cache.",
     ),
     batch_size: int = typer.Option(32, min=1, help="Texts per forward pass."),
     dtype: str = typer.Option("fp32", help="fp32 or bf16."),
@@ -253,7 +253,9 @@ def search(
     ),
     top_k: int = typer.Option(5, "--top-k", "-k", min=1, help="Hits per query."),
     model: str | None = typer.Option(
-        None, metavar="DIR|NAME", help="Model directory or resource name."
+        None,
+        metavar="DIR|NAME",
+        help="Model directory, resource name, or org/name in the local Hugging Face cache.",
     ),
     batch_size: int = typer.Option(32, min=1, help="Texts per forward pass."),
     dtype: str = typer.Option("fp32", help="fp32 or bf16."),
@@ -309,15 +311,15 @@ def fill_mask(
     model: str = typer.Option(
         ...,
         metavar="DIR|NAME",
-        help="Model directory or resource name; the model needs a masked-LM head.",
+        help="Model directory, resource name, or org/name in the local Hugging Face cache; "
+        "the model needs a masked-LM head.",
     ),
     top_k: int = typer.Option(5, "--top-k", "-k", min=1, help="Predictions per mask."),
 ):
     """The most likely tokens at each mask."""
-    from ..fetch import resolve_model
     from ..pipelines.fill_mask import FillMask
 
-    pipe = FillMask(resolve_model(model))
+    pipe = FillMask(model_path(model))
     for t in text:
         for m, preds in enumerate(pipe(t, top_k=top_k)):
             table = Table(

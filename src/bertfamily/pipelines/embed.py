@@ -1,119 +1,156 @@
-"""Sentence embeddings and semantic search (Reimers & Gurevych 2019, Sentence-BERT §3)."""
+"""Sentence embeddings and semantic search (Reimers & Gurevych 2019, Sentence-BERT §3).
+
+A model directory runs as sentence-transformers runs it (`sentence_modules`): encoder →
+pooling → Dense layers → L2 normalisation, with its prompts and tokenizer settings.
+"""
 
 from __future__ import annotations
 
-import json
+import dataclasses
 import logging
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import torch
+from tokenizers import normalizers
 
+from ..hub_cache import resolve_model_dir
 from ..pretrained import from_pretrained
 from ..tokenization import load_tokenizer
 from ..train.data import sorted_batches
 from .batching import token_lengths
+from .sentence_modules import POOLING_MODES, PoolingSpec, read_sentence_modules
+
+__all__ = [
+    "POOLING_MODES",
+    "Hit",
+    "PoolingSpec",
+    "SentenceEmbedder",
+    "cosine_matrix",
+    "pool",
+    "semantic_search",
+]
 
 log = logging.getLogger(__name__)
-
-POOLING_MODES = ("mean", "cls", "max")
 
 
 def pool(
     last_hidden_state: torch.Tensor,
     attention_mask: torch.Tensor,
-    mode: str = "mean",
+    mode: str | Sequence[str] = "mean",
     normalize: bool = True,
+    prompt_length: int = 0,
 ) -> torch.Tensor:
-    """Pool token states into one vector per sequence.
+    """Pool token states into one vector per sequence (sentence-transformers' Pooling).
+
+    With m the (B, T) mask of pooled tokens (real tokens, minus the first ``prompt_length``):
+
+    - ``cls``: the first pooled token's state;
+    - ``max``: the elementwise maximum over pooled tokens;
+    - ``mean``: Σ m_t h_t / Σ m_t (Sentence-BERT §3, "MEAN-strategy");
+    - ``mean_sqrt_len_tokens``: Σ m_t h_t / √(Σ m_t);
+    - ``weightedmean``: Σ t·m_t h_t / Σ t·m_t with positions t = 1..T (Muennighoff 2022,
+      SGPT §3.1, position-weighted mean pooling);
+    - ``lasttoken``: the last pooled token's state (zero when none).
+
+    Several modes give their vectors concatenated, in the order given.
 
     Args:
         last_hidden_state: (B, T, H) float.
-        attention_mask: (B, T) 0/1, 1 = real token.
-        mode: "mean" (average over real tokens), "cls" (first token), "max" (over real tokens).
+        attention_mask: (B, T) 0/1, 1 = real token; padding on the right.
+        mode: one of `POOLING_MODES`, or a sequence of them.
         normalize: L2-normalise the result.
+        prompt_length: leading tokens (the prompt, with [CLS]) left out of the pooling
+            (``include_prompt=False``); their positions still count for ``weightedmean``.
 
     Returns:
-        (B, H) float32.
+        (B, k·H) float32 for k modes.
 
     Raises:
-        ValueError: unknown mode.
+        ValueError: an unknown mode, or a negative ``prompt_length``.
     """
+    modes = (mode,) if isinstance(mode, str) else tuple(mode)
+    bad = [m for m in modes if m not in POOLING_MODES]
+    if bad or not modes:
+        raise ValueError(f"unknown pooling mode {bad or mode!r}; expected one of {POOLING_MODES}")
+    if prompt_length < 0:
+        raise ValueError(f"prompt_length must be >= 0, got {prompt_length}")
     h = last_hidden_state.float()
-    m = attention_mask.to(h.dtype).unsqueeze(-1)  # (B, T, 1)
-    if mode == "mean":
-        out = (h * m).sum(1) / m.sum(1).clamp(min=1e-9)
-    elif mode == "cls":
-        out = h[:, 0]
-    elif mode == "max":
-        out = h.masked_fill(m == 0, torch.finfo(h.dtype).min).amax(1)
-    else:
-        raise ValueError(f"unknown pooling mode {mode!r}; expected one of {POOLING_MODES}")
+    keep = attention_mask.clone()
+    keep[:, :prompt_length] = 0
+    m = keep.to(h.dtype).unsqueeze(-1)  # (B, T, 1)
+    rows = torch.arange(h.shape[0], device=h.device)
+    outs = []
+    for name in modes:
+        if name == "cls":
+            out = h[rows, keep.int().argmax(1)]  # first pooled token (0 when none)
+        elif name == "max":
+            out = h.masked_fill(m == 0, torch.finfo(h.dtype).min).amax(1)
+        elif name in ("mean", "mean_sqrt_len_tokens"):
+            count = m.sum(1).clamp(min=1e-9)  # (B, 1)
+            out = (h * m).sum(1) / (count if name == "mean" else count.sqrt())
+        elif name == "weightedmean":
+            t = torch.arange(1, h.shape[1] + 1, device=h.device, dtype=h.dtype)
+            w = m * t.view(1, -1, 1)  # (B, T, 1)
+            out = (h * w).sum(1) / w.sum(1).clamp(min=1e-9)
+        else:  # lasttoken
+            last = h.shape[1] - 1 - keep.int().flip(1).argmax(1)  # (B,)
+            out = (h * m)[rows, last]
+        outs.append(out)  # (B, H)
+    out = torch.cat(outs, dim=-1)  # (B, k·H)
     return torch.nn.functional.normalize(out, dim=-1) if normalize else out
 
 
-@dataclass(frozen=True)
-class PoolingSpec:
-    """How a sentence-transformers directory pools: mode, L2 normalisation, max tokens."""
-
-    mode: str = "mean"
-    normalize: bool = False
-    max_seq_length: int | None = None
-
-    @classmethod
-    def from_directory(cls, path: Path) -> PoolingSpec:
-        """Read modules.json, 1_Pooling/config.json and sentence_bert_config.json when present
-        (plain Hugging Face directories get mean pooling, normalised)."""
-        modules_file = path / "modules.json"
-        if not modules_file.is_file():
-            return cls(mode="mean", normalize=True)
-        modules = json.loads(modules_file.read_text())
-        normalize = any(m.get("type", "").endswith("Normalize") for m in modules)
-        mode = "mean"
-        for m in modules:
-            if m.get("type", "").endswith("Pooling"):
-                cfg_file = path / m.get("path", "") / "config.json"
-                if cfg_file.is_file():
-                    cfg = json.loads(cfg_file.read_text())
-                    if cfg.get("pooling_mode_cls_token"):
-                        mode = "cls"
-                    elif cfg.get("pooling_mode_max_tokens"):
-                        mode = "max"
-        max_len = None
-        st = path / "sentence_bert_config.json"
-        if st.is_file():
-            max_len = json.loads(st.read_text()).get("max_seq_length")
-        return cls(mode=mode, normalize=normalize, max_seq_length=max_len)
-
-
 class SentenceEmbedder:
-    """Text → sentence embeddings with any bertfamily model directory.
+    """Text → sentence embeddings with any bertfamily model directory, run as
+    sentence-transformers runs it (see `sentence_modules.read_sentence_modules`).
 
     Args:
-        model_dir: a local Hugging Face model directory (with its tokenizer files).
-        pooling: override of the directory's pooling spec.
-        dtype: parameter dtype (torch.float32 default; torch.bfloat16 where supported).
+        model_dir: a local model directory (a sentence-transformers directory with
+            ``modules.json``, or a plain Hugging Face one: mean pooling, normalised), or the
+            id ``org/name`` of a model in the local Hugging Face cache.
+        pooling: override of the directory's pooling (mode, normalisation, token limit,
+            include_prompt); its Dense layers still apply.
+        dtype: encoder parameter dtype (torch.float32 default; torch.bfloat16 where
+            supported); pooling and Dense layers run in float32.
         device: torch device.
+        revision: for a cache id, a branch, tag or commit.
 
     Raises:
+        ModelNotFoundError: an id neither a local directory nor in the cache.
+        SentenceModulesError: a module we cannot run, or Dense sizes that do not match.
         ModelDirectoryError / CheckpointError / TokenizerNotFoundError: see the loaders.
     """
 
     def __init__(
         self,
-        model_dir: str | Path,
+        model_dir: str | os.PathLike[str],
         *,
         pooling: PoolingSpec | None = None,
         dtype: torch.dtype | None = None,
         device: str | torch.device = "cpu",
+        revision: str | None = None,
     ) -> None:
-        self.path = Path(model_dir)
-        self.model = from_pretrained(self.path, dtype=dtype).to(device)
-        self.tokenizer = load_tokenizer(self.path)
-        self.pooling = pooling or PoolingSpec.from_directory(self.path)
+        self.path = resolve_model_dir(model_dir, revision)
+        modules = read_sentence_modules(self.path)
+        if pooling is not None:
+            modules = dataclasses.replace(modules, pooling=pooling)
+        self.modules = modules
+        self.pooling = modules.pooling
         self.device = torch.device(device)
+        self.model = from_pretrained(modules.model_dir, dtype=dtype).to(device)
+        self.tokenizer = load_tokenizer(modules.model_dir)
+        if modules.do_lower_case:  # as sentence-transformers: a Lowercase normalizer first
+            backend = self.tokenizer.backend
+            first = [normalizers.Lowercase()]
+            rest = [backend.normalizer] if backend.normalizer is not None else []
+            backend.normalizer = normalizers.Sequence(first + rest)
+        self._dimension = modules.check_dimensions(self.model.config.hidden_size)
+        self.dense = torch.nn.Sequential(*(d.module() for d in modules.dense)).to(self.device)
+        self.prompts = dict(modules.prompts)
+        self.default_prompt_name = modules.default_prompt_name
         limits = [
             x
             for x in (
@@ -128,8 +165,31 @@ class SentenceEmbedder:
 
     @property
     def dimension(self) -> int:
-        """Length of each embedding vector (H)."""
-        return self.model.config.hidden_size
+        """Length of each embedding vector: k·H for k pooling modes, or the last Dense
+        layer's out_features."""
+        return self._dimension
+
+    def _prompt(self, prompt: str | None, prompt_name: str | None) -> str:
+        """The prompt text to prepend ("" for none), chosen as sentence-transformers does."""
+        if prompt is not None and prompt_name is not None:
+            raise ValueError("give prompt or prompt_name, not both")
+        if prompt is not None:
+            return prompt
+        name = prompt_name if prompt_name is not None else self.default_prompt_name
+        if name is None:
+            return ""
+        if name not in self.prompts:
+            raise ValueError(f"unknown prompt_name {name!r}; this model has {sorted(self.prompts)}")
+        return self.prompts[name]
+
+    def prompt_length(self, prompt: str) -> int:
+        """Tokens of ``prompt`` with the leading special token and without a trailing one:
+        what ``include_prompt=False`` leaves out of the pooling (0 for "")."""
+        if not prompt:
+            return 0
+        ids = self.tokenizer([prompt], max_length=self.max_length, padding=False)["input_ids"]
+        ids = ids[0].tolist() if hasattr(ids[0], "tolist") else list(ids[0])
+        return len(ids) - (1 if ids and ids[-1] in self.tokenizer.all_special_ids else 0)
 
     @torch.inference_mode()
     def encode(
@@ -138,25 +198,35 @@ class SentenceEmbedder:
         *,
         batch_size: int = 32,
         progress: Callable[[int], None] | None = None,
+        prompt_name: str | None = None,
+        prompt: str | None = None,
     ) -> np.ndarray:
         """Embed texts.
 
         Texts are sorted by token count so each batch pads little, then restored to input
-        order. Texts longer than ``max_length`` tokens are truncated (the tokenizer cuts a
-        huge text by characters first, so its cost is bounded by ``max_length``); how many
-        were is logged and kept in ``last_truncated``.
+        order. Texts longer than ``max_length`` tokens (prompt included) are truncated (the
+        tokenizer cuts a huge text by characters first, so its cost is bounded by
+        ``max_length``); how many were is logged and kept in ``last_truncated``.
 
         Args:
             texts: N strings.
             batch_size: sequences per forward pass.
             progress: called with the number of texts done after each batch.
+            prompt_name: a key of ``prompts`` (the directory's
+                config_sentence_transformers.json); default ``default_prompt_name``.
+            prompt: a prompt text, instead of ``prompt_name``; "" for none.
 
         Returns:
-            (N, H) float32 array (L2-normalised when the model's pooling says so).
+            (N, dimension) float32 array (L2-normalised when the model's modules say so).
+
+        Raises:
+            ValueError: both ``prompt`` and ``prompt_name``, or an unknown ``prompt_name``.
         """
-        texts = list(texts)
+        prefix = self._prompt(prompt, prompt_name)
+        texts = [prefix + t for t in texts]
         if not texts:
             return np.zeros((0, self.dimension), dtype=np.float32)
+        skip = 0 if self.pooling.include_prompt else self.prompt_length(prefix)
         out = np.zeros((len(texts), self.dimension), dtype=np.float32)
         truncated = 0
         lengths = token_lengths(self.tokenizer, texts, max_length=self.max_length)
@@ -170,8 +240,11 @@ class SentenceEmbedder:
                 for k, v in batch.items()
                 if k in ("input_ids", "attention_mask", "token_type_ids")
             }
-            hidden = self.model.encoder(**batch).last_hidden_state
-            vec = pool(hidden, batch["attention_mask"], self.pooling.mode, self.pooling.normalize)
+            hidden = self.model.encoder(**batch).last_hidden_state  # (B, T, H)
+            vec = pool(hidden, batch["attention_mask"], self.pooling.modes, False, skip)
+            vec = self.dense(vec)  # (B, dimension)
+            if self.pooling.normalize:
+                vec = torch.nn.functional.normalize(vec, dim=-1)
             out[idx] = vec.cpu().numpy()
             if progress is not None:
                 progress(len(idx))
