@@ -181,6 +181,6 @@ def test_every_loader_resolves_names_through_hub_cache(graph):
         "bertfamily.pretrained",
         "bertfamily.tokenization",
         "bertfamily.pipelines.embed",
-        "bertfamily.cli.common",
+        "bertfamily.fetch",  # fetch.resolve_model: every --model / --teacher / MODEL option
     ):
         assert "bertfamily.hub_cache" in graph[loader], loader

@@ -167,3 +167,17 @@ def test_cli_model_name(cache):
     result = runner.invoke(app, ["embed", "a", "--model", "org/nothing"])
     assert result.exit_code == 2
     assert "models--org--nothing" in result.output and "all-MiniLM-L6-v2" in result.output
+
+
+def test_every_model_option_of_the_cli_reads_the_cache(cache, tmp_path):
+    """`fetch.resolve_model` (behind --model, --teacher, --init-from and export's MODEL) finds
+    a cached model id; `export org/tiny` writes a graph of the cached model."""
+    from bertfamily.fetch import resolve_model
+
+    assert resolve_model("org/tiny") == resolve_model_dir("org/tiny")
+    with pytest.raises(ModelNotFoundError, match="neither an existing directory"):
+        resolve_model(tmp_path / "missing")
+    out = tmp_path / "tiny.onnx"
+    result = CliRunner().invoke(app, ["export", "org/tiny", str(out)])
+    assert result.exit_code == 0, result.output
+    assert out.stat().st_size > 10_000

@@ -792,11 +792,14 @@ def resolve_model(model: str | os.PathLike[str] | None) -> Path:
 
     Args:
         model: ``None`` (the default model, fetched if needed), a path to an existing
-            directory, or a ``RESOURCES`` key (fetched if needed). A cached resource, named
-            or given as its cache directory, gets `fetch`'s cheap check.
+            directory, a ``RESOURCES`` key (fetched if needed), or a model id (``org/name``)
+            already in the local Hugging Face cache (`hub_cache.resolve_model_dir`; never
+            downloaded). A cached resource, named or given as its cache directory, gets
+            `fetch`'s cheap check.
 
     Raises:
-        ValueError: ``model`` is neither an existing directory nor a known resource.
+        ModelNotFoundError (a ValueError): none of these; the message lists every place looked
+            at and the known resources.
         FetchError: fetching a known resource failed.
         CacheCorruptError: the cached entry fails its check (see `fetch`).
     """
@@ -814,7 +817,16 @@ def resolve_model(model: str | os.PathLike[str] | None) -> Path:
         return path
     if str(model) in RESOURCES:
         return fetch(str(model))
-    raise ValueError(
-        f"model {str(model)!r} is neither an existing directory nor a known resource; "
-        f"known resources: {sorted(RESOURCES)}"
-    )
+    from .hub_cache import ModelNotFoundError, resolve_model_dir
+
+    known = f"known resources: {sorted(RESOURCES)}"
+    try:  # a model id (org/name) already in the local Hugging Face cache; never downloaded
+        found = resolve_model_dir(str(model))
+    except ModelNotFoundError as e:
+        raise ModelNotFoundError(f"{e}; and it is no bertfamily resource ({known})") from None
+    if not found.is_dir():
+        raise ModelNotFoundError(
+            f"model {str(model)!r} is neither an existing directory, a known resource nor a "
+            f"model id (org/name) in the local Hugging Face cache; {known}"
+        )
+    return found

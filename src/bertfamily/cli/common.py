@@ -43,24 +43,19 @@ def handle_errors(func: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def model_path(model: str | None) -> Path:
-    """A ``--model`` value as a local directory: an existing directory (always first), a
-    bertfamily resource name (fetched on first use; None = the default model), or a model id
-    (``org/name``) already in the local Hugging Face cache (never downloaded).
+    """A ``--model`` value as a local directory (`fetch.resolve_model`): an existing directory
+    (always first), a bertfamily resource name (fetched on first use; None = the default
+    model), or a model id (``org/name``) already in the local Hugging Face cache (never
+    downloaded).
 
     Raises:
-        ValueError: none of these; the message lists every place looked at and the resources.
+        ModelNotFoundError (a ValueError): none of these; the message lists every place looked
+            at and the resources.
         FetchError / CacheCorruptError: see `fetch.resolve_model`.
     """
-    from ..fetch import RESOURCES, resolve_model
-    from ..hub_cache import ModelNotFoundError, resolve_model_dir
+    from ..fetch import resolve_model
 
-    if model is None or model in RESOURCES or Path(model).expanduser().is_dir():
-        return resolve_model(model)
-    try:
-        return resolve_model_dir(model)
-    except ModelNotFoundError as e:
-        known = sorted(RESOURCES)
-        raise ModelNotFoundError(f"{e}; and it is no bertfamily resource {known}") from None
+    return resolve_model(model)
 
 
 def read_lines(path: Path) -> list[str]:

@@ -16,7 +16,7 @@ commands.add_typer(convert, name="convert")
 @commands.command()
 @handle_errors
 def export(
-    model: str = typer.Argument(..., help="Model directory or resource name."),
+    model: str = typer.Argument(..., help="Model: directory, resource name or cached org/name."),
     output: Path = typer.Argument(..., help="Output file (.onnx)."),
     format: str = typer.Option("onnx", "--format", help="Export format (onnx)."),
     opset: int = typer.Option(17, help="ONNX opset version."),

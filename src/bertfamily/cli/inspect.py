@@ -141,7 +141,7 @@ def attention(
     text: str = typer.Argument(..., help="Text to run."),
     output: Path = typer.Option(..., "--output", "-o", help="PNG file to write."),
     model: str | None = typer.Option(
-        None, help="Model directory or resource (default: all-MiniLM-L6-v2)."
+        None, help="Model: directory, resource or cached org/name (default: all-MiniLM-L6-v2)."
     ),
     layer: int = typer.Option(-1, help="Layer (negative: from the end)."),
     head: int = typer.Option(0, help="Head index."),

@@ -57,7 +57,9 @@ def pretrain(
     tokenizer: Path | None = typer.Option(None, help="Tokenizer directory."),
     preset: str = typer.Option("bert-tiny", help="Preset for a model from scratch."),
     init_from: str | None = typer.Option(
-        None, help="Continue pretraining this model directory or resource (fresh heads if absent)."
+        None,
+        help="Continue pretraining this model (directory, resource or cached org/name; fresh "
+        "heads if absent).",
     ),
     objectives: str | None = typer.Option(
         None, help="e.g. mlm,nsp | mlm,sop | mlm | mlm,sbo (default: the preset's)."
@@ -122,7 +124,9 @@ def pretrain(
 def distill(
     ctx: typer.Context,
     method: str | None = typer.Option(None, help="distilbert | tinybert | tinybert-task"),
-    teacher: str | None = typer.Option(None, help="Teacher model directory or resource."),
+    teacher: str | None = typer.Option(
+        None, help="Teacher model: directory, resource or cached org/name."
+    ),
     student: str = typer.Option(
         "tinybert-4l",
         help="Student preset name or directory "
@@ -219,7 +223,7 @@ def distill(
 @distill_group.command("init")
 @handle_errors
 def distill_init(
-    teacher: str = typer.Option(..., help="Teacher model directory or resource."),
+    teacher: str = typer.Option(..., help="Teacher model: directory, resource or cached org/name."),
     layers: str = typer.Option(..., help="Teacher layers to copy, 0-based: e.g. 0,2,4."),
     output: Path = typer.Option(..., "--output", "-o", help="Directory for the student."),
     student_preset: str | None = typer.Option(
@@ -256,7 +260,8 @@ def distill_init(
 def finetune(
     task: str = typer.Option(..., help=TASK_HELP),
     model: str | None = typer.Option(
-        None, help="Pretrained model directory or resource (default all-MiniLM-L6-v2)."
+        None,
+        help="Pretrained model: directory, resource or cached org/name (default all-MiniLM-L6-v2).",
     ),
     train: Path = typer.Option(..., help="Training file (CSV/TSV/JSONL, CoNLL, SQuAD JSON)."),
     eval: Path | None = typer.Option(
