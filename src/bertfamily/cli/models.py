@@ -228,7 +228,8 @@ def embed(
             "--format jsonl to save them"
         )
         return
-    table = Table(title=f"cosine similarity ({model or embedder.path.name}, dim {vectors.shape[1]})")
+    shown = embedder.path.name if model is None or Path(model).is_dir() else model  # org/name
+    table = Table(title=f"cosine similarity ({shown}, dim {vectors.shape[1]})")
     table.add_column("#")
     table.add_column("sentence", max_width=SHOWN_CHARS + 1)
     for j in range(len(texts)):
