@@ -152,6 +152,9 @@ class EncoderConfig:
     # re-applied this many times with absolute positions added to its queries (0 = off, the MLM
     # head reads the last hidden state as transformers' DebertaForMaskedLM does; 2 = pretraining).
     emd_layers: int = 0
+    # Activation of the MLM head's transform (dense H→E, act, LayerNorm); None = hidden_act.
+    # ELECTRA's generator applies GELU whatever its hidden_act (Clark et al. 2020, released code).
+    mlm_activation: str | None = None
 
     # --- task heads (fine-tuning; heads/tasks.py) -------------------------------------------------
     # How sequence-level heads read a sequence: "pooler" = the encoder's pooled [CLS] (BERT,
@@ -216,6 +219,10 @@ class EncoderConfig:
         if self.position_scheme not in POSITION_SCHEMES:
             raise ConfigError(
                 f"position_scheme {self.position_scheme!r} is not one of {POSITION_SCHEMES}"
+            )
+        if self.mlm_activation is not None and self.mlm_activation not in ACTIVATIONS:
+            raise ConfigError(
+                f"mlm_activation must be None or one of {ACTIVATIONS}, got {self.mlm_activation!r}"
             )
         if self.pair_head not in (None, "nsp", "sop"):
             raise ConfigError(f"pair_head must be 'nsp', 'sop' or None, got {self.pair_head!r}")
