@@ -112,11 +112,21 @@ def test_generator_keeps_gelu_and_ties_its_decoder(hf_checkpoint, tmp_path):
     """ElectraForMaskedLM: dense H→E, exact GELU even with hidden_act gelu_new, LayerNorm(E),
     decoder tied to the (V, E) token embedding with its own bias; the saved file holds no
     separate decoder weight and transformers re-ties it."""
+    import copy
+
     import transformers
     from safetensors.torch import load_file
 
-    path, _ = hf_checkpoint("electra", "ElectraForMaskedLM", hidden_act="gelu_new")
-    ours = bf.from_pretrained(path)
+    _, ref = hf_checkpoint("electra", "ElectraForMaskedLM", hidden_act="gelu_new")
+    ref = copy.deepcopy(ref)
+    with torch.no_grad():  # pre-activations of order 1, where GELU and its tanh form differ
+        ref.generator_predictions.dense.weight.mul_(30.0)
+    ref.save_pretrained(tmp_path / "ref")
+    ours = bf.from_pretrained(tmp_path / "ref")
+    ids, mask = padded_batch((7, 5, 2))
+    with torch.no_grad():
+        a, b = ours(ids, mask).logits, ref(input_ids=ids, attention_mask=mask).logits
+    torch.testing.assert_close(a[mask.bool()], b[mask.bool()], atol=ATOL, rtol=0)
     assert ours.config.hidden_act == "gelu_tanh" and ours.config.mlm_activation == "gelu"
     x = torch.linspace(-3, 3, 13)
     torch.testing.assert_close(ours.mlm_head.act(x), F.gelu(x))  # exact erf form
