@@ -469,11 +469,14 @@ class EncoderConfig:
         total += self.num_unique_layers * layer
         if self.relative_attention:
             total += 2 * self.relative_span * H + 2 * H
-        total += H * H + H  # pooler
+        if self.use_pooler:
+            total += H * H + H  # pooler
         if "mlm" in heads:
             total += H * E + E + 2 * E + V + (cond * E if "mlm" in sites else 0)
         if "pair" in heads:
             total += 2 * H + 2
+        if "rtd" in heads:  # replaced-token detection: dense H→H, then H→1
+            total += H * H + 2 * H + 1
         total += H * H + H + H * max(self.num_labels, 2) + self.num_labels  # a task head
         return total
 
