@@ -93,6 +93,13 @@ def hf_config(family: str, **overrides):
                 **overrides,
             }
         )
+    # --- XLM-RoBERTa, CamemBERT (RoBERTa's layout) and ELECTRA (E = 16 ≠ H unless overridden)
+    if family == "xlm-roberta":
+        return transformers.XLMRobertaConfig(**{**TINY, **_ROBERTA_LIKE, **overrides})
+    if family == "camembert":
+        return transformers.CamembertConfig(**{**TINY, **_ROBERTA_LIKE, **overrides})
+    if family == "electra":
+        return transformers.ElectraConfig(**{**TINY, "embedding_size": 16, **overrides})
     raise ValueError(family)
 
 

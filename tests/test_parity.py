@@ -34,6 +34,9 @@ VARIANTS = {
         "c2p": dict(pos_att_type="c2p"),
         "clipped": dict(max_relative_positions=4),
     },
+    # ELECTRA: embedding_size E = 16 < H with `embeddings_project`, E = H without it (the
+    # generator's fixed GELU under another hidden_act: tests/test_electra.py).
+    "electra": {"E<H": {}, "E=H": dict(embedding_size=32)},
 }
 # Facts each family's tiny checkpoint must read into our config.
 CONFIG_FACTS = {
@@ -53,10 +56,15 @@ CONFIG_FACTS = {
         attention_window=(4, 6),
         sep_token_id=SEP,
     ),
+    "xlm-roberta": dict(model_type="xlm-roberta", position_scheme="absolute_from_padding"),
+    "camembert": dict(model_type="camembert", position_scheme="absolute_from_padding"),
+    "electra": dict(model_type="electra", use_pooler=False, pair_head=None, mlm_activation="gelu"),
 }
 PAIR_LOGITS = {"bert": "seq_relationship_logits", "albert": "sop_logits"}
-SEGMENTS = ("bert", "albert")  # families whose tiny configs have two token types
-LEFT_PADDED = ("", "mlm", "tokens")  # heads that never read a padded position when left-padded
+SEGMENTS = ("bert", "albert", "electra")  # families whose tiny configs have two token types
+# heads that never read a padded position when left-padded
+LEFT_PADDED = ("", "mlm", "tokens", "rtd")
+ROBERTA_LIKE = ("roberta", "longformer", "xlm-roberta", "camembert")  # <s> = 0 first
 
 
 def _head_cases():
@@ -87,6 +95,10 @@ def test_sweep_covers_every_family_and_head():
     this pins the minimum it must hold."""
     families = {f for f, _, _ in CASES}
     assert families >= {"bert", "roberta", "distilbert", "albert", "deberta", "longformer"}
+    assert families >= {"xlm-roberta", "camembert", "electra"}
+    for variant in VARIANTS["electra"]:  # generator, discriminator, RTD head, every task head
+        heads = {h for f, v, h in CASES if f == "electra" and v == variant}
+        assert heads == {"", "mlm", "rtd", "classify", "regression", "tokens", "qa", "choice"}
     for family in families:
         heads = {h for f, _, h in CASES if f == family}
         assert {"", "mlm", "classify", "regression", "tokens", "qa"} <= heads, family
@@ -119,7 +131,7 @@ def task_inputs(family: str, choice: bool, pad_id: int, left: bool = False):
     the families that have them."""
     g = torch.Generator().manual_seed(3)
     T = 11
-    first = 0 if family in ("roberta", "longformer") else 5  # <s> / any token
+    first = 0 if family in ROBERTA_LIKE else 5  # <s> / any token
     lengths = [[11, 7], [8, 8], [6, 10]] if choice else [[11], [8], [6]]
     questions = [[3, 1], [2, 2], [1, 4]] if choice else [[3], [2], [1]]
     ids = torch.stack(
@@ -169,7 +181,7 @@ def _compare(family: str, head: str, a, b, mask: torch.Tensor, pooler: bool) -> 
     elif head == "qa":
         torch.testing.assert_close(a.start_logits[real], b.start_logits[real], **close)
         torch.testing.assert_close(a.end_logits[real], b.end_logits[real], **close)
-    elif head == "tokens":
+    elif head in ("tokens", "rtd"):  # (B, T, C) per-token scores; (B, T) replaced-token logits
         torch.testing.assert_close(a.logits[real], b.logits[real], **close)
     else:  # classify, regression, choice: one row of logits per sequence (or per choice set)
         torch.testing.assert_close(a.logits, b.logits, **close)
@@ -275,13 +287,20 @@ ROW_ALONE = [
     ("deberta", "right", VARIANTS["deberta"]["clipped"]),
     ("longformer", "right", {}),
     ("longformer", "left", {}),
+    ("xlm-roberta", "left", {}),
+    ("camembert", "right", {}),
+    ("electra", "right", {}),
+    ("electra", "right", VARIANTS["electra"]["E=H"]),
 ]
 
 
 @pytest.mark.parametrize(
     "family,padding,overrides",
     ROW_ALONE,
-    ids=[f"{f}-{p}-{'clipped' if o else 'default'}" for f, p, o in ROW_ALONE],
+    ids=[
+        f"{f}-{p}-" + next((v for v, ov in VARIANTS.get(f, {}).items() if o and ov == o), "default")
+        for f, p, o in ROW_ALONE
+    ],
 )
 def test_padded_row_equals_row_alone(family, padding, overrides, hf_checkpoint):
     """A padded row's real tokens equal the row run alone (left padding only where positions
@@ -509,6 +528,8 @@ def _loss_targets(family: str, head: str, ids: torch.Tensor, mask: torch.Tensor)
         return {"labels": labels, PAIR_LABEL[family]: torch.tensor([0, 1, 1])}
     if head == "pair":
         return {"labels": torch.tensor([1, 0, 1])}
+    if head == "rtd":  # 1 = replaced; padding positions carry no loss
+        return {"labels": torch.randint(0, 2, ids.shape, generator=g)}
     if head == "classify":
         return {"labels": torch.tensor([0, 2, 1])}
     if head == "regression":

@@ -96,6 +96,9 @@ TINY_FAMILIES = {
     "tiny-albert": "albert",
     "tiny-deberta": "deberta",
     "tiny-longformer": "longformer",
+    "tiny-xlm-roberta": "xlm-roberta",
+    "tiny-camembert": "camembert",
+    "tiny-electra": "electra",
 }
 HEAD_SETS = [
     (preset, heads)

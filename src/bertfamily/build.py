@@ -10,7 +10,7 @@ from torch import nn
 from .config import EncoderConfig, check_parameter_budget
 from .heads.enhanced_mask_decoder import EnhancedMaskDecoder
 from .heads.global_attention import HEAD_DEFAULTS, TaskGlobalAttention
-from .heads.pretraining import MaskedLMHead, PairHead
+from .heads.pretraining import MaskedLMHead, PairHead, ReplacedTokenHead
 from .heads.tasks import TASK_HEADS, SequenceHead, SpanHead, TokenHead
 from .model import Model
 from .modules.activations import activation
@@ -23,7 +23,7 @@ from .modules.ffn import FeedForward
 from .modules.layer import EncoderLayer
 from .modules.norms import ConditionalLayerNorm
 
-HEADS = ("mlm", "pair") + TASK_HEADS
+HEADS = ("mlm", "pair", "rtd") + TASK_HEADS
 
 
 def build_norm(config: EncoderConfig, size: int, site: str | None = None) -> nn.Module:
@@ -221,7 +221,8 @@ def build_model(
     config: EncoderConfig, heads: Iterable[str] = (), *, max_parameters: int | None = None
 ) -> Model:
     """A randomly initialised `Model` with the chosen heads: pretraining heads ("mlm",
-    "pair") or one fine-tuning head ("classify", "tokens", "qa", "choice").
+    "pair"; or "rtd", ELECTRA's replaced-token detection) or one fine-tuning head
+    ("classify", "tokens", "qa", "choice").
 
     The pooler is built only where something reads it, as in transformers' class with the
     same heads: the base model (when ``config.use_pooler``), the pair head, and "classify" /
@@ -233,7 +234,8 @@ def build_model(
 
     Raises:
         ValueError: an unknown head name, "pair" for a config whose ``pair_head`` is None
-            or without a pooler, more than one task head, or a task head with "mlm"/"pair".
+            or without a pooler, more than one task head, a task head with "mlm"/"pair", or
+            "rtd" with "mlm" (both give ``logits``).
         ConfigError (a ValueError): the model would exceed ``max_parameters``.
     """
     heads = tuple(heads)
@@ -246,6 +248,8 @@ def build_model(
         raise ValueError(f"a task head cannot be combined with other heads, got {heads}")
     if len(tasks) > 1:
         raise ValueError(f"at most one task head per model, got {tasks}")
+    if "rtd" in heads and "mlm" in heads:  # ELECTRA's generator and discriminator are two models
+        raise ValueError("the rtd and mlm heads both give logits; build them as two models")
     if heads and config.use_pooler and not reads_pooler(config, heads):
         config = config.replace(use_pooler=False)
     emd = config.emd_layers > 0 and "mlm" in heads
@@ -255,7 +259,7 @@ def build_model(
         mlm = MaskedLMHead(
             config.hidden_size,
             config.embedding_size,
-            activation(config.hidden_act),
+            activation(config.mlm_activation or config.hidden_act),
             build_norm(config, config.embedding_size, "mlm"),
             encoder.embeddings.token,
         )
@@ -263,6 +267,11 @@ def build_model(
         if not config.use_pooler:
             raise ValueError("the pair (NSP/SOP) head needs a pooler; this config has none")
         pair = PairHead(config.hidden_size)
+    rtd = (
+        ReplacedTokenHead(config.hidden_size, activation(config.hidden_act))
+        if "rtd" in heads
+        else None
+    )
     task = tasks[0] if tasks else None
     decoder = None
     if emd:  # the decoder re-applies the encoder's last layer with its absolute positions
@@ -278,6 +287,7 @@ def build_model(
         task_head=build_task_head(config, task) if task else None,
         task=task,
         default_inputs=attention_kind(config).task_inputs(config, task) if task else None,
+        rtd_head=rtd,
     )
     init_weights(model, config.initializer_range)
     return model

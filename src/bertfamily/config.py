@@ -152,6 +152,9 @@ class EncoderConfig:
     # re-applied this many times with absolute positions added to its queries (0 = off, the MLM
     # head reads the last hidden state as transformers' DebertaForMaskedLM does; 2 = pretraining).
     emd_layers: int = 0
+    # Activation of the MLM head's transform (dense H→E, act, LayerNorm); None = hidden_act.
+    # ELECTRA's generator applies GELU whatever its hidden_act (Clark et al. 2020, released code).
+    mlm_activation: str | None = None
 
     # --- task heads (fine-tuning; heads/tasks.py) -------------------------------------------------
     # How sequence-level heads read a sequence: "pooler" = the encoder's pooled [CLS] (BERT,
@@ -216,6 +219,10 @@ class EncoderConfig:
         if self.position_scheme not in POSITION_SCHEMES:
             raise ConfigError(
                 f"position_scheme {self.position_scheme!r} is not one of {POSITION_SCHEMES}"
+            )
+        if self.mlm_activation is not None and self.mlm_activation not in ACTIVATIONS:
+            raise ConfigError(
+                f"mlm_activation must be None or one of {ACTIVATIONS}, got {self.mlm_activation!r}"
             )
         if self.pair_head not in (None, "nsp", "sop"):
             raise ConfigError(f"pair_head must be 'nsp', 'sop' or None, got {self.pair_head!r}")
@@ -462,11 +469,14 @@ class EncoderConfig:
         total += self.num_unique_layers * layer
         if self.relative_attention:
             total += 2 * self.relative_span * H + 2 * H
-        total += H * H + H  # pooler
+        if self.use_pooler:
+            total += H * H + H  # pooler
         if "mlm" in heads:
             total += H * E + E + 2 * E + V + (cond * E if "mlm" in sites else 0)
         if "pair" in heads:
             total += 2 * H + 2
+        if "rtd" in heads:  # replaced-token detection: dense H→H, then H→1
+            total += H * H + 2 * H + 1
         total += H * H + H + H * max(self.num_labels, 2) + self.num_labels  # a task head
         return total
 

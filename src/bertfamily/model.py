@@ -11,7 +11,7 @@ from torch import nn
 
 from .checkpoints.io import save_pretrained
 from .config import EncoderConfig
-from .heads.pretraining import mlm_loss, pair_loss
+from .heads.pretraining import mlm_loss, pair_loss, rtd_loss
 from .heads.tasks import sequence_loss, span_loss, token_loss
 from .modules.encoder import Encoder, EncoderOutput
 
@@ -24,7 +24,8 @@ class ModelOutput(EncoderOutput):
         loss: 0-d float, the loss of the heads given their labels (see `Model.forward`), or
             None when no labels were given.
         logits: (B, T, V) masked-LM vocabulary logits, or (M, V) at the M positions selected by
-            ``masked_positions``; None without an MLM head. With a task head: (B, C) class
+            ``masked_positions``; None without an MLM head. With the "rtd" head: (B, T)
+            replaced-token-detection logits (> 0 = replaced). With a task head: (B, C) class
             scores ("classify"; C = 1: regression), (B, T, C) per-token scores ("tokens"),
             (B, K) one score per choice ("choice").
         pair_logits: (B, 2) NSP/SOP logits; None without a pair head.
@@ -55,8 +56,9 @@ def _select(
 
 
 class Model(nn.Module):
-    """One model class for every family: `encoder` + optional `mlm_head` and `pair_head`, or
-    one fine-tuning `task_head` named by ``task`` ("classify", "tokens", "qa", "choice").
+    """One model class for every family: `encoder` + optional `mlm_head` and `pair_head`, or an
+    `rtd_head` (replaced-token detection), or one fine-tuning `task_head` named by ``task``
+    ("classify", "tokens", "qa", "choice").
 
     It holds no family knowledge: what differs between families is in the components that
     `bertfamily.build.build_model` gives it —
@@ -83,6 +85,7 @@ class Model(nn.Module):
         task_head: nn.Module | None = None,
         task: str | None = None,
         default_inputs: Callable[..., dict[str, torch.Tensor]] | None = None,
+        rtd_head: nn.Module | None = None,
     ) -> None:
         super().__init__()
         self.config = config
@@ -93,6 +96,7 @@ class Model(nn.Module):
         self.task_head = task_head
         self.task = task if task_head is not None else None
         self.default_inputs = default_inputs
+        self.rtd_head = rtd_head
 
     @property
     def heads(self) -> tuple[str, ...]:
@@ -102,6 +106,7 @@ class Model(nn.Module):
             for n, m in (
                 ("mlm", self.mlm_head),
                 ("pair", self.pair_head),
+                ("rtd", self.rtd_head),
                 (self.task, self.task_head),
             )
             if m is not None
@@ -146,7 +151,8 @@ class Model(nn.Module):
                 class ids, (B,) float targets (one label: regression) or (B, C) 0/1 floats
                 (multi-label) for "classify", per ``config.problem_type`` or inferred as
                 transformers does; (B, T) with -100 for "tokens"; (B,) the right choice for
-                "choice". ``start_positions`` / ``end_positions``: (B,) for "qa" (positions
+                "choice"; (B, T) 0/1 (1 = replaced) for "rtd", binary cross-entropy over
+                the real tokens. ``start_positions`` / ``end_positions``: (B,) for "qa" (positions
                 outside the sequence carry no loss; padding is never a candidate, so on
                 padded batches the loss differs from transformers', whose heads keep padding
                 positions as candidates). ``next_sentence_label`` (or its SOP name
@@ -215,6 +221,8 @@ class Model(nn.Module):
                 logits = self.mlm_head(h[masked_positions] if masked_positions is not None else h)
         if self.pair_head is not None:
             pair_logits = self.pair_head(out.pooler_output)
+        if self.rtd_head is not None:
+            logits = self.rtd_head(out.last_hidden_state)  # (B, T)
         start = end = None
         if self.task_head is not None:
             scores = self.task_head(out.last_hidden_state, out.pooler_output)
@@ -242,6 +250,8 @@ class Model(nn.Module):
         targets: dict[str, torch.Tensor] = {}
         if labels is not None:
             head = "mlm" if self.mlm_head is not None else self.task
+            if head is None and self.rtd_head is not None:
+                head = "rtd"
             if head is None and self.pair_head is not None:
                 head = "pair"
             if head is None or head == "qa":
@@ -284,6 +294,8 @@ class Model(nn.Module):
                 losses.append(mlm_loss(out.logits, target))
             elif head == "pair":
                 losses.append(pair_loss(out.pair_logits, target))
+            elif head == "rtd":
+                losses.append(rtd_loss(out.logits, target, attention_mask))
             elif head == "qa":
                 losses.append(span_loss(out.start_logits, out.end_logits, *target, attention_mask))
             elif head == "tokens":

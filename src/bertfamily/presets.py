@@ -46,6 +46,28 @@ _DEBERTA_V1 = dict(
 )
 # Longformer: RoBERTa's heads; the separator id places default global attention (qa, choice).
 _LONGFORMER_HEADS = dict(_ROBERTA_HEADS, sep_token_id=2)
+# XLM-RoBERTa and CamemBERT: RoBERTa's structure (positions offset by pad_token_id + 1 = 2,
+# one unused segment, eps 1e-5, no NSP) under their own checkpoint family.
+_ROBERTA_LAYOUT = dict(
+    type_vocab_size=1,
+    pad_token_id=1,
+    position_scheme="absolute_from_padding",
+    layer_norm_eps=1e-5,
+    pair_head=None,
+    **_ROBERTA_HEADS,
+)
+# ELECTRA (Clark et al. 2020): no pooler, no NSP; the generator's MLM head applies GELU whatever
+# the hidden_act; classification: first token, dense, GELU (ElectraClassificationHead); multiple
+# choice: the first token through the sequence summary (Linear H→H, GELU).
+_ELECTRA = dict(
+    model_type="electra",
+    use_pooler=False,
+    pair_head=None,
+    mlm_activation="gelu",
+    classifier_pooling="first_token_dense",
+    choice_pooling="first_token_dense",
+    classifier_activation="gelu",
+)
 
 PRESETS: dict[str, dict[str, Any]] = {
     # google-research/bert uncased_L-12_H-768_A-12 (bert-base-uncased) — 109,482,240
@@ -209,6 +231,37 @@ PRESETS: dict[str, dict[str, Any]] = {
         attention_kind="windowed",
         attention_window=(4, 6),
         **_LONGFORMER_HEADS,
+    ),
+    "tiny-xlm-roberta": dict(
+        model_type="xlm-roberta",
+        vocab_size=99,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=37,
+        max_position_embeddings=66,
+        **_ROBERTA_LAYOUT,
+    ),
+    "tiny-camembert": dict(
+        model_type="camembert",
+        vocab_size=99,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=37,
+        max_position_embeddings=66,
+        **_ROBERTA_LAYOUT,
+    ),
+    # E = 16 < H = 32: embeddings in E, then the E→H projection
+    "tiny-electra": dict(
+        vocab_size=99,
+        embedding_size=16,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=37,
+        max_position_embeddings=64,
+        **_ELECTRA,
     ),
 }
 

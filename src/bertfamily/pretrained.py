@@ -53,8 +53,8 @@ def from_pretrained(
         path: directory with config.json and model.safetensors / pytorch_model.bin, or the id
             (``org/name``) of a model already in the local Hugging Face cache (found offline by
             `hub_cache.resolve_model_dir`; a local directory of that name wins).
-        heads: heads to build (subset of "mlm", "pair", or one task head "classify", "tokens",
-            "qa", "choice"); None = the heads the checkpoint holds (task heads from
+        heads: heads to build (subset of "mlm", "pair", "rtd", or one task head "classify",
+            "tokens", "qa", "choice"); None = the heads the checkpoint holds (task heads from
             config.json's ``architectures``).
         new_heads: fine-tuning start: heads (and a pooler) the checkpoint lacks, or holds with
             another shape (another number of labels), are freshly initialised, and the
@@ -172,7 +172,7 @@ def _accept_new_heads(report: LoadReport, fmap: FamilyMap, state: dict) -> LoadR
     """What remains wrong after allowing fresh heads/pooler and dropped foreign heads."""
     head_keys = {k.replace("{i}", "") for t in fmap.heads.values() for k in t}
     pooler_keys = {fmap.base_prefix + k for k in fmap.pooler} | set(fmap.pooler)
-    fresh = ("task_head.", "mlm_head.", "pair_head.", "encoder.pooler.")
+    fresh = ("task_head.", "mlm_head.", "pair_head.", "rtd_head.", "encoder.pooler.")
     missing = [k for k in report.missing if not k.startswith(fresh)]
     unexpected = [
         k for k in report.unexpected if rename_legacy_layernorm(k) not in head_keys | pooler_keys
@@ -182,6 +182,7 @@ def _accept_new_heads(report: LoadReport, fmap: FamilyMap, state: dict) -> LoadR
         "task_head.": "task head",
         "mlm_head.": "MLM head",
         "pair_head.": "pair head",
+        "rtd_head.": "replaced-token-detection head",
         "encoder.pooler.": "pooler",
     }
     initialised = sorted({names[p] for k in report.missing for p in fresh if k.startswith(p)})

@@ -13,12 +13,13 @@ Our names (the state dict of `bertfamily.Model`):
     encoder.layers.{i}.ffn.{up,down}.*          encoder.layers.{i}.ffn_norm.*
     encoder.pooler.dense.*
     mlm_head.{dense,norm}.*  mlm_head.bias       pair_head.classifier.*
+    rtd_head.{dense,out}.*   (ELECTRA's replaced-token detection)
     task_head.{dense,out}.*  (one fine-tuning head: classify, tokens, qa, choice)
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 
@@ -470,8 +471,104 @@ LONGFORMER = FamilyMap(
     config_defaults={"sep_token_id": 2},  # LongformerConfig's default
 )
 
+# XLM-RoBERTa (Conneau et al. 2020) and CamemBERT (Martin et al. 2020): RoBERTa's layout and
+# behaviour (positions from padding, lm_head, classification head on the first token) under
+# their own model_type and class names, so a save loads in transformers as the same class.
+XLM_ROBERTA = replace(
+    ROBERTA,
+    model_type="xlm-roberta",
+    architectures={
+        "": "XLMRobertaModel",
+        "mlm": "XLMRobertaForMaskedLM",
+        **task_architectures("XLMRoberta"),
+    },
+)
+CAMEMBERT = replace(
+    ROBERTA,
+    model_type="camembert",
+    architectures={
+        "": "CamembertModel",
+        "mlm": "CamembertForMaskedLM",
+        **task_architectures("Camembert"),
+    },
+)
+
+# ELECTRA (Clark et al. 2020): BERT layers under lookups in E, then `embeddings_project` E→H
+# when E ≠ H (our embeddings' projection, as ALBERT's); no pooler. The generator's MLM head
+# works in E with a fixed GELU; the discriminator's replaced-token-detection head ("rtd")
+# reads the hidden_act. Sequence classification: first token → dense → GELU → out_proj;
+# multiple choice: `sequence_summary.summary` (first token, Linear H→H, summary_activation)
+# → classifier H→1. The same names in transformers 4.x and 5.x.
+ELECTRA = FamilyMap(
+    model_type="electra",
+    base_prefix="electra.",
+    trunk={
+        **_BERT_TRUNK,
+        **_wb("embeddings_project", "encoder.embeddings.projection"),  # only when E ≠ H
+    },
+    pooler={},
+    heads={
+        "mlm": {
+            **_wb("generator_predictions.dense", "mlm_head.dense"),
+            **_wb("generator_predictions.LayerNorm", "mlm_head.norm"),
+            "generator_lm_head.bias": "mlm_head.bias",
+            "generator_lm_head.weight": None,  # tied to the token embedding
+        },
+        "rtd": {
+            **_wb("discriminator_predictions.dense", "rtd_head.dense"),
+            **_wb("discriminator_predictions.dense_prediction", "rtd_head.out"),
+        },
+        **task_heads(
+            classify={
+                "classifier.dense": "task_head.dense",
+                "classifier.out_proj": "task_head.out",
+            },
+            choice={
+                "sequence_summary.summary": "task_head.dense",
+                "classifier": "task_head.out",
+            },
+        ),
+    },
+    architectures={
+        "": "ElectraModel",
+        "mlm": "ElectraForMaskedLM",
+        "rtd": "ElectraForPreTraining",
+        **task_architectures("Electra"),
+    },
+    config_fields={**_BERT_CONFIG, "embedding_size": "embedding_size"},
+    config_fixed={
+        "position_scheme": "absolute",
+        "use_pooler": False,
+        "pair_head": None,
+        "mlm_activation": "gelu",  # ElectraGeneratorPredictions: gelu whatever the hidden_act
+        "classifier_pooling": "first_token_dense",
+        "choice_pooling": "first_token_dense",
+        "classifier_activation": "gelu",  # ElectraClassificationHead; summary_activation below
+    },
+    # The multiple-choice summary we run: the first token, projected H→H, then GELU (our
+    # choice head shares classifier_activation). Other summaries are refused, not misread.
+    config_required={
+        "position_embedding_type": "absolute",
+        "summary_type": "first",
+        "summary_use_proj": True,
+        "summary_activation": "gelu",
+        "summary_proj_to_labels": False,
+    },
+)
+
 FAMILIES: dict[str, FamilyMap] = {
-    m.model_type: m for m in (BERT, ROBERTA, DISTILBERT, ALBERT, DEBERTA, LONGFORMER)
+    m.model_type: m
+    for m in (
+        BERT,
+        ROBERTA,
+        DISTILBERT,
+        ALBERT,
+        DEBERTA,
+        LONGFORMER,
+        XLM_ROBERTA,
+        CAMEMBERT,
+        ELECTRA,
+    )
 }
 
 # Hugging Face activation names → ours, and back.

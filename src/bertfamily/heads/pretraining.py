@@ -1,4 +1,5 @@
-"""Pretraining heads: masked-LM (tied decoder) and sentence-pair (NSP/SOP)."""
+"""Pretraining heads: masked-LM (tied decoder), sentence-pair (NSP/SOP) and replaced-token
+detection (ELECTRA's discriminator)."""
 
 from __future__ import annotations
 
@@ -68,6 +69,28 @@ class PairHead(nn.Module):
         return self.classifier(pooled)
 
 
+class ReplacedTokenHead(nn.Module):
+    """(B, T, H) → (B, T) replaced-token-detection logits: one score per token, > 0 meaning
+    "replaced by the generator" (ELECTRA, Clark et al. 2020 §2: the discriminator D(x, t) =
+    sigmoid(wᵀ h_D(x)_t)); dense H→H and the activation precede the scoring layer, as in the
+    released discriminator.
+
+    Args:
+        hidden_size: H.
+        act: activation after ``dense`` (the encoder's hidden_act).
+    """
+
+    def __init__(self, hidden_size: int, act: nn.Module) -> None:
+        super().__init__()
+        self.dense = nn.Linear(hidden_size, hidden_size)
+        self.act = act
+        self.out = nn.Linear(hidden_size, 1)
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        """(B, T, H) float → (B, T) float logits."""
+        return self.out(self.act(self.dense(hidden))).squeeze(-1)  # (B, T, 1) → (B, T)
+
+
 def mlm_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     """Masked-LM cross-entropy (Devlin et al. 2019 §3.1, Task #1).
 
@@ -79,3 +102,41 @@ def mlm_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
 def pair_loss(pair_logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     """NSP / SOP cross-entropy: pair_logits (B, 2) float, labels (B,) int64 → 0-d float."""
     return F.cross_entropy(pair_logits.reshape(-1, 2), labels.reshape(-1).long())
+
+
+def rtd_loss(
+    logits: torch.Tensor, labels: torch.Tensor, attention_mask: torch.Tensor | None = None
+) -> torch.Tensor:
+    """Replaced-token-detection loss (ELECTRA, Clark et al. 2020 §2, L_Disc): binary
+    cross-entropy with logits, averaged over the real (non-padding) tokens of the batch.
+
+    Args:
+        logits: (B, T) float, the `ReplacedTokenHead` output.
+        labels: (B, T) 0/1 (int or float): 1 = the token was replaced, 0 = original.
+        attention_mask: (B, T) 0/1, 1 = real token; None = every position counts.
+
+    Returns:
+        0-d float.
+
+    Raises:
+        ValueError: labels or mask of another shape than the logits; labels other than 0/1;
+            a mask with no real token (the mean would be over nothing).
+    """
+    if tuple(labels.shape) != tuple(logits.shape):
+        raise ValueError(
+            f"replaced-token labels must be (B, T) like the logits {tuple(logits.shape)}, "
+            f"got {tuple(labels.shape)}"
+        )
+    if labels.numel() and not ((labels == 0) | (labels == 1)).all():
+        raise ValueError("replaced-token labels must be 0 (original) or 1 (replaced)")
+    if attention_mask is not None:
+        if tuple(attention_mask.shape) != tuple(logits.shape):
+            raise ValueError(
+                f"attention_mask must be (B, T) like the logits {tuple(logits.shape)}, "
+                f"got {tuple(attention_mask.shape)}"
+            )
+        real = attention_mask == 1
+        if not real.any():
+            raise ValueError("attention_mask has no real token: the loss would average nothing")
+        logits, labels = logits[real], labels[real]  # (R,) real tokens only
+    return F.binary_cross_entropy_with_logits(logits, labels.to(logits.dtype))
