@@ -509,3 +509,28 @@ def test_model_we_cannot_place_is_a_clear_error(tmp_path, trained):
     bad_option = model_dir(tmp_path / "o", model, "albert", do_lower_case="yes")
     with pytest.raises(TokenizerFileError, match="do_lower_case must be true or false"):
         load_tokenizer(bad_option)
+
+
+def test_model_reader_agrees_with_sentencepiece(sdist_models, trained):
+    """Our protobuf reader and sentencepiece's own parser see the same pieces and settings."""
+    from sentencepiece import sentencepiece_model_pb2
+
+    from bertfamily.spm import read_model
+
+    paths = [sdist_models / "botchan_en_bpe_1000.model", trained("debertav2", "unigram")]
+    for path in paths:
+        proto = sentencepiece_model_pb2.ModelProto()
+        proto.ParseFromString(path.read_bytes())
+        ours = read_model(path)
+        assert [(p.piece, p.score, p.type) for p in ours.pieces] == [
+            (p.piece, p.score, p.type) for p in proto.pieces
+        ]
+        assert ours.model_type == proto.trainer_spec.model_type
+        assert (ours.unk_id, ours.unk_piece) == (
+            proto.trainer_spec.unk_id,
+            proto.trainer_spec.unk_piece,
+        )
+        assert ours.precompiled_charsmap == proto.normalizer_spec.precompiled_charsmap
+    assert (
+        read_model(paths[0]).model_type_name == "bpe" and len(read_model(paths[1]).pieces) == 1000
+    )
