@@ -4,9 +4,8 @@
 A SentencePiece ``.model`` file is one serialised ``ModelProto`` (sentencepiece's
 ``src/sentencepiece_model.proto``): the pieces with their scores and types, the trainer's
 settings (model type, unknown piece) and the normaliser's precompiled character map. It is read
-here with a small protobuf wire-format reader (`read_model`), so neither ``sentencepiece`` nor
-``protobuf`` is needed at run time; the tokenisation itself is the ``tokenizers`` library's
-``Unigram`` or ``BPE`` model.
+with sentencepiece's own schema (`read_model`); the tokenisation itself is the ``tokenizers``
+library's ``Unigram`` or ``BPE`` model.
 
 Each supported family is one `SpmFamily` row of `FAMILIES` (data only): its file name, how its
 vocabulary is laid out over the SentencePiece pieces, its normaliser steps, the
@@ -19,11 +18,9 @@ the released ``tokenizer.json`` files of these checkpoints hold.
 from __future__ import annotations
 
 import logging
-import struct
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import tokenizers
 from tokenizers import AddedToken, Regex, decoders, models, normalizers, pre_tokenizers, processors
@@ -96,83 +93,9 @@ class SpmModel:
         return _MODEL_TYPE_NAMES[self.model_type]
 
 
-def _varint(data: bytes, pos: int) -> tuple[int, int]:
-    """A base-128 varint at ``pos``: (value, next position). Raises ValueError when cut off."""
-    value = shift = 0
-    while True:
-        if pos >= len(data):
-            raise ValueError("a varint runs past the end of the data")
-        byte = data[pos]
-        pos += 1
-        value |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return value, pos
-        shift += 7
-        if shift > 63:
-            raise ValueError("a varint is longer than 10 bytes")
-
-
-def _fields(data: bytes) -> dict[int, list[Any]]:
-    """Decode one protobuf message (wire format: a sequence of ``key = field << 3 | wire
-    type`` and values) into field number -> values in order: ints for varints, ``bytes`` for
-    length-delimited fields, little-endian 4/8-byte ``bytes`` for fixed32/fixed64.
-
-    Raises:
-        ValueError: a malformed key, a value that runs past the end, or a group (wire types
-            3/4, which ``ModelProto`` never uses).
-    """
-    out: dict[int, list[Any]] = {}
-    pos = 0
-    while pos < len(data):
-        key, pos = _varint(data, pos)
-        number, wire = key >> 3, key & 7
-        if number == 0:
-            raise ValueError(f"field number 0 at byte {pos}")
-        if wire == 0:
-            value, pos = _varint(data, pos)
-        elif wire == 2:
-            size, pos = _varint(data, pos)
-            if pos + size > len(data):
-                raise ValueError(f"field {number} claims {size} bytes; only {len(data) - pos} left")
-            value, pos = data[pos : pos + size], pos + size
-        elif wire in (1, 5):
-            size = 8 if wire == 1 else 4
-            if pos + size > len(data):
-                raise ValueError(f"field {number} is cut off")
-            value, pos = data[pos : pos + size], pos + size
-        else:
-            raise ValueError(f"unsupported wire type {wire} for field {number}")
-        out.setdefault(number, []).append(value)
-    return out
-
-
-def _last(fields: Mapping[int, list[Any]], number: int, default: Any) -> Any:
-    values = fields.get(number)
-    return values[-1] if values else default  # protobuf: the last occurrence wins
-
-
-def _int32(value: int) -> int:
-    """A varint holding an int32 (negative values are sign-extended to 64 bits)."""
-    return value - (1 << 64) if value >= 1 << 63 else value
-
-
-def _text(value: Any, what: str) -> str:
-    if not isinstance(value, bytes):
-        raise ValueError(f"{what} is not a string")
-    try:
-        return value.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise ValueError(f"{what} is not UTF-8: {e}") from None
-
-
 def read_model(path: str | Path) -> SpmModel:
-    """Read a SentencePiece ``.model`` file (a serialised ``ModelProto``).
-
-    Field numbers from sentencepiece's ``sentencepiece_model.proto``: ``ModelProto``
-    1 pieces, 2 trainer_spec, 3 normalizer_spec; ``SentencePiece`` 1 piece, 2 score (float),
-    3 type (default ``NORMAL``); ``TrainerSpec`` 3 model_type (default ``UNIGRAM``),
-    35 byte_fallback, 40 unk_id (default 0), 45 unk_piece (default ``"<unk>"``);
-    ``NormalizerSpec`` 2 precompiled_charsmap.
+    """Read a SentencePiece ``.model`` file (a serialised ``ModelProto``) with sentencepiece's
+    own protobuf schema (``sentencepiece.sentencepiece_model_pb2``).
 
     Raises:
         OSError: the file cannot be read.
@@ -180,23 +103,24 @@ def read_model(path: str | Path) -> SpmModel:
             repeated piece, an unknown id outside the vocabulary), or a ``WORD``/``CHAR``
             model (the message says which).
     """
+    from google.protobuf.message import DecodeError
+    from sentencepiece import sentencepiece_model_pb2
+
     data = Path(path).read_bytes()
     if not data:
         raise ValueError("the file is empty")
-    top = _fields(data)
+    proto = sentencepiece_model_pb2.ModelProto()
+    try:
+        proto.ParseFromString(data)
+    except (DecodeError, RuntimeError, ValueError) as e:  # RuntimeError: the upb backend
+        raise ValueError(f"not a SentencePiece model (malformed protobuf: {e})") from None
     pieces = []
-    for index, raw in enumerate(top.get(1, [])):
-        if not isinstance(raw, bytes):
-            raise ValueError(f"piece {index} is not a message")
-        entry = _fields(raw)
-        piece = _text(_last(entry, 1, b""), f"piece {index}")
-        score_bytes = _last(entry, 2, b"\0\0\0\0")
-        if not isinstance(score_bytes, bytes) or len(score_bytes) != 4:
-            raise ValueError(f"the score of piece {index} is not a float")
-        kind = _last(entry, 3, NORMAL)
-        if not piece or not isinstance(kind, int) or not NORMAL <= kind <= BYTE:
-            raise ValueError(f"piece {index} ({piece!r}) is empty or has an unknown type {kind!r}")
-        pieces.append(SpmPiece(piece, struct.unpack("<f", score_bytes)[0], kind))
+    for index, entry in enumerate(proto.pieces):
+        if not entry.piece or not NORMAL <= entry.type <= BYTE:
+            raise ValueError(
+                f"piece {index} ({entry.piece!r}) is empty or has an unknown type {entry.type!r}"
+            )
+        pieces.append(SpmPiece(entry.piece, float(entry.score), int(entry.type)))
     if not pieces:
         raise ValueError("no pieces (not a SentencePiece model)")
     seen: dict[str, int] = {}
@@ -204,26 +128,21 @@ def read_model(path: str | Path) -> SpmModel:
         if p.piece in seen:
             raise ValueError(f"piece {p.piece!r} appears twice (ids {seen[p.piece]} and {index})")
         seen[p.piece] = index
-
-    trainer = _fields(_last(top, 2, b""))
-    normalizer = _fields(_last(top, 3, b""))
-    model_type = _last(trainer, 3, UNIGRAM)
+    trainer = proto.trainer_spec
+    model_type = int(trainer.model_type)
     if model_type not in (UNIGRAM, BPE):
         name = _MODEL_TYPE_NAMES.get(model_type, str(model_type))
         raise ValueError(f"a {name!r} model; only unigram and bpe models are supported")
-    unk_id = _int32(_last(trainer, 40, 0))
+    unk_id = int(trainer.unk_id)
     if not 0 <= unk_id < len(pieces):
         raise ValueError(f"unk_id {unk_id} is outside the {len(pieces)} pieces")
-    charsmap = _last(normalizer, 2, b"")
-    if not isinstance(charsmap, bytes):
-        raise ValueError("precompiled_charsmap is not bytes")
     return SpmModel(
         pieces=tuple(pieces),
         model_type=model_type,
         unk_id=unk_id,
-        unk_piece=_text(_last(trainer, 45, b"<unk>"), "unk_piece"),
-        byte_fallback=bool(_last(trainer, 35, 0)),
-        precompiled_charsmap=charsmap,
+        unk_piece=trainer.unk_piece,
+        byte_fallback=bool(trainer.byte_fallback),
+        precompiled_charsmap=bytes(proto.normalizer_spec.precompiled_charsmap),
     )
 
 
