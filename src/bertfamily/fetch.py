@@ -29,6 +29,7 @@ import shutil
 import stat
 import subprocess
 import sys
+import tarfile
 import tempfile
 import zipfile
 from collections.abc import Callable, Mapping, Sequence
@@ -201,9 +202,12 @@ def _run_command(cmd: list[str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(cmd, capture_output=True, text=True, check=False)
 
 
-def _download_pip_wheel(resource: Resource, dest: Path, extra_args: Sequence[str] = ()) -> Path:
-    """``pip download --no-deps`` the pinned wheel into ``dest``; return the wheel's path.
-    ``extra_args`` go to pip before the requirement (e.g. a target platform).
+def _download_pip_wheel(
+    resource: Resource, dest: Path, extra_args: Sequence[str] = (), *, sdist: bool = False
+) -> Path:
+    """``pip download --no-deps`` the pinned wheel (with ``sdist``: the source distribution)
+    into ``dest``; return the archive's path. ``extra_args`` go to pip before the requirement
+    (e.g. a target platform).
 
     Raises:
         FetchError: pip exited non-zero, or did not leave exactly one archive in ``dest``.
@@ -212,7 +216,8 @@ def _download_pip_wheel(resource: Resource, dest: Path, extra_args: Sequence[str
     cmd = [
         sys.executable, "-m", "pip", "download",
         "--no-deps",            # never pull the package's (unpinned, possibly CUDA) deps
-        "--only-binary=:all:",  # a wheel is a plain zip; never build an sdist
+        # a wheel is a plain zip; never build an sdist (pip still prepares an sdist's metadata)
+        "--no-binary=:all:" if sdist else "--only-binary=:all:",
         "--no-cache-dir",       # the archive is verified and unpacked once; don't keep a copy
         "--disable-pip-version-check",
         "--progress-bar", "off",
@@ -410,6 +415,54 @@ def _extract_gensim_data(archive: Path, member: str, dest: Path) -> None:
         write_documents((split_sentences(x) for x in lines if x.strip()), dest / f"{name}.txt")
 
 
+def _download_pip_sdist(resource: Resource, dest: Path) -> Path:
+    """The pinned source distribution (a ``.tar.gz``), for files that only the sdist ships."""
+    return _download_pip_wheel(resource, dest, sdist=True)
+
+
+def _extract_tar(archive: Path, member: str, dest: Path) -> None:
+    """Unpack ``member`` of the tar archive ``archive`` (a directory ending in ``/``: its
+    regular files, prefix stripped; else one file, under its base name) into ``dest``.
+    Links, devices and other non-regular members are never unpacked.
+
+    Raises:
+        FetchError: not a readable tar archive, or nothing regular under ``member``.
+    """
+    try:
+        tf = tarfile.open(archive)
+    except (tarfile.TarError, OSError) as e:
+        raise FetchError(f"{archive.name} is not a readable tar archive: {e}") from e
+    with tf:
+        if member.endswith("/"):
+            picked = {
+                info: info.name[len(member) :]
+                for info in tf.getmembers()
+                if info.name.startswith(member) and info.isreg()
+            }
+        else:
+            picked = {
+                info: PurePosixPath(member).name
+                for info in tf.getmembers()
+                if info.name == member and info.isreg()
+            }
+        if not picked:
+            raise FetchError(f"{archive.name} contains no regular file under {member!r}")
+        for info, rel_name in picked.items():
+            _safe_relative(rel_name)
+            try:
+                target = _inside(dest, rel_name)
+            except ValueError:
+                raise FetchError(f"refusing to unpack archive member {info.name!r}") from None
+            target.parent.mkdir(parents=True, exist_ok=True)
+            src = tf.extractfile(info)
+            if src is None:
+                raise FetchError(f"{archive.name}: member {info.name!r} cannot be read")
+            with src, open(target, "wb") as out:
+                shutil.copyfileobj(src, out, 1 << 20)
+    logger.info("unpacked %d files from %s:%s", len(picked), archive.name, member)
+
+
+KINDS["pip-sdist"] = Kind(download=_download_pip_sdist, extract=_extract_tar)
 KINDS["apt-deb"] = Kind(download=_download_apt_deb, extract=_extract_austen)
 KINDS["pip-wheel-cp311"] = Kind(download=_download_wheel_cp311, extract=_extract_gensim_data)
 RESOURCES["janeausten"] = Resource(
@@ -440,6 +493,29 @@ RESOURCES["gensim-test-data"] = Resource(
     },
     description="gensim 4.3.3 test data: a 206-page English Wikipedia extract (wiki.txt, "
     "markup stripped), Lee news corpus (lee_background.txt), Pang & Lee polarity",
+)
+RESOURCES["sentencepiece-test-models"] = Resource(
+    name="sentencepiece-test-models",
+    kind="pip-sdist",
+    package="sentencepiece",
+    version="0.2.3",
+    sha256="21618ad31f0453a1ebf5ec58defed99758d54af0b670546ecac639ddd8b86fbd",
+    member="sentencepiece-0.2.3/test/",
+    files={
+        "botchan_en_bpe_1000.model": (
+            "c8636a43e913dad9d5eb5d2eee2077706a55589fd2d6caf1e7ee4a7d03e4360a"
+        ),
+        "botchan_en_unigram_1000.model": (
+            "f8c7e5e0fa9e948783d20ea9dccf0e2611f567bc1a4e468a658becd5015f458e"
+        ),
+        "kyoto_ja_unigram_8000.model": (
+            "e39551e7ab937745b25edf55a7399d3c78948fda1dabca6b1781df2fcec67f65"
+        ),
+        "botchan.txt": "464bd5300c24fce16fcc4555d4231a57632caae4d0090ad6aa92854a3b227ba7",
+    },
+    description="sentencepiece 0.2.3's own test models (source distribution): English "
+    "unigram and BPE (1,000 pieces, on Botchan) and a Japanese unigram (8,000); the "
+    "<unk>=0 <s>=1 </s>=2 layout of XLM-R's sentencepiece.bpe.model",
 )
 
 

@@ -3,8 +3,11 @@
 ``load_tokenizer(path)`` reads, in order of preference:
 
 1. ``tokenizer.json`` (any model the ``tokenizers`` library can serialise);
-2. ``vocab.txt``: BERT-style WordPiece, rebuilt from ``tokenizers`` components;
-3. ``vocab.json`` + ``merges.txt``: RoBERTa-style byte-level BPE, rebuilt likewise.
+2. a SentencePiece model: ``spiece.model`` (ALBERT), ``spm.model`` (DeBERTa-v2/v3) or
+   ``sentencepiece.bpe.model`` (XLM-RoBERTa, CamemBERT), rebuilt as transformers' converted
+   fast tokenizer of the family (`spm`);
+3. ``vocab.txt``: BERT-style WordPiece, rebuilt from ``tokenizers`` components;
+4. ``vocab.json`` + ``merges.txt``: RoBERTa-style byte-level BPE, rebuilt likewise.
 
 Special tokens, ``model_max_length`` and the normaliser options come from
 ``special_tokens_map.json`` / ``tokenizer_config.json``; whether ``token_type_ids`` are
@@ -30,6 +33,7 @@ import numpy as np
 import tokenizers
 from tokenizers import AddedToken, decoders, models, normalizers, pre_tokenizers, processors
 
+from . import spm
 from .files import atomic_directory, write_text_atomic
 from .hub_cache import resolve_model_dir
 
@@ -106,9 +110,11 @@ class TokenizerNotFoundError(ValueError):
 
 
 class TokenizerFileError(ValueError):
-    """A tokenizer file (``tokenizer.json``, ``vocab.txt``, ``vocab.json``/``merges.txt``,
-    ``tokenizer_config.json``, ``special_tokens_map.json``, ``config.json``) is unreadable or
-    malformed, or ``vocab.txt`` lists a token twice; the message names the file."""
+    """A tokenizer file (``tokenizer.json``, a SentencePiece ``.model``, ``vocab.txt``,
+    ``vocab.json``/``merges.txt``, ``tokenizer_config.json``, ``special_tokens_map.json``,
+    ``config.json``) is unreadable or malformed, ``vocab.txt`` lists a token twice, or a
+    SentencePiece model belongs to a family bertfamily cannot place; the message names the
+    file."""
 
 
 # --------------------------------------------------------------------------- the wrapper
@@ -700,18 +706,27 @@ def load_tokenizer(
     """Build the tokenizer of a local Hugging Face model directory.
 
     Args:
-        path: a directory with ``tokenizer.json``, or ``vocab.txt`` (WordPiece), or
+        path: a directory with ``tokenizer.json``, or a SentencePiece model (``spiece.model``,
+            ``spm.model`` or ``sentencepiece.bpe.model``), or ``vocab.txt`` (WordPiece), or
             ``vocab.json`` + ``merges.txt`` (byte-level BPE); optionally
-            ``tokenizer_config.json``, ``special_tokens_map.json`` and ``config.json``.
+            ``tokenizer_config.json``, ``special_tokens_map.json`` and ``config.json``. A
+            SentencePiece model's family is ``tokenizer_config.json``'s ``tokenizer_class``,
+            else ``config.json``'s ``model_type``, else the file's name (`spm.FILE_FAMILIES`).
         return_token_type_ids: override; by default ``token_type_ids`` are returned iff the
             directory's ``config.json`` has ``type_vocab_size >= 2`` and a model type with
-            segment embeddings, or, without ``config.json``, for WordPiece only.
+            segment embeddings, or, without ``config.json``: as ``tokenizer_config.json``'s
+            ``model_input_names`` say for ``tokenizer.json``, by family for a SentencePiece
+            model (ALBERT, DeBERTa-v2: yes), for WordPiece only otherwise.
 
     Raises:
         TokenizerNotFoundError: the directory (or path) holds none of those files.
         TokenizerFileError: one of the files is unreadable or malformed (not JSON, a JSON
-            value of the wrong type, a ``tokenizer.json`` the ``tokenizers`` library refuses),
-            or ``vocab.txt`` lists a token twice; the message names the file.
+            value of the wrong type, a ``tokenizer.json`` the ``tokenizers`` library refuses,
+            a ``.model`` file that is not a SentencePiece unigram/BPE model, a non-boolean
+            ``do_lower_case``/``keep_accents``/``split_by_punct``), ``vocab.txt`` lists a
+            token twice, or the directory's only tokenizer is a SentencePiece model of a
+            family that is not supported (or not the file that family reads); the message
+            names the file.
     """
     directory = resolve_model_dir(path)  # a directory, or org/name in the Hugging Face cache
     tok_config = _read_json(directory / TOKENIZER_CONFIG_FILE)
@@ -748,6 +763,22 @@ def load_tokenizer(
         _add_tokens(backend, list(specials.values()) + (extra if decoder is not None else []))
         hf_config = {k: tok_config[k] for k in _HF_PASSTHROUGH if k in tok_config}
         source = TOKENIZER_FILE
+        names = tok_config.get("model_input_names")
+        token_types = (
+            "token_type_ids" in names
+            if isinstance(names, list)
+            else isinstance(backend.model, models.WordPiece)
+        )
+    elif (found := _sentencepiece_source(directory, family)) is not None:
+        spm_path, spm_family = found
+        row = spm.FAMILIES[spm_family]
+        specials, extra = _resolve_specials(
+            role_values, decoder or {}, _mask_lstrip(spm_family, default=True), row.specials
+        )
+        backend = _build_sentencepiece(spm_path, row, tok_config, specials, extra)
+        hf_config = {}  # saved as a plain tokenizer.json, which transformers loads as it is
+        source = spm_path.name
+        token_types = row.token_type_ids
     elif (directory / WORDPIECE_VOCAB_FILE).is_file():
         specials, extra = _resolve_specials(
             role_values, decoder or {}, _mask_lstrip(family, default=False), _WORDPIECE_DEFAULTS
@@ -757,6 +788,7 @@ def load_tokenizer(
         )
         _add_tokens(backend, extra)
         source = WORDPIECE_VOCAB_FILE
+        token_types = True
     elif (directory / BPE_VOCAB_FILE).is_file() and (directory / BPE_MERGES_FILE).is_file():
         specials, extra = _resolve_specials(
             role_values, decoder or {}, _mask_lstrip(family, default=True), _BPE_DEFAULTS
@@ -764,17 +796,18 @@ def load_tokenizer(
         backend, hf_config = _build_byte_level_bpe(directory, tok_config, specials)
         _add_tokens(backend, extra)
         source = f"{BPE_VOCAB_FILE} + {BPE_MERGES_FILE}"
+        token_types = False
     else:
+        _refuse_sentencepiece(directory, family)
         raise TokenizerNotFoundError(
             f"no tokenizer in {str(directory)!r}: looked for {TOKENIZER_FILE}, "
-            f"{WORDPIECE_VOCAB_FILE}, or {BPE_VOCAB_FILE} + {BPE_MERGES_FILE}"
+            f"{', '.join(_SPM_FILES)}, {WORDPIECE_VOCAB_FILE}, or {BPE_VOCAB_FILE} + "
+            f"{BPE_MERGES_FILE}"
         )
 
     if return_token_type_ids is None:
         try:
-            return_token_type_ids = _model_uses_token_types(
-                model_config, default=isinstance(backend.model, models.WordPiece)
-            )
+            return_token_type_ids = _model_uses_token_types(model_config, default=token_types)
         except (TypeError, ValueError) as e:
             raise TokenizerFileError(
                 f"{directory / MODEL_CONFIG_FILE}: type_vocab_size "
@@ -878,6 +911,90 @@ def _build_byte_level_bpe(
         "trim_offsets": trim_offsets,
     }
     return backend, hf_config
+
+
+# SentencePiece model files, in the order a directory is searched.
+_SPM_FILES = tuple(dict.fromkeys(row.file for row in spm.FAMILIES.values()))
+# The order in which transformers adds missing role tokens (bos, eos, unk, sep, pad, cls, mask;
+# bos is cls and eos is sep in the SentencePiece families).
+_ADD_ORDER = ("cls", "sep", "unk", "pad", "mask")
+
+
+def _sentencepiece_source(directory: Path, family: str | None) -> tuple[Path, str] | None:
+    """The SentencePiece model file to read and its family, or None when the directory has
+    no model file, or only one of a family `spm.FAMILIES` does not hold (other files may
+    then serve; `_refuse_sentencepiece` says why when none does).
+
+    Raises:
+        TokenizerFileError: the family's own file is missing but another model file is there.
+    """
+    present = [name for name in _SPM_FILES if (directory / name).is_file()]
+    if not present:
+        return None
+    if family is None:
+        family = spm.FILE_FAMILIES[present[0]]
+    row = spm.FAMILIES.get(family)
+    if row is None:
+        return None
+    if row.file not in present:
+        raise TokenizerFileError(
+            f"{directory / present[0]}: the directory's tokenizer family {family!r} reads "
+            f"{row.file}, which is not there"
+        )
+    return directory / row.file, family
+
+
+def _refuse_sentencepiece(directory: Path, family: str | None) -> None:
+    """Raise when the directory's only tokenizer is a SentencePiece model we cannot place.
+
+    Raises:
+        TokenizerFileError: naming the file, its family and the supported families.
+    """
+    present = [name for name in _SPM_FILES if (directory / name).is_file()]
+    if present:
+        supported = ", ".join(f"{name} ({row.file})" for name, row in spm.FAMILIES.items())
+        raise TokenizerFileError(
+            f"{directory / present[0]}: a SentencePiece model of tokenizer family {family!r}, "
+            f"which bertfamily cannot build; supported families: {supported}. Save the "
+            "tokenizer with transformers (tokenizer.json) to load it here"
+        )
+
+
+def _build_sentencepiece(
+    path: Path,
+    row: spm.SpmFamily,
+    tok_config: Mapping[str, Any],
+    specials: dict[str, AddedToken],
+    extra: Sequence[AddedToken],
+) -> tokenizers.Tokenizer:
+    """A family's pipeline over a SentencePiece model file (`spm.build_backend`), with its
+    role tokens (``specials``, then ``extra`` added tokens) and post-processor.
+
+    Raises:
+        TokenizerFileError: the file is not a SentencePiece unigram/BPE model, or an option of
+            ``tokenizer_config.json`` is not a boolean.
+    """
+    options = {}
+    for key, default in row.options.items():
+        value = tok_config.get(key, default)
+        if not isinstance(value, bool):
+            raise TokenizerFileError(
+                f"{path.parent / TOKENIZER_CONFIG_FILE}: {key} must be true or false, got {value!r}"
+            )
+        options[key] = value
+    try:
+        model = spm.read_model(path)
+        backend = spm.build_backend(model, row, options)
+    except (OSError, ValueError) as e:
+        raise TokenizerFileError(
+            f"{path} is not a SentencePiece model bertfamily can read: {e}"
+        ) from None
+    _add_tokens(backend, [specials[role] for role in _ADD_ORDER] + list(extra))
+    cls, sep = specials["cls"].content, specials["sep"].content
+    backend.post_processor = spm.post_processor(
+        row, (cls, backend.token_to_id(cls)), (sep, backend.token_to_id(sep))
+    )
+    return backend
 
 
 def _model_uses_token_types(model_config: Mapping[str, Any], *, default: bool) -> bool:
