@@ -21,6 +21,7 @@ from safetensors.torch import save_file
 
 import bertfamily as bf
 from bertfamily import ConfigError, EncoderConfig, ModelDirectoryError, build_model
+from bertfamily.checkpoints.convert import CheckpointError
 from bertfamily.config import MAX_PARAMETERS_ENV
 
 SRC = Path(__file__).resolve().parents[1] / "src"
@@ -457,3 +458,24 @@ def test_shutil_copy_of_a_saved_model_loads(saved, tmp_path):
     shutil.copytree(path, tmp_path / "copy")
     assert _same(_state(bf.from_pretrained(tmp_path / "copy")), state)
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []
+
+
+@pytest.mark.parametrize(
+    "preset, change, message",
+    [
+        ("distilbert-base", dict(layer_norm_eps=1e-6), "layer_norm_eps=1e-06"),
+        ("roberta-base", dict(position_scheme="absolute"), "position_scheme='absolute'"),
+        ("deberta-base", dict(classifier_pooling="pooler"), "classifier_pooling='pooler'"),
+    ],
+)
+def test_save_refuses_a_config_its_family_cannot_express(tmp_path, preset, change, message):
+    """A field that every checkpoint of the family fixes (config_fixed) and the config changes
+    would be silently run otherwise by transformers: save_pretrained refuses, writing nothing."""
+    config = bf.EncoderConfig.from_preset(
+        preset, num_hidden_layers=1, hidden_size=32, num_attention_heads=2, intermediate_size=37,
+        vocab_size=99, max_position_embeddings=64,
+    )  # fmt: skip
+    model = bf.build_model(config.replace(**change))
+    with pytest.raises(CheckpointError, match=message):
+        model.save_pretrained(tmp_path / "out")
+    assert not (tmp_path / "out").exists()

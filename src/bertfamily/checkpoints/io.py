@@ -294,8 +294,25 @@ def task_of(fmap: FamilyMap, hf_config: dict[str, Any]) -> str | None:
 
 
 def config_to_hf(config: EncoderConfig, architecture: str) -> dict[str, Any]:
-    """A Hugging Face config.json dict for our config."""
+    """A Hugging Face config.json dict for our config.
+
+    Raises:
+        CheckpointError: the config differs from a value every checkpoint of its family has
+            (``FamilyMap.config_fixed``, e.g. a DistilBERT with a pooler or an ELECTRA whose
+            classifier uses tanh): transformers would run the saved model differently.
+    """
     fmap = FAMILIES[config.model_type]
+    differ = {
+        name: (getattr(config, name), value)
+        for name, value in fmap.config_fixed.items()
+        if name != "pair_head" and getattr(config, name) != value  # heads name the pair head
+    }
+    if differ:
+        listed = ", ".join(f"{k}={v[0]!r} (always {v[1]!r})" for k, v in sorted(differ.items()))
+        raise CheckpointError(
+            f"cannot save as model_type {config.model_type!r}: {listed}; transformers' "
+            f"{config.model_type} classes would run it differently"
+        )
     keep = {
         k: v
         for k, v in config.extra.items()
