@@ -34,6 +34,23 @@ VARIANTS = {
         "c2p": dict(pos_att_type="c2p"),
         "clipped": dict(max_relative_positions=4),
     },
+    # DeBERTa-v2: shared attention keys on/off × log buckets off/on (8 buckets with k = 8,
+    # so at T = 11 distances beyond ±4 are bucketed and the farthest clipped), the last also
+    # with the LayerNorm on the relative table and the convolution beside the first layer.
+    "deberta-v2": {
+        "plain": {},
+        "shared": dict(share_att_key=True, pos_att_type="p2c|c2p"),
+        "buckets": dict(position_buckets=8, max_relative_positions=8, pos_att_type="c2p"),
+        "v3-conv": dict(
+            share_att_key=True,
+            position_buckets=8,
+            max_relative_positions=8,
+            norm_rel_ebd="layer_norm",
+            conv_kernel_size=3,
+            conv_act="gelu",
+            conv_groups=2,
+        ),
+    },
 }
 # Facts each family's tiny checkpoint must read into our config.
 CONFIG_FACTS = {
@@ -46,6 +63,12 @@ CONFIG_FACTS = {
     ),
     "deberta": dict(
         model_type="deberta", attention_kind="disentangled", position_biased_input=False
+    ),
+    "deberta-v2": dict(
+        model_type="deberta-v2",
+        attention_kind="disentangled",
+        position_biased_input=False,
+        key_bias=True,
     ),
     "longformer": dict(
         model_type="longformer",
@@ -86,12 +109,23 @@ def test_sweep_covers_every_family_and_head():
     """The sweep is built from the key tables, so a new family or head is swept automatically;
     this pins the minimum it must hold."""
     families = {f for f, _, _ in CASES}
-    assert families >= {"bert", "roberta", "distilbert", "albert", "deberta", "longformer"}
+    assert families >= {
+        "bert",
+        "roberta",
+        "distilbert",
+        "albert",
+        "deberta",
+        "deberta-v2",
+        "longformer",
+    }
     for family in families:
         heads = {h for f, _, h in CASES if f == family}
         assert {"", "mlm", "classify", "regression", "tokens", "qa"} <= heads, family
     assert {h for f, _, h in CASES if f in ("bert", "albert")} >= {"mlm+pair"}
     assert ("deberta", "c2p|p2c", "choice") not in CASES  # transformers has no such class
+    assert {(v, h) for f, v, h in CASES if f == "deberta-v2" and h == "choice"} == {
+        (v, "choice") for v in VARIANTS["deberta-v2"]
+    }
     assert len(CASES) == sum(
         len(VARIANTS.get(f, {0: 0})) * (len(m.architectures) + 1) for f, m in FAMILIES.items()
     )
@@ -234,8 +268,8 @@ def test_matches_transformers(family, variant, head, padding, hf_checkpoint, tmp
     out = ours.save_pretrained(tmp_path / "saved")
     written = json.loads((out / "config.json").read_text())
     assert written["model_type"] == family and written["architectures"] == [cls_name]
-    if family == "deberta":  # transformers reads `lm_predictions.lm_head.*` only with legacy=False
-        assert written["legacy"] is False
+    if family in ("deberta", "deberta-v2"):  # the `cls.predictions.*` MLM layout (keymaps.py)
+        assert written["legacy"] is True
     again = getattr(transformers, cls_name).from_pretrained(out).eval()
     if labels:
         assert again.config.id2label == labels
@@ -273,6 +307,9 @@ ROW_ALONE = [
     ("albert", "right", {}),
     ("deberta", "right", {}),
     ("deberta", "right", VARIANTS["deberta"]["clipped"]),
+    ("deberta-v2", "right", VARIANTS["deberta-v2"]["v3-conv"]),
+    ("deberta-v2", "left", VARIANTS["deberta-v2"]["v3-conv"]),
+    ("deberta-v2", "left", VARIANTS["deberta-v2"]["buckets"]),
     ("longformer", "right", {}),
     ("longformer", "left", {}),
 ]
@@ -281,11 +318,12 @@ ROW_ALONE = [
 @pytest.mark.parametrize(
     "family,padding,overrides",
     ROW_ALONE,
-    ids=[f"{f}-{p}-{'clipped' if o else 'default'}" for f, p, o in ROW_ALONE],
+    ids=[f"{f}-{p}-{'+'.join(sorted(o)) or 'default'}" for f, p, o in ROW_ALONE],
 )
 def test_padded_row_equals_row_alone(family, padding, overrides, hf_checkpoint):
     """A padded row's real tokens equal the row run alone (left padding only where positions
-    count from the first real token: RoBERTa's scheme). Longformer: with different numbers of
+    count from the first real token, RoBERTa's scheme, or are relative only: DeBERTa-v2, whose
+    convolution sees padding as the sequence's edge). Longformer: with different numbers of
     global tokens per row."""
     path, _ = hf_checkpoint(family, FAMILIES[family].architectures[""], **overrides)
     ours = bf.from_pretrained(path)
@@ -534,7 +572,9 @@ def test_loss_matches_transformers(family, variant, head, hf_checkpoint):
     including regression and multi-label classification (problem_type in config.json)."""
     fmap = FAMILIES[family]
     key = "classify" if head in ("regression", "multilabel") else head
-    labels = _labels(key)
+    # regression: one label, no id2label (transformers 4.x keeps a 3-entry id2label over
+    # num_labels=1)
+    labels = None if head == "regression" else _labels(key)
     overrides = dict(VARIANTS.get(family, {}).get(variant, {}))
     if labels:
         overrides.update(id2label=labels, label2id={v: k for k, v in labels.items()})
