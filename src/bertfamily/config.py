@@ -536,6 +536,8 @@ class EncoderConfig:
         before anything is allocated."""
         V, H, I, E = self.vocab_size, self.hidden_size, self.intermediate_size, self.embedding_size
         P, T = self.max_position_embeddings, self.type_vocab_size
+        if not self.position_biased_input and not (self.emd_layers and "mlm" in heads):
+            P = 0  # DeBERTa: no absolute table unless the enhanced mask decoder reads it
         C = self.condition_size or 0
         cond = 2 * C  # a conditional norm adds W_gamma, W_beta (C·dim each) per normalised dim
         sites = set(self.conditional_norms)

@@ -541,6 +541,14 @@ def save_pretrained(model, path: str | Path) -> Path:
     The class written into config.json follows the heads: e.g. BertModel, BertForMaskedLM,
     BertForPreTraining. Tied decoder weights are not stored (transformers re-ties them).
 
+    A head stored in several layouts is written in the family's first one
+    (`keymaps.FamilyMap.head_layouts`). DeBERTa (v1 and v2) masked-LM models are written in the
+    ``cls.predictions.*`` layout with ``"legacy": true`` in config.json, not in the
+    ``lm_predictions.lm_head.*`` layout of the published checkpoints (which `from_pretrained`
+    reads too): transformers 4.x, given legacy=false, ties ``lm_predictions.lm_head.dense`` to
+    the word embedding and cannot run the model, while the legacy layout loads with identical
+    outputs in transformers 4.x and 5.x.
+
     The save is all-or-nothing (`atomic_directory`): the new version is built beside ``path``
     and swapped in, so a reader (or a kill) sees the old model or the new one, never new
     weights beside an old config. Other files of the directory (a tokenizer, training state)
