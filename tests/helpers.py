@@ -70,15 +70,17 @@ def hf_config(family: str, **overrides):
                 **overrides,
             }
         )
-    if family == "deberta":
-        return transformers.DebertaConfig(
+    if family in ("deberta", "deberta-v2"):
+        # legacy (masked LM) left at transformers' default, true: the `cls.predictions.*`
+        # layout, the one 4.x and 5.x both run (4.x breaks legacy=false; see keymaps.py)
+        cls = transformers.DebertaConfig if family == "deberta" else transformers.DebertaV2Config
+        return cls(
             **{
                 **TINY,
                 "type_vocab_size": 0,
                 "relative_attention": True,
                 "pos_att_type": "c2p|p2c",
                 "position_biased_input": False,
-                "legacy": False,
                 **overrides,
             }
         )

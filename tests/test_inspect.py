@@ -315,9 +315,9 @@ def test_comparison_table_lists_the_ten():
     assert next(r for r in rows if r["model"] == "distilbert-base")["segments"] == "none"
     assert json.loads(format_rows(rows, "json"))[0]["model"] == "bert-base"
     parsed = list(csv.DictReader(io.StringIO(format_rows(rows, "csv"))))
-    assert len(parsed) == 10 and parsed[0]["parameters"] == "109482240"
+    assert len(parsed) == len(FAMILY) == 11 and parsed[0]["parameters"] == "109482240"
     md = format_rows(rows, "markdown").splitlines()
-    assert len(md) == 12 and "109,482,240" in md[2]
+    assert len(md) == len(FAMILY) + 2 and "109,482,240" in md[2]
     with pytest.raises(ValueError, match="format"):
         format_rows(rows, "xml")
 
@@ -335,6 +335,6 @@ def test_cli_params_dataflow_models():
     data = json.loads(result.output)
     assert "encoder.pooler" in data["differences"]["missing"]
     result = runner.invoke(app, ["models", "--format", "csv"])
-    assert result.exit_code == 0 and result.output.count("\n") == 11
+    assert result.exit_code == 0 and result.output.count("\n") == len(FAMILY) + 1
     result = runner.invoke(app, ["params", "bert-tiny", "--head", "nope"])
     assert result.exit_code == 2 and "not available" in result.output

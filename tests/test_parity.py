@@ -37,6 +37,23 @@ VARIANTS = {
     # ELECTRA: embedding_size E = 16 < H with `embeddings_project`, E = H without it (the
     # generator's fixed GELU under another hidden_act: tests/test_electra.py).
     "electra": {"E<H": {}, "E=H": dict(embedding_size=32)},
+    # DeBERTa-v2: shared attention keys on/off × log buckets off/on (8 buckets with k = 8,
+    # so at T = 11 distances beyond ±4 are bucketed and the farthest clipped), the last also
+    # with the LayerNorm on the relative table and the convolution beside the first layer.
+    "deberta-v2": {
+        "plain": {},
+        "shared": dict(share_att_key=True, pos_att_type="p2c|c2p"),
+        "buckets": dict(position_buckets=8, max_relative_positions=8, pos_att_type="c2p"),
+        "v3-conv": dict(
+            share_att_key=True,
+            position_buckets=8,
+            max_relative_positions=8,
+            norm_rel_ebd="layer_norm",
+            conv_kernel_size=3,
+            conv_act="gelu",
+            conv_groups=2,
+        ),
+    },
 }
 # Facts each family's tiny checkpoint must read into our config.
 CONFIG_FACTS = {
@@ -49,6 +66,12 @@ CONFIG_FACTS = {
     ),
     "deberta": dict(
         model_type="deberta", attention_kind="disentangled", position_biased_input=False
+    ),
+    "deberta-v2": dict(
+        model_type="deberta-v2",
+        attention_kind="disentangled",
+        position_biased_input=False,
+        key_bias=True,
     ),
     "longformer": dict(
         model_type="longformer",
@@ -95,6 +118,7 @@ def test_sweep_covers_every_family_and_head():
     this pins the minimum it must hold."""
     families = {f for f, _, _ in CASES}
     assert families >= {"bert", "roberta", "distilbert", "albert", "deberta", "longformer"}
+    assert "deberta-v2" in families
     assert families >= {"xlm-roberta", "camembert", "electra"}
     for variant in VARIANTS["electra"]:  # generator, discriminator, RTD head, every task head
         heads = {h for f, v, h in CASES if f == "electra" and v == variant}
@@ -104,6 +128,9 @@ def test_sweep_covers_every_family_and_head():
         assert {"", "mlm", "classify", "regression", "tokens", "qa"} <= heads, family
     assert {h for f, _, h in CASES if f in ("bert", "albert")} >= {"mlm+pair"}
     assert ("deberta", "c2p|p2c", "choice") not in CASES  # transformers has no such class
+    assert {(v, h) for f, v, h in CASES if f == "deberta-v2" and h == "choice"} == {
+        (v, "choice") for v in VARIANTS["deberta-v2"]
+    }
     assert len(CASES) == sum(
         len(VARIANTS.get(f, {0: 0})) * (len(m.architectures) + 1) for f, m in FAMILIES.items()
     )
@@ -246,8 +273,8 @@ def test_matches_transformers(family, variant, head, padding, hf_checkpoint, tmp
     out = ours.save_pretrained(tmp_path / "saved")
     written = json.loads((out / "config.json").read_text())
     assert written["model_type"] == family and written["architectures"] == [cls_name]
-    if family == "deberta":  # transformers reads `lm_predictions.lm_head.*` only with legacy=False
-        assert written["legacy"] is False
+    if family in ("deberta", "deberta-v2"):  # the `cls.predictions.*` MLM layout (keymaps.py)
+        assert written["legacy"] is True
     again = getattr(transformers, cls_name).from_pretrained(out).eval()
     if labels:
         assert again.config.id2label == labels
@@ -285,6 +312,9 @@ ROW_ALONE = [
     ("albert", "right", {}),
     ("deberta", "right", {}),
     ("deberta", "right", VARIANTS["deberta"]["clipped"]),
+    ("deberta-v2", "right", VARIANTS["deberta-v2"]["v3-conv"]),
+    ("deberta-v2", "left", VARIANTS["deberta-v2"]["v3-conv"]),
+    ("deberta-v2", "left", VARIANTS["deberta-v2"]["buckets"]),
     ("longformer", "right", {}),
     ("longformer", "left", {}),
     ("xlm-roberta", "left", {}),
@@ -304,7 +334,8 @@ ROW_ALONE = [
 )
 def test_padded_row_equals_row_alone(family, padding, overrides, hf_checkpoint):
     """A padded row's real tokens equal the row run alone (left padding only where positions
-    count from the first real token: RoBERTa's scheme). Longformer: with different numbers of
+    count from the first real token, RoBERTa's scheme, or are relative only: DeBERTa-v2, whose
+    convolution sees padding as the sequence's edge). Longformer: with different numbers of
     global tokens per row."""
     path, _ = hf_checkpoint(family, FAMILIES[family].architectures[""], **overrides)
     ours = bf.from_pretrained(path)

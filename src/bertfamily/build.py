@@ -17,6 +17,7 @@ from .modules.activations import activation
 from .modules.attention import SelfAttention
 from .modules.attention_disentangled import DisentangledSelfAttention, RelativePositionEmbeddings
 from .modules.attention_windowed import GlobalAttentionInputs, WindowedSelfAttention
+from .modules.convolution import ConvolutionBranch
 from .modules.embeddings import Embeddings
 from .modules.encoder import Encoder, Pooler
 from .modules.ffn import FeedForward
@@ -45,11 +46,14 @@ class AttentionKind:
             layer (see `Encoder.attention_inputs`), or None.
         task_inputs: (config, task head name) → the task head's defaults for optional encoder
             inputs (a `Model`'s ``default_inputs``), or None.
+        first_layer_branch: config → the encoder's branch beside the first layer step (see
+            `Encoder.first_layer_branch`), or None.
     """
 
     layer: Callable[[EncoderConfig, int], nn.Module]
     encoder_inputs: Callable[[EncoderConfig], nn.Module | None] = lambda config: None
     task_inputs: Callable[[EncoderConfig, str], Callable | None] = lambda config, task: None
+    first_layer_branch: Callable[[EncoderConfig], nn.Module | None] = lambda config: None
 
 
 def _full(config: EncoderConfig, index: int) -> nn.Module:
@@ -69,14 +73,34 @@ def _disentangled(config: EncoderConfig, index: int) -> nn.Module:
         position_dropout=config.hidden_dropout_prob,
         pos_att_type=tuple(t for t in config.pos_att_type.split("|") if t),
         relative=config.relative_attention,
+        share_att_key=config.share_att_key,
+        key_bias=config.key_bias,
     )
 
 
 def _relative_table(config: EncoderConfig) -> nn.Module | None:
-    # One relative table shared by all layers (He et al. 2021 §3.1).
+    # One relative table shared by all layers (He et al. 2021 §3.1); DeBERTa-v2: log buckets
+    # and a LayerNorm on the table.
     if not config.relative_attention:
         return None
-    return RelativePositionEmbeddings(config.relative_span, config.hidden_size)
+    norm = build_norm(config, config.hidden_size) if config.norm_rel_ebd == "layer_norm" else None
+    return RelativePositionEmbeddings(
+        config.relative_span, config.hidden_size, config.position_buckets, norm
+    )
+
+
+def _convolution(config: EncoderConfig) -> nn.Module | None:
+    # DeBERTa-v2's convolution beside the first layer (modules/convolution.py).
+    if not config.conv_kernel_size:
+        return None
+    return ConvolutionBranch(
+        config.hidden_size,
+        config.conv_kernel_size,
+        config.conv_groups,
+        nn.Tanh() if config.conv_act == "tanh" else activation(config.conv_act),
+        build_norm(config, config.hidden_size),
+        config.hidden_dropout_prob,
+    )
 
 
 def _windowed(config: EncoderConfig, index: int) -> nn.Module:
@@ -98,7 +122,9 @@ def _task_global_attention(config: EncoderConfig, task: str) -> TaskGlobalAttent
 
 ATTENTION_KINDS: dict[str, AttentionKind] = {
     "full": AttentionKind(_full),
-    "disentangled": AttentionKind(_disentangled, encoder_inputs=_relative_table),
+    "disentangled": AttentionKind(
+        _disentangled, encoder_inputs=_relative_table, first_layer_branch=_convolution
+    ),
     "windowed": AttentionKind(
         _windowed,
         encoder_inputs=lambda config: GlobalAttentionInputs(),
@@ -169,6 +195,7 @@ def build_encoder(config: EncoderConfig, position_table: bool | None = None) -> 
         pad_token_id=config.pad_token_id,
     )
     encoder.attention_inputs = attention_kind(config).encoder_inputs(config)
+    encoder.first_layer_branch = attention_kind(config).first_layer_branch(config)
     return encoder
 
 
@@ -297,7 +324,7 @@ def init_weights(model: nn.Module, std: float = 0.02) -> None:
     """BERT initialisation: N(0, std) weights, zero biases, unit LayerNorm, zero padding row;
     conditional norms start as plain LayerNorms (W_γ = W_β = 0)."""
     for module in model.modules():
-        if isinstance(module, nn.Linear):
+        if isinstance(module, (nn.Linear, nn.Conv1d)):
             nn.init.normal_(module.weight, 0.0, std)
             if module.bias is not None:
                 nn.init.zeros_(module.bias)

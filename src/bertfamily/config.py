@@ -53,12 +53,29 @@ _POSITIVE_INTS = (
     "inner_group_num",
     "num_hidden_groups",
 )
-_INTS = ("type_vocab_size", "pad_token_id", "max_relative_positions", "emd_layers")
-_BOOLS = ("attention_bias", "relative_attention", "position_biased_input", "use_pooler")
+_INTS = (
+    "type_vocab_size",
+    "pad_token_id",
+    "max_relative_positions",
+    "emd_layers",
+    "position_buckets",
+    "conv_kernel_size",
+    "conv_groups",
+)
+_BOOLS = (
+    "attention_bias",
+    "relative_attention",
+    "position_biased_input",
+    "use_pooler",
+    "share_att_key",
+    "key_bias",
+)
 _STRINGS = (
     "position_scheme",
     "attention_kind",
     "hidden_act",
+    "norm_rel_ebd",
+    "conv_act",
     "classifier_pooling",
     "choice_pooling",
     "classifier_activation",
@@ -123,6 +140,22 @@ class EncoderConfig:
     max_relative_positions: int = -1
     pos_att_type: str = ""
     position_biased_input: bool = True
+    # DeBERTa-v2/v3 (transformers' modeling_deberta_v2.py; the microsoft/DeBERTa code). The
+    # names are DebertaV2Config's. position_buckets > 0: distances are log-bucketed
+    # (`modules.attention_disentangled.log_bucket_position`) into a (2 · position_buckets, H)
+    # table; <= 0: no buckets, a (2k, H) table. share_att_key: the position projections reuse
+    # the content Q/K projections (no separate K^r, Q^r). norm_rel_ebd: "layer_norm" puts a
+    # LayerNorm on the relative table, "none" does not. key_bias: the key projections K^c and K^r
+    # have biases (v2: separate biased Q/K/V; v1: a bias-free fused Q/K/V with Q and V biases).
+    position_buckets: int = -1
+    share_att_key: bool = False
+    norm_rel_ebd: str = "none"
+    key_bias: bool = False
+    # DeBERTa-v2's convolution beside the first layer (conv_kernel_size 0 = none): a 1-D
+    # convolution over the embeddings, conv_act, added to the first layer's output, LayerNorm.
+    conv_kernel_size: int = 0
+    conv_act: str = "tanh"
+    conv_groups: int = 1
     # windowed (Longformer): the full window of each layer (even; a token sees W = window / 2
     # tokens on each side); one int for every layer or a sequence of L ints. Used only by
     # attention_kind "windowed".
@@ -373,6 +406,57 @@ class EncoderConfig:
                 "emd_layers > 0 (enhanced mask decoder) needs position_biased_input="
                 "False: the decoder is where absolute positions enter"
             )
+        self._check_deberta_v2()
+
+    def _check_deberta_v2(self) -> None:
+        """Validate the DeBERTa-v2/v3 fields (see the attention block above)."""
+        norms = [t.strip().lower() for t in self.norm_rel_ebd.split("|") if t.strip()]
+        if any(t not in ("none", "layer_norm") for t in norms):
+            raise ConfigError(f"norm_rel_ebd {self.norm_rel_ebd!r} must be 'none' or 'layer_norm'")
+        object.__setattr__(self, "norm_rel_ebd", "layer_norm" if "layer_norm" in norms else "none")
+        used = [
+            name
+            for name, on in (
+                ("position_buckets", self.position_buckets > 0),
+                ("share_att_key", self.share_att_key),
+                ("norm_rel_ebd", self.norm_rel_ebd != "none"),
+                ("key_bias", self.key_bias),
+                ("conv_kernel_size", self.conv_kernel_size > 0),
+            )
+            if on
+        ]
+        if used and self.attention_kind != "disentangled":
+            raise ConfigError(
+                f"{', '.join(used)} need attention_kind 'disentangled', got {self.attention_kind!r}"
+            )
+        buckets = self.position_buckets
+        if buckets > 0:
+            # log_bucket_position divides by log((k - 1) / (buckets // 2)): it must be > 0
+            if buckets < 2 or self.relative_span - 1 <= buckets // 2:
+                raise ConfigError(
+                    f"position_buckets={buckets} needs 2 <= position_buckets and "
+                    f"position_buckets // 2 < k - 1 with k = max_relative_positions "
+                    f"(or max_position_embeddings) = {self.relative_span}"
+                )
+        if self.conv_kernel_size < 0 or (self.conv_kernel_size and self.conv_kernel_size % 2 == 0):
+            raise ConfigError(
+                f"conv_kernel_size must be 0 (no convolution) or an odd positive integer (the "
+                f"output keeps T positions), got {self.conv_kernel_size}"
+            )
+        if self.conv_groups <= 0 or self.hidden_size % self.conv_groups:
+            raise ConfigError(
+                f"conv_groups ({self.conv_groups}) must be a positive divisor of hidden_size "
+                f"({self.hidden_size})"
+            )
+        if self.conv_act not in ("tanh",) + ACTIVATIONS:
+            raise ConfigError(f"conv_act {self.conv_act!r} is not one of {('tanh',) + ACTIVATIONS}")
+        if self.conv_kernel_size and (
+            self.num_hidden_groups != self.num_hidden_layers or self.inner_group_num != 1
+        ):
+            raise ConfigError(
+                "conv_kernel_size > 0 (a convolution beside the first layer) needs unshared "
+                "layers (num_hidden_groups = num_hidden_layers, inner_group_num = 1)"
+            )
 
     def _check_attention_window(self) -> None:
         window = self.attention_window
@@ -415,6 +499,11 @@ class EncoderConfig:
         return k if k >= 1 else self.max_position_embeddings
 
     @property
+    def relative_table_size(self) -> int:
+        """Rows of the relative position table, 2 · (position_buckets when > 0, else k)."""
+        return 2 * (self.position_buckets if self.position_buckets > 0 else self.relative_span)
+
+    @property
     def attention_windows(self) -> list[int]:
         """The full attention window of each of the L layers (windowed attention)."""
         w = self.attention_window
@@ -454,6 +543,8 @@ class EncoderConfig:
         before anything is allocated."""
         V, H, I, E = self.vocab_size, self.hidden_size, self.intermediate_size, self.embedding_size
         P, T = self.max_position_embeddings, self.type_vocab_size
+        if not self.position_biased_input and not (self.emd_layers and "mlm" in heads):
+            P = 0  # DeBERTa: no absolute table unless the enhanced mask decoder reads it
         C = self.condition_size or 0
         cond = 2 * C  # a conditional norm adds W_gamma, W_beta (C·dim each) per normalised dim
         sites = set(self.conditional_norms)
@@ -464,11 +555,20 @@ class EncoderConfig:
         layer += cond * H * (("attention" in sites) + ("ffn" in sites))
         if self.attention_kind == "windowed":  # separate global Q/K/V projections
             layer += 3 * (H * H + H)
-        if self.attention_kind == "disentangled":  # position projections
-            layer += 2 * (H * H + H)
+        if self.attention_kind == "disentangled":
+            # v1 has no K bias (its Q/V biases are counted above); the position projections,
+            # unless they share the content ones (K^r's bias: key_bias)
+            layer -= 0 if self.key_bias else H
+            if self.relative_attention and not self.share_att_key:
+                types = self.pos_att_type.split("|")
+                layer += (H * H + (H if self.key_bias else 0)) * ("c2p" in types)  # K^r
+                layer += (H * H + H) * ("p2c" in types)  # Q^r
         total += self.num_unique_layers * layer
         if self.relative_attention:
-            total += 2 * self.relative_span * H + 2 * H
+            total += self.relative_table_size * H
+            total += 2 * H if self.norm_rel_ebd == "layer_norm" else 0
+        if self.conv_kernel_size:  # convolution (weight, bias) and its LayerNorm
+            total += H * (H // self.conv_groups) * self.conv_kernel_size + H + 2 * H
         if self.use_pooler:
             total += H * H + H  # pooler
         if "mlm" in heads:

@@ -44,6 +44,28 @@ _DEBERTA_V1 = dict(
     emd_layers=2,
     **_DEBERTA_HEADS,
 )
+# DeBERTa-v3's structure (the DeBERTa-v2 code; He et al. 2023, "DeBERTaV3"): separate biased
+# Q/K/V projections, position terms through the content Q/K projections (share_att_key),
+# relative distances in 256 log buckets (a 512-row table, k = max_position_embeddings = 512)
+# with a LayerNorm on the table, no convolution, no absolute positions anywhere: pretrained by
+# replaced-token detection, so no enhanced mask decoder.
+_DEBERTA_V3 = dict(
+    model_type="deberta-v2",
+    attention_kind="disentangled",
+    type_vocab_size=0,
+    relative_attention=True,
+    max_relative_positions=-1,
+    position_buckets=256,
+    norm_rel_ebd="layer_norm",
+    share_att_key=True,
+    key_bias=True,
+    pos_att_type="p2c|c2p",
+    position_biased_input=False,
+    layer_norm_eps=1e-7,
+    use_pooler=False,
+    pair_head=None,
+    **_DEBERTA_HEADS,
+)
 # Longformer: RoBERTa's heads; the separator id places default global attention (qa, choice).
 _LONGFORMER_HEADS = dict(_ROBERTA_HEADS, sep_token_id=2)
 # XLM-RoBERTa and CamemBERT: RoBERTa's structure (positions offset by pad_token_id + 1 = 2,
@@ -137,6 +159,8 @@ PRESETS: dict[str, dict[str, Any]] = {
     ),  # classifier_dropout_prob
     # microsoft/deberta-base — 138,601,728. Relative positions only (k = 512), c2p + p2c.
     "deberta-base": dict(vocab_size=50265, **_DEBERTA_V1),
+    # microsoft/deberta-v3-base — 183,831,552 (98,380,800 of them the 128K-token embedding).
+    "deberta-v3-base": dict(vocab_size=128100, **_DEBERTA_V3),
     # allenai/longformer-base-4096 — 148,659,456. RoBERTa-base plus global Q/K/V projections per
     # layer; 4098 positions (4096 + the padding offset 2); sliding window 512 (256 per side).
     "longformer-base": dict(
@@ -215,6 +239,18 @@ PRESETS: dict[str, dict[str, Any]] = {
         max_position_embeddings=64,
         **_DEBERTA_V1,
     ),
+    # 16 buckets (the table has 64 positions), and the convolution that DeBERTa-v2 (not v3)
+    # checkpoints have, so the tiny preset runs every DeBERTa-v2 component
+    "tiny-deberta-v3": dict(
+        {**_DEBERTA_V3, "position_buckets": 16},
+        vocab_size=99,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=37,
+        max_position_embeddings=64,
+        conv_kernel_size=3,
+    ),
     "tiny-longformer": dict(
         model_type="longformer",
         vocab_size=99,
@@ -274,6 +310,7 @@ PUBLISHED_PARAMETERS: dict[str, int] = {
     "distilbert-base": 66_362_880,
     "spanbert-base": 108_310_272,
     "deberta-base": 138_601_728,
+    "deberta-v3-base": 183_831_552,
     "longformer-base": 148_659_456,
     "tinybert-4l": 14_350_248,
     "bert-tiny": 4_385_920,
@@ -288,6 +325,7 @@ FAMILY = [
     "distilbert-base",
     "spanbert-base",
     "deberta-base",
+    "deberta-v3-base",
     "longformer-base",
     "tinybert-4l",
     "bert-tiny",

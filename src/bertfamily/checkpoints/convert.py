@@ -132,13 +132,51 @@ def expand(table: dict[str, Any], num_layers: int, inner_group_num: int = 1) -> 
     return out
 
 
+def head_tables(
+    fmap: FamilyMap, heads: Iterable[str], hf_keys: Iterable[str] | None = None
+) -> dict[str, dict[str, Any]]:
+    """The key table of each head: for a head stored in several layouts
+    (``fmap.head_layouts``, DeBERTa's masked-LM head), the layout whose keys ``hf_keys``
+    hold, or the first (written) layout when they hold none or when writing (``hf_keys``
+    None); else ``fmap.heads[name]``.
+
+    Raises:
+        CheckpointError: ``hf_keys`` hold keys of two layouts of one head (which to read
+            would be a guess); the message names a key of each.
+    """
+    keys = set(hf_keys) if hf_keys is not None else set()
+    tables = {}
+    for name in heads:
+        layouts = fmap.head_layouts.get(name)
+        if not layouts:
+            tables[name] = fmap.heads[name]
+            continue
+        found = [t for t in layouts if any(v is not None and k in keys for k, v in t.items())]
+        if len(found) > 1:
+            names = [next(k for k, v in t.items() if v is not None and k in keys) for t in found]
+            raise CheckpointError(
+                f"the checkpoint holds the {fmap.model_type} {name!r} head in {len(found)} "
+                f"layouts at once ({', '.join(names)}); keep one of them",
+                unexpected=names,
+            )
+        tables[name] = found[0] if found else layouts[0]
+    return tables
+
+
 def family_table(
-    fmap: FamilyMap, num_layers: int, heads: Iterable[str], pooler: bool, inner_group_num: int = 1
+    fmap: FamilyMap,
+    num_layers: int,
+    heads: Iterable[str],
+    pooler: bool,
+    inner_group_num: int = 1,
+    hf_keys: Iterable[str] | None = None,
 ) -> dict[str, Any]:
     """HF key (for a task model, i.e. trunk keys with the base prefix) → our key, Join or None.
 
     ``num_layers`` counts unique layers; ``inner_group_num`` sizes the groups of ``{g}``/``{j}``
-    templates. Join entries are stored under our key (their value lists the HF sources)."""
+    templates. Join entries are stored under our key (their value lists the HF sources).
+    ``hf_keys``: the checkpoint's keys, which choose a head's layout (`head_tables`); None =
+    the layouts written."""
     table: dict[str, Any] = {}
     trunk = dict(fmap.trunk)
     if pooler:
@@ -149,8 +187,8 @@ def family_table(
             if isinstance(ours, Join)
             else ours
         )
-    for name in heads:
-        table.update(expand(fmap.heads[name], num_layers, inner_group_num))
+    for t in head_tables(fmap, heads, hf_keys).values():
+        table.update(expand(t, num_layers, inner_group_num))
     return table
 
 
@@ -222,7 +260,9 @@ def hf_to_ours(
         CheckpointError: when strict and anything does not match; the message lists every key.
     """
     state = normalise_hf_keys(fmap, hf_state)
-    table = family_table(fmap, config.num_unique_layers, heads, pooler, config.inner_group_num)
+    table = family_table(
+        fmap, config.num_unique_layers, heads, pooler, config.inner_group_num, hf_keys=state
+    )
     out: dict[str, torch.Tensor] = {}
     report = LoadReport()
     used: set[str] = set()
@@ -258,8 +298,16 @@ def hf_to_ours(
     for bad in report.mismatched:
         out.pop(bad.split(":", 1)[0], None)
     if strict and not report.clean:
+        hints = [
+            hint
+            for key, hint in fmap.mismatch_hints.items()
+            if any(m.startswith(f"{key}:") for m in report.mismatched)
+        ]
         raise CheckpointError(
-            _describe(report), report.missing, report.unexpected, report.mismatched
+            " ".join([_describe(report), *hints]),
+            report.missing,
+            report.unexpected,
+            report.mismatched,
         )
     if warn and not report.clean:
         log.warning("non-strict load: %s", _describe(report))

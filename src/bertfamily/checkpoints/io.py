@@ -220,14 +220,17 @@ def _config_from_hf(hf_config: dict[str, Any]) -> EncoderConfig:
             f"unsupported hidden_act {_short(act)}; supported: {sorted(HF_ACTIVATIONS)}"
         )
     fields["hidden_act"] = HF_ACTIVATIONS[act]
-    head_act = fields.get("classifier_activation")  # tanh is not a hidden_act, kept as is
-    if head_act is not None and head_act != "tanh":
+    # tanh is not a hidden_act, kept as is (DeBERTa-v2's conv_act defaults to it)
+    for name, what in (("classifier_activation", "classifier"), ("conv_act", "convolution")):
+        head_act = fields.get(name)
+        if head_act is None or head_act == "tanh":
+            continue
         if not isinstance(head_act, str) or head_act not in HF_ACTIVATIONS:
             raise ModelDirectoryError(
-                f"unsupported classifier activation {head_act!r}; "
+                f"unsupported {what} activation {head_act!r}; "
                 f"supported: {['tanh'] + sorted(HF_ACTIVATIONS)}"
             )
-        fields["classifier_activation"] = HF_ACTIVATIONS[head_act]
+        fields[name] = HF_ACTIVATIONS[head_act]
     fields.update(fmap.config_fixed)
     if "pair_head" not in fmap.config_fixed:
         fields["pair_head"] = "nsp"
@@ -332,7 +335,7 @@ def config_to_hf(config: EncoderConfig, architecture: str) -> dict[str, Any]:
             continue
         out[hf_name] = (
             OUR_ACTIVATIONS_TO_HF.get(value, value)
-            if ours in ("hidden_act", "classifier_activation")
+            if ours in ("hidden_act", "classifier_activation", "conv_act")
             else value
         )
     out["id2label"] = {str(i): name for i, name in enumerate(config.label_names)}
@@ -554,6 +557,14 @@ def save_pretrained(model, path: str | Path) -> Path:
 
     The class written into config.json follows the heads: e.g. BertModel, BertForMaskedLM,
     BertForPreTraining. Tied decoder weights are not stored (transformers re-ties them).
+
+    A head stored in several layouts is written in the family's first one
+    (`keymaps.FamilyMap.head_layouts`). DeBERTa (v1 and v2) masked-LM models are written in the
+    ``cls.predictions.*`` layout with ``"legacy": true`` in config.json, not in the
+    ``lm_predictions.lm_head.*`` layout of the published checkpoints (which `from_pretrained`
+    reads too): transformers 4.x, given legacy=false, ties ``lm_predictions.lm_head.dense`` to
+    the word embedding and cannot run the model, while the legacy layout loads with identical
+    outputs in transformers 4.x and 5.x.
 
     The save is all-or-nothing (`atomic_directory`): the new version is built beside ``path``
     and swapped in, so a reader (or a kill) sees the old model or the new one, never new

@@ -66,6 +66,14 @@ class FamilyMap:
     # config.json does not name them (transformers' class defaults, e.g. DeBERTa's
     # pooler_hidden_act "gelu"); values read from config.json win.
     config_defaults: dict[str, Any] = field(default_factory=dict)
+    # head_layouts: head name → the Hugging Face layouts that head is stored in, where there
+    # is more than one (DeBERTa's masked-LM head). ``heads[name]`` is then their union (so
+    # detection and dropping foreign heads see every key); a checkpoint is read in the one
+    # layout it holds and the first layout is the one written (`convert.head_tables`).
+    head_layouts: dict[str, tuple[dict[str, Any], ...]] = field(default_factory=dict)
+    # mismatch_hints: our key → a sentence added to the load error when that key's shape
+    # does not match (a known broken writer, named with its cause and the way out).
+    mismatch_hints: dict[str, str] = field(default_factory=dict)
 
 
 def _wb(hf: str, ours: str) -> dict[str, str]:
@@ -344,6 +352,62 @@ ALBERT = FamilyMap(
     config_required={"position_embedding_type": "absolute"},
 )
 
+# --- DeBERTa (v1 and v2/v3) ------------------------------------------------------------------
+# The masked-LM head of both versions, in the two layouts transformers' *ForMaskedLM reads,
+# chosen there by config.json's `legacy` (default true):
+#   legacy=false: `lm_predictions.lm_head.*`, the layout of the published checkpoints
+#     (microsoft/deberta-base, deberta-v3-*; their config.json has no `legacy`, so
+#     transformers itself leaves their head randomly initialised); decoder = word embedding.
+#   legacy=true: BERT-like `cls.predictions.*`; the decoder's weight is tied to the word
+#     embedding and its bias is cls.predictions.bias, so save_pretrained (4.x and 5.x) stores
+#     neither.
+# We read the layout a checkpoint holds (never both) and WRITE legacy=true: transformers 4.x,
+# when legacy=false, ties `lm_predictions.lm_head.dense` (its get_output_embeddings) to the
+# word embedding, so a legacy=false directory breaks there (the (V, H) embedding replaces the
+# (H, H) dense, and the file stores the embedding under the dense's name only); the legacy
+# layout loads with identical outputs in 4.x and 5.x.
+_DEBERTA_MLM_LEGACY: dict[str, Any] = {
+    **_wb("cls.predictions.transform.dense", "mlm_head.dense"),
+    **_wb("cls.predictions.transform.LayerNorm", "mlm_head.norm"),
+    "cls.predictions.bias": "mlm_head.bias",
+    "cls.predictions.decoder.weight": None,  # tied to the token embedding
+    "cls.predictions.decoder.bias": None,  # alias of cls.predictions.bias
+}
+_DEBERTA_MLM_ORIGINAL: dict[str, Any] = {
+    **_wb("lm_predictions.lm_head.dense", "mlm_head.dense"),
+    **_wb("lm_predictions.lm_head.LayerNorm", "mlm_head.norm"),
+    "lm_predictions.lm_head.bias": "mlm_head.bias",
+}
+_DEBERTA_MLM_LAYOUTS = (_DEBERTA_MLM_LEGACY, _DEBERTA_MLM_ORIGINAL)  # the first is written
+_DEBERTA_MLM_HINT = {
+    "mlm_head.dense.weight": (
+        "a masked-LM directory written by transformers 4.x with legacy=false holds the (V, H) "
+        "word embedding under lm_predictions.lm_head.dense.weight (4.x ties that dense layer "
+        "to the embedding), so the head's own dense weights were never saved and transformers "
+        "cannot run it either. The trunk is recoverable: rename that tensor to "
+        "deberta.embeddings.word_embeddings.weight, drop the other lm_predictions.* tensors, "
+        "and load with heads=[] (or new_heads=True)."
+    )
+}
+# config.json keys every DeBERTa family reads the same way (DebertaConfig / DebertaV2Config).
+_DEBERTA_CONFIG = {
+    **{k: v for k, v in _BERT_CONFIG.items() if k != "classifier_dropout"},
+    "cls_dropout": "classifier_dropout",  # DebertaConfig's name
+    "pooler_hidden_act": "classifier_activation",
+    "relative_attention": "relative_attention",
+    "max_relative_positions": "max_relative_positions",
+    "pos_att_type": "pos_att_type",
+    "position_biased_input": "position_biased_input",
+    "emd_layers": "emd_layers",
+}
+_DEBERTA_FIXED = {
+    "attention_kind": "disentangled",
+    "position_scheme": "absolute",
+    "use_pooler": False,
+    "pair_head": None,
+    "classifier_pooling": "first_token_dense",
+    "choice_pooling": "first_token_dense",
+}
 # DeBERTa v1 (microsoft/deberta-base; transformers' modeling_deberta.py). The checkpoint keeps
 # Q/K/V in one bias-free `in_proj` whose rows are interleaved per head [q0, k0, v0, q1, ...]
 # (Join kind "heads_interleaved"), with separate q_bias / v_bias.
@@ -375,14 +439,8 @@ DEBERTA = FamilyMap(
     # sequence-classification model and is wired with the task heads.
     pooler={},
     heads={
-        # The layout the published checkpoints store and transformers reads when the config
-        # says legacy=False (its default legacy=True reads a BERT-like `cls.predictions.*`
-        # head instead); we always write legacy=False.
-        "mlm": {
-            **_wb("lm_predictions.lm_head.dense", "mlm_head.dense"),
-            **_wb("lm_predictions.lm_head.LayerNorm", "mlm_head.norm"),
-            "lm_predictions.lm_head.bias": "mlm_head.bias",
-        },
+        # both layouts (see _DEBERTA_MLM_LAYOUTS above): either is read, legacy=true written
+        "mlm": {**_DEBERTA_MLM_LEGACY, **_DEBERTA_MLM_ORIGINAL},
         # DebertaForSequenceClassification: ContextPooler (`pooler.dense` on the first token,
         # pooler_hidden_act) → dropout → classifier. transformers has no DeBERTa (v1) multiple-
         # choice class: our choice head (first token, like classify) trains but cannot be saved.
@@ -400,27 +458,79 @@ DEBERTA = FamilyMap(
         "mlm": "DebertaForMaskedLM",
         **{k: v for k, v in task_architectures("Deberta").items() if k != "choice"},
     },
-    config_fields={
-        **{k: v for k, v in _BERT_CONFIG.items() if k != "classifier_dropout"},
-        "cls_dropout": "classifier_dropout",  # DebertaConfig's name
-        "pooler_hidden_act": "classifier_activation",
-        "relative_attention": "relative_attention",
-        "max_relative_positions": "max_relative_positions",
-        "pos_att_type": "pos_att_type",
-        "position_biased_input": "position_biased_input",
-        "emd_layers": "emd_layers",
-    },
-    config_fixed={
-        "attention_kind": "disentangled",
-        "position_scheme": "absolute",
-        "use_pooler": False,
-        "pair_head": None,
-        "classifier_pooling": "first_token_dense",
-        "choice_pooling": "first_token_dense",
-    },
+    config_fields=_DEBERTA_CONFIG,
+    config_fixed={**_DEBERTA_FIXED, "key_bias": False},
     optional=("encoder.embeddings.position.weight",),
-    config_written={"legacy": False},
+    config_written={"legacy": True},  # the cls.predictions.* layout, see above
     config_defaults={"classifier_activation": "gelu"},  # DebertaConfig.pooler_hidden_act
+    head_layouts={"mlm": _DEBERTA_MLM_LAYOUTS},
+    mismatch_hints=_DEBERTA_MLM_HINT,
+)
+
+# DeBERTa-v2/v3 (microsoft/deberta-v3-base; transformers' modeling_deberta_v2.py): separate
+# biased query/key/value projections (concatenated into our fused Q/K/V), biased position
+# projections (absent with share_att_key), an optional LayerNorm on the relative table
+# (norm_rel_ebd) and an optional convolution beside the first layer (encoder.conv).
+_D2 = "encoder.layer.{i}.attention"
+_D2_ATT = "encoder.layers.{i}.attention"
+DEBERTA_V2 = FamilyMap(
+    model_type="deberta-v2",
+    base_prefix="deberta.",
+    trunk={
+        **{k: v for k, v in DEBERTA.trunk.items() if not k.startswith(_DL + ".self.")},
+        "encoder.layers.{i}.attention.qkv.weight": Join(
+            (f"{_D2}.self.query_proj.weight", f"{_D2}.self.key_proj.weight")
+            + (f"{_D2}.self.value_proj.weight",)
+        ),
+        f"{_D2}.self.query_proj.bias": f"{_D2_ATT}.q_bias",
+        f"{_D2}.self.key_proj.bias": f"{_D2_ATT}.k_bias",
+        f"{_D2}.self.value_proj.bias": f"{_D2_ATT}.v_bias",
+        **_wb(f"{_D2}.self.pos_key_proj", f"{_D2_ATT}.pos_key"),
+        **_wb(f"{_D2}.self.pos_query_proj", f"{_D2_ATT}.pos_query"),
+        **_wb("encoder.LayerNorm", "encoder.attention_inputs.norm"),  # norm_rel_ebd
+        **_wb("encoder.conv.conv", "encoder.first_layer_branch.conv"),
+        **_wb("encoder.conv.LayerNorm", "encoder.first_layer_branch.norm"),
+    },
+    pooler={},  # the ContextPooler belongs to the task heads, as in v1
+    heads={
+        "mlm": {**_DEBERTA_MLM_LEGACY, **_DEBERTA_MLM_ORIGINAL},
+        # sequence classification and multiple choice: ContextPooler (`pooler.dense` on the
+        # first token, pooler_hidden_act) → dropout → classifier (C outputs, or 1 per choice)
+        **task_heads(
+            classify={"pooler.dense": "task_head.dense", "classifier": "task_head.out"},
+            choice={"pooler.dense": "task_head.dense", "classifier": "task_head.out"},
+        ),
+    },
+    architectures={
+        "": "DebertaV2Model",
+        "mlm": "DebertaV2ForMaskedLM",
+        **task_architectures("DebertaV2"),
+    },
+    config_fields={
+        **_DEBERTA_CONFIG,
+        "position_buckets": "position_buckets",
+        "share_att_key": "share_att_key",
+        "norm_rel_ebd": "norm_rel_ebd",
+        "conv_kernel_size": "conv_kernel_size",
+        "conv_act": "conv_act",
+        "conv_groups": "conv_groups",
+    },
+    config_fixed={**_DEBERTA_FIXED, "key_bias": True},
+    optional=("encoder.embeddings.position.weight",),
+    config_written={"legacy": True},  # the cls.predictions.* layout, see above
+    # DebertaV2Config's defaults where they differ from ours (a config.json may omit them)
+    config_defaults={
+        "classifier_activation": "gelu",
+        "vocab_size": 128100,
+        "hidden_size": 1536,
+        "num_hidden_layers": 24,
+        "num_attention_heads": 24,
+        "intermediate_size": 6144,
+        "type_vocab_size": 0,
+        "layer_norm_eps": 1e-7,
+    },
+    head_layouts={"mlm": _DEBERTA_MLM_LAYOUTS},
+    mismatch_hints=_DEBERTA_MLM_HINT,
 )
 
 # Longformer: the RoBERTa layout with separate Q/K/V projections for global attention. Ours:
@@ -564,6 +674,7 @@ FAMILIES: dict[str, FamilyMap] = {
         DISTILBERT,
         ALBERT,
         DEBERTA,
+        DEBERTA_V2,
         LONGFORMER,
         XLM_ROBERTA,
         CAMEMBERT,

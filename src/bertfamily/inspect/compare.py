@@ -38,6 +38,10 @@ DESCRIPTIONS: dict[str, dict[str, str]] = {
         "pretraining": "MLM (+ enhanced mask decoder)",
         "tasks": "SuperGLUE-level NLU",
     },
+    "deberta-v3-base": {
+        "pretraining": "replaced token detection (ELECTRA-style), shared embeddings",
+        "tasks": "SuperGLUE-level NLU",
+    },
     "longformer-base": {
         "pretraining": "MLM (continued from RoBERTa)",
         "tasks": "long-document QA and classification",

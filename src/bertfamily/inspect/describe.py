@@ -49,6 +49,24 @@ FIELD_NOTES: dict[str, Any] = {
         else ""
     ),
     "head_dim": lambda c: f"head dimension Dh = {c.head_dim}" if c.head_dim != 64 else "",
+    # DeBERTa-v2/v3
+    "position_buckets": lambda c: (
+        f"relative distances in {2 * c.position_buckets} log buckets "
+        f"(exact up to ±{c.position_buckets // 2})"
+        if c.relative_attention and c.position_buckets > 0
+        else ""
+    ),
+    "share_att_key": lambda c: (
+        "position terms reuse the content Q/K projections" if c.share_att_key else ""
+    ),
+    "norm_rel_ebd": lambda c: (
+        "LayerNorm on the relative table" if c.norm_rel_ebd == "layer_norm" else ""
+    ),
+    "conv_kernel_size": lambda c: (
+        f"convolution (kernel {c.conv_kernel_size}) over the embeddings beside the first layer"
+        if c.conv_kernel_size
+        else ""
+    ),
 }
 
 _GELU = {"none": "GELU x·Φ(x) (exact, erf)", "tanh": "GELU, tanh approximation"}
@@ -89,6 +107,8 @@ def describe_module(module: nn.Module, config: EncoderConfig) -> tuple[str, str]
         "once for all layers",
         "RelativePositionEmbeddings": "relative position table P: one row per distance "
         "i − j, shared by all layers",
+        "ConvolutionBranch": "conv1d over the embeddings, activation, + first layer "
+        "output, LayerNorm",
         "EnhancedMaskDecoder": "re-applies the last layer with absolute positions added to "
         "its queries (He et al. 2021 §3.3)",
     }.get(kind)

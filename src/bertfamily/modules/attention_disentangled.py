@@ -17,6 +17,14 @@ Index convention (the published checkpoints and transformers' DebertaModel): for
 length T, span s = min(T, k), the table rows used are ``table[k - s : k + s]`` and the pair
 (i, j) reads row ``clamp(i - j + s, 0, 2s - 1)`` of that slice, for c2p *and* p2c.
 
+DeBERTa-v2/v3 (the microsoft/DeBERTa code, ``DeBERTa/deberta/da_utils.py`` and
+``disentangled_attention.py``; transformers' DebertaV2Model) extend this with config fields:
+distances bucketed on a log scale into a (2b, H) table, b = position_buckets
+(`log_bucket_position`), row ``clamp(bucket(i - j) + b, 0, 2b - 1)``; an optional LayerNorm on
+the table (norm_rel_ebd); position projections that reuse the content projections
+(share_att_key); biases on every projection (key_bias, with the v2 checkpoints' separate
+query/key/value projections).
+
 Speed: instead of gathering a (B, N, T, T) index out of (B, N, T, 2s) products, the encoder
 hands every layer the 2T - 1 rows one per distance d = i - j (clipping already applied, so the
 rows beyond ±k repeat the edge row); the products (B, N, T, 2T - 1) are then read as (B, N, T, T)
@@ -37,48 +45,107 @@ from .attention import AttentionOutput
 from .context import AttentionContext
 
 
-def relative_rows(
-    seq_len: int, max_relative_positions: int, device: torch.device | None = None
+def log_bucket_position(
+    distance: torch.Tensor, position_buckets: int, max_position: int
 ) -> torch.Tensor:
-    """Rows of the (2k, H) relative table read for each distance d = i - j.
+    """DeBERTa-v2's log-bucketed relative distance (microsoft/DeBERTa,
+    ``DeBERTa/deberta/da_utils.py`` ``make_log_bucket_position``; transformers'
+    ``modeling_deberta_v2.make_log_bucket_position``).
+
+    With m = position_buckets // 2: distances |d| <= m keep their value; longer ones are
+    compressed logarithmically, ``sign(d) · (m + ceil(log(|d| / m) / log((max_position - 1) / m)
+    · (m - 1)))``, so |d| = max_position - 1 lands on bucket 2m - 1 and farther distances
+    beyond it (then clipped by the caller).
+
+    Args:
+        distance: int64 relative distances i - j, any shape.
+        position_buckets: b (> 0).
+        max_position: k, the distance mapped to the last bucket (k - 1 > b // 2, checked by
+            `EncoderConfig`).
+
+    Returns:
+        int64 buckets of the same shape. Computed in float32 with the reference's operations,
+        so every bucket equals the reference's.
+    """
+    mid = position_buckets // 2
+    sign = torch.sign(distance)
+    inside = (distance < mid) & (distance > -mid)
+    # |d| < m reads m - 1 here only to keep the log finite; those entries keep d below
+    abs_pos = torch.where(inside, torch.full_like(distance, mid - 1), distance.abs())
+    scale = torch.log(torch.tensor((max_position - 1) / mid))  # float32, as the reference
+    log_pos = torch.ceil(torch.log(abs_pos / mid) / scale * (mid - 1)) + mid
+    return torch.where(abs_pos <= mid, distance.to(log_pos.dtype), log_pos * sign).long()
+
+
+def relative_rows(
+    seq_len: int,
+    max_relative_positions: int,
+    device: torch.device | None = None,
+    position_buckets: int = 0,
+) -> torch.Tensor:
+    """Rows of the relative table read for each distance d = i - j.
 
     Args:
         seq_len: T.
         max_relative_positions: k.
+        position_buckets: b; > 0 = log buckets (`log_bucket_position`) in a (2b, H) table,
+            else a (2k, H) table read by plain distance.
 
     Returns:
-        (2T - 1,) int64; entry r is the table row for distance d = r - (T - 1), i.e.
-        ``k - s + clamp(d + s, 0, 2s - 1)`` with s = min(T, k) (distances beyond ±k clipped).
+        (2T - 1,) int64; entry r is the table row for distance d = r - (T - 1): without
+        buckets ``k - s + clamp(d + s, 0, 2s - 1)`` with s = min(T, k) (distances beyond ±k
+        clipped), with buckets ``clamp(bucket(d) + b, 0, 2b - 1)``.
     """
     # With s = min(T, k): for T <= k every d + s lies in [1, 2T - 1], so the entry is k + d;
     # for T > k it is clamp(d + k, 0, 2k - 1). Both are clamp(d + k, 0, 2k - 1), which needs
     # no Python int taken from T (the ONNX exporter traces it with a dynamic T).
     d = torch.arange(-(seq_len - 1), seq_len, device=device)
-    return (d + max_relative_positions).clamp(0, 2 * max_relative_positions - 1)
+    span = max_relative_positions
+    if position_buckets > 0:
+        d = log_bucket_position(d, position_buckets, max_relative_positions)
+        span = position_buckets
+    return (d + span).clamp(0, 2 * span - 1)
 
 
 class RelativePositionEmbeddings(nn.Module):
-    """The relative position table P (2k, H), owned by the encoder and shared by all layers.
+    """The relative position table P (2k, H) or, with buckets, (2b, H), owned by the encoder
+    and shared by all layers.
 
     Called once per forward as the encoder's ``attention_inputs`` provider.
 
     Args:
         max_relative_positions: k (distances are clipped to [-k, k)).
         hidden_size: H.
+        position_buckets: b; > 0 = log-bucketed distances (DeBERTa-v2), see `relative_rows`.
+        norm: a norm over H applied to the table rows (DeBERTa-v2's norm_rel_ebd
+            "layer_norm"), or None.
     """
 
     inputs = ()  # reads no forward keyword of Encoder/Model
 
-    def __init__(self, max_relative_positions: int, hidden_size: int) -> None:
+    def __init__(
+        self,
+        max_relative_positions: int,
+        hidden_size: int,
+        position_buckets: int = 0,
+        norm: nn.Module | None = None,
+    ) -> None:
         super().__init__()
         self.max_relative_positions = max_relative_positions
-        self.embeddings = nn.Embedding(2 * max_relative_positions, hidden_size)
+        self.position_buckets = max(position_buckets, 0)
+        span = self.position_buckets or max_relative_positions
+        self.embeddings = nn.Embedding(2 * span, hidden_size)
+        self.norm = norm
 
     def forward(self, x: torch.Tensor, ctx: AttentionContext) -> dict[str, torch.Tensor]:
         """x: (B, T, H) → the context fields to set: {"relative_embeddings": (2T - 1, H)},
         row r for distance r - (T - 1)."""
-        rows = relative_rows(x.shape[1], self.max_relative_positions, x.device)
-        return {"relative_embeddings": self.embeddings(rows)}  # (2T - 1, H)
+        rows = relative_rows(
+            x.shape[1], self.max_relative_positions, x.device, self.position_buckets
+        )
+        rel = self.embeddings(rows)  # (2T - 1, H)
+        # the norm is per row: normalising the rows read equals normalising the whole table
+        return {"relative_embeddings": rel if self.norm is None else self.norm(rel)}
 
 
 def _relative_view(full: torch.Tensor) -> torch.Tensor:
@@ -105,9 +172,11 @@ class DisentangledSelfAttention(nn.Module):
     """Multi-head disentangled self-attention (He et al. 2021 §3.1, eq. 2–4).
 
     Parameters follow the checkpoints: one fused Q/K/V projection without bias (our rows
-    [Q; K; V]; the checkpoints interleave them per head, see `checkpoints.convert.JOINS`),
-    separate Q and V biases, a K^r projection without bias (c2p) and a Q^r projection with bias
-    (p2c), then the output projection.
+    [Q; K; V]; v1 checkpoints interleave them per head, see `checkpoints.convert.JOINS`; v2
+    ones store three projections), separate Q and V biases (and a K bias with ``key_bias``), a
+    K^r projection (c2p; biased with ``key_bias``) and a Q^r projection with bias (p2c), then
+    the output projection. With ``share_att_key`` (DeBERTa-v2) there is no K^r / Q^r: the
+    relative embeddings go through the content K / Q projections, biases included.
 
     Masking: keys are masked with the batch's finite additive bias (the dtype's minimum), the
     softmax runs in fp32, and rows of padding queries are zeroed, so every masked entry of the
@@ -125,6 +194,8 @@ class DisentangledSelfAttention(nn.Module):
         position_dropout: dropout on the relative embeddings (the hidden dropout in DeBERTa).
         pos_att_type: position terms, a subset of ("c2p", "p2c").
         relative: build the position projections (relative_attention).
+        share_att_key: position terms reuse the content Q/K projections (DeBERTa-v2).
+        key_bias: K^c and K^r have biases (DeBERTa-v2); v1 has neither.
     """
 
     def __init__(
@@ -135,6 +206,8 @@ class DisentangledSelfAttention(nn.Module):
         position_dropout: float,
         pos_att_type: tuple[str, ...],
         relative: bool = True,
+        share_att_key: bool = False,
+        key_bias: bool = False,
     ) -> None:
         super().__init__()
         H = hidden_size
@@ -145,9 +218,14 @@ class DisentangledSelfAttention(nn.Module):
         self.scale = math.sqrt(self.head_dim * (1 + len(self.pos_att_type)))
         self.qkv = nn.Linear(H, 3 * H, bias=False)
         self.q_bias = nn.Parameter(torch.zeros(H))
+        self.k_bias = nn.Parameter(torch.zeros(H)) if key_bias else None
         self.v_bias = nn.Parameter(torch.zeros(H))
-        self.pos_key = nn.Linear(H, H, bias=False) if relative and "c2p" in pos_att_type else None
-        self.pos_query = nn.Linear(H, H) if relative and "p2c" in pos_att_type else None
+        self.share_att_key = share_att_key
+        own = relative and not share_att_key  # separate position projections
+        self.pos_key = (
+            nn.Linear(H, H, bias=key_bias) if own and "c2p" in self.pos_att_type else None
+        )
+        self.pos_query = nn.Linear(H, H) if own and "p2c" in self.pos_att_type else None
         self.out = nn.Linear(H, H)
         self.dropout = dropout
         self.position_dropout = position_dropout
@@ -170,8 +248,23 @@ class DisentangledSelfAttention(nn.Module):
             kv = F.linear(kv_states, w_kv).view(B, T, 2, self.num_heads, self.head_dim)
             k, v = kv.permute(2, 0, 3, 1, 4).unbind(0)  # each (B, N, T, Dh)
         q = (q + self.q_bias.view(self.num_heads, 1, self.head_dim)) / self.scale
+        if self.k_bias is not None:
+            k = k + self.k_bias.view(self.num_heads, 1, self.head_dim)
         v = v + self.v_bias.view(self.num_heads, 1, self.head_dim)
         return q, k, v
+
+    def _position_projections(self, rel: torch.Tensor):
+        """(R, H) relative embeddings → (K^r, Q^r), each (R, H) or None: the own position
+        projections, or (share_att_key) the content K and Q projections with their biases."""
+        if not self.share_att_key:
+            pk = self.pos_key(rel) if self.pos_key is not None else None
+            pq = self.pos_query(rel) if self.pos_query is not None else None
+            return pk, pq
+        H = rel.shape[-1]
+        w_q, w_k, _ = self.qkv.weight.split([H, H, H])
+        pk = F.linear(rel, w_k, self.k_bias) if "c2p" in self.pos_att_type else None
+        pq = F.linear(rel, w_q, self.q_bias) if "p2c" in self.pos_att_type else None
+        return pk, pq
 
     def relative_scores(
         self, q: torch.Tensor, k: torch.Tensor, rel: torch.Tensor
@@ -184,14 +277,15 @@ class DisentangledSelfAttention(nn.Module):
             rel: (2T - 1, H) relative embeddings, row r for distance i - j = r - (T - 1).
         """
         rel = F.dropout(rel, self.position_dropout, self.training)
+        pk, pq = self._position_projections(rel)  # each (2T - 1, H) or None
         score = None
-        if self.pos_key is not None:
+        if pk is not None:
             # Rows in descending distance so that row i of the product, read from column
             # T - 1 - i on, gives distances i - 0, i - 1, ... (the strided view).
-            pk = self._heads(self.pos_key(rel.flip(0)))  # (N, 2T-1, Dh)
+            pk = self._heads(pk.flip(0))  # (N, 2T-1, Dh)
             score = _relative_view(q @ pk.transpose(-1, -2))  # (B, N, T, T)
-        if self.pos_query is not None:
-            pq = self._heads(self.pos_query(rel)) / self.scale  # (N, 2T-1, Dh), ascending
+        if pq is not None:
+            pq = self._heads(pq) / self.scale  # (N, 2T-1, Dh), ascending
             # (k @ pqᵀ)[j, i - j + T - 1] read as [j, i], then transposed to [i, j].
             p2c = _relative_view(k @ pq.transpose(-1, -2)).transpose(-1, -2)  # (B, N, T, T)
             score = p2c if score is None else score + p2c

@@ -86,6 +86,9 @@ class Encoder(nn.Module):
         # provider(x, ctx) -> {AttentionContext field: value}; its ``inputs`` attribute names
         # the forward keywords it reads (e.g. global_attention_mask).
         self.attention_inputs: nn.Module | None = None
+        # Optional branch beside the first layer step, called as branch(embeddings, first
+        # layer output, ctx) -> new first layer output (DeBERTa-v2's convolution).
+        self.first_layer_branch: nn.Module | None = None
         # Unpadded execution (see modules/unpad.py): on by default where it applies; set False to
         # always run the padded batch.
         self.unpad = True
@@ -190,6 +193,8 @@ class Encoder(nn.Module):
             return None
         if not all(getattr(layer.attention, "supports_unpadded", False) for layer in self.layers):
             return None
+        if self.first_layer_branch is not None:  # it convolves the padded (B, T, H) layout
+            return None
         return Unpadded.from_mask(attention_mask)
 
     @property
@@ -289,8 +294,11 @@ class Encoder(nn.Module):
             x = plan.gather(x)  # (B, T, H) -> (total_tokens, H)
             run_ctx = dataclasses.replace(ctx, unpadded=plan)
         hidden, probs, scores = [x], [], []
-        for index in self.schedule:
+        for step, index in enumerate(self.schedule):
+            layer_input = x
             x, att = self.layers[index](x, run_ctx)
+            if step == 0 and self.first_layer_branch is not None:
+                x = self.first_layer_branch(layer_input, x, run_ctx)
             if output_hidden_states:  # else each layer's output is freed (long inputs)
                 hidden.append(x)
             probs.append(att.probs)
