@@ -11,6 +11,7 @@ import torch
 
 import bertfamily as bf
 from bertfamily import EncoderConfig, build_model
+from bertfamily.heads.tasks import TASK_HEADS
 from bertfamily.inspect.explore import default_heads
 from bertfamily.inspect.models import meta_model, shrink_layers
 from bertfamily.presets import FAMILY, PRESETS, PUBLISHED_PARAMETERS
@@ -142,3 +143,42 @@ def test_full_size_specifics():
         == 138_601_728 + 512 * 768
     )
     assert EncoderConfig.from_preset("longformer-base").max_sequence_length == 4096
+
+
+HEAD_SETS = [(), ("mlm",), ("pair",), ("mlm", "pair"), ("rtd",)] + [(t,) for t in TASK_HEADS]
+
+
+@pytest.mark.parametrize("name", list(PRESETS))
+def test_parameter_count_is_exact_without_building(name):
+    """`EncoderConfig.parameter_count` (closed form, no torch: `bertfamily models` uses it)
+    equals the built model's count for every preset and every head set it can build, and for
+    the same preset with conditional norms and ALBERT-style layer groups (full-size presets: the
+    base model, as `bertfamily models` lists it; the tiny presets cover every head of every
+    family)."""
+    config = EncoderConfig.from_preset(name)
+    if not name.startswith("tiny-"):
+        with torch.device("meta"):
+            assert config.parameter_count() == build_model(config).num_parameters(heads=True)
+        return
+    variants = [config]
+    if config.attention_kind == "full" and config.hidden_size <= 64:
+        variants.append(
+            config.replace(
+                conditional_norms=("embeddings", "attention", "ffn", "mlm"),
+                condition_size=5,
+                num_hidden_layers=4,
+                num_hidden_groups=2,
+                inner_group_num=2,
+            )
+        )
+    checked = 0
+    for cfg in variants:
+        for heads in HEAD_SETS:
+            try:
+                with torch.device("meta"):
+                    model = build_model(cfg, heads=list(heads))
+            except ValueError:  # a head this config cannot have (pair without a pooler, ...)
+                continue
+            assert cfg.parameter_count(heads) == model.num_parameters(heads=True), (name, heads)
+            checked += 1
+    assert checked >= 6

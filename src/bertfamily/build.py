@@ -234,14 +234,8 @@ def build_task_head(config: EncoderConfig, task: str) -> nn.Module:
 
 
 def reads_pooler(config: EncoderConfig, heads: Iterable[str]) -> bool:
-    """Whether any of ``heads`` reads the pooled output (B, H): the pair head, or a "classify"
-    / "choice" head whose ``classifier_pooling`` / ``choice_pooling`` is "pooler"."""
-    heads = tuple(heads)
-    return (
-        "pair" in heads
-        or ("classify" in heads and config.classifier_pooling == "pooler")
-        or ("choice" in heads and config.choice_pooling == "pooler")
-    )
+    """Whether any of ``heads`` reads the pooled output (`EncoderConfig.reads_pooler`)."""
+    return config.reads_pooler(tuple(heads))
 
 
 def build_model(

@@ -535,12 +535,29 @@ class EncoderConfig:
             for j in range(self.inner_group_num)
         ]
 
-    def estimated_parameters(self, heads: tuple[str, ...] | list[str] = ("mlm", "pair")) -> int:
-        """The parameter count of the model this config describes, in closed form (no
-        allocation): embeddings, every unique layer, the pooler, the relative position table,
-        conditional norms and the named heads (task heads counted at their largest). Within a
-        few percent of the built model; `check_parameter_budget` compares it with the limit
-        before anything is allocated."""
+    def reads_pooler(self, heads: tuple[str, ...] | list[str]) -> bool:
+        """Whether any of ``heads`` reads the pooled output (B, H): the pair head, or a
+        "classify" / "choice" head whose ``classifier_pooling`` / ``choice_pooling`` is
+        "pooler". `build.build_model` builds the pooler only then (or for the base model)."""
+        return (
+            "pair" in heads
+            or ("classify" in heads and self.classifier_pooling == "pooler")
+            or ("choice" in heads and self.choice_pooling == "pooler")
+        )
+
+    def parameter_count(self, heads: tuple[str, ...] | list[str] = ()) -> int:
+        """The exact parameter count of ``build_model(config, heads)``, in closed form: no torch,
+        no allocation (`bertfamily models` lists the presets with it; a test checks it against
+        the built model for every preset and head set).
+
+        Counted: embeddings (token, position unless nothing reads it, segment, norm, ALBERT's
+        E→H projection), every unique layer (fused Q/K/V, output, FFN, two norms; Longformer's
+        global projections; DeBERTa's position projections and key bias), DeBERTa's relative
+        table (+ its LayerNorm) and convolution, conditional norms, the pooler (the base model
+        when ``use_pooler``, else only where a head reads it), and each named head: "mlm"
+        (dense H→E, norm, bias; decoder tied), "pair", "rtd", or one task head.
+        """
+        heads = tuple(heads)
         V, H, I, E = self.vocab_size, self.hidden_size, self.intermediate_size, self.embedding_size
         P, T = self.max_position_embeddings, self.type_vocab_size
         if not self.position_biased_input and not (self.emd_layers and "mlm" in heads):
@@ -569,7 +586,7 @@ class EncoderConfig:
             total += 2 * H if self.norm_rel_ebd == "layer_norm" else 0
         if self.conv_kernel_size:  # convolution (weight, bias) and its LayerNorm
             total += H * (H // self.conv_groups) * self.conv_kernel_size + H + 2 * H
-        if self.use_pooler:
+        if self.use_pooler and (not heads or self.reads_pooler(heads)):
             total += H * H + H  # pooler
         if "mlm" in heads:
             total += H * E + E + 2 * E + V + (cond * E if "mlm" in sites else 0)
@@ -577,7 +594,28 @@ class EncoderConfig:
             total += 2 * H + 2
         if "rtd" in heads:  # replaced-token detection: dense H→H, then H→1
             total += H * H + 2 * H + 1
-        total += H * H + H + H * max(self.num_labels, 2) + self.num_labels  # a task head
+        C_out = self.num_labels
+        if "classify" in heads or "choice" in heads:
+            pooling = self.classifier_pooling if "classify" in heads else self.choice_pooling
+            outputs = C_out if "classify" in heads else 1
+            total += (H * H + H if pooling == "first_token_dense" else 0) + H * outputs + outputs
+        if "tokens" in heads:
+            total += H * C_out + C_out
+        if "qa" in heads:
+            total += 2 * H + 2
+        return total
+
+    def estimated_parameters(self, heads: tuple[str, ...] | list[str] = ("mlm", "pair")) -> int:
+        """The parameter count `check_parameter_budget` compares with the limit before anything
+        is allocated: `parameter_count` of ``heads`` plus, when they name no task head, a task
+        head at its largest (dense H→H and C outputs) and the pooler."""
+        heads = tuple(heads)
+        total = self.parameter_count(heads)
+        if not {"classify", "tokens", "qa", "choice"} & set(heads):
+            H = self.hidden_size
+            total += H * H + H + H * max(self.num_labels, 2) + self.num_labels
+            if heads and self.use_pooler and not self.reads_pooler(heads):
+                total += H * H + H
         return total
 
     # --- construction ----------------------------------------------------------------------------

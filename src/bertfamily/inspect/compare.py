@@ -1,5 +1,5 @@
-"""Differences from BERT-base (computed by comparing traces) and the ten-model comparison table
-(computed from the presets and the code)."""
+"""Differences from BERT-base (computed by comparing traces) and the family comparison table
+(computed from the presets; no torch)."""
 
 from __future__ import annotations
 
@@ -7,13 +7,14 @@ import csv
 import io
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..config import EncoderConfig
 from ..presets import FAMILY, PRESETS, PUBLISHED_PARAMETERS
-from .describe import FIELD_NOTES
-from .models import meta_model
-from .trace import Step, Trace
+from .notes import FIELD_NOTES
+
+if TYPE_CHECKING:  # this module imports no torch: `bertfamily models` starts without it
+    from .trace import Step, Trace
 
 REFERENCE = "bert-base"
 
@@ -185,9 +186,9 @@ def _segments(c: EncoderConfig) -> str:
 
 
 def comparison_rows(names: list[str] | None = None) -> list[dict[str, Any]]:
-    """One row per model (default: the ten of the family): sizes from the preset, parameters
-    counted from the code (base model + pooler, on the meta device), special mechanisms from the
-    config's fields.
+    """One row per model (default: the presets of `presets.FAMILY`): sizes from the preset,
+    parameters of the base model + pooler (`EncoderConfig.parameter_count`, exact and equal to
+    the built model, without importing torch), special mechanisms from the config's fields.
 
     Raises:
         KeyError: a name that is not a preset.
@@ -215,7 +216,7 @@ def comparison_rows(names: list[str] | None = None) -> list[dict[str, Any]]:
             segments=_segments(c),
             positions=_positions(c),
             special="; ".join(config_notes(c, None)) or "reference design, post-LN",
-            parameters=meta_model(c).num_parameters(),
+            parameters=c.parameter_count(),
         )
         rows.append(row)
     return rows

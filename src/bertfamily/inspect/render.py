@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import textwrap
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich import box
 from rich.table import Table
 from rich.text import Text
 
 from .compare import COLUMNS, TraceDiff
-from .params import ParamTable
 from .symbols import LEGEND
-from .trace import Trace
+
+if TYPE_CHECKING:  # no torch for the comparison table (`bertfamily models`)
+    from .params import ParamTable
+    from .trace import Trace
 
 #: Below this terminal width `params_rich` and `dataflow_rich` drop their wide columns.
 WIDE = 120

@@ -1,0 +1,65 @@
+"""What a config field or an attention kind changes, as text (no torch): the notes of the
+dataflow differences and of the family comparison table."""
+
+from __future__ import annotations
+
+from typing import Any
+
+# Attention kinds (config.attention_kind) -> the formula of one attention layer. A new kind
+# adds one entry; an unknown kind falls back to its class docstring.
+ATTENTION_FORMULAS: dict[str, str] = {
+    "full": "softmax(QKᵀ/√Dh + mask)·V per head, heads concatenated, ·W_O",
+    "disentangled": "three score terms c2c + c2p + p2c: "
+    "softmax((Q_c·K_cᵀ + Q_c·K_rᵀ + K_c·Q_rᵀ)/√(3Dh) + mask)·V",
+    "windowed": "band of 2W+1 keys around each token (scores (B, N, T, 2W+1)) + global rows "
+    "that attend to all T with their own Q/K/V",
+}
+
+# Short notes on what a config field changes, shown with the steps that differ from BERT-base.
+FIELD_NOTES: dict[str, Any] = {
+    "embedding_size": lambda c: (
+        f"factorised embedding: lookups in E={c.embedding_size}, "
+        f"then E→H={c.hidden_size} projection"
+        if c.embedding_size != c.hidden_size
+        else ""
+    ),
+    "num_hidden_groups": lambda c: (
+        f"{c.num_hidden_layers} layer steps share {c.num_unique_layers} unique layer(s)"
+        if c.num_unique_layers < c.num_hidden_layers
+        else ""
+    ),
+    "attention_kind": lambda c: (
+        ""
+        if c.attention_kind == "full"
+        else f"{c.attention_kind} attention: {ATTENTION_FORMULAS.get(c.attention_kind, '')}"
+    ),
+    "use_pooler": lambda c: "" if c.use_pooler else "no pooler: the [CLS] state is used as is",
+    "type_vocab_size": lambda c: {
+        0: "no segment embedding",
+        1: "one-row segment table: a constant vector, no segment ids",
+    }.get(c.type_vocab_size, ""),
+    "position_scheme": lambda c: (
+        "positions start at pad_token_id + 1 and skip padding"
+        if c.position_scheme == "absolute_from_padding"
+        else ""
+    ),
+    "head_dim": lambda c: f"head dimension Dh = {c.head_dim}" if c.head_dim != 64 else "",
+    # DeBERTa-v2/v3
+    "position_buckets": lambda c: (
+        f"relative distances in {2 * c.position_buckets} log buckets "
+        f"(exact up to ±{c.position_buckets // 2})"
+        if c.relative_attention and c.position_buckets > 0
+        else ""
+    ),
+    "share_att_key": lambda c: (
+        "position terms reuse the content Q/K projections" if c.share_att_key else ""
+    ),
+    "norm_rel_ebd": lambda c: (
+        "LayerNorm on the relative table" if c.norm_rel_ebd == "layer_norm" else ""
+    ),
+    "conv_kernel_size": lambda c: (
+        f"convolution (kernel {c.conv_kernel_size}) over the embeddings beside the first layer"
+        if c.conv_kernel_size
+        else ""
+    ),
+}
