@@ -36,9 +36,7 @@ def _run(*args: str, pre: str = "") -> subprocess.CompletedProcess:
     )
 
 
-@pytest.mark.parametrize(
-    "args", [["--help"], ["fetch", "--list"], ["models", "--format", "json"]]
-)
+@pytest.mark.parametrize("args", [["--help"], ["fetch", "--list"], ["models", "--format", "json"]])
 def test_fast_commands_do_not_import_torch(args):
     r = _run(*args)
     assert r.stderr.strip().splitlines()[-1] in ("TORCH False CODE 0", "TORCH False CODE None")

@@ -1,4 +1,4 @@
-"""The ten models of the BERT family, plus tiny test presets, as plain data.
+"""The models of the BERT family (presets.FAMILY), plus tiny test presets, as plain data.
 
 Each preset is a dict of `EncoderConfig` overrides headed by the checkpoint it reproduces.
 The parameter count in the comment is the base model plus pooler, as transformers counts it.
@@ -316,7 +316,7 @@ PUBLISHED_PARAMETERS: dict[str, int] = {
     "bert-tiny": 4_385_920,
 }
 
-# The ten models of the family, in the order of the source documents.
+# The full-size models of the family, in the order of the source documents (then later additions).
 FAMILY = [
     "bert-base",
     "bert-large",
@@ -333,5 +333,5 @@ FAMILY = [
 
 
 def preset_names(include_tiny: bool = True) -> list[str]:
-    """Names of the available presets (the ten models first, then the tiny test presets)."""
+    """Names of the available presets (the family models first, then the tiny test presets)."""
     return [n for n in PRESETS if include_tiny or not n.startswith("tiny-")]

@@ -15,6 +15,7 @@ from . import convert, inspect, models, tokenizer, train
 
 app = typer.Typer(
     help="The BERT family of encoders from one code path.",
+    rich_markup_mode=None,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
 )

@@ -102,7 +102,7 @@ def models(
         "stdout is not a terminal), markdown, csv or json.",
     ),
 ):
-    """The comparison table of the ten models (parameters counted from the code)."""
+    """The comparison table of the family models (exact parameter counts)."""
     from ..inspect.compare import comparison_rows, format_rows
     from ..inspect.render import models_folded, models_rich
 
@@ -122,7 +122,7 @@ def models(
 @commands.command()
 @handle_errors
 def explore(
-    names: list[str] = typer.Argument(None, metavar="MODEL", help="Models (default: the ten)."),
+    names: list[str] = typer.Argument(None, metavar="MODEL", help="Models (default: the family)."),
     output: Path = typer.Option(..., "--output", "-o", help="HTML file to write."),
     vocab_size: int | None = typer.Option(None, "--vocab-size", help="Override V for every model."),
 ):

@@ -48,7 +48,7 @@ def collect(
     batch: int | None = None,
     seq_len: int | None = None,
 ) -> tuple[list[str], dict[str, Trace], dict[str, TraceDiff]]:
-    """Trace every available model of ``names`` (default: the ten) and diff it with BERT-base.
+    """Trace every available model of ``names`` (default: the family) and diff with BERT-base.
 
     Returns:
         (names in order, traces of the available ones, diffs of the available ones).

@@ -114,5 +114,5 @@ def shrink_layers(
 
 
 def available_family() -> list[str]:
-    """The ten family names that have presets in this build, in FAMILY order."""
+    """The family names that have presets in this build, in FAMILY order."""
     return [n for n in FAMILY if n in PRESETS]
