@@ -5,7 +5,9 @@ Corpus formats accepted by `read_documents`:
 
 - plain text (``.txt``): one sentence (or paragraph) per line, a blank line between documents;
 - JSONL (``.jsonl``): one document per line, text in a field (default ``"text"``), optionally
-  ``"entities"``: [[start, end], ...] character spans of phrases/entities (ERNIE-style masking);
+  ``"entities"``: [[start, end], ...] character spans of phrases/entities (ERNIE-style masking)
+  and ``"words"``: [[start, end], ...] gold word spans (whole-word masking units, e.g. the
+  segmented People's Daily corpus);
 - a directory written by ``datasets.Dataset.save_to_disk`` (needs the ``datasets`` package).
 
 Sentence splitting uses pysbd (rule-based, pure Python, no data download).
@@ -19,10 +21,13 @@ import json
 import logging
 import re
 import struct
+import unicodedata
 import zlib
 from collections.abc import Iterable, Iterator
 from functools import lru_cache
 from pathlib import Path
+
+from .files import write_text_atomic
 
 __all__ = [
     "Sentence",
@@ -32,6 +37,14 @@ __all__ = [
     "parse_rdata_strings",
     "austen_from_rdb",
     "wiki_xml_to_documents",
+    "read_peoples_daily",
+    "tagged_sentences",
+    "word_spans",
+    "entity_spans",
+    "bert_units",
+    "char_bio",
+    "write_peoples_daily",
+    "write_review_split",
 ]
 
 logger = logging.getLogger(__name__)
@@ -43,21 +56,24 @@ _DROP_TAGS = {"ref", "gallery", "math", "timeline", "score", "imagemap", "syntax
 
 
 class Sentence(str):
-    """A line of text with phrase/entity spans supplied by the corpus: ``entities`` holds
-    (start, end) character offsets into the string (end exclusive), masked as units by the
-    "entity" masking strategy (ERNIE, Sun et al. 2019 §3.2)."""
+    """A line of text with spans supplied by the corpus, as (start, end) character offsets into
+    the string (end exclusive): ``entities``, phrases/entities masked as units by the "entity"
+    masking strategy (ERNIE, Sun et al. 2019 §3.2); ``words``, gold word boundaries (a
+    segmented corpus such as People's Daily), the units of whole-word masking when given."""
 
     entities: tuple[tuple[int, int], ...] = ()
+    words: tuple[tuple[int, int], ...] = ()
 
-    def __new__(cls, text: str, entities=()):
-        """A `Sentence` of ``text`` with ``entities`` as (start, end) int pairs."""
+    def __new__(cls, text: str, entities=(), words=()):
+        """A `Sentence` of ``text`` with ``entities`` and ``words`` as (start, end) int pairs."""
         obj = super().__new__(cls, text)
         obj.entities = tuple((int(s), int(e)) for s, e in entities)
+        obj.words = tuple((int(s), int(e)) for s, e in words)
         return obj
 
 
-def _annotated_pieces(text: str, pieces: list[str], entities) -> list[str]:
-    """Locate each piece in ``text`` (in order) and give it the entities inside it."""
+def _annotated_pieces(text: str, pieces: list[str], entities, words=()) -> list[str]:
+    """Locate each piece in ``text`` (in order) and give it the entities and words inside it."""
     out, cursor = [], 0
     for piece in pieces:
         start = text.find(piece, cursor)
@@ -66,11 +82,11 @@ def _annotated_pieces(text: str, pieces: list[str], entities) -> list[str]:
             continue
         end = start + len(piece)
         cursor = end
-        out.append(
-            Sentence(
-                piece, [(s - start, e - start) for s, e in entities if start <= s and e <= end]
-            )
-        )
+
+        def inside(spans):
+            return [(s - start, e - start) for s, e in spans if start <= s and e <= end]
+
+        out.append(Sentence(piece, inside(entities), inside(words)))
     return out
 
 
@@ -116,8 +132,10 @@ def read_documents(
             pieces = [x.strip() for x in text.splitlines() if x.strip()]
             if split:
                 pieces = [p for line in pieces for p in split_sentences(line, language)]
-            if record.get("entities"):
-                pieces = _annotated_pieces(text, pieces, record["entities"])
+            if record.get("entities") or record.get("words"):
+                pieces = _annotated_pieces(
+                    text, pieces, record.get("entities") or (), record.get("words") or ()
+                )
             docs.append(pieces)
     elif path.is_file():
         docs, current = [], []
@@ -291,3 +309,284 @@ def wiki_xml_to_documents(path: Path) -> Iterator[tuple[str, Document]]:
                         yield title or "", sentences
                 elem.clear()
                 title, ns, text = None, None, None
+
+
+# --------------------------------------------------------------------------- People's Daily 1998
+
+Word = tuple[str, str]  # (word, part-of-speech tag) of the PKU tag set
+# Entity types of the character-level NER derived from the part-of-speech tags.
+PEOPLES_DAILY_ENTITIES = {"nr": "PER", "ns": "LOC", "nt": "ORG"}
+PEOPLES_DAILY_HELDOUT_EVERY = 10  # article i is held out when i % 10 == 9
+_SENTENCE_END = frozenset("。！？")
+_CLOSING = frozenset("”’」』）》")
+_CONTINUING = frozenset("：:，,；;、")
+
+
+def parse_tagged_line(line: str, where: str = "") -> list[Word]:
+    """One line of the PKU-tagged corpus, ``word/tag`` items separated by spaces.
+
+    Raises:
+        ValueError: an item without ``/tag`` (``where`` names the file and line).
+    """
+    words = []
+    for item in line.split():
+        word, sep, tag = item.rpartition("/")
+        if not sep or not word or not tag.isalpha():
+            raise ValueError(f"{where}: {item!r} is not a word/tag item")
+        words.append((word, tag))
+    return words
+
+
+def _is_body(paragraph: list[Word]) -> bool:
+    """A paragraph that cannot be a headline: it has sentence-final punctuation, ends in a
+    colon or comma (a salutation, 同胞们、朋友们：), or is all in brackets (a photo credit,
+    （新华社记者樊如钧摄）)."""
+    bracketed = paragraph[0][0] == "（" and paragraph[-1][0] == "）"
+    return (
+        bracketed
+        or paragraph[-1][0][-1:] in _CONTINUING
+        or any(w[-1:] in _SENTENCE_END for w, _ in paragraph)
+    )
+
+
+def read_peoples_daily(path: str | Path) -> list[list[list[Word]]]:
+    """The People's Daily corpus (``199801.txt``) as articles → paragraphs → (word, tag).
+
+    The file has one paragraph per line and no article ids, so article boundaries are
+    recovered from the layout: an article starts at a headline, a line without sentence-final
+    punctuation (。！？) and not ending in a colon or comma, that follows a line of running
+    text (its subtitles and date lines stay with it). An approximation: a headline-like line
+    inside an article (a bare list of names) starts a new one (3,252 articles are found).
+
+    Raises:
+        ValueError: a malformed item (file and line named); the file holds no text.
+    """
+    articles: list[list[list[Word]]] = []
+    previous_body = True
+    for n, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
+        paragraph = parse_tagged_line(line, f"{path}:{n}")
+        if not paragraph:
+            continue
+        body = _is_body(paragraph)
+        if not articles or (not body and previous_body):
+            articles.append([])
+        articles[-1].append(paragraph)
+        previous_body = body
+    if not articles:
+        raise ValueError(f"{path} holds no text")
+    return articles
+
+
+def tagged_sentences(paragraph: list[Word]) -> list[list[Word]]:
+    """A paragraph split after each sentence-final word (。！？, with closing quotes and
+    brackets that follow it); words never straddle two sentences."""
+    sentences, current = [], []
+    for i, (word, tag) in enumerate(paragraph):
+        current.append((word, tag))
+        nxt = paragraph[i + 1][0] if i + 1 < len(paragraph) else ""
+        ends = word[-1:] in _SENTENCE_END or (
+            word in _CLOSING and current[-2:-1] and current[-2][0][-1:] in _SENTENCE_END
+        )
+        if ends and nxt not in _CLOSING:
+            sentences.append(current)
+            current = []
+    if current:
+        sentences.append(current)
+    return sentences
+
+
+def word_spans(words: list[Word]) -> list[tuple[int, int]]:
+    """(start, end) character offsets of each word in ``"".join(word for word, _ in words)``."""
+    spans, pos = [], 0
+    for word, _ in words:
+        spans.append((pos, pos + len(word)))
+        pos += len(word)
+    return spans
+
+
+def entity_spans(words: list[Word]) -> list[tuple[str, int, int]]:
+    """Named entities of a tagged sentence as (type, start, end) character offsets (end
+    exclusive): ``nt`` → ORG, ``ns`` → LOC, ``nr`` → PER.
+
+    The corpus tags a Chinese surname and given name as two ``nr`` words (江/nr 泽民/nr), and
+    lists of names run together (江/nr 泽民/nr 李/nr 鹏/nr), so a run of ``nr`` words is read
+    as persons of two words each: a word of at most 2 characters (a surname, 欧阳 included)
+    joins the next ``nr`` word when that one has at most 2 characters (a given name); any
+    other ``nr`` word (a foreign name, a name of 3+ characters) is a person by itself.
+    """
+    spans = word_spans(words)
+    out, i = [], 0
+    while i < len(words):
+        word, tag = words[i]
+        kind = PEOPLES_DAILY_ENTITIES.get(tag)
+        if kind is None:
+            i += 1
+            continue
+        end = i + 1
+        if (
+            tag == "nr"
+            and len(word) <= 2
+            and end < len(words)
+            and words[end][1] == "nr"
+            and len(words[end][0]) <= 2
+        ):
+            end += 1
+        out.append((kind, spans[i][0], spans[end - 1][1]))
+        i = end
+    return out
+
+
+def _is_cjk(ch: str) -> bool:
+    """BERT's CJK ranges (google-research/bert tokenization.py ``_is_chinese_char``)."""
+    cp = ord(ch)
+    return (
+        0x4E00 <= cp <= 0x9FFF
+        or 0x3400 <= cp <= 0x4DBF
+        or 0x20000 <= cp <= 0x2A6DF
+        or 0x2A700 <= cp <= 0x2B73F
+        or 0x2B740 <= cp <= 0x2B81F
+        or 0x2B820 <= cp <= 0x2CEAF
+        or 0xF900 <= cp <= 0xFAFF
+        or 0x2F800 <= cp <= 0x2FA1F
+    )
+
+
+def _is_punct(ch: str) -> bool:
+    """BERT's punctuation: ASCII non-alphanumeric symbols, and Unicode category P*."""
+    cp = ord(ch)
+    if 33 <= cp <= 47 or 58 <= cp <= 64 or 91 <= cp <= 96 or 123 <= cp <= 126:
+        return True
+    return unicodedata.category(ch).startswith("P")
+
+
+def bert_units(text: str) -> list[tuple[int, int]]:
+    """(start, end) character spans of the words BERT's basic tokenizer makes of ``text``
+    (whitespace dropped; each CJK character and each punctuation character alone; other runs
+    kept together), so a character-level CoNLL word is what `EntityTagger` sees as a word."""
+    units, start = [], None
+    for i, ch in enumerate(text):
+        alone = _is_cjk(ch) or _is_punct(ch)
+        if ch.isspace() or alone:
+            if start is not None:
+                units.append((start, i))
+                start = None
+            if alone:
+                units.append((i, i + 1))
+        elif start is None:
+            start = i
+    if start is not None:
+        units.append((start, len(text)))
+    return units
+
+
+def char_bio(words: list[Word]) -> tuple[list[str], list[str]]:
+    """Character-level BIO tagging of a tagged sentence: its BERT words (`bert_units`, found
+    inside each corpus word, so a unit never straddles two) and their tags from
+    `entity_spans` (B- on an entity's first unit, I- on the rest, O elsewhere)."""
+    text = "".join(w for w, _ in words)
+    tag_at = ["O"] * len(text)
+    for kind, s, e in entity_spans(words):
+        tag_at[s] = f"B-{kind}"
+        for k in range(s + 1, e):
+            tag_at[k] = f"I-{kind}"
+    units, tags = [], []
+    for ws, we in word_spans(words):
+        for us, ue in bert_units(text[ws:we]):
+            units.append(text[ws + us : ws + ue])
+            tags.append(tag_at[ws + us])
+    return units, tags
+
+
+def _write_lines(path: Path, lines: Iterable[str]) -> None:
+    write_text_atomic(path, "".join(line + "\n" for line in lines))
+
+
+def write_peoples_daily(
+    source: str | Path, dest: str | Path, heldout_every: int = PEOPLES_DAILY_HELDOUT_EVERY
+) -> dict[str, int]:
+    """Derive the corpus files of ``199801.txt`` into ``dest``, split by article (article i,
+    counted from 0, is held out when ``i % heldout_every == heldout_every - 1``):
+
+    - ``pretrain.jsonl`` / ``heldout.jsonl``: one article per line, ``text`` = its sentences
+      joined by newlines, ``words`` = the corpus's word spans [[start, end], ...] in ``text``
+      (read by `read_documents` as `Sentence.words`, the gold whole-word masking units);
+    - ``pretrain.txt`` / ``heldout.txt``: the same sentences as plain text (`write_documents`);
+    - ``ner_train.conll`` / ``ner_test.conll``: one BERT word per line with its BIO tag
+      (`char_bio`), a blank line after each sentence.
+
+    Returns:
+        counts: articles, sentences and entities per split.
+    """
+    dest = Path(dest)
+    articles = read_peoples_daily(source)
+    counts: dict[str, int] = {}
+    outputs: dict[str, dict[str, list[str]]] = {
+        split: {"jsonl": [], "txt": [], "conll": []} for split in ("train", "test")
+    }
+    for i, article in enumerate(articles):
+        split = "test" if i % heldout_every == heldout_every - 1 else "train"
+        sentences = [s for p in article for s in tagged_sentences(p)]
+        texts, spans, pos = [], [], 0
+        for sentence in sentences:
+            text = "".join(w for w, _ in sentence)
+            spans.extend([s + pos, e + pos] for s, e in word_spans(sentence))
+            texts.append(text)
+            pos += len(text) + 1
+            units, tags = char_bio(sentence)
+            outputs[split]["conll"].extend([f"{u}\t{t}" for u, t in zip(units, tags)] + [""])
+            counts[f"{split}_entities"] = counts.get(f"{split}_entities", 0) + len(
+                entity_spans(sentence)
+            )
+        record = {"text": "\n".join(texts), "words": spans}
+        outputs[split]["jsonl"].append(json.dumps(record, ensure_ascii=False))
+        outputs[split]["txt"].append("\n".join(texts) + "\n")
+        counts[f"{split}_articles"] = counts.get(f"{split}_articles", 0) + 1
+        counts[f"{split}_sentences"] = counts.get(f"{split}_sentences", 0) + len(sentences)
+    for split, stem in (("train", "pretrain"), ("test", "heldout")):
+        _write_lines(dest / f"{stem}.jsonl", outputs[split]["jsonl"])
+        _write_lines(dest / f"{stem}.txt", outputs[split]["txt"])
+        _write_lines(dest / f"ner_{split}.conll", outputs[split]["conll"])
+    return counts
+
+
+def write_review_split(
+    pos: str | Path, neg: str | Path, dest: str | Path, test_fraction: float = 0.1, seed: int = 0
+) -> dict[str, int]:
+    """The sentiment reviews (one per line) as ``train.jsonl`` / ``test.jsonl`` of
+    ``{"text", "label"}`` rows (label ``positive`` / ``negative``), written into ``dest``.
+
+    Half of the 35,124 lines are exact repeats, and 47 texts appear under both labels: each
+    text is kept once, texts with both labels are dropped, so no test review is also a
+    training review. Then a stratified split: per label, a seeded shuffle and
+    ``round(n · test_fraction)`` reviews to the test set.
+
+    Returns:
+        counts: lines read, reviews kept, per split and label.
+    """
+    import numpy as np
+
+    by_label: dict[str, list[str]] = {}
+    seen_label: dict[str, set[str]] = {}
+    lines = 0
+    for label, path in (("positive", pos), ("negative", neg)):
+        texts = [t.strip() for t in Path(path).read_text(encoding="utf-8").splitlines()]
+        lines += len(texts)
+        by_label[label] = list(dict.fromkeys(t for t in texts if t))
+        seen_label[label] = set(by_label[label])
+    both = seen_label["positive"] & seen_label["negative"]
+    rng = np.random.default_rng(seed)
+    rows: dict[str, list[str]] = {"train": [], "test": []}
+    counts = {"lines": lines, "conflicting": len(both)}
+    for label, texts in by_label.items():
+        texts = [t for t in texts if t not in both]
+        order = rng.permutation(len(texts))
+        n_test = round(len(texts) * test_fraction)
+        for k, idx in enumerate(order):
+            split = "test" if k < n_test else "train"
+            rows[split].append(json.dumps({"text": texts[idx], "label": label}, ensure_ascii=False))
+        counts[f"train_{label}"] = len(texts) - n_test
+        counts[f"test_{label}"] = n_test
+    for split, lines_out in rows.items():
+        shuffled = [lines_out[i] for i in rng.permutation(len(lines_out))]
+        _write_lines(Path(dest) / f"{split}.jsonl", shuffled)
+    return counts

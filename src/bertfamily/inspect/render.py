@@ -158,6 +158,39 @@ def dataflow_differences(trace: Trace, diff: TraceDiff | None) -> list[str]:
     return out
 
 
+def lookups_rich(trace: Trace) -> Table:
+    """The rows each embedding table was indexed with, one column per position (a traced text,
+    `Trace.lookups`), and the sum they make: token + segment + position → (B, T, H)."""
+    lk = trace.lookups
+    T = len(lk["input_ids"])
+    t = Table(
+        title="input embedding = token row + segment row + position row, at each position",
+        box=box.SIMPLE_HEAD,
+    )
+    t.add_column("table", no_wrap=True)
+    for i in range(T):
+        t.add_column(str(i), justify="right")
+    t.add_row("token", *lk["tokens"])
+    t.add_row("token row (input_ids)", *map(str, lk["input_ids"]))
+    t.add_row("segment row (token_type_ids)", *map(str, lk["token_type_ids"]))
+    t.add_row("position row (position_ids)", *map(str, lk["position_ids"]))
+    return t
+
+
+def lookups_sum_text(trace: Trace) -> str:
+    """One line: the three lookups' traced shapes and their sum, with the segment ids as the
+    walkthrough writes them (``00000111``)."""
+    shapes = {
+        s.key.rsplit(".", 1)[-1]: s.output_shape
+        for s in trace.steps
+        if s.block == "embeddings" and s.depth == 1 and s.kind == "Embedding"
+    }
+    parts = [f"{k} {shapes[k]}" for k in ("token", "segment", "position") if k in shapes]
+    segments = "".join(map(str, trace.lookups["token_type_ids"]))
+    first = next(iter(shapes.values()), None)
+    return f"segment ids {segments}: " + " + ".join(parts) + f" = sum {first} → LayerNorm → dropout"
+
+
 def legend_text(trace: Trace) -> str:
     """The legend entries of the symbols ``trace`` uses, on one line."""
     return "  ".join(f"{k}: {LEGEND[k]}" for k in trace.symbols if k in LEGEND)

@@ -112,6 +112,9 @@ class Trace:
         symbols: symbol -> size for this config and batch shape.
         steps: the steps (first layer step in detail).
         layer_schedule: unique layer run at each of the L steps (from the config).
+        lookups: when the trace ran on tokenized text (`text_inputs`), what each embedding
+            table was indexed with, row by row: ``tokens``, ``input_ids``, ``token_type_ids``,
+            ``position_ids`` (lists of the first row of the batch); else empty.
     """
 
     name: str
@@ -119,20 +122,25 @@ class Trace:
     symbols: dict[str, int]
     steps: list[Step]
     layer_schedule: list[int] = field(default_factory=list)
+    lookups: dict[str, list] = field(default_factory=dict)
 
     def by_key(self) -> dict[str, Step]:
         """Step key -> step."""
         return {s.key: s for s in self.steps}
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready dict: name, symbols, layer schedule, config (without ``extra``), steps."""
-        return {
+        """JSON-ready dict: name, symbols, layer schedule, config (without ``extra``), steps,
+        and the table lookups when the trace ran on text."""
+        out = {
             "name": self.name,
             "symbols": self.symbols,
             "layer_schedule": self.layer_schedule,
             "config": {k: v for k, v in self.config.to_dict().items() if k != "extra"},
             "steps": [s.to_dict() for s in self.steps],
         }
+        if self.lookups:
+            out["lookups"] = self.lookups
+        return out
 
 
 # ----------------------------------------------------------------------------------------------
@@ -357,6 +365,38 @@ def global_token_count(config: EncoderConfig, batch: int, seq_len: int) -> int:
     return 1
 
 
+def text_inputs(
+    tokenizer: Any, text: str, text_pair: str | None = None
+) -> tuple[dict[str, torch.Tensor], dict[str, list]]:
+    """A batch of one tokenized text or sentence pair (B = 1), and its table lookups.
+
+    For a pair the segment ids read 0 over ``[CLS] A [SEP]`` and 1 over ``B [SEP]`` (the
+    walkthrough's 00000111 for ``[CLS] 我 爱 你 [SEP] 中 国 [SEP]``; Devlin et al. 2019 §3,
+    Figure 2: input embedding = token + segment + position embedding).
+
+    Returns:
+        (inputs: ``input_ids``, ``attention_mask``, ``token_type_ids`` when the tokenizer
+        makes them, each (1, T) int64; lookups: ``tokens``, ``input_ids``,
+        ``token_type_ids``, ``position_ids`` as plain lists of length T).
+
+    Raises:
+        ValueError: an empty text.
+    """
+    if not text or (text_pair is not None and not text_pair):
+        raise ValueError("the text (and the text pair, when given) must not be empty")
+    enc = tokenizer(text, text_pair) if text_pair is not None else tokenizer(text)
+    ids = enc["input_ids"][0].tolist()
+    T = len(ids)
+    types = enc["token_type_ids"][0].tolist() if "token_type_ids" in enc else [0] * T
+    lookups = {
+        "tokens": tokenizer.convert_ids_to_tokens(ids),
+        "input_ids": ids,
+        "token_type_ids": types,
+        "position_ids": list(range(T)),
+    }
+    return dict(enc), lookups
+
+
 def trace_model(
     model: Model,
     *,
@@ -469,20 +509,39 @@ def trace(
     condition_size: int | None = None,
     shrink: bool = True,
     seed: int = 0,
+    tokenizer: Any = None,
+    text: str | None = None,
+    text_pair: str | None = None,
 ) -> Trace:
     """Trace a preset, checkpoint directory's config, or config (random weights).
+
+    With ``text`` (and ``text_pair``) the forward runs on that text as ``tokenizer`` (a
+    loaded tokenizer) encodes it (`text_inputs`: B = 1, T = its length; ``batch`` and
+    ``seq_len`` are ignored), and the trace records the table lookups.
 
     The model is built with the config's sizes but (``shrink``) at most two layer steps with the
     same sharing pattern, so even BERT-large traces in a fraction of a second; L and the layer
     schedule shown are the full model's.
 
     Raises:
-        ValueError: see `resolve_config`, `build_heads`.
+        ValueError: see `resolve_config`, `build_heads`; ``text`` without ``tokenizer``; an
+            id outside the model's vocabulary (a tokenizer of another model).
     """
     from ..build import build_model
     from .models import resolve_config
 
     name, config = resolve_config(model, vocab_size=vocab_size, condition_size=condition_size)
+    inputs, lookups = None, {}
+    if text is not None:
+        if tokenizer is None:
+            raise ValueError("tracing a text needs its tokenizer")
+        inputs, lookups = text_inputs(tokenizer, text, text_pair)
+        batch, seq_len = inputs["input_ids"].shape
+        if max(lookups["input_ids"]) >= config.vocab_size:
+            raise ValueError(
+                f"the tokenizer gives id {max(lookups['input_ids'])}, outside {name}'s "
+                f"vocabulary of {config.vocab_size}: use the model's own tokenizer"
+            )
     run_config = shrink_layers(config) if shrink else config
     torch.manual_seed(seed)
     m = build_model(run_config, heads=build_heads(heads))
@@ -492,4 +551,6 @@ def trace(
         run_config.num_hidden_layers,
         config.num_hidden_layers,
     )
-    return trace_model(m, name=name, batch=batch, seq_len=seq_len, full_config=config)
+    tr = trace_model(m, name=name, batch=batch, seq_len=seq_len, full_config=config, inputs=inputs)
+    tr.lookups = lookups
+    return tr

@@ -24,7 +24,8 @@ at ``max_predictions``. Special tokens and padding are never chosen. Each chosen
 
 Word boundaries come from ``word_ids`` ((T,) int, the same id for the pieces of one word, -1
 for special tokens); `word_starts` derives them from WordPiece ``##`` continuations, byte-level
-BPE ``Ġ`` word starts or SentencePiece ``▁``, and `chinese_word_ids` from jieba.
+BPE ``Ġ`` word starts or SentencePiece ``▁``, and `chinese_word_ids` from gold word spans
+(a segmented corpus) or jieba.
 """
 
 from __future__ import annotations
@@ -139,28 +140,44 @@ def word_ids_from_starts(starts: np.ndarray, special: np.ndarray) -> np.ndarray:
 
 
 def chinese_word_ids(
-    text: str, offsets: Sequence[tuple[int, int]], special: np.ndarray
+    text: str,
+    offsets: Sequence[tuple[int, int]],
+    special: np.ndarray,
+    words: Sequence[tuple[int, int]] | None = None,
 ) -> np.ndarray:
-    """Word ids for Chinese whole-word masking: tokens whose character offsets fall in the
-    same jieba word share an id (WordPiece splits CJK text one character per token).
+    """Word ids for Chinese whole-word masking (Cui et al. 2021 §3.1): tokens whose first
+    character falls in the same word share an id (WordPiece splits CJK text one character per
+    token, so a word of n characters is n tokens masked together).
 
     Args:
-        text: the original text; offsets: (start, end) character span of each token.
-    """
-    import jieba
+        text: the original text.
+        offsets: (start, end) character span of each token (T of them).
+        special: (T,) bool, True for special tokens (id -1).
+        words: gold word spans, (start, end) character offsets into ``text`` (a segmented
+            corpus); None: words from jieba's default segmentation of ``text``. A token
+            outside every word is a word by itself.
 
+    Returns:
+        (T,) int64 word index per token, counting from 0, -1 for special tokens.
+    """
     owner = np.full(len(text) + 1, -1, dtype=np.int64)
-    pos = 0
-    for w, word in enumerate(jieba.lcut(text)):
-        owner[pos : pos + len(word)] = w
-        pos += len(word)
+    if words is None:
+        import jieba
+
+        pos = 0
+        words = []
+        for piece in jieba.lcut(text):
+            words.append((pos, pos + len(piece)))
+            pos += len(piece)
+    for w, (s, e) in enumerate(words):
+        owner[s:e] = w
     ids, last, next_id = [], None, -1
     for (s, _e), sp in zip(offsets, special):
         if sp:
             ids.append(-1)
             last = None
             continue
-        key = int(owner[s]) if s < len(text) else None
+        key = int(owner[s]) if 0 <= s < len(text) and owner[s] >= 0 else None
         if key is None or key != last:
             next_id += 1
         ids.append(next_id)

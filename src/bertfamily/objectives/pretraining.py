@@ -47,8 +47,9 @@ def tokenize_documents(
     docs: Sequence[Sequence[str]], tokenizer, *, chinese_words: bool = False
 ) -> list[list[Segment]]:
     """Tokenise each sentence without special tokens; word starts from the token strings
-    (WordPiece ``##``, BPE ``Ġ``, Unigram ``▁``) or, with ``chinese_words``, from jieba words
-    over the character offsets. Sentences that carry ``.entities`` (character spans, see
+    (WordPiece ``##``, BPE ``Ġ``, Unigram ``▁``), from the gold word spans of sentences that
+    carry ``.words`` (`bertfamily.corpora.Sentence`), or, with ``chinese_words``, from jieba
+    words over the character offsets. Sentences that carry ``.entities`` (character spans, see
     `bertfamily.corpora.Sentence`) get them as token ranges for entity masking."""
     backend, scheme = tokenizer.backend, tokenizer.scheme
     flat = [s for d in docs for s in d]
@@ -61,8 +62,11 @@ def tokenize_documents(
             i += 1
             if not enc.ids:
                 continue
-            if chinese_words:
-                wid = chinese_word_ids(text, enc.offsets, np.zeros(len(enc.ids), bool))
+            gold = getattr(text, "words", ())
+            if gold or chinese_words:
+                wid = chinese_word_ids(
+                    text, enc.offsets, np.zeros(len(enc.ids), bool), words=gold or None
+                )
                 starts = np.concatenate([[True], wid[1:] != wid[:-1]])
             else:
                 starts = word_starts(enc.tokens, scheme)

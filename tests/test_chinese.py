@@ -1,0 +1,281 @@
+"""Chinese BERT on real Chinese data (`bertfamily fetch` resources bert-base-chinese-vocab and
+peoples-daily-1998): the tokenizer equals transformers' on the real 21,128-token vocabulary,
+the People's Daily derivations (articles, gold words, character-level entities), Chinese
+whole-word masking, the pair trace with segment ids 00000111, and the preset's size."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import bertfamily as bf
+from bertfamily.corpora import (
+    Sentence,
+    bert_units,
+    char_bio,
+    entity_spans,
+    parse_tagged_line,
+    read_documents,
+    tagged_sentences,
+)
+from bertfamily.fetch import fetch
+from bertfamily.objectives.masking import MaskingConfig, chinese_word_ids, mask_tokens
+from bertfamily.tasks.data import read_conll, tokenizer_words
+
+MIXED = [
+    "我爱北京天安门，Hello World! 2024年iPhone15售价５９９９元😀",
+    "ＡＰＥＣ会议在 Ｓｅａｔｔｌｅ 举行。",
+    "café naïve Ünïcode 中文混排，数字１２３和123，标点！？",
+    "　全角空格　与\ttab，还有emoji🎉🇨🇳以及繁體字與異體字",
+    "COVID-19疫情期间，WHO发布了新的指南（第3版）。",
+]
+
+
+@pytest.fixture(scope="module")
+def vocab_dir():
+    return fetch("bert-base-chinese-vocab")
+
+
+@pytest.fixture(scope="module")
+def tok(vocab_dir):
+    return bf.load_tokenizer(vocab_dir)
+
+
+@pytest.fixture(scope="module")
+def daily():
+    return fetch("peoples-daily-1998")
+
+
+@pytest.fixture(scope="module")
+def corpus_lines(daily):
+    lines = (daily / "pretrain.txt").read_text(encoding="utf-8").splitlines()
+    return [line for line in lines if line][:2000]
+
+
+def test_vocabulary_and_special_ids(tok, vocab_dir):
+    """The real vocabulary: 21,128 tokens, BERT's special ids, cased, one token a character."""
+    assert tok.vocab_size == 21128
+    assert (tok.pad_token_id, tok.unk_token_id, tok.cls_token_id) == (0, 100, 101)
+    assert (tok.sep_token_id, tok.mask_token_id) == (102, 103)
+    assert tok.tokenize("我爱中国") == ["我", "爱", "中", "国"]
+    assert tok.convert_tokens_to_ids(["我", "爱", "狗"]) == [2769, 4263, 4318]
+    assert tok.tokenize("Ａ") != tok.tokenize("ａ")  # cased, as bert-base-chinese
+    lines = (vocab_dir / "vocab.txt").read_text(encoding="utf-8").rstrip("\n").split("\n")
+    assert len(lines) == 21128 and sum(x.startswith("##") for x in lines) == 9614
+
+
+@pytest.mark.slow
+def test_tokenizer_equals_transformers(tok, vocab_dir, corpus_lines):
+    """ids, offsets and special-token masks equal BertTokenizerFast built from the same files,
+    on 2,000 corpus lines and mixed Chinese/English/digit/full-width/emoji text, single and
+    paired (truncated at 512 as the checkpoint's model_max_length)."""
+    import transformers
+
+    hf = transformers.BertTokenizerFast.from_pretrained(str(vocab_dir))
+    texts = corpus_lines + MIXED
+    assert len(texts) == 2005
+    kw = dict(truncation=True, max_length=512)
+    for text in texts:
+        ours = tok(text, return_offsets=True, return_special_tokens_mask=True, **kw)
+        ref = hf(text, return_offsets_mapping=True, return_special_tokens_mask=True, **kw)
+        assert ours["input_ids"][0].tolist() == ref["input_ids"], text
+        assert [tuple(o) for o in ours["offset_mapping"][0].tolist()] == [
+            tuple(o) for o in ref["offset_mapping"]
+        ], text
+        assert ours["special_tokens_mask"][0].tolist() == ref["special_tokens_mask"], text
+    for a, b in zip(MIXED, corpus_lines[:50]):
+        ours, ref = tok(a, b), hf(a, b)
+        assert ours["input_ids"][0].tolist() == ref["input_ids"]
+        assert ours["token_type_ids"][0].tolist() == ref["token_type_ids"]
+
+
+def test_bert_units_are_the_tokenizers_words(tok, corpus_lines):
+    """The character-level CoNLL words (`bert_units`) are exactly the words the tokenizer (and
+    so `EntityTagger`) splits raw text into."""
+    for text in corpus_lines[:500] + MIXED:
+        assert bert_units(text) == tokenizer_words(tok, text), text
+
+
+# --------------------------------------------------------------------------- People's Daily
+LINE = "中共中央/nt  总书记/n  、/w  国家/n  主席/n  江/nr  泽民/nr  会见/v  克林顿/nr  ，/w  "
+LINE += "欧阳/nr  明/nr  在/p  北京/ns  。/w  "
+
+
+def test_person_split_into_surname_and_given_name_is_one_entity():
+    words = parse_tagged_line(LINE)
+    text = "".join(w for w, _ in words)
+    got = [(k, text[s:e]) for k, s, e in entity_spans(words)]
+    assert got == [
+        ("ORG", "中共中央"),
+        ("PER", "江泽民"),
+        ("PER", "克林顿"),
+        ("PER", "欧阳明"),
+        ("LOC", "北京"),
+    ]
+    units, tags = char_bio(words)
+    assert "".join(units) == text
+    assert tags[units.index("江") : units.index("泽") + 2] == ["B-PER", "I-PER", "I-PER"]
+    assert tags[:4] == ["B-ORG", "I-ORG", "I-ORG", "I-ORG"] and tags[4] == "O"
+
+
+def test_run_of_names_is_read_two_words_a_person():
+    words = parse_tagged_line("江/nr  泽民/nr  李/nr  鹏/nr  乔/nr  石/nr  与/p  群众/n")
+    text = "".join(w for w, _ in words)
+    assert [text[s:e] for _, s, e in entity_spans(words)] == ["江泽民", "李鹏", "乔石"]
+
+
+def test_malformed_line_names_the_place():
+    with pytest.raises(ValueError, match=r"f.txt:3: '江泽民' is not a word/tag item"):
+        parse_tagged_line("江泽民  发表/v", "f.txt:3")
+
+
+def test_sentences_split_after_final_punctuation_and_closing_quotes():
+    words = parse_tagged_line("他/r  说/v  ：/w  “/w  好/a  。/w  ”/w  我们/r  走/v  ！/w  再见/v")
+    texts = ["".join(w for w, _ in s) for s in tagged_sentences(words)]
+    assert texts == ["他说：“好。”", "我们走！", "再见"]
+
+
+@pytest.mark.slow
+def test_derived_files(daily):
+    """Articles split 9:1, gold words readable as `Sentence.words`, NER CoNLL by article."""
+    train = read_documents(daily / "pretrain.jsonl")
+    held = read_documents(daily / "heldout.jsonl")
+    assert (len(train), len(held)) == (2927, 325)  # 3,252 articles, every 10th held out
+    first = train[0][0]
+    assert isinstance(first, Sentence) and first.startswith("迈向充满希望的新世纪")
+    assert [first[s:e] for s, e in first.words[:3]] == ["迈向", "充满", "希望"]
+    assert all(e > s for doc in train[:50] for sent in doc for s, e in sent.words)
+    # words cover every character of their sentence, in order
+    for sent in (s for doc in train[:50] for s in doc):
+        assert "".join(sent[s:e] for s, e in sent.words) == sent
+    ner = read_conll(daily / "ner_test.conll")
+    tags = {t for s in ner for t in s.tags}
+    assert tags == {"O", "B-PER", "I-PER", "B-LOC", "I-LOC", "B-ORG", "I-ORG"}
+    held_text = "\n".join(json.loads(x)["text"] for x in open(daily / "heldout.jsonl"))
+    assert "".join(ner[0].words) in held_text.split("\n")
+
+
+# --------------------------------------------------------------------------- masking
+def _masked(tok, sentences, words_of, seed=0):
+    rng = np.random.default_rng(seed)
+    for text in sentences:
+        enc = tok.backend.encode(text, add_special_tokens=False)
+        ids = np.asarray(enc.ids)
+        special = np.zeros(len(ids), dtype=bool)
+        wid = chinese_word_ids(text, enc.offsets, special, words=words_of(text))
+        res = mask_tokens(
+            ids,
+            special,
+            MaskingConfig(strategy="whole_word"),
+            rng,
+            vocab_size=tok.vocab_size,
+            mask_token_id=tok.mask_token_id,
+            word_ids=wid,
+            special_ids=tok.all_special_ids,
+        )
+        yield ids, wid, res
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("source", ["gold", "jieba"])
+def test_whole_word_masking_on_the_corpus(tok, daily, source):
+    """Over 300 real sentences: 15 % of the tokens chosen, 80/10/10, no word partly masked;
+    gold words come from the corpus, jieba's from its segmentation."""
+    docs = read_documents(daily / "pretrain.jsonl")
+    sentences = [s for d in docs[:40] for s in d][:300]
+    assert len(sentences) == 300
+    words_of = (lambda s: s.words) if source == "gold" else (lambda s: None)
+    maskable = chosen = to_mask = unchanged = partly = multi = 0
+    for ids, wid, res in _masked(tok, sentences, words_of):
+        sel = res.labels != -100
+        maskable += len(ids)
+        chosen += int(sel.sum())
+        to_mask += int((res.input_ids[sel] == tok.mask_token_id).sum())
+        unchanged += int((res.input_ids[sel] == ids[sel]).sum())
+        for w in np.unique(wid):
+            c = sel[wid == w]
+            partly += int(c.any() and not c.all())
+            multi += int(c.all() and len(c) > 1)
+    assert partly == 0
+    assert multi > 100  # words of several characters were masked as units
+    assert abs(chosen / maskable - 0.15) < 0.005
+    assert abs(to_mask / chosen - 0.8) < 0.03 and abs(unchanged / chosen - 0.1) < 0.03
+
+
+def test_gold_and_jieba_words_differ(tok):
+    """The gold units are the corpus's, not jieba's: the corpus splits 江泽民 into surname and
+    given name, jieba keeps the name whole."""
+    words = parse_tagged_line("中共中央/nt  总书记/n  江/nr  泽民/nr")
+    text = Sentence("".join(w for w, _ in words), words=[(0, 4), (4, 7), (7, 8), (8, 10)])
+    enc = tok.backend.encode(text, add_special_tokens=False)
+    special = np.zeros(len(enc.ids), dtype=bool)
+    gold = chinese_word_ids(text, enc.offsets, special, words=text.words)
+    assert gold.tolist() == [0, 0, 0, 0, 1, 1, 1, 2, 3, 3]
+    jieba = chinese_word_ids(text, enc.offsets, special)
+    assert jieba.tolist()[-3:] == [jieba[-1]] * 3 and gold.tolist()[-3:] == [2, 3, 3]
+
+
+def test_pretraining_reads_gold_words(tok, daily):
+    """`tokenize_documents` takes word starts from `Sentence.words` when a corpus has them."""
+    from bertfamily.objectives.pretraining import tokenize_documents
+
+    docs = read_documents(daily / "pretrain.jsonl")[:1]
+    (segments,) = tokenize_documents(docs, tok)
+    sent = docs[0][0]
+    starts = segments[0].starts
+    # 迈向 充满 希望 的 新 世纪: starts at characters 0, 2, 4, 6, 7, 8
+    assert starts[:10].tolist() == [1, 0, 1, 0, 1, 0, 1, 1, 1, 0]
+    assert sent[:10] == "迈向充满希望的新世纪"
+
+
+# --------------------------------------------------------------------------- preset, dataflow
+def test_preset_size():
+    """102,267,648 = BERT-base with a 21,128 × 768 token table (SPEC §1)."""
+    from bertfamily.inspect.models import meta_model
+    from bertfamily.inspect.params import parameter_table
+
+    config = bf.EncoderConfig.from_preset("bert-base-chinese")
+    assert meta_model(config).num_parameters() == 102_267_648
+    table = parameter_table("bert-base-chinese")
+    rows = {r.name: r.params for r in table.rows}
+    assert table.total == 102_267_648
+    assert rows["encoder.embeddings.token"] == 16_226_304
+    assert rows["encoder.embeddings.segment"] == 1_536
+    assert rows["encoder.embeddings.position"] == 393_216
+
+
+@pytest.mark.slow
+def test_dataflow_of_a_sentence_pair(cli):
+    """`dataflow --text --text-pair` traces [CLS] 我 爱 你 [SEP] 中 国 [SEP]: segment ids 00000111,
+    the three lookups (V×H, 2×H, 512×H) and their sum."""
+    r = cli(
+        "dataflow",
+        "bert-base-chinese",
+        "--text",
+        "我爱你",
+        "--text-pair",
+        "中国",
+        "--tokenizer",
+        "bert-base-chinese-vocab",
+        "--json",
+    )
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout)
+    lk = out["lookups"]
+    assert lk["tokens"] == ["[CLS]", "我", "爱", "你", "[SEP]", "中", "国", "[SEP]"]
+    assert "".join(map(str, lk["token_type_ids"])) == "00000111"
+    assert lk["position_ids"] == list(range(8))
+    steps = {s["key"]: s for s in out["steps"]}
+    assert steps["encoder.embeddings.token"]["params"] == 21128 * 768
+    assert steps["encoder.embeddings.segment"]["params"] == 2 * 768
+    assert steps["encoder.embeddings.position"]["params"] == 512 * 768
+    assert steps["encoder.embeddings"]["outputs"][0][1] == [1, 8, 768]
+    text = cli(
+        "dataflow", "bert-base-chinese", "--text", "我爱你", "--text-pair", "中国",
+        "--tokenizer", "bert-base-chinese-vocab",
+    )  # fmt: skip
+    assert "segment ids 00000111" in text.output
+    bad = cli("dataflow", "bert-base-chinese", "--text", "我爱你")
+    assert bad.exit_code != 0 and "--tokenizer" in bad.output
