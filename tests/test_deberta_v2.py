@@ -351,3 +351,46 @@ def test_tiny_preset_runs_every_component():
     with torch.no_grad():
         out = model(ids, mask)
     assert torch.isfinite(out.logits).all() and out.logits.shape == (3, 7, 99)
+
+
+def test_published_v3_layout_loads(hf_checkpoint, tmp_path):
+    """microsoft/deberta-v3-* as published: no `architectures`, the masked-LM head in the
+    original `lm_predictions.lm_head.*` layout and the pretraining discriminator's
+    `mask_predictions.*` head, which no transformers class reads: the base model equals
+    DebertaV2Model, the RTD head is dropped on purpose (reported), and the MLM head loads."""
+    import transformers
+
+    src, _ = hf_checkpoint("deberta-v2", "DebertaV2ForMaskedLM")
+    path = tmp_path / "published"
+    shutil.copytree(src, path)
+    state = load_file(path / "model.safetensors")
+    state = {TO_ORIGINAL.get(k, k): v for k, v in state.items()}
+    H = state["deberta.embeddings.word_embeddings.weight"].shape[1]
+    g = torch.Generator().manual_seed(3)
+    rtd = {
+        "mask_predictions.dense.weight": torch.randn(H, H, generator=g),
+        "mask_predictions.dense.bias": torch.randn(H, generator=g),
+        "mask_predictions.LayerNorm.weight": torch.randn(H, generator=g),
+        "mask_predictions.LayerNorm.bias": torch.randn(H, generator=g),
+        "mask_predictions.classifier.weight": torch.randn(1, H, generator=g),
+        "mask_predictions.classifier.bias": torch.randn(1, generator=g),
+    }
+    save_file({**state, **rtd}, path / "model.safetensors", metadata={"format": "pt"})
+    config = json.loads((path / "config.json").read_text())
+    for key in ("architectures", "legacy"):
+        config.pop(key, None)
+    (path / "config.json").write_text(json.dumps(config))
+
+    base, report = bf.from_pretrained(path, heads=[], new_heads=True, return_report=True)
+    assert report.clean and base.heads == ()
+    assert set(rtd) <= set(report.dropped)
+    ref = transformers.DebertaV2Model.from_pretrained(path).eval()
+    ids, mask = padded_batch((11, 8, 3))
+    with torch.no_grad():
+        a = base(ids, mask).last_hidden_state
+        b = ref(input_ids=ids, attention_mask=mask).last_hidden_state
+    torch.testing.assert_close(a[mask.bool()], b[mask.bool()], atol=ATOL, rtol=0)
+    mlm, report = bf.from_pretrained(path, return_report=True)  # the heads the file holds
+    assert mlm.heads == ("mlm",) and report.clean and set(rtd) <= set(report.dropped)
+    head = {k: v for k, v in mlm.state_dict().items() if k.startswith("mlm_head.")}
+    assert torch.equal(head["mlm_head.dense.weight"], state["lm_predictions.lm_head.dense.weight"])

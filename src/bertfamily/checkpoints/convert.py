@@ -280,6 +280,10 @@ def hf_to_ours(
         elif hf_key in state:
             out[ours] = state[hf_key]
             used.add(hf_key)
+    for key in sorted(state):
+        if key.startswith(fmap.unused):  # a head no class of the family reads, on purpose
+            used.add(key)
+            report.dropped.append(key)
     report.unexpected = sorted(set(state) - used)
     absent = set(expected) - set(out)
     report.newly_initialized = sorted(absent & set(optional))

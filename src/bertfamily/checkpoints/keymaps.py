@@ -74,6 +74,10 @@ class FamilyMap:
     # mismatch_hints: our key → a sentence added to the load error when that key's shape
     # does not match (a known broken writer, named with its cause and the way out).
     mismatch_hints: dict[str, str] = field(default_factory=dict)
+    # unused: prefixes of Hugging Face keys that no transformers class of the family reads
+    # (DeBERTa-v3's replaced-token-detection head `mask_predictions.*` in the published
+    # checkpoints); dropped on purpose by every load and listed in `LoadReport.dropped`.
+    unused: tuple[str, ...] = ()
 
 
 def _wb(hf: str, ours: str) -> dict[str, str]:
@@ -476,6 +480,9 @@ _D2_ATT = "encoder.layers.{i}.attention"
 DEBERTA_V2 = FamilyMap(
     model_type="deberta-v2",
     base_prefix="deberta.",
+    # microsoft/deberta-v3-*: the pretraining discriminator's head (dense, LayerNorm,
+    # classifier H→1), which transformers also leaves unused
+    unused=("mask_predictions.",),
     trunk={
         **{k: v for k, v in DEBERTA.trunk.items() if not k.startswith(_DL + ".self.")},
         "encoder.layers.{i}.attention.qkv.weight": Join(
