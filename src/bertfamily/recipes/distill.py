@@ -56,8 +56,18 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-# Fields a student preset contributes to a layer-copied student (sizes come from the teacher).
-STRUCTURE_FIELDS = ("model_type", "type_vocab_size", "use_pooler", "pair_head")
+# Fields a student preset contributes to a layer-copied student (sizes come from the teacher):
+# its checkpoint family and what that family fixes (segments, pooler, pair head, and how its
+# task heads read a sequence), so that the student saves as that family's classes.
+STRUCTURE_FIELDS = (
+    "model_type",
+    "type_vocab_size",
+    "use_pooler",
+    "pair_head",
+    "classifier_pooling",
+    "choice_pooling",
+    "classifier_activation",
+)
 
 
 # --- student initialisation ------------------------------------------------------------------
