@@ -1,0 +1,76 @@
+"""Serving: `serve` (HTTP, with dynamic batching) and the vector index (`index build|add`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from .common import App, err, handle_errors, model_path, torch_dtype
+
+commands = App()
+
+
+@commands.command()
+@handle_errors
+def serve(
+    model: str | None = typer.Option(
+        None,
+        metavar="DIR|NAME",
+        help="Model directory, resource name (default: all-MiniLM-L6-v2) or cached org/name: an "
+        "embedding model (/embed, /v1/embeddings) or a (token-)classification model (/predict).",
+    ),
+    host: str = typer.Option("127.0.0.1", help="Address to listen on (0.0.0.0: every one)."),
+    port: int = typer.Option(8080, min=0, max=65535, help="Port to listen on."),
+    max_batch_tokens: int = typer.Option(
+        16384, min=1, help="Token budget of the requests gathered into one model call."
+    ),
+    batching: bool = typer.Option(
+        True, help="Gather concurrent requests into one model call (--no-batching: one by one)."
+    ),
+    max_client_batch_size: int = typer.Option(32, min=1, help="Most inputs in one request."),
+    max_input_chars: int = typer.Option(100_000, min=1, help="Most characters in one input."),
+    auto_truncate: bool = typer.Option(
+        False, help="Truncate long inputs of requests that do not say (else 413)."
+    ),
+    api_key: str | None = typer.Option(
+        None,
+        envvar="BERTFAMILY_API_KEY",
+        help="Require 'Authorization: Bearer KEY' on every route but /health "
+        "(or set BERTFAMILY_API_KEY, which keeps the key out of the process list).",
+    ),
+    dtype: str = typer.Option("fp32", help="fp32 or bf16 (embedding models)."),
+    threads: int = typer.Option(0, min=0, help="torch intra-op threads (0: torch's default)."),
+    graceful_timeout: float = typer.Option(
+        30.0, min=0, help="Seconds to finish the requests in flight after SIGTERM / Ctrl-C."
+    ),
+):
+    """Serve a model over HTTP: POST /embed, /v1/embeddings, /predict; GET /health, /info,
+    /metrics (Prometheus). Routes and JSON as Hugging Face's text-embeddings-inference."""
+    from ..deps import require
+
+    for module in ("fastapi", "uvicorn", "prometheus_client"):
+        require(module, "serve", "bertfamily serve")
+    import torch
+    import uvicorn
+
+    from ..serve.app import ServeSettings, create_app, load_served_model
+
+    if threads:
+        torch.set_num_threads(threads)
+    settings = ServeSettings(
+        max_batch_tokens=max_batch_tokens,
+        batching=batching,
+        max_client_batch_size=max_client_batch_size,
+        max_input_chars=max_input_chars,
+        auto_truncate=auto_truncate,
+        api_key=api_key,
+        model_id=model if model and not Path(model).exists() else None,  # org/name
+    )
+    path = model_path(model)
+    served = load_served_model(path, dtype=torch_dtype(dtype))
+    app = create_app(served, settings, model_dir=path)
+    err.print(f"serving {path} on http://{host}:{port}", soft_wrap=True)
+    uvicorn.run(
+        app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=graceful_timeout
+    )
