@@ -62,6 +62,7 @@ def _version() -> str:
     except PackageNotFoundError:
         return "unknown"
 
+
 #: Routes anyone may call without the API key (load balancers' liveness probes).
 OPEN_ROUTES = ("/health",)
 
