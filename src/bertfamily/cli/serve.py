@@ -96,9 +96,14 @@ def read_corpus(path: Path) -> tuple[list[str], list | None]:
     """
     import json
 
-    from .models import read_input_lines
-
-    lines = read_input_lines(path)
+    if not path.is_file():
+        raise ValueError(f"cannot read corpus {path}: it does not exist or is a directory")
+    try:
+        lines = [line.strip() for line in path.read_text(encoding="utf-8").splitlines()]
+    except (OSError, UnicodeDecodeError) as e:
+        raise ValueError(f"cannot read {path}: {e}") from e
+    if not any(lines):
+        raise ValueError(f"corpus {path} is empty (no text on any line)")
     if path.suffix != ".jsonl":
         return [t for t in lines if t], None
     texts, ids = [], []
