@@ -76,6 +76,8 @@ COMMANDS = (
     "fetch",
     "embed",
     "search",
+    "serve",
+    "index",
     "fill-mask",
     "tokenizer",
     "pretrain",

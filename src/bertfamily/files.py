@@ -130,3 +130,33 @@ def _link(src: str, dst: str) -> None:
         os.link(src, dst)
     except OSError:
         shutil.copy2(src, dst)
+
+
+def directory_digest(path: Path) -> str:
+    """SHA-256 (hex) identifying a directory's content: over each regular file (symlinks
+    followed, as in the Hugging Face cache) in sorted relative-path order, its path and the
+    SHA-256 of its bytes. Hidden entries (``.``-prefixed: our temporaries, ``.git``) are
+    skipped, so the digest names what a loader reads.
+
+    Raises:
+        NotADirectoryError: ``path`` is not a directory.
+    """
+    import hashlib
+
+    path = Path(path)
+    if not path.is_dir():
+        raise NotADirectoryError(f"{path} is not a directory")
+    outer = hashlib.sha256()
+    files = sorted(
+        p
+        for p in path.rglob("*")
+        if p.is_file() and not any(part.startswith(".") for part in p.relative_to(path).parts)
+    )
+    for file in files:
+        inner = hashlib.sha256()
+        with open(file, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                inner.update(block)
+        outer.update(file.relative_to(path).as_posix().encode() + b"\0")
+        outer.update(inner.digest())
+    return outer.hexdigest()

@@ -1,7 +1,7 @@
 """The `bertfamily` command line: one typer app assembled from one module per area.
 
-Each area module (`models`, `tokenizer`, `train`, `inspect`, `convert`) defines its commands on
-its own `commands` Typer; this module merges them into `app`. Area modules import only
+Each area module (`models`, `serve`, `tokenizer`, `train`, `inspect`, `convert`) defines its
+commands on its own `commands` Typer; this module merges them into `app`. Area modules import only
 `common` and `options`, never this module, and no torch at module level.
 """
 
@@ -11,7 +11,7 @@ import logging
 
 import typer
 
-from . import convert, inspect, models, tokenizer, train
+from . import convert, inspect, models, serve, tokenizer, train
 
 app = typer.Typer(
     help="The BERT family of encoders from one code path.",
@@ -29,7 +29,7 @@ def _main(verbose: bool = typer.Option(False, "--verbose", "-v", help="Log at IN
     )
 
 
-for _area in (models, tokenizer, train, inspect, convert):
+for _area in (models, serve, tokenizer, train, inspect, convert):
     app.add_typer(_area.commands)
 
 

@@ -247,10 +247,17 @@ def search(
     query: list[str] = typer.Argument(
         ..., metavar="QUERY", help="One or more queries.", show_default=False
     ),
-    corpus: Path = typer.Option(
-        ...,
+    corpus: Path | None = typer.Option(
+        None,
         metavar="FILE",
         help="UTF-8 text file, one document per line (line numbers count every line).",
+    ),
+    index: Path | None = typer.Option(
+        None,
+        "--index",
+        metavar="DIR",
+        help="Query an index built by `bertfamily index build` instead of --corpus (the corpus "
+        "is not embedded again; the model must be the index's).",
     ),
     top_k: int = typer.Option(5, "--top-k", "-k", min=1, help="Hits per query."),
     model: str | None = typer.Option(
@@ -267,6 +274,11 @@ def search(
     from ..pipelines.embed import semantic_search
 
     _check_format(fmt)
+    if (corpus is None) == (index is None):
+        raise ValueError("give --corpus FILE or --index DIR (one of them)")
+    if index is not None:
+        _search_index(index, list(query), top_k, model, dtype, batch_size, fmt)
+        return
     docs = read_input_lines(corpus)
     embedder = _embedder(model, dtype)
     corpus_vectors = _encode_with_progress(embedder, docs, batch_size)
@@ -299,6 +311,42 @@ def search(
         for rank, h in enumerate(hits, 1):
             table.add_row(
                 str(rank), fmt_score(h.score, 4), str(h.index + 1), escape(shorten(h.text))
+            )
+        console.print(table)
+
+
+def _search_index(path: Path, queries: list[str], top_k, model, dtype, batch_size, fmt) -> None:
+    from ..index import VectorIndex
+
+    index = VectorIndex.load(path)
+    embedder = _embedder(model, dtype)
+    results = index.search(embedder, queries, top_k=top_k, batch_size=batch_size)
+    if fmt == "jsonl":
+        _write_stdout(
+            "".join(
+                json.dumps(
+                    {
+                        "query": q,
+                        "query_index": qi,
+                        "rank": rank,
+                        "score": float(fmt_score(h.score, 6)),
+                        "index": h.index,
+                        "id": h.id,
+                        "text": h.text,
+                    },
+                    ensure_ascii=False,
+                )
+                + "\n"
+                for qi, (q, hits) in enumerate(zip(queries, results))
+                for rank, h in enumerate(hits, 1)
+            )
+        )
+        return
+    for q, hits in zip(queries, results):
+        table = Table("rank", "score", "id", "text", title=escape(f"query: {shorten(q)}"))
+        for rank, h in enumerate(hits, 1):
+            table.add_row(
+                str(rank), fmt_score(h.score, 4), escape(str(h.id)), escape(shorten(h.text))
             )
         console.print(table)
 

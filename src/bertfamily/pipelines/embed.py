@@ -200,6 +200,8 @@ class SentenceEmbedder:
         progress: Callable[[int], None] | None = None,
         prompt_name: str | None = None,
         prompt: str | None = None,
+        max_batch_tokens: int | None = None,
+        normalize: bool | None = None,
     ) -> np.ndarray:
         """Embed texts.
 
@@ -215,12 +217,17 @@ class SentenceEmbedder:
             prompt_name: a key of ``prompts`` (the directory's
                 config_sentence_transformers.json); default ``default_prompt_name``.
             prompt: a prompt text, instead of ``prompt_name``; "" for none.
+            max_batch_tokens: also cap each batch's padded size (sequences × longest) at this
+                many tokens (`train.data.sorted_batches`), as a server's token budget does.
+            normalize: L2-normalise the rows; None = as the model's modules say (a
+                ``Normalize`` module, or the pooling's ``normalize``).
 
         Returns:
-            (N, dimension) float32 array (L2-normalised when the model's modules say so).
+            (N, dimension) float32 array.
 
         Raises:
-            ValueError: both ``prompt`` and ``prompt_name``, or an unknown ``prompt_name``.
+            ValueError: both ``prompt`` and ``prompt_name``, an unknown ``prompt_name``, or
+                ``max_batch_tokens`` < 1.
         """
         prefix = self._prompt(prompt, prompt_name)
         texts = [prefix + t for t in texts]
@@ -230,7 +237,9 @@ class SentenceEmbedder:
         out = np.zeros((len(texts), self.dimension), dtype=np.float32)
         truncated = 0
         lengths = token_lengths(self.tokenizer, texts, max_length=self.max_length)
-        for idx in sorted_batches(lengths, batch_size):
+        if normalize is None:
+            normalize = self.pooling.normalize
+        for idx in sorted_batches(lengths, batch_size, max_batch_tokens):
             batch = self.tokenizer(
                 [texts[i] for i in idx], max_length=self.max_length, return_truncated=True
             )
@@ -243,7 +252,7 @@ class SentenceEmbedder:
             hidden = self.model.encoder(**batch).last_hidden_state  # (B, T, H)
             vec = pool(hidden, batch["attention_mask"], self.pooling.modes, False, skip)
             vec = self.dense(vec)  # (B, dimension)
-            if self.pooling.normalize:
+            if normalize:
                 vec = torch.nn.functional.normalize(vec, dim=-1)
             out[idx] = vec.cpu().numpy()
             if progress is not None:

@@ -138,7 +138,9 @@ def as_batch_source(obj: Any) -> BatchSource:
     )
 
 
-def sorted_batches(lengths: Sequence[int], batch_size: int) -> Iterator[list[int]]:
+def sorted_batches(
+    lengths: Sequence[int], batch_size: int, max_tokens: int | None = None
+) -> Iterator[list[int]]:
     """Indices of the items, longest first, in chunks of ``batch_size``: sequences of similar
     length share a batch, so little padding is computed; the caller puts results back in its
     own order.
@@ -146,12 +148,26 @@ def sorted_batches(lengths: Sequence[int], batch_size: int) -> Iterator[list[int
     Args:
         lengths: one length (e.g. token count) per item.
         batch_size: items per chunk (the last may be smaller).
+        max_tokens: also close a chunk before its padded size (items × its longest length,
+            the first one) would exceed this token budget, as text-embeddings-inference's
+            ``--max-batch-tokens``; an item longer than the budget gets a chunk of its own.
 
     Raises:
-        ValueError: batch_size < 1.
+        ValueError: batch_size < 1, or max_tokens < 1.
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    if max_tokens is not None and max_tokens < 1:
+        raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
     order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
-    for start in range(0, len(order), batch_size):
-        yield order[start : start + batch_size]
+    chunk: list[int] = []
+    for i in order:
+        longest = lengths[chunk[0]] if chunk else lengths[i]
+        full = len(chunk) == batch_size
+        over = max_tokens is not None and (len(chunk) + 1) * longest > max_tokens
+        if chunk and (full or over):
+            yield chunk
+            chunk = []
+        chunk.append(i)
+    if chunk:
+        yield chunk

@@ -1,0 +1,365 @@
+"""A persisted vector index of a corpus: embed once, query many times (`bertfamily index`).
+
+One directory holds the FAISS index (Johnson, Douze & Jégou 2019, "Billion-scale similarity
+search with GPUs"), the texts and ids beside it, and the identity of the model that made the
+vectors:
+
+- ``index.faiss``: exact inner-product search (``IndexFlatIP``) by default, or HNSW
+  (``IndexHNSWFlat``; Malkov & Yashunin 2018, "Efficient and robust approximate nearest
+  neighbor search using Hierarchical Navigable Small World graphs") for large corpora. Rows
+  are L2-normalised, so the inner product is the cosine similarity that `semantic_search`
+  ranks by;
+- ``texts.jsonl``: ``{"id", "text"}`` per row, in index order;
+- ``meta.json``: the format version, the index kind and its HNSW settings, the row count, and
+  the model identity (`ModelIdentity`: digest of its directory's files, dimension, pooling).
+
+Every write (build, add) builds a whole new directory beside the old one and swaps it in
+(`files.atomic_directory`): a build or add killed at any moment leaves the previous index
+readable. A query with a model other than the one that built the index is refused.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .deps import require
+from .files import atomic_directory, directory_digest, write_text_atomic
+
+__all__ = ["VectorIndexError", "IndexHit", "ModelIdentity", "VectorIndex", "model_identity"]
+
+log = logging.getLogger(__name__)
+
+FORMAT_VERSION = 1
+KINDS = ("flat", "hnsw")
+INDEX_FILE, TEXTS_FILE, META_FILE = "index.faiss", "texts.jsonl", "meta.json"
+
+
+class VectorIndexError(ValueError):
+    """An index directory that cannot be read, or a model that does not match it."""
+
+
+def _faiss():
+    return require("faiss", "index", "the vector index (bertfamily index)")
+
+
+@dataclass(frozen=True)
+class ModelIdentity:
+    """What makes two models' vectors comparable: the SHA-256 of the model directory's files
+    (`files.directory_digest`), the vector dimension, the pooling mode(s), and the model's
+    name for messages."""
+
+    digest: str
+    dimension: int
+    pooling: str
+    name: str = ""
+
+    def matches(self, other: ModelIdentity) -> bool:
+        """Same directory digest, dimension and pooling (the name does not count)."""
+        return (self.digest, self.dimension, self.pooling) == (
+            other.digest,
+            other.dimension,
+            other.pooling,
+        )
+
+
+def model_identity(embedder) -> ModelIdentity:
+    """The `ModelIdentity` of a `SentenceEmbedder` (its directory is hashed once, then cached
+    on it)."""
+    cached = getattr(embedder, "_identity", None)
+    if cached is None:
+        cached = ModelIdentity(
+            digest=directory_digest(embedder.path),
+            dimension=embedder.dimension,
+            pooling="+".join(embedder.pooling.modes),
+            name=Path(embedder.path).name,
+        )
+        embedder._identity = cached
+    return cached
+
+
+@dataclass(frozen=True)
+class IndexHit:
+    """One result: the row's position in the index, its id, cosine similarity and text."""
+
+    index: int
+    id: Any
+    score: float
+    text: str
+
+
+def _normalized(vectors: np.ndarray) -> np.ndarray:
+    v = np.ascontiguousarray(vectors, dtype=np.float32)
+    norms = np.linalg.norm(v, axis=1, keepdims=True)
+    return v / np.clip(norms, 1e-12, None)
+
+
+class VectorIndex:
+    """A FAISS index with its texts, ids and model identity (see the module docstring).
+
+    Build one with `VectorIndex.build` (or `create` from vectors), open one with `load`.
+    """
+
+    def __init__(
+        self,
+        faiss_index,
+        texts: list[str],
+        ids: list[Any],
+        identity: ModelIdentity,
+        kind: str = "flat",
+        hnsw_m: int = 32,
+        ef_construction: int = 200,
+        ef_search: int = 128,
+    ) -> None:
+        self.faiss_index = faiss_index
+        self.texts = texts
+        self.ids = ids
+        self.identity = identity
+        self.kind = kind
+        self.hnsw_m = hnsw_m
+        self.ef_construction = ef_construction
+        self.ef_search = ef_search
+
+    def __len__(self) -> int:
+        return len(self.texts)
+
+    # --- construction ----------------------------------------------------------------------
+    @classmethod
+    def create(
+        cls,
+        identity: ModelIdentity,
+        *,
+        kind: str = "flat",
+        hnsw_m: int = 32,
+        ef_construction: int = 200,
+        ef_search: int = 128,
+    ) -> VectorIndex:
+        """An empty index for vectors of ``identity.dimension``.
+
+        Args:
+            kind: "flat" (exact) or "hnsw" (approximate).
+            hnsw_m: HNSW neighbours per node (M).
+            ef_construction / ef_search: HNSW candidate-list sizes when building / querying.
+
+        Raises:
+            ValueError: an unknown kind, or a setting < 1.
+        """
+        if kind not in KINDS:
+            raise ValueError(f"index kind must be one of {KINDS}, got {kind!r}")
+        for name, v in (
+            ("hnsw_m", hnsw_m),
+            ("ef_construction", ef_construction),
+            ("ef_search", ef_search),
+        ):
+            if v < 1:
+                raise ValueError(f"{name} must be >= 1, got {v}")
+        faiss = _faiss()
+        d = identity.dimension
+        if kind == "flat":
+            index = faiss.IndexFlatIP(d)
+        else:
+            index = faiss.IndexHNSWFlat(d, hnsw_m, faiss.METRIC_INNER_PRODUCT)
+            index.hnsw.efConstruction = ef_construction
+        return cls(index, [], [], identity, kind, hnsw_m, ef_construction, ef_search)
+
+    def add_vectors(self, vectors: np.ndarray, texts: Sequence[str], ids: Sequence[Any]) -> None:
+        """Append rows (in memory; `save` writes them).
+
+        Args:
+            vectors: (N, dimension) float; L2-normalised here.
+            texts, ids: N each; ids must be new (not in the index, not repeated).
+
+        Raises:
+            ValueError: shapes or counts that do not match, or a repeated id.
+        """
+        vectors = np.asarray(vectors)
+        if vectors.ndim != 2 or vectors.shape[1] != self.identity.dimension:
+            raise ValueError(
+                f"vectors must be (N, {self.identity.dimension}), got {tuple(vectors.shape)}"
+            )
+        if not (len(vectors) == len(texts) == len(ids)):
+            raise ValueError(f"{len(vectors)} vectors, {len(texts)} texts, {len(ids)} ids")
+        seen = set(map(json.dumps, self.ids))
+        for i in ids:
+            key = json.dumps(i)
+            if key in seen:
+                raise ValueError(f"id {i!r} is already in the index")
+            seen.add(key)
+        self.faiss_index.add(_normalized(vectors))
+        self.texts.extend(texts)
+        self.ids.extend(ids)
+
+    @classmethod
+    def build(
+        cls,
+        embedder,
+        texts: Sequence[str],
+        ids: Sequence[Any] | None = None,
+        *,
+        batch_size: int = 32,
+        progress: Callable[[int], None] | None = None,
+        **settings: Any,
+    ) -> VectorIndex:
+        """Embed ``texts`` with ``embedder`` (a `SentenceEmbedder`) into a new index.
+
+        Args:
+            ids: one per text (default 0..N-1).
+            settings: `create`'s (kind, hnsw_m, ef_construction, ef_search).
+
+        Raises:
+            ValueError: see `create` and `add_vectors`.
+        """
+        index = cls.create(model_identity(embedder), **settings)
+        index.add(embedder, texts, ids, batch_size=batch_size, progress=progress)
+        return index
+
+    def add(
+        self,
+        embedder,
+        texts: Sequence[str],
+        ids: Sequence[Any] | None = None,
+        *,
+        batch_size: int = 32,
+        progress: Callable[[int], None] | None = None,
+    ) -> None:
+        """Embed ``texts`` and append them (ids default to continuing the row numbers).
+
+        Raises:
+            VectorIndexError: ``embedder`` is not the model that built the index.
+        """
+        self.check_model(embedder)
+        if ids is None:
+            ids = list(range(len(self), len(self) + len(texts)))
+        vectors = embedder.encode(list(texts), batch_size=batch_size, progress=progress)
+        self.add_vectors(vectors, list(texts), list(ids))
+
+    # --- persistence -----------------------------------------------------------------------
+    def save(self, path: str | Path) -> Path:
+        """Write the index directory atomically (a new version swapped in whole)."""
+        faiss = _faiss()
+        path = Path(path)
+        meta = {
+            "format_version": FORMAT_VERSION,
+            "kind": self.kind,
+            "count": len(self),
+            "metric": "cosine (inner product of L2-normalised rows)",
+            "hnsw": {
+                "m": self.hnsw_m,
+                "ef_construction": self.ef_construction,
+                "ef_search": self.ef_search,
+            },
+            "model": asdict(self.identity),
+        }
+        with atomic_directory(path, keep_existing=False) as tmp:
+            faiss.write_index(self.faiss_index, str(tmp / INDEX_FILE))
+            with open(tmp / TEXTS_FILE, "w", encoding="utf-8") as fh:
+                for i, t in zip(self.ids, self.texts):
+                    fh.write(json.dumps({"id": i, "text": t}, ensure_ascii=False) + "\n")
+            write_text_atomic(tmp / META_FILE, json.dumps(meta, indent=2) + "\n")
+        return path
+
+    @classmethod
+    def load(cls, path: str | Path) -> VectorIndex:
+        """Open an index directory.
+
+        Raises:
+            VectorIndexError: not an index directory, another format version, or files that do
+                not agree (row counts, dimension).
+        """
+        faiss = _faiss()
+        path = Path(path)
+        meta_file = path / META_FILE
+        if not meta_file.is_file():
+            raise VectorIndexError(f"{path} is not an index directory (no {META_FILE})")
+        try:
+            meta = json.loads(meta_file.read_text(encoding="utf-8"))
+            identity = ModelIdentity(**meta["model"])
+            rows = [
+                json.loads(line)
+                for line in (path / TEXTS_FILE).read_text(encoding="utf-8").splitlines()
+            ]
+            index = faiss.read_index(str(path / INDEX_FILE))
+        except (OSError, ValueError, KeyError, TypeError, RuntimeError) as e:
+            raise VectorIndexError(f"cannot read the index in {path}: {e}") from e
+        if meta.get("format_version") != FORMAT_VERSION:
+            raise VectorIndexError(f"{path}: index format {meta.get('format_version')} unsupported")
+        if not (index.ntotal == len(rows) == meta["count"]) or index.d != identity.dimension:
+            raise VectorIndexError(
+                f"{path}: files disagree ({index.ntotal} vectors of dimension {index.d}, "
+                f"{len(rows)} texts, meta.json says {meta['count']} × {identity.dimension})"
+            )
+        hnsw = meta.get("hnsw", {})
+        return cls(
+            index,
+            [r["text"] for r in rows],
+            [r["id"] for r in rows],
+            identity,
+            meta["kind"],
+            hnsw.get("m", 32),
+            hnsw.get("ef_construction", 200),
+            hnsw.get("ef_search", 128),
+        )
+
+    # --- queries ---------------------------------------------------------------------------
+    def check_model(self, embedder) -> None:
+        """Refuse an embedder whose vectors are not comparable with the index's.
+
+        Raises:
+            VectorIndexError: another model directory, dimension or pooling; the message names both.
+        """
+        mine, theirs = self.identity, model_identity(embedder)
+        if not mine.matches(theirs):
+            raise VectorIndexError(
+                f"this index was built with model {mine.name!r} (digest {mine.digest[:12]}, "
+                f"dimension {mine.dimension}, pooling {mine.pooling}); the query model is "
+                f"{theirs.name!r} (digest {theirs.digest[:12]}, dimension {theirs.dimension}, "
+                f"pooling {theirs.pooling}): query with the model that built it, or rebuild"
+            )
+
+    def search_vectors(self, queries: np.ndarray, top_k: int = 5) -> list[list[IndexHit]]:
+        """The ``top_k`` rows closest (cosine) to each query vector, best first.
+
+        Args:
+            queries: (Q, dimension) float.
+
+        Raises:
+            ValueError: top_k < 1, or queries of another dimension.
+        """
+        if top_k < 1:
+            raise ValueError(f"top_k must be >= 1, got {top_k}")
+        queries = np.asarray(queries)
+        if queries.ndim != 2 or queries.shape[1] != self.identity.dimension:
+            raise ValueError(
+                f"queries must be (Q, {self.identity.dimension}), got {tuple(queries.shape)}"
+            )
+        if self.kind == "hnsw":
+            self.faiss_index.hnsw.efSearch = max(self.ef_search, top_k)
+        k = min(top_k, len(self))
+        if k == 0:
+            return [[] for _ in queries]
+        scores, rows = self.faiss_index.search(_normalized(queries), k)  # (Q, k) each
+        return [
+            [
+                IndexHit(int(r), self.ids[r], float(s), self.texts[r])
+                for s, r in zip(srow, rrow)
+                if r >= 0
+            ]
+            for srow, rrow in zip(scores, rows)
+        ]
+
+    def search(
+        self, embedder, queries: Sequence[str], top_k: int = 5, batch_size: int = 32
+    ) -> list[list[IndexHit]]:
+        """Embed ``queries`` and return `search_vectors`' hits; the corpus is not re-embedded.
+
+        Raises:
+            VectorIndexError: ``embedder`` is not the model that built the index.
+        """
+        self.check_model(embedder)
+        return self.search_vectors(embedder.encode(list(queries), batch_size=batch_size), top_k)

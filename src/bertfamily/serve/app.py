@@ -1,0 +1,481 @@
+"""The HTTP server of `bertfamily serve`: a FastAPI app over one model directory.
+
+Routes and shapes follow Hugging Face's text-embeddings-inference (TEI) router
+(``router/src/http/types.rs``): ``POST /embed`` (``{"inputs", "truncate", "normalize",
+"prompt_name"}`` → ``[[float]]``), the OpenAI-compatible ``POST /v1/embeddings`` (``{"input",
+"model", "encoding_format"}`` → ``{"object": "list", "data", "model", "usage"}``), ``POST
+/predict`` for classification and token-classification directories, ``GET /health``, ``GET
+/info`` and ``GET /metrics`` (Prometheus text). Errors are TEI's JSON, ``{"error",
+"error_type"}`` (``{"message", "code", "type"}`` on ``/v1/``): 413 for a request over a limit
+(inputs per request, characters per input, tokens without ``truncate``), 422 for an empty or
+malformed request, 401 for a missing or wrong API key (checked before anything is read).
+
+Requests that arrive together run together (`batcher.DynamicBatcher`), up to
+``max_batch_tokens``; each is answered with its own rows in its own order.
+"""
+
+from __future__ import annotations
+
+import base64
+import hmac
+import logging
+import time
+from collections.abc import Sequence
+from contextlib import asynccontextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    generate_latest,
+)
+from pydantic import BaseModel, ConfigDict
+
+from ..checkpoints.io import family_of, read_hf_config, task_of
+from ..files import directory_digest
+from ..hub_cache import resolve_model_dir
+from ..pipelines.classify import TextClassifier
+from ..pipelines.embed import SentenceEmbedder
+from ..pipelines.ner import EntityTagger
+from ..pipelines.sentence_modules import read_sentence_modules
+from .batcher import DynamicBatcher
+
+__all__ = ["ServeSettings", "ServeError", "create_app", "load_served_model"]
+
+log = logging.getLogger(__name__)
+
+
+def _version() -> str:
+    """The installed bertfamily's version ("unknown" when run from a source tree)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("bertfamily")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+#: Routes anyone may call without the API key (load balancers' liveness probes).
+OPEN_ROUTES = ("/health",)
+
+
+@dataclass(frozen=True)
+class ServeSettings:
+    """The server's limits and options (TEI's flag names where TEI has one).
+
+    Attributes:
+        max_batch_tokens: token budget of one gathered round of requests.
+        batching: False answers every request alone (no dynamic batching).
+        max_client_batch_size: most inputs one request may hold (413 beyond).
+        max_input_chars: most characters one input may hold (413 beyond).
+        auto_truncate: the ``truncate`` of requests that do not say (TEI ``--auto-truncate``).
+        api_key: when set, every route but /health needs ``Authorization: Bearer <key>``.
+        model_id: the model's name in /info and /v1/embeddings (default: the directory name).
+    """
+
+    max_batch_tokens: int = 16384
+    batching: bool = True
+    max_client_batch_size: int = 32
+    max_input_chars: int = 100_000
+    auto_truncate: bool = False
+    api_key: str | None = None
+    model_id: str | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("max_batch_tokens", "max_client_batch_size", "max_input_chars"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.api_key is not None and not self.api_key.strip():
+            raise ValueError("api_key must not be empty")
+
+
+class ServeError(Exception):
+    """A request the server refuses: HTTP ``status`` and TEI's ``error_type``."""
+
+    def __init__(self, status: int, message: str, error_type: str = "Validation") -> None:
+        super().__init__(message)
+        self.status = status
+        self.error_type = error_type
+
+
+# --- request bodies (TEI's names; unknown fields are refused, a typo never passes silently) -----
+class EmbedRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    inputs: str | list[str]
+    truncate: bool | None = None
+    normalize: bool = True
+    prompt_name: str | None = None
+
+
+class OpenAIEmbedRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    input: str | list[str]
+    model: str | None = None
+    user: str | None = None
+    encoding_format: Literal["float", "base64"] = "float"
+
+
+class PredictRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    inputs: str | list[str] | list[list[str]]
+    truncate: bool | None = None
+    raw_scores: bool = False
+
+
+def load_served_model(model_dir: str | Path, dtype=None):
+    """The pipeline that serves ``model_dir``: an `EntityTagger` for a token-classification
+    directory, a `TextClassifier` for a sequence-classification one, else a `SentenceEmbedder`
+    (sentence-transformers modules, or mean pooling).
+
+    Args:
+        model_dir: a local directory or a cached ``org/name``.
+        dtype: the embedder's parameter dtype (torch.bfloat16 for ``--dtype bf16``); the
+            classifiers run in float32.
+
+    Raises:
+        the loaders' errors (ModelDirectoryError, CheckpointError, SentenceModulesError, ...).
+    """
+    path = resolve_model_dir(model_dir)
+    modules = read_sentence_modules(path)
+    hf_config = read_hf_config(modules.model_dir)
+    task = task_of(family_of(hf_config), hf_config)
+    if task == "tokens":
+        return EntityTagger(modules.model_dir)
+    if task == "classify":
+        return TextClassifier(modules.model_dir)
+    return SentenceEmbedder(path, dtype=dtype)
+
+
+def _max_length(model) -> int:
+    if isinstance(model, SentenceEmbedder):
+        return model.max_length
+    limits = [model.tokenizer.model_max_length, model.model.config.max_sequence_length]
+    return min(x for x in limits if x)
+
+
+class _Metrics:
+    """The Prometheus series of one app (its own registry: two apps in one process never
+    share counts)."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.requests = Counter(
+            "bertfamily_requests",
+            "HTTP requests by route and status",
+            ["route", "status"],
+            registry=r,
+        )
+        self.tokens = Counter(
+            "bertfamily_tokens", "Input tokens computed (after truncation)", ["route"], registry=r
+        )
+        self.inputs = Counter("bertfamily_inputs", "Inputs computed", ["route"], registry=r)
+        buckets = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
+        self.batch_inputs = Histogram(
+            "bertfamily_batch_inputs", "Inputs per model call", buckets=buckets, registry=r
+        )
+        self.batch_requests = Histogram(
+            "bertfamily_batch_requests", "Requests per model call", buckets=buckets, registry=r
+        )
+        self.latency = Histogram(
+            "bertfamily_request_duration_seconds",
+            "Request latency",
+            ["route"],
+            registry=r,
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+        )
+
+    def on_round(self, requests: int, inputs: int) -> None:
+        self.batch_requests.observe(requests)
+        self.batch_inputs.observe(inputs)
+
+
+def _error(request: Request, status: int, message: str, error_type: str) -> JSONResponse:
+    if request.url.path.startswith("/v1/"):
+        body: dict[str, Any] = {"message": message, "code": status, "type": error_type}
+    else:
+        body = {"error": message, "error_type": error_type}
+    return JSONResponse(body, status_code=status)
+
+
+def create_app(
+    model, settings: ServeSettings | None = None, *, model_dir: str | Path | None = None
+) -> FastAPI:
+    """The FastAPI app serving ``model`` (a `SentenceEmbedder`, `TextClassifier` or
+    `EntityTagger`; see `load_served_model`). The model worker starts and stops with the app's
+    lifespan; on shutdown every request in flight is answered first.
+
+    Args:
+        model: the pipeline.
+        settings: limits and options.
+        model_dir: the directory it was loaded from (for /info's ``model_sha``, the digest of
+            its files); default the embedder's ``path``.
+
+    Raises:
+        TypeError: ``model`` is none of the three pipelines.
+        ValueError: no ``model_dir`` for a classifier.
+    """
+    settings = settings or ServeSettings()
+    if not isinstance(model, (SentenceEmbedder, TextClassifier, EntityTagger)):
+        raise TypeError(f"cannot serve a {type(model).__name__}")
+    embedding = isinstance(model, SentenceEmbedder)
+    if model_dir is None:
+        if not embedding:
+            raise ValueError("give model_dir: the directory the classifier was loaded from")
+        model_dir = model.path
+    model_dir = Path(model_dir)
+    model_id = settings.model_id or model_dir.name
+    max_length = _max_length(model)
+    metrics = _Metrics()
+
+    def run(key, inputs: list) -> Sequence[Any]:
+        """The model call of one group (on the worker thread)."""
+        kind = key[0]
+        if kind == "embed":
+            _, normalize, prompt_name = key
+            return model.encode(
+                inputs,
+                batch_size=len(inputs),
+                max_batch_tokens=settings.max_batch_tokens,
+                normalize=normalize,
+                prompt_name=prompt_name,
+            )
+        if kind == "classify":
+            _, raw, pairs = key
+            texts = [x[0] for x in inputs]
+            second = [x[1] for x in inputs] if pairs else None
+            fn = "none" if raw else "default"
+            return model(texts, second, top_k=None, function_to_apply=fn, batch_size=32)
+        return [[asdict(e) for e in row] for row in model(inputs, batch_size=32)]
+
+    batcher = DynamicBatcher(
+        run, settings.max_batch_tokens, batching=settings.batching, on_round=metrics.on_round
+    )
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        await batcher.start()
+        log.info(
+            "serving %s (%s) with max_batch_tokens=%d",
+            model_id,
+            model_dir,
+            settings.max_batch_tokens,
+        )
+        try:
+            yield
+        finally:
+            await batcher.stop()
+
+    app = FastAPI(title="bertfamily", version=_version(), lifespan=lifespan)
+    app.state.model = model
+    app.state.settings = settings
+    app.state.metrics = metrics
+
+    @app.exception_handler(ServeError)
+    async def _serve_error(request: Request, e: ServeError) -> JSONResponse:
+        return _error(request, e.status, str(e), e.error_type)
+
+    @app.exception_handler(RequestValidationError)
+    async def _bad_body(request: Request, e: RequestValidationError) -> JSONResponse:
+        parts = []
+        for item in e.errors()[:3]:
+            where = ".".join(str(x) for x in item.get("loc", ()) if x != "body")
+            parts.append(f"{where or 'body'}: {item.get('msg', 'invalid')}")
+        return _error(request, 422, "invalid request: " + "; ".join(parts), "Validation")
+
+    @app.middleware("http")
+    async def _auth_and_metrics(request: Request, call_next):
+        route = request.url.path
+        start = time.perf_counter()
+        if settings.api_key is not None and route not in OPEN_ROUTES:
+            given = request.headers.get("authorization", "")
+            scheme, _, token = given.partition(" ")
+            ok = scheme.lower() == "bearer" and hmac.compare_digest(
+                token.strip().encode(), settings.api_key.encode()
+            )
+            if not ok:
+                response = _error(request, 401, "missing or wrong API key", "Unauthorized")
+                metrics.requests.labels(route, "401").inc()
+                return response
+        response = await call_next(request)
+        known = route in {r.path for r in app.routes}
+        label = route if known else "other"
+        metrics.requests.labels(label, str(response.status_code)).inc()
+        metrics.latency.labels(label).observe(time.perf_counter() - start)
+        return response
+
+    def check_texts(
+        texts: list[str], truncate: bool | None, pairs: list[str] | None = None
+    ) -> list[int]:
+        """Refuse what is over a limit; the token count of each text (or pair) after
+        truncation."""
+        if not texts:
+            raise ServeError(422, "inputs cannot be empty", "Empty")
+        if len(texts) > settings.max_client_batch_size:
+            raise ServeError(
+                413,
+                f"{len(texts)} inputs in one request; the maximum is "
+                f"{settings.max_client_batch_size} (max_client_batch_size)",
+            )
+        for i, t in enumerate(texts):
+            second = pairs[i] if pairs is not None else ""
+            if not t.strip() or (pairs is not None and not second.strip()):
+                raise ServeError(422, f"input {i} is empty", "Empty")
+            chars = len(t) + len(second)
+            if chars > settings.max_input_chars:
+                raise ServeError(
+                    413,
+                    f"input {i} has {chars:,} characters; the maximum is "
+                    f"{settings.max_input_chars:,} (max_input_chars)",
+                )
+        enc = model.tokenizer(texts, pairs, truncation=False, padding=False, return_tensors=None)
+        counts = [len(ids) for ids in enc["input_ids"]]
+        if not (settings.auto_truncate if truncate is None else truncate):
+            for i, n in enumerate(counts):
+                if n > max_length:
+                    raise ServeError(
+                        413,
+                        f"input {i} has {n} tokens; this model takes at most {max_length} "
+                        'tokens (send "truncate": true to cut it)',
+                    )
+        return [min(n, max_length) for n in counts]
+
+    def need(kind: str) -> None:
+        if kind == "embed" and not embedding:
+            raise ServeError(400, f"{model_id} is a classifier: use /predict", "Validation")
+        if kind == "predict" and embedding:
+            raise ServeError(400, f"{model_id} is an embedding model: use /embed", "Validation")
+
+    async def embed_texts(route: str, texts: list[str], truncate, normalize, prompt_name):
+        need("embed")
+        if prompt_name is not None and prompt_name not in model.prompts:
+            raise ServeError(
+                422, f"unknown prompt_name {prompt_name!r}; this model has {sorted(model.prompts)}"
+            )
+        counts = check_texts(texts, truncate)
+        tokens = sum(counts)
+        vectors = await batcher.submit(texts, tokens, ("embed", normalize, prompt_name))
+        metrics.tokens.labels(route).inc(tokens)
+        metrics.inputs.labels(route).inc(len(texts))
+        return np.asarray(vectors), tokens
+
+    @app.get("/health")
+    async def health() -> dict:
+        """Liveness: 200 once the model is loaded."""
+        return {"status": "ok"}
+
+    @app.get("/info")
+    async def info() -> dict:
+        """The model and the server's limits (TEI's /info fields, plus ``dimension``)."""
+        if embedding:
+            pooling = (
+                model.pooling.mode
+                if isinstance(model.pooling.mode, str)
+                else list(model.pooling.mode)
+            )
+            model_type: dict = {"embedding": {"pooling": pooling, "dimension": model.dimension}}
+        else:
+            names = list(model.labels)
+            kind = "classifier" if isinstance(model, TextClassifier) else "token_classifier"
+            model_type = {
+                kind: {
+                    "id2label": dict(enumerate(names)),
+                    "label2id": {n: i for i, n in enumerate(names)},
+                }
+            }
+        dtype = next(model.model.parameters()).dtype
+        return {
+            "model_id": model_id,
+            "model_sha": app.state.digest,
+            "model_dtype": str(dtype).removeprefix("torch."),
+            "model_type": model_type,
+            "dimension": model.dimension if embedding else None,
+            "max_input_length": max_length,
+            "max_batch_tokens": settings.max_batch_tokens,
+            "batching": settings.batching,
+            "max_client_batch_size": settings.max_client_batch_size,
+            "max_input_chars": settings.max_input_chars,
+            "auto_truncate": settings.auto_truncate,
+            "version": _version(),
+        }
+
+    @app.get("/metrics")
+    async def prometheus() -> Response:
+        """Prometheus text format: requests, tokens, inputs, batch sizes, latency."""
+        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    @app.post("/embed")
+    async def embed(body: EmbedRequest) -> list[list[float]]:
+        """TEI's /embed: one vector per input, in input order."""
+        texts = [body.inputs] if isinstance(body.inputs, str) else body.inputs
+        vectors, _ = await embed_texts(
+            "/embed", texts, body.truncate, body.normalize, body.prompt_name
+        )
+        return vectors.tolist()
+
+    @app.post("/v1/embeddings")
+    async def openai_embeddings(body: OpenAIEmbedRequest) -> dict:
+        """OpenAI's embeddings API (as TEI serves it): ``data`` in input order, ``usage`` the
+        input tokens (special tokens included, after truncation)."""
+        texts = [body.input] if isinstance(body.input, str) else body.input
+        vectors, tokens = await embed_texts("/v1/embeddings", texts, None, True, None)
+        data = []
+        for i, v in enumerate(vectors):
+            if body.encoding_format == "base64":  # little-endian float32 bytes, as OpenAI's
+                emb: Any = base64.b64encode(v.astype("<f4").tobytes()).decode()
+            else:
+                emb = v.tolist()
+            data.append({"object": "embedding", "embedding": emb, "index": i})
+        usage = {"prompt_tokens": tokens, "total_tokens": tokens}
+        return {"object": "list", "data": data, "model": model_id, "usage": usage}
+
+    @app.post("/predict")
+    async def predict(body: PredictRequest) -> list:
+        """TEI's /predict: a string, a pair ``[a, b]`` or a batch ``[[a], [a, b], ...]`` →
+        labels with scores, best first (one list, or one per input of a batch). A
+        token-classification model answers entities ``{"type", "text", "start", "end",
+        "score"}`` (character offsets) per input instead."""
+        need("predict")
+        raw = body.inputs
+        single = isinstance(raw, str) or all(isinstance(x, str) for x in raw)
+        if isinstance(raw, str):
+            items = [[raw]]
+        elif single:
+            items = [list(raw)]
+        else:
+            items = [list(x) for x in raw]
+        if not items or not items[0]:
+            raise ServeError(422, "inputs cannot be empty", "Empty")
+        for i, x in enumerate(items):
+            if len(x) not in (1, 2):
+                raise ServeError(
+                    422, f"input {i} has {len(x)} texts; give one text or a pair [a, b]"
+                )
+        pairs = {len(x) for x in items}
+        if len(pairs) > 1:
+            raise ServeError(422, "mix of single texts and pairs in one request; send them apart")
+        is_pair = pairs == {2}
+        if is_pair and isinstance(model, EntityTagger):
+            raise ServeError(422, "a token-classification model takes single texts, not pairs")
+        firsts = [x[0] for x in items]
+        counts = check_texts(firsts, body.truncate, [x[1] for x in items] if is_pair else None)
+        tokens = sum(counts)
+        if isinstance(model, TextClassifier):
+            key = ("classify", body.raw_scores, is_pair)
+            out = list(await batcher.submit(items, tokens, key))
+        else:
+            out = list(await batcher.submit([x[0] for x in items], tokens, ("tokens",)))
+        metrics.tokens.labels("/predict").inc(tokens)
+        metrics.inputs.labels("/predict").inc(len(items))
+        return out[0] if single else out
+
+    app.state.digest = directory_digest(model_dir)
+    return app
