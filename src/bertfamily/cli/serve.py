@@ -25,6 +25,9 @@ def serve(
     max_batch_tokens: int = typer.Option(
         16384, min=1, help="Token budget of the requests gathered into one model call."
     ),
+    batch_size: int = typer.Option(
+        32, min=1, help="Most sequences in one forward pass (a gathered call runs several)."
+    ),
     batching: bool = typer.Option(
         True, help="Gather concurrent requests into one model call (--no-batching: one by one)."
     ),
@@ -60,6 +63,7 @@ def serve(
         torch.set_num_threads(threads)
     settings = ServeSettings(
         max_batch_tokens=max_batch_tokens,
+        batch_size=batch_size,
         batching=batching,
         max_client_batch_size=max_client_batch_size,
         max_input_chars=max_input_chars,

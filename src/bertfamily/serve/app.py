@@ -72,7 +72,11 @@ class ServeSettings:
     """The server's limits and options (TEI's flag names where TEI has one).
 
     Attributes:
-        max_batch_tokens: token budget of one gathered round of requests.
+        max_batch_tokens: token budget of one gathered round of requests (and of each forward
+            pass).
+        batch_size: most sequences in one forward pass: a gathered round runs as length-sorted
+            forward passes of at most this many sequences (large passes are slower per token on
+            a CPU, whose caches they overflow).
         batching: False answers every request alone (no dynamic batching).
         max_client_batch_size: most inputs one request may hold (413 beyond).
         max_input_chars: most characters one input may hold (413 beyond).
@@ -82,6 +86,7 @@ class ServeSettings:
     """
 
     max_batch_tokens: int = 16384
+    batch_size: int = 32
     batching: bool = True
     max_client_batch_size: int = 32
     max_input_chars: int = 100_000
@@ -90,7 +95,7 @@ class ServeSettings:
     model_id: str | None = None
 
     def __post_init__(self) -> None:
-        for name in ("max_batch_tokens", "max_client_batch_size", "max_input_chars"):
+        for name in ("max_batch_tokens", "batch_size", "max_client_batch_size", "max_input_chars"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.api_key is not None and not self.api_key.strip():
@@ -243,7 +248,7 @@ def create_app(
             _, normalize, prompt_name = key
             return model.encode(
                 inputs,
-                batch_size=len(inputs),
+                batch_size=settings.batch_size,
                 max_batch_tokens=settings.max_batch_tokens,
                 normalize=normalize,
                 prompt_name=prompt_name,
