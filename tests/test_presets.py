@@ -20,8 +20,8 @@ FULL_SIZE = [n for n in PRESETS if not n.startswith("tiny-")]
 
 
 def test_registry():
-    """The models of the family (the ten, plus DeBERTa-v3 and RoBERTa-large), each with a published count, plus
-    one tiny preset per checkpoint family."""
+    """The models of the family (the ten, plus DeBERTa-v3 and RoBERTa-large), each with a
+    published count, plus one tiny preset per checkpoint family."""
     from bertfamily.checkpoints.keymaps import FAMILIES
 
     assert sorted(FULL_SIZE) == sorted(FAMILY) and len(FAMILY) == 12

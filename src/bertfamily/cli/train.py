@@ -72,6 +72,11 @@ def pretrain(
     ),
     max_predictions: int | None = typer.Option(None, help="Cap per sequence."),
     static_copies: int = typer.Option(0, help="0: dynamic masking; k: k static maskings."),
+    packing: str = typer.Option(
+        "full_sentences",
+        help="MLM-only inputs: full_sentences (may cross documents) | doc_sentences (one "
+        "document each; the batch grows to keep the tokens per batch), RoBERTa §4.2.",
+    ),
     max_length: int = typer.Option(128, min=5, help="Tokens per training sequence."),
     layers: int | None = typer.Option(None, help="Override num_hidden_layers."),
     hidden: int | None = typer.Option(None, help="Override hidden_size (FFN = 4H)."),
@@ -104,6 +109,7 @@ def pretrain(
         if custom_masking
         else None,
         static_copies=static_copies,
+        packing=packing,
         max_length=max_length,
         split_sentences=split_sentences,
         chinese_words=chinese_words,
