@@ -85,6 +85,11 @@ def pretrain(
     training: TrainOptions = None,
     split_sentences: bool = typer.Option(False, help="Split lines with pysbd."),
     chinese_words: bool = typer.Option(False, help="Whole words from jieba."),
+    phrases: str | None = typer.Option(
+        None,
+        help="english | chinese: ERNIE phrase masking, chunker phrases masked as units "
+        "(masking entity).",
+    ),
 ):
     """Pretrain (or continue pretraining) with MLM (+ NSP / SOP / SBO). Runs under torchrun."""
     from ..fetch import resolve_model
@@ -113,6 +118,7 @@ def pretrain(
         max_length=max_length,
         split_sentences=split_sentences,
         chinese_words=chinese_words,
+        phrases=phrases,
     )
     with training_threads(training.threads):
         summary = run(

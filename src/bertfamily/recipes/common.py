@@ -18,6 +18,7 @@ from ..corpora import read_documents
 from ..files import write_text_atomic
 from ..objectives.instances import Instance, SpecialIds, token_matched_batch_size
 from ..objectives.masking import MaskingConfig
+from ..objectives.phrase_masking import annotate_phrases
 from ..objectives.pretraining import (
     MLMCollator,
     build_instances,
@@ -146,6 +147,7 @@ def mlm_data(
     split_sentences: bool = False,
     text_field: str = "text",
     match_tokens: bool = True,
+    phrases: str | None = None,
 ) -> MLMData:
     """Corpus files → documents → (train, held-out) split (`split_documents`, seed
     ``train.seed``) → tokenized segments → instances of ``kind`` ("nsp" | "sop" | "packed" |
@@ -154,7 +156,9 @@ def mlm_data(
     With ``kind="doc_packed"`` (DOC-SENTENCES) and ``match_tokens``, the training batch grows
     to hold as many tokens on average as ``train.batch_size`` FULL-SENTENCES instances of the
     same documents (`token_matched_batch_size`, Liu et al. 2019 §4.2); ``MLMData.batch_size``
-    is the size used.
+    is the size used. ``phrases`` ("english" | "chinese") adds a chunker's phrases to every
+    line as spans for the "entity" masking strategy (ERNIE phrase-level masking,
+    `objectives.phrase_masking.annotate_phrases`).
 
     Training batches come from an `IndexedBatches` over the train instances (or over
     ``static_copies`` fixed maskings of them) with ``train.batch_size`` per process, sharded by
@@ -169,6 +173,8 @@ def mlm_data(
         for path in corpus
         for d in read_documents(path, text_field=text_field, split=split_sentences)
     ]
+    if phrases is not None:
+        docs = annotate_phrases(docs, phrases)
     train_docs, eval_docs = split_documents(docs, eval_documents, train.seed)
     special = SpecialIds(cls=tokenizer.cls_token_id, sep=tokenizer.sep_token_id)
     seg_train = tokenize_documents(train_docs, tokenizer, chinese_words=chinese_words)

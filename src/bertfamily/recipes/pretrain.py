@@ -72,6 +72,10 @@ class PretrainConfig:
         eval_batches: held-out batches evaluated (fixed masking).
         split_sentences: split corpus lines into sentences with pysbd.
         chinese_words: word boundaries for whole-word masking from jieba.
+        phrases: "english" | "chinese": ERNIE 1.0 phrase-level masking (Sun et al. 2019
+            §3.2.2), a chunker's phrases masked as units with the "entity" strategy (the
+            default masking then; another strategy is refused), see
+            `objectives.phrase_masking`.
         text_field: the JSONL/dataset text field.
     """
 
@@ -90,6 +94,7 @@ class PretrainConfig:
     eval_batches: int = 20
     split_sentences: bool = False
     chinese_words: bool = False
+    phrases: str | None = None
     text_field: str = "text"
 
 
@@ -180,7 +185,13 @@ def pretrain(cfg: PretrainConfig, train: TrainConfig) -> dict[str, Any]:
         )
         model = build_model(config, heads=["mlm"] + (["pair"] if pair else []))
     if cfg.masking is None:
-        cfg = dataclasses.replace(cfg, masking=MaskingConfig())
+        strategy = "entity" if cfg.phrases else "token"
+        cfg = dataclasses.replace(cfg, masking=MaskingConfig(strategy=strategy))
+    if cfg.phrases and cfg.masking.strategy != "entity":
+        raise ValueError(
+            f"phrase masking masks the phrases as units with the 'entity' strategy, "
+            f"not {cfg.masking.strategy!r}"
+        )
     if config.vocab_size < tok.vocab_size:
         raise ValueError(
             f"tokenizer has {tok.vocab_size} tokens, the model only {config.vocab_size}"
@@ -207,6 +218,7 @@ def pretrain(cfg: PretrainConfig, train: TrainConfig) -> dict[str, Any]:
         static_copies=cfg.static_copies,
         sbo=sbo,
         chinese_words=cfg.chinese_words,
+        phrases=cfg.phrases,
         split_sentences=cfg.split_sentences,
         text_field=cfg.text_field,
     )
