@@ -589,3 +589,47 @@ def test_task_distillation_two_stages(toy_teacher, tmp_path):
         gap_fresh = soft_cross_entropy(fresh(**inputs).logits, t_logits).item()
     assert gap_after < gap_fresh
     assert all(torch.equal(v, t_model.state_dict()[k]) for k, v in before_t.items())
+
+
+def test_task_distillation_on_augmented_data(toy_teacher, tmp_path):
+    """distill_task with TinyBERT augmentation: the training set holds every original and its
+    N_a variants (same labels), and the statistics come back."""
+    from bertfamily.recipes.distill import TaskDistillConfig, distill_task
+    from bertfamily.tasks.augment import AugmentConfig
+    from bertfamily.tokenization import load_tokenizer
+
+    teacher_dir, _ = toy_teacher
+    tok = load_tokenizer(teacher_dir)
+    cfg = EncoderConfig.from_preset(
+        "tiny-bert", vocab_size=tok.vocab_size, label_names=("neg", "pos")
+    )
+    tdir = tmp_path / "teacher"
+    build_model(cfg, heads=["classify"]).save_pretrained(tdir)
+    tok.save_pretrained(tdir)
+    csv = tmp_path / "train.csv"
+    words = ["cat sat on the mat", "dog ran to the park", "bird sang in a tree", "the ball"]
+    csv.write_text(
+        "text,label\n" + "".join(f"{w},{'pos' if i % 2 else 'neg'}\n" for i, w in enumerate(words))
+    )
+    res = distill_task(
+        TaskDistillConfig(
+            tdir,
+            csv,
+            student=[1],
+            intermediate_steps=1,
+            prediction_steps=1,
+            augment=AugmentConfig(mlm=False, samples=3, candidates=2),
+        ),
+        TrainConfig(output_dir=tmp_path / "run", batch_size=4, progress=False, device="cpu"),
+    )
+    assert res["examples"] == 16
+    aug = res["augmentation"]
+    assert aug["examples"] == 4 and aug["samples"] == 12 and aug["words"] == 3 * 17
+    lines = [json.loads(x) for x in (tmp_path / "run" / "augmented.jsonl").read_text().splitlines()]
+    assert [r["text"] for r in lines[::4]] == words
+    assert [r["label"] for r in lines] == [lab for lab in ("neg", "pos") * 2 for _ in range(4)]
+    with pytest.raises(ValueError, match="MLM head"):
+        distill_task(
+            TaskDistillConfig(tdir, csv, student=[1], augment=AugmentConfig()),
+            TrainConfig(output_dir=tmp_path / "run2", batch_size=4, device="cpu"),
+        )

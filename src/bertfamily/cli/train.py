@@ -169,6 +169,22 @@ def distill(
     label_column: str = typer.Option("label", help="tinybert-task: label column."),
     intermediate_steps: int = typer.Option(100, min=0, help="tinybert-task: stage 1."),
     prediction_steps: int = typer.Option(100, min=0, help="tinybert-task: stage 2."),
+    augment_samples: int = typer.Option(
+        0,
+        min=0,
+        help="tinybert-task: TinyBERT data augmentation, N_a samples per example (0: off).",
+    ),
+    augment_prob: float = typer.Option(
+        0.4, min=0.0, max=1.0, help="tinybert-task augmentation: p_t, word replacement probability."
+    ),
+    augment_candidates: int = typer.Option(
+        15, min=1, help="tinybert-task augmentation: K candidates per word."
+    ),
+    augment_model: str | None = typer.Option(
+        None,
+        help="tinybert-task augmentation: model with an MLM head for single-piece words "
+        "(default: none, embedding neighbours of the teacher for every word).",
+    ),
 ):
     """Distil a teacher into a student (DistilBERT or TinyBERT general distillation).
     Runs under torchrun; `distill init` builds a layer-copied student."""
@@ -182,6 +198,7 @@ def distill(
         if not (teacher and train and output):
             raise ValueError("tinybert-task needs --teacher, --train and --output")
         from ..recipes.distill import TaskDistillConfig, distill_task
+        from ..tasks.augment import AugmentConfig
         from ..train.loop import TrainConfig
 
         stage_fields = {
@@ -201,6 +218,15 @@ def distill(
             max_length=max_length,
             temperature=1.0 if temperature is None else temperature,
             projection=projection,
+            augment=AugmentConfig(
+                replace_prob=augment_prob,
+                samples=augment_samples,
+                candidates=augment_candidates,
+                mlm=augment_model is not None,
+            )
+            if augment_samples
+            else None,
+            augment_model=resolve_model(augment_model) if augment_model else None,
         )
         with training_threads(training.threads):
             res = distill_task(cfg, TrainConfig(output_dir=output, **stage_fields))

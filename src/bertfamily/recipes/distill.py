@@ -9,22 +9,26 @@
   80/10/10) or ``"tinybert"`` (`TinyBertObjective`, Jiao et al. 2020 §3.1, on unmasked text).
 - `distill_task`: TinyBERT task distillation of a sequence classifier (Jiao et al. 2020 §3.2,
   `TinyBertTaskObjective`): the intermediate loss on task data, then soft cross-entropy on the
-  teacher's task logits, two `Trainer` runs.
+  teacher's task logits, two `Trainer` runs; optionally on the training set grown by TinyBERT's
+  data augmentation (`bertfamily.tasks.augment`, §3.2 and Algorithm 1).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from ..build import build_model
 from ..config import EncoderConfig
+from ..files import write_text_atomic
 from ..model import Model
 from ..objectives.distillation import (
     DISTILBERT_DEFAULTS,
@@ -36,6 +40,8 @@ from ..objectives.distillation import (
 from ..objectives.masking import MaskingConfig
 from ..presets import PRESETS
 from ..pretrained import from_pretrained
+from ..tasks.augment import AugmentConfig, Augmenter, AugmentStats
+from ..tasks.data import read_table
 from ..tasks.encode import TaskData, TaskOptions, pad_batch
 from ..tokenization import load_tokenizer
 from ..train.data import IndexedBatches
@@ -325,6 +331,11 @@ class TaskDistillConfig:
         text_column / label_column / max_length: reading and encoding the table.
         temperature: soft cross-entropy temperature (stage 2).
         projection: learn W_h, W_e (automatic when hidden sizes differ).
+        augment: TinyBERT data augmentation of the training set (None: the set as it is);
+            both stages then train on the originals plus ``augment.samples`` variants each.
+        augment_model: the model directory whose MLM head predicts replacements for
+            single-piece words and whose embedding table gives neighbours for longer words
+            (None: the teacher, which then needs ``AugmentConfig(mlm=False)``).
     """
 
     teacher: str | Path
@@ -338,6 +349,39 @@ class TaskDistillConfig:
     max_length: int = 128
     temperature: float = 1.0
     projection: bool = False
+    augment: AugmentConfig | None = None
+    augment_model: str | Path | None = None
+
+
+def augment_table(
+    cfg: TaskDistillConfig, path: Path, teacher: Model, tok, seed: int
+) -> AugmentStats:
+    """Write ``cfg.train_file``'s examples and their augmented variants to ``path`` (JSONL,
+    ``text_column`` / ``label_column``); returns the `AugmentStats`.
+
+    Raises:
+        ValueError: an unreadable table, or an augmentation the model cannot do (`Augmenter`).
+    """
+    model = teacher
+    if cfg.augment_model is not None:
+        model = (
+            from_pretrained(cfg.augment_model, heads=["mlm"])
+            if cfg.augment.mlm
+            else (from_pretrained(cfg.augment_model))
+        )
+        tok = load_tokenizer(cfg.augment_model)
+    augmenter = Augmenter(model, tok, cfg.augment)
+    examples = read_table(
+        cfg.train_file, text_column=cfg.text_column, label_column=cfg.label_column
+    )
+    variants, stats = augmenter.augment([e.text for e in examples], np.random.default_rng(seed))
+    lines = [
+        json.dumps({cfg.text_column: t, cfg.label_column: e.label}, ensure_ascii=False)
+        for e, vs in zip(examples, variants)
+        for t in [e.text, *vs]
+    ]
+    write_text_atomic(path, "\n".join(lines) + "\n")
+    return stats
 
 
 def _task_student(
@@ -373,8 +417,12 @@ def distill_task(cfg: TaskDistillConfig, train: TrainConfig) -> dict[str, Any]:
     ``output_dir`` per stage, ``batch_size`` capped at the number of rows); the final student
     + tokenizer go to ``output_dir/model``.
 
+    With ``cfg.augment`` the training set is first grown by TinyBERT's data augmentation
+    (`augment_table`, written to ``output_dir/augmented.jsonl``).
+
     Returns:
-        {"intermediate": summary, "prediction": summary, "labels": [...], "parameters": n}.
+        {"intermediate": summary, "prediction": summary, "labels": [...], "parameters": n,
+        "examples": training rows, "augmentation": `AugmentStats` fields (with augment)}.
 
     Raises:
         ValueError: incompatible pair, a teacher without a classify head, unknown labels.
@@ -391,7 +439,18 @@ def distill_task(cfg: TaskDistillConfig, train: TrainConfig) -> dict[str, Any]:
     opts = TaskOptions(
         text_column=cfg.text_column, label_column=cfg.label_column, max_length=cfg.max_length
     )
-    rows = TaskData("classify", tok, opts, label_names=labels).load(cfg.train_file)
+    train_file, augmented = Path(cfg.train_file), None
+    if cfg.augment is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        train_file = out / "augmented.jsonl"
+        augmented = augment_table(cfg, train_file, teacher_model, tok, train.seed)
+        logger.info(
+            "augmented %d examples with %d samples (%.1f%% of words replaced)",
+            augmented.examples,
+            augmented.samples,
+            100 * augmented.replace_rate,
+        )
+    rows = TaskData("classify", tok, opts, label_names=labels).load(train_file)
     student = cfg.student
     if student is None:
         student = list(range(1, teacher_model.config.num_hidden_layers, 2))
@@ -404,7 +463,15 @@ def distill_task(cfg: TaskDistillConfig, train: TrainConfig) -> dict[str, Any]:
     pad = tok.pad_token_id or 0
     batch_size = min(train.batch_size, len(rows))
     source = IndexedBatches(rows, batch_size, lambda rs, rng: pad_batch(rs, pad))
-    result: dict[str, Any] = {"labels": list(labels), "parameters": student_model.num_parameters()}
+    result: dict[str, Any] = {
+        "labels": list(labels),
+        "parameters": student_model.num_parameters(),
+        "examples": len(rows),
+    }
+    if augmented is not None:
+        result["augmentation"] = dict(
+            dataclasses.asdict(augmented), replace_rate=augmented.replace_rate
+        )
     for stage, steps in (
         ("intermediate", cfg.intermediate_steps),
         ("prediction", cfg.prediction_steps),
