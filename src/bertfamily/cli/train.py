@@ -169,6 +169,9 @@ def distill(
     label_column: str = typer.Option("label", help="tinybert-task: label column."),
     intermediate_steps: int = typer.Option(100, min=0, help="tinybert-task: stage 1."),
     prediction_steps: int = typer.Option(100, min=0, help="tinybert-task: stage 2."),
+    task: str = typer.Option(
+        "classify", help="tinybert-task: classify (a table) | ner (CoNLL, per-token logits)."
+    ),
     augment_samples: int = typer.Option(
         0,
         min=0,
@@ -211,6 +214,7 @@ def distill(
             if student.replace(",", "").isdigit()
             else student,
             student_overrides=overrides,
+            task=task,
             intermediate_steps=intermediate_steps,
             prediction_steps=prediction_steps,
             text_column=text_column,

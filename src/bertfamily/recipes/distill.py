@@ -42,7 +42,7 @@ from ..presets import PRESETS
 from ..pretrained import from_pretrained
 from ..tasks.augment import AugmentConfig, Augmenter, AugmentStats
 from ..tasks.data import read_table
-from ..tasks.encode import TaskData, TaskOptions, pad_batch
+from ..tasks.encode import HEAD_OF_TASK, TaskData, TaskOptions, pad_batch
 from ..tokenization import load_tokenizer
 from ..train.data import IndexedBatches
 from ..train.distributed import init_distributed
@@ -320,12 +320,15 @@ class TaskDistillConfig:
     """What to distil in TinyBERT task distillation (the optimisation lives in `TrainConfig`).
 
     Attributes:
-        teacher: a model directory with a classify head and a tokenizer (fine-tuned teacher).
-        train_file: classification CSV/TSV/JSONL (`bertfamily.tasks.encode.TaskData`); its
-            labels must be the teacher's label_names.
+        teacher: a model directory with a classify (or, for "ner", a tokens) head and a
+            tokenizer (fine-tuned teacher).
+        train_file: classification CSV/TSV/JSONL, or for "ner" a CoNLL file
+            (`bertfamily.tasks.encode.TaskData`); its labels must be the teacher's label_names.
         student: a model directory, a preset name (sizes from ``student_overrides``), or teacher
             layers to copy (`init_student`, fresh classify head); None = every other layer.
         student_overrides: EncoderConfig fields for a preset student.
+        task: "classify" (sequence classification) or "ner" (token classification: the
+            prediction-layer loss per real token).
         intermediate_steps / prediction_steps: optimizer steps of stage 1 / stage 2 (0 skips
             the stage).
         text_column / label_column / max_length: reading and encoding the table.
@@ -342,6 +345,7 @@ class TaskDistillConfig:
     train_file: str | Path
     student: str | Path | Sequence[int] | None = None
     student_overrides: dict[str, Any] = field(default_factory=dict)
+    task: str = "classify"
     intermediate_steps: int = 100
     prediction_steps: int = 100
     text_column: str = "text"
@@ -385,17 +389,24 @@ def augment_table(
 
 
 def _task_student(
-    student, teacher: Model, tok, label_names, overrides: dict[str, Any], max_length: int
+    student,
+    teacher: Model,
+    tok,
+    label_names,
+    overrides: dict[str, Any],
+    max_length: int,
+    head: str = "classify",
 ) -> Model:
-    """A classify student: a directory, teacher layers (ints; fresh head) or a preset name."""
+    """A student with the task ``head``: a directory, teacher layers (ints; fresh head) or a
+    preset name."""
     if not isinstance(student, (str, Path)):
-        model = init_student(teacher, list(student), heads=["classify"])
-        fresh = build_model(model.config, heads=["classify"])
+        model = init_student(teacher, list(student), heads=[head])
+        fresh = build_model(model.config, heads=[head])
         model.task_head.load_state_dict(fresh.task_head.state_dict())
         return model.train()
     if Path(str(student)).is_dir():
         return from_pretrained(
-            student, heads=["classify"], new_heads=True, label_names=label_names
+            student, heads=[head], new_heads=True, label_names=label_names
         ).train()
     config = EncoderConfig.from_preset(str(student), **overrides)
     config = config_for_tokenizer(
@@ -405,11 +416,12 @@ def _task_student(
         vocab_size=teacher.config.vocab_size,
         label_names=tuple(label_names),
     )
-    return build_model(config, heads=["classify"]).train()
+    return build_model(config, heads=[head]).train()
 
 
 def distill_task(cfg: TaskDistillConfig, train: TrainConfig) -> dict[str, Any]:
-    """TinyBERT task distillation of a sequence classifier (Jiao et al. 2020 §3.2).
+    """TinyBERT task distillation (Jiao et al. 2020 §3.2) of a sequence classifier
+    (``cfg.task`` "classify") or a token classifier ("ner").
 
     Stage 1 ("intermediate", ``cfg.intermediate_steps``) then stage 2 ("prediction",
     ``cfg.prediction_steps``), each a `Trainer` run in ``output_dir/<stage>`` (its
@@ -425,14 +437,23 @@ def distill_task(cfg: TaskDistillConfig, train: TrainConfig) -> dict[str, Any]:
         "examples": training rows, "augmentation": `AugmentStats` fields (with augment)}.
 
     Raises:
-        ValueError: incompatible pair, a teacher without a classify head, unknown labels.
+        ValueError: an unknown task, augmentation of token-level data, an incompatible pair,
+            a teacher without the task's head, unknown labels.
     """
+    if cfg.task not in ("classify", "ner"):
+        raise ValueError(f"task distillation task must be 'classify' or 'ner', got {cfg.task!r}")
+    if cfg.augment is not None and cfg.task != "classify":
+        raise ValueError(
+            "TinyBERT augmentation replaces words, which would leave token labels behind; "
+            "it is for sequence classification only"
+        )
+    head = HEAD_OF_TASK[cfg.task]
     out = Path(train.output_dir)
     tok = load_tokenizer(cfg.teacher)
     teacher_model = from_pretrained(cfg.teacher)
-    if teacher_model.task != "classify":
+    if teacher_model.task != head:
         raise ValueError(
-            f"the teacher {cfg.teacher} has no classify head (heads: "
+            f"the teacher {cfg.teacher} has no {head} head (heads: "
             f"{teacher_model.heads or 'none'}); fine-tune it first"
         )
     labels = teacher_model.config.label_names
@@ -450,12 +471,12 @@ def distill_task(cfg: TaskDistillConfig, train: TrainConfig) -> dict[str, Any]:
             augmented.samples,
             100 * augmented.replace_rate,
         )
-    rows = TaskData("classify", tok, opts, label_names=labels).load(train_file)
+    rows = TaskData(cfg.task, tok, opts, label_names=labels).load(train_file)
     student = cfg.student
     if student is None:
         student = list(range(1, teacher_model.config.num_hidden_layers, 2))
     student_model = _task_student(
-        student, teacher_model, tok, labels, cfg.student_overrides, cfg.max_length
+        student, teacher_model, tok, labels, cfg.student_overrides, cfg.max_length, head
     )
     model = TinyBertTaskObjective(
         student_model, teacher_model, projection=cfg.projection, temperature=cfg.temperature
