@@ -30,6 +30,7 @@ from bertfamily.objectives.distillation import (
     tinybert_intermediate_loss,
 )
 from bertfamily.recipes.distill import init_student
+from bertfamily.tasks.augment import AugmentConfig
 from bertfamily.train import IndexedBatches, TrainConfig, Trainer
 
 V = 99
@@ -589,3 +590,100 @@ def test_task_distillation_two_stages(toy_teacher, tmp_path):
         gap_fresh = soft_cross_entropy(fresh(**inputs).logits, t_logits).item()
     assert gap_after < gap_fresh
     assert all(torch.equal(v, t_model.state_dict()[k]) for k, v in before_t.items())
+
+
+def test_task_distillation_on_augmented_data(toy_teacher, tmp_path):
+    """distill_task with TinyBERT augmentation: the training set holds every original and its
+    N_a variants (same labels), and the statistics come back."""
+    from bertfamily.recipes.distill import TaskDistillConfig, distill_task
+    from bertfamily.tasks.augment import AugmentConfig
+    from bertfamily.tokenization import load_tokenizer
+
+    teacher_dir, _ = toy_teacher
+    tok = load_tokenizer(teacher_dir)
+    cfg = EncoderConfig.from_preset(
+        "tiny-bert", vocab_size=tok.vocab_size, label_names=("neg", "pos")
+    )
+    tdir = tmp_path / "teacher"
+    build_model(cfg, heads=["classify"]).save_pretrained(tdir)
+    tok.save_pretrained(tdir)
+    csv = tmp_path / "train.csv"
+    words = ["cat sat on the mat", "dog ran to the park", "bird sang in a tree", "the ball"]
+    csv.write_text(
+        "text,label\n" + "".join(f"{w},{'pos' if i % 2 else 'neg'}\n" for i, w in enumerate(words))
+    )
+    res = distill_task(
+        TaskDistillConfig(
+            tdir,
+            csv,
+            student=[1],
+            intermediate_steps=1,
+            prediction_steps=1,
+            augment=AugmentConfig(mlm=False, samples=3, candidates=2),
+        ),
+        TrainConfig(output_dir=tmp_path / "run", batch_size=4, progress=False, device="cpu"),
+    )
+    assert res["examples"] == 16
+    aug = res["augmentation"]
+    assert aug["examples"] == 4 and aug["samples"] == 12 and aug["words"] == 3 * 17
+    lines = [json.loads(x) for x in (tmp_path / "run" / "augmented.jsonl").read_text().splitlines()]
+    assert [r["text"] for r in lines[::4]] == words
+    assert [r["label"] for r in lines] == [lab for lab in ("neg", "pos") * 2 for _ in range(4)]
+    with pytest.raises(ValueError, match="MLM head"):
+        distill_task(
+            TaskDistillConfig(tdir, csv, student=[1], augment=AugmentConfig()),
+            TrainConfig(output_dir=tmp_path / "run2", batch_size=4, device="cpu"),
+        )
+
+
+def test_token_level_task_distillation(toy_teacher, tmp_path):
+    """TinyBERT task distillation of a token classifier: the prediction loss is the soft
+    cross-entropy over real tokens (checked against a direct computation), normalised per
+    token, and distill_task runs both stages on a CoNLL file."""
+    from bertfamily.objectives.distillation import TinyBertTaskObjective
+    from bertfamily.recipes.distill import TaskDistillConfig, distill_task
+    from bertfamily.tokenization import load_tokenizer
+
+    teacher_dir, _ = toy_teacher
+    tok = load_tokenizer(teacher_dir)
+    labels = ("O", "B-ANIMAL", "I-ANIMAL")
+    cfg = EncoderConfig.from_preset("tiny-bert", vocab_size=tok.vocab_size, label_names=labels)
+    torch.manual_seed(0)
+    teacher = build_model(cfg, heads=["tokens"])
+    student = build_model(cfg.replace(num_hidden_layers=1, num_hidden_groups=1), heads=["tokens"])
+    obj = TinyBertTaskObjective(student, teacher, stage="prediction", temperature=2.0)
+    student.eval()  # no dropout: the direct computation below must see the same logits
+    ids = torch.randint(5, tok.vocab_size, (3, 7))
+    mask = torch.tensor([[1] * 7, [1] * 4 + [0] * 3, [1] * 2 + [0] * 5])
+    batch = dict(input_ids=ids, attention_mask=mask)
+    assert obj.counts(batch) == {"tokens": 13}
+    loss, parts = obj(batch, {"tokens": 13.0})
+    with torch.no_grad():
+        zs, zt = student(ids, mask).logits, teacher(ids, mask).logits  # (B, T, C)
+    keep = mask.bool()
+    expect = soft_cross_entropy(zs[keep], zt[keep], 2.0)
+    torch.testing.assert_close(loss.detach(), expect)
+    assert set(parts) == {"prediction_loss"}
+    with pytest.raises(ValueError, match="differ"):
+        TinyBertTaskObjective(build_model(cfg, heads=["classify"]), teacher)
+
+    tdir = tmp_path / "teacher"
+    teacher.save_pretrained(tdir)
+    tok.save_pretrained(tdir)
+    conll = tmp_path / "train.conll"
+    conll.write_text("the O\ncat B-ANIMAL\nsat O\n\na O\nbig O\ndog B-ANIMAL\nran O\n\n")
+    out = tmp_path / "run"
+    res = distill_task(
+        TaskDistillConfig(
+            tdir, conll, student=[1], task="ner", intermediate_steps=2, prediction_steps=3
+        ),
+        TrainConfig(output_dir=out, batch_size=2, progress=False, device="cpu", log_every=1),
+    )
+    assert res["examples"] == 2 and res["prediction"]["step"] == 3
+    rows = [json.loads(x) for x in (out / "prediction" / "metrics.jsonl").read_text().splitlines()]
+    assert sum("prediction_loss" in r for r in rows) == 3
+    with pytest.raises(ValueError, match="sequence classification only"):
+        distill_task(
+            TaskDistillConfig(tdir, conll, task="ner", augment=AugmentConfig(mlm=False)),
+            TrainConfig(output_dir=tmp_path / "x", device="cpu"),
+        )

@@ -4,6 +4,8 @@ from the real MiniLM with a fresh MLM head."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -218,3 +220,35 @@ def test_spanbert_recipe_span_masking_and_sbo(trained, tmp_path):
     rows = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert all("sbo_loss" in r and "pair_loss" not in r for r in rows if r["split"] == "train")
     assert (tmp_path / "model" / "sbo_head.safetensors").is_file()
+
+
+def test_doc_sentences_packing_grows_the_batch(trained, tmp_path):
+    """pretrain(packing="doc_sentences"): one document per instance (toy documents of six
+    5-token facts against max_length 24: 4 + 2 facts, so every document ends a short
+    instance), the batch grown
+    to keep FULL-SENTENCES' tokens per batch; pair objectives refuse it."""
+    root, _ = trained
+    cfg = PretrainConfig(
+        corpus=[root / "toy.txt"],
+        tokenizer=root / "tok",
+        preset="tiny-bert",
+        objectives=["mlm"],
+        packing="doc_sentences",
+        max_length=24,
+        eval_documents=4,
+        eval_batches=1,
+    )
+    tc = TrainConfig(
+        output_dir=tmp_path, max_steps=2, batch_size=8, log_every=1, progress=False, device="cpu"
+    )
+    summary = pretrain(cfg, tc)
+    assert summary["packing"] == "doc_sentences" and summary["batch_size"] >= 10
+    full = pretrain(
+        dataclasses.replace(cfg, packing="full_sentences"),
+        dataclasses.replace(tc, output_dir=tmp_path / "full"),
+    )
+    assert full["batch_size"] == 8 and full["instances"]["train"] < summary["instances"]["train"]
+    with pytest.raises(ValueError, match="sentence pairs"):
+        pretrain(dataclasses.replace(cfg, objectives=["mlm", "nsp"]), tc)
+    with pytest.raises(ValueError, match="packing"):
+        pretrain(dataclasses.replace(cfg, packing="docs"), tc)

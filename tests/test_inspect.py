@@ -315,7 +315,7 @@ def test_comparison_table_lists_the_ten():
     assert next(r for r in rows if r["model"] == "distilbert-base")["segments"] == "none"
     assert json.loads(format_rows(rows, "json"))[0]["model"] == "bert-base"
     parsed = list(csv.DictReader(io.StringIO(format_rows(rows, "csv"))))
-    assert len(parsed) == len(FAMILY) == 12 and parsed[0]["parameters"] == "109482240"
+    assert len(parsed) == len(FAMILY) == 13 and parsed[0]["parameters"] == "109482240"
     md = format_rows(rows, "markdown").splitlines()
     assert len(md) == len(FAMILY) + 2 and "109,482,240" in md[2]
     with pytest.raises(ValueError, match="format"):
@@ -338,3 +338,47 @@ def test_cli_params_dataflow_models():
     assert result.exit_code == 0 and result.output.count("\n") == len(FAMILY) + 1
     result = runner.invoke(app, ["params", "bert-tiny", "--head", "nope"])
     assert result.exit_code == 2 and "not available" in result.output
+
+
+@pytest.mark.parametrize(
+    "name, text",
+    [
+        ("bert-base", "token + segment + position lookups, summed, LayerNorm, dropout"),
+        (
+            "distilbert-base",
+            "token + position lookups, summed, LayerNorm, dropout (no segments)",
+        ),
+        (
+            "deberta-base",
+            "token lookup only, LayerNorm, dropout (no absolute positions or segments); "
+            "positions enter each attention layer as relative terms",
+        ),
+        (
+            "deberta-v3-base",
+            "token lookup only, LayerNorm, dropout (no absolute positions or segments); "
+            "positions enter each attention layer as relative terms",
+        ),
+    ],
+)
+def test_embeddings_row_says_what_the_config_does(name, text):
+    """The embeddings row of params/dataflow follows the fields: DeBERTa looks up tokens only."""
+    from bertfamily.inspect.describe import describe_module
+
+    config = EncoderConfig.from_preset(name)
+    embeddings = meta_model(shrink_layers(config)).encoder.embeddings
+    assert describe_module(embeddings, config) == (text, "Embeddings")
+
+
+@pytest.mark.slow  # traces longformer-base and bert-base (tens of seconds)
+def test_longformer_positions_note_names_the_conversion():
+    """dataflow longformer-base explains the 4,096-position limit and the way past it."""
+    from bertfamily.inspect.describe import FIELD_NOTES
+
+    note = FIELD_NOTES["max_position_embeddings"]
+    text = note(EncoderConfig.from_preset("longformer-base"))
+    assert text.startswith("learned absolute positions for 4,096 tokens: a longer input is refused")
+    assert "convert to-longformer" in text and "--max-positions N" in text
+    assert note(EncoderConfig.from_preset("roberta-base")) == ""
+    result = CliRunner().invoke(app, ["dataflow", "longformer-base", "--json"])
+    assert result.exit_code == 0, result.output
+    assert text in json.loads(result.output)["differences"]["notes"]

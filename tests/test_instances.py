@@ -92,3 +92,38 @@ def test_packed_full_sentences():
 def test_nsp_needs_two_documents():
     with pytest.raises(ValueError, match="2 documents"):
         nsp_instances(docs(1), 64, SP, np.random.default_rng(0))
+
+
+def test_doc_sentences_never_cross_a_document():
+    """RoBERTa DOC-SENTENCES (Liu et al. 2019 §4.2): every instance holds one document's
+    sentences (the ids encode the document), in order, nothing lost; FULL-SENTENCES over the
+    same documents does cross them."""
+    corpus = docs(40)
+    inst = packed_instances(corpus, 64, SP, cross_documents=False)
+    full = packed_instances(corpus, 64, SP)
+    for i in inst:
+        body = i.input_ids[~i.special]
+        assert len(i) <= 64 and (i.input_ids == SP.sep).sum() == 1  # no document separator
+        assert len(set((body // 1000).tolist())) == 1
+        assert (np.diff(body) >= 0).all()  # sentences in document order
+    assert sum(len(set((i.input_ids[~i.special] // 1000).tolist())) > 1 for i in full) > 10
+    total = sum(len(s.ids) for d in corpus for s in d)
+    assert sum(int((~i.special).sum()) for i in inst) == total
+    # each document ends an instance: at least one instance per document, shorter on average
+    assert len({int(i.input_ids[1] // 1000) for i in inst}) == 40 and len(inst) > len(full)
+    assert np.mean([len(i) for i in inst]) < np.mean([len(i) for i in full])
+
+
+def test_token_matched_batch_size():
+    """The DOC-SENTENCES batch keeps FULL-SENTENCES' tokens per batch: round(B·64/40)."""
+    from bertfamily.objectives.instances import Instance, token_matched_batch_size
+
+    def inst(n):
+        return Instance(np.zeros(n, np.int64), np.zeros(n, np.int64), np.zeros(n, bool), None)
+
+    assert token_matched_batch_size(32, [inst(64)] * 3, [inst(30), inst(50)]) == 51
+    assert token_matched_batch_size(8, [inst(20)], [inst(40)]) == 8  # never smaller
+    with pytest.raises(ValueError, match="non-empty"):
+        token_matched_batch_size(8, [], [inst(4)])
+    with pytest.raises(ValueError, match="batch_size"):
+        token_matched_batch_size(0, [inst(4)], [inst(4)])

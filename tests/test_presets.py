@@ -21,11 +21,11 @@ FULL_SIZE = [n for n in PRESETS if not n.startswith("tiny-")]
 
 
 def test_registry():
-    """The models of the family (the ten, plus DeBERTa-v3 and Chinese BERT), each with a
-    published count, plus one tiny preset per checkpoint family."""
+    """The models of the family (the ten, plus DeBERTa-v3, Chinese BERT and RoBERTa-large), each
+    with a published count, plus one tiny preset per checkpoint family."""
     from bertfamily.checkpoints.keymaps import FAMILIES
 
-    assert sorted(FULL_SIZE) == sorted(FAMILY) and len(FAMILY) == 12
+    assert sorted(FULL_SIZE) == sorted(FAMILY) and len(FAMILY) == 13
     assert set(PUBLISHED_PARAMETERS) == set(FAMILY)
     assert {
         EncoderConfig.from_preset(n).model_type for n in PRESETS if n.startswith("tiny-")

@@ -115,6 +115,23 @@ PRESETS: dict[str, dict[str, Any]] = {
         pair_head=None,
         **_ROBERTA_HEADS,
     ),
+    # FacebookAI/roberta-large — 355,359,744. RoBERTa-base's layout at BERT-large's sizes
+    # (Liu et al. 2019, Table 9 / the version table: L=24, H=1024, A=16).
+    "roberta-large": dict(
+        model_type="roberta",
+        vocab_size=50265,
+        max_position_embeddings=514,
+        hidden_size=1024,
+        num_hidden_layers=24,
+        num_attention_heads=16,
+        intermediate_size=4096,
+        type_vocab_size=1,
+        pad_token_id=1,
+        position_scheme="absolute_from_padding",
+        layer_norm_eps=1e-5,
+        pair_head=None,
+        **_ROBERTA_HEADS,
+    ),
     # distilbert-base-uncased — 66,362,880. 6 layers, no token types, no pooler.
     "distilbert-base": dict(
         model_type="distilbert",
@@ -309,6 +326,7 @@ PUBLISHED_PARAMETERS: dict[str, int] = {
     "bert-base": 109_482_240,
     "bert-large": 335_141_888,
     "roberta-base": 124_645_632,
+    "roberta-large": 355_359_744,
     "albert-base": 11_683_584,
     "distilbert-base": 66_362_880,
     "spanbert-base": 108_310_272,
@@ -325,6 +343,7 @@ FAMILY = [
     "bert-base",
     "bert-large",
     "roberta-base",
+    "roberta-large",
     "albert-base",
     "distilbert-base",
     "spanbert-base",

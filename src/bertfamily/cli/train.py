@@ -72,6 +72,11 @@ def pretrain(
     ),
     max_predictions: int | None = typer.Option(None, help="Cap per sequence."),
     static_copies: int = typer.Option(0, help="0: dynamic masking; k: k static maskings."),
+    packing: str = typer.Option(
+        "full_sentences",
+        help="MLM-only inputs: full_sentences (may cross documents) | doc_sentences (one "
+        "document each; the batch grows to keep the tokens per batch), RoBERTa §4.2.",
+    ),
     max_length: int = typer.Option(128, min=5, help="Tokens per training sequence."),
     layers: int | None = typer.Option(None, help="Override num_hidden_layers."),
     hidden: int | None = typer.Option(None, help="Override hidden_size (FFN = 4H)."),
@@ -80,6 +85,11 @@ def pretrain(
     training: TrainOptions = None,
     split_sentences: bool = typer.Option(False, help="Split lines with pysbd."),
     chinese_words: bool = typer.Option(False, help="Whole words from jieba."),
+    phrases: str | None = typer.Option(
+        None,
+        help="english | chinese: ERNIE phrase masking, chunker phrases masked as units "
+        "(masking entity).",
+    ),
 ):
     """Pretrain (or continue pretraining) with MLM (+ NSP / SOP / SBO). Runs under torchrun."""
     from ..fetch import resolve_model
@@ -104,9 +114,11 @@ def pretrain(
         if custom_masking
         else None,
         static_copies=static_copies,
+        packing=packing,
         max_length=max_length,
         split_sentences=split_sentences,
         chinese_words=chinese_words,
+        phrases=phrases,
     )
     with training_threads(training.threads):
         summary = run(
@@ -157,6 +169,25 @@ def distill(
     label_column: str = typer.Option("label", help="tinybert-task: label column."),
     intermediate_steps: int = typer.Option(100, min=0, help="tinybert-task: stage 1."),
     prediction_steps: int = typer.Option(100, min=0, help="tinybert-task: stage 2."),
+    task: str = typer.Option(
+        "classify", help="tinybert-task: classify (a table) | ner (CoNLL, per-token logits)."
+    ),
+    augment_samples: int = typer.Option(
+        0,
+        min=0,
+        help="tinybert-task: TinyBERT data augmentation, N_a samples per example (0: off).",
+    ),
+    augment_prob: float = typer.Option(
+        0.4, min=0.0, max=1.0, help="tinybert-task augmentation: p_t, word replacement probability."
+    ),
+    augment_candidates: int = typer.Option(
+        15, min=1, help="tinybert-task augmentation: K candidates per word."
+    ),
+    augment_model: str | None = typer.Option(
+        None,
+        help="tinybert-task augmentation: model with an MLM head for single-piece words "
+        "(default: none, embedding neighbours of the teacher for every word).",
+    ),
 ):
     """Distil a teacher into a student (DistilBERT or TinyBERT general distillation).
     Runs under torchrun; `distill init` builds a layer-copied student."""
@@ -170,6 +201,7 @@ def distill(
         if not (teacher and train and output):
             raise ValueError("tinybert-task needs --teacher, --train and --output")
         from ..recipes.distill import TaskDistillConfig, distill_task
+        from ..tasks.augment import AugmentConfig
         from ..train.loop import TrainConfig
 
         stage_fields = {
@@ -182,6 +214,7 @@ def distill(
             if student.replace(",", "").isdigit()
             else student,
             student_overrides=overrides,
+            task=task,
             intermediate_steps=intermediate_steps,
             prediction_steps=prediction_steps,
             text_column=text_column,
@@ -189,6 +222,15 @@ def distill(
             max_length=max_length,
             temperature=1.0 if temperature is None else temperature,
             projection=projection,
+            augment=AugmentConfig(
+                replace_prob=augment_prob,
+                samples=augment_samples,
+                candidates=augment_candidates,
+                mlm=augment_model is not None,
+            )
+            if augment_samples
+            else None,
+            augment_model=resolve_model(augment_model) if augment_model else None,
         )
         with training_threads(training.threads):
             res = distill_task(cfg, TrainConfig(output_dir=output, **stage_fields))

@@ -29,6 +29,10 @@ DESCRIPTIONS: dict[str, dict[str, str]] = {
     "bert-base": {"pretraining": "MLM + NSP", "tasks": "general NLU, QA, classification"},
     "bert-large": {"pretraining": "MLM + NSP", "tasks": "high-accuracy NLU"},
     "roberta-base": {"pretraining": "MLM, dynamic masking, no NSP", "tasks": "general NLU, robust"},
+    "roberta-large": {
+        "pretraining": "MLM, dynamic masking, no NSP",
+        "tasks": "high-accuracy NLU, robust",
+    },
     "albert-base": {"pretraining": "MLM + SOP", "tasks": "parameter-efficient NLU"},
     "distilbert-base": {
         "pretraining": "distillation (soft CE + MLM + cosine)",

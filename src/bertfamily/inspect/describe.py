@@ -37,7 +37,7 @@ def describe_module(module: nn.Module, config: EncoderConfig) -> tuple[str, str]
     if isinstance(module, (nn.ReLU, nn.SiLU, nn.Tanh)):
         return kind, kind
     text = {
-        "Embeddings": "token + segment + position lookups, summed, LayerNorm, dropout",
+        "Embeddings": _embeddings_text(config),
         "EncoderLayer": "post-LN: x = LN(x + Attn(x)); x = LN(x + FFN(x))",
         "FeedForward": "H → I → activation → H",
         "Pooler": "tanh(h[:, 0]·Wᵀ + b): the first token's state",
@@ -59,6 +59,34 @@ def describe_module(module: nn.Module, config: EncoderConfig) -> tuple[str, str]
     if hasattr(module, "qkv") or "Attention" in kind:
         return ATTENTION_FORMULAS.get(config.attention_kind, _doc(module)), kind
     return _doc(module), kind
+
+
+def _embeddings_text(config: EncoderConfig) -> str:
+    """What the embeddings row computes, from the fields that decide it: the segment table
+    exists only with ``type_vocab_size`` > 0, absolute positions are added only with
+    ``position_biased_input`` (DeBERTa: token lookup only, positions enter the attention as
+    relative terms, He et al. 2021 §3.1)."""
+    parts = ["token"]
+    if config.type_vocab_size:
+        parts.append("segment")
+    if config.position_biased_input:
+        parts.append("position")
+    text = (
+        " + ".join(parts) + " lookups, summed" if len(parts) > 1 else "token lookup only"
+    ) + ", LayerNorm, dropout"
+    missing = [
+        what
+        for what, absent in (
+            ("absolute positions", not config.position_biased_input),
+            ("segments", not config.type_vocab_size),
+        )
+        if absent
+    ]
+    if missing:
+        text += " (no " + " or ".join(missing) + ")"
+    if not config.position_biased_input and config.relative_attention:
+        text += "; positions enter each attention layer as relative terms"
+    return text
 
 
 def _doc(module: nn.Module) -> str:

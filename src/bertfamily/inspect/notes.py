@@ -34,6 +34,15 @@ FIELD_NOTES: dict[str, Any] = {
         else f"{c.attention_kind} attention: {ATTENTION_FORMULAS.get(c.attention_kind, '')}"
     ),
     "use_pooler": lambda c: "" if c.use_pooler else "no pooler: the [CLS] state is used as is",
+    # Longformer: the window makes long inputs affordable, the learned table still bounds them
+    "max_position_embeddings": lambda c: (
+        f"learned absolute positions for {c.max_sequence_length:,} tokens: a longer input is "
+        f"refused; `bertfamily convert to-longformer --model ROBERTA_DIR --output DIR "
+        f"--max-positions N` builds one with N positions from a RoBERTa checkpoint (its 512 "
+        f"rows copied block by block, Beltagy et al. 2020 §5)"
+        if c.attention_kind == "windowed" and c.position_biased_input
+        else ""
+    ),
     "type_vocab_size": lambda c: {
         0: "no segment embedding",
         1: "one-row segment table: a constant vector, no segment ids",

@@ -68,6 +68,7 @@ __all__ = [
     "DistilBertObjective",
     "TinyBertObjective",
     "TinyBertTaskObjective",
+    "DISTILLABLE_TASKS",
     "OBJECTIVES",
     "METHODS",
     "TASK_STAGES",
@@ -715,19 +716,27 @@ class TinyBertObjective(DistillationObjective):
 TASK_STAGES = ("intermediate", "prediction")
 
 
+# Task heads whose logits TinyBERT's prediction-layer loss compares: one distribution per
+# sequence (B, C) or per token (B, T, C).
+DISTILLABLE_TASKS = ("classify", "tokens")
+
+
 class TinyBertTaskObjective(TinyBertObjective):
-    """TinyBERT task distillation for sequence classification (Jiao et al. 2020 §3.2);
+    """TinyBERT task distillation (Jiao et al. 2020 §3.2) for sequence classification (a
+    classify head, logits (B, C)) or token classification (a tokens head, logits (B, T, C));
     ``forward(batch) -> (loss, parts)``.
 
     Stage "intermediate": `tinybert_intermediate_loss` (parts ``embedding_loss``,
     ``hidden_loss``, ``attention_loss``) on task inputs. Stage "prediction":
     ``soft_cross_entropy(student_logits, teacher_logits, temperature)`` (part
-    ``prediction_loss``). Set ``stage`` between the two runs. Teacher and student both need a
-    classify head with the same labels; the teacher is frozen and not a submodule.
+    ``prediction_loss``; eq. 10), per sequence, or per real token (attention_mask 1) for a
+    tokens head. Set ``stage`` between the two runs. Teacher and student both need the same
+    task head (one of `DISTILLABLE_TASKS`) with the same labels; the teacher is frozen and not
+    a submodule.
 
     Raises:
-        ValueError: an incompatible pair (`TinyBertObjective.check`), missing classify heads,
-            different label sets, an unknown stage, a temperature <= 0.
+        ValueError: an incompatible pair (`TinyBertObjective.check`), missing or different
+            task heads, different label sets, an unknown stage, a temperature <= 0.
     """
 
     def __init__(
@@ -740,11 +749,15 @@ class TinyBertTaskObjective(TinyBertObjective):
         temperature: float = 1.0,
     ) -> None:
         for name, m in (("teacher", teacher), ("student", student)):
-            if m.task != "classify":
+            if m.task not in DISTILLABLE_TASKS:
                 raise ValueError(
-                    f"task distillation needs a {name} with a classify head; "
+                    f"task distillation needs a {name} with a head of {DISTILLABLE_TASKS}; "
                     f"it has {m.heads or 'none'}"
                 )
+        if teacher.task != student.task:
+            raise ValueError(
+                f"teacher ({teacher.task}) and student ({student.task}) task heads differ"
+            )
         if teacher.config.label_names != student.config.label_names:
             raise ValueError(
                 f"teacher labels {teacher.config.label_names} and student labels "
@@ -769,9 +782,12 @@ class TinyBertTaskObjective(TinyBertObjective):
 
     def counts(self, batch: dict[str, torch.Tensor]) -> dict[str, int]:
         """Stage "intermediate": `TinyBertObjective.counts`; stage "prediction":
-        ``sequences`` (the rows of the batch)."""
+        ``sequences`` (the rows of the batch), or for a tokens head ``tokens`` (real
+        tokens)."""
         if self.stage == "intermediate":
             return super().counts(batch)
+        if self.student.task == "tokens":
+            return {"tokens": real_tokens(batch)}
         return {"sequences": int(batch["input_ids"].shape[0])}
 
     def forward(
@@ -786,10 +802,14 @@ class TinyBertTaskObjective(TinyBertObjective):
         with torch.no_grad():
             t = teacher(**self._inputs(teacher, batch)).logits
         s = self.student(**self._inputs(self.student, batch)).logits
+        unit = "sequences"
+        if self.student.task == "tokens":  # (B, T, C) → (real tokens, C)
+            keep = batch["attention_mask"].bool()
+            s, t, unit = s[keep], t[keep], "tokens"
         if denominators is None:
             loss = soft_cross_entropy(s, t, self.temperature)
         else:
-            loss = soft_cross_entropy(s, t, self.temperature, "sum") / denominators["sequences"]
+            loss = soft_cross_entropy(s, t, self.temperature, "sum") / denominators[unit]
         return loss, {"prediction_loss": loss.detach()}
 
 

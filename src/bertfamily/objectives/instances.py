@@ -10,7 +10,11 @@ word-start flags. An `Instance` holds one example before masking: ``[CLS] A [SEP
 - `sop_instances` (Lan et al. 2020 §4.2): A and B two consecutive parts of one document,
   swapped 50% of the time (label 1 = swapped, 0 = original order).
 - `packed_instances` (Liu et al. 2019 §4.2 FULL-SENTENCES): whole sentences packed up to the
-  length limit, crossing document boundaries with an extra separator, no pair label.
+  length limit, crossing document boundaries with an extra separator, no pair label; with
+  ``cross_documents=False`` it is DOC-SENTENCES (§4.2): an instance never crosses a document
+  boundary, so the last one of a document may be short; `token_matched_batch_size` gives the
+  larger batch that keeps the tokens per batch of FULL-SENTENCES ("we dynamically increase the
+  batch size in these cases to achieve a similar number of total tokens as FULL-SENTENCES").
 
 Pairs that are too long are truncated longest-first (one token from the longer of A and B at a
 time; A loses its beginning and B its end, so the A|B boundary stays as built) until they fit.
@@ -30,6 +34,8 @@ __all__ = [
     "nsp_instances",
     "sop_instances",
     "packed_instances",
+    "PACKINGS",
+    "token_matched_batch_size",
     "truncate_longest_first",
 ]
 
@@ -205,11 +211,28 @@ def sop_instances(
     return out
 
 
+# RoBERTa's two single-segment packings (Liu et al. 2019 §4.2, Table 2)
+PACKINGS = ("full_sentences", "doc_sentences")
+
+
 def packed_instances(
-    docs: list[list[Segment]], max_length: int, special: SpecialIds
+    docs: list[list[Segment]],
+    max_length: int,
+    special: SpecialIds,
+    *,
+    cross_documents: bool = True,
 ) -> list[Instance]:
-    """RoBERTa FULL-SENTENCES: sentences packed in order up to ``max_length - 2`` tokens,
-    crossing documents with an extra [SEP]; a sentence longer than the limit is cut."""
+    """Sentences packed in order up to ``max_length - 2`` tokens (a longer sentence is cut).
+
+    ``cross_documents=True``: RoBERTa FULL-SENTENCES, an instance continues into the next
+    document after an extra [SEP]. ``False``: DOC-SENTENCES, every instance holds sentences of
+    one document only (Liu et al. 2019 §4.2), so a document's last instance may be short.
+
+    Raises:
+        ValueError: ``max_length`` < 3 (no room for one token between [CLS] and [SEP]).
+    """
+    if max_length < 3:
+        raise ValueError(f"max_length must be >= 3, got {max_length}")
     budget, out, current = max_length - 2, [], []
     sep = Segment(np.asarray([special.sep], np.int32), np.asarray([True]))
     length = 0
@@ -221,7 +244,11 @@ def packed_instances(
                 current, length = [], 0
             current.append(seg)
             length += len(seg.ids)
-        if d < len(docs) - 1 and current and length + 1 <= budget:
+        if not cross_documents:
+            if current:
+                out.append(_assemble(_cat(current), None, special))
+            current, length = [], 0
+        elif d < len(docs) - 1 and current and length + 1 <= budget:
             current.append(sep)
             length += 1
     if current:
@@ -229,3 +256,23 @@ def packed_instances(
     for inst in out:  # the document separators are special tokens: never masked
         inst.special |= inst.input_ids == special.sep
     return out
+
+
+def token_matched_batch_size(
+    batch_size: int, reference: Sequence[Instance], instances: Sequence[Instance]
+) -> int:
+    """The batch size that gives ``instances`` as many tokens per batch, on average, as
+    ``batch_size`` instances of ``reference`` (RoBERTa §4.2: DOC-SENTENCES instances are
+    shorter, so the batch grows to match FULL-SENTENCES): round(B · mean|ref| / mean|inst|),
+    never below ``batch_size``.
+
+    Raises:
+        ValueError: ``batch_size`` < 1 or an empty instance list.
+    """
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    if not reference or not instances:
+        raise ValueError("both instance lists must be non-empty")
+    ref = float(np.mean([len(i) for i in reference]))
+    own = float(np.mean([len(i) for i in instances]))
+    return max(batch_size, int(round(batch_size * ref / own)))

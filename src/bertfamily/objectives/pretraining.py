@@ -101,7 +101,8 @@ def build_instances(
     seed: int = 0,
     short_seq_prob: float = 0.1,
 ) -> list[Instance]:
-    """``kind``: "nsp" | "sop" | "packed" (see `bertfamily.objectives.instances`).
+    """``kind``: "nsp" | "sop" | "packed" (FULL-SENTENCES) | "doc_packed" (DOC-SENTENCES);
+    see `bertfamily.objectives.instances`.
 
     Raises:
         ValueError: unknown kind.
@@ -113,7 +114,9 @@ def build_instances(
         return sop_instances(docs, max_length, special, rng, short_seq_prob)
     if kind == "packed":
         return packed_instances(docs, max_length, special)
-    raise ValueError(f"instance kind must be 'nsp', 'sop' or 'packed', got {kind!r}")
+    if kind == "doc_packed":
+        return packed_instances(docs, max_length, special, cross_documents=False)
+    raise ValueError(f"instance kind must be 'nsp', 'sop', 'packed' or 'doc_packed', got {kind!r}")
 
 
 @dataclass

@@ -16,8 +16,9 @@ import numpy as np
 from ..config import EncoderConfig
 from ..corpora import read_documents
 from ..files import write_text_atomic
-from ..objectives.instances import Instance, SpecialIds
+from ..objectives.instances import Instance, SpecialIds, token_matched_batch_size
 from ..objectives.masking import MaskingConfig
+from ..objectives.phrase_masking import annotate_phrases
 from ..objectives.pretraining import (
     MLMCollator,
     build_instances,
@@ -125,6 +126,7 @@ class MLMData:
     train_instances: list[Instance]
     eval_instances: list[Instance]
     collate: MLMCollator
+    batch_size: int
 
 
 def mlm_data(
@@ -144,10 +146,19 @@ def mlm_data(
     chinese_words: bool = False,
     split_sentences: bool = False,
     text_field: str = "text",
+    match_tokens: bool = True,
+    phrases: str | None = None,
 ) -> MLMData:
     """Corpus files → documents → (train, held-out) split (`split_documents`, seed
-    ``train.seed``) → tokenized segments → instances of ``kind`` ("nsp" | "sop" | "packed") →
-    masked, padded batches.
+    ``train.seed``) → tokenized segments → instances of ``kind`` ("nsp" | "sop" | "packed" |
+    "doc_packed") → masked, padded batches.
+
+    With ``kind="doc_packed"`` (DOC-SENTENCES) and ``match_tokens``, the training batch grows
+    to hold as many tokens on average as ``train.batch_size`` FULL-SENTENCES instances of the
+    same documents (`token_matched_batch_size`, Liu et al. 2019 §4.2); ``MLMData.batch_size``
+    is the size used. ``phrases`` ("english" | "chinese") adds a chunker's phrases to every
+    line as spans for the "entity" masking strategy (ERNIE phrase-level masking,
+    `objectives.phrase_masking.annotate_phrases`).
 
     Training batches come from an `IndexedBatches` over the train instances (or over
     ``static_copies`` fixed maskings of them) with ``train.batch_size`` per process, sharded by
@@ -162,12 +173,18 @@ def mlm_data(
         for path in corpus
         for d in read_documents(path, text_field=text_field, split=split_sentences)
     ]
+    if phrases is not None:
+        docs = annotate_phrases(docs, phrases)
     train_docs, eval_docs = split_documents(docs, eval_documents, train.seed)
     special = SpecialIds(cls=tokenizer.cls_token_id, sep=tokenizer.sep_token_id)
     seg_train = tokenize_documents(train_docs, tokenizer, chinese_words=chinese_words)
     seg_eval = tokenize_documents(eval_docs, tokenizer, chinese_words=chinese_words)
     train_inst = build_instances(seg_train, kind, max_length, special, train.seed, short_seq_prob)
     eval_inst = build_instances(seg_eval, kind, max_length, special, train.seed + 1, short_seq_prob)
+    batch_size = train.batch_size
+    if kind == "doc_packed" and match_tokens and train_inst:
+        full = build_instances(seg_train, "packed", max_length, special)
+        batch_size = token_matched_batch_size(train.batch_size, full, train_inst)
     common = dict(
         vocab_size=tokenizer.vocab_size,
         mask_token_id=tokenizer.mask_token_id,
@@ -181,7 +198,7 @@ def mlm_data(
     collate = MLMCollator(masking, pad_token_id=tokenizer.pad_token_id, sbo=sbo, **common)
     source = IndexedBatches(
         dataset,
-        train.batch_size,
+        batch_size,
         collate,
         seed=train.seed,
         rank=dist.rank,
@@ -190,4 +207,4 @@ def mlm_data(
     fixed = fixed_eval_batches(
         eval_inst, masking, collate, train.batch_size, eval_batches, train.seed + 2, **common
     )
-    return MLMData(source, fixed, train_inst, eval_inst, collate)
+    return MLMData(source, fixed, train_inst, eval_inst, collate, batch_size)

@@ -9,22 +9,26 @@
   80/10/10) or ``"tinybert"`` (`TinyBertObjective`, Jiao et al. 2020 §3.1, on unmasked text).
 - `distill_task`: TinyBERT task distillation of a sequence classifier (Jiao et al. 2020 §3.2,
   `TinyBertTaskObjective`): the intermediate loss on task data, then soft cross-entropy on the
-  teacher's task logits, two `Trainer` runs.
+  teacher's task logits, two `Trainer` runs; optionally on the training set grown by TinyBERT's
+  data augmentation (`bertfamily.tasks.augment`, §3.2 and Algorithm 1).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from ..build import build_model
 from ..config import EncoderConfig
+from ..files import write_text_atomic
 from ..model import Model
 from ..objectives.distillation import (
     DISTILBERT_DEFAULTS,
@@ -36,7 +40,9 @@ from ..objectives.distillation import (
 from ..objectives.masking import MaskingConfig
 from ..presets import PRESETS
 from ..pretrained import from_pretrained
-from ..tasks.encode import TaskData, TaskOptions, pad_batch
+from ..tasks.augment import AugmentConfig, Augmenter, AugmentStats
+from ..tasks.data import read_table
+from ..tasks.encode import HEAD_OF_TASK, TaskData, TaskOptions, pad_batch
 from ..tokenization import load_tokenizer
 from ..train.data import IndexedBatches
 from ..train.distributed import init_distributed
@@ -324,23 +330,32 @@ class TaskDistillConfig:
     """What to distil in TinyBERT task distillation (the optimisation lives in `TrainConfig`).
 
     Attributes:
-        teacher: a model directory with a classify head and a tokenizer (fine-tuned teacher).
-        train_file: classification CSV/TSV/JSONL (`bertfamily.tasks.encode.TaskData`); its
-            labels must be the teacher's label_names.
+        teacher: a model directory with a classify (or, for "ner", a tokens) head and a
+            tokenizer (fine-tuned teacher).
+        train_file: classification CSV/TSV/JSONL, or for "ner" a CoNLL file
+            (`bertfamily.tasks.encode.TaskData`); its labels must be the teacher's label_names.
         student: a model directory, a preset name (sizes from ``student_overrides``), or teacher
             layers to copy (`init_student`, fresh classify head); None = every other layer.
         student_overrides: EncoderConfig fields for a preset student.
+        task: "classify" (sequence classification) or "ner" (token classification: the
+            prediction-layer loss per real token).
         intermediate_steps / prediction_steps: optimizer steps of stage 1 / stage 2 (0 skips
             the stage).
         text_column / label_column / max_length: reading and encoding the table.
         temperature: soft cross-entropy temperature (stage 2).
         projection: learn W_h, W_e (automatic when hidden sizes differ).
+        augment: TinyBERT data augmentation of the training set (None: the set as it is);
+            both stages then train on the originals plus ``augment.samples`` variants each.
+        augment_model: the model directory whose MLM head predicts replacements for
+            single-piece words and whose embedding table gives neighbours for longer words
+            (None: the teacher, which then needs ``AugmentConfig(mlm=False)``).
     """
 
     teacher: str | Path
     train_file: str | Path
     student: str | Path | Sequence[int] | None = None
     student_overrides: dict[str, Any] = field(default_factory=dict)
+    task: str = "classify"
     intermediate_steps: int = 100
     prediction_steps: int = 100
     text_column: str = "text"
@@ -348,20 +363,60 @@ class TaskDistillConfig:
     max_length: int = 128
     temperature: float = 1.0
     projection: bool = False
+    augment: AugmentConfig | None = None
+    augment_model: str | Path | None = None
+
+
+def augment_table(
+    cfg: TaskDistillConfig, path: Path, teacher: Model, tok, seed: int
+) -> AugmentStats:
+    """Write ``cfg.train_file``'s examples and their augmented variants to ``path`` (JSONL,
+    ``text_column`` / ``label_column``); returns the `AugmentStats`.
+
+    Raises:
+        ValueError: an unreadable table, or an augmentation the model cannot do (`Augmenter`).
+    """
+    model = teacher
+    if cfg.augment_model is not None:
+        model = (
+            from_pretrained(cfg.augment_model, heads=["mlm"])
+            if cfg.augment.mlm
+            else (from_pretrained(cfg.augment_model))
+        )
+        tok = load_tokenizer(cfg.augment_model)
+    augmenter = Augmenter(model, tok, cfg.augment)
+    examples = read_table(
+        cfg.train_file, text_column=cfg.text_column, label_column=cfg.label_column
+    )
+    variants, stats = augmenter.augment([e.text for e in examples], np.random.default_rng(seed))
+    lines = [
+        json.dumps({cfg.text_column: t, cfg.label_column: e.label}, ensure_ascii=False)
+        for e, vs in zip(examples, variants)
+        for t in [e.text, *vs]
+    ]
+    write_text_atomic(path, "\n".join(lines) + "\n")
+    return stats
 
 
 def _task_student(
-    student, teacher: Model, tok, label_names, overrides: dict[str, Any], max_length: int
+    student,
+    teacher: Model,
+    tok,
+    label_names,
+    overrides: dict[str, Any],
+    max_length: int,
+    head: str = "classify",
 ) -> Model:
-    """A classify student: a directory, teacher layers (ints; fresh head) or a preset name."""
+    """A student with the task ``head``: a directory, teacher layers (ints; fresh head) or a
+    preset name."""
     if not isinstance(student, (str, Path)):
-        model = init_student(teacher, list(student), heads=["classify"])
-        fresh = build_model(model.config, heads=["classify"])
+        model = init_student(teacher, list(student), heads=[head])
+        fresh = build_model(model.config, heads=[head])
         model.task_head.load_state_dict(fresh.task_head.state_dict())
         return model.train()
     if Path(str(student)).is_dir():
         return from_pretrained(
-            student, heads=["classify"], new_heads=True, label_names=label_names
+            student, heads=[head], new_heads=True, label_names=label_names
         ).train()
     config = EncoderConfig.from_preset(str(student), **overrides)
     config = config_for_tokenizer(
@@ -371,11 +426,12 @@ def _task_student(
         vocab_size=teacher.config.vocab_size,
         label_names=tuple(label_names),
     )
-    return build_model(config, heads=["classify"]).train()
+    return build_model(config, heads=[head]).train()
 
 
 def distill_task(cfg: TaskDistillConfig, train: TrainConfig) -> dict[str, Any]:
-    """TinyBERT task distillation of a sequence classifier (Jiao et al. 2020 §3.2).
+    """TinyBERT task distillation (Jiao et al. 2020 §3.2) of a sequence classifier
+    (``cfg.task`` "classify") or a token classifier ("ner").
 
     Stage 1 ("intermediate", ``cfg.intermediate_steps``) then stage 2 ("prediction",
     ``cfg.prediction_steps``), each a `Trainer` run in ``output_dir/<stage>`` (its
@@ -383,30 +439,54 @@ def distill_task(cfg: TaskDistillConfig, train: TrainConfig) -> dict[str, Any]:
     ``output_dir`` per stage, ``batch_size`` capped at the number of rows); the final student
     + tokenizer go to ``output_dir/model``.
 
+    With ``cfg.augment`` the training set is first grown by TinyBERT's data augmentation
+    (`augment_table`, written to ``output_dir/augmented.jsonl``).
+
     Returns:
-        {"intermediate": summary, "prediction": summary, "labels": [...], "parameters": n}.
+        {"intermediate": summary, "prediction": summary, "labels": [...], "parameters": n,
+        "examples": training rows, "augmentation": `AugmentStats` fields (with augment)}.
 
     Raises:
-        ValueError: incompatible pair, a teacher without a classify head, unknown labels.
+        ValueError: an unknown task, augmentation of token-level data, an incompatible pair,
+            a teacher without the task's head, unknown labels.
     """
+    if cfg.task not in ("classify", "ner"):
+        raise ValueError(f"task distillation task must be 'classify' or 'ner', got {cfg.task!r}")
+    if cfg.augment is not None and cfg.task != "classify":
+        raise ValueError(
+            "TinyBERT augmentation replaces words, which would leave token labels behind; "
+            "it is for sequence classification only"
+        )
+    head = HEAD_OF_TASK[cfg.task]
     out = Path(train.output_dir)
     tok = load_tokenizer(cfg.teacher)
     teacher_model = from_pretrained(cfg.teacher)
-    if teacher_model.task != "classify":
+    if teacher_model.task != head:
         raise ValueError(
-            f"the teacher {cfg.teacher} has no classify head (heads: "
+            f"the teacher {cfg.teacher} has no {head} head (heads: "
             f"{teacher_model.heads or 'none'}); fine-tune it first"
         )
     labels = teacher_model.config.label_names
     opts = TaskOptions(
         text_column=cfg.text_column, label_column=cfg.label_column, max_length=cfg.max_length
     )
-    rows = TaskData("classify", tok, opts, label_names=labels).load(cfg.train_file)
+    train_file, augmented = Path(cfg.train_file), None
+    if cfg.augment is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        train_file = out / "augmented.jsonl"
+        augmented = augment_table(cfg, train_file, teacher_model, tok, train.seed)
+        logger.info(
+            "augmented %d examples with %d samples (%.1f%% of words replaced)",
+            augmented.examples,
+            augmented.samples,
+            100 * augmented.replace_rate,
+        )
+    rows = TaskData(cfg.task, tok, opts, label_names=labels).load(train_file)
     student = cfg.student
     if student is None:
         student = list(range(1, teacher_model.config.num_hidden_layers, 2))
     student_model = _task_student(
-        student, teacher_model, tok, labels, cfg.student_overrides, cfg.max_length
+        student, teacher_model, tok, labels, cfg.student_overrides, cfg.max_length, head
     )
     model = TinyBertTaskObjective(
         student_model, teacher_model, projection=cfg.projection, temperature=cfg.temperature
@@ -414,7 +494,15 @@ def distill_task(cfg: TaskDistillConfig, train: TrainConfig) -> dict[str, Any]:
     pad = tok.pad_token_id or 0
     batch_size = min(train.batch_size, len(rows))
     source = IndexedBatches(rows, batch_size, lambda rs, rng: pad_batch(rs, pad))
-    result: dict[str, Any] = {"labels": list(labels), "parameters": student_model.num_parameters()}
+    result: dict[str, Any] = {
+        "labels": list(labels),
+        "parameters": student_model.num_parameters(),
+        "examples": len(rows),
+    }
+    if augmented is not None:
+        result["augmentation"] = dict(
+            dataclasses.asdict(augmented), replace_rate=augmented.replace_rate
+        )
     for stage, steps in (
         ("intermediate", cfg.intermediate_steps),
         ("prediction", cfg.prediction_steps),

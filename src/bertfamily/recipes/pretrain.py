@@ -24,6 +24,7 @@ import torch
 from ..build import build_model, build_span_boundary_head
 from ..checkpoints.io import config_from_hf, read_hf_config
 from ..config import EncoderConfig
+from ..objectives.instances import PACKINGS
 from ..objectives.masking import MaskingConfig
 from ..objectives.pretraining import PretrainingModel, evaluate_mlm, unigram_log_probs
 from ..pretrained import from_pretrained
@@ -62,12 +63,19 @@ class PretrainConfig:
         masking: `MaskingConfig` (strategy, rate, 80/10/10, cap); None = the recipe's
             strategy, else "token".
         static_copies: 0 = dynamic masking; k > 0 = k fixed maskings per instance.
+        packing: single-segment (MLM-only) inputs: "full_sentences" (may cross documents) or
+            "doc_sentences" (never cross a document; the batch grows to keep the tokens per
+            batch of full_sentences), Liu et al. 2019 §4.2 (`objectives.instances.PACKINGS`).
         max_length: tokens per instance, specials included.
         short_seq_prob: probability of a shorter target length (NSP/SOP instances).
         eval_documents: documents held out for evaluation (taken at random, seeded).
         eval_batches: held-out batches evaluated (fixed masking).
         split_sentences: split corpus lines into sentences with pysbd.
         chinese_words: word boundaries for whole-word masking from jieba.
+        phrases: "english" | "chinese": ERNIE 1.0 phrase-level masking (Sun et al. 2019
+            §3.2.2), a chunker's phrases masked as units with the "entity" strategy (the
+            default masking then; another strategy is refused), see
+            `objectives.phrase_masking`.
         text_field: the JSONL/dataset text field.
     """
 
@@ -79,12 +87,14 @@ class PretrainConfig:
     objectives: Sequence[str] | None = None
     masking: MaskingConfig | None = None
     static_copies: int = 0
+    packing: str = "full_sentences"
     max_length: int = 128
     short_seq_prob: float = 0.1
     eval_documents: int = 20
     eval_batches: int = 20
     split_sentences: bool = False
     chinese_words: bool = False
+    phrases: str | None = None
     text_field: str = "text"
 
 
@@ -138,8 +148,11 @@ def pretrain(cfg: PretrainConfig, train: TrainConfig) -> dict[str, Any]:
         ``parameters`` and ``fresh_heads``. Also written to ``output_dir/summary.json``.
 
     Raises:
-        ValueError: bad corpus, objectives, or a tokenizer/model mismatch.
+        ValueError: bad corpus, objectives, packing (unknown, or DOC-SENTENCES with a pair
+            objective, whose instances are pairs), or a tokenizer/model mismatch.
     """
+    if cfg.packing not in PACKINGS:
+        raise ValueError(f"packing must be one of {PACKINGS}, got {cfg.packing!r}")
     dist = init_distributed(train.device)
     tok_dir = cfg.tokenizer or cfg.init_from
     if tok_dir is None:
@@ -172,7 +185,13 @@ def pretrain(cfg: PretrainConfig, train: TrainConfig) -> dict[str, Any]:
         )
         model = build_model(config, heads=["mlm"] + (["pair"] if pair else []))
     if cfg.masking is None:
-        cfg = dataclasses.replace(cfg, masking=MaskingConfig())
+        strategy = "entity" if cfg.phrases else "token"
+        cfg = dataclasses.replace(cfg, masking=MaskingConfig(strategy=strategy))
+    if cfg.phrases and cfg.masking.strategy != "entity":
+        raise ValueError(
+            f"phrase masking masks the phrases as units with the 'entity' strategy, "
+            f"not {cfg.masking.strategy!r}"
+        )
     if config.vocab_size < tok.vocab_size:
         raise ValueError(
             f"tokenizer has {tok.vocab_size} tokens, the model only {config.vocab_size}"
@@ -181,12 +200,16 @@ def pretrain(cfg: PretrainConfig, train: TrainConfig) -> dict[str, Any]:
         train = dataclasses.replace(train, find_unused_parameters=True)
 
     sbo = "sbo" in objectives
+    if pair and cfg.packing != "full_sentences":
+        raise ValueError(
+            f"packing {cfg.packing!r} packs single segments; {pair} builds sentence pairs"
+        )
     data = mlm_data(
         cfg.corpus,
         tok,
         train,
         dist,
-        kind=pair or "packed",
+        kind=pair or ("doc_packed" if cfg.packing == "doc_sentences" else "packed"),
         max_length=cfg.max_length,
         masking=cfg.masking,
         eval_documents=cfg.eval_documents,
@@ -195,6 +218,7 @@ def pretrain(cfg: PretrainConfig, train: TrainConfig) -> dict[str, Any]:
         static_copies=cfg.static_copies,
         sbo=sbo,
         chinese_words=cfg.chinese_words,
+        phrases=cfg.phrases,
         split_sentences=cfg.split_sentences,
         text_field=cfg.text_field,
     )
@@ -203,12 +227,14 @@ def pretrain(cfg: PretrainConfig, train: TrainConfig) -> dict[str, Any]:
     sbo_head = build_span_boundary_head(config, model) if sbo else None
     pmodel = PretrainingModel(model, sbo_head, pair_objective=pair is not None)
     logger.info(
-        "pretraining %s (%d parameters) on %d/%d train/eval instances, objectives %s",
+        "pretraining %s (%d parameters) on %d/%d train/eval instances, objectives %s, "
+        "batch size %d",
         config.model_type,
         model.num_parameters(heads=True),
         len(train_inst),
         len(eval_inst),
         objectives,
+        data.batch_size,
     )
 
     trainer = Trainer(
@@ -226,6 +252,8 @@ def pretrain(cfg: PretrainConfig, train: TrainConfig) -> dict[str, Any]:
         objectives=list(objectives),
         fresh_heads=fresh,
         instances={"train": len(train_inst), "eval": len(eval_inst)},
+        packing=None if pair else cfg.packing,
+        batch_size=data.batch_size,
         parameters=model.num_parameters(heads=True),
         world_size=dist.world_size,
     )
