@@ -285,34 +285,7 @@ def search(
     _report_truncation(embedder, docs)
     results = semantic_search(embedder, query, docs, top_k=top_k, corpus_embeddings=corpus_vectors)
     _report_truncation(embedder, list(query), what="queries")
-    if fmt == "jsonl":
-        _write_stdout(
-            "".join(
-                json.dumps(
-                    {
-                        "query": q,
-                        "query_index": qi,
-                        "rank": rank,
-                        "score": float(fmt_score(h.score, 6)),
-                        "index": h.index,
-                        "line": h.index + 1,
-                        "text": h.text,
-                    },
-                    ensure_ascii=False,
-                )
-                + "\n"
-                for qi, (q, hits) in enumerate(zip(query, results))
-                for rank, h in enumerate(hits, 1)
-            )
-        )
-        return
-    for q, hits in zip(query, results):
-        table = Table("rank", "score", "line", "text", title=escape(f"query: {shorten(q)}"))
-        for rank, h in enumerate(hits, 1):
-            table.add_row(
-                str(rank), fmt_score(h.score, 4), str(h.index + 1), escape(shorten(h.text))
-            )
-        console.print(table)
+    _print_hits(list(query), results, fmt, "line", lambda h: h.index + 1)
 
 
 def _search_index(path: Path, queries: list[str], top_k, model, dtype, batch_size, fmt) -> None:
@@ -321,6 +294,13 @@ def _search_index(path: Path, queries: list[str], top_k, model, dtype, batch_siz
     index = VectorIndex.load(path)
     embedder = _embedder(model, dtype)
     results = index.search(embedder, queries, top_k=top_k, batch_size=batch_size)
+    _print_hits(queries, results, fmt, "id", lambda h: h.id)
+
+
+def _print_hits(queries: list[str], results, fmt: str, column: str, ref) -> None:
+    """Search hits per query, as JSONL (query, query_index, rank, score, index, ``column``,
+    text) or as one table per query; ``column`` ("line" of a corpus, "id" of an index) is
+    ``ref(hit)``."""
     if fmt == "jsonl":
         _write_stdout(
             "".join(
@@ -331,7 +311,7 @@ def _search_index(path: Path, queries: list[str], top_k, model, dtype, batch_siz
                         "rank": rank,
                         "score": float(fmt_score(h.score, 6)),
                         "index": h.index,
-                        "id": h.id,
+                        column: ref(h),
                         "text": h.text,
                     },
                     ensure_ascii=False,
@@ -343,10 +323,10 @@ def _search_index(path: Path, queries: list[str], top_k, model, dtype, batch_siz
         )
         return
     for q, hits in zip(queries, results):
-        table = Table("rank", "score", "id", "text", title=escape(f"query: {shorten(q)}"))
+        table = Table("rank", "score", column, "text", title=escape(f"query: {shorten(q)}"))
         for rank, h in enumerate(hits, 1):
             table.add_row(
-                str(rank), fmt_score(h.score, 4), escape(str(h.id)), escape(shorten(h.text))
+                str(rank), fmt_score(h.score, 4), escape(str(ref(h))), escape(shorten(h.text))
             )
         console.print(table)
 
