@@ -168,9 +168,13 @@ def embed(
         None,
         "--output",
         "-o",
-        metavar="FILE",
+        metavar="FILE|DIR",
         help="Write embeddings to FILE.npy (rows in input order) or FILE.jsonl "
-        '({"index", "text", "embedding"} a line).',
+        '({"index", "text", "embedding"} a line); or, with --input, to a directory (a path '
+        "without .npy/.jsonl, or an existing directory): bulk mode, which streams a file of any "
+        "size in shards of --shard-size lines (shard-00000.npy, … and manifest.json), resumes "
+        "after the finished shards when run again, and splits the shards across processes "
+        "under torchrun.",
     ),
     model: str | None = typer.Option(
         None,
@@ -181,20 +185,40 @@ def embed(
     batch_size: int = typer.Option(32, min=1, help="Texts per forward pass."),
     dtype: str = typer.Option("fp32", help="fp32 or bf16."),
     fmt: str = typer.Option("table", "--format", help=FORMAT_HELP),
+    shard_size: int | None = typer.Option(
+        None,
+        "--shard-size",
+        min=1,
+        metavar="LINES",
+        help="Bulk mode (--output DIR): lines per shard; memory grows with it, not with the "
+        "file  [default: 10000]",
+        show_default=False,
+    ),
 ):
     """Sentence embeddings; prints the cosine-similarity matrix (or writes --output, or JSONL
-    with --format jsonl). Inputs longer than the model's limit are truncated, with a warning."""
+    with --format jsonl). Inputs longer than the model's limit are truncated, with a warning.
+    With --input FILE --output DIR it embeds a file of any size in resumable shards."""
     import numpy as np
 
     from ..files import atomic_write
     from ..pipelines.embed import cosine_matrix
 
     _check_format(fmt)
+    if output is not None and (output.is_dir() or output.suffix == ""):
+        _embed_bulk(sentences, input, output, model, batch_size, dtype, shard_size)
+        return
+    if shard_size is not None:
+        raise ValueError(
+            "--shard-size is for bulk mode: give --output a directory (a path without .npy/.jsonl)"
+        )
     texts = list(sentences or []) + (read_input_lines(input) if input is not None else [])
     if not texts:
         raise ValueError("give sentences as arguments or --input FILE")
     if output is not None and output.suffix not in (".npy", ".jsonl"):
-        raise ValueError(f"--output must end in .npy or .jsonl, got {output.name}")
+        raise ValueError(
+            f"--output must end in .npy or .jsonl, or be a directory (a path without a "
+            f"suffix) for bulk mode, got {output.name}"
+        )
     embedder = _embedder(model, dtype)
     vectors = _encode_with_progress(embedder, texts, batch_size)
     _report_truncation(embedder, texts)
@@ -239,6 +263,54 @@ def embed(
             str(i), escape(shorten(t)), *[fmt_score(sims[i, j]) for j in range(len(texts))]
         )
     console.print(table)
+
+
+def _embed_bulk(sentences, input, output, model, batch_size, dtype, shard_size) -> None:
+    """`embed --input FILE --output DIR`: `pipelines.bulk.embed_file` with a progress bar."""
+    from ..pipelines.bulk import DEFAULT_SHARD_SIZE, embed_file, process_slot
+
+    if sentences or input is None:
+        raise ValueError("bulk mode (--output DIR) embeds --input FILE, not SENTENCE arguments")
+    rank, world = process_slot()
+    embedder = _embedder(model, dtype)
+    who = f"rank {rank}/{world}: " if world > 1 else ""
+    with Progress(
+        TextColumn(f"{who}embedding"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err,
+    ) as bar:
+        task = bar.add_task("embed", total=None)
+        result = embed_file(
+            embedder,
+            input,
+            output,
+            shard_size=shard_size or DEFAULT_SHARD_SIZE,
+            batch_size=batch_size,
+            rank=rank,
+            world_size=world,
+            progress=lambda n: bar.advance(task, n),
+            on_plan=lambda plan, lines: bar.update(task, total=lines),
+        )
+    plan = result.plan
+    if result.truncated:
+        err.print(
+            f"[yellow]warning:[/] {who}{result.truncated} of {result.lines} lines were longer "
+            f"than the model's limit of {embedder.max_length} tokens and were truncated"
+        )
+    resumed = f" ({len(result.skipped)} already finished)" if result.skipped else ""
+    status = (
+        "complete"
+        if result.complete
+        else f"{result.finished_shards} of {plan.num_shards} shards finished so far"
+    )
+    err.print(
+        f"{who}wrote {len(result.written)} shards, {result.lines:,} lines × "
+        f"{plan.model.dimension}{resumed} to {output}; {plan.input.lines:,} lines in "
+        f"{plan.num_shards} shards: {status}",
+        soft_wrap=True,
+    )
 
 
 @commands.command()
