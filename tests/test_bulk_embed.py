@@ -211,3 +211,17 @@ def test_cli_bulk_mode_errors(cli, models, corpus, tmp_path):
     assert result.exit_code == 0
     result = cli("embed", "--input", corpus, "--output", tmp_path / "d", "--model", a)
     assert result.exit_code != 0 and "this run's model is 'a'" in result.output
+
+
+def test_bulk_and_in_memory_modes_number_lines_alike(models, tmp_path, cli):
+    """Line i is row i in both modes, whatever characters a line holds: only \\n, \\r\\n and \\r
+    end a line (a \\u2028 or form feed inside a line does not)."""
+    path = tmp_path / "odd.txt"
+    path.write_bytes("one\u2028still one\r\ntwo\x0cstill two\rthree\n\nfive".encode())
+    out_dir, out_npy = tmp_path / "bulk", tmp_path / "rows.npy"
+    a = str(models[0])
+    assert cli("embed", "--input", path, "--output", out_dir, "--model", a).exit_code == 0
+    assert cli("embed", "--input", path, "--output", out_npy, "--model", a).exit_code == 0
+    bulk, in_memory = load_shards(out_dir), np.load(out_npy)
+    assert bulk.shape == in_memory.shape == (5, 32)
+    np.testing.assert_allclose(bulk, in_memory, atol=1e-6)

@@ -33,7 +33,10 @@ def fmt_score(x: float, digits: int = 3) -> str:
 
 def read_input_lines(path: Path) -> list[str]:
     """Every line of a UTF-8 text file, stripped; an empty line stays (as ""), so line i of the
-    file is item i. A missing, unreadable or empty file is an error naming it."""
+    file is item i. Lines end at \n, \r\n or \r only (as when the file is read line by line,
+    e.g. by bulk embedding), never at the other characters `str.splitlines` breaks at (\u2028,
+    \x0c, …), which stay part of their line. A missing, unreadable or empty file is an error
+    naming it."""
     if not path.is_file():
         why = "it is a directory" if path.is_dir() else "it does not exist"
         raise ValueError(f"cannot read input file {path}: {why}")
@@ -41,7 +44,9 @@ def read_input_lines(path: Path) -> list[str]:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
         raise ValueError(f"cannot read {path}: {e}") from e
-    lines = [line.strip() for line in text.splitlines()]
+    lines = [line.strip() for line in text.replace("\r\n", "\n").replace("\r", "\n").split("\n")]
+    if text.endswith(("\n", "\r")):
+        lines.pop()  # the newline that ends the last line starts no line of its own
     if not any(lines):
         raise ValueError(f"input file {path} is empty (no text on any line)")
     return lines
