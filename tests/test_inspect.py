@@ -372,7 +372,7 @@ def test_embeddings_row_says_what_the_config_does(name, text):
 @pytest.mark.slow  # traces longformer-base and bert-base (tens of seconds)
 def test_longformer_positions_note_names_the_conversion():
     """dataflow longformer-base explains the 4,096-position limit and the way past it."""
-    from bertfamily.inspect.describe import FIELD_NOTES
+    from bertfamily.inspect.notes import FIELD_NOTES
 
     note = FIELD_NOTES["max_position_embeddings"]
     text = note(EncoderConfig.from_preset("longformer-base"))
