@@ -80,6 +80,12 @@ def pretrain(
     training: TrainOptions = None,
     split_sentences: bool = typer.Option(False, help="Split lines with pysbd."),
     chinese_words: bool = typer.Option(False, help="Whole words from jieba."),
+    eval_corpus: list[Path] | None = typer.Option(
+        None,
+        help="Held-out corpus file (repeatable): evaluate on its documents and train on every "
+        "document of CORPUS (default: hold out 20 documents of CORPUS).",
+    ),
+    eval_batches: int = typer.Option(20, min=1, help="Held-out batches per evaluation."),
 ):
     """Pretrain (or continue pretraining) with MLM (+ NSP / SOP / SBO). Runs under torchrun."""
     from ..fetch import resolve_model
@@ -107,6 +113,8 @@ def pretrain(
         max_length=max_length,
         split_sentences=split_sentences,
         chinese_words=chinese_words,
+        eval_corpus=eval_corpus or (),
+        eval_batches=eval_batches,
     )
     with training_threads(training.threads):
         summary = run(

@@ -144,10 +144,12 @@ def mlm_data(
     chinese_words: bool = False,
     split_sentences: bool = False,
     text_field: str = "text",
+    eval_corpus: Sequence[str | Path] = (),
 ) -> MLMData:
     """Corpus files → documents → (train, held-out) split (`split_documents`, seed
-    ``train.seed``) → tokenized segments → instances of ``kind`` ("nsp" | "sop" | "packed") →
-    masked, padded batches.
+    ``train.seed``; with ``eval_corpus``, every corpus document trains and the held-out
+    documents are those of the ``eval_corpus`` files) → tokenized segments → instances of
+    ``kind`` ("nsp" | "sop" | "packed") → masked, padded batches.
 
     Training batches come from an `IndexedBatches` over the train instances (or over
     ``static_copies`` fixed maskings of them) with ``train.batch_size`` per process, sharded by
@@ -157,12 +159,19 @@ def mlm_data(
     Raises:
         ValueError: an unreadable or too small corpus, an unknown kind.
     """
-    docs = [
-        d
-        for path in corpus
-        for d in read_documents(path, text_field=text_field, split=split_sentences)
-    ]
-    train_docs, eval_docs = split_documents(docs, eval_documents, train.seed)
+
+    def documents(paths: Sequence[str | Path]) -> list:
+        return [
+            d
+            for path in paths
+            for d in read_documents(path, text_field=text_field, split=split_sentences)
+        ]
+
+    docs = documents(corpus)
+    if eval_corpus:  # a fixed held-out set (e.g. People's Daily's held-out articles)
+        train_docs, eval_docs = docs, documents(eval_corpus)
+    else:
+        train_docs, eval_docs = split_documents(docs, eval_documents, train.seed)
     special = SpecialIds(cls=tokenizer.cls_token_id, sep=tokenizer.sep_token_id)
     seg_train = tokenize_documents(train_docs, tokenizer, chinese_words=chinese_words)
     seg_eval = tokenize_documents(eval_docs, tokenizer, chinese_words=chinese_words)
