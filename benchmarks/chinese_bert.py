@@ -65,7 +65,7 @@ OUT = Path(__file__).parent / "results" / "chinese_bert.json"
 BUDGETS = {
     "full": dict(
         layers=4, hidden=128, heads=2, max_length=128, batch_size=32,
-        pretrain_steps=600, pretrain_lr=2e-3, pretrain_max_time=1020.0, eval_batches=40,
+        pretrain_steps=1000, pretrain_lr=2e-3, pretrain_max_time=1080.0, eval_batches=40,
         finetune_lr=2e-4, sentiment_steps=250, ner_steps=300, finetune_max_time=300.0,
         pretrain_articles=None, heldout_articles=None, train_rows=None, test_rows=None,
     ),
