@@ -1,6 +1,6 @@
 """A small Chinese BERT end to end on real Chinese data (README "Chinese BERT").
 
-    nice -n 10 python benchmarks/chinese_bert.py           # the full run (~30 min, 1 thread)
+    nice -n 10 python benchmarks/chinese_bert.py           # the full run (19 min, 1 thread)
     python benchmarks/chinese_bert.py --quick --work /tmp/cb --out /tmp/cb/result.json
 
 1. Pretraining (`bertfamily.recipes.pretrain`, the same options as `bertfamily pretrain`): the
