@@ -279,3 +279,173 @@ def test_dataflow_of_a_sentence_pair(cli):
     assert "segment ids 00000111" in text.output
     bad = cli("dataflow", "bert-base-chinese", "--text", "我爱你")
     assert bad.exit_code != 0 and "--tokenizer" in bad.output
+
+
+# --------------------------------------------------------------------------- end to end
+def _conll_slice(src, n: int) -> str:
+    """The first ``n`` sentences of a CoNLL file (read as text: the file has 1.6 M lines)."""
+    with open(src, encoding="utf-8") as f:
+        blocks, cur = [], []
+        for line in f:
+            if line.strip():
+                cur.append(line)
+            elif cur:
+                blocks.append("".join(cur))
+                cur = []
+                if len(blocks) == n:
+                    break
+    return "\n".join(blocks)
+
+
+RAW = [
+    "江泽民主席在北京会见了美国总统克林顿。",
+    "  新华社上海１月５日电 (记者 王军) 中国人民银行今天宣布降息。",
+    "WTO 总干事鲁杰罗昨天抵达香港，1998年访问日本😀。",
+]
+
+
+@pytest.mark.slow
+def test_entity_tagger_offsets_on_raw_chinese(tmp_path, daily, vocab_dir):
+    """A tiny Chinese model (L=1, H=64) fine-tuned for 80 steps on 100 sentences of ner_train
+    that hold entities: on raw, unspaced sentences (with spaces, ASCII, full-width digits and
+    an emoji) `EntityTagger`'s entities are ``sentence[start:end]``, trimmed, in order; on
+    corpus sentences its (type, start, end) equal the spans of the tags `predict` gives the
+    same characters read as CoNLL words (so character index = word index)."""
+    torch = pytest.importorskip("torch")
+    from bertfamily.pipelines.ner import EntityTagger, bio_spans
+    from bertfamily.recipes.finetune import FinetuneConfig, finetune, predict
+    from bertfamily.tasks.encode import TaskOptions
+    from bertfamily.train import TrainConfig
+
+    blocks = [b for b in _conll_slice(daily / "ner_train.conll", 1000).split("\n\n") if "B-" in b]
+    train = tmp_path / "train.conll"
+    train.write_text("\n\n".join(blocks[:100]), encoding="utf-8")
+    config = bf.EncoderConfig.from_preset(
+        "bert-base-chinese",
+        num_hidden_layers=1,
+        hidden_size=64,
+        num_attention_heads=2,
+        intermediate_size=128,
+        max_position_embeddings=64,
+    )
+    torch.manual_seed(0)
+    base = tmp_path / "base"
+    bf.build_model(config).save_pretrained(base)
+    bf.load_tokenizer(vocab_dir).save_pretrained(base)
+    opts = TaskOptions(max_length=64)
+    finetune(
+        FinetuneConfig("ner", base, train, None, opts, epochs=None),
+        TrainConfig(
+            output_dir=tmp_path / "run", max_steps=80, batch_size=16, learning_rate=2e-3,
+            schedule="constant", warmup_ratio=0.1, save_every=0, log_every=20, progress=False,
+        ),
+    )  # fmt: skip
+    model = tmp_path / "run" / "model"
+    tagger = EntityTagger(model, max_length=64)
+
+    for text, ents in zip(RAW, tagger(RAW)):
+        last = 0
+        for e in ents:
+            assert e.text == text[e.start : e.end] and e.text.strip() == e.text, (text, e)
+            assert last <= e.start < e.end and e.type in {"PER", "LOC", "ORG"}
+            last = e.end
+
+    # training sentences whose characters are their CoNLL words: raw and CoNLL inputs give the
+    # same tokens, so the tagger must find exactly the spans of predict's word tags
+    sents = [s for s in read_conll(train) if len(s.words) <= 62]
+    sents = [s for s in sents if all(len(w) == 1 for w in s.words)][:40]
+    texts = ["".join(s.words) for s in sents]
+    assert len(texts) == 40
+    assert all(bert_units(t) == [(i, i + 1) for i in range(len(t))] for t in texts)
+    probe = tmp_path / "probe.conll"
+    probe.write_text(
+        "\n\n".join("\n".join(f"{w}\t{t}" for w, t in zip(s.words, s.tags)) for s in sents),
+        encoding="utf-8",
+    )
+    preds, metrics = predict("ner", model, probe, opts, labelled=True)
+    found = tagger(texts)
+    assert sum(map(len, found)) >= 20  # the model does tag entities
+    assert metrics["f1"] > 0.3  # ... and many of them right
+    for text, ents, p in zip(texts, found, preds):
+        assert [(e.type, e.start, e.end) for e in ents] == bio_spans(p["tags"]), text
+        assert all(e.text == text[e.start : e.end] for e in ents)
+
+
+@pytest.mark.slow
+def test_chinese_bert_benchmark_quick(tmp_path, daily):
+    """`benchmarks/chinese_bert.py --quick` runs the whole path (pretrain with the held-out
+    articles as --eval-corpus, fill-mask, both fine-tuning tasks from both starts, the tagger)
+    on slices of the real files, and its JSON says what it did."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    out = tmp_path / "result.json"
+    subprocess.run(
+        [sys.executable, str(root / "benchmarks" / "chinese_bert.py"), "--quick",
+         "--work", str(tmp_path / "work"), "--out", str(out)],
+        check=True, capture_output=True, timeout=300,
+    )  # fmt: skip
+    r = json.loads(out.read_text(encoding="utf-8"))
+    pre = r["pretrain"]
+    assert r["mode"] == "quick" and pre["steps"] == 3 and pre["objectives"] == ["mlm", "nsp"]
+    held = [json.loads(x)["text"] for x in open(daily / "heldout.jsonl", encoding="utf-8")]
+    assert 0 < pre["instances"]["eval"] <= sum(t.count("\n") + 1 for t in held[:4])
+    h = pre["heldout"]
+    assert h["perplexity"] == pytest.approx(np.exp(h["loss"]))
+    assert h["baseline_perplexity"] == pytest.approx(np.exp(h["baseline_loss"]))
+    assert r["fill_mask"] and all(
+        len(x["top5"]) == len(x["answer"]) and x["masked"].count("[MASK]") == len(x["answer"])
+        for x in r["fill_mask"]
+    )
+    for task, keys in (("sentiment", ("accuracy", "macro_f1")), ("ner", ("precision", "f1"))):
+        runs = r["finetune"][task]
+        assert runs["pretrained"]["steps"] == runs["random_init"]["steps"] == 3
+        for k in keys:
+            a, b = runs["pretrained"]["test"][k], runs["random_init"]["test"][k]
+            assert 0.0 <= a <= 1.0 and runs["gain"][k] == pytest.approx(a - b, abs=1e-4)
+    base = r["finetune"]["sentiment"]["majority_baseline"]
+    assert base["label"] in ("positive", "negative") and 0.3 < base["accuracy"] < 0.8
+    tagged = r["entity_tagger"]["pretrained"]
+    assert [t["sentence"] for t in tagged][:1] == ["江泽民主席在北京会见了美国总统克林顿。"]
+    for t in tagged + r["entity_tagger"]["random_init"]:
+        assert all(t["sentence"][e["start"] : e["end"]] == e["text"] for e in t["entities"])
+
+
+def test_pretraining_evaluates_on_the_eval_corpus(tmp_path, tok):
+    """`mlm_data(eval_corpus=...)`: every corpus document trains, the held-out instances are
+    made of the eval corpus's text only (no random split)."""
+    from bertfamily.recipes.common import mlm_data
+    from bertfamily.train import TrainConfig
+    from bertfamily.train.distributed import DistInfo
+
+    train_docs = [
+        "我爱北京。\n天安门很大。",
+        "今天下雨了。\n明天晴天。",
+        "他们去上海。\n上海很远。",
+    ]
+    held_docs = ["猫和狗是朋友。\n鱼在水里游。", "山高水长。\n风吹草动。"]
+    for name, docs in (("train.jsonl", train_docs), ("held.jsonl", held_docs)):
+        lines = [json.dumps({"text": d}, ensure_ascii=False) for d in docs]
+        (tmp_path / name).write_text("\n".join(lines) + "\n", encoding="utf-8")
+    data = mlm_data(
+        [tmp_path / "train.jsonl"],
+        tok,
+        TrainConfig(output_dir=tmp_path / "run", batch_size=2),
+        DistInfo(),
+        kind="packed",
+        max_length=32,
+        masking=MaskingConfig(strategy="whole_word"),
+        eval_documents=1,
+        eval_batches=5,
+        eval_corpus=[tmp_path / "held.jsonl"],
+    )
+
+    def chars(instances):
+        ids = {int(i) for inst in instances for i in inst.input_ids}
+        return set(tok.convert_ids_to_tokens(sorted(ids))) - {"[CLS]", "[SEP]"}
+
+    held_chars = set("".join(held_docs)) - {"\n"}
+    assert chars(data.eval_instances) == held_chars
+    assert chars(data.train_instances) == set("".join(train_docs)) - {"\n"}

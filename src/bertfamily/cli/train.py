@@ -90,6 +90,12 @@ def pretrain(
         help="english | chinese: ERNIE phrase masking, chunker phrases masked as units "
         "(masking entity).",
     ),
+    eval_corpus: list[Path] | None = typer.Option(
+        None,
+        help="Held-out corpus file (repeatable): evaluate on its documents and train on every "
+        "document of CORPUS (default: hold out 20 documents of CORPUS).",
+    ),
+    eval_batches: int = typer.Option(20, min=1, help="Held-out batches per evaluation."),
 ):
     """Pretrain (or continue pretraining) with MLM (+ NSP / SOP / SBO). Runs under torchrun."""
     from ..fetch import resolve_model
@@ -119,6 +125,8 @@ def pretrain(
         split_sentences=split_sentences,
         chinese_words=chinese_words,
         phrases=phrases,
+        eval_corpus=eval_corpus or (),
+        eval_batches=eval_batches,
     )
     with training_threads(training.threads):
         summary = run(

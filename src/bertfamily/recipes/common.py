@@ -148,10 +148,12 @@ def mlm_data(
     text_field: str = "text",
     match_tokens: bool = True,
     phrases: str | None = None,
+    eval_corpus: Sequence[str | Path] = (),
 ) -> MLMData:
     """Corpus files → documents → (train, held-out) split (`split_documents`, seed
-    ``train.seed``) → tokenized segments → instances of ``kind`` ("nsp" | "sop" | "packed" |
-    "doc_packed") → masked, padded batches.
+    ``train.seed``; with ``eval_corpus``, every corpus document trains and the held-out
+    documents are those of the ``eval_corpus`` files) → tokenized segments → instances of
+    ``kind`` ("nsp" | "sop" | "packed" | "doc_packed") → masked, padded batches.
 
     With ``kind="doc_packed"`` (DOC-SENTENCES) and ``match_tokens``, the training batch grows
     to hold as many tokens on average as ``train.batch_size`` FULL-SENTENCES instances of the
@@ -168,14 +170,20 @@ def mlm_data(
     Raises:
         ValueError: an unreadable or too small corpus, an unknown kind.
     """
-    docs = [
-        d
-        for path in corpus
-        for d in read_documents(path, text_field=text_field, split=split_sentences)
-    ]
-    if phrases is not None:
-        docs = annotate_phrases(docs, phrases)
-    train_docs, eval_docs = split_documents(docs, eval_documents, train.seed)
+
+    def documents(paths: Sequence[str | Path]) -> list:
+        found = [
+            d
+            for path in paths
+            for d in read_documents(path, text_field=text_field, split=split_sentences)
+        ]
+        return annotate_phrases(found, phrases) if phrases is not None else found
+
+    docs = documents(corpus)
+    if eval_corpus:  # a fixed held-out set (e.g. People's Daily's held-out articles)
+        train_docs, eval_docs = docs, documents(eval_corpus)
+    else:
+        train_docs, eval_docs = split_documents(docs, eval_documents, train.seed)
     special = SpecialIds(cls=tokenizer.cls_token_id, sep=tokenizer.sep_token_id)
     seg_train = tokenize_documents(train_docs, tokenizer, chinese_words=chinese_words)
     seg_eval = tokenize_documents(eval_docs, tokenizer, chinese_words=chinese_words)

@@ -69,6 +69,9 @@ class PretrainConfig:
         max_length: tokens per instance, specials included.
         short_seq_prob: probability of a shorter target length (NSP/SOP instances).
         eval_documents: documents held out for evaluation (taken at random, seeded).
+        eval_corpus: corpus files of held-out documents; when given, they are the evaluation
+            documents and every document of ``corpus`` is trained on (``eval_documents`` is
+            then unused).
         eval_batches: held-out batches evaluated (fixed masking).
         split_sentences: split corpus lines into sentences with pysbd.
         chinese_words: word boundaries for whole-word masking from jieba.
@@ -91,6 +94,7 @@ class PretrainConfig:
     max_length: int = 128
     short_seq_prob: float = 0.1
     eval_documents: int = 20
+    eval_corpus: Sequence[str | Path] = ()
     eval_batches: int = 20
     split_sentences: bool = False
     chinese_words: bool = False
@@ -221,6 +225,7 @@ def pretrain(cfg: PretrainConfig, train: TrainConfig) -> dict[str, Any]:
         phrases=cfg.phrases,
         split_sentences=cfg.split_sentences,
         text_field=cfg.text_field,
+        eval_corpus=cfg.eval_corpus,
     )
     train_inst, eval_inst = data.train_instances, data.eval_instances
     unigram = unigram_log_probs(train_inst, tok.vocab_size, tok.all_special_ids)
