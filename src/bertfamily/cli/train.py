@@ -92,6 +92,7 @@ def pretrain(
     ),
     eval_corpus: list[Path] | None = typer.Option(
         None,
+        metavar="FILE",
         help="Held-out corpus file (repeatable): evaluate on its documents and train on every "
         "document of CORPUS (default: hold out 20 documents of CORPUS).",
     ),
