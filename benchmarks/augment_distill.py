@@ -25,12 +25,12 @@ import csv
 import json
 import logging
 import os
-import platform
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
+from machine import cpu_model  # benchmarks/machine.py
 
 from bertfamily.fetch import fetch
 from bertfamily.files import write_text_atomic
@@ -45,13 +45,6 @@ RESULT = Path(__file__).parent / "results" / "augment_distill.json"
 SIZES = {"test": 500, "student": 300, "teacher": 2000}
 BATCH, T = 16, 48
 TEACHER_STEPS, INTERMEDIATE_STEPS, PREDICTION_STEPS = 80, 30, 60
-
-
-def cpu_model() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor() or "unknown"
 
 
 def write_csv(path: Path, rows) -> None:

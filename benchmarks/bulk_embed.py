@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import random
 import shutil
 import subprocess
@@ -30,6 +29,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
+from machine import cpu_model  # noqa: E402  (benchmarks/machine.py)
+
 from bertfamily.files import write_text_atomic  # noqa: E402
 
 SHARD_SIZE = 5_000
@@ -37,16 +38,6 @@ WORDS = (
     "the a model vector corpus shard memory file line stream token batch query index search "
     "river cat music coffee train night city green quickly under over because although"
 ).split()
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def write_corpus(path: Path, lines: int, seed: int = 0) -> None:

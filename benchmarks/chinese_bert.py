@@ -40,6 +40,7 @@ import time
 from pathlib import Path
 
 import torch
+from machine import cpu_model  # benchmarks/machine.py
 
 from bertfamily.build import build_model
 from bertfamily.checkpoints.io import config_from_hf, read_hf_config
@@ -93,13 +94,6 @@ RAW_SENTENCES = [
     "联合国秘书长安南将于下周访问日本和韩国。",
     "1998年春节前夕，朱镕基来到河北省张家口市看望受灾群众。",
 ]
-
-
-def cpu_model() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor() or "unknown"
 
 
 def first_lines(src: Path, dst: Path, n: int | None) -> Path:

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from machine import cpu_model  # benchmarks/machine.py
 
 from bertfamily.corpora import read_documents
 from bertfamily.fetch import fetch
@@ -29,13 +30,6 @@ from bertfamily.objectives.masking import MaskingConfig, chinese_word_ids, mask_
 from bertfamily.tokenization import load_tokenizer
 
 OUT = Path(__file__).parent / "results" / "chinese_masking.json"
-
-
-def cpu_model() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor() or "unknown"
 
 
 def spans_of(word_ids: np.ndarray, offsets) -> set[tuple[int, int]]:

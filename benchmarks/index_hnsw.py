@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import sys
 import time
 from pathlib import Path
@@ -20,20 +19,12 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
+from machine import cpu_model  # noqa: E402  (benchmarks/machine.py)
+
 from bertfamily.files import write_text_atomic  # noqa: E402
 from bertfamily.index import ModelIdentity, VectorIndex  # noqa: E402
 
 N, D, Q, K = 100_000, 32, 200, 10
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def unit_vectors(n: int, d: int, seed: int) -> np.ndarray:

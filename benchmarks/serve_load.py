@@ -31,6 +31,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
+from machine import cpu_model  # noqa: E402  (benchmarks/machine.py)
+
 from bertfamily.fetch import fetch  # noqa: E402
 from bertfamily.files import write_text_atomic  # noqa: E402
 from bertfamily.pipelines.embed import SentenceEmbedder  # noqa: E402
@@ -40,16 +42,6 @@ WORDS = (
     "river mountain city night morning coffee language music history science data memory cat dog "
     "train learns reads writes runs jumps quickly carefully under over between with without"
 ).split()
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def workload(n: int, seed: int = 0) -> list[list[str]]:

@@ -15,6 +15,8 @@ import sys
 import time
 from pathlib import Path
 
+from machine import cpu_model  # benchmarks/machine.py
+
 ROOT = Path(__file__).resolve().parent.parent
 COMMANDS = (["--help"], ["fetch", "--list"], ["models"])
 RUNS = 3
@@ -24,16 +26,6 @@ PROBE = (
     "except SystemExit:\n    pass\n"
     "print('torch' in sys.modules, file=sys.stderr)"
 )
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def env() -> dict[str, str]:
