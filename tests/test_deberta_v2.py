@@ -67,27 +67,7 @@ def test_log_buckets_by_hand():
     assert rows[-1].item() == 15 and rows[0].item() == 0  # d = ±10: clipped to the table
 
 
-# --- attention probabilities ------------------------------------------------------------------
-@pytest.mark.parametrize("variant", list(VARIANTS["deberta-v2"]))
-def test_attention_probabilities_match_transformers(variant, hf_checkpoint):
-    """output_attentions: probabilities equal transformers' at real query rows, masked keys and
-    padding queries exactly zero; the fast path equals the explicit one."""
-    path, ref = hf_checkpoint("deberta-v2", "DebertaV2Model", **VARIANTS["deberta-v2"][variant])
-    ours = bf.from_pretrained(path)
-    ids, mask = padded_batch((11, 8, 3))
-    real = mask.bool()
-    with torch.no_grad():
-        a = ours(ids, mask, output_attentions=True)
-        b = ref(input_ids=ids, attention_mask=mask, output_attentions=True)
-        fast = ours(ids, mask).last_hidden_state
-    assert len(a.attentions) == len(b.attentions) == 2
-    for ours_p, ref_p in zip(a.attentions, b.attentions):
-        torch.testing.assert_close(
-            ours_p.transpose(1, 2)[real], ref_p.transpose(1, 2)[real], atol=ATOL, rtol=0
-        )
-        assert (ours_p.masked_select(~real[:, None, None, :]) == 0).all()
-        assert (ours_p.masked_select(~real[:, None, :, None]) == 0).all()
-    torch.testing.assert_close(fast[real], b.last_hidden_state[real], atol=ATOL, rtol=0)
+# attention probabilities of every variant: tests/test_parity.py (with DeBERTa v1)
 
 
 def test_components_change_the_output(hf_checkpoint):

@@ -464,14 +464,22 @@ def test_longformer_explicit_global_mask_overrides_default(task, hf_checkpoint):
             assert (hidden - default).abs().max() > 1e-2  # the default was really applied
 
 
-@pytest.mark.parametrize("variant", list(VARIANTS["deberta"]))
-def test_deberta_attention_probabilities_match_transformers(variant, hf_checkpoint):
+# DeBERTa v1 and v2 attention: the base class and lengths (v2: T = 11 reaches its log buckets)
+DISENTANGLED = {
+    "deberta": ("DebertaModel", (7, 5, 2)),
+    "deberta-v2": ("DebertaV2Model", (11, 8, 3)),
+}
+
+
+@pytest.mark.parametrize("family,variant", [(f, v) for f in DISENTANGLED for v in VARIANTS[f]])
+def test_deberta_attention_probabilities_match_transformers(family, variant, hf_checkpoint):
     """output_attentions: (B, N, T, S) probabilities equal transformers' at real query rows;
     masked keys and padding queries exactly zero; the fast path (SDPA + strided relative views)
-    equals the explicit path."""
-    path, ref = hf_checkpoint("deberta", "DebertaModel", **VARIANTS["deberta"][variant])
+    equals the explicit path (DeBERTa v1 and every v2 variant)."""
+    cls_name, lengths = DISENTANGLED[family]
+    path, ref = hf_checkpoint(family, cls_name, **VARIANTS[family][variant])
     ours = bf.from_pretrained(path)
-    ids, mask = padded_batch((7, 5, 2))
+    ids, mask = padded_batch(lengths)
     real = mask.bool()
     with torch.no_grad():
         a = ours(ids, mask, output_attentions=True)
