@@ -11,7 +11,6 @@ import torch
 from typer.testing import CliRunner
 
 from bertfamily import EncoderConfig, build_model
-from bertfamily.build import reads_pooler
 from bertfamily.cli import app
 from bertfamily.inspect.compare import comparison_rows, diff_traces, format_rows
 from bertfamily.inspect.explore import align, default_heads
@@ -39,7 +38,7 @@ def test_params_add_up_to_the_real_count(name):
     assert table.total == real
     assert sum(table.subtotals().values()) == real
     # base model + pooler (the published count), less the pooler when no head reads it
-    unread = config.use_pooler and not reads_pooler(config, heads)
+    unread = config.use_pooler and not config.reads_pooler(tuple(heads))
     H = config.hidden_size
     assert table.trunk_total == meta_model(config).num_parameters() - unread * (H * H + H)
     assert table.trunk_total == sum(

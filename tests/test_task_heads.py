@@ -115,11 +115,9 @@ def test_built_models_have_the_modules_of_transformers_class(preset, heads, tmp_
     parameters before), nothing missing; transformers loads it without a warning."""
     import transformers
 
-    from bertfamily.build import reads_pooler
-
     config = bf.EncoderConfig.from_preset(preset)
     model = bf.build_model(config, heads=heads.split("+"))
-    assert (model.encoder.pooler is not None) == reads_pooler(config, heads.split("+"))
+    assert (model.encoder.pooler is not None) == config.reads_pooler(heads.split("+"))
     path = model.save_pretrained(tmp_path / "m")
     cls = getattr(transformers, FAMILIES[TINY_FAMILIES[preset]].architectures[heads])
     ref, info = cls.from_pretrained(path, output_loading_info=True)

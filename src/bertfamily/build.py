@@ -233,11 +233,6 @@ def build_task_head(config: EncoderConfig, task: str) -> nn.Module:
     raise ValueError(f"unknown task head {task!r}; valid: {TASK_HEADS}")
 
 
-def reads_pooler(config: EncoderConfig, heads: Iterable[str]) -> bool:
-    """Whether any of ``heads`` reads the pooled output (`EncoderConfig.reads_pooler`)."""
-    return config.reads_pooler(tuple(heads))
-
-
 def build_model(
     config: EncoderConfig, heads: Iterable[str] = (), *, max_parameters: int | None = None
 ) -> Model:
@@ -271,7 +266,7 @@ def build_model(
         raise ValueError(f"at most one task head per model, got {tasks}")
     if "rtd" in heads and "mlm" in heads:  # ELECTRA's generator and discriminator are two models
         raise ValueError("the rtd and mlm heads both give logits; build them as two models")
-    if heads and config.use_pooler and not reads_pooler(config, heads):
+    if heads and config.use_pooler and not config.reads_pooler(heads):
         config = config.replace(use_pooler=False)
     emd = config.emd_layers > 0 and "mlm" in heads
     encoder = build_encoder(config, position_table=config.position_biased_input or emd)
