@@ -91,6 +91,11 @@ _ELECTRA = dict(
     classifier_activation="gelu",
 )
 
+# Sizes of the tiny test presets: mutually distinct, so transpositions cannot hide.
+_TINY = dict(
+    vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37
+)
+
 PRESETS: dict[str, dict[str, Any]] = {
     # google-research/bert uncased_L-12_H-768_A-12 (bert-base-uncased) — 109,482,240
     "bert-base": dict(model_type="bert"),
@@ -199,35 +204,18 @@ PRESETS: dict[str, dict[str, Any]] = {
     # --- tiny test presets: mutually distinct sizes so transpositions cannot hide --------------
     "tiny-bert": dict(
         model_type="bert",
-        vocab_size=99,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        intermediate_size=37,
+        **_TINY,
         max_position_embeddings=64,
     ),
     "tiny-roberta": dict(
         model_type="roberta",
-        vocab_size=99,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        intermediate_size=37,
+        **_TINY,
         max_position_embeddings=66,
-        type_vocab_size=1,
-        pad_token_id=1,
-        position_scheme="absolute_from_padding",
-        layer_norm_eps=1e-5,
-        pair_head=None,
-        **_ROBERTA_HEADS,
+        **_ROBERTA_LAYOUT,
     ),
     "tiny-distilbert": dict(
         model_type="distilbert",
-        vocab_size=99,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        intermediate_size=37,
+        **_TINY,
         max_position_embeddings=64,
         type_vocab_size=0,
         use_pooler=False,
@@ -251,11 +239,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         classifier_dropout=0.1,
     ),
     "tiny-deberta": dict(
-        vocab_size=99,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        intermediate_size=37,
+        **_TINY,
         max_position_embeddings=64,
         **_DEBERTA_V1,
     ),
@@ -263,21 +247,13 @@ PRESETS: dict[str, dict[str, Any]] = {
     # checkpoints have, so the tiny preset runs every DeBERTa-v2 component
     "tiny-deberta-v3": dict(
         {**_DEBERTA_V3, "position_buckets": 16},
-        vocab_size=99,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        intermediate_size=37,
+        **_TINY,
         max_position_embeddings=64,
         conv_kernel_size=3,
     ),
     "tiny-longformer": dict(
         model_type="longformer",
-        vocab_size=99,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        intermediate_size=37,
+        **_TINY,
         max_position_embeddings=66,
         type_vocab_size=1,
         pad_token_id=1,
@@ -290,32 +266,20 @@ PRESETS: dict[str, dict[str, Any]] = {
     ),
     "tiny-xlm-roberta": dict(
         model_type="xlm-roberta",
-        vocab_size=99,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        intermediate_size=37,
+        **_TINY,
         max_position_embeddings=66,
         **_ROBERTA_LAYOUT,
     ),
     "tiny-camembert": dict(
         model_type="camembert",
-        vocab_size=99,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        intermediate_size=37,
+        **_TINY,
         max_position_embeddings=66,
         **_ROBERTA_LAYOUT,
     ),
     # E = 16 < H = 32: embeddings in E, then the E→H projection
     "tiny-electra": dict(
-        vocab_size=99,
+        **_TINY,
         embedding_size=16,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        intermediate_size=37,
         max_position_embeddings=64,
         **_ELECTRA,
     ),
