@@ -381,3 +381,67 @@ def test_longformer_positions_note_names_the_conversion():
     result = CliRunner().invoke(app, ["dataflow", "longformer-base", "--json"])
     assert result.exit_code == 0, result.output
     assert text in json.loads(result.output)["differences"]["notes"]
+
+
+# --- objective heads: SBO and the distillation projections --------------------------------------
+def test_params_head_sbo_is_the_objectives_own_head():
+    """params spanbert-base --head sbo: the rows of the SBO head the pretrain recipe builds
+    (Joshi et al. 2020 §3.2), counted exactly; the decoder is tied to the token table."""
+    from bertfamily.build import build_span_boundary_head
+
+    config = EncoderConfig.from_preset("spanbert-base")
+    H, E, V, P = config.hidden_size, config.embedding_size, config.vocab_size, 32
+    table = parameter_table("spanbert-base", heads=["mlm", "sbo"])
+    rows = {r.name: r for r in table.rows if r.block == "sbo_head"}
+    assert rows["sbo_head.position"].params == P * H == 24_576
+    assert rows["sbo_head.dense1"].params == 3 * H * H + H == 1_770_240
+    assert rows["sbo_head.dense2"].params == H * E + E == 590_592
+    assert rows["sbo_head.bias"].params == V == 28_996
+    assert all(r.part == "head" for r in rows.values())
+    assert rows["sbo_head.dense1"].output_shape == "(M, H)"
+    assert rows["sbo_head.bias"].output_shape == "(M, V)"
+    with torch.device("meta"):
+        model = build_model(config, heads=["mlm"])
+        head = build_span_boundary_head(config, model)  # what recipes.pretrain trains
+    assert table.subtotals()["sbo_head"] == sum(p.numel() for p in head.parameters()) == 2_417_476
+    # no NSP in SpanBERT: no head reads the pooler, so the trunk is the published count less it
+    assert table.trunk_total == PUBLISHED_PARAMETERS["spanbert-base"] - (H * H + H)
+    assert table.total == parameter_table("spanbert-base", heads=["mlm"]).total + 2_417_476
+
+
+def test_dataflow_head_sbo_traces_the_span_prediction():
+    tr = trace("spanbert-base", heads=["sbo"], vocab_size=SMALL_V)
+    steps = {s.key: s for s in tr.steps}
+    B = tr.symbols["B"]
+    assert tr.symbols["M"] % B == 0 and tr.symbols["M"] not in (B, tr.symbols["T"])
+    head = steps["sbo_head"]
+    assert head.input_symbols == ["(B, T, H)", "(M)", "(M)", "(M)", "(M)"]
+    assert head.output_symbols == ["(M, V)"] and not head.trunk
+    assert head.operation.startswith("SBO: each span token from [x_(s−1); x_(e+1); p_(i−s)]")
+    assert steps["sbo_head.dense1"].input_symbols == ["(M, 3H)"]
+
+
+def test_head_distill_shows_tinybert_projections():
+    """params/dataflow tinybert-4l --head distill: W_e and W_h, 312 → 768 (the teacher's H)."""
+    from bertfamily.objectives.distillation import TinyBertObjective
+
+    table = parameter_table("tinybert-4l", heads=["distill"])
+    rows = {r.name: r for r in table.rows if r.part == "head"}
+    assert set(rows) == {"distill_projections.embedding", "distill_projections.hidden"}
+    assert all(r.params == 312 * 768 + 768 == 240_384 for r in rows.values())
+    assert all(r.output_shape == "(B, T, Ht)" for r in rows.values())
+    assert table.trunk_total == PUBLISHED_PARAMETERS["tinybert-4l"]
+    other = parameter_table("tinybert-4l", heads=["distill"], teacher_hidden_size=1024)
+    assert other.head_total == 2 * (312 * 1024 + 1024)
+    # the same modules the objective trains (tiny sizes: student H 32, teacher H 48)
+    student = build_model(EncoderConfig.from_preset("tiny-bert"))
+    teacher = build_model(EncoderConfig.from_preset("tiny-bert").replace(hidden_size=48))
+    objective = TinyBertObjective(student, teacher, projection=True)
+    tiny = parameter_table("tiny-bert", heads=["distill"], teacher_hidden_size=48)
+    assert tiny.head_total == sum(p.numel() for p in objective.projections.parameters())
+    tr = trace("tinybert-4l", heads=["distill"], vocab_size=SMALL_V)
+    step = {s.key: s for s in tr.steps}["distill_projections.hidden"]
+    assert step.operation == "x·Wᵀ + b, W ∈ ℝ^(Ht×H)" and step.outputs[0][1][-1] == 768
+    result = runner.invoke(app, ["params", "tinybert-4l", "--head", "distill", "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["head_total"] == 480_768

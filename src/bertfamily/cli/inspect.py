@@ -28,7 +28,11 @@ def params(
         [],
         "--head",
         metavar="HEAD",
-        help="Head to include (mlm, nsp, sop, ...); repeat for several.",
+        help="Head to include (mlm, nsp, sop, rtd, a task head, or the objective heads sbo "
+        "and distill); repeat for several.",
+    ),
+    teacher_hidden_size: int = typer.Option(
+        768, "--teacher-hidden-size", min=1, help="Teacher H of --head distill's projections."
     ),
     condition_size: int | None = typer.Option(
         None, "--condition-size", help="Conditional LayerNorm condition size C."
@@ -39,7 +43,13 @@ def params(
     from ..inspect.params import parameter_table
     from ..inspect.render import params_rich
 
-    table = parameter_table(model, heads=head, vocab_size=vocab_size, condition_size=condition_size)
+    table = parameter_table(
+        model,
+        heads=head,
+        vocab_size=vocab_size,
+        condition_size=condition_size,
+        teacher_hidden_size=teacher_hidden_size,
+    )
     if json_out:
         _print_json(table.to_dict())
     else:
@@ -56,7 +66,11 @@ def dataflow(
         [],
         "--head",
         metavar="HEAD",
-        help="Head to include (mlm, nsp, sop, ...); repeat for several.",
+        help="Head to include (mlm, nsp, sop, rtd, a task head, or the objective heads sbo "
+        "and distill); repeat for several.",
+    ),
+    teacher_hidden_size: int = typer.Option(
+        768, "--teacher-hidden-size", min=1, help="Teacher H of --head distill's projections."
     ),
     compare: bool = typer.Option(True, help="Mark differences from bert-base."),
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
@@ -106,6 +120,7 @@ def dataflow(
         tokenizer=tok,
         text=text,
         text_pair=text_pair,
+        teacher_hidden_size=teacher_hidden_size,
     )
     diff = None
     if compare and tr.name != REFERENCE:
@@ -115,6 +130,7 @@ def dataflow(
             batch=tr.symbols["B"],
             seq_len=tr.symbols["T"],
             vocab_size=tr.config.vocab_size,
+            teacher_hidden_size=teacher_hidden_size,
         )
         diff = diff_traces(ref, tr)
     if json_out:

@@ -12,20 +12,24 @@ from .notes import ATTENTION_FORMULAS
 _GELU = {"none": "GELU x·Φ(x) (exact, erf)", "tanh": "GELU, tanh approximation"}
 
 
-def _fmt(shape, config: EncoderConfig) -> str:
+def _fmt(shape, config: EncoderConfig, extra: dict[str, int] | None = None) -> str:
     from .symbols import shape_symbols, symbol_table
 
-    return shape_symbols(tuple(shape), symbol_table(config, 0, 0)).replace(", ", "×")
+    table = {**symbol_table(config, 0, 0), **(extra or {})}
+    return shape_symbols(tuple(shape), table).replace(", ", "×")
 
 
-def describe_module(module: nn.Module, config: EncoderConfig) -> tuple[str, str]:
-    """(operation text, kind) for a module call."""
+def describe_module(
+    module: nn.Module, config: EncoderConfig, extra: dict[str, int] | None = None
+) -> tuple[str, str]:
+    """(operation text, kind) for a module call; ``extra``: weight-size symbols beside the
+    config's (the teacher hidden size Ht of distillation projections)."""
     kind = type(module).__name__
     if isinstance(module, nn.Embedding):
-        return f"lookup: rows of E ∈ ℝ^{_fmt(module.weight.shape, config)}", kind
+        return f"lookup: rows of E ∈ ℝ^{_fmt(module.weight.shape, config, extra)}", kind
     if isinstance(module, nn.Linear):
         b = " + b" if module.bias is not None else ""
-        return f"x·Wᵀ{b}, W ∈ ℝ^{_fmt(module.weight.shape, config)}", kind
+        return f"x·Wᵀ{b}, W ∈ ℝ^{_fmt(module.weight.shape, config, extra)}", kind
     if isinstance(module, nn.LayerNorm):
         return "(x − μ)/√(σ² + ε)·γ + β", kind
     if getattr(module, "takes_condition", False):
@@ -43,6 +47,9 @@ def describe_module(module: nn.Module, config: EncoderConfig) -> tuple[str, str]
         "Pooler": "tanh(h[:, 0]·Wᵀ + b): the first token's state",
         "MaskedLMHead": "dense H→E, activation, LayerNorm, ·E_tokᵀ (tied) + bias",
         "PairHead": "pooled·Wᵀ + b → 2 classes (NSP / SOP)",
+        "SpanBoundaryHead": "SBO: each span token from [x_(s−1); x_(e+1); p_(i−s)] → "
+        "dense 3H→H, GELU, LN, dense H→E, GELU, LN, ·E_tokᵀ (tied) + bias (Joshi et al. "
+        "2020 §3.2)",
         "GlobalAttentionInputs": "global_attention_mask → positions of the G global tokens, "
         "once for all layers",
         "RelativePositionEmbeddings": "relative position table P: one row per distance "

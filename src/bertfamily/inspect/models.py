@@ -14,6 +14,7 @@ from ..build import HEADS, build_model
 from ..config import EncoderConfig
 from ..model import Model
 from ..presets import FAMILY, PRESETS
+from .symbols import config_sizes
 
 # User-facing head names -> the names `build_model` takes. NSP and SOP are both the pair head
 # (which one the config's ``pair_head`` says); the rest are used as given when this build has them.
@@ -71,31 +72,136 @@ def resolve_config(
     return name, (config.replace(**changes) if changes else config)
 
 
+# Heads a training objective runs beside the model: not part of `Model` or of its checkpoint
+# layout, built by the objective (SpanBERT's SBO head, TinyBERT's distillation projections).
+# The views attach them to the model they inspect (`attach_objective_heads`).
+OBJECTIVE_HEADS = {
+    "sbo": "SpanBERT's span boundary head (objectives.pretraining, Joshi et al. 2020 §3.2)",
+    "distill": "TinyBERT's projections W_e, W_h student H → teacher H (Jiao et al. 2020 §3.1)",
+}
+# The teacher hidden size the "distill" head projects to by default: BERT-base, the teacher of
+# TinyBERT and DistilBERT.
+DEFAULT_TEACHER_HIDDEN_SIZE = 768
+
+
+def _check_heads(heads: list[str] | tuple[str, ...] | None) -> None:
+    for h in heads or ():
+        if HEAD_ALIASES.get(h, h) not in HEADS and h not in OBJECTIVE_HEADS:
+            raise ValueError(
+                f"head {h!r} is not available in this build; available: "
+                f"{', '.join(sorted(set(HEAD_ALIASES) | set(HEADS) | set(OBJECTIVE_HEADS)))}"
+            )
+
+
 def build_heads(heads: list[str] | tuple[str, ...] | None) -> list[str]:
-    """`build_model` head names for user names (mlm, nsp/sop/pair, and any head this build adds,
-    e.g. sbo or classifier once their components exist).
+    """`build_model` head names for user names (mlm, nsp/sop/pair, rtd, the task heads); the
+    objective heads (`OBJECTIVE_HEADS`) are left out (see `objective_heads`).
 
     Raises:
         ValueError: a head this build does not have (lists the available ones).
     """
+    _check_heads(heads)
     out: list[str] = []
     for h in heads or ():
         name = HEAD_ALIASES.get(h, h)
-        if name not in HEADS:
-            raise ValueError(
-                f"head {h!r} is not available in this build; available: "
-                f"{', '.join(sorted(set(HEAD_ALIASES) | set(HEADS)))}"
-            )
-        if name not in out:
+        if h not in OBJECTIVE_HEADS and name not in out:
             out.append(name)
     return out
 
 
-def meta_model(config: EncoderConfig, heads: list[str] | tuple[str, ...] = ()) -> Model:
+def objective_heads(heads: list[str] | tuple[str, ...] | None) -> list[str]:
+    """The names in ``heads`` that are objective heads (`OBJECTIVE_HEADS`), in order.
+
+    Raises:
+        ValueError: a head this build does not have.
+    """
+    _check_heads(heads)
+    return list(dict.fromkeys(h for h in heads or () if h in OBJECTIVE_HEADS))
+
+
+def attach_objective_heads(
+    model: Model,
+    names: list[str] | tuple[str, ...],
+    *,
+    teacher_hidden_size: int = DEFAULT_TEACHER_HIDDEN_SIZE,
+) -> dict[str, int]:
+    """Add the objective heads ``names`` to ``model`` as submodules (``sbo_head``,
+    ``distill_projections``) built by the objectives' own builders, and a forward hook that
+    runs them after the model's forward, as their objective does in training, so that counts
+    and traces include them. For inspection only: the model's outputs are unchanged.
+
+    - ``sbo``: `build.build_span_boundary_head`; run on a span of tokens 2..2+k-1 of every row
+      (boundaries 1 and 2+k), M = B·k predicted tokens.
+    - ``distill``: `objectives.distillation.build_projections` (H_S → ``teacher_hidden_size``
+      H_T); W_e runs on the embedding output, W_h on the last hidden state (in training on
+      every mapped layer's).
+
+    Returns:
+        Symbols the traced shapes need beside the config's: ``M`` (span tokens, set when the
+        hook runs; read the dict after the forward) and ``Ht`` (teacher hidden size).
+    """
+    from ..build import build_span_boundary_head
+    from ..objectives.distillation import build_projections
+
+    symbols: dict[str, int] = {}
+    if "sbo" in names:
+        model.add_module("sbo_head", build_span_boundary_head(model.config, model))
+    if "distill" in names:
+        model.add_module(
+            "distill_projections",
+            build_projections(model.config, teacher_hidden_size, ("embedding", "hidden")),
+        )
+        symbols["Ht"] = teacher_hidden_size
+    if not names:
+        return symbols
+
+    def wants_hidden_states(module, args, kwargs):
+        if "distill" in names:
+            kwargs["output_hidden_states"] = True
+        return args, kwargs
+
+    def run(module, args, kwargs, output):
+        hidden = output.last_hidden_state  # (B, T, H)
+        B, T = hidden.shape[:2]
+        if "sbo" in names:
+            taken = config_sizes(module.config) | set(symbols.values()) | {B, T}
+            fits = [k for k in (3, 2, 4, 5) if 2 + k < T] or [1]
+            span = next((k for k in fits if B * k not in taken), fits[0])
+            symbols["M"] = B * span
+            rows = torch.arange(B).repeat_interleave(span)
+            relative = torch.arange(span).repeat(B)
+            model.sbo_head(
+                hidden,
+                rows,
+                torch.full_like(rows, 1),
+                torch.full_like(rows, 2 + span),
+                relative,
+            )  # (M, V)
+        if "distill" in names:
+            model.distill_projections["embedding"](output.hidden_states[0])  # (B, T, Ht)
+            model.distill_projections["hidden"](hidden)  # (B, T, Ht)
+        return output
+
+    model.register_forward_pre_hook(wants_hidden_states, with_kwargs=True)
+    model.register_forward_hook(run, with_kwargs=True)
+    return symbols
+
+
+def meta_model(
+    config: EncoderConfig,
+    heads: list[str] | tuple[str, ...] = (),
+    *,
+    teacher_hidden_size: int = DEFAULT_TEACHER_HIDDEN_SIZE,
+) -> Model:
     """The full-size model with parameters on the meta device: exact shapes and counts, no
-    memory, no initialisation cost."""
+    memory, no initialisation cost; objective heads in ``heads`` attached
+    (`attach_objective_heads`)."""
     with torch.device("meta"):
-        return build_model(config, heads=build_heads(heads))
+        model = build_model(config, heads=build_heads(heads))
+        attach_objective_heads(
+            model, objective_heads(heads), teacher_hidden_size=teacher_hidden_size
+        )
+    return model
 
 
 def shrink_layers(

@@ -18,7 +18,7 @@ from typing import Any
 from torch import nn
 
 from ..config import EncoderConfig
-from .models import meta_model, resolve_config
+from .models import DEFAULT_TEACHER_HIDDEN_SIZE, meta_model, resolve_config
 from .symbols import config_sizes, evaluate, symbol_table
 from .trace import Trace, trace
 
@@ -108,14 +108,14 @@ class ParamTable:
         }
 
 
-def _shape_trace(config: EncoderConfig, heads: list[str]) -> Trace:
+def _shape_trace(config: EncoderConfig, heads: list[str], teacher_hidden_size: int) -> Trace:
     """A trace of the same architecture with a small vocabulary: its symbolic shapes are the
     full model's (V is distinct from every other size either way)."""
-    sizes = config_sizes(config)
+    sizes = config_sizes(config) | {teacher_hidden_size}
     v = 1009
     while v in sizes or v <= config.pad_token_id:
         v += 1
-    return trace(config.replace(vocab_size=v), heads=heads)
+    return trace(config.replace(vocab_size=v), heads=heads, teacher_hidden_size=teacher_hidden_size)
 
 
 def parameter_table(
@@ -124,14 +124,17 @@ def parameter_table(
     heads: list[str] | tuple[str, ...] = (),
     vocab_size: int | None = None,
     condition_size: int | None = None,
+    teacher_hidden_size: int = DEFAULT_TEACHER_HIDDEN_SIZE,
 ) -> ParamTable:
     """The parameter table of a preset, checkpoint directory (its config) or config.
 
     Args:
         model: preset name, model directory or EncoderConfig.
-        heads: heads to include ("mlm", "nsp"/"sop", and any head this build provides).
+        heads: heads to include ("mlm", "nsp"/"sop", the task heads, and the objective heads
+            "sbo" and "distill" of `inspect.models.OBJECTIVE_HEADS`).
         vocab_size: override V (21128 for Chinese BERT-base).
         condition_size: turn the norms into Conditional LayerNorms of condition size C.
+        teacher_hidden_size: H_T of the "distill" head's projections (default BERT-base's 768).
 
     Returns:
         A `ParamTable` whose ``total`` equals the model's parameter count (shared tensors once).
@@ -141,8 +144,8 @@ def parameter_table(
     """
     name, config = resolve_config(model, vocab_size=vocab_size, condition_size=condition_size)
     heads = list(heads)
-    full = meta_model(config, heads)
-    shapes = _shape_trace(config, heads)
+    full = meta_model(config, heads, teacher_hidden_size=teacher_hidden_size)
+    shapes = _shape_trace(config, heads, teacher_hidden_size)
     modules = dict(full.named_modules())
     counted: set[int] = set()
     rows: list[ParamRow] = []

@@ -47,6 +47,8 @@ LEGEND: dict[str, str] = {
     "C": "condition size (Conditional LayerNorm)",
     "G": "tokens with global attention in the traced batch (Longformer)",
     "L": "layers",
+    "M": "span tokens the SBO head predicts in the traced batch (SpanBERT)",
+    "Ht": "teacher hidden size of the distillation projections (TinyBERT W_e, W_h)",
 }
 
 

@@ -23,7 +23,13 @@ from torch.overrides import TorchFunctionMode
 from ..config import EncoderConfig
 from ..model import Model
 from .describe import describe_module, describe_op
-from .models import build_heads, shrink_layers
+from .models import (
+    DEFAULT_TEACHER_HIDDEN_SIZE,
+    attach_objective_heads,
+    build_heads,
+    objective_heads,
+    shrink_layers,
+)
 from .symbols import choose_batch_shape, config_sizes, shape_symbols, symbol_table
 
 log = logging.getLogger(__name__)
@@ -186,16 +192,24 @@ class _Call:
 class _Tracer(TorchFunctionMode):
     """Records module calls (through hooks) and the dataflow operations inside composites."""
 
-    def __init__(self, model: Model, symbols: dict[str, int]) -> None:
+    def __init__(
+        self, model: Model, symbols: dict[str, int], extra: dict[str, int] | None = None
+    ) -> None:
         super().__init__()
         self.model = model
-        self.symbols = symbols
+        self.base = symbols
+        self.extra = extra if extra is not None else {}  # filled during the forward (M)
         self.names = {m: n for n, m in model.named_modules()}
         self.stack: list[_Call] = []
         self.steps: list[Step] = []
         self.unit = -1  # current layer step
         self.unit_modules: list[str] = []  # module path run at each layer step
         self.handles: list[Any] = []
+
+    @property
+    def symbols(self) -> dict[str, int]:
+        """The config's symbols, then those the objective heads set while running."""
+        return {**self.base, **self.extra}
 
     # -- hooks -----------------------------------------------------------------------------
     def attach(self) -> None:
@@ -232,7 +246,9 @@ class _Tracer(TorchFunctionMode):
             for a in list(args) + list(kwargs.values())
             if isinstance(a, torch.Tensor)
         ]
-        op, kind = describe_module(module, self.model.config)
+        op, kind = describe_module(
+            module, self.model.config, {"Ht": self.extra["Ht"]} if "Ht" in self.extra else None
+        )
         key = _key(path)
         label = key.removeprefix("encoder.").removeprefix("layers.*.")
         call.step = Step(
@@ -405,6 +421,7 @@ def trace_model(
     seq_len: int | None = None,
     full_config: EncoderConfig | None = None,
     inputs: dict[str, torch.Tensor] | None = None,
+    extra_symbols: dict[str, int] | None = None,
 ) -> Trace:
     """Trace one forward pass of ``model`` (eval mode, no gradients, attention weights on).
 
@@ -415,6 +432,8 @@ def trace_model(
         full_config: the config the trace stands for (default ``model.config``); gives L and the
             layer schedule shown.
         inputs: the batch to run (default `example_inputs`).
+        extra_symbols: symbols of attached objective heads (`attach_objective_heads`'s dict,
+            which its hook fills during the forward).
 
     Returns:
         A `Trace`.
@@ -431,7 +450,7 @@ def trace_model(
         G = int(glob.bool().sum(dim=1).max()) if glob.numel() else 0
         if G > 1 and G not in symbols.values() and G not in config_sizes(config):
             symbols["G"] = G
-    tracer = _Tracer(model, symbols)
+    tracer = _Tracer(model, symbols, extra_symbols)
     input_steps = [
         Step(
             key=f"inputs.{k}",
@@ -462,7 +481,7 @@ def trace_model(
     return Trace(
         name=name,
         config=full,
-        symbols={**symbols, "L": full.num_hidden_layers},
+        symbols={**tracer.symbols, "L": full.num_hidden_layers},
         steps=steps,
         layer_schedule=list(full.layer_schedule),
     )
@@ -512,6 +531,7 @@ def trace(
     tokenizer: Any = None,
     text: str | None = None,
     text_pair: str | None = None,
+    teacher_hidden_size: int = DEFAULT_TEACHER_HIDDEN_SIZE,
 ) -> Trace:
     """Trace a preset, checkpoint directory's config, or config (random weights).
 
@@ -545,12 +565,23 @@ def trace(
     run_config = shrink_layers(config) if shrink else config
     torch.manual_seed(seed)
     m = build_model(run_config, heads=build_heads(heads))
+    extra = attach_objective_heads(
+        m, objective_heads(heads), teacher_hidden_size=teacher_hidden_size
+    )
     log.info(
         "tracing %s (%d of %d layer steps built)",
         name,
         run_config.num_hidden_layers,
         config.num_hidden_layers,
     )
-    tr = trace_model(m, name=name, batch=batch, seq_len=seq_len, full_config=config, inputs=inputs)
+    tr = trace_model(
+        m,
+        name=name,
+        batch=batch,
+        seq_len=seq_len,
+        full_config=config,
+        inputs=inputs,
+        extra_symbols=extra,
+    )
     tr.lookups = lookups
     return tr

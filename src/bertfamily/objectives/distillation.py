@@ -67,6 +67,7 @@ __all__ = [
     "DistillationObjective",
     "DistilBertObjective",
     "TinyBertObjective",
+    "build_projections",
     "TinyBertTaskObjective",
     "DISTILLABLE_TASKS",
     "OBJECTIVES",
@@ -439,6 +440,22 @@ def _check_vocabularies(method: str, teacher: EncoderConfig, student: EncoderCon
         )
 
 
+def build_projections(
+    student: EncoderConfig, teacher_hidden_size: int, names: Sequence[str] = ("hidden", "embedding")
+) -> nn.ModuleDict:
+    """The learned projections student H_S → teacher H_T, one ``nn.Linear(H_S, H_T)`` per name
+    (TinyBERT's W_h for the hidden states and W_e for the embedding output, Jiao et al. 2020
+    §3.1 eq. 8 and 10; DistilBERT's cosine loss uses "hidden" only): weights N(0, σ²) with the
+    student's ``initializer_range`` σ, biases 0. Each maps (B, T, H_S) → (B, T, H_T)."""
+    projections = nn.ModuleDict(
+        {n: nn.Linear(student.hidden_size, teacher_hidden_size) for n in names}
+    )
+    for p in projections.values():
+        nn.init.normal_(p.weight, 0.0, student.initializer_range)
+        nn.init.zeros_(p.bias)
+    return projections
+
+
 class DistillationObjective(nn.Module):
     """What both methods share: student + frozen teacher + optional learned projections
     student H → teacher H; ``save_pretrained`` writes the student and the projections.
@@ -467,13 +484,11 @@ class DistillationObjective(nn.Module):
     def __init__(self, student: Model, teacher: Model, projections: Sequence[str] = ()) -> None:
         super().__init__()
         self.student = student
-        self.projections = None
-        if projections:
-            hs, ht = student.config.hidden_size, teacher.config.hidden_size
-            self.projections = nn.ModuleDict({n: nn.Linear(hs, ht) for n in projections})
-            for p in self.projections.values():
-                nn.init.normal_(p.weight, 0.0, student.config.initializer_range)
-                nn.init.zeros_(p.bias)
+        self.projections = (
+            build_projections(student.config, teacher.config.hidden_size, projections)
+            if projections
+            else None
+        )
         teacher.eval()
         teacher.requires_grad_(False)
         self._teacher = [teacher]
