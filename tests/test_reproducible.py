@@ -53,3 +53,101 @@ def test_wordpiece_vocabulary_is_that_of_the_wordpiece_trainer():
     assert len(set(vocab) & set(theirs)) >= 0.98 * len(theirs)
     # the ## alphabet follows the plain one, then the merges
     assert order.index("z") < order.index("##a") < order.index("th")
+
+
+FACTS = ["the sky is blue .", "the grass is green .", "the sun is yellow .", "the snow is white ."]
+
+
+@pytest.fixture(scope="module")
+def toy(tmp_path_factory):
+    root = tmp_path_factory.mktemp("repro")
+    docs = ["\n".join(FACTS[(i + j) % 4] for j in range(5)) for i in range(24)]
+    (root / "toy.txt").write_text("\n\n".join(docs) + "\n")
+    train_tokenizer(root / "toy.txt", "wordpiece", 100, min_frequency=1, output_dir=root / "tok")
+    return root
+
+
+def _pretrain(cli, root, out, seed, *extra):
+    res = cli(
+        "pretrain",
+        root / "toy.txt",
+        "-o",
+        out,
+        "--tokenizer",
+        root / "tok",
+        "--preset",
+        "tiny-bert",
+        "--objectives",
+        "mlm",
+        "--max-length",
+        "24",
+        "--max-steps",
+        "6",
+        "--batch-size",
+        "4",
+        "--seed",
+        str(seed),
+        "--threads",
+        "1",
+        "--device",
+        "cpu",
+        *extra,
+    )
+    assert res.exit_code == 0, res.output
+    return out / "model"
+
+
+def _weights(model_dir):
+    from safetensors.torch import load_file
+
+    path = model_dir / "model.safetensors"
+    return path.read_bytes(), load_file(path)
+
+
+@pytest.mark.slow
+def test_same_seed_same_weights_other_seed_other_weights(cli, toy, tmp_path):
+    import torch
+
+    a = _weights(_pretrain(cli, toy, tmp_path / "a", 3))
+    b = _weights(_pretrain(cli, toy, tmp_path / "b", 3))
+    c = _weights(_pretrain(cli, toy, tmp_path / "c", 4))
+    assert a[0] == b[0]  # bit-identical file
+    assert a[1].keys() == c[1].keys()
+    assert not all(torch.equal(a[1][k], c[1][k]) for k in a[1])
+    # the logged losses too, step by step
+    from bertfamily.train.rundir import read_metrics
+
+    logs = [
+        [(m["step"], m["split"], m.get("loss"), m.get("accuracy")) for m in read_metrics(p)]
+        for p in (tmp_path / "a" / "metrics.jsonl", tmp_path / "b" / "metrics.jsonl")
+    ]
+    assert logs[0] == logs[1] and any(loss is not None for _, _, loss, _ in logs[0])
+
+
+def test_run_record_fields(cli, toy, tmp_path):
+    import json
+    import sys
+
+    import tokenizers
+    import torch
+
+    _pretrain(cli, toy, tmp_path / "run", 11, "--max-steps", "1")
+    record = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert record["seed"] == 11
+    assert record["argv"] == sys.argv  # what the process was started with
+    assert record["threads"]["torch_intra_op"] == 1  # --threads 1, while training
+    versions = record["versions"]
+    assert torch.__version__.startswith(versions["torch"].split("+")[0])
+    assert versions["tokenizers"] == tokenizers.__version__
+    assert versions["bertfamily"] and versions["python"] == ".".join(map(str, sys.version_info[:3]))
+    assert "transformers" in versions
+    config = record["config"]
+    assert config["train"]["seed"] == 11 and config["train"]["max_steps"] == 1
+    assert config["pretrain"]["max_length"] == 24 and config["model"]["hidden_size"] > 0
+    assert config["objectives"] == ["mlm"]
+    by_path = {d["path"]: d for d in record["data"]}
+    corpus = str((toy / "toy.txt").resolve())
+    assert by_path[corpus]["sha256"] == _sha(toy / "toy.txt")
+    assert by_path[str((toy / "tok" / "tokenizer.json").resolve())]["sha256"] == _sha(
+        toy / "tok" / "tokenizer.json"
+    )

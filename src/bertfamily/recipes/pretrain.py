@@ -31,6 +31,7 @@ from ..pretrained import from_pretrained
 from ..tokenization import load_tokenizer
 from ..train.distributed import init_distributed
 from ..train.loop import TrainConfig, Trainer
+from ..train.rundir import write_run_record
 from .common import config_for_tokenizer, finish_run, mlm_data, save_pretrained
 
 __all__ = ["RECIPES", "PretrainConfig", "pretrain", "load_for_continued_pretraining"]
@@ -147,6 +148,10 @@ def _objectives(cfg: PretrainConfig, config) -> tuple[str, ...]:
 def pretrain(cfg: PretrainConfig, train: TrainConfig) -> dict[str, Any]:
     """Build data, model and heads, and run the `Trainer`. Works alone or under torchrun.
 
+    The run directory gets ``run.json`` (`bertfamily.train.rundir.write_run_record`: command
+    line, resolved configuration, seed, threads, versions, sha256 of the corpus, tokenizer and
+    initial model files) before training starts.
+
     Returns:
         The `Trainer.train` summary plus ``objectives``, ``instances`` (train/eval counts),
         ``parameters`` and ``fresh_heads``. Also written to ``output_dir/summary.json``.
@@ -242,6 +247,16 @@ def pretrain(cfg: PretrainConfig, train: TrainConfig) -> dict[str, Any]:
         data.batch_size,
     )
 
+    if dist.is_main:  # run.json: what repeats this run
+        inputs = [*cfg.corpus, *cfg.eval_corpus, tok_dir]
+        if cfg.init_from is not None and cfg.init_from != tok_dir:
+            inputs.append(cfg.init_from)
+        write_run_record(
+            train.output_dir,
+            {"pretrain": cfg, "train": train, "model": config, "objectives": objectives},
+            inputs,
+            train.seed,
+        )
     trainer = Trainer(
         pmodel,
         lambda m, b, denominators: m(b, denominators),
