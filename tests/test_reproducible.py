@@ -16,10 +16,11 @@ def _sha(path) -> str:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kind", ["wordpiece", "bpe"])
+@pytest.mark.parametrize("kind", ["wordpiece", "bpe", "unigram"])
 def test_tokenizer_training_is_byte_identical(tmp_path, kind):
     # a real novel: with tokenizers' own WordPieceTrainer the ids of the ## characters (and
-    # the merges tied on them) changed between two trainings of this file
+    # the merges tied on them), with its UnigramTrainer the scores and the order of pieces,
+    # changed between two trainings of this file
     corpus = fetch("janeausten") / "persuasion.txt"
     digests = set()
     for i in range(2):
@@ -151,3 +152,15 @@ def test_run_record_fields(cli, toy, tmp_path):
     assert by_path[str((toy / "tok" / "tokenizer.json").resolve())]["sha256"] == _sha(
         toy / "tok" / "tokenizer.json"
     )
+
+
+def test_unigram_pieces_and_errors():
+    text = (fetch("janeausten") / "persuasion.txt").read_text(encoding="utf-8").splitlines()
+    tok = train_tokenizer(text[:1500], "unigram", 500)
+    vocab = tok.backend.get_vocab(with_added_tokens=False)
+    order = sorted(vocab, key=vocab.get)
+    assert order[:5] == ["<pad>", "<unk>", "[CLS]", "[SEP]", "[MASK]"]
+    assert len(vocab) == 500 and order.index("▁the") < 10  # the most frequent word, ▁-prefixed
+    assert tok.tokenize("The captain said")[:2] == ["▁the", "▁captain"]
+    with pytest.raises(ValueError, match="Unigram"):  # fewer pieces than characters
+        train_tokenizer(["".join(chr(0x4E00 + i) for i in range(300))], "unigram", 40)

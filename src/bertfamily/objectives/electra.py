@@ -36,9 +36,10 @@ RTD_WEIGHT = 50.0  # λ of Clark et al. 2020 §2 (and their released configs)
 
 def generator_config(config: EncoderConfig, size: float) -> EncoderConfig:
     """The generator's config for a discriminator ``config``: the same layers and embedding
-    size E (the embeddings are shared), ``size`` × its attention heads (at least one) with the
-    discriminator's head size, so hidden size H_G = heads_G · (H / A), and the FFN scaled by
-    H_G / H (ELECTRA §3.2; the released code scales hidden size, heads and FFN together).
+    size E (the embeddings are shared); hidden size H_G = round(``size`` · H), FFN
+    round(``size`` · FFN), and round(``size`` · A) attention heads (at least one, lowered until
+    they divide H_G) — ELECTRA §3.2 and its released code, which scale hidden size, heads and
+    FFN together (ELECTRA-Small's 1/4 generator: H_G = 64, one head).
 
     Raises:
         ValueError: ``size`` not in (0, 1].
@@ -47,13 +48,14 @@ def generator_config(config: EncoderConfig, size: float) -> EncoderConfig:
         raise ValueError(
             f"the generator size is a fraction of the discriminator's, in (0, 1]: {size}"
         )
-    head_dim = config.hidden_size // config.num_attention_heads
+    hidden = max(1, round(config.hidden_size * size))
     heads = max(1, round(config.num_attention_heads * size))
-    hidden = heads * head_dim
+    while hidden % heads:
+        heads -= 1
     return config.replace(
         hidden_size=hidden,
         num_attention_heads=heads,
-        intermediate_size=max(1, round(config.intermediate_size * hidden / config.hidden_size)),
+        intermediate_size=max(1, round(config.intermediate_size * size)),
         embedding_size=config.embedding_size,
         use_pooler=False,
         pair_head=None,

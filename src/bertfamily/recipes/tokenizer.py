@@ -7,7 +7,7 @@ Three schemes, those of the families' released tokenizers:
   pieces; special tokens ``[PAD]=0 [UNK] [CLS] [SEP] [MASK]``.
 - ``"bpe"`` (RoBERTa, Longformer, DeBERTa): byte-level BPE over the 256-byte alphabet, words
   start with ``Ġ``; ``<s>=0 <pad>=1 </s>=2 <unk>=3 <mask>=4``.
-- ``"unigram"`` (ALBERT): SentencePiece-style Unigram LM over ``▁``-prefixed words;
+- ``"unigram"`` (ALBERT): Unigram LM over ``▁``-prefixed words, trained by SentencePiece;
   ``<pad>=0 <unk>=1 [CLS]=2 [SEP]=3 [MASK]=4``.
 
 The result is a `bertfamily.tokenization.Tokenizer`; ``save_pretrained`` writes a directory
@@ -19,6 +19,9 @@ Reproducible: the same corpus and options give a byte-identical ``tokenizer.json
 words, and merges of equal count are tied by those numbers, so ids and even merges change from
 run to run. `train_tokenizer` therefore trains WordPiece as the same BPE with its continuation
 characters made ordinary alphabet symbols (which the trainer sorts), see `_train_wordpiece`.
+Unigram is trained by SentencePiece on one thread (`_train_unigram`): ``tokenizers``'
+UnigramTrainer sums its EM statistics in hash-map order, which changes the scores and the order
+of pieces from run to run.
 """
 
 from __future__ import annotations
@@ -166,6 +169,79 @@ def _train_wordpiece(
     return vocab
 
 
+_SPM_MAX_BYTES = 1 << 15  # longest line given to the SentencePiece trainer (longer: cut at spaces)
+
+
+def _spm_lines(backend: tokenizers.Tokenizer, texts: Iterable[str]) -> Iterable[str]:
+    """Normalised lines, each word after one space, none longer than ``_SPM_MAX_BYTES``
+    (SentencePiece skips longer ones)."""
+    for text in texts:
+        line = backend.normalizer.normalize_str(text).strip()
+        while len(line.encode("utf-8")) > _SPM_MAX_BYTES:
+            cut = line.rfind(" ", 0, _SPM_MAX_BYTES // 4) if " " in line else -1
+            cut = cut if cut > 0 else _SPM_MAX_BYTES // 4
+            yield line[:cut]
+            line = line[cut:].lstrip()
+        if line:  # every word after a space, i.e. "▁"-prefixed, as Metaspace will split it
+            yield " " + " ".join(line.split())
+
+
+def _train_unigram(
+    backend: tokenizers.Tokenizer, texts: Iterable[str], vocab_size: int, specials: list[str]
+) -> list[tuple[str, float]]:
+    """Unigram LM pieces and log-probabilities (Kudo 2018, "Subword Regularization" §3.2),
+    trained by SentencePiece itself (the trainer of ALBERT's released tokenizer) on the
+    normalised text, single-threaded: deterministic, unlike ``tokenizers``' UnigramTrainer, whose
+    EM sums over a randomly ordered hash map of the words, so scores, and the order of pieces
+    of near-equal score, change from run to run.
+
+    Words are split at whitespace and start with ``▁`` (as the ``Metaspace`` pre-tokeniser
+    does); every character of the text is kept (``character_coverage=1``); ``vocab_size`` is an
+    upper bound (a small corpus gives fewer pieces). ``specials`` take ids 0, 1, ... in order
+    (the second, ``<unk>``, is the unknown piece).
+
+    Raises:
+        ValueError: the trainer refuses the corpus or the size (e.g. fewer pieces allowed than
+            the corpus has characters).
+    """
+    import io
+
+    import sentencepiece as spm
+
+    model = io.BytesIO()
+    try:
+        spm.SentencePieceTrainer.train(
+            sentence_iterator=iter(_spm_lines(backend, texts)),
+            model_writer=model,
+            model_type="unigram",
+            vocab_size=vocab_size,
+            hard_vocab_limit=False,
+            character_coverage=1.0,
+            normalization_rule_name="identity",
+            add_dummy_prefix=False,
+            remove_extra_whitespaces=False,
+            split_by_unicode_script=False,
+            shuffle_input_sentence=False,
+            max_sentence_length=_SPM_MAX_BYTES,
+            num_threads=1,
+            pad_id=0,
+            pad_piece=specials[0],
+            unk_id=1,
+            unk_piece=specials[1],
+            bos_id=-1,
+            eos_id=-1,
+            control_symbols=specials[2:],
+            minloglevel=2,
+        )
+    except RuntimeError as e:
+        raise ValueError(f"cannot train a Unigram tokenizer of {vocab_size} pieces: {e}") from None
+    from sentencepiece import sentencepiece_model_pb2
+
+    proto = sentencepiece_model_pb2.ModelProto()
+    proto.ParseFromString(model.getvalue())
+    return [(p.piece, p.score) for p in proto.pieces]
+
+
 def train_tokenizer(
     corpus: Iterable[str] | str | Path | list[str | Path],
     kind: str = "wordpiece",
@@ -243,12 +319,13 @@ def train_tokenizer(
         backend.normalizer = normalizers.Sequence(steps)
         backend.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁")
         backend.decoder = decoders.Metaspace(replacement="▁")
-        trainer = trainers.UnigramTrainer(
-            vocab_size=vocab_size, special_tokens=special_list, unk_token=specials["unk"]
-        )
+        trainer = None
         hf = {"tokenizer_class": "PreTrainedTokenizerFast", "do_lower_case": lowercase}
 
-    if trainer is None:
+    if trainer is None and kind == "unigram":
+        pieces = _train_unigram(backend, _texts(corpus), vocab_size, special_list)
+        backend.model = models.Unigram(pieces, unk_id=special_list.index(specials["unk"]))
+    elif trainer is None:
         vocab = _train_wordpiece(backend, _texts(corpus), vocab_size, min_frequency, special_list)
         backend.model = models.WordPiece(vocab, unk_token=specials["unk"])
     else:
