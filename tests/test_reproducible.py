@@ -164,3 +164,30 @@ def test_unigram_pieces_and_errors():
     assert tok.tokenize("The captain said")[:2] == ["▁the", "▁captain"]
     with pytest.raises(ValueError, match="Unigram"):  # fewer pieces than characters
         train_tokenizer(["".join(chr(0x4E00 + i) for i in range(300))], "unigram", 40)
+
+
+def test_same_seed_same_instances_and_masks(toy, tmp_path):
+    """Instances (packing, NSP pairs) and dynamic masking depend on the seed alone."""
+    import torch
+
+    from bertfamily.objectives.masking import MaskingConfig
+    from bertfamily.recipes.common import mlm_data
+    from bertfamily.tokenization import load_tokenizer
+    from bertfamily.train import TrainConfig
+    from bertfamily.train.distributed import DistInfo
+
+    tok = load_tokenizer(toy / "tok")
+
+    def data(seed):
+        train = TrainConfig(output_dir=tmp_path, batch_size=4, seed=seed)
+        d = mlm_data(
+            [toy / "toy.txt"], tok, train, DistInfo(), kind="nsp", max_length=24,
+            masking=MaskingConfig(), eval_documents=4, eval_batches=2,
+        )  # fmt: skip
+        return [i.input_ids.tolist() for i in d.train_instances], list(d.source(0)), d.eval_batches
+
+    a, b, c = data(5), data(5), data(6)
+    assert a[0] == b[0] and a[0] != c[0]  # NSP pairs: random next sentences, from the seed
+    for x, y in zip(a[1] + a[2], b[1] + b[2]):
+        assert x.keys() == y.keys() and all(torch.equal(x[k], y[k]) for k in x)
+    assert not all(torch.equal(x["input_ids"], y["input_ids"]) for x, y in zip(a[1], c[1]))
