@@ -62,7 +62,15 @@ def pretrain(
         "heads if absent).",
     ),
     objectives: str | None = typer.Option(
-        None, help="e.g. mlm,nsp | mlm,sop | mlm | mlm,sbo (default: the preset's)."
+        None,
+        help="e.g. mlm,nsp | mlm,sop | mlm | mlm,sbo | rtd (ELECTRA replaced-token detection, "
+        "ELECTRA models; saves the discriminator) (default: the preset's).",
+    ),
+    generator_size: float = typer.Option(
+        0.25,
+        min=0.0,
+        max=1.0,
+        help="rtd: the generator's width as a fraction of the discriminator's (ELECTRA §3.2).",
     ),
     masking: str | None = typer.Option(
         None, help="token | whole_word | ngram | entity | span (default: the preset's, else token)"
@@ -113,6 +121,7 @@ def pretrain(
         overrides=model_overrides(layers, hidden, heads, dropout),
         init_from=resolve_model(init_from) if init_from else None,
         objectives=objectives.split(",") if objectives else None,
+        generator_size=generator_size,
         masking=MaskingConfig(
             strategy=masking or "token",
             mlm_probability=mlm_probability,

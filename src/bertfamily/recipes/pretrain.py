@@ -3,7 +3,10 @@
 Objectives default to the preset's: `RECIPES` where the config does not imply them
 (SpanBERT: MLM + SBO with span masking), else MLM plus the config's ``pair_head`` ("nsp" for
 BERT, "sop" for ALBERT, none for RoBERTa-style presets, which then get full-sentence packing);
-``objectives`` and ``masking`` override them.
+``objectives`` and ``masking`` override them. ``objectives=["rtd"]``: ELECTRA's replaced-token
+detection (`objectives.electra`): a generator of ``generator_size`` × the model's width trains
+beside it, and the saved model is the discriminator (``ElectraForPreTraining`` layout), so the
+model must be an ELECTRA one (``tiny-electra``, an ELECTRA ``init_from``).
 
 Continued pretraining: ``init_from`` loads an existing Hugging Face directory (e.g. the real
 all-MiniLM-L6-v2, which ships without an MLM head); heads the checkpoint lacks are freshly
@@ -24,6 +27,7 @@ import torch
 from ..build import build_model, build_span_boundary_head
 from ..checkpoints.io import config_from_hf, read_hf_config
 from ..config import EncoderConfig
+from ..objectives.electra import RTD_WEIGHT, ReplacedTokenDetection, evaluate_rtd, generator_config
 from ..objectives.instances import PACKINGS
 from ..objectives.masking import MaskingConfig
 from ..objectives.pretraining import PretrainingModel, evaluate_mlm, unigram_log_probs
@@ -31,6 +35,7 @@ from ..pretrained import from_pretrained
 from ..tokenization import load_tokenizer
 from ..train.distributed import init_distributed
 from ..train.loop import TrainConfig, Trainer
+from ..train.rundir import write_run_record
 from .common import config_for_tokenizer, finish_run, mlm_data, save_pretrained
 
 __all__ = ["RECIPES", "PretrainConfig", "pretrain", "load_for_continued_pretraining"]
@@ -58,8 +63,11 @@ class PretrainConfig:
         tokenizer: a tokenizer directory (None: the one in ``init_from``).
         preset: preset name for a model from scratch; overrides: EncoderConfig field values.
         init_from: an existing model directory to continue pretraining.
-        objectives: subset of ("mlm", "nsp", "sop", "sbo"); None = the preset's recipe
-            (`RECIPES`), else MLM + the config's ``pair_head``.
+        objectives: subset of ("mlm", "nsp", "sop", "sbo"), or ("rtd",) alone (ELECTRA);
+            None = the preset's recipe (`RECIPES`), else MLM + the config's ``pair_head``.
+        generator_size: "rtd": the generator's width as a fraction of the discriminator's
+            (`objectives.electra.generator_config`; ELECTRA §3.2: 1/4–1/2 works best).
+        rtd_weight: "rtd": λ of L_MLM + λ·L_Disc (ELECTRA §2: 50).
         masking: `MaskingConfig` (strategy, rate, 80/10/10, cap); None = the recipe's
             strategy, else "token".
         static_copies: 0 = dynamic masking; k > 0 = k fixed maskings per instance.
@@ -88,6 +96,8 @@ class PretrainConfig:
     overrides: dict[str, Any] = field(default_factory=dict)
     init_from: str | Path | None = None
     objectives: Sequence[str] | None = None
+    generator_size: float = 0.25
+    rtd_weight: float = RTD_WEIGHT
     masking: MaskingConfig | None = None
     static_copies: int = 0
     packing: str = "full_sentences"
@@ -112,7 +122,7 @@ def load_for_continued_pretraining(path: str | Path, heads: Sequence[str]):
         ValueError: a weight of the trunk is missing, or a weight is unexpected/mismatched.
     """
     model, report = from_pretrained(path, heads=list(heads), strict=False, return_report=True)
-    head_prefixes = ("mlm_head.", "pair_head.")
+    head_prefixes = ("mlm_head.", "pair_head.", "rtd_head.")
     fresh = [k for k in report.missing if k.startswith(head_prefixes)]
     trunk_missing = [k for k in report.missing if not k.startswith(head_prefixes)]
     if trunk_missing or report.unexpected or report.mismatched:
@@ -135,17 +145,30 @@ def _objectives(cfg: PretrainConfig, config) -> tuple[str, ...]:
         objs = tuple(cfg.objectives)
     else:
         objs = ("mlm",) + ((config.pair_head,) if config.pair_head else ())
+    if "rtd" in objs:
+        if objs != ("rtd",):
+            raise ValueError(f"'rtd' (ELECTRA) is an objective of its own; got {objs}")
+        if config.model_type != "electra":
+            raise ValueError(
+                "'rtd' trains an ELECTRA discriminator: use an ELECTRA model (e.g. preset "
+                f"tiny-electra, or init_from an ELECTRA directory), not {config.model_type!r}"
+            )
+        return objs
     bad = set(objs) - {"mlm", "nsp", "sop", "sbo"}
     if bad or "mlm" not in objs or {"nsp", "sop"} <= set(objs):
         raise ValueError(
             f"objectives must include 'mlm', at most one of 'nsp'/'sop', and "
-            f"optionally 'sbo'; got {objs}"
+            f"optionally 'sbo'; or be 'rtd' alone; got {objs}"
         )
     return objs
 
 
 def pretrain(cfg: PretrainConfig, train: TrainConfig) -> dict[str, Any]:
     """Build data, model and heads, and run the `Trainer`. Works alone or under torchrun.
+
+    The run directory gets ``run.json`` (`bertfamily.train.rundir.write_run_record`: command
+    line, resolved configuration, seed, threads, versions, sha256 of the corpus, tokenizer and
+    initial model files) before training starts.
 
     Returns:
         The `Trainer.train` summary plus ``objectives``, ``instances`` (train/eval counts),
@@ -172,7 +195,7 @@ def pretrain(cfg: PretrainConfig, train: TrainConfig) -> dict[str, Any]:
         objectives = _objectives(cfg, base)
         pair = next((o for o in objectives if o in ("nsp", "sop")), None)
         model, fresh = load_for_continued_pretraining(
-            cfg.init_from, ["mlm"] + (["pair"] if pair else [])
+            cfg.init_from, ["rtd"] if "rtd" in objectives else ["mlm"] + (["pair"] if pair else [])
         )
         config = model.config
     else:
@@ -187,7 +210,8 @@ def pretrain(cfg: PretrainConfig, train: TrainConfig) -> dict[str, Any]:
         config = config_for_tokenizer(
             config, tok, cfg.max_length, pair_head=pair, use_pooler=pair is not None
         )
-        model = build_model(config, heads=["mlm"] + (["pair"] if pair else []))
+        heads = ["rtd"] if "rtd" in objectives else ["mlm"] + (["pair"] if pair else [])
+        model = build_model(config, heads=heads)
     if cfg.masking is None:
         strategy = "entity" if cfg.phrases else "token"
         cfg = dataclasses.replace(cfg, masking=MaskingConfig(strategy=strategy))
@@ -229,8 +253,23 @@ def pretrain(cfg: PretrainConfig, train: TrainConfig) -> dict[str, Any]:
     )
     train_inst, eval_inst = data.train_instances, data.eval_instances
     unigram = unigram_log_probs(train_inst, tok.vocab_size, tok.all_special_ids)
-    sbo_head = build_span_boundary_head(config, model) if sbo else None
-    pmodel = PretrainingModel(model, sbo_head, pair_objective=pair is not None)
+    generator_parameters = 0
+    if "rtd" in objectives:
+        generator = build_model(generator_config(config, cfg.generator_size), heads=["mlm"])
+        pmodel = ReplacedTokenDetection(model, generator, cfg.rtd_weight)
+        shared = {id(p) for p in model.parameters()}
+        generator_parameters = sum(p.numel() for p in generator.parameters() if id(p) not in shared)
+
+        def evaluate(m):
+            return evaluate_rtd(m, data.eval_batches, train.seed)
+
+    else:
+        sbo_head = build_span_boundary_head(config, model) if sbo else None
+        pmodel = PretrainingModel(model, sbo_head, pair_objective=pair is not None)
+
+        def evaluate(m):
+            return evaluate_mlm(m, data.eval_batches, unigram)
+
     logger.info(
         "pretraining %s (%d parameters) on %d/%d train/eval instances, objectives %s, "
         "batch size %d",
@@ -242,12 +281,22 @@ def pretrain(cfg: PretrainConfig, train: TrainConfig) -> dict[str, Any]:
         data.batch_size,
     )
 
+    if dist.is_main:  # run.json: what repeats this run
+        inputs = [*cfg.corpus, *cfg.eval_corpus, tok_dir]
+        if cfg.init_from is not None and cfg.init_from != tok_dir:
+            inputs.append(cfg.init_from)
+        write_run_record(
+            train.output_dir,
+            {"pretrain": cfg, "train": train, "model": config, "objectives": objectives},
+            inputs,
+            train.seed,
+        )
     trainer = Trainer(
         pmodel,
         lambda m, b, denominators: m(b, denominators),
         data.source,
         train,
-        eval_fn=lambda m: evaluate_mlm(m, data.eval_batches, unigram),
+        eval_fn=evaluate,
         dist=dist,
         save_fn=save_pretrained,
         count_fn=pmodel.counts,  # each term normalised over the whole accumulated step
@@ -260,6 +309,7 @@ def pretrain(cfg: PretrainConfig, train: TrainConfig) -> dict[str, Any]:
         packing=None if pair else cfg.packing,
         batch_size=data.batch_size,
         parameters=model.num_parameters(heads=True),
+        generator_parameters=generator_parameters,
         world_size=dist.world_size,
     )
     if dist.is_main:

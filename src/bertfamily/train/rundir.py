@@ -6,15 +6,26 @@ Every file the trainer reads back (``checkpoint.pt``, ``best/model_state.pt``) g
 lists, tuples and dicts and refuses any other Python object (a pickle that would call
 ``os.system`` is refused before anything runs). Every failure is a `RunDirectoryError` naming
 the file.
+
+`write_run_record` writes ``run.json``: what repeats the run (command line, resolved
+configuration, seed, thread counts, library versions, sha256 of every data file).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import importlib.metadata
 import json
 import logging
+import os
 import pickle
+import platform
 import re
 import shutil
+import sys
+from collections.abc import Iterable
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +39,13 @@ __all__ = [
     "clean_run_directory",
     "read_metrics",
     "trim_metrics",
+    "RUN_FILE",
+    "run_record",
+    "write_run_record",
 ]
+
+RUN_FILE = "run.json"
+_VERSIONED = ("bertfamily", "torch", "tokenizers", "transformers", "numpy", "safetensors")
 
 logger = logging.getLogger(__name__)
 
@@ -216,3 +233,103 @@ def trim_metrics(path: str | Path, last_step: int) -> None:
             last_step,
         )
     atomic_write(path, lambda tmp: tmp.write_bytes(new))
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _data_files(paths: Iterable[str | Path]) -> list[dict[str, Any]]:
+    """``{"path", "bytes", "sha256"}`` of each file, and of every file under each directory
+    (sorted); a path that does not exist is recorded with ``"missing": true``."""
+    out: list[dict[str, Any]] = []
+    for p in paths:
+        path = Path(p)
+        files = sorted(f for f in path.rglob("*") if f.is_file()) if path.is_dir() else [path]
+        for f in files:
+            if not f.is_file():
+                out.append({"path": str(f), "missing": True})
+                continue
+            out.append({"path": str(f.resolve()), "bytes": f.stat().st_size, "sha256": _sha256(f)})
+    return out
+
+
+def _version(name: str) -> str | None:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _plain(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, Path):
+        return str(value)
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    return repr(value)
+
+
+def run_record(
+    config: dict[str, Any], data_files: Iterable[str | Path], seed: int
+) -> dict[str, Any]:
+    """What repeats a run, as plain JSON values.
+
+    Args:
+        config: the resolved configuration, by part (e.g. ``{"pretrain": PretrainConfig,
+            "train": TrainConfig, "model": EncoderConfig}``; dataclasses become dicts).
+        data_files: files and directories the run reads (corpus, tokenizer, initial model):
+            each file's path, size and sha256 are recorded.
+        seed: the run's seed.
+
+    Returns:
+        ``{"argv", "config", "seed", "threads", "versions", "data", "platform", "started"}``:
+        ``argv`` is ``sys.argv``; ``threads`` torch's intra-op and inter-op thread counts and
+        the ``OMP_NUM_THREADS`` / ``TOKENIZERS_PARALLELISM`` environment; ``versions`` python
+        and the installed bertfamily, torch, tokenizers, transformers (None when absent),
+        numpy, safetensors.
+    """
+    import torch
+
+    versions = {"python": platform.python_version()}
+    versions.update({name: _version(name) for name in _VERSIONED})
+    return {
+        "argv": list(sys.argv),
+        "config": _plain(config),
+        "seed": seed,
+        "threads": {
+            "torch_intra_op": torch.get_num_threads(),
+            "torch_inter_op": torch.get_num_interop_threads(),
+            "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"),
+            "TOKENIZERS_PARALLELISM": os.environ.get("TOKENIZERS_PARALLELISM"),
+        },
+        "versions": versions,
+        "data": _data_files(data_files),
+        "platform": {"system": platform.platform(), "machine": platform.machine()},
+        "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }
+
+
+def write_run_record(
+    output_dir: str | Path,
+    config: dict[str, Any],
+    data_files: Iterable[str | Path],
+    seed: int,
+) -> dict[str, Any]:
+    """Write `run_record` to ``output_dir/run.json`` atomically (call on the main process;
+    a resumed run rewrites it with its own command line). Returns the record."""
+    record = run_record(config, data_files, seed)
+    path = Path(output_dir) / RUN_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(record, indent=2)
+    atomic_write(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+    return record
