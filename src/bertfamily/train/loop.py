@@ -38,7 +38,9 @@ step's per-unit means over all ranks. Outputs in ``output_dir``:
 
 - ``metrics.jsonl``: one JSON object per log/eval event (``step``, ``split``, values);
 - ``checkpoint.pt``: model + optimizer (full, unsharded, keyed by parameter name) + scheduler
-  + gradient scaler + RNG states of every rank + data position + counters, replaced atomically every ``save_every`` steps, at the end, and on Ctrl-C/SIGTERM;
+  + gradient scaler + RNG states of every rank + data position + counters, replaced
+  atomically every ``save_every`` steps, at the end, and on Ctrl-C/SIGTERM (not under FSDP,
+  where gathering the shards would need every rank);
 - ``model/``: the final weights (``model_state.pt``, plus whatever ``save_fn(model,
   directory)`` writes, e.g. the Hugging Face layout); ``best/``: the same for the best
   evaluation when ``metric_for_best`` is set;
@@ -81,12 +83,12 @@ from ..files import atomic_directory, atomic_write
 from ..modules.encoder import Encoder
 from .data import as_batch_source
 from .distributed import (
+    PARALLEL_KINDS,
     DistInfo,
     all_gather_objects,
     all_reduce_mean,
     all_reduce_sum,
     broadcast_object,
-    PARALLEL_KINDS,
     full_state_dicts,
     init_distributed,
     load_full_state_dicts,
@@ -408,7 +410,9 @@ class Trainer:
         rngs = all_gather_objects(_rng_state()) if gather else [_rng_state()]
         if not gather and self._template is not None:
             # gathering FSDP shards needs every rank, which an interrupt may have stopped
-            logger.warning("interrupted FSDP run: no checkpoint written at step %d", self.state.step)
+            logger.warning(
+                "interrupted FSDP run: no checkpoint written at step %d", self.state.step
+            )
             return
         model_state, optim_state = full_state_dicts(self.model, self.optimizer)
         if not self.dist.is_main:
@@ -456,7 +460,9 @@ class Trainer:
         self._check_model_state(payload["model"], path)
         rngs = payload["rng"]
         try:
-            load_full_state_dicts(self.model, payload["model"], self.optimizer, payload["optimizer"])
+            load_full_state_dicts(
+                self.model, payload["model"], self.optimizer, payload["optimizer"]
+            )
             self.scheduler.load_state_dict(payload["scheduler"])
             if payload.get("scaler"):  # fp16 runs; empty for fp32/bf16
                 self.scaler.load_state_dict(payload["scaler"])
