@@ -26,10 +26,11 @@ from scale_worker import dataset, loss_fn, run, spawn_entry, tiny_model
 pytestmark = pytest.mark.usefixtures("one_thread")  # conftest.py
 
 WORKER = Path(__file__).with_name("scale_worker.py")
-#: |loss_bf16 - loss_fp32| at every one of 100 steps of tiny-bert (measured: max 0.0059 on
-#: losses near 4.6 on the AMD EPYC CI machine, bf16 emulated); the bound leaves 3x headroom
-#: and still fails if bf16 were not applied to an fp32 run's numbers (steps differ by ~0.05).
-BF16_LOSS_ATOL = 0.02
+#: |loss_bf16 - loss_fp32| at every one of 100 steps of tiny-bert (loss 4.61 -> 4.10). Measured
+#: on the 2-core AMD EPYC (bf16 emulated): max 4.5e-4, mean 1.2e-4; the bound leaves ~4x
+#: headroom and stays well below the loss's own step-to-step change (median 0.034), so a bf16
+#: run that diverged from fp32 by even one step's worth of progress fails.
+BF16_LOSS_ATOL = 2e-3
 
 
 def _port() -> int:
