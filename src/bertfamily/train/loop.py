@@ -332,7 +332,8 @@ class Trainer:
         eval_fn: ``(model) -> {name: float}``; optional.
         dist: the process's `DistInfo`; None = `init_distributed(config.device)`.
         save_fn: ``(model, directory) -> None``, called on rank 0 for ``model/`` and ``best/``
-            after ``model_state.pt`` is written (the unwrapped model; e.g.
+            after ``model_state.pt`` is written (the unwrapped model, under FSDP a plain copy
+            holding the gathered weights; e.g.
             ``lambda m, d: m.save_pretrained(d)``); None: ``model_state.pt`` only.
             ``directory`` is a fresh temporary sibling that replaces ``model/``/``best/`` whole
             once ``save_fn`` returns (files of the previous version are not kept).
@@ -556,7 +557,8 @@ class Trainer:
 
     def evaluate(self) -> dict[str, float]:
         """Run ``eval_fn`` on rank 0 (no grad, eval mode) and share the result with all ranks.
-        Keys get an ``eval_`` prefix."""
+        Keys get an ``eval_`` prefix. Under FSDP every rank must call it: the shards are
+        gathered into a plain copy of the model on rank 0, which ``eval_fn`` gets."""
         result: dict[str, float] = {}
         model = self._plain_model() if self.eval_fn is not None else None
         if self.eval_fn is not None and self.dist.is_main:
