@@ -272,7 +272,11 @@ def test_finetune_takes_shared_options(monkeypatch, tmp_path):
             "1e-4",
             "--seed",
             "3",
-            "--bf16",
+            "--precision",
+            "bf16",
+            "--checkpoint-activations",
+            "--parallel",
+            "fsdp",
             "--device",
             "cpu",
             "--batch-size",
@@ -285,7 +289,8 @@ def test_finetune_takes_shared_options(monkeypatch, tmp_path):
     )
     assert result.exit_code == 0, result.output
     tc = seen["train"]
-    assert (tc.learning_rate, tc.seed, tc.bf16, tc.device) == (1e-4, 3, True, "cpu")
+    assert (tc.learning_rate, tc.seed, tc.precision, tc.device) == (1e-4, 3, "bf16", "cpu")
+    assert tc.checkpoint_activations and tc.parallel == "fsdp"
     assert (seen["cfg"].patience, tc.max_steps, tc.batch_size) == (2, 7, 8)
     assert seen["cfg"].epochs is None  # --max-steps wins over --epochs
     result = runner.invoke(app, base + ["--lr", "2e-4"])

@@ -72,14 +72,9 @@ def read_lines(path: Path) -> list[str]:
 
 def bf16_supported() -> bool:
     """Whether bf16 matrix multiplies run natively here (CUDA, or a CPU with AVX512-BF16/AMX)."""
-    import torch
+    from ..train.precision import bf16_native
 
-    if torch.cuda.is_available():
-        return torch.cuda.is_bf16_supported()
-    try:
-        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
-    except (AttributeError, RuntimeError):
-        return False
+    return bf16_native()
 
 
 def torch_dtype(name: str):

@@ -33,7 +33,9 @@ class TrainOptions:
     eval_every: int | None = 500
     save_every: int = 500
     log_every: int | None = 50
-    bf16: bool = False
+    precision: str = "fp32"
+    checkpoint_activations: bool = False
+    parallel: str = "ddp"
     seed: int = 0
     resume: bool = False
     device: str = "auto"
@@ -54,7 +56,9 @@ class TrainOptions:
             eval_every=self.eval_every,
             save_every=self.save_every,
             log_every=self.log_every,
-            bf16=self.bf16,
+            precision=self.precision,
+            checkpoint_activations=self.checkpoint_activations,
+            parallel=self.parallel,
             seed=self.seed,
             resume=self.resume,
             device=self.device,
@@ -95,7 +99,21 @@ _OPTIONS: dict[str, tuple[tuple[str, ...], dict[str, Any]]] = {
     ),
     "save_every": ((), dict(help="Checkpoint every N steps (0: at the end).")),
     "log_every": ((), dict(help="Log every N steps (finetune: default a tenth of the run).")),
-    "bf16": ((), dict(help="Autocast forward passes to bfloat16.")),
+    "precision": (
+        (),
+        dict(
+            help="fp32 | bf16 (autocast; slow on CPUs without bf16 units) | fp16 (autocast + "
+            "gradient scaler; CUDA only)."
+        ),
+    ),
+    "checkpoint_activations": (
+        (),
+        dict(help="Recompute each encoder layer in backward instead of storing activations."),
+    ),
+    "parallel": (
+        (),
+        dict(help="Under torchrun: ddp (replicated) | fsdp (FSDP2, sharded weights)."),
+    ),
     "seed": ((), dict(help="Seed of a fresh run (plus the rank).")),
     "resume": ((), dict(help="Continue from OUTPUT/checkpoint.pt.")),
     "device": ((), dict(help="auto | cpu | cuda")),

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from .context import AttentionContext
 from .unpad import Unpadded
@@ -92,6 +93,11 @@ class Encoder(nn.Module):
         # Unpadded execution (see modules/unpad.py): on by default where it applies; set False to
         # always run the padded batch.
         self.unpad = True
+        # Activation checkpointing (Chen et al. 2016, "Training Deep Nets with Sublinear Memory
+        # Cost"): when True, in training with gradients on, each layer step keeps only its
+        # input and recomputes its activations during backward (torch.utils.checkpoint,
+        # non-reentrant, same dropout masks). Set by the Trainer's checkpoint_activations.
+        self.checkpoint_activations = False
 
     # ------------------------------------------------------------------------------------------
     def check_inputs(
@@ -294,9 +300,13 @@ class Encoder(nn.Module):
             x = plan.gather(x)  # (B, T, H) -> (total_tokens, H)
             run_ctx = dataclasses.replace(ctx, unpadded=plan)
         hidden, probs, scores = [x], [], []
+        recompute = self.checkpoint_activations and self.training and torch.is_grad_enabled()
         for step, index in enumerate(self.schedule):
             layer_input = x
-            x, att = self.layers[index](x, run_ctx)
+            if recompute:
+                x, att = checkpoint(self.layers[index], x, run_ctx, use_reentrant=False)
+            else:
+                x, att = self.layers[index](x, run_ctx)
             if step == 0 and self.first_layer_branch is not None:
                 x = self.first_layer_branch(layer_input, x, run_ctx)
             if output_hidden_states:  # else each layer's output is freed (long inputs)

@@ -4,10 +4,19 @@
 ``MASTER_ADDR/PORT``; `init_distributed` reads them and starts the process group (gloo on CPU,
 nccl on CUDA). Without them it returns a single-process `DistInfo` and starts nothing. Only
 rank 0 logs, writes metrics and saves checkpoints (`DistInfo.is_main`).
+
+Two kinds of data parallelism (`PARALLEL_KINDS`): DistributedDataParallel (every rank holds the
+whole model; gradients all-reduced) and FSDP2 (`shard_model`: ``fully_shard`` on each encoder
+layer and on the root, so each rank holds 1/world of the parameters, gradients and optimizer
+state; a layer's parameters are all-gathered just before it runs and freed after). Checkpoints
+of both are the same full, unsharded state dicts (`full_state_dicts`,
+`load_full_state_dicts`, on torch.distributed.checkpoint's ``state_dict`` helpers), so a run
+resumes under either kind and any number of processes.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 from dataclasses import dataclass
@@ -15,6 +24,9 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch import nn
+
+from ..modules.encoder import Encoder
 
 __all__ = [
     "DistInfo",
@@ -25,7 +37,16 @@ __all__ = [
     "all_reduce_mean",
     "all_reduce_sum",
     "shard_range",
+    "PARALLEL_KINDS",
+    "shard_model",
+    "is_sharded",
+    "set_gradient_sync",
+    "full_state_dicts",
+    "load_full_state_dicts",
 ]
+
+#: "ddp": DistributedDataParallel; "fsdp": FSDP2 ``fully_shard`` (`shard_model`).
+PARALLEL_KINDS = ("ddp", "fsdp")
 
 logger = logging.getLogger(__name__)
 
@@ -143,3 +164,98 @@ def shard_range(n: int, rank: int, world_size: int) -> range:
         raise ValueError(f"cannot shard {n} items over {world_size} processes")
     per = n // world_size
     return range(rank * per, (rank + 1) * per)
+
+
+def shard_model(model: nn.Module, info: DistInfo) -> nn.Module:
+    """Shard ``model`` in place with FSDP2 over all ranks of the process group: one
+    ``fully_shard`` unit per unique encoder layer (each `Encoder` of the model, an ALBERT
+    shared layer once), then the root (embeddings, heads, the rest). Parameters become DTensors
+    sharded on dim 0; build the optimizer afterwards.
+
+    Returns:
+        ``model`` itself (now also an ``FSDPModule``: ``set_requires_gradient_sync``,
+        ``unshard``).
+
+    Raises:
+        ValueError: no process group is running (FSDP needs torchrun or an initialised group).
+    """
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    if not dist.is_initialized():
+        raise ValueError("FSDP needs a process group: launch with torchrun")
+    mesh = init_device_mesh(info.device.type, (dist.get_world_size(),))
+    for module in model.modules():
+        if isinstance(module, Encoder):
+            for layer in module.layers:
+                fully_shard(layer, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    return model
+
+
+def is_sharded(model: nn.Module) -> bool:
+    """Whether ``model`` was sharded by `shard_model` (FSDP2)."""
+    from torch.distributed.fsdp import FSDPModule
+
+    return isinstance(model, FSDPModule)
+
+
+def set_gradient_sync(wrapped: nn.Module, sync: bool):
+    """A context in which backward passes reduce gradients over ranks (``sync``) or only
+    accumulate them locally (gradient accumulation's first micro-batches): DDP's ``no_sync``,
+    FSDP2's ``set_requires_gradient_sync``; a null context for a single process."""
+    if is_sharded(wrapped):
+        wrapped.set_requires_gradient_sync(sync)
+        return contextlib.nullcontext()
+    if sync or not isinstance(wrapped, nn.parallel.DistributedDataParallel):
+        return contextlib.nullcontext()
+    return wrapped.no_sync()
+
+
+def full_state_dicts(
+    model: nn.Module, optimizer: torch.optim.Optimizer | None = None
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The model's and optimizer's full (unsharded) state dicts on the CPU, optimizer state
+    keyed by parameter name, for a plain, DDP-inner or FSDP2-sharded ``model``.
+
+    A collective call under FSDP (every rank must call it); there only rank 0 gets the
+    tensors, the other ranks empty dicts. ``optimizer`` None: ``{}`` for it.
+    """
+    from torch.distributed.checkpoint.state_dict import (
+        StateDictOptions,
+        get_model_state_dict,
+        get_optimizer_state_dict,
+    )
+
+    opts = StateDictOptions(full_state_dict=True, cpu_offload=True)
+    model_state = get_model_state_dict(model, options=opts)
+    optim_state = (
+        {} if optimizer is None else get_optimizer_state_dict(model, optimizer, options=opts)
+    )
+    return model_state, optim_state
+
+
+def load_full_state_dicts(
+    model: nn.Module,
+    model_state: dict[str, Any],
+    optimizer: torch.optim.Optimizer | None = None,
+    optim_state: dict[str, Any] | None = None,
+) -> None:
+    """Load what `full_state_dicts` returned into ``model`` (plain or FSDP2-sharded: each rank
+    keeps its shard of the full tensors) and ``optimizer`` (when given). Every rank passes the
+    full dicts.
+
+    Raises:
+        RuntimeError / KeyError / ValueError: the dicts do not fit the model or optimizer
+            (torch's messages).
+    """
+    from torch.distributed.checkpoint.state_dict import (
+        StateDictOptions,
+        set_model_state_dict,
+        set_optimizer_state_dict,
+    )
+
+    opts = StateDictOptions(full_state_dict=True, strict=True)
+    set_model_state_dict(model, model_state, options=opts)
+    if optimizer is not None and optim_state is not None:
+        set_optimizer_state_dict(model, optimizer, optim_state, options=opts)

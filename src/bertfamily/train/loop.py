@@ -3,8 +3,8 @@ distillation.
 
 The loop knows nothing about the task. It gets
 
-- ``model``: an ``nn.Module`` (moved to the device; wrapped in DistributedDataParallel under
-  ``torchrun``);
+- ``model``: an ``nn.Module`` (moved to the device; under ``torchrun`` wrapped in
+  DistributedDataParallel, or sharded in place with FSDP2 when ``parallel="fsdp"``);
 - ``loss_fn(model, batch) -> (loss, {name: float})``: the scalar loss to minimise and named
   components to log. ``model`` is the DDP wrapper when distributed: call it
   (``model(**inputs)``) rather than its submodules, and use `unwrap` for attributes;
@@ -37,8 +37,10 @@ saw, on any number of ranks (transformers' ``num_items_in_batch``). The logged v
 step's per-unit means over all ranks. Outputs in ``output_dir``:
 
 - ``metrics.jsonl``: one JSON object per log/eval event (``step``, ``split``, values);
-- ``checkpoint.pt``: model + optimizer + scheduler + RNG states of every rank + data position +
-  counters, replaced atomically every ``save_every`` steps, at the end, and on Ctrl-C/SIGTERM;
+- ``checkpoint.pt``: model + optimizer (full, unsharded, keyed by parameter name) + scheduler
+  + gradient scaler + RNG states of every rank + data position + counters, replaced
+  atomically every ``save_every`` steps, at the end, and on Ctrl-C/SIGTERM (not under FSDP,
+  where gathering the shards would need every rank);
 - ``model/``: the final weights (``model_state.pt``, plus whatever ``save_fn(model,
   directory)`` writes, e.g. the Hugging Face layout); ``best/``: the same for the best
   evaluation when ``metric_for_best`` is set;
@@ -61,6 +63,7 @@ Example::
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import json
 import logging
@@ -77,17 +80,24 @@ import torch
 from torch import nn
 
 from ..files import atomic_directory, atomic_write
+from ..modules.encoder import Encoder
 from .data import as_batch_source
 from .distributed import (
+    PARALLEL_KINDS,
     DistInfo,
     all_gather_objects,
     all_reduce_mean,
     all_reduce_sum,
     broadcast_object,
+    full_state_dicts,
     init_distributed,
+    load_full_state_dicts,
+    set_gradient_sync,
+    shard_model,
 )
 from .optim import build_optimizer
 from .plot import plot_metrics
+from .precision import PRECISIONS, autocast, check_precision, grad_scaler
 from .rundir import RunDirectoryError, clean_run_directory, load_tensor_file, trim_metrics
 from .schedules import SCHEDULES, build_scheduler
 
@@ -109,8 +119,10 @@ MODEL_STATE_FILE = "model_state.pt"
 PLOT_FILE = "loss.png"
 MODEL_DIRS = ("model", "best")
 #: Version of ``checkpoint.pt``. 2: every value a tensor, number, string, list, tuple or dict
-#: (RNG states included), so it loads with ``torch.load(weights_only=True)``.
-CHECKPOINT_FORMAT = 2
+#: (RNG states included), so it loads with ``torch.load(weights_only=True)``. 3: the optimizer
+#: state is keyed by parameter name (torch.distributed.checkpoint's full state dict, the same
+#: for one process, DDP and FSDP), plus the gradient scaler's state.
+CHECKPOINT_FORMAT = 3
 _CHECKPOINT_KEYS = ("model", "optimizer", "scheduler", "state", "rng")
 
 LossFn = Callable[..., tuple[torch.Tensor, dict[str, float]]]
@@ -136,7 +148,17 @@ class TrainConfig:
         warmup_steps: linear warm-up length; when 0, ``warmup_ratio * max_steps`` is used.
         schedule: "linear" | "inverse_sqrt" | "constant" (`schedules.lr_factor`).
         max_grad_norm: clip the global gradient L2 norm to this (None or 0: no clipping).
-        bf16: run forward passes under ``torch.autocast(dtype=torch.bfloat16)``.
+        precision: "fp32" | "bf16" | "fp16" (`precision`): autocast of forward passes; fp16
+            adds a gradient scaler and needs CUDA; bf16 on a CPU without native bf16 warns.
+        checkpoint_activations: recompute each encoder layer's activations in backward instead
+            of storing them (`torch.utils.checkpoint`, non-reentrant; Chen et al. 2016,
+            "Training Deep Nets with Sublinear Memory Cost"): less memory, one more forward
+            per layer. Sets ``Encoder.checkpoint_activations`` on every encoder of the model.
+        parallel: "ddp" (DistributedDataParallel: every rank holds all weights) or "fsdp"
+            (FSDP2 ``fully_shard`` per encoder layer and at the root: parameters, gradients
+            and optimizer state sharded over ranks; Zhao et al. 2023, "PyTorch FSDP"). Only
+            matters under torchrun; checkpoints hold full (gathered) states either way, so a
+            run resumes under the other kind or another number of processes.
         eval_every / save_every / log_every: in optimizer steps (0: only at the end; logging
             at least at the end).
         seed: seeds python, numpy and torch (plus the rank) at the start of a fresh run.
@@ -165,7 +187,9 @@ class TrainConfig:
     warmup_ratio: float = 0.0
     schedule: str = "linear"
     max_grad_norm: float | None = 1.0
-    bf16: bool = False
+    precision: str = "fp32"
+    checkpoint_activations: bool = False
+    parallel: str = "ddp"
     eval_every: int = 0
     save_every: int = 0
     log_every: int = 10
@@ -189,6 +213,10 @@ class TrainConfig:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
         if not 0.0 <= self.warmup_ratio < 1.0:
             raise ValueError(f"warmup_ratio must lie in [0, 1), got {self.warmup_ratio}")
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"precision must be one of {PRECISIONS}, got {self.precision!r}")
+        if self.parallel not in PARALLEL_KINDS:
+            raise ValueError(f"parallel must be one of {PARALLEL_KINDS}, got {self.parallel!r}")
         if self.schedule not in SCHEDULES:
             raise ValueError(f"schedule must be one of {SCHEDULES}, got {self.schedule!r}")
         if self.max_time_s is not None and self.max_time_s <= 0:
@@ -304,7 +332,8 @@ class Trainer:
         eval_fn: ``(model) -> {name: float}``; optional.
         dist: the process's `DistInfo`; None = `init_distributed(config.device)`.
         save_fn: ``(model, directory) -> None``, called on rank 0 for ``model/`` and ``best/``
-            after ``model_state.pt`` is written (the unwrapped model; e.g.
+            after ``model_state.pt`` is written (the unwrapped model, under FSDP a plain copy
+            holding the gathered weights; e.g.
             ``lambda m, d: m.save_pretrained(d)``); None: ``model_state.pt`` only.
             ``directory`` is a fresh temporary sibling that replaces ``model/``/``best/`` whole
             once ``save_fn`` returns (files of the previous version are not kept).
@@ -329,11 +358,27 @@ class Trainer:
         self.count_fn = count_fn
         self._count_keys: list[str] | None = None
         self.dist = dist or init_distributed(config.device)
+        check_precision(config.precision, self.dist.device)
+        self.scaler = grad_scaler(config.precision, self.dist.device)
+        encoders = [m for m in model.modules() if isinstance(m, Encoder)]
+        if config.checkpoint_activations and not encoders:
+            raise ValueError(
+                "checkpoint_activations needs a model with an Encoder trunk; this "
+                f"{type(model).__name__} has none"
+            )
+        for encoder in encoders:
+            encoder.checkpoint_activations = config.checkpoint_activations
         self.model = model.to(self.dist.device)
         self.loss_fn, self.eval_fn = loss_fn, eval_fn
         self.source = as_batch_source(train_batches)
         self.wrapped: nn.Module = self.model
-        if self.dist.distributed:
+        # FSDP: an empty (meta) copy of the unsharded model, filled with gathered weights on
+        # rank 0 for eval_fn and save_fn (which expect a plain module)
+        self._template: nn.Module | None = None
+        if self.dist.distributed and config.parallel == "fsdp":
+            self._template = copy.deepcopy(self.model).to("meta")
+            self.wrapped = shard_model(self.model, self.dist)
+        elif self.dist.distributed:
             ids = [self.dist.device.index] if self.dist.device.type == "cuda" else None
             self.wrapped = nn.parallel.DistributedDataParallel(
                 self.model, device_ids=ids, find_unused_parameters=config.find_unused_parameters
@@ -364,13 +409,21 @@ class Trainer:
         """Write ``checkpoint.pt`` atomically (rank 0). ``gather``: collect every rank's RNG
         state (a collective call; False on interrupt, when other ranks may be gone)."""
         rngs = all_gather_objects(_rng_state()) if gather else [_rng_state()]
+        if not gather and self._template is not None:
+            # gathering FSDP shards needs every rank, which an interrupt may have stopped
+            logger.warning(
+                "interrupted FSDP run: no checkpoint written at step %d", self.state.step
+            )
+            return
+        model_state, optim_state = full_state_dicts(self.model, self.optimizer)
         if not self.dist.is_main:
             return
         payload = {
             "format": CHECKPOINT_FORMAT,
-            "model": self.model.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
+            "model": model_state,
+            "optimizer": optim_state,
             "scheduler": self.scheduler.state_dict(),
+            "scaler": self.scaler.state_dict(),
             "state": dataclasses.asdict(self.state),
             "rng": rngs,
             "config": self.config.to_dict(),
@@ -405,11 +458,15 @@ class Trainer:
                 f"{path} has checkpoint format {payload.get('format')!r}; this version reads "
                 f"format {CHECKPOINT_FORMAT} only"
             )
-        self._load_model_state(payload["model"], path)
+        self._check_model_state(payload["model"], path)
         rngs = payload["rng"]
         try:
-            self.optimizer.load_state_dict(payload["optimizer"])
+            load_full_state_dicts(
+                self.model, payload["model"], self.optimizer, payload["optimizer"]
+            )
             self.scheduler.load_state_dict(payload["scheduler"])
+            if payload.get("scaler"):  # fp16 runs; empty for fp32/bf16
+                self.scaler.load_state_dict(payload["scaler"])
             state = TrainState(**payload["state"])
             _set_rng_state(rngs[self.dist.rank % len(rngs)])
         except (ValueError, KeyError, TypeError, IndexError, RuntimeError, ZeroDivisionError) as e:
@@ -421,8 +478,13 @@ class Trainer:
         logger.info("resumed from %s at step %d", path, self.state.step)
 
     def _load_model_state(self, saved: Any, path: Path) -> None:
-        """Load ``saved`` (read from ``path``) into the model after checking that it names the
-        same tensors with the same shapes; raises `RunDirectoryError` otherwise."""
+        """Load ``saved`` (read from ``path``) into the model after `_check_model_state`."""
+        self._check_model_state(saved, path)
+        load_full_state_dicts(self.model, saved)
+
+    def _check_model_state(self, saved: Any, path: Path) -> None:
+        """Check that ``saved`` (read from ``path``) names the model's tensors with the same
+        (full, unsharded) shapes; raises `RunDirectoryError` otherwise."""
         if not isinstance(saved, dict):
             raise RunDirectoryError(f"{path}: the model state is a {type(saved).__name__}")
         own = self.model.state_dict()
@@ -444,16 +506,32 @@ class Trainer:
             raise RunDirectoryError(
                 f"{path} holds the weights of another model: tensors {', '.join(problems)}"
             )
-        self.model.load_state_dict(saved)
+
+    def _plain_model(self) -> nn.Module | None:
+        """The model with all its weights, for ``eval_fn`` and ``save_fn``: the model itself,
+        or under FSDP (a collective call) a rank-0 copy filled with the gathered weights (None
+        on the other ranks)."""
+        if self._template is None:
+            return self.model
+        state, _ = full_state_dicts(self.model)
+        if not self.dist.is_main:
+            return None
+        plain = copy.deepcopy(self._template).to_empty(device=self.dist.device)
+        plain.load_state_dict(state)
+        return plain.train(self.model.training)
 
     def _save_model(self, directory: Path) -> None:
         """Write ``directory`` (``model/`` or ``best/``) all-or-nothing: ``model_state.pt`` and
-        what ``save_fn`` writes go into a sibling temporary directory that is swapped in."""
-        state = {k: v.detach().cpu() for k, v in self.model.state_dict().items()}
+        what ``save_fn`` writes go into a sibling temporary directory that is swapped in. Call
+        it on every rank (FSDP gathers the weights); rank 0 writes."""
+        model = self._plain_model()
+        if not self.dist.is_main:
+            return
+        state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
         with atomic_directory(directory, keep_existing=False) as tmp:
             atomic_write(tmp / MODEL_STATE_FILE, lambda t: torch.save(state, t))
             if self.save_fn is not None:
-                self.save_fn(self.model, tmp)
+                self.save_fn(model, tmp)
 
     def _prepare_run_directory(self) -> None:
         """Rank 0, before training: refuse a layout that cannot work (a directory where a file
@@ -479,23 +557,23 @@ class Trainer:
 
     def evaluate(self) -> dict[str, float]:
         """Run ``eval_fn`` on rank 0 (no grad, eval mode) and share the result with all ranks.
-        Keys get an ``eval_`` prefix."""
+        Keys get an ``eval_`` prefix. Under FSDP every rank must call it: the shards are
+        gathered into a plain copy of the model on rank 0, which ``eval_fn`` gets."""
         result: dict[str, float] = {}
+        model = self._plain_model() if self.eval_fn is not None else None
         if self.eval_fn is not None and self.dist.is_main:
-            was_training = self.model.training
-            self.model.eval()
+            was_training = model.training
+            model.eval()
             with torch.no_grad(), self._autocast():
-                raw = self.eval_fn(self.model)
-            self.model.train(was_training)
+                raw = self.eval_fn(model)
+            model.train(was_training)
             result = {
                 (k if k.startswith("eval_") else f"eval_{k}"): float(v) for k, v in raw.items()
             }
         return broadcast_object(result)
 
     def _autocast(self):
-        if not self.config.bf16:
-            return contextlib.nullcontext()
-        return torch.autocast(self.dist.device.type, dtype=torch.bfloat16)
+        return autocast(self.config.precision, self.dist.device)
 
     def _check_best(self, metrics: dict[str, float]) -> bool:
         """Update best/early-stopping state; True when training should stop."""
@@ -513,8 +591,7 @@ class Trainer:
                 self.state.step,
                 0,
             )
-            if self.dist.is_main:
-                self._save_model(self.output_dir / "best")
+            self._save_model(self.output_dir / "best")
             return False
         self.state.bad_evals += 1
         patience = self.config.early_stopping_patience
@@ -584,22 +661,24 @@ class Trainer:
         for i in range(k):
             raw = micro[i] if micro is not None else self._next_batch()
             batch = _to_device(raw, self.dist.device)
-            sync = i == k - 1 or not self.dist.distributed
-            ctx = contextlib.nullcontext() if sync else self.wrapped.no_sync()
-            with ctx:
+            with set_gradient_sync(self.wrapped, i == k - 1):
                 with self._autocast():
                     loss, parts = self.loss_fn(self.wrapped, batch, *extra)
                 if not torch.isfinite(loss):
                     raise FloatingPointError(f"loss is {loss.item()} at step {self.state.step}")
-                (loss / divisor).backward()
+                self.scaler.scale(loss / divisor).backward()
             for name, v in {"loss": loss, **parts}.items():
                 v = v.detach() if isinstance(v, torch.Tensor) else v
                 sums[name] = sums.get(name, 0.0) + float(v) / divisor
         if cfg.max_grad_norm:
+            self.scaler.unscale_(self.optimizer)  # fp16: clip the true gradients
             norm = nn.utils.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)
+            if hasattr(norm, "full_tensor"):  # FSDP: a replicated DTensor
+                norm = norm.full_tensor()
             sums["grad_norm"] = float(norm)
         sums["lr"] = self.scheduler.get_last_lr()[0]
-        self.optimizer.step()
+        self.scaler.step(self.optimizer)  # fp16: skipped when a gradient is inf/NaN
+        self.scaler.update()
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.state.step += 1
@@ -713,8 +792,8 @@ class Trainer:
             if stopped != "early_stopping":
                 self._eval_and_check()
         self.save_checkpoint()
+        self._save_model(self.output_dir / "model")
         if self.dist.is_main:
-            self._save_model(self.output_dir / "model")
             plot_metrics(self.output_dir / METRICS_FILE, self.output_dir / PLOT_FILE)
         if cfg.load_best_at_end and self.state.best_step is not None:
             best_path = self.output_dir / "best" / MODEL_STATE_FILE

@@ -1,0 +1,78 @@
+"""Mixed precision for the `Trainer`: which precisions a device takes, the autocast context and
+the gradient scaler.
+
+- ``fp32``: no autocast.
+- ``bf16``: forward passes under ``torch.autocast(dtype=torch.bfloat16)``; weights, gradients
+  and optimizer state stay fp32. bfloat16 keeps fp32's exponent range, so no loss scaling is
+  needed (Kalamkar et al. 2019, "A Study of BFLOAT16 for Deep Learning Training" §3). Allowed on
+  CPU; without native bf16 units (AVX512-BF16 / AMX) the matrix multiplies are emulated and
+  slower than fp32, which is logged as a warning.
+- ``fp16``: autocast to float16 plus dynamic loss scaling with `torch.amp.GradScaler`
+  (Micikevicius et al. 2018, "Mixed Precision Training" §3.2: the loss is multiplied by a scale
+  S before backward, gradients are divided by S before the step, and a step with inf/NaN
+  gradients is skipped while S is halved). CUDA only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+
+import torch
+
+__all__ = ["PRECISIONS", "bf16_native", "check_precision", "autocast", "grad_scaler"]
+
+logger = logging.getLogger(__name__)
+
+PRECISIONS = ("fp32", "bf16", "fp16")
+_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def bf16_native(device: torch.device | str | None = None) -> bool:
+    """Whether bf16 matrix multiplies run natively on ``device`` (None: CUDA when available,
+    else the CPU): a CUDA GPU with bf16 support, or a CPU with AVX512-BF16/AMX (oneDNN's
+    check)."""
+    kind = torch.device(device).type if device is not None else None
+    if kind == "cuda" or (kind is None and torch.cuda.is_available()):
+        return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+    try:
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):
+        return False
+
+
+def check_precision(precision: str, device: torch.device) -> None:
+    """Refuse a precision ``device`` cannot train in; warn when bf16 is emulated.
+
+    Raises:
+        ValueError: ``precision`` not in `PRECISIONS`, or "fp16" on a device other than CUDA
+            (the gradient scaler that fp16 training needs is CUDA's).
+    """
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
+    if precision == "fp16" and device.type != "cuda":
+        raise ValueError(
+            f"precision 'fp16' needs a CUDA device (float16 training relies on CUDA's gradient "
+            f"scaler); this run is on {device.type!r}: use 'bf16' or 'fp32'"
+        )
+    if precision == "bf16" and not bf16_native(device):
+        logger.warning(
+            "precision 'bf16' on %s without native bf16 matrix units: it runs (emulated) but "
+            "may be slower than fp32",
+            device.type,
+        )
+
+
+def autocast(precision: str, device: torch.device):
+    """The forward-pass context of ``precision`` on ``device``: ``torch.autocast`` to bf16 or
+    fp16, or a null context for fp32."""
+    if precision == "fp32":
+        return contextlib.nullcontext()
+    return torch.autocast(device.type, dtype=_DTYPES[precision])
+
+
+def grad_scaler(precision: str, device: torch.device) -> torch.amp.GradScaler:
+    """A `torch.amp.GradScaler`, enabled for fp16 only (disabled, its ``scale``/``unscale_``/
+    ``step``/``update`` pass through and its state dict is empty)."""
+    enabled = precision == "fp16"
+    return torch.amp.GradScaler(device.type if enabled else "cuda", enabled=enabled)
