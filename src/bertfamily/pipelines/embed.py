@@ -17,6 +17,14 @@ import torch
 from tokenizers import normalizers
 
 from ..hub_cache import resolve_model_dir
+from ..precision import (
+    AccuracyBar,
+    QuantizationError,
+    apply_int8,
+    cached_plan_int8,
+    plan_int8,
+    resolve_dtype,
+)
 from ..pretrained import from_pretrained
 from ..tokenization import load_tokenizer
 from ..train.data import sorted_batches
@@ -113,12 +121,24 @@ class SentenceEmbedder:
             id ``org/name`` of a model in the local Hugging Face cache.
         pooling: override of the directory's pooling (mode, normalisation, token limit,
             include_prompt); its Dense layers still apply.
-        dtype: encoder parameter dtype (torch.float32 default; torch.bfloat16 where
-            supported); pooling and Dense layers run in float32.
+        dtype: encoder parameter dtype: "auto" (default: bf16 on a CUDA device with bf16 or a
+            CPU with AMX-BF16, else fp32; `precision.resolve_dtype`, its reason kept in
+            ``dtype_reason``), "fp32", "bf16" or a torch dtype. Pooling and Dense layers run in
+            float32.
         device: torch device.
         revision: for a cache id, a branch, tag or commit.
+        quantize: None, or "int8": dynamic int8 of the encoder's Linear layers that keep the
+            accuracy bar (`precision.plan_int8`, measured at load time on ``calibration``;
+            the plan is kept in ``int8_plan``). CPU and fp32 only.
+        calibration: (sentences, queries) for the int8 measurement (default: a fetched
+            Jane Austen sample, `precision.austen_calibration`, with the plan cached per model
+            content: `precision.cached_plan_int8`).
+        bar: the accuracy int8 must keep (`precision.AccuracyBar`: min cosine 0.99, top-10
+            overlap 0.95).
 
     Raises:
+        QuantizationError: int8 asked with a dtype other than fp32 or a non-CPU device, an
+            unknown ``quantize``, or a model where no layer can be quantised within the bar.
         ModelNotFoundError: an id neither a local directory nor in the cache.
         SentenceModulesError: a module we cannot run, or Dense sizes that do not match.
         ModelDirectoryError / CheckpointError / TokenizerNotFoundError: see the loaders.
@@ -129,10 +149,23 @@ class SentenceEmbedder:
         model_dir: str | os.PathLike[str],
         *,
         pooling: PoolingSpec | None = None,
-        dtype: torch.dtype | None = None,
+        dtype: str | torch.dtype | None = "auto",
         device: str | torch.device = "cpu",
         revision: str | None = None,
+        quantize: str | None = None,
+        calibration: tuple[Sequence[str], Sequence[str]] | None = None,
+        bar: AccuracyBar = AccuracyBar(),
     ) -> None:
+        if quantize not in (None, "int8"):
+            raise QuantizationError(f"quantize must be None or 'int8', got {quantize!r}")
+        if quantize is not None and dtype == "auto":
+            dtype = "fp32"  # int8 replaces fp32 Linear layers; the rest stays fp32
+        dtype, self.dtype_reason = resolve_dtype(dtype, device)
+        if quantize is not None and (dtype != torch.float32 or torch.device(device).type != "cpu"):
+            raise QuantizationError(
+                f"int8 quantisation runs on the CPU from fp32 weights (got {dtype} on {device})"
+            )
+        log.info("dtype %s", self.dtype_reason)
         self.path = resolve_model_dir(model_dir, revision)
         modules = read_sentence_modules(self.path)
         if pooling is not None:
@@ -162,6 +195,14 @@ class SentenceEmbedder:
         ]
         self.max_length = min(limits)
         self.last_truncated = 0  # texts cut to max_length by the last `encode`
+        self.int8_plan = None
+        if quantize == "int8":
+            if calibration is None:
+                self.int8_plan, _ = cached_plan_int8(self, bar)
+            else:
+                self.int8_plan = plan_int8(self, *calibration, bar=bar)
+            self.model = apply_int8(self.model, self.int8_plan.quantized)
+            log.info("%s", self.int8_plan.summary())
 
     @property
     def dimension(self) -> int:
