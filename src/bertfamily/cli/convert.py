@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from .common import App, console, handle_errors
+from .common import App, console, err, handle_errors
 
 commands = App()
 convert = App(help="Convert checkpoints between families.", no_args_is_help=True)
@@ -20,6 +20,13 @@ def export(
     output: Path = typer.Argument(..., help="Output file (.onnx)."),
     format: str = typer.Option("onnx", "--format", help="Export format (onnx)."),
     opset: int = typer.Option(17, help="ONNX opset version."),
+    quantize: str | None = typer.Option(
+        None,
+        metavar="int8",
+        help="int8 (embedding models): ONNX Runtime's quantiser, per-channel, on the Linear "
+        "layers of the measured int8 plan; written only if the graph keeps min cosine >= 0.99 "
+        "and top-10 overlap >= 0.95 to fp32 on the calibration sentences.",
+    ),
 ):
     """Export a model to ONNX with dynamic batch and sequence axes."""
     from ..export import export_onnx, output_names
@@ -30,9 +37,50 @@ def export(
         raise ValueError(f"unsupported format {format!r}; supported: onnx")
     if output.suffix.lower() != ".onnx":
         raise ValueError(f"the output of an ONNX export must end in .onnx, got {output}")
+    if quantize is not None:
+        if quantize != "int8":
+            raise typer.BadParameter(f"--quantize must be int8, got {quantize!r}")
+        _export_int8(resolve_model(model), output, opset)
+        return
     m = from_pretrained(resolve_model(model))
     export_onnx(m, output, opset=opset)
     console.print(f"wrote {output} (outputs: {', '.join(output_names(m))})")
+
+
+def _export_int8(model_dir: Path, output: Path, opset: int) -> None:
+    """`export --quantize int8`: the embedder's int8 plan, applied by ONNX Runtime's quantiser
+    to the fp32 export, checked against the accuracy bar with ONNX Runtime before writing."""
+    import tempfile
+
+    from ..export import OnnxRuntimeModel, export_onnx, output_names, quantize_onnx_int8
+    from ..files import atomic_write
+    from ..pipelines.embed import SentenceEmbedder
+    from ..precision import QuantizationError, agreement, austen_calibration
+
+    with err.status("int8: measuring each layer's error on calibration sentences…"):
+        embedder = SentenceEmbedder(model_dir, dtype="fp32")
+        fp32 = embedder.model
+        int8 = SentenceEmbedder(model_dir, dtype="fp32", quantize="int8")
+    plan = int8.int8_plan
+    texts, queries = austen_calibration()
+    with tempfile.TemporaryDirectory() as tmp:
+        export_onnx(fp32, Path(tmp) / "fp32.onnx", opset=opset)
+        quantize_onnx_int8(Path(tmp) / "fp32.onnx", Path(tmp) / "int8.onnx", list(plan.quantized))
+        ref, ref_q = embedder.encode(texts), embedder.encode(queries)
+        embedder.model = OnnxRuntimeModel(Path(tmp) / "int8.onnx")
+        a = agreement(ref, embedder.encode(texts), ref_q, embedder.encode(queries), plan.bar.k)
+        if not a.meets(plan.bar):
+            raise QuantizationError(
+                f"the int8 ONNX graph misses the accuracy bar (min cosine {a.min_cosine:.4f}, "
+                f"top-{a.k} overlap {a.top_k_overlap:.3f}); nothing written"
+            )
+        data = (Path(tmp) / "int8.onnx").read_bytes()
+    atomic_write(output, lambda t: t.write_bytes(data))
+    err.print(plan.summary(), soft_wrap=True)
+    console.print(
+        f"wrote {output} (int8, outputs: {', '.join(output_names(fp32))}; ONNX Runtime check: "
+        f"min cosine {a.min_cosine:.4f}, top-{a.k} overlap {a.top_k_overlap:.3f})"
+    )
 
 
 @convert.command("to-longformer")
