@@ -119,7 +119,9 @@ def test_every_pooling_mode_equals_sentence_transformers(tiny_hf, tmp_path, mode
     ours = _assert_same(d, prompt_name="query")
     assert ours.shape == (len(TEXTS), H)
     if not include_prompt and mode != "lasttoken":  # the prompt tokens really are left out
-        pooled_too = SentenceEmbedder(d, pooling=PoolingSpec(mode=mode, include_prompt=True), dtype="fp32")
+        pooled_too = SentenceEmbedder(
+            d, pooling=PoolingSpec(mode=mode, include_prompt=True), dtype="fp32"
+        )
         with_prompt = pooled_too.encode(TEXTS, prompt_name="query")
         assert np.abs(with_prompt - ours).max() > 1e-3
 

@@ -48,38 +48,24 @@ def export(
 
 
 def _export_int8(model_dir: Path, output: Path, opset: int) -> None:
-    """`export --quantize int8`: the embedder's int8 plan, applied by ONNX Runtime's quantiser
-    to the fp32 export, checked against the accuracy bar with ONNX Runtime before writing."""
-    import tempfile
-
-    from ..export import OnnxRuntimeModel, export_onnx, output_names, quantize_onnx_int8
+    """`export --quantize int8`: the embedder's checked int8 graph (`precision.cached_int8`:
+    the measured plan, applied by ONNX Runtime's quantiser and checked against the bar)."""
     from ..files import atomic_write
     from ..pipelines.embed import SentenceEmbedder
-    from ..precision import QuantizationError, agreement, austen_calibration
 
+    if opset != 17:
+        raise ValueError("--quantize int8 exports at the default opset 17")
     with err.status("int8: measuring each layer's error on calibration sentences…"):
-        embedder = SentenceEmbedder(model_dir, dtype="fp32")
-        fp32 = embedder.model
-        int8 = SentenceEmbedder(model_dir, dtype="fp32", quantize="int8")
-    plan = int8.int8_plan
-    texts, queries = austen_calibration()
-    with tempfile.TemporaryDirectory() as tmp:
-        export_onnx(fp32, Path(tmp) / "fp32.onnx", opset=opset)
-        quantize_onnx_int8(Path(tmp) / "fp32.onnx", Path(tmp) / "int8.onnx", list(plan.quantized))
-        ref, ref_q = embedder.encode(texts), embedder.encode(queries)
-        embedder.model = OnnxRuntimeModel(Path(tmp) / "int8.onnx")
-        a = agreement(ref, embedder.encode(texts), ref_q, embedder.encode(queries), plan.bar.k)
-        if not a.meets(plan.bar):
-            raise QuantizationError(
-                f"the int8 ONNX graph misses the accuracy bar (min cosine {a.min_cosine:.4f}, "
-                f"top-{a.k} overlap {a.top_k_overlap:.3f}); nothing written"
-            )
-        data = (Path(tmp) / "int8.onnx").read_bytes()
+        embedder = SentenceEmbedder(model_dir, dtype="fp32", quantize="int8")
+    data = embedder.int8_graph.read_bytes()
     atomic_write(output, lambda t: t.write_bytes(data))
-    err.print(plan.summary(), soft_wrap=True)
+    a = embedder.int8_check
+    err.print(embedder.int8_plan.summary(), soft_wrap=True)
+    outputs = ", ".join(o.name for o in embedder.model.encoder.session.get_outputs())
     console.print(
-        f"wrote {output} (int8, outputs: {', '.join(output_names(fp32))}; ONNX Runtime check: "
-        f"min cosine {a.min_cosine:.4f}, top-{a.k} overlap {a.top_k_overlap:.3f})"
+        f"wrote {output} (int8 ONNX Runtime graph, outputs: {outputs}; "
+        f"checked on calibration: min cosine {a.min_cosine:.4f}, top-{a.k} overlap "
+        f"{a.top_k_overlap:.3f})"
     )
 
 

@@ -20,8 +20,8 @@ from ..hub_cache import resolve_model_dir
 from ..precision import (
     AccuracyBar,
     QuantizationError,
-    apply_int8,
-    cached_plan_int8,
+    cached_int8,
+    int8_onnx_model,
     plan_int8,
     resolve_dtype,
 )
@@ -129,10 +129,12 @@ class SentenceEmbedder:
         revision: for a cache id, a branch, tag or commit.
         quantize: None, or "int8": dynamic int8 of the encoder's Linear layers that keep the
             accuracy bar (`precision.plan_int8`, measured at load time on ``calibration``;
-            the plan is kept in ``int8_plan``). CPU and fp32 only.
+            the plan is kept in ``int8_plan``), run by ONNX Runtime (`precision.int8_onnx_model`;
+            its checked agreement in ``int8_check``; needs the ``onnx`` extra). CPU and fp32
+            only; ``model`` is then an `export.OnnxRuntimeModel`.
         calibration: (sentences, queries) for the int8 measurement (default: a fetched
             Jane Austen sample, `precision.austen_calibration`, with the plan cached per model
-            content: `precision.cached_plan_int8`).
+            content: `precision.cached_int8`, graph path in ``int8_graph``).
         bar: the accuracy int8 must keep (`precision.AccuracyBar`: min cosine 0.99, top-10
             overlap 0.95).
 
@@ -195,14 +197,15 @@ class SentenceEmbedder:
         ]
         self.max_length = min(limits)
         self.last_truncated = 0  # texts cut to max_length by the last `encode`
-        self.int8_plan = None
+        self.int8_plan = self.int8_check = self.int8_graph = None
         if quantize == "int8":
             if calibration is None:
-                self.int8_plan, _ = cached_plan_int8(self, bar)
+                plan, model, check, self.int8_graph, _ = cached_int8(self, bar)
             else:
-                self.int8_plan = plan_int8(self, *calibration, bar=bar)
-            self.model = apply_int8(self.model, self.int8_plan.quantized)
-            log.info("%s", self.int8_plan.summary())
+                plan = plan_int8(self, *calibration, bar=bar)
+                model, check = int8_onnx_model(self, plan, *calibration)
+            self.int8_plan, self.int8_check, self.model = plan, check, model
+            log.info("%s; ONNX Runtime graph: min cosine %.4f", plan.summary(), check.min_cosine)
 
     @property
     def dimension(self) -> int:

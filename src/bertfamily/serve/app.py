@@ -403,11 +403,14 @@ def create_app(
                     "label2id": {n: i for i, n in enumerate(names)},
                 }
             }
-        dtype = next(model.model.parameters()).dtype
+        if getattr(model, "int8_plan", None) is not None:
+            dtype = "int8"  # ONNX Runtime graph, `SentenceEmbedder(quantize="int8")`
+        else:
+            dtype = str(next(model.model.parameters()).dtype).removeprefix("torch.")
         return {
             "model_id": model_id,
             "model_sha": app.state.digest,
-            "model_dtype": str(dtype).removeprefix("torch."),
+            "model_dtype": dtype,
             "model_type": model_type,
             "dimension": model.dimension if embedding else None,
             "max_input_length": max_length,
