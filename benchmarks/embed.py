@@ -3,7 +3,7 @@
 graph `bertfamily export` writes, plus the int8 variants, in one process with interleaved repeats.
 
 Sentence sets (real text, fetched resource ``janeausten``): "austen", every k-th line of the six
-novels with at least 3 words (``--sentences``, default 400); "queries", short lines of 4–10 words
+novels with at least 3 words (``--sentences``, default 300); "queries", short lines of 4–10 words
 (``--queries``, default 100), timed as a set of their own and used as the search queries.
 Each system embeds each set once per repeat (batch 32, length-sorted batches in all three), in
 a rotating order; the median time of ``--repeats`` gives sentences/s. Agreement of every system
@@ -70,7 +70,7 @@ def cpu_flags() -> list[str]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sentences", type=int, default=400)
+    parser.add_argument("--sentences", type=int, default=300)
     parser.add_argument("--queries", type=int, default=100)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--batch-size", type=int, default=32)
@@ -227,7 +227,7 @@ def main() -> None:
             "plan_seconds": round(plan_s, 1),
             "plan_from_cache": from_cache,
         },
-        "command": "nice -n 10 python benchmarks/embed.py",
+        "command": "nice -n 10 python benchmarks/embed.py " + " ".join(sys.argv[1:]),
     }
     write_text_atomic(args.json, json.dumps(result, indent=2) + "\n")
     print(
