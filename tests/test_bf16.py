@@ -17,7 +17,7 @@ SENTENCES = [
 
 
 def test_bf16_embeddings_close_to_fp32(minilm_dir):
-    fp32 = SentenceEmbedder(minilm_dir).encode(SENTENCES)
+    fp32 = SentenceEmbedder(minilm_dir, dtype="fp32").encode(SENTENCES)
     bf16_model = SentenceEmbedder(minilm_dir, dtype=torch.bfloat16)
     assert next(bf16_model.model.parameters()).dtype == torch.bfloat16
     bf16 = bf16_model.encode(SENTENCES)

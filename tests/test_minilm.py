@@ -50,7 +50,7 @@ def reference(minilm_dir):
 
 
 def test_embeddings_equal_transformers(minilm_dir, reference):
-    embedder = SentenceEmbedder(minilm_dir)
+    embedder = SentenceEmbedder(minilm_dir, dtype="fp32")
     assert embedder.max_length == 256  # sentence_bert_config.json
     assert embedder.pooling.mode == "mean" and embedder.pooling.normalize
     ours = embedder.encode(SENTENCES, batch_size=5)
@@ -60,7 +60,7 @@ def test_embeddings_equal_transformers(minilm_dir, reference):
 
 
 def test_paraphrase_scores_higher_than_unrelated(minilm_dir):
-    embedder = SentenceEmbedder(minilm_dir)
+    embedder = SentenceEmbedder(minilm_dir, dtype="fp32")
     v = embedder.encode(
         [
             "A man is eating food.",
@@ -73,7 +73,7 @@ def test_paraphrase_scores_higher_than_unrelated(minilm_dir):
 
 
 def test_semantic_search(minilm_dir):
-    embedder = SentenceEmbedder(minilm_dir)
+    embedder = SentenceEmbedder(minilm_dir, dtype="fp32")
     corpus = SENTENCES[:9]
     hits = semantic_search(
         embedder, ["A man is eating pasta.", "Someone is riding a horse."], corpus, top_k=2

@@ -102,7 +102,7 @@ def _assert_same(directory: Path, **encode) -> np.ndarray:
     ref = st.SentenceTransformer(str(directory), device="cpu").encode(
         TEXTS, batch_size=3, convert_to_numpy=True, **encode
     )
-    ours = SentenceEmbedder(directory).encode(TEXTS, batch_size=2, **encode)
+    ours = SentenceEmbedder(directory, dtype="fp32").encode(TEXTS, batch_size=2, **encode)
     assert ours.shape == ref.shape
     np.testing.assert_allclose(ours, ref, atol=1e-5, rtol=0)
     return ours
@@ -119,7 +119,9 @@ def test_every_pooling_mode_equals_sentence_transformers(tiny_hf, tmp_path, mode
     ours = _assert_same(d, prompt_name="query")
     assert ours.shape == (len(TEXTS), H)
     if not include_prompt and mode != "lasttoken":  # the prompt tokens really are left out
-        pooled_too = SentenceEmbedder(d, pooling=PoolingSpec(mode=mode, include_prompt=True))
+        pooled_too = SentenceEmbedder(
+            d, pooling=PoolingSpec(mode=mode, include_prompt=True), dtype="fp32"
+        )
         with_prompt = pooled_too.encode(TEXTS, prompt_name="query")
         assert np.abs(with_prompt - ours).max() > 1e-3
 
@@ -178,7 +180,7 @@ def test_max_seq_length_and_do_lower_case(tiny_hf, tmp_path):
     # lowercasing matters for this cased vocabulary: "The Cat sat!" becomes "the cat sat!"
     np.testing.assert_allclose(ours[1], emb.encode(["the cat sat!"])[0], atol=1e-6)
     (d / "sentence_bert_config.json").write_text(json.dumps({**settings, "max_seq_length": 8}))
-    cased = SentenceEmbedder(d).encode(["The Cat sat!"])[0]
+    cased = SentenceEmbedder(d, dtype="fp32").encode(["The Cat sat!"])[0]
     assert np.abs(cased - ours[1]).max() > 1e-3
 
 

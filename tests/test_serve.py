@@ -111,7 +111,7 @@ def minilm_server(minilm_dir):
 def embedder(minilm_dir):
     from bertfamily.pipelines.embed import SentenceEmbedder
 
-    return SentenceEmbedder(minilm_dir)
+    return SentenceEmbedder(minilm_dir, dtype="fp32")
 
 
 def metric(server: Server, name: str, **labels) -> float:

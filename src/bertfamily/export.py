@@ -178,3 +178,93 @@ def export_onnx(model: Model, path: str | Path, opset: int = 17) -> Path:
         model.encoder.unpad = unpad
     log.info("exported %s to %s", type(model).__name__, path)
     return path
+
+
+def onnx_node_name(linear: str) -> str:
+    """The MatMul node the TorchScript exporter names for the Linear layer ``linear`` of a
+    `Model` exported by `export_onnx` (``encoder.layers.0.ffn.up`` →
+    ``/model/encoder/layers.0/ffn/up/MatMul``)."""
+    segments: list[str] = []
+    for part in linear.split("."):
+        if part.isdigit() and segments:
+            segments[-1] += f".{part}"
+        else:
+            segments.append(part)
+    return "/model/" + "/".join(segments) + "/MatMul"
+
+
+def quantize_onnx_int8(source: str | Path, path: str | Path, linears: list[str]) -> Path:
+    """Write an int8 copy of an `export_onnx` graph: ONNX Runtime's dynamic quantiser
+    (`onnxruntime.quantization.quantize_dynamic`: int8 weights with one scale per output
+    channel, uint8 activations scaled at run time) on the MatMuls of the Linear layers
+    ``linears`` only; every other node stays fp32.
+
+    Raises:
+        ValueError: a layer whose MatMul is not in the graph, or no layers.
+        MissingDependency: onnxruntime is not installed.
+    """
+    require("onnxruntime", "onnx", "int8 ONNX export (bertfamily export --quantize int8)")
+    import onnx
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    if not linears:
+        raise ValueError("no layers to quantise")
+    nodes = {n.name for n in onnx.load(str(source), load_external_data=False).graph.node}
+    wanted = [onnx_node_name(n) for n in linears]
+    missing = [w for w in wanted if w not in nodes]
+    if missing:
+        raise ValueError(f"these Linear layers have no MatMul node in {source}: {missing}")
+    path = Path(path)
+
+    def write(tmp: Path) -> None:
+        quantize_dynamic(
+            str(source),
+            str(tmp),
+            per_channel=True,
+            weight_type=QuantType.QInt8,
+            nodes_to_quantize=wanted,
+        )
+
+    atomic_write(path, write)
+    return path
+
+
+class OnnxRuntimeEncoder:
+    """An `export_onnx` graph run by ONNX Runtime, callable as ``Model.encoder`` is by the
+    pipelines (``encoder(input_ids=…, attention_mask=…[, token_type_ids=…])`` → an object with
+    ``last_hidden_state`` (B, T, H) float32): put it in a `SentenceEmbedder`'s ``model`` to run
+    the same tokenisation, batching and pooling on ONNX Runtime (`OnnxRuntimeModel`).
+
+    Args:
+        path: the .onnx file.
+        threads: ONNX Runtime intra-op threads (0: its default).
+
+    Raises:
+        MissingDependency: onnxruntime is not installed.
+    """
+
+    def __init__(self, path: str | Path, threads: int = 0) -> None:
+        ort = require("onnxruntime", "onnx", "ONNX Runtime inference")
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = threads
+        self.session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        self.inputs = [i.name for i in self.session.get_inputs()]
+
+    def __call__(self, **batch: torch.Tensor):
+        """Run the graph on a tokenizer batch ((B, T) int64 tensors; keys the graph does not
+        take are ignored)."""
+        feed = {k: v.cpu().numpy() for k, v in batch.items() if k in self.inputs}
+        (hidden,) = self.session.run(["last_hidden_state"], feed)
+        return _Hidden(torch.from_numpy(hidden))
+
+
+@dataclass(frozen=True)
+class _Hidden:
+    last_hidden_state: torch.Tensor
+
+
+class OnnxRuntimeModel:
+    """Stands for a `Model` in a pipeline that only calls ``model.encoder`` (`SentenceEmbedder`)."""
+
+    def __init__(self, path: str | Path, threads: int = 0) -> None:
+        self.encoder = OnnxRuntimeEncoder(path, threads)

@@ -11,7 +11,17 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from .common import App, console, err, handle_errors, model_path, torch_dtype
+from .common import (
+    DTYPE_HELP,
+    QUANTIZE_HELP,
+    App,
+    check_quantize,
+    console,
+    err,
+    handle_errors,
+    model_path,
+    torch_dtype,
+)
 
 commands = App()
 
@@ -76,10 +86,17 @@ def _write_stdout(text: str) -> None:
     sys.stdout.flush()
 
 
-def _embedder(model: str | None, dtype: str):
+def _embedder(model: str | None, dtype: str, quantize: str | None = None):
+    """The `SentenceEmbedder` of a command; the dtype choice (and the int8 plan) on stderr."""
     from ..pipelines.embed import SentenceEmbedder
 
-    return SentenceEmbedder(model_path(model), dtype=torch_dtype(dtype))
+    check_quantize(quantize, dtype)
+    if quantize is None:
+        return SentenceEmbedder(model_path(model), dtype=torch_dtype(dtype))
+    with err.status("int8: measuring each layer's error on calibration sentences…"):
+        embedder = SentenceEmbedder(model_path(model), dtype="fp32", quantize=quantize)
+    err.print(embedder.int8_plan.summary(), soft_wrap=True)
+    return embedder
 
 
 def _encode_with_progress(embedder, texts: list[str], batch_size: int):
@@ -188,7 +205,8 @@ def embed(
         "or org/name of a model in the local Hugging Face cache.",
     ),
     batch_size: int = typer.Option(32, min=1, help="Texts per forward pass."),
-    dtype: str = typer.Option("fp32", help="fp32 or bf16."),
+    dtype: str = typer.Option("auto", help=DTYPE_HELP),
+    quantize: str | None = typer.Option(None, metavar="int8", help=QUANTIZE_HELP),
     fmt: str = typer.Option("table", "--format", help=FORMAT_HELP),
     shard_size: int | None = typer.Option(
         None,
@@ -210,7 +228,7 @@ def embed(
 
     _check_format(fmt)
     if output is not None and (output.is_dir() or output.suffix == ""):
-        _embed_bulk(sentences, input, output, model, batch_size, dtype, shard_size)
+        _embed_bulk(sentences, input, output, model, batch_size, dtype, shard_size, quantize)
         return
     if shard_size is not None:
         raise ValueError(
@@ -224,7 +242,7 @@ def embed(
             f"--output must end in .npy or .jsonl, or be a directory (a path without a "
             f"suffix) for bulk mode, got {output.name}"
         )
-    embedder = _embedder(model, dtype)
+    embedder = _embedder(model, dtype, quantize)
     vectors = _encode_with_progress(embedder, texts, batch_size)
     _report_truncation(embedder, texts)
 
@@ -270,14 +288,16 @@ def embed(
     console.print(table)
 
 
-def _embed_bulk(sentences, input, output, model, batch_size, dtype, shard_size) -> None:
+def _embed_bulk(
+    sentences, input, output, model, batch_size, dtype, shard_size, quantize=None
+) -> None:
     """`embed --input FILE --output DIR`: `pipelines.bulk.embed_file` with a progress bar."""
     from ..pipelines.bulk import DEFAULT_SHARD_SIZE, embed_file, process_slot
 
     if sentences or input is None:
         raise ValueError("bulk mode (--output DIR) embeds --input FILE, not SENTENCE arguments")
     rank, world = process_slot()
-    embedder = _embedder(model, dtype)
+    embedder = _embedder(model, dtype, quantize)
     who = f"rank {rank}/{world}: " if world > 1 else ""
     with Progress(
         TextColumn(f"{who}embedding"),
@@ -343,7 +363,7 @@ def search(
         help="Model directory, resource name, or org/name in the local Hugging Face cache.",
     ),
     batch_size: int = typer.Option(32, min=1, help="Texts per forward pass."),
-    dtype: str = typer.Option("fp32", help="fp32 or bf16."),
+    dtype: str = typer.Option("auto", help=DTYPE_HELP),
     fmt: str = typer.Option("table", "--format", help=FORMAT_HELP),
 ):
     """Semantic search: the corpus lines closest to each query. JSONL rows carry the query, the

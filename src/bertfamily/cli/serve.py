@@ -6,7 +6,16 @@ from pathlib import Path
 
 import typer
 
-from .common import App, err, handle_errors, model_path, torch_dtype
+from .common import (
+    DTYPE_HELP,
+    QUANTIZE_HELP,
+    App,
+    check_quantize,
+    err,
+    handle_errors,
+    model_path,
+    torch_dtype,
+)
 
 commands = App()
 
@@ -42,7 +51,10 @@ def serve(
         help="Require 'Authorization: Bearer KEY' on every route but /health "
         "(or set BERTFAMILY_API_KEY, which keeps the key out of the process list).",
     ),
-    dtype: str = typer.Option("fp32", help="fp32 or bf16 (embedding models)."),
+    dtype: str = typer.Option("auto", help=DTYPE_HELP + " Embedding models only."),
+    quantize: str | None = typer.Option(
+        None, metavar="int8", help=QUANTIZE_HELP + " Embedding models only."
+    ),
     threads: int = typer.Option(0, min=0, help="torch intra-op threads (0: torch's default)."),
     graceful_timeout: float = typer.Option(
         30.0, min=0, help="Seconds to finish the requests in flight after SIGTERM / Ctrl-C."
@@ -72,7 +84,15 @@ def serve(
         model_id=model if model and not Path(model).exists() else None,  # org/name
     )
     path = model_path(model)
-    served = load_served_model(path, dtype=torch_dtype(dtype))
+    check_quantize(quantize, dtype)
+    if quantize is None:
+        served = load_served_model(path, dtype=torch_dtype(dtype))
+    else:
+        with err.status("int8: measuring each layer's error on calibration sentences…"):
+            served = load_served_model(path, quantize=quantize)
+        plan = getattr(served, "int8_plan", None)
+        if plan is not None:
+            err.print(plan.summary(), soft_wrap=True)
     app = create_app(served, settings, model_dir=path)
     err.print(f"serving {path} on http://{host}:{port}", soft_wrap=True)
     uvicorn.run(
@@ -152,7 +172,7 @@ def index_build(
     ef_construction: int = typer.Option(200, min=1, help="HNSW: build-time candidates."),
     ef_search: int = typer.Option(128, min=1, help="HNSW: query-time candidates."),
     batch_size: int = typer.Option(32, min=1, help="Texts per forward pass."),
-    dtype: str = typer.Option("fp32", help="fp32 or bf16."),
+    dtype: str = typer.Option("auto", help=DTYPE_HELP),
 ):
     """Embed a corpus into a new index directory (replaces DIR atomically)."""
     from ..index import VectorIndex
@@ -184,7 +204,7 @@ def index_add(
     corpus: Path = typer.Option(..., metavar="FILE", help=CORPUS_HELP),
     model: str | None = typer.Option(None, metavar="DIR|NAME", help="The index's model."),
     batch_size: int = typer.Option(32, min=1, help="Texts per forward pass."),
-    dtype: str = typer.Option("fp32", help="fp32 or bf16."),
+    dtype: str = typer.Option("auto", help=DTYPE_HELP),
 ):
     """Append a corpus to an index (the model must be the one that built it); the new version
     replaces DIR atomically."""

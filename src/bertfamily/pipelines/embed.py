@@ -17,6 +17,14 @@ import torch
 from tokenizers import normalizers
 
 from ..hub_cache import resolve_model_dir
+from ..precision import (
+    AccuracyBar,
+    QuantizationError,
+    cached_int8,
+    int8_onnx_model,
+    plan_int8,
+    resolve_dtype,
+)
 from ..pretrained import from_pretrained
 from ..tokenization import load_tokenizer
 from ..train.data import sorted_batches
@@ -113,12 +121,26 @@ class SentenceEmbedder:
             id ``org/name`` of a model in the local Hugging Face cache.
         pooling: override of the directory's pooling (mode, normalisation, token limit,
             include_prompt); its Dense layers still apply.
-        dtype: encoder parameter dtype (torch.float32 default; torch.bfloat16 where
-            supported); pooling and Dense layers run in float32.
+        dtype: encoder parameter dtype: "auto" (default: bf16 on a CUDA device with bf16 or a
+            CPU with AMX-BF16, else fp32; `precision.resolve_dtype`, its reason kept in
+            ``dtype_reason``), "fp32", "bf16" or a torch dtype. Pooling and Dense layers run in
+            float32.
         device: torch device.
         revision: for a cache id, a branch, tag or commit.
+        quantize: None, or "int8": dynamic int8 of the encoder's Linear layers that keep the
+            accuracy bar (`precision.plan_int8`, measured at load time on ``calibration``;
+            the plan is kept in ``int8_plan``), run by ONNX Runtime (`precision.int8_onnx_model`;
+            its checked agreement in ``int8_check``; needs the ``onnx`` extra). CPU and fp32
+            only; ``model`` is then an `export.OnnxRuntimeModel`.
+        calibration: (sentences, queries) for the int8 measurement (default: a fetched
+            Jane Austen sample, `precision.austen_calibration`, with the plan cached per model
+            content: `precision.cached_int8`, graph path in ``int8_graph``).
+        bar: the accuracy int8 must keep (`precision.AccuracyBar`: min cosine 0.99, top-10
+            overlap 0.95).
 
     Raises:
+        QuantizationError: int8 asked with a dtype other than fp32 or a non-CPU device, an
+            unknown ``quantize``, or a model where no layer can be quantised within the bar.
         ModelNotFoundError: an id neither a local directory nor in the cache.
         SentenceModulesError: a module we cannot run, or Dense sizes that do not match.
         ModelDirectoryError / CheckpointError / TokenizerNotFoundError: see the loaders.
@@ -129,10 +151,23 @@ class SentenceEmbedder:
         model_dir: str | os.PathLike[str],
         *,
         pooling: PoolingSpec | None = None,
-        dtype: torch.dtype | None = None,
+        dtype: str | torch.dtype | None = "auto",
         device: str | torch.device = "cpu",
         revision: str | None = None,
+        quantize: str | None = None,
+        calibration: tuple[Sequence[str], Sequence[str]] | None = None,
+        bar: AccuracyBar = AccuracyBar(),
     ) -> None:
+        if quantize not in (None, "int8"):
+            raise QuantizationError(f"quantize must be None or 'int8', got {quantize!r}")
+        if quantize is not None and dtype == "auto":
+            dtype = "fp32"  # int8 replaces fp32 Linear layers; the rest stays fp32
+        dtype, self.dtype_reason = resolve_dtype(dtype, device)
+        if quantize is not None and (dtype != torch.float32 or torch.device(device).type != "cpu"):
+            raise QuantizationError(
+                f"int8 quantisation runs on the CPU from fp32 weights (got {dtype} on {device})"
+            )
+        log.info("dtype %s", self.dtype_reason)
         self.path = resolve_model_dir(model_dir, revision)
         modules = read_sentence_modules(self.path)
         if pooling is not None:
@@ -162,6 +197,15 @@ class SentenceEmbedder:
         ]
         self.max_length = min(limits)
         self.last_truncated = 0  # texts cut to max_length by the last `encode`
+        self.int8_plan = self.int8_check = self.int8_graph = None
+        if quantize == "int8":
+            if calibration is None:
+                plan, model, check, self.int8_graph, _ = cached_int8(self, bar)
+            else:
+                plan = plan_int8(self, *calibration, bar=bar)
+                model, check = int8_onnx_model(self, plan, *calibration)
+            self.int8_plan, self.int8_check, self.model = plan, check, model
+            log.info("%s; ONNX Runtime graph: min cosine %.4f", plan.summary(), check.min_cosine)
 
     @property
     def dimension(self) -> int:

@@ -46,6 +46,7 @@ from ..pipelines.classify import TextClassifier
 from ..pipelines.embed import SentenceEmbedder
 from ..pipelines.ner import EntityTagger
 from ..pipelines.sentence_modules import read_sentence_modules
+from ..precision import QuantizationError
 from .batcher import DynamicBatcher
 
 __all__ = ["ServeSettings", "ServeError", "create_app", "load_served_model"]
@@ -135,27 +136,33 @@ class PredictRequest(BaseModel):
     raw_scores: bool = False
 
 
-def load_served_model(model_dir: str | Path, dtype=None):
+def load_served_model(model_dir: str | Path, dtype="auto", quantize: str | None = None):
     """The pipeline that serves ``model_dir``: an `EntityTagger` for a token-classification
     directory, a `TextClassifier` for a sequence-classification one, else a `SentenceEmbedder`
     (sentence-transformers modules, or mean pooling).
 
     Args:
         model_dir: a local directory or a cached ``org/name``.
-        dtype: the embedder's parameter dtype (torch.bfloat16 for ``--dtype bf16``); the
-            classifiers run in float32.
+        dtype: the embedder's parameter dtype ("auto", "fp32", "bf16" or a torch dtype; see
+            `SentenceEmbedder`); the classifiers run in float32.
+        quantize: None or "int8" (the embedder's accuracy-checked int8, `SentenceEmbedder`).
 
     Raises:
-        the loaders' errors (ModelDirectoryError, CheckpointError, SentenceModulesError, ...).
+        the loaders' errors (ModelDirectoryError, CheckpointError, SentenceModulesError, ...);
+        QuantizationError: int8 asked for a classification model, or see `SentenceEmbedder`.
     """
     path = resolve_model_dir(model_dir)
     modules = read_sentence_modules(path)
     hf_config = read_hf_config(modules.model_dir)
     task = task_of(family_of(hf_config), hf_config)
+    if quantize is not None and task in ("tokens", "classify"):
+        raise QuantizationError("--quantize int8 is for embedding models; this one classifies")
     if task == "tokens":
         return EntityTagger(modules.model_dir)
     if task == "classify":
         return TextClassifier(modules.model_dir)
+    if quantize is not None:
+        return SentenceEmbedder(path, dtype="fp32", quantize=quantize)
     return SentenceEmbedder(path, dtype=dtype)
 
 
@@ -396,11 +403,14 @@ def create_app(
                     "label2id": {n: i for i, n in enumerate(names)},
                 }
             }
-        dtype = next(model.model.parameters()).dtype
+        if getattr(model, "int8_plan", None) is not None:
+            dtype = "int8"  # ONNX Runtime graph, `SentenceEmbedder(quantize="int8")`
+        else:
+            dtype = str(next(model.model.parameters()).dtype).removeprefix("torch.")
         return {
             "model_id": model_id,
             "model_sha": app.state.digest,
-            "model_dtype": str(dtype).removeprefix("torch."),
+            "model_dtype": dtype,
             "model_type": model_type,
             "dimension": model.dimension if embedding else None,
             "max_input_length": max_length,

@@ -1,0 +1,484 @@
+"""The numeric precision an application runs in: ``dtype="auto"`` (bf16 only where the hardware
+has bf16 matrix units) and int8 dynamic quantisation that keeps its accuracy.
+
+int8 here is dynamic quantisation of ``nn.Linear`` layers (Jacob et al. 2018, "Quantization and
+Training of Neural Networks for Efficient Integer-Arithmetic-Only Inference", §2.1: r = S(q − Z)):
+weights int8 with one symmetric scale per output channel, activations uint8 with one scale per
+call, computed at run time. Each layer's error is measured alone on calibration sentences
+(`layer_errors`); layers are quantised from the least to the most damaging while the embeddings
+still meet the accuracy bar (`AccuracyBar`: minimum cosine to fp32 and top-k search overlap);
+the rest stay fp32 (`plan_int8`).
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import logging
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+__all__ = [
+    "DTYPE_NAMES",
+    "Agreement",
+    "AccuracyBar",
+    "Int8Plan",
+    "QuantizationError",
+    "agreement",
+    "apply_int8",
+    "austen_calibration",
+    "cached_int8",
+    "int8_onnx_model",
+    "cpu_bf16_units",
+    "layer_errors",
+    "linear_layers",
+    "plan_int8",
+    "resolve_dtype",
+]
+
+log = logging.getLogger(__name__)
+
+DTYPE_NAMES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+
+
+class QuantizationError(ValueError):
+    """A quantised model that cannot run here or cannot meet its accuracy bar."""
+
+
+def cpu_bf16_units(cpuinfo: str | None = None) -> list[str]:
+    """The bf16 matrix units this x86 CPU announces in /proc/cpuinfo: any of ``amx_bf16``
+    (Intel AMX tiles) and ``avx512_bf16`` (VDPBF16PS); [] when none or unreadable.
+
+    Args:
+        cpuinfo: the text of /proc/cpuinfo (read when None).
+    """
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            return []
+    flags: set[str] = set()
+    for line in cpuinfo.splitlines():
+        if line.startswith("flags"):
+            flags = set(line.split(":", 1)[1].split())
+            break
+    return [f for f in ("amx_bf16", "avx512_bf16") if f in flags]
+
+
+def resolve_dtype(
+    dtype: str | torch.dtype | None, device: str | torch.device = "cpu", cpuinfo: str | None = None
+) -> tuple[torch.dtype, str]:
+    """The parameter dtype to run in, and why (one line for a log or stderr).
+
+    ``"auto"`` picks bf16 only where it pays: a CUDA device that supports bf16, or a CPU with
+    AMX-BF16 tiles (where oneDNN's bf16 GEMM runs several times fp32's speed). Everywhere else
+    (no bf16 units, or AVX512-BF16 alone, whose single dot-product instruction does not make
+    up for the conversions on encoder-sized matrices) it picks fp32: emulated bf16 is slower
+    than fp32 (0.26× on an AVX2-only CPU, issue 20).
+
+    Args:
+        dtype: "auto", "fp32", "bf16", a torch dtype, or None (fp32).
+        device: where the model runs.
+        cpuinfo: /proc/cpuinfo text, for tests (read when None).
+
+    Returns:
+        (torch dtype, reason).
+
+    Raises:
+        ValueError: an unknown dtype name.
+    """
+    if dtype is None:
+        return torch.float32, "fp32 (default)"
+    if isinstance(dtype, torch.dtype):
+        return dtype, f"{str(dtype).removeprefix('torch.')} (requested)"
+    if dtype in DTYPE_NAMES:
+        return DTYPE_NAMES[dtype], f"{dtype} (requested)"
+    if dtype != "auto":
+        raise ValueError(f"dtype must be auto or one of {sorted(DTYPE_NAMES)}, got {dtype!r}")
+    device = torch.device(device)
+    if device.type == "cuda":
+        if torch.cuda.is_bf16_supported():
+            return torch.bfloat16, "bf16 (auto: this CUDA device supports bf16)"
+        return torch.float32, "fp32 (auto: this CUDA device has no bf16 support)"
+    if device.type != "cpu":
+        return torch.float32, f"fp32 (auto: no bf16 rule for device {device.type})"
+    units = cpu_bf16_units(cpuinfo)
+    if "amx_bf16" in units:
+        return torch.bfloat16, "bf16 (auto: this CPU has AMX-BF16 matrix units)"
+    if units:
+        return torch.float32, (
+            "fp32 (auto: this CPU has AVX512-BF16 but no AMX; bf16 is not faster enough here "
+            "to pay for its rounding — --dtype bf16 to try)"
+        )
+    return torch.float32, "fp32 (auto: this CPU has no bf16 matrix units; bf16 would be slower)"
+
+
+@dataclass(frozen=True)
+class AccuracyBar:
+    """What a quantised embedder must keep: on every calibration sentence a cosine to the fp32
+    vector ≥ ``min_cosine``, and on average ≥ ``min_overlap`` of each query's top-``k``
+    nearest sentences (cosine) shared with fp32's."""
+
+    min_cosine: float = 0.99
+    min_overlap: float = 0.95
+    k: int = 10
+
+
+@dataclass(frozen=True)
+class Agreement:
+    """How close vectors are to reference ones: max |difference|, min/mean row cosine, mean
+    top-k search overlap (queries against the sentences)."""
+
+    max_abs_diff: float
+    min_cosine: float
+    mean_cosine: float
+    top_k_overlap: float
+    k: int
+
+    def meets(self, bar: AccuracyBar) -> bool:
+        """Whether this agreement satisfies ``bar``."""
+        return self.min_cosine >= bar.min_cosine and self.top_k_overlap >= bar.min_overlap
+
+
+def _unit(x: np.ndarray) -> np.ndarray:
+    return x / np.clip(np.linalg.norm(x, axis=1, keepdims=True), 1e-12, None)
+
+
+def agreement(
+    ref: np.ndarray, new: np.ndarray, ref_queries: np.ndarray, new_queries: np.ndarray, k: int = 10
+) -> Agreement:
+    """Compare embeddings with reference ones.
+
+    Args:
+        ref, new: (N, D) sentence vectors (reference, candidate).
+        ref_queries, new_queries: (Q, D) query vectors; each side searches its own sentences.
+        k: neighbours compared per query (capped at N).
+
+    Returns:
+        `Agreement`; top-k overlap = mean over queries of |top_k(ref) ∩ top_k(new)| / k.
+
+    Raises:
+        ValueError: shapes that differ, or no rows.
+    """
+    if ref.shape != new.shape or ref_queries.shape != new_queries.shape or not len(ref):
+        raise ValueError(
+            f"shapes differ or are empty: {ref.shape} vs {new.shape}, "
+            f"{ref_queries.shape} vs {new_queries.shape}"
+        )
+    cos = (_unit(ref) * _unit(new)).sum(1)
+    k = min(k, len(ref))
+
+    def top(q: np.ndarray, s: np.ndarray) -> np.ndarray:
+        return np.argsort(-(_unit(q) @ _unit(s).T), axis=1, kind="stable")[:, :k]
+
+    a, b = top(ref_queries, ref), top(new_queries, new)
+    overlap = float(np.mean([len(set(x) & set(y)) / k for x, y in zip(a, b)])) if len(a) else 1.0
+    return Agreement(
+        max_abs_diff=float(np.abs(ref - new).max()),
+        min_cosine=float(cos.min()),
+        mean_cosine=float(cos.mean()),
+        top_k_overlap=overlap,
+        k=k,
+    )
+
+
+def linear_layers(model: nn.Module) -> list[str]:
+    """Names of the encoder's ``nn.Linear`` layers that an embedding forward pass runs (the
+    layer stack; not the pooler or pretraining heads), in order."""
+    return [
+        n
+        for n, m in model.named_modules()
+        if isinstance(m, nn.Linear) and n.startswith("encoder.layers.")
+    ]
+
+
+def apply_int8(model: nn.Module, names: Sequence[str], per_channel: bool = True) -> nn.Module:
+    """A copy of ``model`` whose Linear layers ``names`` are dynamically quantised to int8
+    (`torch.ao.quantization.quantize_dynamic`: int8 weights, uint8 activations scaled per call).
+
+    Args:
+        model: an fp32 model on the CPU.
+        names: module names of ``nn.Linear`` layers (see `linear_layers`).
+        per_channel: one weight scale per output channel (else one per tensor).
+
+    Raises:
+        QuantizationError: a name that is not a Linear layer of ``model``, or a non-fp32 model.
+    """
+    modules = dict(model.named_modules())
+    bad = [n for n in names if not isinstance(modules.get(n), nn.Linear)]
+    if bad:
+        raise QuantizationError(f"not Linear layers of this model: {bad}")
+    if any(p.dtype != torch.float32 or p.device.type != "cpu" for p in model.parameters()):
+        raise QuantizationError("int8 quantisation needs an fp32 model on the CPU")
+    from torch.ao.quantization import (
+        default_dynamic_qconfig,
+        per_channel_dynamic_qconfig,
+        quantize_dynamic,
+    )
+
+    qconfig = per_channel_dynamic_qconfig if per_channel else default_dynamic_qconfig
+    with warnings.catch_warnings():  # torch.ao's deprecation notice, once per layer
+        warnings.simplefilter("ignore")
+        return quantize_dynamic(copy.deepcopy(model), {n: qconfig for n in names}, torch.qint8)
+
+
+@dataclass(frozen=True)
+class Int8Plan:
+    """Which Linear layers run int8, which stay fp32, and the evidence.
+
+    ``layer_errors``: name → (min cosine, mean cosine) of the calibration embeddings with that
+    layer alone quantised; ``agreement``: the whole plan's agreement with fp32 on calibration.
+    """
+
+    quantized: tuple[str, ...]
+    kept: tuple[str, ...]
+    layer_errors: dict[str, tuple[float, float]] = field(repr=False)
+    agreement: Agreement
+    bar: AccuracyBar
+
+    def summary(self) -> str:
+        """One line for a log or stderr."""
+        n = len(self.quantized) + len(self.kept)
+        a = self.agreement
+        return (
+            f"int8: {len(self.quantized)} of {n} Linear layers quantised (per-channel dynamic), "
+            f"{len(self.kept)} kept fp32; calibration min cosine {a.min_cosine:.4f}, "
+            f"top-{a.k} overlap {a.top_k_overlap:.3f} (bar {self.bar.min_cosine}, "
+            f"{self.bar.min_overlap})"
+        )
+
+
+def layer_errors(embedder, texts: Sequence[str], ref: np.ndarray) -> dict[str, tuple[float, float]]:
+    """Each encoder Linear layer's damage alone: the (min, mean) cosine of ``texts``' vectors
+    with only that layer quantised (per-channel int8) to the fp32 vectors ``ref`` (N, D)."""
+    fp32 = embedder.model
+    out = {}
+    try:
+        for name in linear_layers(fp32):
+            embedder.model = apply_int8(fp32, [name])
+            cos = (_unit(ref) * _unit(embedder.encode(texts))).sum(1)
+            out[name] = (float(cos.min()), float(cos.mean()))
+    finally:
+        embedder.model = fp32
+    return out
+
+
+PLAN_MARGIN = (0.002, 0.02)  # (cosine, overlap) the plan keeps above the bar on calibration
+
+
+def plan_int8(
+    embedder,
+    texts: Sequence[str],
+    queries: Sequence[str],
+    bar: AccuracyBar = AccuracyBar(),
+    margin: tuple[float, float] = PLAN_MARGIN,
+) -> Int8Plan:
+    """Choose the Linear layers to quantise: measure each alone (`layer_errors`), order them
+    from least to most damaging (mean cosine), and keep the longest prefix whose quantised model
+    meets ``bar`` raised by ``margin`` on ``texts``/``queries`` (binary search over the prefix
+    length). The margin is there because the plan must hold on text it was not chosen on: with
+    none, a plan at exactly 0.953 calibration overlap gave 0.943 on held-out Austen lines.
+
+    Args:
+        embedder: a `SentenceEmbedder` with an fp32 model on the CPU (left unchanged).
+        texts: calibration sentences; queries: calibration queries searched among them.
+        bar: the accuracy to keep.
+        margin: (cosine, overlap) added to the bar during the search (capped at 1).
+
+    Raises:
+        QuantizationError: no texts or queries; not even the least damaging layer meets the bar.
+    """
+    if not texts or not queries:
+        raise QuantizationError("int8 calibration needs sentences and queries")
+    fp32 = embedder.model
+    ref, ref_q = embedder.encode(texts), embedder.encode(queries)
+    errors = layer_errors(embedder, texts, ref)
+    order = sorted(errors, key=lambda n: -errors[n][1])
+    search = AccuracyBar(
+        min(1.0, bar.min_cosine + margin[0]), min(1.0, bar.min_overlap + margin[1]), bar.k
+    )
+
+    def check(n: int) -> Agreement:
+        embedder.model = apply_int8(fp32, order[:n])
+        try:
+            return agreement(ref, embedder.encode(texts), ref_q, embedder.encode(queries), bar.k)
+        finally:
+            embedder.model = fp32
+
+    lo, hi, best = 0, len(order), None  # invariant: prefix lo meets the bar
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        a = check(mid)
+        if a.meets(search):
+            lo, best = mid, a
+        else:
+            hi = mid - 1
+    if lo == 0:
+        a = check(1)
+        raise QuantizationError(
+            f"int8 cannot meet the accuracy bar on this model: quantising only its least "
+            f"damaging layer ({order[0]}) gives min cosine {a.min_cosine:.4f}, top-{a.k} overlap "
+            f"{a.top_k_overlap:.3f} (bar {search.min_cosine}, {search.min_overlap} with the "
+            f"calibration margin); run it in fp32"
+        )
+    return Int8Plan(tuple(order[:lo]), tuple(order[lo:]), errors, best, bar)
+
+
+def austen_calibration(sentences: int = 64, queries: int = 32) -> tuple[list[str], list[str]]:
+    """Real calibration text: every k-th line of Jane Austen's novels (fetched resource
+    ``janeausten``) of 3–64 words, and short lines (4–10 words) as queries; deterministic.
+
+    Raises:
+        FetchError: the resource cannot be fetched.
+    """
+    from .fetch import fetch
+
+    lines = (fetch("janeausten") / "austen.txt").read_text(encoding="utf-8").splitlines()
+    lines = [x.strip() for x in lines if 3 <= len(x.split()) <= 64 and not x.isupper()]
+    short = [x for x in lines if 4 <= len(x.split()) <= 10]
+    # offset 3 / 5: disjoint from the benchmark's slices (offset 0)
+    return lines[3 :: len(lines) // sentences][:sentences], short[5 :: len(short) // queries][
+        :queries
+    ]
+
+
+CALIBRATION_VERSION = "austen-64x32-v1"  # names `austen_calibration`'s output in plan cache keys
+
+
+def _plan_to_json(plan: Int8Plan) -> dict:
+    return {
+        "quantized": list(plan.quantized),
+        "kept": list(plan.kept),
+        "layer_errors": {k: list(v) for k, v in plan.layer_errors.items()},
+        "agreement": dataclasses.asdict(plan.agreement),
+        "bar": dataclasses.asdict(plan.bar),
+    }
+
+
+def _plan_from_json(data: dict) -> Int8Plan:
+    return Int8Plan(
+        tuple(data["quantized"]),
+        tuple(data["kept"]),
+        {k: (v[0], v[1]) for k, v in data["layer_errors"].items()},
+        Agreement(**data["agreement"]),
+        AccuracyBar(**data["bar"]),
+    )
+
+
+def int8_onnx_model(embedder, plan: Int8Plan, texts, queries, path: str | Path | None = None):
+    """The plan run by ONNX Runtime (the faster int8 engine on the CPUs measured,
+    benchmarks/embed.py): ``embedder``'s fp32 model exported (`export.export_onnx`), its planned
+    layers quantised by ONNX Runtime's quantiser (`export.quantize_onnx_int8`), and the graph
+    checked against ``plan.bar`` on ``texts``/``queries`` through ``embedder``'s own
+    tokenisation and pooling.
+
+    Args:
+        embedder: a `SentenceEmbedder` with the fp32 model (left unchanged).
+        plan: from `plan_int8`.
+        path: where to keep the int8 graph (None: a temporary file, removed once loaded).
+
+    Returns:
+        (`export.OnnxRuntimeModel`, its `Agreement` with fp32 on the calibration text).
+
+    Raises:
+        QuantizationError: the graph misses the bar (nothing kept at ``path``).
+        MissingDependency: onnx / onnxruntime are not installed.
+    """
+    import tempfile
+
+    from .export import OnnxRuntimeModel, export_onnx, quantize_onnx_int8
+
+    fp32 = embedder.model
+    ref, ref_q = embedder.encode(texts), embedder.encode(queries)
+    with tempfile.TemporaryDirectory() as tmp:
+        export_onnx(fp32, Path(tmp) / "fp32.onnx")
+        graph = quantize_onnx_int8(
+            Path(tmp) / "fp32.onnx", Path(tmp) / "int8.onnx", list(plan.quantized)
+        )
+        model = OnnxRuntimeModel(graph, torch.get_num_threads())
+        embedder.model = model
+        try:
+            got = agreement(
+                ref, embedder.encode(texts), ref_q, embedder.encode(queries), plan.bar.k
+            )
+        finally:
+            embedder.model = fp32
+        if not got.meets(plan.bar):
+            raise QuantizationError(
+                f"the int8 ONNX Runtime graph misses the accuracy bar on calibration text: min "
+                f"cosine {got.min_cosine:.4f}, top-{got.k} overlap {got.top_k_overlap:.3f} (bar "
+                f"{plan.bar.min_cosine}, {plan.bar.min_overlap}); run it in fp32"
+            )
+        if path is not None:
+            from .files import atomic_write
+
+            data = graph.read_bytes()
+            atomic_write(Path(path), lambda t: t.write_bytes(data))
+    return model, got
+
+
+def int8_cache_key(embedder, bar: AccuracyBar) -> str:
+    """The cache name of ``embedder``'s int8 plan and graph: model content, bar, calibration,
+    torch and onnxruntime versions."""
+    import hashlib
+    import importlib.metadata
+    import json
+
+    from .files import directory_digest
+
+    try:
+        ort = importlib.metadata.version("onnxruntime")
+    except importlib.metadata.PackageNotFoundError:
+        ort = None
+    parts = [
+        directory_digest(embedder.path),
+        dataclasses.asdict(bar),
+        list(PLAN_MARGIN),
+        CALIBRATION_VERSION,
+        torch.__version__,
+        ort,
+    ]
+    return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:32]
+
+
+def cached_int8(embedder, bar: AccuracyBar = AccuracyBar()):
+    """`plan_int8` on `austen_calibration` and its checked ONNX Runtime graph
+    (`int8_onnx_model`), built once per `int8_cache_key` and kept under
+    ``cache_dir()/int8-plans/`` (KEY.json, KEY.onnx; written atomically, the JSON last).
+
+    Returns:
+        (plan, `export.OnnxRuntimeModel`, ONNX Runtime `Agreement` on calibration, path of the
+        graph, whether it came from the cache).
+
+    Raises:
+        QuantizationError / FetchError / MissingDependency: see `plan_int8`,
+        `int8_onnx_model`, `austen_calibration`.
+    """
+    import json
+
+    from .export import OnnxRuntimeModel
+    from .fetch import cache_dir
+    from .files import write_text_atomic
+
+    base = cache_dir() / "int8-plans" / int8_cache_key(embedder, bar)
+    meta, graph = base.with_suffix(".json"), base.with_suffix(".onnx")
+    if meta.is_file() and graph.is_file():
+        try:
+            data = json.loads(meta.read_text(encoding="utf-8"))
+            plan, check = _plan_from_json(data), Agreement(**data["onnx_agreement"])
+            return plan, OnnxRuntimeModel(graph, torch.get_num_threads()), check, graph, True
+        except (ValueError, KeyError, TypeError, IndexError) as e:
+            log.warning("ignoring unreadable int8 plan %s (%s); measuring again", meta, e)
+    texts, queries = austen_calibration()
+    plan = plan_int8(embedder, texts, queries, bar=bar)
+    graph.parent.mkdir(parents=True, exist_ok=True)
+    model, check = int8_onnx_model(embedder, plan, texts, queries, graph)
+    data = _plan_to_json(plan) | {"onnx_agreement": dataclasses.asdict(check)}
+    write_text_atomic(meta, json.dumps(data, indent=1) + "\n")
+    return plan, model, check, graph, False

@@ -1,0 +1,142 @@
+"""The run precision: ``dtype="auto"`` picks bf16 only with bf16 matrix units, and int8 keeps the
+accuracy bar (min cosine 0.99, top-10 overlap 0.95) on real MiniLM and real Austen text, where
+naive per-tensor int8 of every layer does not."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from bertfamily.export import OnnxRuntimeModel, onnx_node_name
+from bertfamily.pipelines.embed import SentenceEmbedder
+from bertfamily.precision import (
+    AccuracyBar,
+    QuantizationError,
+    agreement,
+    apply_int8,
+    cpu_bf16_units,
+    linear_layers,
+    plan_int8,
+    resolve_dtype,
+)
+
+AMX = "processor\t: 0\nflags\t\t: fpu avx2 avx512f avx512_bf16 amx_bf16 amx_tile\n"
+AVX512_BF16 = "flags\t\t: fpu avx2 avx512f avx512_bf16\n"
+AVX2 = "flags\t\t: fpu fma avx avx2\n"
+
+
+def test_cpu_bf16_units_read_from_cpuinfo():
+    assert cpu_bf16_units(AMX) == ["amx_bf16", "avx512_bf16"]
+    assert cpu_bf16_units(AVX512_BF16) == ["avx512_bf16"]
+    assert cpu_bf16_units(AVX2) == []
+
+
+def test_auto_picks_bf16_only_with_amx():
+    assert resolve_dtype("auto", "cpu", AMX)[0] == torch.bfloat16
+    dtype, reason = resolve_dtype("auto", "cpu", AVX512_BF16)
+    assert dtype == torch.float32 and "no AMX" in reason
+    dtype, reason = resolve_dtype("auto", "cpu", AVX2)
+    assert dtype == torch.float32 and "no bf16 matrix units" in reason
+    # an explicit choice is obeyed whatever the CPU
+    assert resolve_dtype("bf16", "cpu", AVX2)[0] == torch.bfloat16
+    assert resolve_dtype(torch.float32)[0] == torch.float32
+    assert resolve_dtype(None)[0] == torch.float32
+    with pytest.raises(ValueError, match="auto or one of"):
+        resolve_dtype("fp8")
+
+
+def test_agreement_measures_cosine_and_overlap():
+    rng = np.random.default_rng(0)
+    ref, q = rng.normal(size=(30, 8)), rng.normal(size=(5, 8))
+    same = agreement(ref, ref.copy(), q, q.copy(), k=10)
+    assert same.min_cosine == pytest.approx(1.0) and same.top_k_overlap == 1.0
+    flipped = ref.copy()
+    flipped[0] *= -1  # one row opposite: cosine -1
+    a = agreement(ref, flipped, q, q, k=10)
+    assert a.min_cosine == pytest.approx(-1.0)
+    assert not a.meets(AccuracyBar())
+    shuffled = agreement(ref, rng.normal(size=(30, 8)), q, q, k=10)
+    assert shuffled.top_k_overlap < 0.8
+    with pytest.raises(ValueError, match="shapes differ"):
+        agreement(ref, ref[:3], q, q)
+
+
+def test_onnx_node_names_follow_the_exporter():
+    assert onnx_node_name("encoder.layers.0.ffn.up") == "/model/encoder/layers.0/ffn/up/MatMul"
+    assert (
+        onnx_node_name("encoder.layers.11.attention.qkv")
+        == "/model/encoder/layers.11/attention/qkv/MatMul"
+    )
+
+
+@pytest.fixture(scope="module")
+def austen_slice():
+    """16 real sentences (3–24 words) and 8 short queries from the fetched Austen text."""
+    from bertfamily.fetch import fetch
+
+    lines = (fetch("janeausten") / "austen.txt").read_text(encoding="utf-8").splitlines()
+    lines = [x.strip() for x in lines if 3 <= len(x.split()) <= 24 and not x.isupper()]
+    short = [x for x in lines if 4 <= len(x.split()) <= 10]
+    return lines[11 :: len(lines) // 16][:16], short[13 :: len(short) // 8][:8]
+
+
+@pytest.mark.slow
+def test_int8_meets_the_bar_where_naive_int8_fails(minilm_dir, austen_slice):
+    texts, queries = austen_slice
+    emb = SentenceEmbedder(minilm_dir, dtype="fp32")
+    fp32 = emb.model
+    ref, ref_q = emb.encode(texts), emb.encode(queries)
+    bar = AccuracyBar()
+
+    # the naive quantisation (every Linear, one scale per tensor) misses the bar
+    emb.model = apply_int8(fp32, linear_layers(fp32), per_channel=False)
+    naive = agreement(ref, emb.encode(texts), ref_q, emb.encode(queries))
+    emb.model = fp32
+    assert not naive.meets(bar), naive
+    assert naive.min_cosine < 0.97
+
+    int8 = SentenceEmbedder(minilm_dir, quantize="int8", calibration=(texts, queries))
+    plan = int8.int8_plan
+    assert isinstance(int8.model, OnnxRuntimeModel)  # the measured faster engine
+    assert len(plan.quantized) + len(plan.kept) == len(linear_layers(fp32)) == 24
+    assert plan.quantized, "some layers must be quantisable within the bar"
+    assert set(plan.layer_errors) == set(linear_layers(fp32))
+    # re-measure what the embedder returns, independently of the plan's own bookkeeping
+    got = agreement(ref, int8.encode(texts), ref_q, int8.encode(queries))
+    assert got.min_cosine >= 0.99 and got.top_k_overlap >= 0.95, got
+    assert got.max_abs_diff > 1e-4  # it is really quantised
+    assert got.min_cosine == pytest.approx(int8.int8_check.min_cosine, abs=1e-6)
+    # the plan's layers quantised by torch also meet the bar (with the plan's margin)
+    emb.model = apply_int8(fp32, plan.quantized)
+    on_torch = agreement(ref, emb.encode(texts), ref_q, emb.encode(queries))
+    assert on_torch.min_cosine >= 0.992 and on_torch.top_k_overlap >= 0.97, on_torch
+
+    # a bar no quantised layer can meet is refused, not met with worse vectors
+    with pytest.raises(QuantizationError, match="cannot meet the accuracy bar"):
+        plan_int8(emb, texts[:4], queries[:2], AccuracyBar(min_cosine=0.999999, min_overlap=1.0))
+
+
+def test_int8_refuses_what_it_cannot_run(minilm_dir):
+    with pytest.raises(QuantizationError, match="fp32"):
+        SentenceEmbedder(minilm_dir, dtype="bf16", quantize="int8")
+    with pytest.raises(QuantizationError, match="int8"):
+        SentenceEmbedder(minilm_dir, quantize="int4")
+    emb = SentenceEmbedder(minilm_dir, dtype="fp32")
+    with pytest.raises(QuantizationError, match="not Linear layers"):
+        apply_int8(emb.model, ["encoder.embeddings"])
+
+
+def test_default_dtype_is_auto_and_says_why(minilm_dir):
+    emb = SentenceEmbedder(minilm_dir)
+    want, reason = resolve_dtype("auto", "cpu")
+    assert next(emb.model.parameters()).dtype == want
+    assert emb.dtype_reason == reason and reason.startswith(("fp32 (auto", "bf16 (auto"))
+
+
+def test_embed_command_prints_the_dtype_choice(cli, minilm_dir):
+    result = cli("embed", "a cat", "a dog", "--model", minilm_dir)
+    assert result.exit_code == 0, result.output
+    assert "dtype: " + resolve_dtype("auto", "cpu")[1] in " ".join(result.output.split())
+    bad = cli("embed", "a cat", "--model", minilm_dir, "--quantize", "int4")
+    assert bad.exit_code == 2 and "int8" in bad.output
