@@ -24,6 +24,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from .train.precision import cpu_bf16_units
+
 __all__ = [
     "DTYPE_NAMES",
     "Agreement",
@@ -49,26 +51,6 @@ DTYPE_NAMES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 class QuantizationError(ValueError):
     """A quantised model that cannot run here or cannot meet its accuracy bar."""
-
-
-def cpu_bf16_units(cpuinfo: str | None = None) -> list[str]:
-    """The bf16 matrix units this x86 CPU announces in /proc/cpuinfo: any of ``amx_bf16``
-    (Intel AMX tiles) and ``avx512_bf16`` (VDPBF16PS); [] when none or unreadable.
-
-    Args:
-        cpuinfo: the text of /proc/cpuinfo (read when None).
-    """
-    if cpuinfo is None:
-        try:
-            cpuinfo = Path("/proc/cpuinfo").read_text()
-        except OSError:
-            return []
-    flags: set[str] = set()
-    for line in cpuinfo.splitlines():
-        if line.startswith("flags"):
-            flags = set(line.split(":", 1)[1].split())
-            break
-    return [f for f in ("amx_bf16", "avx512_bf16") if f in flags]
 
 
 def resolve_dtype(

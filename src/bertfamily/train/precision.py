@@ -17,10 +17,18 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from pathlib import Path
 
 import torch
 
-__all__ = ["PRECISIONS", "bf16_native", "check_precision", "autocast", "grad_scaler"]
+__all__ = [
+    "PRECISIONS",
+    "cpu_bf16_units",
+    "bf16_native",
+    "check_precision",
+    "autocast",
+    "grad_scaler",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -28,17 +36,34 @@ PRECISIONS = ("fp32", "bf16", "fp16")
 _DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
+def cpu_bf16_units(cpuinfo: str | None = None) -> list[str]:
+    """The bf16 matrix units this x86 CPU announces in /proc/cpuinfo: any of ``amx_bf16``
+    (Intel AMX tiles) and ``avx512_bf16`` (VDPBF16PS); [] when none or unreadable.
+
+    Args:
+        cpuinfo: the text of /proc/cpuinfo (read when None).
+    """
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            return []
+    flags: set[str] = set()
+    for line in cpuinfo.splitlines():
+        if line.startswith("flags"):
+            flags = set(line.split(":", 1)[1].split())
+            break
+    return [f for f in ("amx_bf16", "avx512_bf16") if f in flags]
+
+
 def bf16_native(device: torch.device | str | None = None) -> bool:
     """Whether bf16 matrix multiplies run natively on ``device`` (None: CUDA when available,
-    else the CPU): a CUDA GPU with bf16 support, or a CPU with AVX512-BF16/AMX (oneDNN's
-    check)."""
+    else the CPU): a CUDA GPU with bf16 support, or a CPU announcing AVX512-BF16 or AMX-BF16
+    (`cpu_bf16_units`; oneDNN's own check also passes plain AVX-512, where bf16 is emulated)."""
     kind = torch.device(device).type if device is not None else None
     if kind == "cuda" or (kind is None and torch.cuda.is_available()):
         return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
-    try:
-        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
-    except (AttributeError, RuntimeError):
-        return False
+    return bool(cpu_bf16_units())
 
 
 def check_precision(precision: str, device: torch.device) -> None:
