@@ -120,8 +120,8 @@ def add_peak_fraction(row: dict, flops: float, peaks: dict) -> dict:
     row with ``seconds``."""
     rate = flops / row["seconds"] / 1e9
     peak = peaks["bf16" if row["dtype"] in ("bf16", "bfloat16") else "fp32"]
-    row["gflops"] = round(rate, 1)
-    row["frac_of_peak"] = round(rate / peak, 3)
+    row["gflops"] = float(f"{rate:.4g}")  # significant digits: tiny --quick rows stay > 0
+    row["frac_of_peak"] = float(f"{rate / peak:.3g}")
     return row
 
 
@@ -205,21 +205,17 @@ def bench_bert(args, rows: list[dict], peaks: dict) -> None:
             # short inputs take milliseconds: more repeats so the median is not one noisy call
             t = interleaved(fns, args.repeats * (20 if max(lengths) <= 32 else 1))
             flops = encoder_flops(lengths, H, I, L)
-            peak = peaks[dtype_name]
             for impl, sec in t.items():
-                rows.append(
-                    dict(
-                        bench="bert-base" if not args.quick else "bert (quick)",
-                        shape=shape_name,
-                        dtype=dtype_name,
-                        impl=impl,
-                        seconds=round(sec, 4),
-                        tokens_per_s=round(real / sec, 1),
-                        gflops=round(flops / sec / 1e9, 1),
-                        frac_of_peak=round(flops / sec / 1e9 / peak, 3),
-                        ratio_vs_transformers_fp32=None,
-                    )
+                row = dict(
+                    bench="bert-base" if not args.quick else "bert (quick)",
+                    shape=shape_name,
+                    dtype=dtype_name,
+                    impl=impl,
+                    seconds=round(sec, 4),
+                    tokens_per_s=round(real / sec, 1),
+                    ratio_vs_transformers_fp32=None,
                 )
+                rows.append(add_peak_fraction(row, flops, peaks))
     # ratios against transformers fp32 of the same shape
     base = {
         r["shape"]: r["seconds"]
