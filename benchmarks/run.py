@@ -173,6 +173,9 @@ def bench_bert(args, rows: list[dict], peaks: dict) -> None:
         export_onnx(ours, onnx_path)
         options = onnxruntime.SessionOptions()
         options.intra_op_num_threads = torch.get_num_threads()
+        # no busy-waiting of ORT's idle workers after a run: they would take the cores from
+        # the next (interleaved) call and slow whichever implementation runs after ORT
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         ort_session = onnxruntime.InferenceSession(str(onnx_path), options)
     except ImportError:
         pass
