@@ -27,3 +27,9 @@ def test_benchmark_quick_mode(tmp_path):
     assert any(r["bench"].startswith("MLM train step") for r in rows)
     cos = next(r for r in rows if r["bench"] == "bf16 accuracy")["min_mean_pooled_cosine_vs_fp32"]
     assert cos > 0.99
+    machine = rows[0]
+    assert machine["bench"] == "machine" and machine["threads"] >= 1 and machine["cpu"]
+    timed = [r for r in rows if "seconds" in r]
+    assert {r["bench"] for r in timed} >= {"bert (quick)", "deberta (quick)"}
+    for r in timed:  # every timed row carries its share of the measured GEMM peak
+        assert r["frac_of_peak"] > 0 and r["gflops"] > 0, r

@@ -35,10 +35,13 @@ class SelfAttention(nn.Module):
     """
 
     supports_unpadded = True  # accepts packed (total_tokens, H) input, see modules/unpad.py
-    # How packed input attends: "padded" scatters Q/K/V back to (B, N, T, Dh) for one masked
-    # SDPA call (attention is a small share of the FLOPs; one big call beats B small ones on
-    # CPU); "per_sequence" runs one unmasked SDPA call per sequence.
-    packed_strategy = "padded"
+    # How packed input attends: "per_sequence" runs one unmasked SDPA call per sequence on its
+    # own tokens (attention FLOPs Σn² instead of B·T², no padded copies of Q/K/V); "padded"
+    # scatters Q/K/V back to (B, N, T, Dh) for one masked SDPA call. Measured with
+    # torch.profiler on BERT-base, 32 sequences of 16..256 tokens, 1 thread: the padded
+    # strategy spends about 3× the time in attention (zero-filled (B·T, 3H) scatter, masked
+    # T×T kernel, gather back); per sequence, the GEMMs are 80 % of the time.
+    packed_strategy = "per_sequence"
 
     def __init__(self, hidden_size: int, num_heads: int, dropout: float, bias: bool = True):
         super().__init__()
@@ -66,9 +69,8 @@ class SelfAttention(nn.Module):
             probs = torch.softmax(scores + ctx.bias, dim=-1, dtype=torch.float32).to(q.dtype)
             y = F.dropout(probs, p, self.training) @ v  # (B, N, T, Dh)
         else:
-            y = F.scaled_dot_product_attention(
-                q, k, v, attn_mask=ctx.bias.to(q.dtype), dropout_p=p
-            )  # (B, N, T, Dh)
+            mask = ctx.bias.to(q.dtype) if ctx.padded else None  # no padding: no mask
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)  # (B,N,T,Dh)
         y = y.transpose(1, 2).reshape(B, T, H)  # (B, T, H)
         return AttentionOutput(self.out(y), probs, scores)
 

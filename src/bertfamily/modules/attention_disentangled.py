@@ -149,23 +149,38 @@ class RelativePositionEmbeddings(nn.Module):
 
 
 def _relative_view(full: torch.Tensor) -> torch.Tensor:
-    """(B, N, T, 2T - 1) contiguous → (B, N, T, T) view
-    ``out[.., a, b] = full[.., a, b - a + T - 1]``.
+    """(B, N, T, 2T - 1) with unit stride on the last axis (any strides elsewhere) → (B, N, T, T)
+    view ``out[.., a, b] = full[.., a, b - a + T - 1]``.
 
-    Row a of the result starts at column T - 1 - a of row a of ``full`` (flat offset
-    a·(2T - 2) + T - 1 + b), a strided view without a copy or a gather. While the ONNX
-    exporter traces, the same entries are read with a gather instead (``as_strided`` has no
-    ONNX form with dynamic sizes): identical values.
+    Row a of the result starts at column T - 1 - a of row a of ``full`` (offset
+    a·(row stride - 1) + T - 1 + b from the row start), a strided view without a copy or a
+    gather. While the ONNX exporter traces, the same entries are read with a gather instead
+    (``as_strided`` has no ONNX form with dynamic sizes): identical values.
     """
     if torch.jit.is_tracing():
         T = full.shape[-2]
         a = torch.arange(T, device=full.device)
         index = a[None, :] - a[:, None] + (T - 1)  # (T, T): b - a + T - 1
         return full.gather(-1, index.expand_as(full[..., :T]))  # sizes read in the graph
-    B, N, T, R = full.shape
-    return full.as_strided(
-        (B, N, T, T), (N * T * R, T * R, R - 1, 1), full.storage_offset() + T - 1
-    )
+    B, N, T, _ = full.shape
+    s0, s1, s2, s3 = full.stride()
+    if s3 != 1:
+        raise ValueError(f"_relative_view needs unit stride on the last axis, got {s3}")
+    return full.as_strided((B, N, T, T), (s0, s1, s2 - 1, 1), full.storage_offset() + T - 1)
+
+
+def _per_head_products(x: torch.Tensor, rel: torch.Tensor) -> torch.Tensor:
+    """x (B, N, T, Dh) · rel (N, R, Dh)ᵀ → (B, N, T, R), as one (N, B·T, Dh) @ (N, Dh, R)
+    product: the relative rows are shared by the batch, so they are not expanded (and copied)
+    to B copies as a broadcast matmul would; x in the (B, T, N, Dh) memory layout of the fused
+    projection is read without a copy. The result is a (B, N, T, R) view of an (N, B, T, R)
+    tensor (unit stride on R, as `_relative_view` needs). While the ONNX exporter traces, the
+    broadcast product (same values; sizes read in the graph)."""
+    if torch.jit.is_tracing():
+        return x @ rel.transpose(-1, -2)
+    B, N, T, Dh = x.shape
+    flat = x.transpose(0, 1).reshape(N, B * T, Dh)  # a view when B, T are adjacent in memory
+    return (flat @ rel.transpose(-1, -2)).view(N, B, T, -1).transpose(0, 1)
 
 
 class DisentangledSelfAttention(nn.Module):
@@ -283,11 +298,11 @@ class DisentangledSelfAttention(nn.Module):
             # Rows in descending distance so that row i of the product, read from column
             # T - 1 - i on, gives distances i - 0, i - 1, ... (the strided view).
             pk = self._heads(pk.flip(0))  # (N, 2T-1, Dh)
-            score = _relative_view(q @ pk.transpose(-1, -2))  # (B, N, T, T)
+            score = _relative_view(_per_head_products(q, pk))  # (B, N, T, T)
         if pq is not None:
             pq = self._heads(pq) / self.scale  # (N, 2T-1, Dh), ascending
             # (k @ pqᵀ)[j, i - j + T - 1] read as [j, i], then transposed to [i, j].
-            p2c = _relative_view(k @ pq.transpose(-1, -2)).transpose(-1, -2)  # (B, N, T, T)
+            p2c = _relative_view(_per_head_products(k, pq)).transpose(-1, -2)  # (B, N, T, T)
             score = p2c if score is None else score + p2c
         return score
 
@@ -309,12 +324,13 @@ class DisentangledSelfAttention(nn.Module):
             probs = probs.to(q.dtype)
             y = F.dropout(probs, p, self.training) @ v  # (B, N, T, Dh)
         else:
-            bias = ctx.bias.to(q.dtype)  # (B, 1, 1, S)
+            bias = ctx.bias.to(q.dtype) if ctx.padded else None  # (B, 1, 1, S); no padding: none
             if rel_scores is not None:
-                bias = rel_scores + bias  # (B, N, T, S)
+                bias = rel_scores if bias is None else rel_scores + bias  # (B, N, T, S)
             y = F.scaled_dot_product_attention(
                 q, k, v, attn_mask=bias, dropout_p=p, scale=1.0
             )  # (B, N, T, Dh)
-            y = y * query_keep.to(y.dtype)  # padding queries attend to nothing (XSoftmax)
+            if ctx.padded:
+                y = y * query_keep.to(y.dtype)  # padding queries attend to nothing (XSoftmax)
         y = y.transpose(1, 2).reshape(B, T, H)  # (B, T, H)
         return AttentionOutput(self.out(y), probs, scores)

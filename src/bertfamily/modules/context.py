@@ -37,6 +37,9 @@ class AttentionContext:
         bias: (B, 1, 1, S) float additive mask: 0 where ``mask``, the dtype's minimum elsewhere
             (finite, so a row with no real key stays finite in every dtype).
         need_weights: return attention probabilities and pre-softmax scores (slow path).
+        padded: whether any key is masked. False when every token of the batch is real: the
+            attention kinds then skip the all-zero ``bias`` (SDPA without a mask runs faster
+            on CPU). Always True while the ONNX exporter traces (the graph keeps the mask).
         condition: (B, C) or (B, T, C) condition vector for conditional norms, or None.
         unpadded: the unpadding plan when the layers run on packed real tokens
             (see `modules.unpad`), else None.
@@ -51,6 +54,7 @@ class AttentionContext:
     mask: torch.Tensor
     bias: torch.Tensor
     need_weights: bool = False
+    padded: bool = True
     condition: torch.Tensor | None = None
     unpadded: Unpadded | None = None
     relative_embeddings: torch.Tensor | None = None
@@ -66,4 +70,5 @@ class AttentionContext:
         mask = attention_mask.bool()
         bias = torch.zeros(mask.shape, dtype=dtype, device=mask.device)
         bias = bias.masked_fill(~mask, torch.finfo(dtype).min)[:, None, None, :]  # (B, 1, 1, S)
-        return cls(mask=mask, bias=bias, need_weights=need_weights, **fields)
+        padded = torch.jit.is_tracing() or not bool(mask.all())
+        return cls(mask=mask, bias=bias, need_weights=need_weights, padded=padded, **fields)

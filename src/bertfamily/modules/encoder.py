@@ -195,7 +195,7 @@ class Encoder(nn.Module):
         """An unpadding plan when it applies: switched on, a right-padded batch with padding,
         no attention weights requested, no per-sequence condition, and attention components
         that support packed sequences (``supports_unpadded``)."""
-        if not self.unpad or ctx.need_weights or ctx.condition is not None:
+        if not self.unpad or not ctx.padded or ctx.need_weights or ctx.condition is not None:
             return None
         if not all(getattr(layer.attention, "supports_unpadded", False) for layer in self.layers):
             return None

@@ -1,0 +1,135 @@
+"""The fast paths of issue 20: no mask when nothing is padded, per-sequence attention over packed
+tokens, DeBERTa's batch-shared relative products, and the benchmark's FLOP formula."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from torch.nn import functional as F
+
+import bertfamily as bf
+from bertfamily.modules import attention as attention_module
+from bertfamily.modules.attention import SelfAttention
+from bertfamily.modules.attention_disentangled import _per_head_products, _relative_view
+from bertfamily.modules.context import AttentionContext
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _tiny_bert(**overrides):
+    config = bf.EncoderConfig.from_preset(
+        "bert-base",
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        vocab_size=100,
+        **overrides,
+    )
+    torch.manual_seed(0)
+    return bf.build_model(config).eval()
+
+
+def _batch(lengths):
+    T = max(lengths)
+    mask = (torch.arange(T)[None, :] < torch.tensor(lengths)[:, None]).long()
+    ids = torch.randint(5, 100, (len(lengths), T), generator=torch.Generator().manual_seed(1))
+    return ids.masked_fill(mask == 0, 0), mask
+
+
+def test_context_padded_flag():
+    ones = torch.ones(2, 5, dtype=torch.long)
+    assert AttentionContext.from_mask(ones, torch.float32).padded is False
+    ones[1, 4] = 0
+    assert AttentionContext.from_mask(ones, torch.float32).padded is True
+
+
+def test_no_padding_calls_sdpa_without_mask(monkeypatch):
+    """An all-real batch reaches SDPA with attn_mask=None; a padded one (padded path) with the
+    additive mask; both give the outputs of the padded computation."""
+    seen = []
+    sdpa = F.scaled_dot_product_attention
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs.get("attn_mask"))
+        return sdpa(*args, **kwargs)
+
+    model = _tiny_bert()
+    ids, _ = _batch([6, 6])
+    full = torch.ones_like(ids)
+    monkeypatch.setattr(attention_module.F, "scaled_dot_product_attention", spy)
+    with torch.inference_mode():
+        fast = model(ids, full).last_hidden_state
+        assert len(seen) == 2 and all(m is None for m in seen)
+        # the same batch with one extra padding column: the real rows must not change
+        padded_ids = torch.cat([ids, torch.zeros_like(ids[:, :1])], 1)
+        padded_mask = torch.cat([full, torch.zeros_like(full[:, :1])], 1)
+        model.encoder.unpad = False
+        slow = model(padded_ids, padded_mask).last_hidden_state[:, :6]
+    assert seen[2] is not None and seen[2].shape == (2, 1, 1, 7)
+    torch.testing.assert_close(fast, slow, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("strategy", ["per_sequence", "padded"])
+def test_packed_strategies_equal_padded_path(monkeypatch, strategy):
+    monkeypatch.setattr(SelfAttention, "packed_strategy", strategy)
+    model = _tiny_bert()
+    ids, mask = _batch([7, 1, 4, 7])
+    with torch.inference_mode():
+        packed = model(ids, mask).last_hidden_state
+        model.encoder.unpad = False
+        reference = model(ids, mask).last_hidden_state
+    assert packed.abs().max() > 0.1  # not a trivially zero output
+    torch.testing.assert_close(packed, reference * mask[..., None], atol=1e-5, rtol=0)
+
+
+def test_default_packed_strategy_is_per_sequence():
+    assert SelfAttention.packed_strategy == "per_sequence"
+
+
+def test_relative_view_reads_any_layout():
+    """The strided view equals the gather out[.., a, b] = full[.., a, b - a + T - 1] for a
+    contiguous (B, N, T, R) tensor and for the (N, B, T, R) layout `_per_head_products`
+    returns."""
+    B, N, T = 2, 3, 5
+    R = 2 * T - 1
+    a = torch.arange(T)
+    index = (a[None, :] - a[:, None] + T - 1).expand(B, N, T, T)
+    contiguous = torch.randn(B, N, T, R)
+    head_major = torch.randn(N, B, T, R).transpose(0, 1)
+    for full in (contiguous, head_major):
+        torch.testing.assert_close(_relative_view(full), full.gather(-1, index), atol=0, rtol=0)
+
+
+def test_per_head_products_equal_broadcast_matmul():
+    B, N, T, Dh, R = 2, 3, 4, 8, 7
+    qkv = torch.randn(B, T, 3, N, Dh)  # the fused projection's layout
+    q = qkv[:, :, 0].transpose(1, 2)  # (B, N, T, Dh) strided view
+    rel = torch.randn(N, R, Dh)
+    expected = q @ rel.transpose(-1, -2)
+    got = _per_head_products(q, rel)
+    assert got.shape == (B, N, T, R)
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+
+
+def test_encoder_flops_formula_matches_flop_counter():
+    """The benchmark's dense FLOPs, L · Σn · (8H² + 4HI), equal what torch's FLOP counter
+    sees in the projections and feed-forward of an unpadded forward (so they ran on real
+    tokens only); the pooler's one (H, H) product per row is the only other matmul."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from run import encoder_flops
+
+    model = _tiny_bert()
+    lengths = [5, 9, 3]
+    ids, mask = _batch(lengths)
+    H, I, L = 32, 64, 2
+    with FlopCounterMode(display=False) as counter, torch.inference_mode():
+        model(ids, mask)
+    attention = L * sum(4 * n * n * H for n in lengths)
+    pooler = len(lengths) * 2 * H * H
+    assert counter.get_total_flops() - pooler == encoder_flops(lengths, H, I, L) - attention
