@@ -247,6 +247,9 @@ class OnnxRuntimeEncoder:
         ort = require("onnxruntime", "onnx", "ONNX Runtime inference")
         options = ort.SessionOptions()
         options.intra_op_num_threads = threads
+        # Idle workers sleep instead of spinning: between graph runs the pipeline tokenises and
+        # pools in torch, and spinning workers would take its cores (measured in issue 20).
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         self.session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
         self.inputs = [i.name for i in self.session.get_inputs()]
 
