@@ -4,6 +4,8 @@ naive per-tensor int8 of every layer does not."""
 
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 import pytest
 import torch
@@ -16,6 +18,7 @@ from bertfamily.precision import (
     agreement,
     apply_int8,
     cpu_bf16_units,
+    cpu_int8_units,
     linear_layers,
     plan_int8,
     resolve_dtype,
@@ -30,6 +33,15 @@ def test_cpu_bf16_units_read_from_cpuinfo():
     assert cpu_bf16_units(AMX) == ["amx_bf16", "avx512_bf16"]
     assert cpu_bf16_units(AVX512_BF16) == ["avx512_bf16"]
     assert cpu_bf16_units(AVX2) == []
+
+
+def test_cpu_int8_units_read_from_cpuinfo():
+    assert cpu_int8_units("flags\t\t: fpu avx2 avx512f avx512_vnni amx_int8\n") == [
+        "amx_int8",
+        "avx512_vnni",
+    ]
+    assert cpu_int8_units("flags\t\t: fpu avx2 avx_vnni\n") == ["avx_vnni"]
+    assert cpu_int8_units(AVX2) == [] and cpu_int8_units("no flags here") == []
 
 
 def test_auto_picks_bf16_only_with_amx():
@@ -82,7 +94,7 @@ def austen_slice():
 
 
 @pytest.mark.slow
-def test_int8_meets_the_bar_where_naive_int8_fails(minilm_dir, austen_slice):
+def test_int8_meets_the_bar_where_naive_int8_fails(minilm_dir, austen_slice, caplog):
     texts, queries = austen_slice
     emb = SentenceEmbedder(minilm_dir, dtype="fp32")
     fp32 = emb.model
@@ -96,7 +108,11 @@ def test_int8_meets_the_bar_where_naive_int8_fails(minilm_dir, austen_slice):
     assert not naive.meets(bar), naive
     assert naive.min_cosine < 0.97
 
-    int8 = SentenceEmbedder(minilm_dir, quantize="int8", calibration=(texts, queries))
+    with caplog.at_level(logging.WARNING, logger="bertfamily.pipelines.embed"):
+        int8 = SentenceEmbedder(minilm_dir, quantize="int8", calibration=(texts, queries))
+    # without VNNI/AMX int8 is no faster than fp32 (measured): the user is told
+    warned = "no int8 dot-product units" in caplog.text
+    assert warned == (not cpu_int8_units())
     plan = int8.int8_plan
     assert isinstance(int8.model, OnnxRuntimeModel)  # the measured faster engine
     assert len(plan.quantized) + len(plan.kept) == len(linear_layers(fp32)) == 24

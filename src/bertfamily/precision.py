@@ -24,7 +24,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from .train.precision import cpu_bf16_units
+from .train.precision import cpu_bf16_units, cpu_int8_units
 
 __all__ = [
     "DTYPE_NAMES",
@@ -38,6 +38,7 @@ __all__ = [
     "cached_int8",
     "int8_onnx_model",
     "cpu_bf16_units",
+    "cpu_int8_units",
     "layer_errors",
     "linear_layers",
     "plan_int8",

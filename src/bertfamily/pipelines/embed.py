@@ -21,6 +21,7 @@ from ..precision import (
     AccuracyBar,
     QuantizationError,
     cached_int8,
+    cpu_int8_units,
     int8_onnx_model,
     plan_int8,
     resolve_dtype,
@@ -206,6 +207,11 @@ class SentenceEmbedder:
                 model, check = int8_onnx_model(self, plan, *calibration)
             self.int8_plan, self.int8_check, self.model = plan, check, model
             log.info("%s; ONNX Runtime graph: min cosine %.4f", plan.summary(), check.min_cosine)
+            if not cpu_int8_units():
+                log.warning(
+                    "this CPU has no int8 dot-product units (VNNI/AMX): int8 keeps its accuracy "
+                    "but was measured no faster than fp32 on such a CPU (benchmarks/embed.py)"
+                )
 
     @property
     def dimension(self) -> int:

@@ -23,7 +23,9 @@ import torch
 
 __all__ = [
     "PRECISIONS",
+    "cpu_flags",
     "cpu_bf16_units",
+    "cpu_int8_units",
     "bf16_native",
     "check_precision",
     "autocast",
@@ -36,9 +38,9 @@ PRECISIONS = ("fp32", "bf16", "fp16")
 _DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
-def cpu_bf16_units(cpuinfo: str | None = None) -> list[str]:
-    """The bf16 matrix units this x86 CPU announces in /proc/cpuinfo: any of ``amx_bf16``
-    (Intel AMX tiles) and ``avx512_bf16`` (VDPBF16PS); [] when none or unreadable.
+def cpu_flags(cpuinfo: str | None = None) -> set[str]:
+    """The instruction-set flags of the first CPU in /proc/cpuinfo (empty when unreadable:
+    not Linux, or no flags line).
 
     Args:
         cpuinfo: the text of /proc/cpuinfo (read when None).
@@ -47,13 +49,26 @@ def cpu_bf16_units(cpuinfo: str | None = None) -> list[str]:
         try:
             cpuinfo = Path("/proc/cpuinfo").read_text()
         except OSError:
-            return []
-    flags: set[str] = set()
+            return set()
     for line in cpuinfo.splitlines():
         if line.startswith("flags"):
-            flags = set(line.split(":", 1)[1].split())
-            break
+            return set(line.split(":", 1)[1].split())
+    return set()
+
+
+def cpu_bf16_units(cpuinfo: str | None = None) -> list[str]:
+    """The bf16 matrix units this x86 CPU announces: any of ``amx_bf16`` (Intel AMX tiles) and
+    ``avx512_bf16`` (VDPBF16PS); [] when none or unreadable (`cpu_flags`)."""
+    flags = cpu_flags(cpuinfo)
     return [f for f in ("amx_bf16", "avx512_bf16") if f in flags]
+
+
+def cpu_int8_units(cpuinfo: str | None = None) -> list[str]:
+    """The int8 dot-product units this x86 CPU announces: any of ``amx_int8``,
+    ``avx512_vnni`` and ``avx_vnni`` (VPDPBUSD); [] when none or unreadable (`cpu_flags`).
+    Without them int8 matrix multiplies use AVX2's 16-bit multiply-adds and gain little."""
+    flags = cpu_flags(cpuinfo)
+    return [f for f in ("amx_int8", "avx512_vnni", "avx_vnni") if f in flags]
 
 
 def bf16_native(device: torch.device | str | None = None) -> bool:
