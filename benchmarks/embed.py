@@ -227,7 +227,7 @@ def main() -> None:
             "plan_seconds": round(plan_s, 1),
             "plan_from_cache": from_cache,
         },
-        "command": "nice -n 10 python benchmarks/embed.py " + " ".join(sys.argv[1:]),
+        "command": "python benchmarks/embed.py " + " ".join(sys.argv[1:]),
     }
     write_text_atomic(args.json, json.dumps(result, indent=2) + "\n")
     print(
