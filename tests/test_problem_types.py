@@ -274,7 +274,7 @@ def _train(base_dir, out, train_file, **opts):
         TrainConfig(
             output_dir=out,
             batch_size=8,
-            max_steps=60,
+            max_steps=120,  # a budget that learns it under any dropout draw
             learning_rate=5e-3,
             warmup_ratio=0.0,
             eval_every=20,

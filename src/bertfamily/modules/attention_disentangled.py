@@ -169,14 +169,15 @@ def _relative_view(full: torch.Tensor) -> torch.Tensor:
     return full.as_strided((B, N, T, T), (s0, s1, s2 - 1, 1), full.storage_offset() + T - 1)
 
 
-def _per_head_products(x: torch.Tensor, rel: torch.Tensor) -> torch.Tensor:
+def _per_head_products(x: torch.Tensor, rel: torch.Tensor, fold: bool = True) -> torch.Tensor:
     """x (B, N, T, Dh) · rel (N, R, Dh)ᵀ → (B, N, T, R), as one (N, B·T, Dh) @ (N, Dh, R)
     product: the relative rows are shared by the batch, so they are not expanded (and copied)
     to B copies as a broadcast matmul would; x in the (B, T, N, Dh) memory layout of the fused
     projection is read without a copy. The result is a (B, N, T, R) view of an (N, B, T, R)
     tensor (unit stride on R, as `_relative_view` needs). While the ONNX exporter traces, the
-    broadcast product (same values; sizes read in the graph)."""
-    if torch.jit.is_tracing():
+    broadcast product (same values; sizes read in the graph), and with ``fold=False`` (attention
+    weights requested: the dataflow view shows the (B, N, T, R) product itself)."""
+    if torch.jit.is_tracing() or not fold:
         return x @ rel.transpose(-1, -2)
     B, N, T, Dh = x.shape
     flat = x.transpose(0, 1).reshape(N, B * T, Dh)  # a view when B, T are adjacent in memory
@@ -282,7 +283,7 @@ class DisentangledSelfAttention(nn.Module):
         return pk, pq
 
     def relative_scores(
-        self, q: torch.Tensor, k: torch.Tensor, rel: torch.Tensor
+        self, q: torch.Tensor, k: torch.Tensor, rel: torch.Tensor, fold: bool = True
     ) -> torch.Tensor | None:
         """c2p + p2c scores (B, N, T, T) (eq. 2, second and third terms), or None.
 
@@ -290,6 +291,7 @@ class DisentangledSelfAttention(nn.Module):
             q: (B, N, T, Dh) queries, already divided by the scale.
             k: (B, N, T, Dh) keys.
             rel: (2T - 1, H) relative embeddings, row r for distance i - j = r - (T - 1).
+            fold: the batch folded into one product per head (`_per_head_products`).
         """
         rel = F.dropout(rel, self.position_dropout, self.training)
         pk, pq = self._position_projections(rel)  # each (2T - 1, H) or None
@@ -298,11 +300,11 @@ class DisentangledSelfAttention(nn.Module):
             # Rows in descending distance so that row i of the product, read from column
             # T - 1 - i on, gives distances i - 0, i - 1, ... (the strided view).
             pk = self._heads(pk.flip(0))  # (N, 2T-1, Dh)
-            score = _relative_view(_per_head_products(q, pk))  # (B, N, T, T)
+            score = _relative_view(_per_head_products(q, pk, fold))  # (B, N, T, T)
         if pq is not None:
             pq = self._heads(pq) / self.scale  # (N, 2T-1, Dh), ascending
             # (k @ pqᵀ)[j, i - j + T - 1] read as [j, i], then transposed to [i, j].
-            p2c = _relative_view(_per_head_products(k, pq)).transpose(-1, -2)  # (B, N, T, T)
+            p2c = _relative_view(_per_head_products(k, pq, fold)).transpose(-1, -2)  # (B, N, T, T)
             score = p2c if score is None else score + p2c
         return score
 
@@ -311,7 +313,9 @@ class DisentangledSelfAttention(nn.Module):
         B, T, H = x.shape
         q, k, v = self._project(x, ctx)
         rel = ctx.relative_embeddings
-        rel_scores = self.relative_scores(q, k, rel) if rel is not None else None
+        rel_scores = (
+            self.relative_scores(q, k, rel, fold=not ctx.need_weights) if rel is not None else None
+        )
         p = self.dropout if self.training else 0.0
         query_keep = ctx.mask[:, None, :, None]  # (B, 1, T, 1)
         probs = scores = None
