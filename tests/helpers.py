@@ -171,3 +171,25 @@ def longformer_global_mask(kind: str, mask: torch.Tensor):
         g[0, real[0][[0, 5, 9]]] = 1
         g[1, real[1][4]] = 1
     return g
+
+
+def torchrun_env(rank: int, world: int, port: int) -> None:
+    """Set the variables torchrun gives process ``rank`` of ``world`` (rendezvous on
+    127.0.0.1:``port``), for workers started by ``torch.multiprocessing.spawn``."""
+    os.environ.update(
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+        RANK=str(rank),
+        WORLD_SIZE=str(world),
+        LOCAL_RANK=str(rank),
+    )
+
+
+def mlm_loss(model, batch):
+    """Cross-entropy of an MLM model's (B, T, V) logits against ``batch["labels"]`` (B, T) at
+    every position: the loss_fn of the small training-loop tests."""
+    logits = model(batch["input_ids"]).logits
+    loss = torch.nn.functional.cross_entropy(
+        logits.reshape(-1, logits.shape[-1]), batch["labels"].reshape(-1)
+    )
+    return loss, {"mlm_loss": loss.item()}

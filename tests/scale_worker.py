@@ -14,16 +14,15 @@ Writes OUT/model/model_state.pt (the Trainer's final weights), OUT/model/saved_b
 from __future__ import annotations
 
 import argparse
-import os
 
 import numpy as np
 import torch
-from torch.nn import functional as F
 
 from bertfamily import build_model
 from bertfamily.config import EncoderConfig
 from bertfamily.train import IndexedBatches, TrainConfig, Trainer
 from bertfamily.train.distributed import cleanup_distributed, init_distributed
+from helpers import mlm_loss, torchrun_env
 
 V, T, N = 99, 8, 32
 GLOBAL_BATCH = 4
@@ -43,10 +42,7 @@ def dataset() -> list[dict]:
     return [{"input_ids": rng.integers(5, V, T), "labels": rng.integers(5, V, T)} for _ in range(N)]
 
 
-def loss_fn(model, batch):
-    out = model(batch["input_ids"])
-    loss = F.cross_entropy(out.logits.reshape(-1, V), batch["labels"].reshape(-1))
-    return loss, {"mlm_loss": loss.item()}
+loss_fn = mlm_loss  # tests/helpers.py
 
 
 def eval_fn(model) -> dict[str, float]:
@@ -95,13 +91,7 @@ def run(out_dir: str, parallel: str = "ddp", max_steps: int = 4, resume: bool = 
 
 def spawn_entry(rank: int, world: int, port: int, *args) -> None:
     """``torch.multiprocessing.spawn`` target: torchrun's variables for ``rank``, then `run`."""
-    os.environ.update(
-        MASTER_ADDR="127.0.0.1",
-        MASTER_PORT=str(port),
-        RANK=str(rank),
-        WORLD_SIZE=str(world),
-        LOCAL_RANK=str(rank),
-    )
+    torchrun_env(rank, world, port)
     run(*args)
 
 

@@ -27,6 +27,7 @@ from bertfamily.objectives.pretraining import MLMCollator, PretrainingModel
 from bertfamily.objectives.tasks import task_counts, task_loss
 from bertfamily.train import IndexedBatches, TrainConfig, Trainer
 from bertfamily.train.distributed import DistInfo
+from helpers import torchrun_env
 
 V, T = 99, 8
 TOL = 1e-5
@@ -402,13 +403,7 @@ DDP_MICRO = {  # rank -> micro-batches: rank 0 holds 1 predicted token, rank 1 h
 
 
 def _ddp_worker(rank, world, port, out_dir):
-    os.environ.update(
-        MASTER_ADDR="127.0.0.1",
-        MASTER_PORT=str(port),
-        RANK=str(rank),
-        WORLD_SIZE=str(world),
-        LOCAL_RANK=str(rank),
-    )
+    torchrun_env(rank, world, port)
     torch.distributed.init_process_group("gloo", rank=rank, world_size=world)
     torch.set_num_threads(1)
     for k, per_rank in DDP_MICRO.items():

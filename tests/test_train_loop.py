@@ -4,18 +4,17 @@ stopping, and two-process DDP equal to one process with the same global batch.""
 from __future__ import annotations
 
 import json
-import os
 import socket
 
 import numpy as np
 import pytest
 import torch
-from torch.nn import functional as F
 
 from bertfamily import build_model
 from bertfamily.config import EncoderConfig
 from bertfamily.train import IndexedBatches, TrainConfig, Trainer, lr_factor, param_groups
 from bertfamily.train.distributed import DistInfo, shard_range
+from helpers import mlm_loss, torchrun_env
 
 V, T = 99, 8
 
@@ -39,10 +38,7 @@ def dataset(n: int = 24):
     return [{"input_ids": rng.integers(5, V, T), "labels": rng.integers(5, V, T)} for _ in range(n)]
 
 
-def loss_fn(model, batch):
-    out = model(batch["input_ids"])
-    loss = F.cross_entropy(out.logits.reshape(-1, V), batch["labels"].reshape(-1))
-    return loss, {"mlm_loss": loss.item()}
+loss_fn = mlm_loss  # tests/helpers.py
 
 
 def cfg(tmp_path, **kw):
@@ -174,13 +170,7 @@ def test_shard_range():
 
 
 def _ddp_worker(rank, world, port, out_dir, data):
-    os.environ.update(
-        MASTER_ADDR="127.0.0.1",
-        MASTER_PORT=str(port),
-        RANK=str(rank),
-        WORLD_SIZE=str(world),
-        LOCAL_RANK=str(rank),
-    )
+    torchrun_env(rank, world, port)
     torch.distributed.init_process_group("gloo", rank=rank, world_size=world)
     torch.set_num_threads(1)
     model = tiny_model(dropout=0.0)
