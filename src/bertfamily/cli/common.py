@@ -70,13 +70,6 @@ def read_lines(path: Path) -> list[str]:
     return lines
 
 
-def bf16_supported() -> bool:
-    """Whether bf16 matrix multiplies run natively here (CUDA, or a CPU with AVX512-BF16/AMX)."""
-    from ..train.precision import bf16_native
-
-    return bf16_native()
-
-
 DTYPE_HELP = (
     "auto (bf16 on a GPU with bf16 or a CPU with AMX-BF16, else fp32; the choice is printed), "
     "fp32 or bf16."
@@ -92,10 +85,11 @@ def torch_dtype(name: str, device: str = "cpu"):
     """The torch dtype of a `--dtype` value (auto, fp32, bf16), printing the choice on stderr;
     warns when bf16 is asked for and would be emulated."""
     from ..precision import resolve_dtype
+    from ..train.precision import bf16_native
 
     if name not in DTYPES:
         raise typer.BadParameter(f"dtype must be one of {', '.join(DTYPES)}")
-    if name == "bf16" and not bf16_supported():
+    if name == "bf16" and not bf16_native():
         err.print(
             "[yellow]warning:[/] this CPU has no native bf16 matrix units; bf16 runs emulated "
             "and is slower than fp32 here (--dtype auto picks fp32)"
