@@ -99,6 +99,17 @@ def torch_dtype(name: str, device: str = "cpu"):
     return dtype
 
 
+def load_int8(build: Callable[[], Any]) -> Any:
+    """Run ``build`` (a loader given quantize="int8": it measures the int8 plan, minutes the
+    first time) under a status line on stderr, then print the plan's summary there."""
+    with err.status("int8: measuring each layer's error on calibration sentences…"):
+        loaded = build()
+    plan = getattr(loaded, "int8_plan", None)
+    if plan is not None:
+        err.print(plan.summary(), soft_wrap=True)
+    return loaded
+
+
 def check_quantize(quantize: str | None, dtype: str) -> None:
     """Refuse a `--quantize` value other than int8, or int8 with --dtype bf16."""
     if quantize is None:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from .common import App, console, err, handle_errors
+from .common import App, check_quantize, console, handle_errors, load_int8
 
 commands = App()
 convert = App(help="Convert checkpoints between families.", no_args_is_help=True)
@@ -38,8 +38,7 @@ def export(
     if output.suffix.lower() != ".onnx":
         raise ValueError(f"the output of an ONNX export must end in .onnx, got {output}")
     if quantize is not None:
-        if quantize != "int8":
-            raise typer.BadParameter(f"--quantize must be int8, got {quantize!r}")
+        check_quantize(quantize, "fp32")
         _export_int8(resolve_model(model), output, opset)
         return
     m = from_pretrained(resolve_model(model))
@@ -55,12 +54,10 @@ def _export_int8(model_dir: Path, output: Path, opset: int) -> None:
 
     if opset != 17:
         raise ValueError("--quantize int8 exports at the default opset 17")
-    with err.status("int8: measuring each layer's error on calibration sentences…"):
-        embedder = SentenceEmbedder(model_dir, dtype="fp32", quantize="int8")
+    embedder = load_int8(lambda: SentenceEmbedder(model_dir, dtype="fp32", quantize="int8"))
     data = embedder.int8_graph.read_bytes()
     atomic_write(output, lambda t: t.write_bytes(data))
     a = embedder.int8_check
-    err.print(embedder.int8_plan.summary(), soft_wrap=True)
     outputs = ", ".join(o.name for o in embedder.model.encoder.session.get_outputs())
     console.print(
         f"wrote {output} (int8 ONNX Runtime graph, outputs: {outputs}; "

@@ -19,6 +19,7 @@ from .common import (
     console,
     err,
     handle_errors,
+    load_int8,
     model_path,
     torch_dtype,
 )
@@ -93,10 +94,7 @@ def _embedder(model: str | None, dtype: str, quantize: str | None = None):
     check_quantize(quantize, dtype)
     if quantize is None:
         return SentenceEmbedder(model_path(model), dtype=torch_dtype(dtype))
-    with err.status("int8: measuring each layer's error on calibration sentences…"):
-        embedder = SentenceEmbedder(model_path(model), dtype="fp32", quantize=quantize)
-    err.print(embedder.int8_plan.summary(), soft_wrap=True)
-    return embedder
+    return load_int8(lambda: SentenceEmbedder(model_path(model), dtype="fp32", quantize=quantize))
 
 
 def _encode_with_progress(embedder, texts: list[str], batch_size: int):

@@ -13,6 +13,7 @@ from .common import (
     check_quantize,
     err,
     handle_errors,
+    load_int8,
     model_path,
     torch_dtype,
 )
@@ -88,11 +89,7 @@ def serve(
     if quantize is None:
         served = load_served_model(path, dtype=torch_dtype(dtype))
     else:
-        with err.status("int8: measuring each layer's error on calibration sentences…"):
-            served = load_served_model(path, quantize=quantize)
-        plan = getattr(served, "int8_plan", None)
-        if plan is not None:
-            err.print(plan.summary(), soft_wrap=True)
+        served = load_int8(lambda: load_served_model(path, quantize=quantize))
     app = create_app(served, settings, model_dir=path)
     err.print(f"serving {path} on http://{host}:{port}", soft_wrap=True)
     uvicorn.run(
