@@ -28,6 +28,7 @@ from torch.nn import functional as F
 
 from ..config import EncoderConfig
 from ..heads.tasks import IGNORE_INDEX
+from .pretraining import reduce_term
 
 __all__ = ["RTD_WEIGHT", "generator_config", "ReplacedTokenDetection", "evaluate_rtd"]
 
@@ -180,9 +181,7 @@ class ReplacedTokenDetection(nn.Module):
         ce = F.cross_entropy(gen_logits.float(), originals, reduction="none")  # (M,)
 
         def reduce(values: torch.Tensor, term: str) -> torch.Tensor:
-            if not len(values):
-                return values.sum() * 0.0
-            return values.mean() if denominators is None else values.sum() / denominators[term]
+            return reduce_term(values, term, denominators)
 
         mlm, rtd = reduce(ce, "mlm"), reduce(bce, "rtd")
         hits = ((disc.logits[real] > 0).long() == rtd_labels[real]).float()

@@ -36,6 +36,7 @@ __all__ = [
     "static_maskings",
     "MLMCollator",
     "PretrainingModel",
+    "reduce_term",
     "evaluate_mlm",
     "unigram_log_probs",
 ]
@@ -249,6 +250,23 @@ class MLMCollator:
         }
 
 
+def reduce_term(
+    values: torch.Tensor,
+    term: str,
+    denominators: dict[str, float] | None,
+    empty: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """One loss term from its per-unit values (U,): their mean, or with ``denominators`` their
+    sum divided by ``denominators[term]`` (the units of the whole optimizer step, so that an
+    accumulated step equals one merged batch). No units: 0, still connected to ``empty``
+    (default ``values``; pass the logits so every parameter stays in the graph)."""
+    if not len(values):
+        return (values if empty is None else empty).sum() * 0.0
+    if denominators is None:
+        return values.mean()
+    return values.sum() / denominators[term]
+
+
 class PretrainingModel(nn.Module):
     """A `Model` (with an MLM head, optionally a pair head) plus an optional SBO head; its
     ``forward(batch)`` returns ``(loss, parts)``, the sum of the objectives' mean
@@ -300,11 +318,7 @@ class PretrainingModel(nn.Module):
         targets = labels[selected]  # (M,), same row-major order as the gathered logits
 
         def reduce(values: torch.Tensor, term: str, empty: torch.Tensor) -> torch.Tensor:
-            if not len(values):
-                return empty.sum() * 0.0
-            if denominators is None:
-                return values.mean()
-            return values.sum() / denominators[term]
+            return reduce_term(values, term, denominators, empty)
 
         token_ce = F.cross_entropy(out.logits.float(), targets, reduction="none")
         mlm = reduce(token_ce, "mlm", out.logits)
