@@ -114,7 +114,7 @@ def test_int8_meets_the_bar_where_naive_int8_fails(minilm_dir, austen_slice, cap
     warned = "no int8 dot-product units" in caplog.text
     assert warned == (not cpu_int8_units())
     plan = int8.int8_plan
-    assert isinstance(int8.model, OnnxRuntimeModel)  # the measured faster engine
+    assert isinstance(int8.model, OnnxRuntimeModel)  # the engine --quantize int8 runs on
     assert len(plan.quantized) + len(plan.kept) == len(linear_layers(fp32)) == 24
     assert plan.quantized, "some layers must be quantisable within the bar"
     assert set(plan.layer_errors) == set(linear_layers(fp32))

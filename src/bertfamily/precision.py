@@ -355,11 +355,12 @@ def _plan_from_json(data: dict) -> Int8Plan:
 
 
 def int8_onnx_model(embedder, plan: Int8Plan, texts, queries, path: str | Path | None = None):
-    """The plan run by ONNX Runtime (the faster int8 engine on the CPUs measured,
-    benchmarks/embed.py): ``embedder``'s fp32 model exported (`export.export_onnx`), its planned
-    layers quantised by ONNX Runtime's quantiser (`export.quantize_onnx_int8`), and the graph
-    checked against ``plan.bar`` on ``texts``/``queries`` through ``embedder``'s own
-    tokenisation and pooling.
+    """The plan run by ONNX Runtime (the engine chosen when it measured faster on a loaded
+    machine; on the idle re-run of benchmarks/embed.py torch's dynamic int8 of the same plan
+    was faster, see benchmarks/results/embed.json): ``embedder``'s fp32 model exported
+    (`export.export_onnx`), its planned layers quantised by ONNX Runtime's quantiser
+    (`export.quantize_onnx_int8`), and the graph checked against ``plan.bar`` on
+    ``texts``/``queries`` through ``embedder``'s own tokenisation and pooling.
 
     Args:
         embedder: a `SentenceEmbedder` with the fp32 model (left unchanged).
