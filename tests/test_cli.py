@@ -301,6 +301,7 @@ def test_finetune_takes_shared_options(monkeypatch, tmp_path):
 
 
 def test_error_handler():
+    from bertfamily import errors
     from bertfamily.cli.common import handle_errors
 
     mini = typer.Typer()
@@ -310,12 +311,54 @@ def test_error_handler():
     def boom(kind: str):
         if kind == "exit":
             raise typer.Exit(code=3)
-        raise {"value": ValueError, "key": KeyError, "os": OSError, "runtime": RuntimeError}[kind](
-            "bad [MASK] input"
-        )
+        raise {
+            "input": errors.InputError,
+            "data": errors.DataError,
+            "unknown": errors.UnknownNameError,
+            "fetch": errors.FetchError,
+            "os": OSError,
+            # not ours: a bug, shown with its traceback
+            "value": ValueError,
+            "key": KeyError,
+            "runtime": RuntimeError,
+        }[kind]("bad [MASK] input")
 
-    for kind in ("value", "key", "os", "runtime"):
+    for kind in ("input", "data", "unknown", "fetch", "os"):
         result = runner.invoke(mini, [kind])
         assert result.exit_code == 2, result.output
-        assert "error:" in result.output and "[MASK]" in result.output
+        assert "error: bad [MASK] input" in result.output  # one line, unquoted, markup kept
+        assert "Traceback" not in result.output
+    for kind in ("value", "key", "runtime"):
+        result = runner.invoke(mini, [kind])
+        assert result.exit_code == 1
+        assert "error:" not in result.output
+        expected = {"value": ValueError, "key": KeyError, "runtime": RuntimeError}[kind]
+        assert isinstance(result.exception, expected)
     assert runner.invoke(mini, ["exit"]).exit_code == 3
+
+
+def test_an_internal_bug_in_a_command_shows_its_traceback(tmp_path, monkeypatch):
+    """A KeyError inside a real command is a bug: the traceback is printed, not "error: …"."""
+    import subprocess
+    import sys
+
+    code = (
+        "import bertfamily.inspect.compare as c\n"
+        "def broken(*a, **k):\n"
+        "    raise KeyError('internal')\n"
+        "c.comparison_rows = broken\n"
+        "from bertfamily.cli import app\n"
+        "app(['models'], prog_name='bertfamily')\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 1
+    assert "Traceback" in proc.stderr and "KeyError: 'internal'" in proc.stderr
+    assert "error:" not in proc.stderr
+
+
+def test_verbose_shows_the_traceback_of_a_library_error(tmp_path):
+    result = runner.invoke(app, ["-v", "params", str(tmp_path / "missing")])
+    assert result.exit_code == 2
+    assert "Traceback" in result.output and "error:" in result.output
+    quiet = runner.invoke(app, ["params", str(tmp_path / "missing")])
+    assert quiet.exit_code == 2 and "Traceback" not in quiet.output

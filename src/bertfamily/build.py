@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from torch import nn
 
 from .config import EncoderConfig, check_parameter_budget
+from .errors import InputError
 from .heads.enhanced_mask_decoder import EnhancedMaskDecoder
 from .heads.global_attention import HEAD_DEFAULTS, TaskGlobalAttention
 from .heads.pretraining import MaskedLMHead, PairHead, ReplacedTokenHead
@@ -142,7 +143,7 @@ def attention_kind(config: EncoderConfig) -> AttentionKind:
     try:
         return ATTENTION_KINDS[config.attention_kind]
     except KeyError:
-        raise ValueError(
+        raise InputError(
             f"attention_kind {config.attention_kind!r} has no builder; known: "
             f"{sorted(ATTENTION_KINDS)}"
         ) from None
@@ -215,7 +216,7 @@ def build_task_head(config: EncoderConfig, task: str) -> nn.Module:
     if task in ("classify", "choice"):
         pooling = config.classifier_pooling if task == "classify" else config.choice_pooling
         if pooling == "pooler" and not config.use_pooler:
-            raise ValueError(
+            raise InputError(
                 f"the {task!r} head of this config reads the pooled output, but use_pooler is False"
             )
         act = (
@@ -230,7 +231,7 @@ def build_task_head(config: EncoderConfig, task: str) -> nn.Module:
         return TokenHead(H, config.num_labels, dropout)
     if task == "qa":
         return SpanHead(H)
-    raise ValueError(f"unknown task head {task!r}; valid: {TASK_HEADS}")
+    raise InputError(f"unknown task head {task!r}; valid: {TASK_HEADS}")
 
 
 def build_model(
@@ -258,14 +259,14 @@ def build_model(
     check_parameter_budget(config, max_parameters, heads)
     unknown = set(heads) - set(HEADS)
     if unknown:
-        raise ValueError(f"unknown heads {sorted(unknown)}; valid: {HEADS}")
+        raise InputError(f"unknown heads {sorted(unknown)}; valid: {HEADS}")
     tasks = [h for h in heads if h in TASK_HEADS]
     if tasks and len(tasks) != len(heads):
-        raise ValueError(f"a task head cannot be combined with other heads, got {heads}")
+        raise InputError(f"a task head cannot be combined with other heads, got {heads}")
     if len(tasks) > 1:
-        raise ValueError(f"at most one task head per model, got {tasks}")
+        raise InputError(f"at most one task head per model, got {tasks}")
     if "rtd" in heads and "mlm" in heads:  # ELECTRA's generator and discriminator are two models
-        raise ValueError("the rtd and mlm heads both give logits; build them as two models")
+        raise InputError("the rtd and mlm heads both give logits; build them as two models")
     if heads and config.use_pooler and not config.reads_pooler(heads):
         config = config.replace(use_pooler=False)
     emd = config.emd_layers > 0 and "mlm" in heads
@@ -281,7 +282,7 @@ def build_model(
         )
     if "pair" in heads:
         if not config.use_pooler:
-            raise ValueError("the pair (NSP/SOP) head needs a pooler; this config has none")
+            raise InputError("the pair (NSP/SOP) head needs a pooler; this config has none")
         pair = PairHead(config.hidden_size)
     rtd = (
         ReplacedTokenHead(config.hidden_size, activation(config.hidden_act))

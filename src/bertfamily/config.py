@@ -18,7 +18,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import ConfigError
+from .errors import ArgumentTypeError, ConfigError, InputError, UnknownNameError
 
 NORM_SITES = ("embeddings", "attention", "ffn", "mlm")  # where a norm can be conditional
 ACTIVATIONS = ("gelu", "gelu_tanh", "gelu_sigmoid", "relu", "silu")
@@ -301,7 +301,7 @@ class EncoderConfig:
                 f"{self.vocab_size}), got {self.sep_token_id!r}"
             )
         if self.problem_type is not None and self.problem_type not in PROBLEM_TYPES:
-            raise ValueError(
+            raise InputError(
                 f"problem_type must be None or one of {PROBLEM_TYPES}, got {self.problem_type!r}"
             )
         if not self.label_names or len(set(self.label_names)) != len(self.label_names):
@@ -626,10 +626,10 @@ class EncoderConfig:
         from .presets import PRESETS
 
         if name not in PRESETS:
-            raise KeyError(f"unknown preset {name!r}; valid presets: {', '.join(PRESETS)}")
+            raise UnknownNameError(f"unknown preset {name!r}; valid presets: {', '.join(PRESETS)}")
         unknown = set(overrides) - {f.name for f in dataclasses.fields(cls)}
         if unknown:
-            raise TypeError(f"not EncoderConfig fields: {sorted(unknown)}")
+            raise ArgumentTypeError(f"not EncoderConfig fields: {sorted(unknown)}")
         return cls(**{**PRESETS[name], **overrides})
 
     def replace(self, **changes: Any) -> EncoderConfig:

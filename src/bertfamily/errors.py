@@ -15,7 +15,10 @@ from __future__ import annotations
 from pathlib import Path
 
 __all__ = [
+    "ArgumentTypeError",
     "BertFamilyError",
+    "InputError",
+    "UnknownNameError",
     "BulkEmbedError",
     "CacheCorruptError",
     "CheckpointError",
@@ -38,6 +41,22 @@ __all__ = [
 class BertFamilyError(Exception):
     """Base of every error bertfamily raises on purpose; the message says what was wrong with
     which input (file, field, argument) and, where there is one, the fix."""
+
+
+class InputError(BertFamilyError, ValueError):
+    """An argument or input value bertfamily cannot use: out of range, the wrong shape or
+    length, inconsistent with another argument, or an empty input; the message names it."""
+
+
+class ArgumentTypeError(BertFamilyError, TypeError):
+    """An argument of the wrong type, or a keyword argument the function does not take."""
+
+
+class UnknownNameError(BertFamilyError, KeyError):
+    """A name (preset, model, resource) that is not known; the message lists the known ones."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0]) if self.args else ""
 
 
 # --- configuration and model directories -------------------------------------------------------

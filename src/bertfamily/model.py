@@ -11,6 +11,7 @@ from torch import nn
 
 from .checkpoints.io import save_pretrained
 from .config import EncoderConfig
+from .errors import InputError
 from .heads.losses import sequence_loss, span_loss, token_loss
 from .heads.pretraining import mlm_loss, pair_loss, rtd_loss
 from .modules.encoder import Encoder, EncoderOutput
@@ -48,7 +49,7 @@ def _select(
     if condition.dim() == 2:  # (B, C): one vector per sequence
         condition = condition[:, None, :].expand(-1, hidden.shape[1], -1)  # (B, T, C)
     if condition.shape[:2] != hidden.shape[:2]:
-        raise ValueError(
+        raise InputError(
             f"condition has shape {tuple(condition.shape)}; expected (B, C) or "
             f"(B, T, C) with (B, T) = {tuple(hidden.shape[:2])}"
         )
@@ -171,7 +172,7 @@ class Model(nn.Module):
                 (see `modules.norms.ConditionalLayerNorm.check_condition`).
         """
         if condition is not None and not self.takes_condition:
-            raise ValueError(
+            raise InputError(
                 "condition= was given but this model has no conditional norms "
                 "(EncoderConfig.conditional_norms is empty)"
             )
@@ -245,7 +246,7 @@ class Model(nn.Module):
     ) -> dict[str, torch.Tensor]:
         """The given targets by head, checked against the heads present (before any compute)."""
         if next_sentence_label is not None and sentence_order_label is not None:
-            raise ValueError("give next_sentence_label or sentence_order_label, not both")
+            raise InputError("give next_sentence_label or sentence_order_label, not both")
         pair = next_sentence_label if next_sentence_label is not None else sentence_order_label
         targets: dict[str, torch.Tensor] = {}
         if labels is not None:
@@ -255,23 +256,23 @@ class Model(nn.Module):
             if head is None and self.pair_head is not None:
                 head = "pair"
             if head is None or head == "qa":
-                raise ValueError(
+                raise InputError(
                     f"labels were given but this model's heads {self.heads or '(none)'} take "
                     "none (qa takes start_positions and end_positions)"
                 )
             targets[head] = labels
         if pair is not None:
             if self.pair_head is None or "pair" in targets:
-                raise ValueError(
+                raise InputError(
                     "next_sentence_label / sentence_order_label need a pair head beside the "
                     f"MLM head; this model has {self.heads or '(no heads)'}"
                 )
             targets["pair"] = pair
         if (start_positions is None) != (end_positions is None):
-            raise ValueError("give start_positions and end_positions together")
+            raise InputError("give start_positions and end_positions together")
         if start_positions is not None:
             if self.task != "qa":
-                raise ValueError(
+                raise InputError(
                     f"start_positions / end_positions need the qa head; this model has "
                     f"{self.heads or '(no heads)'}"
                 )
@@ -317,7 +318,7 @@ class Model(nn.Module):
     ) -> ModelOutput:
         """Multiple choice: (B, K, T) inputs → (B·K, T) through the encoder → (B, K) scores."""
         if input_ids.dim() != 3:
-            raise ValueError(
+            raise InputError(
                 f"the choice head takes input_ids of shape (B, K, T), got {tuple(input_ids.shape)}"
             )
         B, K, T = input_ids.shape

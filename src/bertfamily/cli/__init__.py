@@ -14,6 +14,7 @@ import logging
 import typer
 
 from . import (
+    common,
     convert,
     distill,
     embed,
@@ -38,7 +39,12 @@ app = typer.Typer(
 
 
 @app.callback()
-def _main(verbose: bool = typer.Option(False, "--verbose", "-v", help="Log at INFO level.")):
+def _main(
+    verbose: bool = typer.Option(
+        False, "--verbose", "-v", help="Log at INFO level; show the traceback of every error."
+    ),
+):
+    common.VERBOSE = verbose
     logging.basicConfig(
         level=logging.INFO if verbose else logging.WARNING,
         format="%(levelname)s %(name)s: %(message)s",

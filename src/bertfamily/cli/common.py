@@ -18,26 +18,36 @@ from rich.console import Console
 from rich.markup import escape
 from typer.core import TyperCommand
 
+from ..errors import BertFamilyError, InputError
+
 console = Console()
 err = Console(stderr=True, soft_wrap=True)  # messages name paths: never broken mid-path
 
-#: The errors our library raises for bad input (DataError, CheckpointError, ModelDirectoryError,
-#: TokenizerNotFoundError, ... are ValueErrors; FetchError is a RuntimeError).
-LIBRARY_ERRORS = (ValueError, KeyError, TypeError, OSError, RuntimeError)
+#: What a command reports as a one-line ``error: …`` (exit code 2): the errors bertfamily raises
+#: on purpose (`bertfamily.errors`) and the operating system's (a file that cannot be read or
+#: written). Anything else is a bug: its traceback is shown.
+LIBRARY_ERRORS = (BertFamilyError, OSError)
 
 DTYPES = ("auto", "fp32", "bf16")
 
+#: Set by ``bertfamily -v``: tracebacks of library errors too.
+VERBOSE = False
+
 
 def handle_errors(func: Callable[..., Any]) -> Callable[..., Any]:
-    """Run a command, turning a library error into ``error: …`` on stderr and exit code 2."""
+    """Run a command, turning a `BertFamilyError` or `OSError` into ``error: …`` on stderr and
+    exit code 2 (with its traceback too under ``-v``). Any other exception propagates: the
+    command line prints its traceback and exits with code 1."""
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return func(*args, **kwargs)
         except (typer.Exit, typer.Abort):
-            raise  # typer's own exits (RuntimeErrors); usage errors are no library error
+            raise  # typer's own exits; usage errors are no library error
         except LIBRARY_ERRORS as e:
+            if VERBOSE:
+                err.print_exception()
             err.print("[bold red]error:[/]", escape(str(e)))
             raise typer.Exit(code=2) from None
 
@@ -65,10 +75,10 @@ def read_lines(path: Path) -> list[str]:
     try:
         lines = [line.strip() for line in path.read_text(encoding="utf-8").splitlines()]
     except (OSError, UnicodeDecodeError) as e:
-        raise ValueError(f"cannot read {path}: {e}") from e
+        raise InputError(f"cannot read {path}: {e}") from e
     lines = [line for line in lines if line]
     if not lines:
-        raise ValueError(f"{path} holds no non-empty lines")
+        raise InputError(f"{path} holds no non-empty lines")
     return lines
 
 

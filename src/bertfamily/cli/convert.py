@@ -6,6 +6,7 @@ from pathlib import Path
 
 import typer
 
+from ..errors import InputError
 from .common import App, check_quantize, console, handle_errors, load_int8
 
 commands = App()
@@ -34,9 +35,9 @@ def export(
     from ..resources.cache import resolve_model
 
     if format != "onnx":
-        raise ValueError(f"unsupported format {format!r}; supported: onnx")
+        raise InputError(f"unsupported format {format!r}; supported: onnx")
     if output.suffix.lower() != ".onnx":
-        raise ValueError(f"the output of an ONNX export must end in .onnx, got {output}")
+        raise InputError(f"the output of an ONNX export must end in .onnx, got {output}")
     if quantize is not None:
         check_quantize(quantize, "fp32")
         _export_int8(resolve_model(model), output, opset)
@@ -53,7 +54,7 @@ def _export_int8(model_dir: Path, output: Path, opset: int) -> None:
     from ..pipelines.embed import SentenceEmbedder
 
     if opset != 17:
-        raise ValueError("--quantize int8 exports at the default opset 17")
+        raise InputError("--quantize int8 exports at the default opset 17")
     embedder = load_int8(lambda: SentenceEmbedder(model_dir, dtype="fp32", quantize="int8"))
     data = embedder.int8_graph.read_bytes()
     atomic_write(output, lambda t: t.write_bytes(data))

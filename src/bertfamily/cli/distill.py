@@ -6,6 +6,7 @@ from pathlib import Path
 
 import typer
 
+from ..errors import InputError
 from .common import (
     App,
     console,
@@ -96,7 +97,7 @@ def distill(
     fields = training.train_config_fields()
     if method == "tinybert-task":
         if not (teacher and train and output):
-            raise ValueError("tinybert-task needs --teacher, --train and --output")
+            raise InputError("tinybert-task needs --teacher, --train and --output")
         from ..data.augment import AugmentConfig
         from ..recipes.distill import TaskDistillConfig, distill_task
         from ..train.config import TrainConfig
@@ -134,7 +135,7 @@ def distill(
         console.print_json(data={k: res[k] for k in ("labels", "parameters")})
         return
     if not (method and teacher and corpus and output):
-        raise ValueError("distill needs --method, --teacher, --corpus and --output")
+        raise InputError("distill needs --method, --teacher, --corpus and --output")
     from ..recipes.distill import DistillConfig
     from ..recipes.distill import distill as run
     from ..train.config import TrainConfig

@@ -11,6 +11,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from ..errors import InputError
 from .common import (
     DTYPE_HELP,
     FORMAT_HELP,
@@ -40,16 +41,16 @@ def read_input_lines(path: Path) -> list[str]:
     naming it."""
     if not path.is_file():
         why = "it is a directory" if path.is_dir() else "it does not exist"
-        raise ValueError(f"cannot read input file {path}: {why}")
+        raise InputError(f"cannot read input file {path}: {why}")
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
-        raise ValueError(f"cannot read {path}: {e}") from e
+        raise InputError(f"cannot read {path}: {e}") from e
     lines = [line.strip() for line in text.replace("\r\n", "\n").replace("\r", "\n").split("\n")]
     if text.endswith(("\n", "\r")):
         lines.pop()  # the newline that ends the last line starts no line of its own
     if not any(lines):
-        raise ValueError(f"input file {path} is empty (no text on any line)")
+        raise InputError(f"input file {path} is empty (no text on any line)")
     return lines
 
 
@@ -158,14 +159,14 @@ def embed(
         _embed_bulk(sentences, input, output, model, batch_size, dtype, shard_size, quantize)
         return
     if shard_size is not None:
-        raise ValueError(
+        raise InputError(
             "--shard-size is for bulk mode: give --output a directory (a path without .npy/.jsonl)"
         )
     texts = list(sentences or []) + (read_input_lines(input) if input is not None else [])
     if not texts:
-        raise ValueError("give sentences as arguments or --input FILE")
+        raise InputError("give sentences as arguments or --input FILE")
     if output is not None and output.suffix not in (".npy", ".jsonl"):
-        raise ValueError(
+        raise InputError(
             f"--output must end in .npy or .jsonl, or be a directory (a path without a "
             f"suffix) for bulk mode, got {output.name}"
         )
@@ -222,7 +223,7 @@ def _embed_bulk(
     from ..pipelines.bulk import DEFAULT_SHARD_SIZE, embed_file, process_slot
 
     if sentences or input is None:
-        raise ValueError("bulk mode (--output DIR) embeds --input FILE, not SENTENCE arguments")
+        raise InputError("bulk mode (--output DIR) embeds --input FILE, not SENTENCE arguments")
     rank, world = process_slot()
     embedder = _embedder(model, dtype, quantize)
     who = f"rank {rank}/{world}: " if world > 1 else ""
@@ -299,7 +300,7 @@ def search(
 
     check_format(fmt)
     if (corpus is None) == (index is None):
-        raise ValueError("give --corpus FILE or --index DIR (one of them)")
+        raise InputError("give --corpus FILE or --index DIR (one of them)")
     if index is not None:
         _search_index(index, list(query), top_k, model, dtype, batch_size, fmt)
         return

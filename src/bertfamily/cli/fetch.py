@@ -6,6 +6,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
+from ..errors import InputError
 from .common import (
     App,
     console,
@@ -49,7 +50,7 @@ def fetch(
         return
     if verify:
         if force:
-            raise ValueError("--verify only checks the cache; it cannot be combined with --force")
+            raise InputError("--verify only checks the cache; it cannot be combined with --force")
         names = name or f.cached()
         if not names:
             console.print(f"nothing cached in {f.cache_dir()}")

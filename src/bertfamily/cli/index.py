@@ -6,6 +6,7 @@ from pathlib import Path
 
 import typer
 
+from ..errors import InputError
 from .common import (
     DTYPE_HELP,
     App,
@@ -42,13 +43,13 @@ def read_corpus(path: Path) -> tuple[list[str], list | None]:
     import json
 
     if not path.is_file():
-        raise ValueError(f"cannot read corpus {path}: it does not exist or is a directory")
+        raise InputError(f"cannot read corpus {path}: it does not exist or is a directory")
     try:
         lines = [line.strip() for line in path.read_text(encoding="utf-8").splitlines()]
     except (OSError, UnicodeDecodeError) as e:
-        raise ValueError(f"cannot read {path}: {e}") from e
+        raise InputError(f"cannot read {path}: {e}") from e
     if not any(lines):
-        raise ValueError(f"corpus {path} is empty (no text on any line)")
+        raise InputError(f"corpus {path} is empty (no text on any line)")
     if path.suffix != ".jsonl":
         return [t for t in lines if t], None
     texts, ids = [], []
@@ -60,7 +61,7 @@ def read_corpus(path: Path) -> tuple[list[str], list | None]:
             texts.append(str(row["text"]))
             ids.append(row.get("id", len(ids)))
         except (ValueError, KeyError, TypeError) as e:
-            raise ValueError(f'{path}:{n}: not a JSON object with "text": {e}') from e
+            raise InputError(f'{path}:{n}: not a JSON object with "text": {e}') from e
     return texts, ids
 
 

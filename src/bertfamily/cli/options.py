@@ -17,6 +17,8 @@ from typing import Any, get_type_hints
 
 import typer
 
+from ..errors import ArgumentTypeError
+
 
 @dataclass(frozen=True)
 class TrainOptions:
@@ -143,7 +145,7 @@ def training_options(**defaults: Any) -> Callable[[Callable[..., Any]], Callable
     def decorate(func: Callable[..., Any]) -> Callable[..., Any]:
         signature = inspect.signature(func, eval_str=True)
         if "training" not in signature.parameters:
-            raise TypeError(f"{func.__name__} has no `training: TrainOptions` parameter")
+            raise ArgumentTypeError(f"{func.__name__} has no `training: TrainOptions` parameter")
         shared = [
             inspect.Parameter(
                 name,

@@ -19,6 +19,7 @@ import torch
 
 from ..build import build_model
 from ..checkpoints.io import ModelDirectoryError, config_from_hf, read_hf_config
+from ..errors import InputError
 from ..files import atomic_write
 from ..pretrained import from_pretrained
 
@@ -46,10 +47,10 @@ def extend_position_table(table: torch.Tensor, rows: int, offset: int) -> torch.
     """
     P = table.shape[0]
     if rows < P:
-        raise ValueError(f"the new position table ({rows} rows) is smaller than the old ({P})")
+        raise InputError(f"the new position table ({rows} rows) is smaller than the old ({P})")
     learned = table[offset:]
     if learned.shape[0] == 0:
-        raise ValueError("the position table has no rows after the padding offset")
+        raise InputError("the position table has no rows after the padding offset")
     out = table.new_empty(rows, table.shape[1])
     out[:offset] = table[:offset]
     k = offset
@@ -91,7 +92,7 @@ def to_longformer(
             f"the padding offset); {model_dir} has model_type {source_config.model_type!r}"
         )
     if not isinstance(max_positions, int) or max_positions < source_config.max_sequence_length:
-        raise ValueError(
+        raise InputError(
             f"max_positions ({max_positions}) must be at least the source's limit "
             f"of {source_config.max_sequence_length} positions"
         )

@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from ..deps import require
+from ..errors import InputError
 from ..files import atomic_write
 from ..model import Model
 
@@ -116,9 +117,9 @@ def check_exportable(model: Model, opset: int = 17) -> None:
             no ``condition`` input).
     """
     if opset < MIN_OPSET:
-        raise ValueError(f"ONNX export needs opset >= {MIN_OPSET} (attention), got {opset}")
+        raise InputError(f"ONNX export needs opset >= {MIN_OPSET} (attention), got {opset}")
     if model.takes_condition:
-        raise ValueError(
+        raise InputError(
             "cannot export a model with conditional norms: the ONNX graph has no condition input"
         )
 
@@ -208,12 +209,12 @@ def quantize_onnx_int8(source: str | Path, path: str | Path, linears: list[str])
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     if not linears:
-        raise ValueError("no layers to quantise")
+        raise InputError("no layers to quantise")
     nodes = {n.name for n in onnx.load(str(source), load_external_data=False).graph.node}
     wanted = [onnx_node_name(n) for n in linears]
     missing = [w for w in wanted if w not in nodes]
     if missing:
-        raise ValueError(f"these Linear layers have no MatMul node in {source}: {missing}")
+        raise InputError(f"these Linear layers have no MatMul node in {source}: {missing}")
     path = Path(path)
 
     def write(tmp: Path) -> None:

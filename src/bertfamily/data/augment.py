@@ -23,6 +23,8 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
+from ..errors import InputError
+
 __all__ = ["AugmentConfig", "AugmentStats", "Augmenter"]
 
 
@@ -45,9 +47,9 @@ class AugmentConfig:
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.replace_prob <= 1.0:
-            raise ValueError(f"replace_prob must lie in [0, 1], got {self.replace_prob}")
+            raise InputError(f"replace_prob must lie in [0, 1], got {self.replace_prob}")
         if self.samples < 1 or self.candidates < 1:
-            raise ValueError(
+            raise InputError(
                 f"samples and candidates must be >= 1, got {self.samples}, {self.candidates}"
             )
 
@@ -89,7 +91,7 @@ class Augmenter:
 
     def __init__(self, model, tokenizer, config: AugmentConfig = AugmentConfig()) -> None:
         if config.mlm and (model.mlm_head is None or tokenizer.mask_token_id is None):
-            raise ValueError(
+            raise InputError(
                 "masked-LM candidates need a model with an MLM head and a tokenizer with a "
                 "mask token; use AugmentConfig(mlm=False) for embedding neighbours only"
             )

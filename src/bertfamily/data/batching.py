@@ -21,6 +21,8 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
+from ..errors import ArgumentTypeError, InputError
+
 IGNORE_INDEX = -100  # label of positions that carry no loss (sub-tokens, special tokens)
 
 __all__ = ["BatchSource", "IndexedBatches", "as_batch_source", "default_collate", "sorted_batches"]
@@ -76,9 +78,9 @@ class IndexedBatches:
         world_size: int = 1,
     ) -> None:
         if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+            raise InputError(f"batch_size must be >= 1, got {batch_size}")
         if len(dataset) < batch_size * world_size:
-            raise ValueError(
+            raise InputError(
                 f"{len(dataset)} examples is fewer than one global batch of "
                 f"{batch_size} x {world_size} processes"
             )
@@ -135,7 +137,7 @@ def as_batch_source(obj: Any) -> BatchSource:
             return itertools.islice(iter(obj), start, None)
 
         return from_iterable
-    raise TypeError(
+    raise ArgumentTypeError(
         f"train_batches must be a batch source, a factory or an iterable, got {type(obj).__name__}"
     )
 
@@ -158,9 +160,9 @@ def sorted_batches(
         ValueError: batch_size < 1, or max_tokens < 1.
     """
     if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        raise InputError(f"batch_size must be >= 1, got {batch_size}")
     if max_tokens is not None and max_tokens < 1:
-        raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
+        raise InputError(f"max_tokens must be >= 1, got {max_tokens}")
     order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
     chunk: list[int] = []
     for i in order:

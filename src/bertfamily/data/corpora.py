@@ -27,6 +27,7 @@ from collections.abc import Iterable, Iterator
 from functools import lru_cache
 from pathlib import Path
 
+from ..errors import InputError
 from ..files import write_text_atomic
 
 __all__ = [
@@ -127,7 +128,7 @@ def read_documents(
                 continue
             record = json.loads(line)
             if text_field not in record:
-                raise ValueError(f"{path}:{n} has no field {text_field!r}")
+                raise InputError(f"{path}:{n} has no field {text_field!r}")
             text = str(record[text_field])
             pieces = [x.strip() for x in text.splitlines() if x.strip()]
             if split:
@@ -148,12 +149,12 @@ def read_documents(
         if current:
             docs.append(current)
     else:
-        raise ValueError(f"corpus {path} does not exist")
+        raise InputError(f"corpus {path} does not exist")
     if split and path.suffix != ".jsonl":
         docs = [[s for line in doc for s in split_sentences(line, language)] for doc in docs]
     docs = [d for d in docs if d]
     if not docs:
-        raise ValueError(f"corpus {path} holds no text")
+        raise InputError(f"corpus {path} holds no text")
     return docs
 
 
@@ -161,12 +162,12 @@ def _read_dataset(path: Path, text_field: str) -> list[Document]:
     try:
         import datasets
     except ImportError as e:
-        raise ValueError(
+        raise InputError(
             f"{path} is a directory; reading a saved dataset needs the 'datasets' package"
         ) from e
     ds = datasets.load_from_disk(str(path))
     if text_field not in ds.column_names:
-        raise ValueError(f"dataset {path} has no column {text_field!r} ({ds.column_names})")
+        raise InputError(f"dataset {path} has no column {text_field!r} ({ds.column_names})")
     return [[x.strip() for x in str(t).splitlines() if x.strip()] for t in ds[text_field]]
 
 
@@ -191,7 +192,7 @@ def parse_rdata_strings(record: bytes) -> list[str | None]:
         ValueError: not an XDR serialisation of a character vector.
     """
     if record[:2] != b"X\n":
-        raise ValueError("not an R XDR serialisation (no 'X\\n' header)")
+        raise InputError("not an R XDR serialisation (no 'X\\n' header)")
     pos = 2
     version = struct.unpack_from(">i", record, pos)[0]
     pos += 12
@@ -201,7 +202,7 @@ def parse_rdata_strings(record: bytes) -> list[str | None]:
     flags, count = struct.unpack_from(">ii", record, pos)
     pos += 8
     if flags & 0xFF != 0x10:
-        raise ValueError(f"R object type {flags & 0xFF:#x} is not a character vector (0x10)")
+        raise InputError(f"R object type {flags & 0xFF:#x} is not a character vector (0x10)")
     out: list[str | None] = []
     for _ in range(count):
         _flags, length = struct.unpack_from(">ii", record, pos)
@@ -332,7 +333,7 @@ def parse_tagged_line(line: str, where: str = "") -> list[Word]:
     for item in line.split():
         word, sep, tag = item.rpartition("/")
         if not sep or not word or not tag.isalpha():
-            raise ValueError(f"{where}: {item!r} is not a word/tag item")
+            raise InputError(f"{where}: {item!r} is not a word/tag item")
         words.append((word, tag))
     return words
 
@@ -373,7 +374,7 @@ def read_peoples_daily(path: str | Path) -> list[list[list[Word]]]:
         articles[-1].append(paragraph)
         previous_body = body
     if not articles:
-        raise ValueError(f"{path} holds no text")
+        raise InputError(f"{path} holds no text")
     return articles
 
 

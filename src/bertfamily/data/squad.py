@@ -25,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..errors import ArgumentTypeError, InputError
 from .tables import DataError, read_text
 
 
@@ -58,7 +59,7 @@ def read_squad(path: str | Path) -> list[QAExample]:
                 where = f"data[{i}].paragraphs[{j}]"
                 ctx = para["context"]
                 if not isinstance(ctx, str):
-                    raise TypeError(f"context is {type(ctx).__name__}, not text")
+                    raise ArgumentTypeError(f"context is {type(ctx).__name__}, not text")
                 for k, qa in enumerate(para["qas"]):
                     where = f"data[{i}].paragraphs[{j}].qas[{k}]"
                     answers = (
@@ -75,7 +76,9 @@ def read_squad(path: str | Path) -> list[QAExample]:
                                 f"character {start} of its context"
                             )
                     if not isinstance(qa["question"], str):
-                        raise TypeError(f"question is {type(qa['question']).__name__}, not text")
+                        raise ArgumentTypeError(
+                            f"question is {type(qa['question']).__name__}, not text"
+                        )
                     out.append(QAExample(str(qa["id"]), qa["question"], ctx, answers))
     except (KeyError, TypeError, ValueError, AttributeError) as e:
         if isinstance(e, DataError):
@@ -144,7 +147,7 @@ def prepare_windows(
                     q = backend.encode(question, add_special_tokens=False)
                 room = max_length - len(q.ids) - special
                 if room <= doc_stride:
-                    raise ValueError(
+                    raise InputError(
                         f"max_length={max_length} leaves {room} context tokens per window "
                         f"after a {len(q.ids)}-token question and {special} special tokens; "
                         f"it must exceed doc_stride={doc_stride}"
@@ -241,7 +244,7 @@ def postprocess(
         ValueError: the numbers of features and logits differ.
     """
     if not (len(features) == len(start_logits) == len(end_logits)):
-        raise ValueError(
+        raise InputError(
             f"{len(features)} features but {len(start_logits)} start and "
             f"{len(end_logits)} end logit rows"
         )

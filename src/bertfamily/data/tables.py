@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import DataError
+from ..errors import DataError, InputError
 from .batching import IGNORE_INDEX
 
 log = logging.getLogger(__name__)
@@ -366,7 +366,7 @@ def encode_words(
     texts, spans = [], []
     for words in sentences:
         if not words:
-            raise ValueError("cannot encode an empty sentence")
+            raise InputError("cannot encode an empty sentence")
         pos, sp = 0, []
         for w in words:
             sp.append((pos, pos + len(w)))

@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from ..config import PROBLEM_TYPES
+from ..errors import InputError
 from ..evaluation.metrics import (
     classification_metrics,
     entity_metrics,
@@ -114,17 +115,17 @@ class TaskOptions:
 
     def __post_init__(self) -> None:
         if self.problem_type is not None and self.problem_type not in PROBLEM_TYPES:
-            raise ValueError(
+            raise InputError(
                 f"problem_type must be None or one of {PROBLEM_TYPES}, got {self.problem_type!r}"
             )
         if self.regression:
             if self.problem_type not in (None, "regression"):
-                raise ValueError(f"regression=True contradicts problem_type={self.problem_type!r}")
+                raise InputError(f"regression=True contradicts problem_type={self.problem_type!r}")
             self.problem_type = "regression"
         if not 0.0 <= self.threshold <= 1.0:
-            raise ValueError(f"threshold must lie in [0, 1], got {self.threshold}")
+            raise InputError(f"threshold must lie in [0, 1], got {self.threshold}")
         if not self.label_separator:
-            raise ValueError("label_separator must be a non-empty string")
+            raise InputError("label_separator must be a non-empty string")
 
 
 def infer_problem_type(labels: list[Any], separator: str = "|") -> str:
@@ -241,7 +242,7 @@ class TaskData:
         problem_type: str | None = None,
     ) -> None:
         if task not in TASKS:
-            raise ValueError(f"unknown task {task!r}; valid: {TASKS}")
+            raise InputError(f"unknown task {task!r}; valid: {TASKS}")
         self.task, self.tok, self.opts = task, tokenizer, opts
         self.label_names = label_names
         # classify/pair: given (the training data's, the model's), the option, or inferred by
@@ -469,7 +470,7 @@ class TaskData:
         t = self.task
         if t in ("classify", "pair", "choice"):
             if not rows:
-                raise ValueError("cannot evaluate on an empty set of rows")
+                raise InputError("cannot evaluate on an empty set of rows")
             logits = torch.cat([o.logits for o in outs]).float()
             gold = [r["labels"] for r in rows]
             kind = self.problem_type if t != "choice" else None

@@ -12,6 +12,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from ..errors import InputError
+
 
 def classification_metrics(
     y_true: Sequence, y_pred: Sequence, labels: Sequence | None = None
@@ -48,7 +50,7 @@ def regression_metrics(y_true: Sequence[float], y_pred: Sequence[float]) -> dict
     t, p = np.asarray(y_true, float).reshape(-1), np.asarray(y_pred, float).reshape(-1)
     _check_sizes(len(t), len(p))
     if not (np.isfinite(t).all() and np.isfinite(p).all()):
-        raise ValueError("regression targets and predictions must be finite numbers")
+        raise InputError("regression targets and predictions must be finite numbers")
     return {
         "mse": float(((t - p) ** 2).mean()),
         "pearson": _correlation(t, p),
@@ -70,7 +72,7 @@ def multilabel_metrics(
     t, p = np.asarray(y_true, dtype=bool), np.asarray(y_pred, dtype=bool)
     _check_sizes(len(t), len(p))
     if t.ndim != 2 or t.shape != p.shape:
-        raise ValueError(
+        raise InputError(
             f"multi-label metrics take (N, C) 0/1 rows of equal shape, got {t.shape} and {p.shape}"
         )
     tp, fp, fn = (t & p).sum(0), (~t & p).sum(0), (t & ~p).sum(0)
@@ -86,7 +88,7 @@ def multilabel_metrics(
 
 def _check_sizes(n_true: int, n_pred: int) -> None:
     if n_true != n_pred or not n_true:
-        raise ValueError(
+        raise InputError(
             f"need equal, non-zero numbers of labels and predictions, got {n_true} and {n_pred}"
         )
 
@@ -129,7 +131,7 @@ def entity_metrics(
 
         kw = {"mode": "strict", "scheme": IOBES}
     else:
-        raise ValueError(f"scheme must be 'BIO' or 'BIOES', got {scheme!r}")
+        raise InputError(f"scheme must be 'BIO' or 'BIOES', got {scheme!r}")
     return {
         "precision": float(precision_score(y_true, y_pred, zero_division=0, **kw)),
         "recall": float(recall_score(y_true, y_pred, zero_division=0, **kw)),
@@ -173,7 +175,7 @@ def squad_metrics(predictions: dict[str, str], answers: dict[str, list[str]]) ->
     """
     missing = set(answers) - set(predictions)
     if missing:
-        raise ValueError(f"no prediction for {len(missing)} questions, e.g. {sorted(missing)[:3]}")
+        raise InputError(f"no prediction for {len(missing)} questions, e.g. {sorted(missing)[:3]}")
     em = f1 = 0.0
     for qid, golds in answers.items():
         golds = golds or [""]

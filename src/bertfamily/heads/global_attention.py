@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 import torch
 
+from ..errors import InputError
+
 TASKS = ("classification", "qa", "choice")
 # Task head (heads/tasks.py) → the default of this module that a windowed-attention model with
 # that head applies when the caller gives no global_attention_mask. Token classification has
@@ -83,15 +85,15 @@ def default_global_attention_mask(
             "qa"/"choice" without sep_token_id, or a row without a separator.
     """
     if task not in TASKS:
-        raise ValueError(f"unknown task {task!r}; expected one of {TASKS}")
+        raise InputError(f"unknown task {task!r}; expected one of {TASKS}")
     if input_ids.dim() != 2:
-        raise ValueError(f"input_ids must be (B, T), got shape {tuple(input_ids.shape)}")
+        raise InputError(f"input_ids must be (B, T), got shape {tuple(input_ids.shape)}")
     B, T = input_ids.shape
     if attention_mask is None:
         real = torch.ones(B, T, dtype=torch.bool, device=input_ids.device)
     else:
         if tuple(attention_mask.shape) != (B, T):
-            raise ValueError(
+            raise InputError(
                 f"attention_mask has shape {tuple(attention_mask.shape)}; "
                 f"expected {(B, T)} like input_ids"
             )
@@ -102,7 +104,7 @@ def default_global_attention_mask(
         first = real.int().argmax(dim=1, keepdim=True)  # (B, 1)
         return ((positions == first) & real).long()
     if sep_token_id is None:
-        raise ValueError(
+        raise InputError(
             f"task {task!r} needs sep_token_id to find where the question ends "
             f"(EncoderConfig.sep_token_id, config.json's sep_token_id)"
         )
@@ -110,7 +112,7 @@ def default_global_attention_mask(
     has_sep = is_sep.any(dim=1)
     if not bool(has_sep.all()):
         rows = torch.nonzero(~has_sep).flatten().tolist()
-        raise ValueError(
+        raise InputError(
             f"rows {rows} hold no separator (sep_token_id={sep_token_id}); "
             f"expected <s> question </s></s> context </s>, or pass "
             f"global_attention_mask explicitly"

@@ -19,6 +19,7 @@ from torch.nn import functional as F
 
 from ..config import PROBLEM_TYPES
 from ..data.batching import IGNORE_INDEX
+from ..errors import InputError
 from .task_heads import TASK_HEADS
 
 __all__ = [
@@ -41,7 +42,7 @@ def problem_type_of(num_outputs: int, labels: torch.Tensor, problem_type: str | 
     """
     if problem_type is not None:
         if problem_type not in PROBLEM_TYPES:
-            raise ValueError(f"problem_type {problem_type!r} is not one of {PROBLEM_TYPES}")
+            raise InputError(f"problem_type {problem_type!r} is not one of {PROBLEM_TYPES}")
         return problem_type
     if num_outputs == 1:
         return "regression"
@@ -75,13 +76,13 @@ def sequence_loss(
         return F.mse_loss(logits, labels.to(logits.dtype))
     if kind == "single_label_classification":
         if labels.numel() != logits.shape[0]:
-            raise ValueError(
+            raise InputError(
                 f"single-label classification takes (B,) labels; got {tuple(labels.shape)} "
                 f"for logits {tuple(logits.shape)}"
             )
         return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1).long())
     if tuple(labels.shape) != tuple(logits.shape):
-        raise ValueError(
+        raise InputError(
             f"multi-label classification takes (B, C) labels like the logits "
             f"{tuple(logits.shape)}; got {tuple(labels.shape)}"
         )
@@ -141,7 +142,7 @@ def task_counts(task: str, batch: dict[str, torch.Tensor]) -> dict[str, int]:
             "start": int((_need(batch, "start_positions").reshape(-1) < T).sum()),
             "end": int((_need(batch, "end_positions").reshape(-1) < T).sum()),
         }
-    raise ValueError(f"unknown task {task!r}; valid: {TASK_HEADS}")
+    raise InputError(f"unknown task {task!r}; valid: {TASK_HEADS}")
 
 
 def task_loss(
@@ -196,10 +197,10 @@ def task_loss(
             summed(output.start_logits, start) / denominators["start"]
             + summed(output.end_logits, end) / denominators["end"]
         ) / 2
-    raise ValueError(f"unknown task {task!r}; valid: {TASK_HEADS}")
+    raise InputError(f"unknown task {task!r}; valid: {TASK_HEADS}")
 
 
 def _need(batch: dict[str, torch.Tensor], key: str) -> torch.Tensor:
     if key not in batch:
-        raise ValueError(f"the batch has no {key!r} (keys: {sorted(batch)})")
+        raise InputError(f"the batch has no {key!r} (keys: {sorted(batch)})")
     return batch[key]

@@ -7,6 +7,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from ..errors import InputError
 from ..modules.norms import call_norm
 
 
@@ -123,20 +124,20 @@ def rtd_loss(
             a mask with no real token (the mean would be over nothing).
     """
     if tuple(labels.shape) != tuple(logits.shape):
-        raise ValueError(
+        raise InputError(
             f"replaced-token labels must be (B, T) like the logits {tuple(logits.shape)}, "
             f"got {tuple(labels.shape)}"
         )
     if labels.numel() and not ((labels == 0) | (labels == 1)).all():
-        raise ValueError("replaced-token labels must be 0 (original) or 1 (replaced)")
+        raise InputError("replaced-token labels must be 0 (original) or 1 (replaced)")
     if attention_mask is not None:
         if tuple(attention_mask.shape) != tuple(logits.shape):
-            raise ValueError(
+            raise InputError(
                 f"attention_mask must be (B, T) like the logits {tuple(logits.shape)}, "
                 f"got {tuple(attention_mask.shape)}"
             )
         real = attention_mask == 1
         if not real.any():
-            raise ValueError("attention_mask has no real token: the loss would average nothing")
+            raise InputError("attention_mask has no real token: the loss would average nothing")
         logits, labels = logits[real], labels[real]  # (R,) real tokens only
     return F.binary_cross_entropy_with_logits(logits, labels.to(logits.dtype))

@@ -19,6 +19,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from ..errors import InputError
+
 TASK_HEADS = ("classify", "tokens", "qa", "choice")
 POOLINGS = ("pooler", "first_token_dense")
 
@@ -46,7 +48,7 @@ class SequenceHead(nn.Module):
     ) -> None:
         super().__init__()
         if pooling not in POOLINGS:
-            raise ValueError(f"pooling {pooling!r} is not one of {POOLINGS}")
+            raise InputError(f"pooling {pooling!r} is not one of {POOLINGS}")
         self.pooling = pooling
         self.dropout = nn.Dropout(dropout)
         if pooling == "first_token_dense":
@@ -58,7 +60,7 @@ class SequenceHead(nn.Module):
         """hidden (B, T, H), pooled (B, H) or None → (B, C) float."""
         if self.pooling == "pooler":
             if pooled is None:
-                raise ValueError(
+                raise InputError(
                     "this head classifies from the pooled output, but the encoder "
                     "has no pooler (use_pooler=False)"
                 )

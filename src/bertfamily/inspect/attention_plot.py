@@ -7,6 +7,8 @@ from pathlib import Path
 
 import torch
 
+from ..errors import InputError
+
 log = logging.getLogger(__name__)
 
 DPI = 100
@@ -55,7 +57,7 @@ def _attention(
     from ..tokenization.tokenizer import load_tokenizer
 
     if not text.strip():
-        raise ValueError("text is empty")
+        raise InputError("text is empty")
     path = resolve_model(None if model is None else str(model))
     net = from_pretrained(path)
     tok = load_tokenizer(path)
@@ -76,14 +78,14 @@ def pick_head(attentions: tuple[torch.Tensor, ...], layer: int, head: int) -> to
     """
     L = len(attentions)
     if not -L <= layer < L:
-        raise ValueError(
+        raise InputError(
             f"layer {layer} is out of range: the model has {L} layers "
             f"(0..{L - 1}, or negative from the end)"
         )
     probs = attentions[layer]  # (B, N, T, S)
     N = probs.shape[1]
     if not 0 <= head < N:
-        raise ValueError(f"head {head} is out of range: the model has {N} heads (0..{N - 1})")
+        raise InputError(f"head {head} is out of range: the model has {N} heads (0..{N - 1})")
     return probs[:, head].float()
 
 
@@ -111,10 +113,10 @@ def plot_attention(
 
     output = Path(output)
     if output.suffix.lower() != ".png":
-        raise ValueError(f"output must be a .png file, got {output.name}")
+        raise InputError(f"output must be a .png file, got {output.name}")
     T, S = probs.shape
     if T != len(tokens):
-        raise ValueError(f"probs has {T} rows for {len(tokens)} tokens")
+        raise InputError(f"probs has {T} rows for {len(tokens)} tokens")
     side = figure_inches(T)
     fig, ax = plt.subplots(figsize=(side, side), dpi=DPI)
     image = ax.imshow(probs.numpy(), cmap="viridis", vmin=0.0, aspect="auto")
@@ -122,10 +124,10 @@ def plot_attention(
     if band is None:
         band = S != T
     if band and S % 2 == 0:
-        raise ValueError(f"a band of windowed attention has an odd width 2W+1, got {S} columns")
+        raise InputError(f"a band of windowed attention has an odd width 2W+1, got {S} columns")
     if not band:
         if S != T:
-            raise ValueError(f"probs has {S} columns for {T} tokens (full attention: T × T)")
+            raise InputError(f"probs has {S} columns for {T} tokens (full attention: T × T)")
         ax.set_xticks(range(T), tokens, rotation=90, fontsize=8)
         ax.set_xlabel("key token")
     else:  # band of windowed attention: column j is the key at offset j - W

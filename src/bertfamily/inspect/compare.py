@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..config import EncoderConfig
+from ..errors import InputError, UnknownNameError
 from ..presets import FAMILY, PRESETS, PUBLISHED_PARAMETERS
 from .notes import FIELD_NOTES
 
@@ -212,7 +213,7 @@ def comparison_rows(names: list[str] | None = None) -> list[dict[str, Any]]:
             tasks=desc.get("tasks", ""),
         )
         if name not in PRESETS:
-            raise KeyError(f"unknown model {name!r}; known: {', '.join(PRESETS)}")
+            raise UnknownNameError(f"unknown model {name!r}; known: {', '.join(PRESETS)}")
         c = EncoderConfig.from_preset(name)
         row.update(
             layers=c.num_hidden_layers,
@@ -251,4 +252,4 @@ def format_rows(rows: list[dict[str, Any]], fmt: str) -> str:
         for r in rows:
             lines.append("| " + " | ".join(cell(r[k]).replace("|", "\\|") for k in COLUMNS) + " |")
         return "\n".join(lines) + "\n"
-    raise ValueError(f"format must be markdown, csv or json, got {fmt!r}")
+    raise InputError(f"format must be markdown, csv or json, got {fmt!r}")

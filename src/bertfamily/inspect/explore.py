@@ -10,6 +10,7 @@ import logging
 from pathlib import Path
 
 from ..config import EncoderConfig
+from ..errors import UnknownNameError
 from ..presets import FAMILY, PRESETS
 from .compare import COLUMNS, REFERENCE, TraceDiff, comparison_rows, diff_traces
 from .models import meta_model
@@ -59,7 +60,7 @@ def collect(
     names = list(names or FAMILY)
     for n in names:
         if n not in PRESETS:
-            raise KeyError(f"unknown model {n!r}; known: {', '.join(PRESETS)}")
+            raise UnknownNameError(f"unknown model {n!r}; known: {', '.join(PRESETS)}")
     traces: dict[str, Trace] = {}
     wanted = [n for n in names if n in PRESETS]
     if REFERENCE in PRESETS and REFERENCE not in wanted:

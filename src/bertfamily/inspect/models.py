@@ -12,6 +12,7 @@ import torch
 from .. import config as config_module
 from ..build import HEADS, build_model
 from ..config import EncoderConfig
+from ..errors import InputError
 from ..model import Model
 from ..presets import FAMILY, PRESETS
 from .symbols import config_sizes
@@ -52,7 +53,7 @@ def resolve_config(
         path = Path(model).expanduser()
         name, config = path.name, config_from_hf(read_hf_config(path))
     else:
-        raise ValueError(
+        raise InputError(
             f"{str(model)!r} is neither a preset ({', '.join(PRESETS)}) nor a model directory"
         )
     changes: dict = {}
@@ -61,13 +62,13 @@ def resolve_config(
     if condition_size is not None:
         fields = {f.name for f in dataclasses.fields(EncoderConfig)}
         if not {"condition_size", "conditional_norms"} <= fields:
-            raise ValueError(
+            raise InputError(
                 "this build has no Conditional LayerNorm (EncoderConfig lacks the "
                 "condition_size / conditional_norms fields)"
             )
         sites = conditional_norms or tuple(getattr(config_module, "NORM_SITES", ()))
         if not sites:
-            raise ValueError("name the norms to condition (conditional_norms)")
+            raise InputError("name the norms to condition (conditional_norms)")
         changes.update(condition_size=condition_size, conditional_norms=tuple(sites))
     return name, (config.replace(**changes) if changes else config)
 
@@ -87,7 +88,7 @@ DEFAULT_TEACHER_HIDDEN_SIZE = 768
 def _check_heads(heads: list[str] | tuple[str, ...] | None) -> None:
     for h in heads or ():
         if HEAD_ALIASES.get(h, h) not in HEADS and h not in OBJECTIVE_HEADS:
-            raise ValueError(
+            raise InputError(
                 f"head {h!r} is not available in this build; available: "
                 f"{', '.join(sorted(set(HEAD_ALIASES) | set(HEADS) | set(OBJECTIVE_HEADS)))}"
             )

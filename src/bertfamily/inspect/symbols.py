@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..config import EncoderConfig
+from ..errors import InputError
 
 # Optional config fields that add a symbol when a family's branch defines them:
 # field name -> (symbol, function of the field's value giving the size it stands for).
@@ -170,7 +171,7 @@ def evaluate(symbolic: str, table: dict[str, int]) -> tuple[int, ...]:
                 if term[:1].isdigit():
                     k, term = int(term[0]), term[1:]
                 if term not in table:
-                    raise ValueError(
+                    raise InputError(
                         f"unknown shape symbol {term!r} in {symbolic!r}; known: {sorted(table)}"
                     )
                 value = k * table[term]

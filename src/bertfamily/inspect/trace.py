@@ -21,6 +21,7 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 
 from ..config import EncoderConfig
+from ..errors import InputError
 from ..model import Model
 from .describe import describe_module, describe_op
 from .models import (
@@ -399,7 +400,7 @@ def text_inputs(
         ValueError: an empty text.
     """
     if not text or (text_pair is not None and not text_pair):
-        raise ValueError("the text (and the text pair, when given) must not be empty")
+        raise InputError("the text (and the text pair, when given) must not be empty")
     enc = tokenizer(text, text_pair) if text_pair is not None else tokenizer(text)
     ids = enc["input_ids"][0].tolist()
     T = len(ids)
@@ -554,11 +555,11 @@ def trace(
     inputs, lookups = None, {}
     if text is not None:
         if tokenizer is None:
-            raise ValueError("tracing a text needs its tokenizer")
+            raise InputError("tracing a text needs its tokenizer")
         inputs, lookups = text_inputs(tokenizer, text, text_pair)
         batch, seq_len = inputs["input_ids"].shape
         if max(lookups["input_ids"]) >= config.vocab_size:
-            raise ValueError(
+            raise InputError(
                 f"the tokenizer gives id {max(lookups['input_ids'])}, outside {name}'s "
                 f"vocabulary of {config.vocab_size}: use the model's own tokenizer"
             )

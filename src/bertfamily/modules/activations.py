@@ -6,6 +6,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from ..errors import InputError
+
 
 class SigmoidGELU(nn.Module):
     """x·σ(1.702x), the sigmoid approximation of GELU (Hendrycks & Gimpel 2016, §2)."""
@@ -35,7 +37,7 @@ def activation(name: str) -> nn.Module:
         "silu": nn.SiLU,
     }
     if name not in table:
-        raise ValueError(f"unknown activation {name!r}; expected one of {sorted(table)}")
+        raise InputError(f"unknown activation {name!r}; expected one of {sorted(table)}")
     return table[name]()
 
 

@@ -41,6 +41,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from ..errors import InputError
 from .attention import AttentionOutput
 from .context import AttentionContext
 
@@ -165,7 +166,7 @@ def _relative_view(full: torch.Tensor) -> torch.Tensor:
     B, N, T, _ = full.shape
     s0, s1, s2, s3 = full.stride()
     if s3 != 1:
-        raise ValueError(f"_relative_view needs unit stride on the last axis, got {s3}")
+        raise InputError(f"_relative_view needs unit stride on the last axis, got {s3}")
     return full.as_strided((B, N, T, T), (s0, s1, s2 - 1, 1), full.storage_offset() + T - 1)
 
 

@@ -35,6 +35,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from ..errors import InputError
 from .attention import AttentionOutput
 from .context import AttentionContext, GlobalTokens
 
@@ -56,16 +57,16 @@ def check_global_attention_mask(
             than 0 and 1.
     """
     if not isinstance(global_attention_mask, torch.Tensor):
-        raise ValueError(
+        raise InputError(
             f"{GLOBAL_MASK_KEY} must be a (B, T) tensor, got {type(global_attention_mask).__name__}"
         )
     if tuple(global_attention_mask.shape) != tuple(shape):
-        raise ValueError(
+        raise InputError(
             f"{GLOBAL_MASK_KEY} has shape {tuple(global_attention_mask.shape)}; "
             f"expected {tuple(shape)} like input_ids"
         )
     if global_attention_mask.dtype.is_floating_point or global_attention_mask.is_complex():
-        raise ValueError(
+        raise InputError(
             f"{GLOBAL_MASK_KEY} must hold integers 0/1 or bools, got {global_attention_mask.dtype}"
         )
     if (
@@ -73,7 +74,7 @@ def check_global_attention_mask(
         and global_attention_mask.numel()
         and (int(global_attention_mask.min()) < 0 or int(global_attention_mask.max()) > 1)
     ):
-        raise ValueError(
+        raise InputError(
             f"{GLOBAL_MASK_KEY} must hold only 0 (local) and 1 (global), got values "
             f"in [{int(global_attention_mask.min())}, "
             f"{int(global_attention_mask.max())}]"
@@ -180,7 +181,7 @@ class WindowedSelfAttention(nn.Module):
     ) -> None:
         super().__init__()
         if isinstance(window, bool) or not isinstance(window, int) or window <= 0 or window % 2:
-            raise ValueError(f"attention window must be a positive even integer, got {window!r}")
+            raise InputError(f"attention window must be a positive even integer, got {window!r}")
         self.num_heads = num_heads
         self.head_dim = hidden_size // num_heads
         self.window = window

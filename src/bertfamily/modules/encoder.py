@@ -9,6 +9,7 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from ..errors import ArgumentTypeError, InputError
 from .context import AttentionContext
 from .unpad import Unpadded
 
@@ -119,12 +120,12 @@ class Encoder(nn.Module):
                 position_ids outside the table.
         """
         if input_ids.dim() != 2:
-            raise ValueError(f"input_ids must be (B, T), got shape {tuple(input_ids.shape)}")
+            raise InputError(f"input_ids must be (B, T), got shape {tuple(input_ids.shape)}")
         if input_ids.dtype.is_floating_point or input_ids.dtype == torch.bool:
-            raise ValueError(f"input_ids must be an integer tensor, got {input_ids.dtype}")
+            raise InputError(f"input_ids must be an integer tensor, got {input_ids.dtype}")
         B, T = input_ids.shape
         if T == 0:
-            raise ValueError(
+            raise InputError(
                 f"input_ids have shape {tuple(input_ids.shape)}: a sequence of length 0 has no "
                 "tokens to encode (a tokenizer adds at least the special tokens)"
             )
@@ -132,12 +133,12 @@ class Encoder(nn.Module):
             lo, hi = int(input_ids.min()), int(input_ids.max())
             if lo < 0 or hi >= self.vocab_size:
                 bad = lo if lo < 0 else hi
-                raise ValueError(
+                raise InputError(
                     f"input_ids contain {bad}, outside [0, vocab_size={self.vocab_size})"
                 )
         limit = self.max_positions - self.position_offset
         if T > limit:
-            raise ValueError(
+            raise InputError(
                 f"sequence length {T} exceeds the model's maximum of {limit} "
                 f"positions (max_position_embeddings={self.max_positions}"
                 + (
@@ -156,21 +157,21 @@ class Encoder(nn.Module):
                 and tuple(t.shape) != (B, T)
                 and not (name == "position_ids" and tuple(t.shape) == (1, T))
             ):
-                raise ValueError(
+                raise InputError(
                     f"{name} has shape {tuple(t.shape)}; expected {(B, T)} like input_ids"
                 )
         if attention_mask is not None:
             _check_attention_mask(attention_mask)
         if token_type_ids is not None:
             if self.type_vocab_size == 0:
-                raise ValueError(
+                raise InputError(
                     "token_type_ids were given but this model has no segment "
                     "embedding (type_vocab_size=0); do not pass them"
                 )
             if token_type_ids.numel() and (
                 int(token_type_ids.min()) < 0 or int(token_type_ids.max()) >= self.type_vocab_size
             ):
-                raise ValueError(
+                raise InputError(
                     f"token_type_ids contain {int(token_type_ids.max())}, outside "
                     f"[0, type_vocab_size={self.type_vocab_size})"
                 )
@@ -179,7 +180,7 @@ class Encoder(nn.Module):
             and position_ids.numel()
             and (int(position_ids.min()) < 0 or int(position_ids.max()) >= self.max_positions)
         ):
-            raise ValueError(
+            raise InputError(
                 f"position_ids must lie in [0, max_position_embeddings={self.max_positions})"
             )
 
@@ -271,7 +272,7 @@ class Encoder(nn.Module):
         if global_attention_mask is not None and "global_attention_mask" not in (
             self.forward_inputs
         ):
-            raise TypeError(
+            raise ArgumentTypeError(
                 "global_attention_mask is not an input of this model: its attention "
                 "reads none (only windowed attention has global tokens)"
             )
@@ -332,14 +333,14 @@ def _check_attention_mask(attention_mask: torch.Tensor) -> None:
     if attention_mask.dtype == torch.bool:
         return
     if attention_mask.dtype.is_floating_point or attention_mask.is_complex():
-        raise ValueError(
+        raise InputError(
             f"attention_mask must hold integers 0/1 or bools, got {attention_mask.dtype}; "
             "a float mask is refused (pass mask.long() of a 0/1 mask)"
         )
     if attention_mask.numel():
         lo, hi = int(attention_mask.min()), int(attention_mask.max())
         if lo < 0 or hi > 1:
-            raise ValueError(
+            raise InputError(
                 f"attention_mask contains {lo if lo < 0 else hi}; only 0 (padding) and "
                 "1 (real token) are allowed"
             )

@@ -6,6 +6,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from ..errors import InputError
+
 
 class ConditionalLayerNorm(nn.Module):
     """LayerNorm whose gain and bias depend on a condition vector c::
@@ -64,14 +66,14 @@ class ConditionalLayerNorm(nn.Module):
                 match ``x``.
         """
         if condition is None:
-            raise ValueError(
+            raise InputError(
                 f"this model has conditional LayerNorms (condition_size C={self.condition_size}); "
                 f"pass condition= as a (B, C) or (B, T, C) float tensor"
             )
         if not condition.dtype.is_floating_point:
-            raise ValueError(f"condition must be a float tensor, got {condition.dtype}")
+            raise InputError(f"condition must be a float tensor, got {condition.dtype}")
         if condition.shape[-1] != self.condition_size:
-            raise ValueError(
+            raise InputError(
                 f"condition has size {condition.shape[-1]} in its last dimension; "
                 f"this model expects C={self.condition_size}"
             )
@@ -79,7 +81,7 @@ class ConditionalLayerNorm(nn.Module):
             return condition.unsqueeze(-2) if x.dim() > 2 else condition  # (B, 1, C)
         if condition.dim() == x.dim() and condition.shape[:-1] == x.shape[:-1]:
             return condition
-        raise ValueError(
+        raise InputError(
             f"condition has shape {tuple(condition.shape)}; expected "
             f"{(x.shape[0], self.condition_size)} or "
             f"{(*x.shape[:-1], self.condition_size)} for input {tuple(x.shape)}"

@@ -45,6 +45,7 @@ from torch.nn import functional as F
 
 from ..config import EncoderConfig
 from ..data.batching import IGNORE_INDEX
+from ..errors import InputError
 from ..files import atomic_write
 from ..model import Model
 
@@ -91,11 +92,11 @@ def layer_step(teacher_layers: int, student_layers: int) -> int:
             not divide.
     """
     if teacher_layers < 1 or student_layers < 1:
-        raise ValueError(
+        raise InputError(
             f"layer counts must be >= 1, got teacher {teacher_layers}, student {student_layers}"
         )
     if teacher_layers % student_layers:
-        raise ValueError(
+        raise InputError(
             f"teacher layers ({teacher_layers}) must be a multiple of student "
             f"layers ({student_layers}) for the TinyBERT layer mapping"
         )
@@ -123,7 +124,7 @@ REDUCTIONS = ("mean", "sum")
 
 def _check_reduction(reduction: str) -> None:
     if reduction not in REDUCTIONS:
-        raise ValueError(f"reduction must be one of {REDUCTIONS}, got {reduction!r}")
+        raise InputError(f"reduction must be one of {REDUCTIONS}, got {reduction!r}")
 
 
 def _reduce(values: torch.Tensor, reduction: str) -> torch.Tensor:
@@ -167,13 +168,13 @@ def soft_target_kl(
     """
     _check_reduction(reduction)
     if student_logits.shape != teacher_logits.shape:
-        raise ValueError(
+        raise InputError(
             f"student logits {tuple(student_logits.shape)} and teacher logits "
             f"{tuple(teacher_logits.shape)} differ; soft targets need the same "
             f"vocabulary"
         )
     if temperature <= 0:
-        raise ValueError(f"temperature must be > 0, got {temperature}")
+        raise InputError(f"temperature must be > 0, got {temperature}")
     s, t = student_logits.float(), teacher_logits.float()
     if mask is not None:
         s, t = s[mask], t[mask]
@@ -200,12 +201,12 @@ def soft_cross_entropy(
     """
     _check_reduction(reduction)
     if student_logits.shape != teacher_logits.shape:
-        raise ValueError(
+        raise InputError(
             f"student logits {tuple(student_logits.shape)} and teacher logits "
             f"{tuple(teacher_logits.shape)} differ"
         )
     if temperature <= 0:
-        raise ValueError(f"temperature must be > 0, got {temperature}")
+        raise InputError(f"temperature must be > 0, got {temperature}")
     p_t = F.softmax(teacher_logits.float() / temperature, dim=-1)
     per_row = -(p_t * F.log_softmax(student_logits.float() / temperature, dim=-1)).sum(-1)
     return _reduce(per_row, reduction)
@@ -229,7 +230,7 @@ def masked_cosine_loss(
     """
     _check_reduction(reduction)
     if student_hidden.shape != teacher_hidden.shape:
-        raise ValueError(
+        raise InputError(
             f"cosine loss needs equal hidden states; student "
             f"{tuple(student_hidden.shape)} vs teacher "
             f"{tuple(teacher_hidden.shape)} (configure a projection)"
@@ -257,7 +258,7 @@ def masked_mse(
     """
     _check_reduction(reduction)
     if student.shape != teacher.shape:
-        raise ValueError(
+        raise InputError(
             f"MSE needs equal shapes; got {tuple(student.shape)} and {tuple(teacher.shape)}"
         )
     keep = attention_mask.bool()
@@ -290,7 +291,7 @@ def attention_score_mse(
     """
     _check_reduction(reduction)
     if student_scores.shape != teacher_scores.shape:
-        raise ValueError(
+        raise InputError(
             f"attention scores differ in shape: student "
             f"{tuple(student_scores.shape)} vs teacher "
             f"{tuple(teacher_scores.shape)}; TinyBERT needs the same number of "
@@ -401,7 +402,7 @@ def tinybert_intermediate_loss(
     """
     ls, lt = len(student_scores), len(teacher_scores)
     if len(student_hidden) != ls + 1 or len(teacher_hidden) != lt + 1:
-        raise ValueError("hidden-state tuples must hold L + 1 tensors (embeddings first)")
+        raise InputError("hidden-state tuples must hold L + 1 tensors (embeddings first)")
     we = embedding_projection or (lambda x: x)
     wh = hidden_projection or (lambda x: x)
     red = "mean" if denominators is None else "sum"
@@ -433,7 +434,7 @@ PROJECTION_FILE = "distill_projections.safetensors"
 
 def _check_vocabularies(method: str, teacher: EncoderConfig, student: EncoderConfig) -> None:
     if teacher.vocab_size != student.vocab_size:
-        raise ValueError(
+        raise InputError(
             f"teacher vocabulary ({teacher.vocab_size}) and student vocabulary "
             f"({student.vocab_size}) differ; {method} feeds both the same token "
             f"ids and compares them position by position"
@@ -585,9 +586,9 @@ class DistilBertObjective(DistillationObjective):
             teacher.config, student.config, teacher_heads=teacher.heads, projection=projection
         )
         if student.mlm_head is None:
-            raise ValueError("the DistilBERT student needs an MLM head")
+            raise InputError("the DistilBERT student needs an MLM head")
         if temperature <= 0:
-            raise ValueError(f"temperature must be > 0, got {temperature}")
+            raise InputError(f"temperature must be > 0, got {temperature}")
         super().__init__(student, teacher, ["hidden"] if projection else [])
         self.weights = dict(
             temperature=temperature, alpha_ce=alpha_ce, alpha_mlm=alpha_mlm, alpha_cos=alpha_cos
@@ -605,13 +606,13 @@ class DistilBertObjective(DistillationObjective):
         targets) and the hidden sizes agree or a projection is learned (cosine loss)."""
         _check_vocabularies("distilbert", teacher, student)
         if "mlm" not in teacher_heads:
-            raise ValueError(
+            raise InputError(
                 "DistilBERT's soft targets need the teacher's MLM logits but the "
                 "teacher has no MLM head; use method 'tinybert' (intermediate "
                 "losses only) or give the teacher a trained MLM head"
             )
         if teacher.hidden_size != student.hidden_size and not projection:
-            raise ValueError(
+            raise InputError(
                 f"the cosine loss needs equal hidden sizes (teacher "
                 f"{teacher.hidden_size}, student {student.hidden_size}); "
                 f"configure a learned projection"
@@ -689,7 +690,7 @@ class TinyBertObjective(DistillationObjective):
         sizes may differ (W_h, W_e)."""
         _check_vocabularies("tinybert", teacher, student)
         if teacher.num_attention_heads != student.num_attention_heads:
-            raise ValueError(
+            raise InputError(
                 f"TinyBERT compares attention scores head by head: teacher has "
                 f"{teacher.num_attention_heads} heads, student "
                 f"{student.num_attention_heads}"
@@ -765,21 +766,21 @@ class TinyBertTaskObjective(TinyBertObjective):
     ) -> None:
         for name, m in (("teacher", teacher), ("student", student)):
             if m.task not in DISTILLABLE_TASKS:
-                raise ValueError(
+                raise InputError(
                     f"task distillation needs a {name} with a head of {DISTILLABLE_TASKS}; "
                     f"it has {m.heads or 'none'}"
                 )
         if teacher.task != student.task:
-            raise ValueError(
+            raise InputError(
                 f"teacher ({teacher.task}) and student ({student.task}) task heads differ"
             )
         if teacher.config.label_names != student.config.label_names:
-            raise ValueError(
+            raise InputError(
                 f"teacher labels {teacher.config.label_names} and student labels "
                 f"{student.config.label_names} differ"
             )
         if temperature <= 0:
-            raise ValueError(f"temperature must be > 0, got {temperature}")
+            raise InputError(f"temperature must be > 0, got {temperature}")
         super().__init__(student, teacher, projection=projection)
         self.temperature = temperature
         self.stage = stage
@@ -792,7 +793,7 @@ class TinyBertTaskObjective(TinyBertObjective):
     @stage.setter
     def stage(self, value: str) -> None:
         if value not in TASK_STAGES:
-            raise ValueError(f"stage must be one of {TASK_STAGES}, got {value!r}")
+            raise InputError(f"stage must be one of {TASK_STAGES}, got {value!r}")
         self._stage = value
 
     def counts(self, batch: dict[str, torch.Tensor]) -> dict[str, int]:
@@ -850,5 +851,5 @@ def check_compatible(
         ValueError: an unknown method, or an incompatible pair.
     """
     if method not in OBJECTIVES:
-        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+        raise InputError(f"method must be one of {METHODS}, got {method!r}")
     OBJECTIVES[method].check(teacher, student, teacher_heads=teacher_heads, projection=projection)

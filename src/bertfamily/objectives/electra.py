@@ -28,6 +28,7 @@ from torch.nn import functional as F
 
 from ..config import EncoderConfig
 from ..data.batching import IGNORE_INDEX
+from ..errors import InputError
 from .pretraining import reduce_term
 
 __all__ = ["RTD_WEIGHT", "generator_config", "ReplacedTokenDetection", "evaluate_rtd"]
@@ -46,7 +47,7 @@ def generator_config(config: EncoderConfig, size: float) -> EncoderConfig:
         ValueError: ``size`` not in (0, 1].
     """
     if not 0.0 < size <= 1.0:
-        raise ValueError(
+        raise InputError(
             f"the generator size is a fraction of the discriminator's, in (0, 1]: {size}"
         )
     hidden = max(1, round(config.hidden_size * size))
@@ -99,11 +100,11 @@ class ReplacedTokenDetection(nn.Module):
     ) -> None:
         super().__init__()
         if discriminator.rtd_head is None:
-            raise ValueError("the discriminator needs the 'rtd' head")
+            raise InputError("the discriminator needs the 'rtd' head")
         if generator.mlm_head is None:
-            raise ValueError("the generator needs the 'mlm' head")
+            raise InputError("the generator needs the 'mlm' head")
         if generator.config.embedding_size != discriminator.config.embedding_size:
-            raise ValueError(
+            raise InputError(
                 f"shared embeddings need one size: generator E={generator.config.embedding_size}"
                 f", discriminator E={discriminator.config.embedding_size}"
             )
@@ -154,7 +155,7 @@ class ReplacedTokenDetection(nn.Module):
         input_ids, labels, mask = batch["input_ids"], batch["labels"], batch["attention_mask"]
         selected = labels != IGNORE_INDEX  # (B, T)
         if bool((selected & (mask == 0)).any()):
-            raise ValueError("a masked position lies on padding (attention_mask 0)")
+            raise InputError("a masked position lies on padding (attention_mask 0)")
         out = self.generator(
             input_ids, **self._inputs(self.generator, batch), masked_positions=selected
         )
@@ -233,7 +234,7 @@ def evaluate_rtd(rtd: ReplacedTokenDetection, batches, seed: int = 0) -> dict[st
         replaced_hits += (right & (y == 1)).sum().item()
     rtd.train(was_training)
     if masked == 0:
-        raise ValueError("the evaluation batches hold no masked token")
+        raise InputError("the evaluation batches hold no masked token")
     originals_n = real - replaced
     return {
         "loss": nll / masked + rtd.rtd_weight * bce / real,

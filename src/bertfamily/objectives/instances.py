@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..errors import InputError
+
 __all__ = [
     "Segment",
     "Instance",
@@ -165,9 +167,9 @@ def nsp_instances(
         ValueError: fewer than two documents or ``max_length`` < 5.
     """
     if len(docs) < 2:
-        raise ValueError(f"NSP needs at least 2 documents, got {len(docs)}")
+        raise InputError(f"NSP needs at least 2 documents, got {len(docs)}")
     if max_length < 5:
-        raise ValueError(f"max_length must be >= 5, got {max_length}")
+        raise InputError(f"max_length must be >= 5, got {max_length}")
     budget, out = max_length - 3, []
     for d, doc in enumerate(docs):
         for chunk in _chunks(doc, budget, short_seq_prob, rng):
@@ -196,7 +198,7 @@ def sop_instances(
 ) -> list[Instance]:
     """SOP pairs: two consecutive parts of one document, swapped 50% of the time (label 1)."""
     if max_length < 5:
-        raise ValueError(f"max_length must be >= 5, got {max_length}")
+        raise InputError(f"max_length must be >= 5, got {max_length}")
     budget, out = max_length - 3, []
     for doc in docs:
         for chunk in _chunks(doc, budget, short_seq_prob, rng):
@@ -232,7 +234,7 @@ def packed_instances(
         ValueError: ``max_length`` < 3 (no room for one token between [CLS] and [SEP]).
     """
     if max_length < 3:
-        raise ValueError(f"max_length must be >= 3, got {max_length}")
+        raise InputError(f"max_length must be >= 3, got {max_length}")
     budget, out, current = max_length - 2, [], []
     sep = Segment(np.asarray([special.sep], np.int32), np.asarray([True]))
     length = 0
@@ -270,9 +272,9 @@ def token_matched_batch_size(
         ValueError: ``batch_size`` < 1 or an empty instance list.
     """
     if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        raise InputError(f"batch_size must be >= 1, got {batch_size}")
     if not reference or not instances:
-        raise ValueError("both instance lists must be non-empty")
+        raise InputError("both instance lists must be non-empty")
     ref = float(np.mean([len(i) for i in reference]))
     own = float(np.mean([len(i) for i in instances]))
     return max(batch_size, int(round(batch_size * ref / own)))

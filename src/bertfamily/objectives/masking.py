@@ -37,6 +37,7 @@ from functools import lru_cache
 import numpy as np
 
 from ..data.batching import IGNORE_INDEX
+from ..errors import InputError
 
 __all__ = [
     "MASKING_STRATEGIES",
@@ -79,18 +80,18 @@ class MaskingConfig:
 
     def __post_init__(self) -> None:
         if self.strategy not in MASKING_STRATEGIES:
-            raise ValueError(f"strategy must be one of {MASKING_STRATEGIES}, got {self.strategy!r}")
+            raise InputError(f"strategy must be one of {MASKING_STRATEGIES}, got {self.strategy!r}")
         if not 0.0 < self.mlm_probability < 1.0:
-            raise ValueError(f"mlm_probability must lie in (0, 1), got {self.mlm_probability}")
+            raise InputError(f"mlm_probability must lie in (0, 1), got {self.mlm_probability}")
         if self.mask_prob < 0 or self.random_prob < 0 or self.mask_prob + self.random_prob > 1:
-            raise ValueError(
+            raise InputError(
                 f"mask_prob ({self.mask_prob}) + random_prob ({self.random_prob}) "
                 f"must lie in [0, 1]"
             )
         if self.max_predictions is not None and self.max_predictions < 1:
-            raise ValueError(f"max_predictions must be >= 1, got {self.max_predictions}")
+            raise InputError(f"max_predictions must be >= 1, got {self.max_predictions}")
         if self.max_ngram < 1 or self.max_span < 1 or not 0 < self.span_p <= 1:
-            raise ValueError("max_ngram and max_span must be >= 1 and span_p in (0, 1]")
+            raise InputError("max_ngram and max_span must be >= 1 and span_p in (0, 1]")
 
 
 @dataclass
@@ -253,7 +254,7 @@ def mask_tokens(
     special = np.asarray(special, dtype=bool)
     T = len(input_ids)
     if len(special) != T or (word_ids is not None and len(word_ids) != T):
-        raise ValueError(
+        raise InputError(
             f"input_ids ({T}), special ({len(special)}) and word_ids must have the same length"
         )
     if word_ids is None:

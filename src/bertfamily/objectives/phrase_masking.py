@@ -26,6 +26,7 @@ from collections.abc import Sequence
 
 from ..data.corpora import Sentence
 from ..deps import require
+from ..errors import InputError
 
 __all__ = [
     "PHRASE_LANGUAGES",
@@ -96,7 +97,7 @@ def chinese_phrases(text: str, words: Sequence[str] | None = None) -> list[tuple
         words = jieba.lcut(text)
     where, end = _align(text, words, contiguous=True)
     if any(s is None for s in where) or text[end:].strip():
-        raise ValueError("the gold words do not spell the text, in order")
+        raise InputError("the gold words do not spell the text, in order")
     return [(s, e) for s, e in where if e - s >= 2]  # type: ignore[misc]
 
 
@@ -110,7 +111,7 @@ def phrases(text: str, language: str) -> list[tuple[int, int]]:
         return english_phrases(text)
     if language == "chinese":
         return chinese_phrases(text)
-    raise ValueError(f"phrase language must be one of {PHRASE_LANGUAGES}, got {language!r}")
+    raise InputError(f"phrase language must be one of {PHRASE_LANGUAGES}, got {language!r}")
 
 
 def annotate_phrases(docs: Sequence[Sequence[str]], language: str) -> list[list[Sentence]]:
@@ -121,7 +122,7 @@ def annotate_phrases(docs: Sequence[Sequence[str]], language: str) -> list[list[
         ValueError: an unknown language.
     """
     if language not in PHRASE_LANGUAGES:
-        raise ValueError(f"phrase language must be one of {PHRASE_LANGUAGES}, got {language!r}")
+        raise InputError(f"phrase language must be one of {PHRASE_LANGUAGES}, got {language!r}")
     out = []
     for doc in docs:
         lines = []

@@ -25,6 +25,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from ..data.batching import IGNORE_INDEX
+from ..errors import InputError
 from ..files import atomic_write
 from .instances import Instance, Segment, SpecialIds, nsp_instances, packed_instances, sop_instances
 from .masking import MaskingConfig, chinese_word_ids, mask_tokens, word_ids_from_starts, word_starts
@@ -117,7 +118,7 @@ def build_instances(
         return packed_instances(docs, max_length, special)
     if kind == "doc_packed":
         return packed_instances(docs, max_length, special, cross_documents=False)
-    raise ValueError(f"instance kind must be 'nsp', 'sop', 'packed' or 'doc_packed', got {kind!r}")
+    raise InputError(f"instance kind must be 'nsp', 'sop', 'packed' or 'doc_packed', got {kind!r}")
 
 
 @dataclass
@@ -423,7 +424,7 @@ def evaluate_mlm(
             pair_correct += (out.pair_logits.argmax(-1) == batch["pair_labels"]).sum().item()
             pair_total += len(batch["pair_labels"])
     if total == 0:
-        raise ValueError("the evaluation batches hold no predicted token")
+        raise InputError("the evaluation batches hold no predicted token")
     result = {
         "loss": nll / total,
         "perplexity": math.exp(nll / total),

@@ -8,6 +8,7 @@ from pathlib import Path
 import torch
 
 from ..data.batching import sorted_batches
+from ..errors import InputError
 from ..pretrained import from_pretrained
 from ..tokenization.tokenizer import load_tokenizer
 from .batching import token_lengths
@@ -44,7 +45,7 @@ class TextClassifier:
     def __init__(self, path: str | Path, max_length: int | None = None) -> None:
         self.model = from_pretrained(path).eval()
         if self.model.task != "classify":
-            raise ValueError(f"{path} holds a {self.model.task!r} head, not a sequence classifier")
+            raise InputError(f"{path} holds a {self.model.task!r} head, not a sequence classifier")
         self.tokenizer = load_tokenizer(path)
         self.max_length = max_length
         self.labels = self.model.config.label_names
@@ -72,11 +73,11 @@ class TextClassifier:
             ValueError: unknown ``function_to_apply`` or ``top_k`` < 1.
         """
         if function_to_apply not in FUNCTIONS:
-            raise ValueError(
+            raise InputError(
                 f"function_to_apply must be one of {FUNCTIONS}, got {function_to_apply!r}"
             )
         if top_k is not None and top_k < 1:
-            raise ValueError(f"top_k must be None or at least 1, got {top_k}")
+            raise InputError(f"top_k must be None or at least 1, got {top_k}")
         fn = function_to_apply
         if fn == "default":
             fn = default_function(self.problem_type, len(self.labels))

@@ -17,6 +17,7 @@ import torch
 from tokenizers import normalizers
 
 from ..data.batching import sorted_batches
+from ..errors import InputError
 from ..pretrained import from_pretrained
 from ..resources.resolve import resolve_model_dir
 from ..tokenization.tokenizer import load_tokenizer
@@ -83,9 +84,9 @@ def pool(
     modes = (mode,) if isinstance(mode, str) else tuple(mode)
     bad = [m for m in modes if m not in POOLING_MODES]
     if bad or not modes:
-        raise ValueError(f"unknown pooling mode {bad or mode!r}; expected one of {POOLING_MODES}")
+        raise InputError(f"unknown pooling mode {bad or mode!r}; expected one of {POOLING_MODES}")
     if prompt_length < 0:
-        raise ValueError(f"prompt_length must be >= 0, got {prompt_length}")
+        raise InputError(f"prompt_length must be >= 0, got {prompt_length}")
     h = last_hidden_state.float()
     keep = attention_mask.clone()
     keep[:, :prompt_length] = 0
@@ -222,14 +223,14 @@ class SentenceEmbedder:
     def _prompt(self, prompt: str | None, prompt_name: str | None) -> str:
         """The prompt text to prepend ("" for none), chosen as sentence-transformers does."""
         if prompt is not None and prompt_name is not None:
-            raise ValueError("give prompt or prompt_name, not both")
+            raise InputError("give prompt or prompt_name, not both")
         if prompt is not None:
             return prompt
         name = prompt_name if prompt_name is not None else self.default_prompt_name
         if name is None:
             return ""
         if name not in self.prompts:
-            raise ValueError(f"unknown prompt_name {name!r}; this model has {sorted(self.prompts)}")
+            raise InputError(f"unknown prompt_name {name!r}; this model has {sorted(self.prompts)}")
         return self.prompts[name]
 
     def prompt_length(self, prompt: str) -> int:
@@ -348,7 +349,7 @@ def semantic_search(
         ValueError: top_k < 1.
     """
     if top_k < 1:
-        raise ValueError(f"top_k must be >= 1, got {top_k}")
+        raise InputError(f"top_k must be >= 1, got {top_k}")
     if corpus_embeddings is None:
         corpus_embeddings = embedder.encode(corpus, batch_size=batch_size)
     sims = cosine_matrix(embedder.encode(queries, batch_size=batch_size), corpus_embeddings)

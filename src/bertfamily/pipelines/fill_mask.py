@@ -12,6 +12,8 @@ from pathlib import Path
 
 import torch
 
+from ..errors import InputError
+
 __all__ = ["FillMask", "Prediction", "MASK_SPELLINGS"]
 
 MASK_SPELLINGS = ("[MASK]", "<mask>")
@@ -50,7 +52,7 @@ class FillMask:
         self.tokenizer = load_tokenizer(self.path)
         self.model = from_pretrained(self.path, dtype=dtype).to(device).eval()
         if self.model.mlm_head is None:
-            raise ValueError(
+            raise InputError(
                 f"{self.path} has no masked-LM head; fill-mask needs one "
                 f"(continue pretraining the model to train one)"
             )
@@ -71,20 +73,20 @@ class FillMask:
             ValueError: no mask token in ``text``, ``top_k`` < 1, or the text is too long.
         """
         if top_k < 1:
-            raise ValueError(f"top_k must be >= 1, got {top_k}")
+            raise InputError(f"top_k must be >= 1, got {top_k}")
         text = self._normalise(text)
         limit = self.model.config.max_sequence_length
         # One token past the limit tells "too long" without tokenising a huge text whole.
         enc = self.tokenizer([text], return_tensors="pt", max_length=limit + 1)
         ids = enc["input_ids"].to(self.device)
         if ids.shape[1] > limit:
-            raise ValueError(
+            raise InputError(
                 f"the text is more than {limit} tokens; the model takes at most {limit}"
             )
         mask_id = self.tokenizer.mask_token_id
         where = (ids[0] == mask_id).nonzero().flatten()
         if len(where) == 0:
-            raise ValueError(
+            raise InputError(
                 f"no mask token in the text; write {self.tokenizer.mask_token} "
                 f"(or one of {MASK_SPELLINGS}) where a word is missing"
             )

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from ..deps import require
-from ..errors import VectorIndexError
+from ..errors import InputError, VectorIndexError
 from ..files import atomic_directory, directory_digest, write_text_atomic
 
 __all__ = ["VectorIndexError", "IndexHit", "ModelIdentity", "VectorIndex", "model_identity"]
@@ -148,14 +148,14 @@ class VectorIndex:
             ValueError: an unknown kind, or a setting < 1.
         """
         if kind not in KINDS:
-            raise ValueError(f"index kind must be one of {KINDS}, got {kind!r}")
+            raise InputError(f"index kind must be one of {KINDS}, got {kind!r}")
         for name, v in (
             ("hnsw_m", hnsw_m),
             ("ef_construction", ef_construction),
             ("ef_search", ef_search),
         ):
             if v < 1:
-                raise ValueError(f"{name} must be >= 1, got {v}")
+                raise InputError(f"{name} must be >= 1, got {v}")
         faiss = _faiss()
         d = identity.dimension
         if kind == "flat":
@@ -177,16 +177,16 @@ class VectorIndex:
         """
         vectors = np.asarray(vectors)
         if vectors.ndim != 2 or vectors.shape[1] != self.identity.dimension:
-            raise ValueError(
+            raise InputError(
                 f"vectors must be (N, {self.identity.dimension}), got {tuple(vectors.shape)}"
             )
         if not (len(vectors) == len(texts) == len(ids)):
-            raise ValueError(f"{len(vectors)} vectors, {len(texts)} texts, {len(ids)} ids")
+            raise InputError(f"{len(vectors)} vectors, {len(texts)} texts, {len(ids)} ids")
         seen = set(map(json.dumps, self.ids))
         for i in ids:
             key = json.dumps(i)
             if key in seen:
-                raise ValueError(f"id {i!r} is already in the index")
+                raise InputError(f"id {i!r} is already in the index")
             seen.add(key)
         self.faiss_index.add(_normalized(vectors))
         self.texts.extend(texts)
@@ -329,10 +329,10 @@ class VectorIndex:
             ValueError: top_k < 1, or queries of another dimension.
         """
         if top_k < 1:
-            raise ValueError(f"top_k must be >= 1, got {top_k}")
+            raise InputError(f"top_k must be >= 1, got {top_k}")
         queries = np.asarray(queries)
         if queries.ndim != 2 or queries.shape[1] != self.identity.dimension:
-            raise ValueError(
+            raise InputError(
                 f"queries must be (Q, {self.identity.dimension}), got {tuple(queries.shape)}"
             )
         if self.kind == "hnsw":

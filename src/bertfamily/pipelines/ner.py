@@ -10,6 +10,7 @@ import torch
 
 from ..data.batching import sorted_batches
 from ..data.tables import repair_bio, tokenizer_words, word_ids_from_offsets, word_predictions
+from ..errors import InputError
 from ..pretrained import from_pretrained
 from ..tokenization.tokenizer import load_tokenizer
 from .batching import token_lengths
@@ -60,7 +61,7 @@ class EntityTagger:
     def __init__(self, path: str | Path, max_length: int | None = None) -> None:
         self.model = from_pretrained(path).eval()
         if self.model.task != "tokens":
-            raise ValueError(f"{path} holds a {self.model.task!r} head, not a token classifier")
+            raise InputError(f"{path} holds a {self.model.task!r} head, not a token classifier")
         self.tokenizer = load_tokenizer(path)
         self.max_length = max_length
         self.labels = self.model.config.label_names

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..errors import QuantizationError
+from ..errors import InputError, QuantizationError
 from ..train.mixed_precision import cpu_bf16_units, cpu_int8_units
 
 __all__ = [
@@ -80,7 +80,7 @@ def resolve_dtype(
     if dtype in DTYPE_NAMES:
         return DTYPE_NAMES[dtype], f"{dtype} (requested)"
     if dtype != "auto":
-        raise ValueError(f"dtype must be auto or one of {sorted(DTYPE_NAMES)}, got {dtype!r}")
+        raise InputError(f"dtype must be auto or one of {sorted(DTYPE_NAMES)}, got {dtype!r}")
     device = torch.device(device)
     if device.type == "cuda":
         if torch.cuda.is_bf16_supported():
@@ -147,7 +147,7 @@ def agreement(
         ValueError: shapes that differ, or no rows.
     """
     if ref.shape != new.shape or ref_queries.shape != new_queries.shape or not len(ref):
-        raise ValueError(
+        raise InputError(
             f"shapes differ or are empty: {ref.shape} vs {new.shape}, "
             f"{ref_queries.shape} vs {new_queries.shape}"
         )

@@ -7,6 +7,7 @@ from pathlib import Path
 import torch
 
 from ..data.squad import Answer, QAExample, postprocess, prepare_windows
+from ..errors import InputError
 from ..pretrained import from_pretrained
 from ..tokenization.tokenizer import load_tokenizer
 
@@ -32,7 +33,7 @@ class QuestionAnswerer:
     ) -> None:
         self.model = from_pretrained(path).eval()
         if self.model.task != "qa":
-            raise ValueError(f"{path} holds a {self.model.task!r} head, not extractive QA")
+            raise InputError(f"{path} holds a {self.model.task!r} head, not extractive QA")
         self.tokenizer = load_tokenizer(path)
         self.window = dict(
             max_length=max_length, doc_stride=doc_stride, max_question_length=max_question_length

@@ -25,7 +25,7 @@ import torch
 from torch import nn
 
 from ..checkpoints.io import inside, read_json_file, read_weights
-from ..errors import SentenceModulesError
+from ..errors import InputError, SentenceModulesError
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +79,7 @@ class PoolingSpec:
     def __post_init__(self) -> None:
         for m in self.modes:
             if m not in POOLING_MODES:
-                raise ValueError(f"unknown pooling mode {m!r}; expected one of {POOLING_MODES}")
+                raise InputError(f"unknown pooling mode {m!r}; expected one of {POOLING_MODES}")
 
     @property
     def modes(self) -> tuple[str, ...]:

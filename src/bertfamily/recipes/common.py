@@ -16,6 +16,7 @@ import numpy as np
 from ..config import EncoderConfig
 from ..data.batching import IndexedBatches
 from ..data.corpora import read_documents
+from ..errors import InputError
 from ..files import write_text_atomic
 from ..objectives.instances import Instance, SpecialIds, token_matched_batch_size
 from ..objectives.masking import MaskingConfig
@@ -51,7 +52,7 @@ def split_documents(
     order = np.random.default_rng(seed).permutation(len(docs))
     n_eval = min(eval_documents, max(2, len(docs) // 10))
     if len(docs) - n_eval < 2:
-        raise ValueError(f"the corpus has {len(docs)} documents; need at least {n_eval + 2}")
+        raise InputError(f"the corpus has {len(docs)} documents; need at least {n_eval + 2}")
     return [docs[i] for i in order[n_eval:]], [docs[i] for i in order[:n_eval]]
 
 

@@ -32,6 +32,7 @@ from ..data.augment import AugmentConfig, Augmenter, AugmentStats
 from ..data.batching import IndexedBatches
 from ..data.tables import read_table
 from ..data.task_data import HEAD_OF_TASK, TaskData, TaskOptions, pad_batch
+from ..errors import InputError
 from ..files import write_text_atomic
 from ..model import Model
 from ..objectives.distillation import (
@@ -115,15 +116,15 @@ def init_student(
     layers = [int(i) for i in layers]
     L = teacher.config.num_hidden_layers
     if not layers or any(i < 0 or i >= L for i in layers):
-        raise ValueError(f"layers must be non-empty and lie in [0, {L}); got {layers}")
+        raise InputError(f"layers must be non-empty and lie in [0, {L}); got {layers}")
     if sorted(set(layers)) != layers:
-        raise ValueError(f"layers must be strictly increasing, got {layers}")
+        raise InputError(f"layers must be strictly increasing, got {layers}")
     config = teacher.config.replace(
         num_hidden_layers=len(layers), num_hidden_groups=len(layers), inner_group_num=1
     )
     if preset is not None:
         if preset not in PRESETS:
-            raise ValueError(f"unknown preset {preset!r}; valid: {', '.join(PRESETS)}")
+            raise InputError(f"unknown preset {preset!r}; valid: {', '.join(PRESETS)}")
         config = config.replace(
             **{k: v for k, v in PRESETS[preset].items() if k in STRUCTURE_FIELDS}
         )
@@ -249,12 +250,12 @@ def distill(cfg: DistillConfig, train: TrainConfig) -> dict[str, Any]:
             what the method needs, or a corpus too small.
     """
     if cfg.method not in OBJECTIVES:
-        raise ValueError(f"method must be one of {METHODS}, got {cfg.method!r}")
+        raise InputError(f"method must be one of {METHODS}, got {cfg.method!r}")
     objective = OBJECTIVES[cfg.method]
     dist = init_distributed(train.device)
     tok = load_tokenizer(cfg.teacher)
     if tok.mask_token_id is None or tok.pad_token_id is None:
-        raise ValueError(f"tokenizer of {cfg.teacher} has no mask or pad token")
+        raise InputError(f"tokenizer of {cfg.teacher} has no mask or pad token")
     teacher = from_pretrained(cfg.teacher)
     student = _load_student(cfg, objective.student_heads, teacher, tok)
     model = objective(
@@ -265,7 +266,7 @@ def distill(cfg: DistillConfig, train: TrainConfig) -> dict[str, Any]:
     )
     limit = min(teacher.config.max_sequence_length, student.config.max_sequence_length)
     if cfg.max_length > limit:
-        raise ValueError(f"max_length {cfg.max_length} exceeds the models' limit of {limit}")
+        raise InputError(f"max_length {cfg.max_length} exceeds the models' limit of {limit}")
 
     # DistilBERT trains on masked inputs (MLM); TinyBERT's general distillation on plain text:
     # a masking that leaves every chosen token unchanged keeps the inputs intact.
@@ -451,9 +452,9 @@ def distill_task(cfg: TaskDistillConfig, train: TrainConfig) -> dict[str, Any]:
             a teacher without the task's head, unknown labels.
     """
     if cfg.task not in ("classify", "ner"):
-        raise ValueError(f"task distillation task must be 'classify' or 'ner', got {cfg.task!r}")
+        raise InputError(f"task distillation task must be 'classify' or 'ner', got {cfg.task!r}")
     if cfg.augment is not None and cfg.task != "classify":
-        raise ValueError(
+        raise InputError(
             "TinyBERT augmentation replaces words, which would leave token labels behind; "
             "it is for sequence classification only"
         )
@@ -462,7 +463,7 @@ def distill_task(cfg: TaskDistillConfig, train: TrainConfig) -> dict[str, Any]:
     tok = load_tokenizer(cfg.teacher)
     teacher_model = from_pretrained(cfg.teacher)
     if teacher_model.task != head:
-        raise ValueError(
+        raise InputError(
             f"the teacher {cfg.teacher} has no {head} head (heads: "
             f"{teacher_model.heads or 'none'}); fine-tune it first"
         )

@@ -31,6 +31,7 @@ from ..data.task_data import (
     model_problem_type,
     pad_batch,
 )
+from ..errors import InputError
 from ..files import atomic_write, write_text_atomic
 from ..heads.losses import task_counts, task_loss
 from ..pretrained import from_pretrained
@@ -145,7 +146,7 @@ def finetune(cfg: FinetuneConfig, train: TrainConfig) -> dict[str, Any]:
         derived["log_every"] = max(1, min(50, steps // 10))
     if cfg.patience is not None:
         if eval_data is None:
-            raise ValueError("early stopping (patience) needs an evaluation file")
+            raise InputError("early stopping (patience) needs an evaluation file")
         derived["early_stopping_patience"] = cfg.patience
     if eval_data is not None:
         if not train.eval_every:
@@ -247,7 +248,7 @@ def predict(
     opts = opts or TaskOptions()
     model = from_pretrained(model_dir).eval()
     if model.task != HEAD_OF_TASK[task]:
-        raise ValueError(
+        raise InputError(
             f"{model_dir} holds a {model.task!r} head; task {task!r} needs {HEAD_OF_TASK[task]!r}"
         )
     tok = load_tokenizer(model_dir)

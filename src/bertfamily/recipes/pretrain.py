@@ -27,6 +27,7 @@ import torch
 from ..build import build_model, build_span_boundary_head
 from ..checkpoints.io import config_from_hf, read_hf_config
 from ..config import EncoderConfig
+from ..errors import InputError
 from ..objectives.electra import RTD_WEIGHT, ReplacedTokenDetection, evaluate_rtd, generator_config
 from ..objectives.instances import PACKINGS
 from ..objectives.masking import MaskingConfig
@@ -126,7 +127,7 @@ def load_for_continued_pretraining(path: str | Path, heads: Sequence[str]):
     fresh = [k for k in report.missing if k.startswith(head_prefixes)]
     trunk_missing = [k for k in report.missing if not k.startswith(head_prefixes)]
     if trunk_missing or report.unexpected or report.mismatched:
-        raise ValueError(
+        raise InputError(
             f"{path} does not fit: missing {trunk_missing}, unexpected "
             f"{report.unexpected}, mismatched {report.mismatched}"
         )
@@ -147,16 +148,16 @@ def _objectives(cfg: PretrainConfig, config) -> tuple[str, ...]:
         objs = ("mlm",) + ((config.pair_head,) if config.pair_head else ())
     if "rtd" in objs:
         if objs != ("rtd",):
-            raise ValueError(f"'rtd' (ELECTRA) is an objective of its own; got {objs}")
+            raise InputError(f"'rtd' (ELECTRA) is an objective of its own; got {objs}")
         if config.model_type != "electra":
-            raise ValueError(
+            raise InputError(
                 "'rtd' trains an ELECTRA discriminator: use an ELECTRA model (e.g. preset "
                 f"tiny-electra, or init_from an ELECTRA directory), not {config.model_type!r}"
             )
         return objs
     bad = set(objs) - {"mlm", "nsp", "sop", "sbo"}
     if bad or "mlm" not in objs or {"nsp", "sop"} <= set(objs):
-        raise ValueError(
+        raise InputError(
             f"objectives must include 'mlm', at most one of 'nsp'/'sop', and "
             f"optionally 'sbo'; or be 'rtd' alone; got {objs}"
         )
@@ -179,14 +180,14 @@ def pretrain(cfg: PretrainConfig, train: TrainConfig) -> dict[str, Any]:
             objective, whose instances are pairs), or a tokenizer/model mismatch.
     """
     if cfg.packing not in PACKINGS:
-        raise ValueError(f"packing must be one of {PACKINGS}, got {cfg.packing!r}")
+        raise InputError(f"packing must be one of {PACKINGS}, got {cfg.packing!r}")
     dist = init_distributed(train.device)
     tok_dir = cfg.tokenizer or cfg.init_from
     if tok_dir is None:
-        raise ValueError("give a tokenizer directory (or init_from a model directory)")
+        raise InputError("give a tokenizer directory (or init_from a model directory)")
     tok = load_tokenizer(tok_dir)
     if tok.mask_token_id is None or tok.pad_token_id is None:
-        raise ValueError(f"tokenizer {tok_dir} has no mask or pad token")
+        raise InputError(f"tokenizer {tok_dir} has no mask or pad token")
 
     fresh: list[str] = []
     torch.manual_seed(train.seed)  # new weights (model, fresh heads, SBO) depend on the seed only
@@ -216,12 +217,12 @@ def pretrain(cfg: PretrainConfig, train: TrainConfig) -> dict[str, Any]:
         strategy = "entity" if cfg.phrases else "token"
         cfg = dataclasses.replace(cfg, masking=MaskingConfig(strategy=strategy))
     if cfg.phrases and cfg.masking.strategy != "entity":
-        raise ValueError(
+        raise InputError(
             f"phrase masking masks the phrases as units with the 'entity' strategy, "
             f"not {cfg.masking.strategy!r}"
         )
     if config.vocab_size < tok.vocab_size:
-        raise ValueError(
+        raise InputError(
             f"tokenizer has {tok.vocab_size} tokens, the model only {config.vocab_size}"
         )
     if config.use_pooler and not pair:
@@ -229,7 +230,7 @@ def pretrain(cfg: PretrainConfig, train: TrainConfig) -> dict[str, Any]:
 
     sbo = "sbo" in objectives
     if pair and cfg.packing != "full_sentences":
-        raise ValueError(
+        raise InputError(
             f"packing {cfg.packing!r} packs single segments; {pair} builds sentence pairs"
         )
     data = mlm_data(

@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from ..errors import FetchError
+from ..errors import FetchError, InputError
 from ..files import write_text_atomic
 
 __all__ = ["DEFAULT_MODEL", "KINDS", "RESOURCES", "Kind", "Resource"]
@@ -195,9 +195,9 @@ def _plain_relative(rel: str) -> PurePosixPath:
     """
     pure = PurePosixPath(rel)
     if not rel or not pure.parts or pure.is_absolute() or ".." in pure.parts or "\\" in rel:
-        raise ValueError(f"{rel!r} is not a plain relative path")
+        raise InputError(f"{rel!r} is not a plain relative path")
     if "\0" in rel:
-        raise ValueError(f"{rel!r} is not a plain relative path")
+        raise InputError(f"{rel!r} is not a plain relative path")
     return pure
 
 
@@ -211,7 +211,7 @@ def _inside(entry: Path, rel: str) -> Path:
     path = entry.joinpath(*_plain_relative(rel).parts)
     root, resolved = entry.resolve(), path.resolve()
     if resolved == root or not resolved.is_relative_to(root):
-        raise ValueError(f"{rel!r} resolves outside {entry}")
+        raise InputError(f"{rel!r} resolves outside {entry}")
     return path
 
 

@@ -19,7 +19,7 @@ import os
 import re
 from pathlib import Path
 
-from ..errors import ModelNotFoundError
+from ..errors import InputError, ModelNotFoundError
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +93,7 @@ def resolve_model_dir(name_or_path: str | os.PathLike[str], revision: str | None
         return path
     rev = DEFAULT_REVISION if revision is None else revision
     if not rev or rev.startswith("/") or "\\" in rev or ".." in rev.split("/") or "\x00" in rev:
-        raise ValueError(f"revision {rev!r} is not a branch, tag or commit name")
+        raise InputError(f"revision {rev!r} is not a branch, tag or commit name")
     cache, chosen_by = hub_cache_dir()
     repo = cache / ("models--" + text.replace("/", "--"))
     looked = [f"no local directory {path.resolve()}"]

@@ -40,7 +40,7 @@ from prometheus_client import (
 from pydantic import BaseModel, ConfigDict
 
 from ..checkpoints.io import family_of, read_hf_config, task_of
-from ..errors import ServeError
+from ..errors import ArgumentTypeError, InputError, ServeError
 from ..files import directory_digest
 from ..pipelines.classify import TextClassifier
 from ..pipelines.embed import SentenceEmbedder
@@ -99,9 +99,9 @@ class ServeSettings:
     def __post_init__(self) -> None:
         for name in ("max_batch_tokens", "batch_size", "max_client_batch_size", "max_input_chars"):
             if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+                raise InputError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.api_key is not None and not self.api_key.strip():
-            raise ValueError("api_key must not be empty")
+            raise InputError("api_key must not be empty")
 
 
 # --- request bodies (TEI's names; unknown fields are refused, a typo never passes silently) -----
@@ -229,11 +229,11 @@ def create_app(
     """
     settings = settings or ServeSettings()
     if not isinstance(model, (SentenceEmbedder, TextClassifier, EntityTagger)):
-        raise TypeError(f"cannot serve a {type(model).__name__}")
+        raise ArgumentTypeError(f"cannot serve a {type(model).__name__}")
     embedding = isinstance(model, SentenceEmbedder)
     if model_dir is None:
         if not embedding:
-            raise ValueError("give model_dir: the directory the classifier was loaded from")
+            raise InputError("give model_dir: the directory the classifier was loaded from")
         model_dir = model.path
     model_dir = Path(model_dir)
     model_id = settings.model_id or model_dir.name

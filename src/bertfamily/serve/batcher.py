@@ -19,6 +19,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..errors import InputError
+
 log = logging.getLogger(__name__)
 
 #: ``run(key, inputs) -> one result per input`` (a list, or an array of rows).
@@ -57,7 +59,7 @@ class DynamicBatcher:
         on_round: Callable[[int, int], None] | None = None,
     ) -> None:
         if max_batch_tokens < 1:
-            raise ValueError(f"max_batch_tokens must be >= 1, got {max_batch_tokens}")
+            raise InputError(f"max_batch_tokens must be >= 1, got {max_batch_tokens}")
         self.run = run
         self.max_batch_tokens = max_batch_tokens
         self.batching = batching

@@ -25,6 +25,8 @@ from pathlib import Path
 import tokenizers
 from tokenizers import AddedToken, Regex, decoders, models, normalizers, pre_tokenizers, processors
 
+from ..errors import InputError
+
 __all__ = [
     "FAMILIES",
     "FILE_FAMILIES",
@@ -108,34 +110,34 @@ def read_model(path: str | Path) -> SpmModel:
 
     data = Path(path).read_bytes()
     if not data:
-        raise ValueError("the file is empty")
+        raise InputError("the file is empty")
     proto = sentencepiece_model_pb2.ModelProto()
     try:
         proto.ParseFromString(data)
     except (DecodeError, RuntimeError, ValueError) as e:  # RuntimeError: the upb backend
-        raise ValueError(f"not a SentencePiece model (malformed protobuf: {e})") from None
+        raise InputError(f"not a SentencePiece model (malformed protobuf: {e})") from None
     pieces = []
     for index, entry in enumerate(proto.pieces):
         if not entry.piece or not NORMAL <= entry.type <= BYTE:
-            raise ValueError(
+            raise InputError(
                 f"piece {index} ({entry.piece!r}) is empty or has an unknown type {entry.type!r}"
             )
         pieces.append(SpmPiece(entry.piece, float(entry.score), int(entry.type)))
     if not pieces:
-        raise ValueError("no pieces (not a SentencePiece model)")
+        raise InputError("no pieces (not a SentencePiece model)")
     seen: dict[str, int] = {}
     for index, p in enumerate(pieces):
         if p.piece in seen:
-            raise ValueError(f"piece {p.piece!r} appears twice (ids {seen[p.piece]} and {index})")
+            raise InputError(f"piece {p.piece!r} appears twice (ids {seen[p.piece]} and {index})")
         seen[p.piece] = index
     trainer = proto.trainer_spec
     model_type = int(trainer.model_type)
     if model_type not in (UNIGRAM, BPE):
         name = _MODEL_TYPE_NAMES.get(model_type, str(model_type))
-        raise ValueError(f"a {name!r} model; only unigram and bpe models are supported")
+        raise InputError(f"a {name!r} model; only unigram and bpe models are supported")
     unk_id = int(trainer.unk_id)
     if not 0 <= unk_id < len(pieces):
-        raise ValueError(f"unk_id {unk_id} is outside the {len(pieces)} pieces")
+        raise InputError(f"unk_id {unk_id} is outside the {len(pieces)} pieces")
     return SpmModel(
         pieces=tuple(pieces),
         model_type=model_type,
@@ -273,7 +275,7 @@ def _normalizer_steps(
         return [normalizers.Replace(Regex(" {2,}"), " ")]
     if step == "spaces_to_metaspace":
         return [normalizers.Replace(Regex(" {2,}"), METASPACE)]
-    raise ValueError(f"unknown normalizer step {step!r}")
+    raise InputError(f"unknown normalizer step {step!r}")
 
 
 def _ends_in_number_comma(piece: str) -> bool:
@@ -356,7 +358,7 @@ def build_backend(
                 byte_fallback=False,
             )
         except Exception as e:  # the library raises a bare Exception
-            raise ValueError(f"the BPE pieces do not form a merge table: {e}") from None
+            raise InputError(f"the BPE pieces do not form a merge table: {e}") from None
         backend = tokenizers.Tokenizer(bpe)
 
     steps = [n for step in family.normalizer for n in _normalizer_steps(

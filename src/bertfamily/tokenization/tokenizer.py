@@ -33,7 +33,7 @@ import numpy as np
 import tokenizers
 from tokenizers import AddedToken, models
 
-from ..errors import TokenizerFileError, TokenizerNotFoundError
+from ..errors import ArgumentTypeError, InputError, TokenizerFileError, TokenizerNotFoundError
 from ..files import atomic_directory, write_text_atomic
 from ..resources.resolve import resolve_model_dir
 from . import spm
@@ -155,7 +155,7 @@ class Tokenizer:
         given = dict(special_tokens or {})
         unknown = set(given) - set(ROLES)
         if unknown:
-            raise ValueError(f"unknown special-token roles {sorted(unknown)}; known: {ROLES}")
+            raise InputError(f"unknown special-token roles {sorted(unknown)}; known: {ROLES}")
         self._special: dict[str, AddedToken] = {
             role: _as_added_token(given.get(role, defaults[role])) for role in ROLES
         }
@@ -378,32 +378,32 @@ class Tokenizer:
         if unsupported:
             names = sorted(unsupported)
             known = [n for n in names if n in _UNSUPPORTED_HF_ARGUMENTS]
-            raise TypeError(
+            raise ArgumentTypeError(
                 f"Tokenizer.__call__() got unexpected keyword argument(s) {names}"
                 + (f"; {known} (transformers) are not supported" if known else "")
             )
         texts = [text] if isinstance(text, str) else list(text)
         if not texts:
-            raise ValueError("cannot encode an empty batch")
+            raise InputError("cannot encode an empty batch")
         if text_pair is None:
             inputs: list[Any] = texts
         else:
             pairs = [text_pair] if isinstance(text_pair, str) else list(text_pair)
             if len(pairs) != len(texts):
-                raise ValueError(f"got {len(texts)} texts but {len(pairs)} text pairs")
+                raise InputError(f"got {len(texts)} texts but {len(pairs)} text pairs")
             inputs = list(zip(texts, pairs))
         if padding not in (True, False, "longest", "max_length", "do_not_pad"):
-            raise ValueError(f"unknown padding {padding!r}")
+            raise InputError(f"unknown padding {padding!r}")
         if return_tensors not in ("pt", "np", None):
-            raise ValueError(f"unknown return_tensors {return_tensors!r}; use 'pt', 'np' or None")
+            raise InputError(f"unknown return_tensors {return_tensors!r}; use 'pt', 'np' or None")
         if truncation not in _TRUNCATION_STRATEGIES:
-            raise ValueError(
+            raise InputError(
                 f"unknown truncation {truncation!r}; use True, False, 'longest_first', "
                 "'only_first', 'only_second' or 'do_not_truncate'"
             )
         strategy = _TRUNCATION_STRATEGIES[truncation]
         if isinstance(stride, bool) or not isinstance(stride, int) or stride < 0:
-            raise ValueError(f"stride must be a non-negative integer, got {stride!r}")
+            raise InputError(f"stride must be a non-negative integer, got {stride!r}")
         return_offsets_mapping = return_offsets_mapping or return_offsets
         if return_token_type_ids is None:
             return_token_type_ids = self.has_token_type_ids
@@ -450,12 +450,12 @@ class Tokenizer:
             target = max(lengths)
             if padding == "max_length":
                 if limit is None:
-                    raise ValueError("padding='max_length' needs max_length or model_max_length")
+                    raise InputError("padding='max_length' needs max_length or model_max_length")
                 target = limit  # rows already longer are kept as they are, as in transformers
             fields = self._pad(fields, target)
             lengths = [max(n, target) for n in lengths]  # transformers: the padded length
         if return_tensors is not None and len(set(lengths)) > 1:
-            raise ValueError(
+            raise InputError(
                 f"sequences have different lengths {sorted(set(lengths))} after padding="
                 f"{padding!r}; pass padding=True, truncation, or return_tensors=None"
             )
@@ -490,7 +490,7 @@ class Tokenizer:
             else 0
         )
         if limit <= special:
-            raise ValueError(
+            raise InputError(
                 f"max_length={limit} leaves no room for text after {special} special tokens"
             )
         try:
@@ -503,7 +503,7 @@ class Tokenizer:
             ):
                 raise
             detail = self._truncation_problem(inputs, limit, strategy, stride, special)
-            raise ValueError(
+            raise InputError(
                 f"cannot truncate to max_length={limit} with truncation={strategy!r}, "
                 f"stride={stride}: {detail} ({e})"
             ) from None
@@ -598,7 +598,7 @@ class Tokenizer:
             "special_tokens_mask": 1,
         }
         if fill["input_ids"] is None and any(len(r) < target for r in fields["input_ids"]):
-            raise ValueError(f"padding needed but pad token {self.pad_token!r} is not in the vocab")
+            raise InputError(f"padding needed but pad token {self.pad_token!r} is not in the vocab")
         return {
             key: [row + [fill[key]] * (target - len(row)) for row in rows]
             for key, rows in fields.items()
@@ -686,7 +686,7 @@ class Tokenizer:
             vocab = self.backend.get_vocab(with_added_tokens=False)
             by_id = sorted(vocab.items(), key=lambda kv: kv[1])
             if [i for _, i in by_id] != list(range(len(by_id))):
-                raise ValueError(
+                raise InputError(
                     "WordPiece vocabulary ids are not contiguous; cannot write vocab.txt"
                 )
             write_text_atomic(out / WORDPIECE_VOCAB_FILE, "".join(t + "\n" for t, _ in by_id))
@@ -826,7 +826,7 @@ def _sane_max_length(value: Any) -> int | None:
     if value is None or float(value) >= _ABSURD_MAX_LENGTH:
         return None
     if isinstance(value, bool) or int(value) < 1:
-        raise ValueError(f"model_max_length must be a positive integer, got {value!r}")
+        raise InputError(f"model_max_length must be a positive integer, got {value!r}")
     return int(value)
 
 

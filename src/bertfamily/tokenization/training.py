@@ -42,6 +42,7 @@ from tokenizers import (
     trainers,
 )
 
+from ..errors import InputError
 from .tokenizer import Tokenizer
 
 __all__ = ["TOKENIZER_KINDS", "train_tokenizer"]
@@ -64,14 +65,14 @@ def check_corpus_files(files: Iterable[str | Path]) -> None:
         path = Path(f)
         if not path.is_file():
             why = "it is a directory" if path.is_dir() else "it does not exist"
-            raise ValueError(f"cannot read corpus file {path}: {why}")
+            raise InputError(f"cannot read corpus file {path}: {why}")
         try:
             with open(path, encoding="utf-8") as fh:
                 has_text = any(line.strip() for line in fh)
         except (OSError, UnicodeDecodeError) as e:
-            raise ValueError(f"cannot read corpus file {path}: {e}") from e
+            raise InputError(f"cannot read corpus file {path}: {e}") from e
         if not has_text:
-            raise ValueError(f"corpus file {path} is empty (no text on any line)")
+            raise InputError(f"corpus file {path} is empty (no text on any line)")
 
 
 def _is_path(text: str, exists: bool = False) -> bool:
@@ -141,7 +142,7 @@ def _train_wordpiece(
     chars = {c for w in words for c in w}  # every character is also a word-initial token
     symbols = sorted({(False, c) for c in chars} | {(True, c) for w in words for c in w[1:]})
     if len(symbols) > _SYMBOLS_END - _SYMBOLS_START:
-        raise ValueError(f"the corpus has too many distinct characters ({len(symbols)})")
+        raise InputError(f"the corpus has too many distinct characters ({len(symbols)})")
     code = {s: chr(_SYMBOLS_START + i) for i, s in enumerate(symbols)}
     piece = {v: ("##" if cont else "") + c for (cont, c), v in code.items()}
     bpe = tokenizers.Tokenizer(models.BPE())
@@ -234,7 +235,7 @@ def _train_unigram(
             minloglevel=2,
         )
     except RuntimeError as e:
-        raise ValueError(f"cannot train a Unigram tokenizer of {vocab_size} pieces: {e}") from None
+        raise InputError(f"cannot train a Unigram tokenizer of {vocab_size} pieces: {e}") from None
     from sentencepiece import sentencepiece_model_pb2
 
     proto = sentencepiece_model_pb2.ModelProto()
@@ -274,9 +275,9 @@ def train_tokenizer(
         ValueError: unknown kind, or ``vocab_size`` too small for the specials and alphabet.
     """
     if kind not in TOKENIZER_KINDS:
-        raise ValueError(f"kind must be one of {TOKENIZER_KINDS}, got {kind!r}")
+        raise InputError(f"kind must be one of {TOKENIZER_KINDS}, got {kind!r}")
     if vocab_size < 10:
-        raise ValueError(f"vocab_size must be >= 10, got {vocab_size}")
+        raise InputError(f"vocab_size must be >= 10, got {vocab_size}")
     specials = _SPECIALS[kind]
     special_list = list(specials.values())
     accents = lowercase if strip_accents is None else strip_accents

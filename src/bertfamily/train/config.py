@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..errors import InputError
 from .distributed import (
     PARALLEL_KINDS,
 )
@@ -104,24 +105,24 @@ class TrainConfig:
         self.output_dir = Path(self.output_dir)
         for name in ("max_steps", "grad_accum_steps", "batch_size"):
             if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+                raise InputError(f"{name} must be >= 1, got {getattr(self, name)}")
         for name in ("eval_every", "save_every", "log_every", "warmup_steps"):
             if getattr(self, name) < 0:
-                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+                raise InputError(f"{name} must be >= 0, got {getattr(self, name)}")
         if not 0.0 <= self.warmup_ratio < 1.0:
-            raise ValueError(f"warmup_ratio must lie in [0, 1), got {self.warmup_ratio}")
+            raise InputError(f"warmup_ratio must lie in [0, 1), got {self.warmup_ratio}")
         if self.precision not in PRECISIONS:
-            raise ValueError(f"precision must be one of {PRECISIONS}, got {self.precision!r}")
+            raise InputError(f"precision must be one of {PRECISIONS}, got {self.precision!r}")
         if self.parallel not in PARALLEL_KINDS:
-            raise ValueError(f"parallel must be one of {PARALLEL_KINDS}, got {self.parallel!r}")
+            raise InputError(f"parallel must be one of {PARALLEL_KINDS}, got {self.parallel!r}")
         if self.schedule not in SCHEDULES:
-            raise ValueError(f"schedule must be one of {SCHEDULES}, got {self.schedule!r}")
+            raise InputError(f"schedule must be one of {SCHEDULES}, got {self.schedule!r}")
         if self.max_time_s is not None and self.max_time_s <= 0:
-            raise ValueError(f"max_time_s must be > 0 or None, got {self.max_time_s}")
+            raise InputError(f"max_time_s must be > 0 or None, got {self.max_time_s}")
         if self.early_stopping_patience is not None and self.metric_for_best is None:
-            raise ValueError("early_stopping_patience needs metric_for_best")
+            raise InputError("early_stopping_patience needs metric_for_best")
         if self.load_best_at_end and self.metric_for_best is None:
-            raise ValueError("load_best_at_end needs metric_for_best")
+            raise InputError("load_best_at_end needs metric_for_best")
 
     @property
     def num_warmup_steps(self) -> int:

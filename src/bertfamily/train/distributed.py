@@ -26,6 +26,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from ..errors import InputError
 from ..modules.encoder import Encoder
 
 __all__ = [
@@ -84,10 +85,10 @@ def init_distributed(device: str = "auto") -> DistInfo:
         ValueError: unknown ``device`` or "cuda" without a GPU.
     """
     if device not in ("auto", "cpu", "cuda"):
-        raise ValueError(f"device must be 'auto', 'cpu' or 'cuda', got {device!r}")
+        raise InputError(f"device must be 'auto', 'cpu' or 'cuda', got {device!r}")
     use_cuda = torch.cuda.is_available() if device == "auto" else device == "cuda"
     if use_cuda and not torch.cuda.is_available():
-        raise ValueError("device='cuda' but torch.cuda.is_available() is False")
+        raise InputError("device='cuda' but torch.cuda.is_available() is False")
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
     local = int(os.environ.get("LOCAL_RANK", "0"))
@@ -159,9 +160,9 @@ def shard_range(n: int, rank: int, world_size: int) -> range:
         ValueError: rank outside [0, world_size) or ``n < world_size``.
     """
     if not 0 <= rank < world_size:
-        raise ValueError(f"rank {rank} outside [0, world_size={world_size})")
+        raise InputError(f"rank {rank} outside [0, world_size={world_size})")
     if n < world_size:
-        raise ValueError(f"cannot shard {n} items over {world_size} processes")
+        raise InputError(f"cannot shard {n} items over {world_size} processes")
     per = n // world_size
     return range(rank * per, (rank + 1) * per)
 
@@ -183,7 +184,7 @@ def shard_model(model: nn.Module, info: DistInfo) -> nn.Module:
     from torch.distributed.fsdp import fully_shard
 
     if not dist.is_initialized():
-        raise ValueError("FSDP needs a process group: launch with torchrun")
+        raise InputError("FSDP needs a process group: launch with torchrun")
     mesh = init_device_mesh(info.device.type, (dist.get_world_size(),))
     for module in model.modules():
         if isinstance(module, Encoder):

@@ -78,6 +78,7 @@ import torch
 from torch import nn
 
 from ..data.batching import as_batch_source
+from ..errors import InputError
 from ..modules.encoder import Encoder
 from .checkpoint import CheckpointMixin, _rng_state, _set_rng_state
 from .config import (
@@ -191,7 +192,7 @@ class Trainer(CheckpointMixin, ProgressMixin):
         self.scaler = grad_scaler(config.precision, self.dist.device)
         encoders = [m for m in model.modules() if isinstance(m, Encoder)]
         if config.checkpoint_activations and not encoders:
-            raise ValueError(
+            raise InputError(
                 "checkpoint_activations needs a model with an Encoder trunk; this "
                 f"{type(model).__name__} has none"
             )
@@ -276,7 +277,7 @@ class Trainer(CheckpointMixin, ProgressMixin):
             return False
         key = name if name.startswith("eval_") else f"eval_{name}"
         if key not in metrics:
-            raise ValueError(f"metric_for_best {name!r} not among eval metrics {sorted(metrics)}")
+            raise InputError(f"metric_for_best {name!r} not among eval metrics {sorted(metrics)}")
         value, best = metrics[key], self.state.best_metric
         better = best is None or (value > best if self.config.greater_is_better else value < best)
         if better:
@@ -303,7 +304,7 @@ class Trainer(CheckpointMixin, ProgressMixin):
                 batch = next(self._batches)
             except StopIteration:
                 if self.state.batch_in_epoch == 0:
-                    raise ValueError(
+                    raise InputError(
                         f"the batch source yielded no batch for epoch {self.state.epoch}"
                     ) from None
                 self.state.epoch += 1
@@ -312,7 +313,7 @@ class Trainer(CheckpointMixin, ProgressMixin):
                 continue
             self.state.batch_in_epoch += 1
             return batch
-        raise ValueError(f"the batch source yielded no batch for epoch {self.state.epoch}")
+        raise InputError(f"the batch source yielded no batch for epoch {self.state.epoch}")
 
     def _denominators(self, batches: list[Any]) -> dict[str, float]:
         """``count_fn``'s units of the step's micro-batches, summed per term over them and over
@@ -324,16 +325,16 @@ class Trainer(CheckpointMixin, ProgressMixin):
             if self._count_keys is None:
                 seen = all_gather_objects(keys)  # once: every rank must count the same terms
                 if any(other != keys for other in seen):
-                    raise ValueError(f"count_fn gives different terms on different ranks: {seen}")
+                    raise InputError(f"count_fn gives different terms on different ranks: {seen}")
                 self._count_keys = keys
             if keys != self._count_keys:
-                raise ValueError(
+                raise InputError(
                     f"count_fn gave the terms {keys}, earlier batches {self._count_keys}"
                 )
             for name, n in counts.items():
                 n = int(n)
                 if n < 0:
-                    raise ValueError(f"count_fn gave {n} units for {name!r}")
+                    raise InputError(f"count_fn gave {n} units for {name!r}")
                 totals[name] = totals.get(name, 0.0) + n
         totals = all_reduce_sum(totals, self.dist.device)
         world = self.dist.world_size

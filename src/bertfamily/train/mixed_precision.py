@@ -21,6 +21,8 @@ from pathlib import Path
 
 import torch
 
+from ..errors import InputError
+
 __all__ = [
     "PRECISIONS",
     "cpu_flags",
@@ -89,9 +91,9 @@ def check_precision(precision: str, device: torch.device) -> None:
             (the gradient scaler that fp16 training needs is CUDA's).
     """
     if precision not in PRECISIONS:
-        raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
+        raise InputError(f"precision must be one of {PRECISIONS}, got {precision!r}")
     if precision == "fp16" and device.type != "cuda":
-        raise ValueError(
+        raise InputError(
             f"precision 'fp16' needs a CUDA device (float16 training relies on CUDA's gradient "
             f"scaler); this run is on {device.type!r}: use 'bf16' or 'fp32'"
         )

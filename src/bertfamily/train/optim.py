@@ -10,6 +10,8 @@ from __future__ import annotations
 from torch import nn
 from torch.optim import AdamW
 
+from ..errors import InputError
+
 __all__ = ["param_groups", "build_optimizer"]
 
 _NORM_TYPES = (nn.LayerNorm, nn.GroupNorm, nn.BatchNorm1d, nn.RMSNorm)
@@ -52,7 +54,7 @@ def build_optimizer(
         ValueError: non-positive learning rate or negative weight decay.
     """
     if learning_rate <= 0:
-        raise ValueError(f"learning_rate must be > 0, got {learning_rate}")
+        raise InputError(f"learning_rate must be > 0, got {learning_rate}")
     if weight_decay < 0:
-        raise ValueError(f"weight_decay must be >= 0, got {weight_decay}")
+        raise InputError(f"weight_decay must be >= 0, got {weight_decay}")
     return AdamW(param_groups(model, weight_decay), lr=learning_rate, betas=betas, eps=eps)

@@ -15,6 +15,8 @@ from collections.abc import Callable
 import torch
 from torch.optim.lr_scheduler import LambdaLR
 
+from ..errors import InputError
+
 __all__ = ["SCHEDULES", "lr_factor", "build_scheduler"]
 
 SCHEDULES = ("linear", "inverse_sqrt", "constant")
@@ -28,11 +30,11 @@ def lr_factor(schedule: str, warmup_steps: int, total_steps: int) -> Callable[[i
         ValueError: unknown schedule, negative warm-up, or ``total_steps`` < 1 for "linear".
     """
     if schedule not in SCHEDULES:
-        raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
+        raise InputError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
     if warmup_steps < 0:
-        raise ValueError(f"warmup_steps must be >= 0, got {warmup_steps}")
+        raise InputError(f"warmup_steps must be >= 0, got {warmup_steps}")
     if schedule == "linear" and total_steps < 1:
-        raise ValueError(f"the linear schedule needs total_steps >= 1, got {total_steps}")
+        raise InputError(f"the linear schedule needs total_steps >= 1, got {total_steps}")
 
     def factor(step: int) -> float:
         # Step s trains with the rate of position s + 1 so that the first update is not zero.
