@@ -74,7 +74,8 @@ def fence_problems(text: str) -> list[str]:
                 continue
             problems.append(f"line {n}: fence {line.strip()!r} inside the fence of line {open_at}")
         elif PROSE_HEADING.match(line):
-            problems.append(f"line {n}: heading {line.strip()!r} inside the fence of line {open_at}")
+            where = f"inside the fence of line {open_at}"
+            problems.append(f"line {n}: heading {line.strip()!r} {where}")
     if open_at:
         problems.append(f"line {open_at}: fence never closed")
     if fence_lines % 2:
