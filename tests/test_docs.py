@@ -207,11 +207,15 @@ def setup_commands(readme: str) -> list[str]:
 
 def test_fence_checker_finds_the_broken_readme_pattern():
     # the README's old bug: a fence lost its opening line, so every later block was inverted
-    bad = "text\n```python\nx = 1\n```\ny = 2\n```\n\n## Pretraining\n\n```bash\nrun\n```\n"
-    problems = fence_problems(bad)
-    assert any("heading '## Pretraining'" in p for p in problems)
-    assert any("fence '```bash' inside" in p for p in problems)
-    # an even number of fence lines does not make the fences right
+    bad = "text\ny = 2\n```\n\n## Pretraining\n\n```bash\nrun\n```\n"
+    assert fence_problems(bad) == [
+        "line 5: heading '## Pretraining' inside the fence of line 3",
+        "line 7: fence '```bash' inside the fence of line 3",
+        "3 fence lines (odd)",
+    ]
+    # two lost openings give an even number of fence lines; the structure still shows them
+    problems = fence_problems(bad + "z = 3\n```\n")
+    assert "line 7: fence '```bash' inside the fence of line 3" in problems
     assert not any("odd" in p for p in problems)
 
 
