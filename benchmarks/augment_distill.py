@@ -32,13 +32,13 @@ import numpy as np
 import torch
 from machine import cpu_model  # benchmarks/machine.py
 
-from bertfamily.fetch import fetch
+from bertfamily.data.augment import AugmentConfig
+from bertfamily.data.tables import read_table
+from bertfamily.data.task_data import TaskOptions
 from bertfamily.files import write_text_atomic
 from bertfamily.recipes.distill import TaskDistillConfig, distill_task
 from bertfamily.recipes.finetune import FINETUNE_TRAIN_DEFAULTS, FinetuneConfig, finetune, predict
-from bertfamily.tasks.augment import AugmentConfig
-from bertfamily.tasks.data import read_table
-from bertfamily.tasks.encode import TaskOptions
+from bertfamily.resources.cache import fetch
 from bertfamily.train import TrainConfig
 
 RESULT = Path(__file__).parent / "results" / "augment_distill.json"

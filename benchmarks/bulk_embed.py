@@ -51,7 +51,7 @@ def tiny_model(path: Path) -> Path:
     import torch
 
     import bertfamily as bf
-    from bertfamily.fetch import fetch
+    from bertfamily.resources.cache import fetch
 
     minilm = fetch("all-MiniLM-L6-v2")
     config = bf.EncoderConfig.from_preset(

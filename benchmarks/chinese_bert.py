@@ -44,17 +44,17 @@ from machine import cpu_model  # benchmarks/machine.py
 
 from bertfamily.build import build_model
 from bertfamily.checkpoints.io import config_from_hf, read_hf_config
-from bertfamily.corpora import read_documents
-from bertfamily.fetch import fetch
+from bertfamily.data.corpora import read_documents
+from bertfamily.data.tables import read_conll
+from bertfamily.data.task_data import TaskOptions
+from bertfamily.evaluation.metrics import classification_metrics
 from bertfamily.files import write_text_atomic
 from bertfamily.objectives.masking import MaskingConfig
 from bertfamily.pipelines.fill_mask import FillMask
 from bertfamily.pipelines.ner import EntityTagger
 from bertfamily.recipes.finetune import FinetuneConfig, finetune, predict
 from bertfamily.recipes.pretrain import PretrainConfig, pretrain
-from bertfamily.tasks.data import read_conll
-from bertfamily.tasks.encode import TaskOptions
-from bertfamily.tasks.metrics import classification_metrics
+from bertfamily.resources.cache import fetch
 from bertfamily.tokenization import load_tokenizer
 from bertfamily.train import TrainConfig
 

@@ -24,9 +24,9 @@ import numpy as np
 import torch
 from machine import cpu_model  # benchmarks/machine.py
 
-from bertfamily.corpora import read_documents
-from bertfamily.fetch import fetch
+from bertfamily.data.corpora import read_documents
 from bertfamily.objectives.masking import MaskingConfig, chinese_word_ids, mask_tokens
+from bertfamily.resources.cache import fetch
 from bertfamily.tokenization import load_tokenizer
 
 OUT = Path(__file__).parent / "results" / "chinese_masking.json"

@@ -38,7 +38,7 @@ HELD_OUT = "persuasion"
 def prepare(out: Path, n_eval: int, n_fit: int, init_layers: list[int]) -> None:
     from bertfamily.build import build_model
     from bertfamily.config import EncoderConfig
-    from bertfamily.fetch import fetch
+    from bertfamily.resources.cache import fetch
     from bertfamily.tokenization import load_tokenizer
 
     teacher_dir, austen = fetch("all-MiniLM-L6-v2"), fetch("janeausten")
@@ -102,15 +102,15 @@ def train_config(out: Path, seconds: float, device: str):
 
 
 def corpus():
-    from bertfamily.fetch import fetch
+    from bertfamily.resources.cache import fetch
 
     austen = fetch("janeausten")
     return [austen / f"{n}.txt" for n in TRAIN_NOVELS]
 
 
 def run_distill(out: Path, seconds: float, device: str, max_length: int) -> dict:
-    from bertfamily.fetch import fetch
     from bertfamily.recipes.distill import DistillConfig, distill
+    from bertfamily.resources.cache import fetch
 
     cfg = DistillConfig(
         teacher=fetch("all-MiniLM-L6-v2"),
@@ -137,8 +137,8 @@ def run_baseline(out: Path, seconds: float, device: str, max_length: int) -> dic
 
 
 def evaluate(out: Path) -> dict:
-    from bertfamily.fetch import fetch
     from bertfamily.pipelines.embed import SentenceEmbedder
+    from bertfamily.resources.cache import fetch
 
     data = json.loads((out / "heldout.json").read_text())
     teacher_dir = fetch("all-MiniLM-L6-v2")

@@ -43,17 +43,17 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from bertfamily.build import build_model
 from bertfamily.config import EncoderConfig
-from bertfamily.fetch import fetch
+from bertfamily.data.tables import read_table
+from bertfamily.data.task_data import TaskOptions
+from bertfamily.evaluation.metrics import classification_metrics
 from bertfamily.objectives.electra import ReplacedTokenDetection, generator_config
 from bertfamily.objectives.pretraining import PretrainingModel
 from bertfamily.recipes.common import config_for_tokenizer
 from bertfamily.recipes.finetune import FINETUNE_TRAIN_DEFAULTS, FinetuneConfig, finetune, predict
 from bertfamily.recipes.pretrain import PretrainConfig, pretrain
-from bertfamily.recipes.tokenizer import train_tokenizer
-from bertfamily.tasks.data import read_table
-from bertfamily.tasks.encode import TaskOptions
-from bertfamily.tasks.metrics import classification_metrics
+from bertfamily.resources.cache import fetch
 from bertfamily.tokenization import load_tokenizer
+from bertfamily.tokenization.training import train_tokenizer
 from bertfamily.train import TrainConfig
 
 NOVELS = (

@@ -44,7 +44,7 @@ from bertfamily.files import write_text_atomic  # noqa: E402
 
 def sentence_sets(n_sentences: int, n_queries: int) -> tuple[list[str], list[str]]:
     """The "austen" and "queries" sets (offset 0: disjoint from the int8 calibration's)."""
-    from bertfamily.fetch import fetch
+    from bertfamily.resources.cache import fetch
 
     lines = (fetch("janeausten") / "austen.txt").read_text(encoding="utf-8").splitlines()
     lines = [x.strip() for x in lines if len(x.split()) >= 3 and not x.isupper()]
@@ -85,10 +85,10 @@ def main() -> None:
     import torch
     from sentence_transformers import SentenceTransformer
 
-    from bertfamily.export import OnnxRuntimeModel, export_onnx
-    from bertfamily.fetch import fetch
+    from bertfamily.convert.onnx import OnnxRuntimeModel, export_onnx
     from bertfamily.pipelines.embed import SentenceEmbedder
-    from bertfamily.precision import agreement, apply_int8, cached_int8, linear_layers
+    from bertfamily.pipelines.precision import agreement, apply_int8, cached_int8, linear_layers
+    from bertfamily.resources.cache import fetch
 
     threads = int(os.environ.get("OMP_NUM_THREADS", min(2, os.cpu_count() or 1)))
     torch.set_num_threads(threads)

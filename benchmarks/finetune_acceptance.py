@@ -23,11 +23,11 @@ from pathlib import Path
 
 import numpy as np
 
-from bertfamily.fetch import fetch
+from bertfamily.data.tables import read_conll, read_table
+from bertfamily.data.task_data import TaskOptions
+from bertfamily.evaluation.metrics import classification_metrics, entity_metrics
 from bertfamily.recipes.finetune import FINETUNE_TRAIN_DEFAULTS, FinetuneConfig, finetune, predict
-from bertfamily.tasks.data import read_conll, read_table
-from bertfamily.tasks.encode import TaskOptions
-from bertfamily.tasks.metrics import classification_metrics, entity_metrics
+from bertfamily.resources.cache import fetch
 from bertfamily.train import TrainConfig
 
 

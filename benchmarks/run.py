@@ -167,7 +167,7 @@ def bench_bert(args, rows: list[dict], peaks: dict) -> None:
     try:  # ONNX Runtime where installed: the same weights, exported by bertfamily (padded graph)
         import onnxruntime
 
-        from bertfamily.export import export_onnx
+        from bertfamily.convert.onnx import export_onnx
 
         onnx_path = Path(tempfile.mkdtemp()) / "bert.onnx"
         export_onnx(ours, onnx_path)

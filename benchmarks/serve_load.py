@@ -33,9 +33,9 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from machine import cpu_model  # noqa: E402  (benchmarks/machine.py)
 
-from bertfamily.fetch import fetch  # noqa: E402
 from bertfamily.files import write_text_atomic  # noqa: E402
 from bertfamily.pipelines.embed import SentenceEmbedder  # noqa: E402
+from bertfamily.resources.cache import fetch  # noqa: E402
 
 WORDS = (
     "the a model server request batch token sentence vector index search query answer fast slow "

@@ -36,9 +36,8 @@ import torch
 from machine import cpu_model
 
 import bertfamily as bf
-from bertfamily.corpora import read_documents
-from bertfamily.fetch import fetch
-from bertfamily.heads.tasks import IGNORE_INDEX
+from bertfamily.data.batching import IGNORE_INDEX
+from bertfamily.data.corpora import read_documents
 from bertfamily.objectives.instances import SpecialIds
 from bertfamily.objectives.masking import MaskingConfig
 from bertfamily.objectives.pretraining import (
@@ -49,8 +48,9 @@ from bertfamily.objectives.pretraining import (
     unigram_log_probs,
 )
 from bertfamily.recipes.pretrain import PretrainConfig, pretrain
-from bertfamily.recipes.tokenizer import train_tokenizer
+from bertfamily.resources.cache import fetch
 from bertfamily.tokenization import load_tokenizer
+from bertfamily.tokenization.training import train_tokenizer
 from bertfamily.train import TrainConfig
 
 TRAIN_NOVELS = (

@@ -23,8 +23,7 @@ import transformers  # noqa: E402
 
 from bertfamily import build_model  # noqa: E402
 from bertfamily.config import EncoderConfig  # noqa: E402
-from bertfamily.corpora import read_documents  # noqa: E402
-from bertfamily.fetch import fetch  # noqa: E402
+from bertfamily.data.corpora import read_documents  # noqa: E402
 from bertfamily.objectives.instances import SpecialIds  # noqa: E402
 from bertfamily.objectives.masking import MaskingConfig  # noqa: E402
 from bertfamily.objectives.pretraining import (  # noqa: E402
@@ -33,6 +32,7 @@ from bertfamily.objectives.pretraining import (  # noqa: E402
     build_instances,
     tokenize_documents,
 )
+from bertfamily.resources.cache import fetch  # noqa: E402
 from bertfamily.tokenization import load_tokenizer  # noqa: E402
 
 tok = load_tokenizer(sys.argv[1])

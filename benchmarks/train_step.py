@@ -204,7 +204,7 @@ def main() -> None:
     from machine import cpu_model
 
     from bertfamily.files import atomic_write
-    from bertfamily.train.precision import bf16_native
+    from bertfamily.train.mixed_precision import bf16_native
 
     _fixed_mmap_threshold()
     native = bf16_native()

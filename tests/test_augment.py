@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from bertfamily.tasks.augment import AugmentConfig, Augmenter
+from bertfamily.data.augment import AugmentConfig, Augmenter
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

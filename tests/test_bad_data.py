@@ -18,9 +18,9 @@ import torch
 
 import bertfamily as bf
 from bertfamily import EncoderConfig, build_model
-from bertfamily.tasks.data import DataError, read_conll, read_table
-from bertfamily.tasks.encode import TaskData, TaskOptions
-from bertfamily.tokenization import (
+from bertfamily.data.tables import DataError, read_conll, read_table
+from bertfamily.data.task_data import TaskData, TaskOptions
+from bertfamily.tokenization.tokenizer import (
     CHARS_PER_TOKEN,
     TokenizerFileError,
     TokenizerNotFoundError,
@@ -399,7 +399,7 @@ def test_tokenizer_save_is_all_or_nothing(minilm_tokenizer, tmp_path, monkeypatc
     before = {p.name: p.read_bytes() for p in out.iterdir()}
     assert {"tokenizer.json", "vocab.txt", "tokenizer_config.json"} <= set(before)
 
-    from bertfamily import tokenization
+    from bertfamily.tokenization import tokenizer as tokenization
 
     real = tokenization.write_text_atomic
 

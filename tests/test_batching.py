@@ -7,7 +7,7 @@ import shutil
 import pytest
 
 import bertfamily as bf
-from bertfamily.train.data import sorted_batches
+from bertfamily.data.batching import sorted_batches
 
 
 def test_sorted_batches_cover_every_index_longest_first():

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import bertfamily as bf
-from bertfamily.corpora import (
+from bertfamily.data.corpora import (
     Sentence,
     bert_units,
     char_bio,
@@ -20,9 +20,9 @@ from bertfamily.corpora import (
     read_documents,
     tagged_sentences,
 )
-from bertfamily.fetch import fetch
+from bertfamily.data.tables import read_conll, tokenizer_words
 from bertfamily.objectives.masking import MaskingConfig, chinese_word_ids, mask_tokens
-from bertfamily.tasks.data import read_conll, tokenizer_words
+from bertfamily.resources.cache import fetch
 
 MIXED = [
     "我爱北京天安门，Hello World! 2024年iPhone15售价５９９９元😀",
@@ -312,9 +312,9 @@ def test_entity_tagger_offsets_on_raw_chinese(tmp_path, daily, vocab_dir):
     corpus sentences its (type, start, end) equal the spans of the tags `predict` gives the
     same characters read as CoNLL words (so character index = word index)."""
     torch = pytest.importorskip("torch")
+    from bertfamily.data.task_data import TaskOptions
     from bertfamily.pipelines.ner import EntityTagger, bio_spans
     from bertfamily.recipes.finetune import FinetuneConfig, finetune, predict
-    from bertfamily.tasks.encode import TaskOptions
     from bertfamily.train import TrainConfig
 
     blocks = [b for b in _conll_slice(daily / "ner_train.conll", 1000).split("\n\n") if "B-" in b]

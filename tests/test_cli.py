@@ -229,8 +229,8 @@ def test_training_options_to_train_config_fields():
 
 
 def test_finetune_takes_shared_options(monkeypatch, tmp_path):
-    import bertfamily.fetch
     import bertfamily.recipes.finetune
+    import bertfamily.resources.cache
     from bertfamily.train.loop import TrainConfig
 
     seen = {}
@@ -239,7 +239,7 @@ def test_finetune_takes_shared_options(monkeypatch, tmp_path):
         seen.update(cfg=cfg, train=train)
         return {"eval": None, "labels": ["a"], "seconds": 0.0}
 
-    monkeypatch.setattr(bertfamily.fetch, "resolve_model", lambda m: m)
+    monkeypatch.setattr(bertfamily.resources.cache, "resolve_model", lambda m: m)
     monkeypatch.setattr(bertfamily.recipes.finetune, "finetune", fake_finetune)
     base = [
         "finetune",

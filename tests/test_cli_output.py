@@ -51,7 +51,7 @@ def test_tokenizer_train_empty_corpus_is_an_error(cli, tmp_path):
 
 
 def test_train_tokenizer_recipe_never_learns_from_a_path_string(tmp_path):
-    from bertfamily.recipes.tokenizer import train_tokenizer
+    from bertfamily.tokenization.training import train_tokenizer
 
     with pytest.raises(ValueError, match="nope.txt"):
         train_tokenizer(tmp_path / "nope.txt", "wordpiece", 100)
@@ -139,7 +139,7 @@ def test_embed_and_search_jsonl_on_stdout_are_unwrapped_with_text_and_index(mini
 
 
 def test_scores_never_print_negative_zero():
-    from bertfamily.cli.models import fmt_score
+    from bertfamily.cli.common import fmt_score
 
     assert fmt_score(-0.0001) == "0.000"
     assert fmt_score(-0.0) == "0.000"
@@ -215,12 +215,13 @@ class _Recorder:
 
 
 def test_fetch_and_explore_show_progress(cli, monkeypatch, tmp_path):
-    from bertfamily import fetch as f
-    from bertfamily.cli import common, models
+    from bertfamily.cli import common
+    from bertfamily.cli import fetch as fetch_command
     from bertfamily.inspect import explore
+    from bertfamily.resources import cache as f
 
     rec = _Recorder()
-    monkeypatch.setattr(models, "err", rec)
+    monkeypatch.setattr(fetch_command, "err", rec)
     monkeypatch.setattr(common, "err", rec)
     monkeypatch.setattr(f, "fetch", lambda n, **kw: tmp_path / n)
     monkeypatch.setattr(explore, "write_page", lambda path, *a, **kw: Path(path))

@@ -11,14 +11,14 @@ import zlib
 
 import pytest
 
-from bertfamily import fetch as f
-from bertfamily.corpora import (
+from bertfamily.data.corpora import (
     austen_from_rdb,
     parse_rdata_strings,
     read_documents,
     split_sentences,
     wiki_xml_to_documents,
 )
+from bertfamily.resources import cache as f
 
 
 def rdata_record(strings):
@@ -160,7 +160,7 @@ def test_entity_spans_flow_from_jsonl_to_instances(tmp_path):
     from bertfamily.objectives.instances import SpecialIds
     from bertfamily.objectives.masking import MaskingConfig
     from bertfamily.objectives.pretraining import MLMCollator, build_instances, tokenize_documents
-    from bertfamily.recipes.tokenizer import train_tokenizer
+    from bertfamily.tokenization.training import train_tokenizer
 
     text = "Elizabeth Bennet lives at Longbourn House. Mr. Darcy owns Pemberley."
     ents = [[0, 16], [26, 41], [43, 52]]  # "Elizabeth Bennet", "Longbourn House", "Mr. Darcy"

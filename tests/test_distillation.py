@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 from bertfamily import build_model
 from bertfamily.cli import app
 from bertfamily.config import EncoderConfig
+from bertfamily.data.augment import AugmentConfig
 from bertfamily.objectives.distillation import (
     DistilBertObjective,
     TinyBertObjective,
@@ -30,7 +31,6 @@ from bertfamily.objectives.distillation import (
     tinybert_intermediate_loss,
 )
 from bertfamily.recipes.distill import init_student
-from bertfamily.tasks.augment import AugmentConfig
 from bertfamily.train import IndexedBatches, TrainConfig, Trainer
 
 V = 99
@@ -356,7 +356,7 @@ def test_distilbert_steps_reduce_the_loss(tmp_path):
 
 @pytest.fixture(scope="module")
 def toy_teacher(tmp_path_factory):
-    from bertfamily.recipes.tokenizer import train_tokenizer
+    from bertfamily.tokenization.training import train_tokenizer
 
     root = tmp_path_factory.mktemp("distill_cli")
     words = "the cat sat on a mat and dog ran to park with ball while bird sang in tree".split()
@@ -595,8 +595,8 @@ def test_task_distillation_two_stages(toy_teacher, tmp_path):
 def test_task_distillation_on_augmented_data(toy_teacher, tmp_path):
     """distill_task with TinyBERT augmentation: the training set holds every original and its
     N_a variants (same labels), and the statistics come back."""
+    from bertfamily.data.augment import AugmentConfig
     from bertfamily.recipes.distill import TaskDistillConfig, distill_task
-    from bertfamily.tasks.augment import AugmentConfig
     from bertfamily.tokenization import load_tokenizer
 
     teacher_dir, _ = toy_teacher

@@ -145,7 +145,7 @@ def test_evaluation_leaves_the_training_rng_alone():
 def test_pretrain_rtd_saves_a_discriminator_transformers_loads(cli, tmp_path):
     import transformers
 
-    from bertfamily.recipes.tokenizer import train_tokenizer
+    from bertfamily.tokenization.training import train_tokenizer
 
     lines = ["the sky is blue .", "the grass is green .", "a cat sat on the mat ."] * 30
     (tmp_path / "c.txt").write_text("\n\n".join(lines) + "\n")

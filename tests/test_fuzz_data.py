@@ -9,8 +9,8 @@ import json
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bertfamily.tasks.data import read_conll, read_table
-from bertfamily.tasks.qa import read_squad
+from bertfamily.data.squad import read_squad
+from bertfamily.data.tables import read_conll, read_table
 from bertfamily.tokenization import load_tokenizer
 
 SETTINGS = settings(
@@ -79,7 +79,7 @@ def test_read_squad_raises_only_documented_errors(tmp_path_factory, doc):
 def test_squad_layout_error_names_the_place(tmp_path):
     import pytest
 
-    from bertfamily.tasks.data import DataError
+    from bertfamily.data.tables import DataError
 
     path = tmp_path / "s.json"
     path.write_text(json.dumps({"data": [{"paragraphs": [{"context": "abc"}]}]}))

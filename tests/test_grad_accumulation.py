@@ -22,9 +22,9 @@ import torch
 from bertfamily import build_model
 from bertfamily.build import build_span_boundary_head
 from bertfamily.config import EncoderConfig
+from bertfamily.heads.losses import task_counts, task_loss
 from bertfamily.objectives.distillation import DistilBertObjective, TinyBertObjective
 from bertfamily.objectives.pretraining import MLMCollator, PretrainingModel
-from bertfamily.objectives.tasks import task_counts, task_loss
 from bertfamily.train import IndexedBatches, TrainConfig, Trainer
 from bertfamily.train.distributed import DistInfo
 from helpers import torchrun_env

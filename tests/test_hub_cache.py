@@ -16,8 +16,13 @@ from typer.testing import CliRunner
 import bertfamily as bf
 from bertfamily.checkpoints.io import ModelDirectoryError
 from bertfamily.cli import app
-from bertfamily.hub_cache import ModelNotFoundError, hub_cache_dir, is_repo_id, resolve_model_dir
 from bertfamily.pipelines.embed import SentenceEmbedder
+from bertfamily.resources.resolve import (
+    ModelNotFoundError,
+    hub_cache_dir,
+    is_repo_id,
+    resolve_model_dir,
+)
 
 SHA_MAIN = "1" * 40
 SHA_V2 = "2" * 40
@@ -172,7 +177,7 @@ def test_cli_model_name(cache):
 def test_every_model_option_of_the_cli_reads_the_cache(cache, tmp_path):
     """`fetch.resolve_model` (behind --model, --teacher, --init-from and export's MODEL) finds
     a cached model id; `export org/tiny` writes a graph of the cached model."""
-    from bertfamily.fetch import resolve_model
+    from bertfamily.resources.cache import resolve_model
 
     assert resolve_model("org/tiny") == resolve_model_dir("org/tiny")
     with pytest.raises(ModelNotFoundError, match="neither an existing directory"):

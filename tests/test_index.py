@@ -17,7 +17,7 @@ import pytest
 
 pytest.importorskip("faiss")
 
-from bertfamily.index import ModelIdentity, VectorIndex, VectorIndexError  # noqa: E402
+from bertfamily.pipelines.index import ModelIdentity, VectorIndex, VectorIndexError  # noqa: E402
 from test_serve import tiny_dir  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -136,7 +136,7 @@ def test_interrupted_save_leaves_the_previous_index(tiny_models, tmp_path, monke
 
 KILLED_SAVE = """
 import sys, numpy as np
-from bertfamily.index import ModelIdentity, VectorIndex
+from bertfamily.pipelines.index import ModelIdentity, VectorIndex
 index = VectorIndex.load(sys.argv[1])
 v = np.random.default_rng(0).standard_normal((50_000, 64)).astype("float32")
 index.add_vectors(v, ["x" * 50] * len(v), list(range(1000, 1000 + len(v))))

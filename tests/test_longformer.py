@@ -167,7 +167,7 @@ def test_convert_roberta_to_longformer(hf_checkpoint, tmp_path):
 
     import transformers
 
-    from bertfamily.to_longformer import to_longformer
+    from bertfamily.convert.longformer import to_longformer
 
     source, roberta = hf_checkpoint("roberta", "RobertaForMaskedLM")
     path = shutil.copytree(source, tmp_path / "roberta")  # the shared checkpoint stays as is
@@ -202,7 +202,7 @@ def test_convert_roberta_to_longformer(hf_checkpoint, tmp_path):
 
 
 def test_convert_rejects_bad_sources(hf_checkpoint, tmp_path):
-    from bertfamily.to_longformer import to_longformer
+    from bertfamily.convert.longformer import to_longformer
 
     bert, _ = hf_checkpoint("bert", "BertModel")
     with pytest.raises(bf.ModelDirectoryError, match="RoBERTa-family"):

@@ -14,8 +14,8 @@ import pytest
 import torch
 
 import bertfamily as bf
+from bertfamily.data.tables import tokenizer_words
 from bertfamily.pipelines.ner import EntityTagger
-from bertfamily.tasks.data import tokenizer_words
 
 LABELS = ("O", "B-PER", "I-PER", "B-LOC", "I-LOC")
 TAG_OF = {"李": "B-PER", "四": "I-PER", "深": "B-LOC", "圳": "I-LOC", "john": "B-PER"}

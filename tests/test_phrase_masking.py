@@ -62,7 +62,7 @@ def test_chinese_phrases_from_jieba_and_from_gold_words():
 
 
 def test_corpus_entities_win_over_overlapping_phrases():
-    from bertfamily.corpora import Sentence
+    from bertfamily.data.corpora import Sentence
 
     (doc,) = annotate_phrases([[Sentence(AUSTEN, [(8, 30)])]], "english")  # "a truth ... acknowl"
     assert doc[0].entities[0] == (8, 30)
@@ -76,8 +76,8 @@ def test_phrases_never_partly_masked_on_austen(minilm_tokenizer):
     instance: with phrase masking every phrase inside an instance is masked whole or not at
     all, and phrases carry their share of the predictions; whole-word masking of the same
     instances does mask phrases partly (so the check can fail)."""
-    from bertfamily.corpora import read_documents
-    from bertfamily.fetch import fetch
+    from bertfamily.data.corpora import read_documents
+    from bertfamily.resources.cache import fetch
 
     path = fetch("janeausten") / "pride_and_prejudice.txt"
     lines = [s for d in read_documents(path) for s in d][:400]

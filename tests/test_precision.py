@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 import torch
 
-from bertfamily.export import OnnxRuntimeModel, onnx_node_name
+from bertfamily.convert.onnx import OnnxRuntimeModel, onnx_node_name
 from bertfamily.pipelines.embed import SentenceEmbedder
-from bertfamily.precision import (
+from bertfamily.pipelines.precision import (
     AccuracyBar,
     QuantizationError,
     agreement,
@@ -85,7 +85,7 @@ def test_onnx_node_names_follow_the_exporter():
 @pytest.fixture(scope="module")
 def austen_slice():
     """16 real sentences (3–24 words) and 8 short queries from the fetched Austen text."""
-    from bertfamily.fetch import fetch
+    from bertfamily.resources.cache import fetch
 
     lines = (fetch("janeausten") / "austen.txt").read_text(encoding="utf-8").splitlines()
     lines = [x.strip() for x in lines if 3 <= len(x.split()) <= 24 and not x.isupper()]

@@ -11,7 +11,7 @@ import torch
 
 import bertfamily as bf
 from bertfamily import EncoderConfig, build_model
-from bertfamily.heads.tasks import TASK_HEADS
+from bertfamily.heads.task_heads import TASK_HEADS
 from bertfamily.inspect.explore import default_heads
 from bertfamily.inspect.models import meta_model, shrink_layers
 from bertfamily.presets import FAMILY, PRESETS, PUBLISHED_PARAMETERS

@@ -13,9 +13,9 @@ import torch
 import torch.nn.functional as F
 
 import bertfamily as bf
-from bertfamily.tasks.data import DataError
-from bertfamily.tasks.encode import TaskData, TaskOptions, infer_problem_type
-from bertfamily.tasks.metrics import (
+from bertfamily.data.tables import DataError
+from bertfamily.data.task_data import TaskData, TaskOptions, infer_problem_type
+from bertfamily.evaluation.metrics import (
     classification_metrics,
     multilabel_metrics,
     regression_metrics,
@@ -149,7 +149,7 @@ def test_problem_type_round_trips(saved, kind, tmp_path):
 
 # --- loss ------------------------------------------------------------------------------------
 def test_task_loss_passes_the_problem_type():
-    from bertfamily.objectives.tasks import task_loss
+    from bertfamily.heads.losses import task_loss
 
     logits = torch.tensor([[0.3, -1.0, 2.0], [1.0, 0.5, -0.5]])
     out = type("Out", (), {"logits": logits})()

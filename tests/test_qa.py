@@ -8,8 +8,8 @@ import unicodedata
 import numpy as np
 import pytest
 
-from bertfamily.tasks.data import DataError
-from bertfamily.tasks.qa import QAExample, postprocess, prepare_windows, read_squad
+from bertfamily.data.squad import QAExample, postprocess, prepare_windows, read_squad
+from bertfamily.data.tables import DataError
 
 
 def _logits(features, targets, low=-5.0, high=5.0):

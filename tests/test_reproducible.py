@@ -7,8 +7,8 @@ import hashlib
 
 import pytest
 
-from bertfamily.fetch import fetch
-from bertfamily.recipes.tokenizer import train_tokenizer
+from bertfamily.resources.cache import fetch
+from bertfamily.tokenization.training import train_tokenizer
 
 
 def _sha(path) -> str:

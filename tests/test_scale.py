@@ -68,7 +68,7 @@ def _train(out: Path, steps: int = 100, **kw) -> Trainer:
 @pytest.mark.slow
 def test_bf16_autocast_loss_parity_over_100_steps(tmp_path, caplog):
     native = precision_mod.bf16_native("cpu")
-    with caplog.at_level(logging.WARNING, logger="bertfamily.train.precision"):
+    with caplog.at_level(logging.WARNING, logger="bertfamily.train.mixed_precision"):
         _train(tmp_path / "bf16", precision="bf16")
     assert ("without native bf16" in caplog.text) == (not native)
     _train(tmp_path / "fp32")
@@ -91,12 +91,12 @@ def test_precision_refusals(tmp_path, monkeypatch, caplog):
             TrainConfig(output_dir=tmp_path, precision="fp16", device="cpu", progress=False),
         )
     monkeypatch.setattr(precision_mod, "bf16_native", lambda device=None: False)
-    with caplog.at_level(logging.WARNING, logger="bertfamily.train.precision"):
+    with caplog.at_level(logging.WARNING, logger="bertfamily.train.mixed_precision"):
         precision_mod.check_precision("bf16", torch.device("cpu"))
     assert "without native bf16 matrix units" in caplog.text
     monkeypatch.setattr(precision_mod, "bf16_native", lambda device=None: True)
     caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="bertfamily.train.precision"):
+    with caplog.at_level(logging.WARNING, logger="bertfamily.train.mixed_precision"):
         precision_mod.check_precision("bf16", torch.device("cpu"))
     assert caplog.text == ""
 

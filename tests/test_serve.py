@@ -26,8 +26,8 @@ pytest.importorskip("uvicorn")
 httpx = pytest.importorskip("httpx")
 
 import bertfamily as bf  # noqa: E402
+from bertfamily.data.batching import sorted_batches  # noqa: E402
 from bertfamily.serve.batcher import DynamicBatcher  # noqa: E402
-from bertfamily.train.data import sorted_batches  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 KEY = "s3cret-key"

@@ -12,7 +12,7 @@ from bertfamily import EncoderConfig, build_model
 from bertfamily.checkpoints.convert import CheckpointError
 from bertfamily.checkpoints.io import config_from_hf, config_to_hf
 from bertfamily.checkpoints.keymaps import FAMILIES
-from bertfamily.objectives.tasks import task_loss
+from bertfamily.heads.losses import task_loss
 
 
 def test_head_variants_come_from_config():

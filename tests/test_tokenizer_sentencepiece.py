@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 from tokenizers import AddedToken
 
-from bertfamily.fetch import fetch
+from bertfamily.resources.cache import fetch
 from bertfamily.tokenization import TokenizerFileError, load_tokenizer
 
 transformers = pytest.importorskip("transformers")
@@ -519,7 +519,7 @@ def test_model_we_cannot_place_is_a_clear_error(tmp_path, trained):
 
 def test_model_reader_reports_type_size_and_unknown_piece(sdist_models, trained):
     """`read_model` (sentencepiece's schema) gives the model type, the pieces and <unk>."""
-    from bertfamily.spm import read_model
+    from bertfamily.tokenization.spm import read_model
 
     bpe = read_model(sdist_models / "botchan_en_bpe_1000.model")
     unigram = read_model(trained("debertav2", "unigram"))

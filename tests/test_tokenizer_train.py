@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from bertfamily.recipes.tokenizer import train_tokenizer
 from bertfamily.tokenization import load_tokenizer
+from bertfamily.tokenization.training import train_tokenizer
 
 TEXT = [
     "It is a truth universally acknowledged, that a single man in possession of a good "

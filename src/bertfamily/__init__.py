@@ -9,26 +9,41 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from . import _compat
+
 __version__ = "0.1.0"
+
+_compat.install()  # old import paths of moved modules (see _compat.MOVED)
 
 # public name -> the module that defines it
 _LAZY = {
     "EncoderConfig": ".config",
-    "ConfigError": ".config",
     "Model": ".model",
     "ModelOutput": ".model",
     "build_model": ".build",
     "from_pretrained": ".pretrained",
     "load_tokenizer": ".tokenization",
     "Tokenizer": ".tokenization",
-    "CheckpointError": ".checkpoints.convert",
     "LoadReport": ".checkpoints.convert",
-    "ModelDirectoryError": ".checkpoints.io",
-    "TokenizerFileError": ".tokenization",
-    "DataError": ".tasks.data",
-    "RunDirectoryError": ".train.rundir",
-    "FetchError": ".fetch",
-    "CacheCorruptError": ".fetch",
+    "fetch": ".resources",
+    "resolve_model": ".resources",
+    "BertFamilyError": ".errors",
+    "BulkEmbedError": ".errors",
+    "CacheCorruptError": ".errors",
+    "CheckpointError": ".errors",
+    "ConfigError": ".errors",
+    "DataError": ".errors",
+    "FetchError": ".errors",
+    "MissingDependency": ".errors",
+    "ModelDirectoryError": ".errors",
+    "ModelNotFoundError": ".errors",
+    "QuantizationError": ".errors",
+    "RunDirectoryError": ".errors",
+    "SentenceModulesError": ".errors",
+    "ServeError": ".errors",
+    "TokenizerFileError": ".errors",
+    "TokenizerNotFoundError": ".errors",
+    "VectorIndexError": ".errors",
 }
 
 __all__ = [
@@ -39,28 +54,55 @@ __all__ = [
     "from_pretrained",
     "load_tokenizer",
     "Tokenizer",
-    "CheckpointError",
     "LoadReport",
-    "ModelDirectoryError",
-    "ConfigError",
-    "TokenizerFileError",
-    "DataError",
-    "RunDirectoryError",
-    "FetchError",
+    "fetch",
+    "resolve_model",
+    "BertFamilyError",
+    "BulkEmbedError",
     "CacheCorruptError",
+    "CheckpointError",
+    "ConfigError",
+    "DataError",
+    "FetchError",
+    "MissingDependency",
+    "ModelDirectoryError",
+    "ModelNotFoundError",
+    "QuantizationError",
+    "RunDirectoryError",
+    "SentenceModulesError",
+    "ServeError",
+    "TokenizerFileError",
+    "TokenizerNotFoundError",
+    "VectorIndexError",
 ]
 
 if TYPE_CHECKING:
     from .build import build_model
-    from .checkpoints.convert import CheckpointError, LoadReport
-    from .checkpoints.io import ModelDirectoryError
-    from .config import ConfigError, EncoderConfig
-    from .fetch import CacheCorruptError, FetchError
+    from .checkpoints.convert import LoadReport
+    from .config import EncoderConfig
+    from .errors import (
+        BertFamilyError,
+        BulkEmbedError,
+        CacheCorruptError,
+        CheckpointError,
+        ConfigError,
+        DataError,
+        FetchError,
+        MissingDependency,
+        ModelDirectoryError,
+        ModelNotFoundError,
+        QuantizationError,
+        RunDirectoryError,
+        SentenceModulesError,
+        ServeError,
+        TokenizerFileError,
+        TokenizerNotFoundError,
+        VectorIndexError,
+    )
     from .model import Model, ModelOutput
     from .pretrained import from_pretrained
-    from .tasks.data import DataError
-    from .tokenization import Tokenizer, TokenizerFileError, load_tokenizer
-    from .train.rundir import RunDirectoryError
+    from .resources import fetch, resolve_model
+    from .tokenization import Tokenizer, load_tokenizer
 
 
 def __getattr__(name: str) -> Any:

@@ -11,7 +11,7 @@ from .config import EncoderConfig, check_parameter_budget
 from .heads.enhanced_mask_decoder import EnhancedMaskDecoder
 from .heads.global_attention import HEAD_DEFAULTS, TaskGlobalAttention
 from .heads.pretraining import MaskedLMHead, PairHead, ReplacedTokenHead
-from .heads.tasks import TASK_HEADS, SequenceHead, SpanHead, TokenHead
+from .heads.task_heads import TASK_HEADS, SequenceHead, SpanHead, TokenHead
 from .model import Model
 from .modules.activations import activation
 from .modules.attention import SelfAttention

@@ -18,6 +18,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from .errors import ConfigError
+
 NORM_SITES = ("embeddings", "attention", "ffn", "mlm")  # where a norm can be conditional
 ACTIVATIONS = ("gelu", "gelu_tanh", "gelu_sigmoid", "relu", "silu")
 ATTENTION_KINDS = ("full", "disentangled", "windowed")  # BERT; DeBERTa §3.1; Longformer §3
@@ -32,12 +34,6 @@ MAX_PARAMETERS_ENV = "BERTFAMILY_MAX_PARAMETERS"
 #: Most layer steps (num_hidden_layers × inner_group_num) a config may describe: every step is a
 #: Python module call (and, unshared, a set of modules), whatever its parameter count.
 MAX_LAYER_STEPS = 10_000
-
-
-class ConfigError(ValueError):
-    """A config field has the wrong type, is out of range or is inconsistent with another, or
-    the model it describes exceeds the parameter budget; the message names the field(s) and the
-    value(s)."""
 
 
 # field -> kind, checked for every EncoderConfig before any other rule (types first, so the

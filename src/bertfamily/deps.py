@@ -5,13 +5,7 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
-
-class MissingDependency(ModuleNotFoundError, RuntimeError):
-    """An optional package a feature needs is not installed; the message names the fix.
-
-    A `ModuleNotFoundError` (so ``except ImportError`` catches it) and a `RuntimeError` (so the
-    command line reports it as ``error: …`` with exit code 2 instead of a traceback).
-    """
+from .errors import MissingDependency
 
 
 def install_command(extra: str) -> str:

@@ -11,8 +11,8 @@ from torch import nn
 
 from .checkpoints.io import save_pretrained
 from .config import EncoderConfig
+from .heads.losses import sequence_loss, span_loss, token_loss
 from .heads.pretraining import mlm_loss, pair_loss, rtd_loss
-from .heads.tasks import sequence_loss, span_loss, token_loss
 from .modules.encoder import Encoder, EncoderOutput
 
 

@@ -28,8 +28,8 @@ from .checkpoints.io import (
 )
 from .checkpoints.keymaps import FamilyMap
 from .config import ConfigError, check_parameter_budget
-from .heads.tasks import TASK_HEADS
-from .hub_cache import resolve_model_dir
+from .heads.task_heads import TASK_HEADS
+from .resources.resolve import resolve_model_dir
 
 log = logging.getLogger(__name__)
 

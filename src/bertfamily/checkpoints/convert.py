@@ -9,27 +9,10 @@ from typing import Any
 
 import torch
 
+from ..errors import CheckpointError
 from .keymaps import FamilyMap, Join
 
 log = logging.getLogger(__name__)
-
-
-class CheckpointError(ValueError):
-    """A checkpoint does not match the model: lists every missing, unexpected and mismatched key."""
-
-    def __init__(
-        self,
-        message: str,
-        missing: list[str] = (),
-        unexpected: list[str] = (),
-        mismatched: list[str] = (),
-    ) -> None:
-        super().__init__(message)
-        self.missing, self.unexpected, self.mismatched = (
-            list(missing),
-            list(unexpected),
-            list(mismatched),
-        )
 
 
 @dataclass

@@ -25,6 +25,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from ..config import ConfigError, EncoderConfig
+from ..errors import ModelDirectoryError
 from ..files import atomic_directory, atomic_write, recover_directory
 from .convert import CheckpointError, LoadReport, ours_to_hf
 from .keymaps import FAMILIES, HF_ACTIVATIONS, OUR_ACTIVATIONS_TO_HF, FamilyMap
@@ -54,12 +55,6 @@ SAFETENSORS_DTYPES = {
     "U64": 8,
     "F64": 8,
 }
-
-
-class ModelDirectoryError(ValueError):
-    """A model directory lacks config.json or weights, names an unsupported model_type, or
-    holds a file that is corrupt, truncated, refused or inconsistent; the message names the
-    file and the problem."""
 
 
 # --- directory hygiene ---------------------------------------------------------------------------
@@ -286,7 +281,7 @@ def task_of(fmap: FamilyMap, hf_config: dict[str, Any]) -> str | None:
     """The fine-tuning head named by config.json's ``architectures`` (e.g.
     BertForTokenClassification → "tokens"), or None. Task heads share key names
     (``classifier.*``), so they are read from the class name, never sniffed from the keys."""
-    from ..heads.tasks import TASK_HEADS
+    from ..heads.task_heads import TASK_HEADS
 
     by_class = {cls: heads for heads, cls in fmap.architectures.items() if heads in TASK_HEADS}
     archs = hf_config.get("architectures") or ()

@@ -1,8 +1,10 @@
 """The `bertfamily` command line: one typer app assembled from one module per area.
 
-Each area module (`models`, `serve`, `tokenizer`, `train`, `inspect`, `convert`) defines its
-commands on its own `commands` Typer; this module merges them into `app`. Area modules import only
-`common` and `options`, never this module, and no torch at module level.
+Each module is named after the command(s) it defines (`fetch`, `embed` (embed and search),
+`fill_mask`, `serve`, `index`, `tokenizer`, `pretrain`, `distill`, `finetune` (finetune and
+predict), `params` (params and dataflow), `models`, `explore` (explore and attention), `convert`
+(export, to-longformer)) on its own `commands` Typer; this module merges them into `app`. Command
+modules import only `common` and `options`, never this module, and no torch at module level.
 """
 
 from __future__ import annotations
@@ -11,7 +13,21 @@ import logging
 
 import typer
 
-from . import convert, inspect, models, serve, tokenizer, train
+from . import (
+    convert,
+    distill,
+    embed,
+    explore,
+    fetch,
+    fill_mask,
+    finetune,
+    index,
+    models,
+    params,
+    pretrain,
+    serve,
+    tokenizer,
+)
 
 app = typer.Typer(
     help="The BERT family of encoders from one code path.",
@@ -29,7 +45,21 @@ def _main(verbose: bool = typer.Option(False, "--verbose", "-v", help="Log at IN
     )
 
 
-for _area in (models, serve, tokenizer, train, inspect, convert):
+for _area in (
+    fetch,
+    embed,
+    fill_mask,
+    serve,
+    index,
+    tokenizer,
+    pretrain,
+    distill,
+    finetune,
+    params,
+    models,
+    explore,
+    convert,
+):
     app.add_typer(_area.commands)
 
 

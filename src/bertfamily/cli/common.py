@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import json
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -53,7 +55,7 @@ def model_path(model: str | None) -> Path:
             at and the resources.
         FetchError / CacheCorruptError: see `fetch.resolve_model`.
     """
-    from ..fetch import resolve_model
+    from ..resources.cache import resolve_model
 
     return resolve_model(model)
 
@@ -84,8 +86,8 @@ QUANTIZE_HELP = (
 def torch_dtype(name: str, device: str = "cpu"):
     """The torch dtype of a `--dtype` value (auto, fp32, bf16), printing the choice on stderr;
     warns when bf16 is asked for and would be emulated."""
-    from ..precision import resolve_dtype
-    from ..train.precision import bf16_native
+    from ..pipelines.precision import resolve_dtype
+    from ..train.mixed_precision import bf16_native
 
     if name not in DTYPES:
         raise typer.BadParameter(f"dtype must be one of {', '.join(DTYPES)}")
@@ -232,3 +234,43 @@ class App(typer.Typer):
         """As `typer.Typer.command`, with ``cls`` defaulting to `MetavarCommand`."""
         kwargs.setdefault("cls", MetavarCommand)
         return super().command(*args, **kwargs)
+
+
+#: Texts longer than this are shortened in tables (the full text goes to machine output).
+SHOWN_CHARS = 40
+
+
+def shorten(text: str, limit: int = SHOWN_CHARS) -> str:
+    """``text`` on one line, cut to ``limit`` characters plus "…" when longer."""
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
+def fmt_score(x: float, digits: int = 3) -> str:
+    """``x`` with ``digits`` decimals; a value that rounds to zero prints as 0.000, never -0.000."""
+    s = f"{x:.{digits}f}"
+    return s[1:] if s.startswith("-") and float(s) == 0 else s
+
+
+FORMAT_HELP = "table (for reading) or jsonl (one JSON object a line on stdout, for pipes)."
+
+
+def check_format(fmt: str) -> None:
+    """Refuse a ``--format`` other than table or jsonl (`typer.BadParameter`)."""
+    if fmt not in ("table", "jsonl"):
+        raise typer.BadParameter(f"--format must be table or jsonl, got {fmt!r}")
+
+
+def print_json(obj) -> None:
+    """Machine output: indented JSON on stdout with plain print (never wrapped or highlighted)."""
+    sys.stdout.write(json.dumps(obj, indent=2, ensure_ascii=False) + "\n")
+    sys.stdout.flush()
+
+
+def print_summary_on_main_rank(summary: dict, keys: tuple[str, ...], device: str) -> None:
+    """Print the run summary's ``keys`` as JSON on the main process only (under torchrun)."""
+    from ..train.distributed import cleanup_distributed, init_distributed
+
+    if init_distributed(device).is_main:
+        console.print_json(data={k: summary[k] for k in keys})
+    cleanup_distributed()

@@ -29,9 +29,9 @@ def export(
     ),
 ):
     """Export a model to ONNX with dynamic batch and sequence axes."""
-    from ..export import export_onnx, output_names
-    from ..fetch import resolve_model
+    from ..convert.onnx import export_onnx, output_names
     from ..pretrained import from_pretrained
+    from ..resources.cache import resolve_model
 
     if format != "onnx":
         raise ValueError(f"unsupported format {format!r}; supported: onnx")
@@ -78,7 +78,7 @@ def to_longformer(
 ):
     """RoBERTa → Longformer: position table copied block by block, global projections
     initialised from the local ones (Beltagy et al. 2020, §5)."""
-    from ..to_longformer import to_longformer as run
+    from ..convert.longformer import to_longformer as run
 
     path = run(model, output, max_positions=max_positions, window=window)
     console.print(

@@ -43,7 +43,7 @@ class TrainOptions:
     threads: int = 0
 
     def train_config_fields(self) -> dict[str, Any]:
-        """The `train.loop.TrainConfig` fields these options set (None values left out)."""
+        """The `train.config.TrainConfig` fields these options set (None values left out)."""
         fields = dict(
             batch_size=self.batch_size,
             grad_accum_steps=self.grad_accum,

@@ -38,7 +38,7 @@ def train(
     ),
 ):
     """Train a WordPiece / byte-level BPE / Unigram tokenizer (Hugging Face layout)."""
-    from ..recipes.tokenizer import check_corpus_files, train_tokenizer
+    from ..tokenization.training import check_corpus_files, train_tokenizer
 
     check_corpus_files(corpus)
     tok = train_tokenizer(

@@ -50,9 +50,9 @@ def _attention(
     text: str, model: str | Path | None, layer: int, head: int
 ) -> tuple[list[str], torch.Tensor, bool]:
     """`attention_weights` plus whether the probabilities are a band (windowed attention)."""
-    from ..fetch import resolve_model
     from ..pretrained import from_pretrained
-    from ..tokenization import load_tokenizer
+    from ..resources.cache import resolve_model
+    from ..tokenization.tokenizer import load_tokenizer
 
     if not text.strip():
         raise ValueError("text is empty")

@@ -44,8 +44,8 @@ from torch import nn
 from torch.nn import functional as F
 
 from ..config import EncoderConfig
+from ..data.batching import IGNORE_INDEX
 from ..files import atomic_write
-from ..heads.tasks import IGNORE_INDEX
 from ..model import Model
 
 __all__ = [

@@ -27,7 +27,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from ..config import EncoderConfig
-from ..heads.tasks import IGNORE_INDEX
+from ..data.batching import IGNORE_INDEX
 from .pretraining import reduce_term
 
 __all__ = ["RTD_WEIGHT", "generator_config", "ReplacedTokenDetection", "evaluate_rtd"]

@@ -36,7 +36,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from ..heads.tasks import IGNORE_INDEX
+from ..data.batching import IGNORE_INDEX
 
 __all__ = [
     "MASKING_STRATEGIES",

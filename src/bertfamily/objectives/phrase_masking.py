@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..corpora import Sentence
+from ..data.corpora import Sentence
 from ..deps import require
 
 __all__ = [

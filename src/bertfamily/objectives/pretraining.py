@@ -24,8 +24,8 @@ from safetensors.torch import save_file
 from torch import nn
 from torch.nn import functional as F
 
+from ..data.batching import IGNORE_INDEX
 from ..files import atomic_write
-from ..heads.tasks import IGNORE_INDEX
 from .instances import Instance, Segment, SpecialIds, nsp_instances, packed_instances, sop_instances
 from .masking import MaskingConfig, chinese_word_ids, mask_tokens, word_ids_from_starts, word_starts
 

@@ -39,8 +39,9 @@ from pathlib import Path
 
 import numpy as np
 
+from ..errors import BulkEmbedError
 from ..files import TMP_TAG, atomic_write, write_text_atomic
-from ..index import ModelIdentity, model_identity
+from .index import ModelIdentity, model_identity
 
 __all__ = [
     "BulkEmbedError",
@@ -56,11 +57,6 @@ log = logging.getLogger(__name__)
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
 DEFAULT_SHARD_SIZE = 10_000
-
-
-class BulkEmbedError(ValueError):
-    """An input, output directory or process setting that bulk embedding cannot use, or a
-    restart that does not match the run it would resume."""
 
 
 def shard_name(s: int) -> str:

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import torch
 
+from ..data.batching import sorted_batches
 from ..pretrained import from_pretrained
-from ..tokenization import load_tokenizer
-from ..train.data import sorted_batches
+from ..tokenization.tokenizer import load_tokenizer
 from .batching import token_lengths
 
 FUNCTIONS = ("default", "softmax", "sigmoid", "none")

@@ -16,8 +16,12 @@ import numpy as np
 import torch
 from tokenizers import normalizers
 
-from ..hub_cache import resolve_model_dir
-from ..precision import (
+from ..data.batching import sorted_batches
+from ..pretrained import from_pretrained
+from ..resources.resolve import resolve_model_dir
+from ..tokenization.tokenizer import load_tokenizer
+from .batching import token_lengths
+from .precision import (
     AccuracyBar,
     QuantizationError,
     cached_int8,
@@ -26,10 +30,6 @@ from ..precision import (
     plan_int8,
     resolve_dtype,
 )
-from ..pretrained import from_pretrained
-from ..tokenization import load_tokenizer
-from ..train.data import sorted_batches
-from .batching import token_lengths
 from .sentence_modules import POOLING_MODES, PoolingSpec, read_sentence_modules
 
 __all__ = [

@@ -44,7 +44,7 @@ class FillMask:
         self, path: str | Path, device: str = "cpu", dtype: torch.dtype | None = None
     ) -> None:
         from ..pretrained import from_pretrained
-        from ..tokenization import load_tokenizer
+        from ..tokenization.tokenizer import load_tokenizer
 
         self.path = Path(path)
         self.tokenizer = load_tokenizer(self.path)

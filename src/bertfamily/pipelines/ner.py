@@ -8,10 +8,10 @@ from pathlib import Path
 
 import torch
 
+from ..data.batching import sorted_batches
+from ..data.tables import repair_bio, tokenizer_words, word_ids_from_offsets, word_predictions
 from ..pretrained import from_pretrained
-from ..tasks.data import repair_bio, tokenizer_words, word_ids_from_offsets, word_predictions
-from ..tokenization import load_tokenizer
-from ..train.data import sorted_batches
+from ..tokenization.tokenizer import load_tokenizer
 from .batching import token_lengths
 
 

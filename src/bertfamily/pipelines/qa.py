@@ -6,9 +6,9 @@ from pathlib import Path
 
 import torch
 
+from ..data.squad import Answer, QAExample, postprocess, prepare_windows
 from ..pretrained import from_pretrained
-from ..tasks.qa import Answer, QAExample, postprocess, prepare_windows
-from ..tokenization import load_tokenizer
+from ..tokenization.tokenizer import load_tokenizer
 
 
 class QuestionAnswerer:

@@ -24,7 +24,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..checkpoints.io import ModelDirectoryError, inside, read_json_file, read_weights
+from ..checkpoints.io import inside, read_json_file, read_weights
+from ..errors import SentenceModulesError
 
 log = logging.getLogger(__name__)
 
@@ -58,11 +59,6 @@ _DEFAULT_ONLY = {
 }
 # The module classes we run, by class name; the modules.json type must be sentence-transformers'.
 _KINDS = ("Transformer", "Pooling", "Dense", "Normalize")
-
-
-class SentenceModulesError(ModelDirectoryError):
-    """A sentence-transformers directory lists a module we cannot run, in an order we cannot
-    run, or a module file with a wrong value or shape; the message names the file."""
 
 
 @dataclass(frozen=True)

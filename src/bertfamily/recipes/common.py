@@ -14,7 +14,8 @@ from typing import Any
 import numpy as np
 
 from ..config import EncoderConfig
-from ..corpora import read_documents
+from ..data.batching import IndexedBatches
+from ..data.corpora import read_documents
 from ..files import write_text_atomic
 from ..objectives.instances import Instance, SpecialIds, token_matched_batch_size
 from ..objectives.masking import MaskingConfig
@@ -25,9 +26,8 @@ from ..objectives.pretraining import (
     static_maskings,
     tokenize_documents,
 )
-from ..train.data import IndexedBatches
+from ..train.config import TrainConfig
 from ..train.distributed import DistInfo
-from ..train.loop import TrainConfig
 
 __all__ = [
     "split_documents",

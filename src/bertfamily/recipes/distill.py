@@ -28,6 +28,10 @@ import torch
 
 from ..build import build_model
 from ..config import EncoderConfig
+from ..data.augment import AugmentConfig, Augmenter, AugmentStats
+from ..data.batching import IndexedBatches
+from ..data.tables import read_table
+from ..data.task_data import HEAD_OF_TASK, TaskData, TaskOptions, pad_batch
 from ..files import write_text_atomic
 from ..model import Model
 from ..objectives.distillation import (
@@ -40,11 +44,7 @@ from ..objectives.distillation import (
 from ..objectives.masking import MaskingConfig
 from ..presets import PRESETS
 from ..pretrained import from_pretrained
-from ..tasks.augment import AugmentConfig, Augmenter, AugmentStats
-from ..tasks.data import read_table
-from ..tasks.encode import HEAD_OF_TASK, TaskData, TaskOptions, pad_batch
-from ..tokenization import load_tokenizer
-from ..train.data import IndexedBatches
+from ..tokenization.tokenizer import load_tokenizer
 from ..train.distributed import init_distributed
 from ..train.loop import TrainConfig, Trainer
 from .common import config_for_tokenizer, finish_run, mlm_data, save_pretrained

@@ -20,10 +20,8 @@ from typing import Any
 
 import torch
 
-from ..files import atomic_write, write_text_atomic
-from ..objectives.tasks import task_counts, task_loss
-from ..pretrained import from_pretrained
-from ..tasks.encode import (
+from ..data.batching import IndexedBatches
+from ..data.task_data import (
     HEAD_OF_TASK,
     MODEL_INPUTS,
     TaskData,
@@ -33,8 +31,10 @@ from ..tasks.encode import (
     model_problem_type,
     pad_batch,
 )
-from ..tokenization import load_tokenizer
-from ..train.data import IndexedBatches
+from ..files import atomic_write, write_text_atomic
+from ..heads.losses import task_counts, task_loss
+from ..pretrained import from_pretrained
+from ..tokenization.tokenizer import load_tokenizer
 from ..train.loop import TrainConfig, Trainer
 from .common import finish_run, save_pretrained
 

@@ -32,7 +32,7 @@ from ..objectives.instances import PACKINGS
 from ..objectives.masking import MaskingConfig
 from ..objectives.pretraining import PretrainingModel, evaluate_mlm, unigram_log_probs
 from ..pretrained import from_pretrained
-from ..tokenization import load_tokenizer
+from ..tokenization.tokenizer import load_tokenizer
 from ..train.distributed import init_distributed
 from ..train.loop import TrainConfig, Trainer
 from ..train.rundir import write_run_record

@@ -40,13 +40,14 @@ from prometheus_client import (
 from pydantic import BaseModel, ConfigDict
 
 from ..checkpoints.io import family_of, read_hf_config, task_of
+from ..errors import ServeError
 from ..files import directory_digest
-from ..hub_cache import resolve_model_dir
 from ..pipelines.classify import TextClassifier
 from ..pipelines.embed import SentenceEmbedder
 from ..pipelines.ner import EntityTagger
+from ..pipelines.precision import QuantizationError
 from ..pipelines.sentence_modules import read_sentence_modules
-from ..precision import QuantizationError
+from ..resources.resolve import resolve_model_dir
 from .batcher import DynamicBatcher
 
 __all__ = ["ServeSettings", "ServeError", "create_app", "load_served_model"]
@@ -101,15 +102,6 @@ class ServeSettings:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.api_key is not None and not self.api_key.strip():
             raise ValueError("api_key must not be empty")
-
-
-class ServeError(Exception):
-    """A request the server refuses: HTTP ``status`` and TEI's ``error_type``."""
-
-    def __init__(self, status: int, message: str, error_type: str = "Validation") -> None:
-        super().__init__(message)
-        self.status = status
-        self.error_type = error_type
 
 
 # --- request bodies (TEI's names; unknown fields are refused, a typo never passes silently) -----

@@ -2,7 +2,7 @@
 batch sources and data-parallel helpers. Nothing read back from a run directory runs code
 (`RunDirectoryError` names a file that cannot be used)."""
 
-from .data import BatchSource, IndexedBatches, as_batch_source, default_collate
+from ..data.batching import BatchSource, IndexedBatches, as_batch_source, default_collate
 from .distributed import DistInfo, cleanup_distributed, init_distributed
 from .loop import TrainConfig, Trainer, TrainState, unwrap
 from .optim import build_optimizer, param_groups

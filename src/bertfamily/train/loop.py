@@ -64,14 +64,12 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import dataclasses
 import json
 import logging
 import random
 import signal
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -79,27 +77,36 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..files import atomic_directory, atomic_write
+from ..data.batching import as_batch_source
 from ..modules.encoder import Encoder
-from .data import as_batch_source
+from .checkpoint import CheckpointMixin, _rng_state, _set_rng_state
+from .config import (
+    CHECKPOINT_FILE,
+    CHECKPOINT_FORMAT,
+    METRICS_FILE,
+    MODEL_DIRS,
+    MODEL_STATE_FILE,
+    PLOT_FILE,
+    TrainConfig,
+    TrainState,
+    budget_total,
+)
 from .distributed import (
-    PARALLEL_KINDS,
     DistInfo,
     all_gather_objects,
     all_reduce_mean,
     all_reduce_sum,
     broadcast_object,
-    full_state_dicts,
     init_distributed,
-    load_full_state_dicts,
     set_gradient_sync,
     shard_model,
 )
+from .mixed_precision import autocast, check_precision, grad_scaler
 from .optim import build_optimizer
 from .plot import plot_metrics
-from .precision import PRECISIONS, autocast, check_precision, grad_scaler
+from .progress import ProgressMixin
 from .rundir import RunDirectoryError, clean_run_directory, load_tensor_file, trim_metrics
-from .schedules import SCHEDULES, build_scheduler
+from .schedules import build_scheduler
 
 __all__ = [
     "TrainConfig",
@@ -113,17 +120,6 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-CHECKPOINT_FILE = "checkpoint.pt"
-METRICS_FILE = "metrics.jsonl"
-MODEL_STATE_FILE = "model_state.pt"
-PLOT_FILE = "loss.png"
-MODEL_DIRS = ("model", "best")
-#: Version of ``checkpoint.pt``. 2: every value a tensor, number, string, list, tuple or dict
-#: (RNG states included), so it loads with ``torch.load(weights_only=True)``. 3: the optimizer
-#: state is keyed by parameter name (torch.distributed.checkpoint's full state dict, the same
-#: for one process, DDP and FSDP), plus the gradient scaler's state.
-CHECKPOINT_FORMAT = 3
-_CHECKPOINT_KEYS = ("model", "optimizer", "scheduler", "state", "rng")
 
 LossFn = Callable[..., tuple[torch.Tensor, dict[str, float]]]
 CountFn = Callable[[Any], dict[str, int]]
@@ -131,163 +127,9 @@ EvalFn = Callable[[nn.Module], dict[str, float]]
 SaveFn = Callable[[nn.Module, Path], Any]
 
 
-@dataclass
-class TrainConfig:
-    """Everything the loop needs besides the model, the loss and the data.
-
-    Attributes:
-        output_dir: where metrics, checkpoints and the final model go.
-        max_steps: optimizer steps to train for (also the length of the "linear" schedule).
-        max_time_s: wall-clock budget in seconds for this call of `Trainer.train` (None: no
-            limit); the loop stops after the step that crosses it and saves a checkpoint.
-        batch_size: examples per process per micro-batch. The trainer takes batches as given;
-            this field is for the code that builds the batch source (and the record).
-        grad_accum_steps: micro-batches per optimizer step (weighed by their units when the
-            `Trainer` has a ``count_fn``, else equally; see the module docstring).
-        learning_rate / weight_decay / adam_betas / adam_eps: AdamW (`optim.build_optimizer`).
-        warmup_steps: linear warm-up length; when 0, ``warmup_ratio * max_steps`` is used.
-        schedule: "linear" | "inverse_sqrt" | "constant" (`schedules.lr_factor`).
-        max_grad_norm: clip the global gradient L2 norm to this (None or 0: no clipping).
-        precision: "fp32" | "bf16" | "fp16" (`precision`): autocast of forward passes; fp16
-            adds a gradient scaler and needs CUDA; bf16 on a CPU without native bf16 warns.
-        checkpoint_activations: recompute each encoder layer's activations in backward instead
-            of storing them (`torch.utils.checkpoint`, non-reentrant; Chen et al. 2016,
-            "Training Deep Nets with Sublinear Memory Cost"): less memory, one more forward
-            per layer. Sets ``Encoder.checkpoint_activations`` on every encoder of the model.
-        parallel: "ddp" (DistributedDataParallel: every rank holds all weights) or "fsdp"
-            (FSDP2 ``fully_shard`` per encoder layer and at the root: parameters, gradients
-            and optimizer state sharded over ranks; Zhao et al. 2023, "PyTorch FSDP"). Only
-            matters under torchrun; checkpoints hold full (gathered) states either way, so a
-            run resumes under the other kind or another number of processes.
-        eval_every / save_every / log_every: in optimizer steps (0: only at the end; logging
-            at least at the end).
-        seed: seeds python, numpy and torch (plus the rank) at the start of a fresh run.
-        resume: continue from ``output_dir/checkpoint.pt`` when it exists (else start fresh).
-        metric_for_best: an ``eval_fn`` key (with or without the ``eval_`` prefix) that selects
-            the best checkpoint (``output_dir/best``); None: no selection.
-        greater_is_better: whether a larger ``metric_for_best`` is better.
-        early_stopping_patience: stop after this many evaluations without improvement of
-            ``metric_for_best`` (None: never).
-        load_best_at_end: load the best weights into the model before returning.
-        device: "auto" | "cpu" | "cuda".
-        progress: show a progress bar (rank 0 only).
-        find_unused_parameters: passed to DistributedDataParallel.
-    """
-
-    output_dir: str | Path
-    max_steps: int = 1000
-    max_time_s: float | None = None
-    batch_size: int = 32
-    grad_accum_steps: int = 1
-    learning_rate: float = 1e-4
-    weight_decay: float = 0.01
-    adam_betas: tuple[float, float] = (0.9, 0.999)
-    adam_eps: float = 1e-6
-    warmup_steps: int = 0
-    warmup_ratio: float = 0.0
-    schedule: str = "linear"
-    max_grad_norm: float | None = 1.0
-    precision: str = "fp32"
-    checkpoint_activations: bool = False
-    parallel: str = "ddp"
-    eval_every: int = 0
-    save_every: int = 0
-    log_every: int = 10
-    seed: int = 0
-    resume: bool = False
-    metric_for_best: str | None = None
-    greater_is_better: bool = False
-    early_stopping_patience: int | None = None
-    load_best_at_end: bool = False
-    device: str = "auto"
-    progress: bool = True
-    find_unused_parameters: bool = False
-
-    def __post_init__(self) -> None:
-        self.output_dir = Path(self.output_dir)
-        for name in ("max_steps", "grad_accum_steps", "batch_size"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("eval_every", "save_every", "log_every", "warmup_steps"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
-        if not 0.0 <= self.warmup_ratio < 1.0:
-            raise ValueError(f"warmup_ratio must lie in [0, 1), got {self.warmup_ratio}")
-        if self.precision not in PRECISIONS:
-            raise ValueError(f"precision must be one of {PRECISIONS}, got {self.precision!r}")
-        if self.parallel not in PARALLEL_KINDS:
-            raise ValueError(f"parallel must be one of {PARALLEL_KINDS}, got {self.parallel!r}")
-        if self.schedule not in SCHEDULES:
-            raise ValueError(f"schedule must be one of {SCHEDULES}, got {self.schedule!r}")
-        if self.max_time_s is not None and self.max_time_s <= 0:
-            raise ValueError(f"max_time_s must be > 0 or None, got {self.max_time_s}")
-        if self.early_stopping_patience is not None and self.metric_for_best is None:
-            raise ValueError("early_stopping_patience needs metric_for_best")
-        if self.load_best_at_end and self.metric_for_best is None:
-            raise ValueError("load_best_at_end needs metric_for_best")
-
-    @property
-    def num_warmup_steps(self) -> int:
-        """``warmup_steps``, or if 0 ``warmup_ratio`` × ``max_steps`` (rounded down)."""
-        return self.warmup_steps or int(self.warmup_ratio * self.max_steps)
-
-    def to_dict(self) -> dict[str, Any]:
-        """The config as a dict, ``output_dir`` as a string."""
-        d = dataclasses.asdict(self)
-        d["output_dir"] = str(self.output_dir)
-        return d
-
-
-@dataclass
-class TrainState:
-    """Counters saved in the checkpoint. ``epoch``/``batch_in_epoch``: the data position (the
-    next batch to read); ``best_*``/``bad_evals``: best-checkpoint and early-stopping state."""
-
-    step: int = 0
-    epoch: int = 0
-    batch_in_epoch: int = 0
-    best_metric: float | None = None
-    best_step: int | None = None
-    bad_evals: int = 0
-    last_eval: dict[str, float] = field(default_factory=dict)
-
-
 def unwrap(model: nn.Module) -> nn.Module:
     """The module inside a DistributedDataParallel wrapper (or ``model`` itself)."""
     return model.module if isinstance(model, nn.parallel.DistributedDataParallel) else model
-
-
-def _rng_state() -> dict[str, Any]:
-    """The RNG states of python, numpy and torch as plain values (tensors, ints, floats, lists):
-    loadable with ``weights_only=True``."""
-    version, internal, gauss = random.getstate()
-    name, key, pos, has_gauss, cached = np.random.get_state(legacy=True)
-    state = {
-        "python": [version, list(internal), gauss],
-        "numpy": {
-            "bit_generator": str(name),
-            "key": torch.from_numpy(np.asarray(key, dtype=np.int64)),
-            "pos": int(pos),
-            "has_gauss": int(has_gauss),
-            "gauss": float(cached),
-        },
-        "torch": torch.get_rng_state(),
-    }
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def _set_rng_state(state: dict[str, Any]) -> None:
-    """Restore what `_rng_state` returned."""
-    version, internal, gauss = state["python"]
-    random.setstate((int(version), tuple(int(x) for x in internal), gauss))
-    n = state["numpy"]
-    key = n["key"].numpy().astype(np.uint32)
-    np.random.set_state((n["bit_generator"], key, n["pos"], n["has_gauss"], n["gauss"]))
-    torch.set_rng_state(state["torch"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
 
 
 def _to_device(batch: Any, device: torch.device) -> Any:
@@ -304,20 +146,7 @@ class _Stop(Exception):
     """Raised by the SIGTERM handler; handled like Ctrl-C."""
 
 
-def budget_total(
-    step: int, max_steps: int, elapsed_s: float, max_time_s: float | None, step0: int = 0
-) -> int:
-    """The step a run is expected to stop at: ``max_steps``, or sooner when the time budget
-    ``max_time_s`` runs out first at the speed so far (``step0``: the step this call began at).
-    The progress bar's total, so its ETA respects both budgets."""
-    if max_time_s is None or step <= step0 or elapsed_s <= 0:
-        return max_steps
-    rate = (step - step0) / elapsed_s
-    by_time = step + int(rate * max(0.0, max_time_s - elapsed_s))
-    return max(step, min(max_steps, by_time))
-
-
-class Trainer:
+class Trainer(CheckpointMixin, ProgressMixin):
     """The training loop; see the module docstring.
 
     Args:
@@ -397,141 +226,6 @@ class Trainer:
         self.output_dir = Path(config.output_dir)
         self._batches = None
         self._step_start: tuple[int, int, dict] | None = None
-
-    # ------------------------------------------------------------------ checkpoints
-
-    @property
-    def checkpoint_path(self) -> Path:
-        """``output_dir / checkpoint.pt``."""
-        return self.output_dir / CHECKPOINT_FILE
-
-    def save_checkpoint(self, gather: bool = True) -> None:
-        """Write ``checkpoint.pt`` atomically (rank 0). ``gather``: collect every rank's RNG
-        state (a collective call; False on interrupt, when other ranks may be gone)."""
-        rngs = all_gather_objects(_rng_state()) if gather else [_rng_state()]
-        if not gather and self._template is not None:
-            # gathering FSDP shards needs every rank, which an interrupt may have stopped
-            logger.warning(
-                "interrupted FSDP run: no checkpoint written at step %d", self.state.step
-            )
-            return
-        model_state, optim_state = full_state_dicts(self.model, self.optimizer)
-        if not self.dist.is_main:
-            return
-        payload = {
-            "format": CHECKPOINT_FORMAT,
-            "model": model_state,
-            "optimizer": optim_state,
-            "scheduler": self.scheduler.state_dict(),
-            "scaler": self.scaler.state_dict(),
-            "state": dataclasses.asdict(self.state),
-            "rng": rngs,
-            "config": self.config.to_dict(),
-        }
-        atomic_write(self.checkpoint_path, lambda tmp: torch.save(payload, tmp))
-        logger.info("checkpoint at step %d -> %s", self.state.step, self.checkpoint_path)
-
-    def load_checkpoint(self, path: str | Path | None = None) -> None:
-        """Restore everything `save_checkpoint` wrote (each rank takes its own RNG state;
-        with a different number of processes, rank r takes state r mod saved ranks).
-
-        The file is loaded with ``torch.load(weights_only=True)``: it can hold nothing but
-        tensors and plain values, so loading it runs no code.
-
-        Raises:
-            RunDirectoryError: the file is missing, a directory, empty, truncated or corrupt,
-                refused (it holds other Python objects), not a checkpoint of this trainer's
-                format, or from another model (parameter names or shapes differ) or optimizer.
-                The model is unchanged unless the error is raised while restoring the
-                optimizer, scheduler or RNG state.
-        """
-        path = Path(path) if path else self.checkpoint_path
-        payload = load_tensor_file(path, "checkpoint")
-        if not isinstance(payload, dict) or any(k not in payload for k in _CHECKPOINT_KEYS):
-            got = sorted(map(str, payload)) if isinstance(payload, dict) else type(payload).__name__
-            raise RunDirectoryError(
-                f"{path} is not a training checkpoint: expected the entries "
-                f"{list(_CHECKPOINT_KEYS)}, found {got}"
-            )
-        if payload.get("format") != CHECKPOINT_FORMAT:
-            raise RunDirectoryError(
-                f"{path} has checkpoint format {payload.get('format')!r}; this version reads "
-                f"format {CHECKPOINT_FORMAT} only"
-            )
-        self._check_model_state(payload["model"], path)
-        rngs = payload["rng"]
-        try:
-            load_full_state_dicts(
-                self.model, payload["model"], self.optimizer, payload["optimizer"]
-            )
-            self.scheduler.load_state_dict(payload["scheduler"])
-            if payload.get("scaler"):  # fp16 runs; empty for fp32/bf16
-                self.scaler.load_state_dict(payload["scaler"])
-            state = TrainState(**payload["state"])
-            _set_rng_state(rngs[self.dist.rank % len(rngs)])
-        except (ValueError, KeyError, TypeError, IndexError, RuntimeError, ZeroDivisionError) as e:
-            raise RunDirectoryError(
-                f"{path} does not match this run (optimizer, schedule, counters or RNG state): "
-                f"{type(e).__name__}: {e}"
-            ) from None
-        self.state = state
-        logger.info("resumed from %s at step %d", path, self.state.step)
-
-    def _load_model_state(self, saved: Any, path: Path) -> None:
-        """Load ``saved`` (read from ``path``) into the model after `_check_model_state`."""
-        self._check_model_state(saved, path)
-        load_full_state_dicts(self.model, saved)
-
-    def _check_model_state(self, saved: Any, path: Path) -> None:
-        """Check that ``saved`` (read from ``path``) names the model's tensors with the same
-        (full, unsharded) shapes; raises `RunDirectoryError` otherwise."""
-        if not isinstance(saved, dict):
-            raise RunDirectoryError(f"{path}: the model state is a {type(saved).__name__}")
-        own = self.model.state_dict()
-        missing = [k for k in own if k not in saved]
-        unexpected = [k for k in saved if k not in own]
-        shapes = [
-            f"{k}: saved {tuple(saved[k].shape) if isinstance(saved[k], torch.Tensor) else '?'}"
-            f", model {tuple(v.shape)}"
-            for k, v in own.items()
-            if k in saved and not (isinstance(saved[k], torch.Tensor) and saved[k].shape == v.shape)
-        ]
-        if missing or unexpected or shapes:
-            problems = []
-            for what, names in (("missing", missing), ("unexpected", unexpected)):
-                if names:
-                    problems.append(f"{len(names)} {what} (e.g. {', '.join(map(str, names[:3]))})")
-            if shapes:
-                problems.append(f"{len(shapes)} of another shape (e.g. {'; '.join(shapes[:2])})")
-            raise RunDirectoryError(
-                f"{path} holds the weights of another model: tensors {', '.join(problems)}"
-            )
-
-    def _plain_model(self) -> nn.Module | None:
-        """The model with all its weights, for ``eval_fn`` and ``save_fn``: the model itself,
-        or under FSDP (a collective call) a rank-0 copy filled with the gathered weights (None
-        on the other ranks)."""
-        if self._template is None:
-            return self.model
-        state, _ = full_state_dicts(self.model)
-        if not self.dist.is_main:
-            return None
-        plain = copy.deepcopy(self._template).to_empty(device=self.dist.device)
-        plain.load_state_dict(state)
-        return plain.train(self.model.training)
-
-    def _save_model(self, directory: Path) -> None:
-        """Write ``directory`` (``model/`` or ``best/``) all-or-nothing: ``model_state.pt`` and
-        what ``save_fn`` writes go into a sibling temporary directory that is swapped in. Call
-        it on every rank (FSDP gathers the weights); rank 0 writes."""
-        model = self._plain_model()
-        if not self.dist.is_main:
-            return
-        state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
-        with atomic_directory(directory, keep_existing=False) as tmp:
-            atomic_write(tmp / MODEL_STATE_FILE, lambda t: torch.save(state, t))
-            if self.save_fn is not None:
-                self.save_fn(model, tmp)
 
     def _prepare_run_directory(self) -> None:
         """Rank 0, before training: refuse a layout that cannot work (a directory where a file
@@ -838,51 +532,3 @@ class Trainer:
 
     def _on_sigterm(self, signum, frame) -> None:
         raise _Stop()
-
-    def _progress(self):
-        if not (self.config.progress and self.dist.is_main):
-            return None
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            TextColumn,
-            TimeElapsedColumn,
-            TimeRemainingColumn,
-        )
-
-        p = Progress(
-            TextColumn("{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            TimeRemainingColumn(),
-            transient=False,
-        )
-        p.start()
-        task = p.add_task("training", total=self.config.max_steps, completed=self.state.step)
-        if self.config.max_time_s is not None:  # ETA: never past the time budget
-            p.columns = (*p.columns[:-1], _budget_column(time.monotonic() + self.config.max_time_s))
-        return p, task
-
-    @staticmethod
-    def _finish_bar(bar) -> None:
-        if bar is not None:
-            bar[0].stop()
-
-
-def _budget_column(deadline: float):
-    """A rich column: the time left, never more than until ``deadline`` (time.monotonic)."""
-    from datetime import timedelta
-
-    from rich.progress import TimeRemainingColumn
-    from rich.text import Text
-
-    class BudgetRemaining(TimeRemainingColumn):
-        def render(self, task) -> Text:
-            left = max(0.0, deadline - time.monotonic())
-            if task.time_remaining is not None:
-                left = min(left, task.time_remaining)
-            return Text(str(timedelta(seconds=int(left))), style="progress.remaining")
-
-    return BudgetRemaining()

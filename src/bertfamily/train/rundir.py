@@ -31,6 +31,7 @@ from typing import Any
 
 import torch
 
+from ..errors import RunDirectoryError
 from ..files import OLD_TAG, TMP_TAG, atomic_write, recover_directory
 
 __all__ = [
@@ -48,13 +49,6 @@ RUN_FILE = "run.json"
 _VERSIONED = ("bertfamily", "torch", "tokenizers", "transformers", "numpy", "safetensors")
 
 logger = logging.getLogger(__name__)
-
-
-class RunDirectoryError(ValueError):
-    """A file of a training run directory cannot be used: missing, unreadable, empty or
-    truncated, refused because loading it would run code, the wrong kind of file (a directory
-    where a file belongs), or written for another model. The message names the file and the
-    problem."""
 
 
 def _refused_global(message: str) -> str | None:

@@ -42,7 +42,7 @@ from tokenizers import (
     trainers,
 )
 
-from ..tokenization import Tokenizer
+from .tokenizer import Tokenizer
 
 __all__ = ["TOKENIZER_KINDS", "train_tokenizer"]
 

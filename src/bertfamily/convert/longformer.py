@@ -17,10 +17,10 @@ from pathlib import Path
 
 import torch
 
-from .build import build_model
-from .checkpoints.io import ModelDirectoryError, config_from_hf, read_hf_config
-from .files import atomic_write
-from .pretrained import from_pretrained
+from ..build import build_model
+from ..checkpoints.io import ModelDirectoryError, config_from_hf, read_hf_config
+from ..files import atomic_write
+from ..pretrained import from_pretrained
 
 log = logging.getLogger(__name__)
 

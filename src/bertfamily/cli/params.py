@@ -1,22 +1,15 @@
-"""Looking inside: `params`, `dataflow`, `models`, `explore`, `attention`."""
+"""`bertfamily params` and `bertfamily dataflow`: parameter tables and the traced dataflow of a
+model."""
 
 from __future__ import annotations
 
-import json
-import sys
 from pathlib import Path
 
 import typer
 
-from .common import App, console, handle_errors
+from .common import App, console, handle_errors, print_json
 
 commands = App()
-
-
-def _print_json(obj) -> None:
-    """Machine output: indented JSON on stdout with plain print (never wrapped or highlighted)."""
-    sys.stdout.write(json.dumps(obj, indent=2, ensure_ascii=False) + "\n")
-    sys.stdout.flush()
 
 
 @commands.command()
@@ -51,7 +44,7 @@ def params(
         teacher_hidden_size=teacher_hidden_size,
     )
     if json_out:
-        _print_json(table.to_dict())
+        print_json(table.to_dict())
     else:
         console.print(params_rich(table, width=console.width))
 
@@ -103,8 +96,8 @@ def dataflow(
     if text_pair is not None and text is None:
         raise typer.BadParameter("--text-pair needs --text")
     if text is not None:
-        from ..fetch import resolve_model
-        from ..tokenization import load_tokenizer
+        from ..resources.cache import resolve_model
+        from ..tokenization.tokenizer import load_tokenizer
 
         if tokenizer is None and not Path(model).is_dir():
             raise typer.BadParameter(
@@ -137,7 +130,7 @@ def dataflow(
         out = tr.to_dict()
         if diff:
             out["differences"] = diff.to_dict()
-        _print_json(out)
+        print_json(out)
         return
     console.print(dataflow_rich(tr, diff, width=console.width))
     if console.width < WIDE:
@@ -149,64 +142,3 @@ def dataflow(
         console.print(lookups_sum_text(tr), markup=False, highlight=False)
     if diff and diff.notes:
         console.print("differences from " + diff.reference + ": " + "; ".join(diff.notes))
-
-
-@commands.command()
-@handle_errors
-def models(
-    fmt: str = typer.Option(
-        "table",
-        "--format",
-        help="table (folded into one block per model when the terminal is too narrow or "
-        "stdout is not a terminal), markdown, csv or json.",
-    ),
-):
-    """The comparison table of the family models (exact parameter counts)."""
-    from ..inspect.compare import comparison_rows, format_rows
-    from ..inspect.render import models_folded, models_rich
-
-    rows = comparison_rows()
-    if fmt == "table":
-        table = models_rich(rows)
-        if console.is_terminal and console.measure(table).maximum <= console.width:
-            console.print(table)
-        else:
-            sys.stdout.write(models_folded(rows, width=min(console.width, 100)))
-            sys.stdout.flush()
-        return
-    sys.stdout.write(format_rows(rows, fmt))
-    sys.stdout.flush()
-
-
-@commands.command()
-@handle_errors
-def explore(
-    names: list[str] = typer.Argument(None, metavar="MODEL", help="Models (default: the family)."),
-    output: Path = typer.Option(..., "--output", "-o", help="HTML file to write."),
-    vocab_size: int | None = typer.Option(None, "--vocab-size", help="Override V for every model."),
-):
-    """Write the side-by-side explorer page (one self-contained HTML file)."""
-    from ..inspect.explore import write_page
-    from .common import err
-
-    with err.status("building the explorer page (tracing every model; may take minutes)…"):
-        path = write_page(output, names or None, vocab_size=vocab_size)
-    console.print(f"wrote {path}")
-
-
-@commands.command()
-@handle_errors
-def attention(
-    text: str = typer.Argument(..., help="Text to run."),
-    output: Path = typer.Option(..., "--output", "-o", help="PNG file to write."),
-    model: str | None = typer.Option(
-        None, help="Model: directory, resource or cached org/name (default: all-MiniLM-L6-v2)."
-    ),
-    layer: int = typer.Option(-1, help="Layer (negative: from the end)."),
-    head: int = typer.Option(0, help="Head index."),
-):
-    """Attention-weight heatmap of one layer and head, with token labels."""
-    from ..inspect.attention_plot import attention_heatmap
-
-    path = attention_heatmap(text, output, model, layer=layer, head=head)
-    console.print(f"wrote {path}")

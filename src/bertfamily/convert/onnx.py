@@ -16,9 +16,9 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from .deps import require
-from .files import atomic_write
-from .model import Model
+from ..deps import require
+from ..files import atomic_write
+from ..model import Model
 
 log = logging.getLogger(__name__)
 

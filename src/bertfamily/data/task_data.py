@@ -19,9 +19,16 @@ from typing import Any
 import torch
 
 from ..config import PROBLEM_TYPES
-from ..heads.tasks import IGNORE_INDEX
-from ..train.data import sorted_batches
-from .data import (
+from ..evaluation.metrics import (
+    classification_metrics,
+    entity_metrics,
+    multilabel_metrics,
+    regression_metrics,
+    squad_metrics,
+)
+from .batching import IGNORE_INDEX, sorted_batches
+from .squad import postprocess, prepare_windows, read_squad
+from .tables import (
     DataError,
     align_labels,
     encode_words,
@@ -34,14 +41,6 @@ from .data import (
     text_lines,
     word_predictions,
 )
-from .metrics import (
-    classification_metrics,
-    entity_metrics,
-    multilabel_metrics,
-    regression_metrics,
-    squad_metrics,
-)
-from .qa import postprocess, prepare_windows, read_squad
 
 __all__ = [
     "TASKS",

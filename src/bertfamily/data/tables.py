@@ -15,13 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..heads.tasks import IGNORE_INDEX
+from ..errors import DataError
+from .batching import IGNORE_INDEX
 
 log = logging.getLogger(__name__)
-
-
-class DataError(ValueError):
-    """A data file is missing, malformed or lacks a named column."""
 
 
 # --- text decoding ---------------------------------------------------------------------------

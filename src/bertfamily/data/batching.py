@@ -21,6 +21,8 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
+IGNORE_INDEX = -100  # label of positions that carry no loss (sub-tokens, special tokens)
+
 __all__ = ["BatchSource", "IndexedBatches", "as_batch_source", "default_collate", "sorted_batches"]
 
 

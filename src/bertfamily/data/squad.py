@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .data import DataError, read_text
+from .tables import DataError, read_text
 
 
 @dataclass

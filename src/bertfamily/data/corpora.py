@@ -27,7 +27,7 @@ from collections.abc import Iterable, Iterator
 from functools import lru_cache
 from pathlib import Path
 
-from .files import write_text_atomic
+from ..files import write_text_atomic
 
 __all__ = [
     "Sentence",

@@ -29,8 +29,9 @@ from typing import Any
 
 import numpy as np
 
-from .deps import require
-from .files import atomic_directory, directory_digest, write_text_atomic
+from ..deps import require
+from ..errors import VectorIndexError
+from ..files import atomic_directory, directory_digest, write_text_atomic
 
 __all__ = ["VectorIndexError", "IndexHit", "ModelIdentity", "VectorIndex", "model_identity"]
 
@@ -39,10 +40,6 @@ log = logging.getLogger(__name__)
 FORMAT_VERSION = 1
 KINDS = ("flat", "hnsw")
 INDEX_FILE, TEXTS_FILE, META_FILE = "index.faiss", "texts.jsonl", "meta.json"
-
-
-class VectorIndexError(ValueError):
-    """An index directory that cannot be read, or a model that does not match it."""
 
 
 def _faiss():

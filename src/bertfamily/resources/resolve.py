@@ -19,6 +19,8 @@ import os
 import re
 from pathlib import Path
 
+from ..errors import ModelNotFoundError
+
 log = logging.getLogger(__name__)
 
 #: A Hugging Face repository id: ``name`` or ``org/name`` (huggingface_hub's
@@ -26,11 +28,6 @@ log = logging.getLogger(__name__)
 _REPO_ID = re.compile(r"^(?:[A-Za-z0-9_.-]+/)?[A-Za-z0-9_.-]+$")
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")
 DEFAULT_REVISION = "main"
-
-
-class ModelNotFoundError(ValueError):
-    """A model name is neither a local directory nor in the local Hugging Face cache; the
-    message lists every place that was looked at."""
 
 
 def hub_cache_dir() -> tuple[Path, str]:

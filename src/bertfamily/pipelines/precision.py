@@ -24,7 +24,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from .train.precision import cpu_bf16_units, cpu_int8_units
+from ..errors import QuantizationError
+from ..train.mixed_precision import cpu_bf16_units, cpu_int8_units
 
 __all__ = [
     "DTYPE_NAMES",
@@ -48,10 +49,6 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 DTYPE_NAMES = {"fp32": torch.float32, "bf16": torch.bfloat16}
-
-
-class QuantizationError(ValueError):
-    """A quantised model that cannot run here or cannot meet its accuracy bar."""
 
 
 def resolve_dtype(
@@ -320,7 +317,7 @@ def austen_calibration(sentences: int = 64, queries: int = 32) -> tuple[list[str
     Raises:
         FetchError: the resource cannot be fetched.
     """
-    from .fetch import fetch
+    from ..resources.cache import fetch
 
     lines = (fetch("janeausten") / "austen.txt").read_text(encoding="utf-8").splitlines()
     lines = [x.strip() for x in lines if 3 <= len(x.split()) <= 64 and not x.isupper()]
@@ -376,7 +373,7 @@ def int8_onnx_model(embedder, plan: Int8Plan, texts, queries, path: str | Path |
     """
     import tempfile
 
-    from .export import OnnxRuntimeModel, export_onnx, quantize_onnx_int8
+    from ..convert.onnx import OnnxRuntimeModel, export_onnx, quantize_onnx_int8
 
     fp32 = embedder.model
     ref, ref_q = embedder.encode(texts), embedder.encode(queries)
@@ -400,7 +397,7 @@ def int8_onnx_model(embedder, plan: Int8Plan, texts, queries, path: str | Path |
                 f"{plan.bar.min_cosine}, {plan.bar.min_overlap}); run it in fp32"
             )
         if path is not None:
-            from .files import atomic_write
+            from ..files import atomic_write
 
             data = graph.read_bytes()
             atomic_write(Path(path), lambda t: t.write_bytes(data))
@@ -414,7 +411,7 @@ def int8_cache_key(embedder, bar: AccuracyBar) -> str:
     import importlib.metadata
     import json
 
-    from .files import directory_digest
+    from ..files import directory_digest
 
     try:
         ort = importlib.metadata.version("onnxruntime")
@@ -446,9 +443,9 @@ def cached_int8(embedder, bar: AccuracyBar = AccuracyBar()):
     """
     import json
 
-    from .export import OnnxRuntimeModel
-    from .fetch import cache_dir
-    from .files import write_text_atomic
+    from ..convert.onnx import OnnxRuntimeModel
+    from ..files import write_text_atomic
+    from ..resources.cache import cache_dir
 
     base = cache_dir() / "int8-plans" / int8_cache_key(embedder, bar)
     meta, graph = base.with_suffix(".json"), base.with_suffix(".onnx")

@@ -1,0 +1,191 @@
+"""`bertfamily distill` (DistilBERT, TinyBERT) and `bertfamily distill init`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from .common import (
+    App,
+    console,
+    handle_errors,
+    model_overrides,
+    print_summary_on_main_rank,
+    training_threads,
+)
+from .options import TrainOptions, training_options
+
+commands = App()
+
+
+distill_group = App(
+    help="Knowledge distillation (DistilBERT, TinyBERT).", invoke_without_command=True
+)
+
+
+commands.add_typer(distill_group, name="distill")
+
+
+@distill_group.callback()
+@handle_errors
+@training_options(lr=5e-4)
+def distill(
+    ctx: typer.Context,
+    method: str | None = typer.Option(None, help="distilbert | tinybert | tinybert-task"),
+    teacher: str | None = typer.Option(
+        None, help="Teacher model: directory, resource or cached org/name."
+    ),
+    student: str = typer.Option(
+        "tinybert-4l",
+        help="Student preset name or directory "
+        "(tinybert-task: also teacher layers to copy, e.g. 1,3).",
+    ),
+    corpus: list[Path] | None = typer.Option(
+        None, metavar="PATH", help="Corpus file(s); repeatable."
+    ),
+    output: Path | None = typer.Option(
+        None, "--output", "-o", help="Run directory (checkpoint, metrics, student model/)."
+    ),
+    layers: int | None = typer.Option(None, help="Preset student: num_hidden_layers."),
+    hidden: int | None = typer.Option(None, help="Preset student: hidden_size (FFN 4H)."),
+    heads: int | None = typer.Option(None, help="Preset student: attention heads."),
+    projection: bool = typer.Option(False, help="Learn a student→teacher projection."),
+    temperature: float | None = typer.Option(
+        None, help="Soft-target temperature (default: distilbert 2, tinybert-task 1)."
+    ),
+    alpha_ce: float = typer.Option(5.0, help="distilbert: weight of the soft-target loss."),
+    alpha_mlm: float = typer.Option(2.0, help="distilbert: weight of the masked-LM loss."),
+    alpha_cos: float = typer.Option(
+        1.0, help="distilbert: weight of the hidden-state cosine loss."
+    ),
+    max_length: int = typer.Option(128, min=5, help="Tokens per training sequence."),
+    training: TrainOptions = None,
+    train: Path | None = typer.Option(None, help="tinybert-task: classification CSV/TSV/JSONL."),
+    text_column: str = typer.Option("text", help="tinybert-task: text column."),
+    label_column: str = typer.Option("label", help="tinybert-task: label column."),
+    intermediate_steps: int = typer.Option(100, min=0, help="tinybert-task: stage 1."),
+    prediction_steps: int = typer.Option(100, min=0, help="tinybert-task: stage 2."),
+    task: str = typer.Option(
+        "classify", help="tinybert-task: classify (a table) | ner (CoNLL, per-token logits)."
+    ),
+    augment_samples: int = typer.Option(
+        0,
+        min=0,
+        help="tinybert-task: TinyBERT data augmentation, N_a samples per example (0: off).",
+    ),
+    augment_prob: float = typer.Option(
+        0.4, min=0.0, max=1.0, help="tinybert-task augmentation: p_t, word replacement probability."
+    ),
+    augment_candidates: int = typer.Option(
+        15, min=1, help="tinybert-task augmentation: K candidates per word."
+    ),
+    augment_model: str | None = typer.Option(
+        None,
+        help="tinybert-task augmentation: model with an MLM head for single-piece words "
+        "(default: none, embedding neighbours of the teacher for every word).",
+    ),
+):
+    """Distil a teacher into a student (DistilBERT or TinyBERT general distillation).
+    Runs under torchrun; `distill init` builds a layer-copied student."""
+    if ctx.invoked_subcommand is not None:
+        return
+    from ..resources.cache import resolve_model
+
+    overrides = model_overrides(layers, hidden, heads)
+    fields = training.train_config_fields()
+    if method == "tinybert-task":
+        if not (teacher and train and output):
+            raise ValueError("tinybert-task needs --teacher, --train and --output")
+        from ..data.augment import AugmentConfig
+        from ..recipes.distill import TaskDistillConfig, distill_task
+        from ..train.config import TrainConfig
+
+        stage_fields = {
+            k: v for k, v in fields.items() if k not in ("max_steps", "eval_every", "save_every")
+        }
+        cfg = TaskDistillConfig(
+            resolve_model(teacher),
+            train,
+            student=[int(x) for x in student.split(",")]
+            if student.replace(",", "").isdigit()
+            else student,
+            student_overrides=overrides,
+            task=task,
+            intermediate_steps=intermediate_steps,
+            prediction_steps=prediction_steps,
+            text_column=text_column,
+            label_column=label_column,
+            max_length=max_length,
+            temperature=1.0 if temperature is None else temperature,
+            projection=projection,
+            augment=AugmentConfig(
+                replace_prob=augment_prob,
+                samples=augment_samples,
+                candidates=augment_candidates,
+                mlm=augment_model is not None,
+            )
+            if augment_samples
+            else None,
+            augment_model=resolve_model(augment_model) if augment_model else None,
+        )
+        with training_threads(training.threads):
+            res = distill_task(cfg, TrainConfig(output_dir=output, **stage_fields))
+        console.print_json(data={k: res[k] for k in ("labels", "parameters")})
+        return
+    if not (method and teacher and corpus and output):
+        raise ValueError("distill needs --method, --teacher, --corpus and --output")
+    from ..recipes.distill import DistillConfig
+    from ..recipes.distill import distill as run
+    from ..train.config import TrainConfig
+
+    cfg = DistillConfig(
+        teacher=resolve_model(teacher),
+        method=method,
+        corpus=corpus,
+        student=student,
+        student_overrides=overrides,
+        projection=projection,
+        temperature=2.0 if temperature is None else temperature,
+        alpha_ce=alpha_ce,
+        alpha_mlm=alpha_mlm,
+        alpha_cos=alpha_cos,
+        max_length=max_length,
+    )
+    with training_threads(training.threads):
+        summary = run(cfg, TrainConfig(output_dir=output, **fields))
+    print_summary_on_main_rank(
+        summary, ("step", "stopped", "elapsed_s", "train", "eval"), training.device
+    )
+
+
+@distill_group.command("init")
+@handle_errors
+def distill_init(
+    teacher: str = typer.Option(..., help="Teacher model: directory, resource or cached org/name."),
+    layers: str = typer.Option(..., help="Teacher layers to copy, 0-based: e.g. 0,2,4."),
+    output: Path = typer.Option(..., "--output", "-o", help="Directory for the student."),
+    student_preset: str | None = typer.Option(
+        None, help="Structure (token types, pooler, model type) from this preset."
+    ),
+    fold_token_types: bool = typer.Option(
+        True, help="Fold the teacher's segment row 0 into positions when dropped."
+    ),
+):
+    """A student initialised from chosen teacher layers (DistilBERT-style)."""
+    from ..pretrained import from_pretrained
+    from ..recipes.distill import init_student
+    from ..resources.cache import resolve_model
+    from ..tokenization.tokenizer import load_tokenizer
+
+    path = resolve_model(teacher)
+    chosen = [int(x) for x in layers.split(",") if x.strip()]
+    student = init_student(
+        from_pretrained(path), chosen, preset=student_preset, fold_token_types=fold_token_types
+    )
+    student.save_pretrained(output)
+    load_tokenizer(path).save_pretrained(output)
+    console.print(
+        f"{student.config.num_hidden_layers}-layer student from teacher layers "
+        f"{chosen} ({student.num_parameters():,} parameters) -> {output}"
+    )

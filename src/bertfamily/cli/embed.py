@@ -1,0 +1,355 @@
+"""`bertfamily embed` and `bertfamily search`: sentence embeddings and semantic search."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import typer
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from .common import (
+    DTYPE_HELP,
+    FORMAT_HELP,
+    QUANTIZE_HELP,
+    SHOWN_CHARS,
+    App,
+    check_format,
+    check_quantize,
+    console,
+    err,
+    fmt_score,
+    handle_errors,
+    load_int8,
+    model_path,
+    shorten,
+    torch_dtype,
+)
+
+commands = App()
+
+
+def read_input_lines(path: Path) -> list[str]:
+    """Every line of a UTF-8 text file, stripped; an empty line stays (as ""), so line i of the
+    file is item i. Lines end at \n, \r\n or \r only (as when the file is read line by line,
+    e.g. by bulk embedding), never at the other characters `str.splitlines` breaks at (\u2028,
+    \x0c, …), which stay part of their line. A missing, unreadable or empty file is an error
+    naming it."""
+    if not path.is_file():
+        why = "it is a directory" if path.is_dir() else "it does not exist"
+        raise ValueError(f"cannot read input file {path}: {why}")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise ValueError(f"cannot read {path}: {e}") from e
+    lines = [line.strip() for line in text.replace("\r\n", "\n").replace("\r", "\n").split("\n")]
+    if text.endswith(("\n", "\r")):
+        lines.pop()  # the newline that ends the last line starts no line of its own
+    if not any(lines):
+        raise ValueError(f"input file {path} is empty (no text on any line)")
+    return lines
+
+
+def _report_truncation(embedder, texts: list[str], what: str = "inputs") -> None:
+    """Warn on stderr when the last `encode` cut texts to the model's limit."""
+    n = getattr(embedder, "last_truncated", 0)
+    if not n:
+        return
+    lengths = [
+        len(ids)
+        for ids in embedder.tokenizer(texts, truncation=False, add_special_tokens=True)["input_ids"]
+    ]
+    long = sorted((x for x in lengths if x > embedder.max_length), reverse=True)
+    longest = f" (longest: {long[0]:,} tokens)" if long else ""
+    err.print(
+        f"[yellow]warning:[/] {n} of {len(texts)} {what} were longer than the model's limit of "
+        f"{embedder.max_length} tokens and were truncated{longest}; only their first "
+        f"{embedder.max_length} tokens were embedded"
+    )
+
+
+def _write_stdout(text: str) -> None:
+    """Machine output: plain text on stdout, never wrapped."""
+    sys.stdout.write(text)
+    sys.stdout.flush()
+
+
+def _embedder(model: str | None, dtype: str, quantize: str | None = None):
+    """The `SentenceEmbedder` of a command; the dtype choice (and the int8 plan) on stderr."""
+    from ..pipelines.embed import SentenceEmbedder
+
+    check_quantize(quantize, dtype)
+    if quantize is None:
+        return SentenceEmbedder(model_path(model), dtype=torch_dtype(dtype))
+    return load_int8(lambda: SentenceEmbedder(model_path(model), dtype="fp32", quantize=quantize))
+
+
+def _encode_with_progress(embedder, texts: list[str], batch_size: int):
+    if len(texts) < 4 * batch_size:
+        return embedder.encode(texts, batch_size=batch_size)
+    with Progress(
+        TextColumn("embedding"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=err
+    ) as bar:
+        task = bar.add_task("embed", total=len(texts))
+        return embedder.encode(
+            texts, batch_size=batch_size, progress=lambda n: bar.advance(task, n)
+        )
+
+
+@commands.command()
+@handle_errors
+def embed(
+    sentences: list[str] = typer.Argument(
+        None, metavar="SENTENCE", help="Sentences to embed.", show_default=False
+    ),
+    input: Path | None = typer.Option(
+        None,
+        "--input",
+        "-i",
+        metavar="FILE",
+        help="UTF-8 text file, one sentence per line. Every line gives exactly one output row "
+        "(an empty line gives the embedding of the empty string), so row i is line i+1.",
+    ),
+    output: Path | None = typer.Option(
+        None,
+        "--output",
+        "-o",
+        metavar="FILE|DIR",
+        help="Write embeddings to FILE.npy (rows in input order) or FILE.jsonl "
+        '({"index", "text", "embedding"} a line); or, with --input, to a directory (a path '
+        "without .npy/.jsonl, or an existing directory): bulk mode, which streams a file of any "
+        "size in shards of --shard-size lines (shard-00000.npy, … and manifest.json), resumes "
+        "after the finished shards when run again, and splits the shards across processes "
+        "under torchrun.",
+    ),
+    model: str | None = typer.Option(
+        None,
+        metavar="DIR|NAME",
+        help="Model directory, resource name (default: all-MiniLM-L6-v2, fetched on first use), "
+        "or org/name of a model in the local Hugging Face cache.",
+    ),
+    batch_size: int = typer.Option(32, min=1, help="Texts per forward pass."),
+    dtype: str = typer.Option("auto", help=DTYPE_HELP),
+    quantize: str | None = typer.Option(None, metavar="int8", help=QUANTIZE_HELP),
+    fmt: str = typer.Option("table", "--format", help=FORMAT_HELP),
+    shard_size: int | None = typer.Option(
+        None,
+        "--shard-size",
+        min=1,
+        metavar="LINES",
+        help="Bulk mode (--output DIR): lines per shard; memory grows with it, not with the "
+        "file  [default: 10000]",
+        show_default=False,
+    ),
+):
+    """Sentence embeddings; prints the cosine-similarity matrix (or writes --output, or JSONL
+    with --format jsonl). Inputs longer than the model's limit are truncated, with a warning.
+    With --input FILE --output DIR it embeds a file of any size in resumable shards."""
+    import numpy as np
+
+    from ..files import atomic_write
+    from ..pipelines.embed import cosine_matrix
+
+    check_format(fmt)
+    if output is not None and (output.is_dir() or output.suffix == ""):
+        _embed_bulk(sentences, input, output, model, batch_size, dtype, shard_size, quantize)
+        return
+    if shard_size is not None:
+        raise ValueError(
+            "--shard-size is for bulk mode: give --output a directory (a path without .npy/.jsonl)"
+        )
+    texts = list(sentences or []) + (read_input_lines(input) if input is not None else [])
+    if not texts:
+        raise ValueError("give sentences as arguments or --input FILE")
+    if output is not None and output.suffix not in (".npy", ".jsonl"):
+        raise ValueError(
+            f"--output must end in .npy or .jsonl, or be a directory (a path without a "
+            f"suffix) for bulk mode, got {output.name}"
+        )
+    embedder = _embedder(model, dtype, quantize)
+    vectors = _encode_with_progress(embedder, texts, batch_size)
+    _report_truncation(embedder, texts)
+
+    def jsonl() -> str:
+        return "".join(
+            json.dumps({"index": i, "text": t, "embedding": v.tolist()}, ensure_ascii=False) + "\n"
+            for i, (t, v) in enumerate(zip(texts, vectors))
+        )
+
+    if output is not None:
+        if output.suffix == ".npy":
+
+            def save(tmp: Path) -> None:
+                with open(tmp, "wb") as fh:
+                    np.save(fh, vectors)
+
+            atomic_write(output, save)
+        else:
+            body = jsonl()
+            atomic_write(output, lambda tmp: tmp.write_text(body, encoding="utf-8"))
+        err.print(f"wrote {len(texts)} × {vectors.shape[1]} embeddings to {output}", soft_wrap=True)
+        return
+    if fmt == "jsonl":
+        _write_stdout(jsonl())
+        return
+    sims = cosine_matrix(vectors, vectors)
+    if len(texts) > 12:
+        console.print(
+            f"{len(texts)} embeddings of dimension {vectors.shape[1]}; use --output or "
+            "--format jsonl to save them"
+        )
+        return
+    shown = embedder.path.name if model is None or Path(model).is_dir() else model  # org/name
+    table = Table(title=f"cosine similarity ({shown}, dim {vectors.shape[1]})")
+    table.add_column("#")
+    table.add_column("sentence", max_width=SHOWN_CHARS + 1)
+    for j in range(len(texts)):
+        table.add_column(str(j), justify="right")
+    for i, t in enumerate(texts):
+        table.add_row(
+            str(i), escape(shorten(t)), *[fmt_score(sims[i, j]) for j in range(len(texts))]
+        )
+    console.print(table)
+
+
+def _embed_bulk(
+    sentences, input, output, model, batch_size, dtype, shard_size, quantize=None
+) -> None:
+    """`embed --input FILE --output DIR`: `pipelines.bulk.embed_file` with a progress bar."""
+    from ..pipelines.bulk import DEFAULT_SHARD_SIZE, embed_file, process_slot
+
+    if sentences or input is None:
+        raise ValueError("bulk mode (--output DIR) embeds --input FILE, not SENTENCE arguments")
+    rank, world = process_slot()
+    embedder = _embedder(model, dtype, quantize)
+    who = f"rank {rank}/{world}: " if world > 1 else ""
+    with Progress(
+        TextColumn(f"{who}embedding"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err,
+    ) as bar:
+        task = bar.add_task("embed", total=None)
+        result = embed_file(
+            embedder,
+            input,
+            output,
+            shard_size=shard_size or DEFAULT_SHARD_SIZE,
+            batch_size=batch_size,
+            rank=rank,
+            world_size=world,
+            progress=lambda n: bar.advance(task, n),
+            on_plan=lambda plan, lines: bar.update(task, total=lines),
+        )
+    plan = result.plan
+    if result.truncated:
+        err.print(
+            f"[yellow]warning:[/] {who}{result.truncated} of {result.lines} lines were longer "
+            f"than the model's limit of {embedder.max_length} tokens and were truncated"
+        )
+    resumed = f" ({len(result.skipped)} already finished)" if result.skipped else ""
+    status = (
+        "complete"
+        if result.complete
+        else f"{result.finished_shards} of {plan.num_shards} shards finished so far"
+    )
+    err.print(
+        f"{who}wrote {len(result.written)} shards, {result.lines:,} lines × "
+        f"{plan.model.dimension}{resumed} to {output}; {plan.input.lines:,} lines in "
+        f"{plan.num_shards} shards: {status}",
+        soft_wrap=True,
+    )
+
+
+@commands.command()
+@handle_errors
+def search(
+    query: list[str] = typer.Argument(
+        ..., metavar="QUERY", help="One or more queries.", show_default=False
+    ),
+    corpus: Path | None = typer.Option(
+        None,
+        metavar="FILE",
+        help="UTF-8 text file, one document per line (line numbers count every line).",
+    ),
+    index: Path | None = typer.Option(
+        None,
+        "--index",
+        metavar="DIR",
+        help="Query an index built by `bertfamily index build` instead of --corpus (the corpus "
+        "is not embedded again; the model must be the index's).",
+    ),
+    top_k: int = typer.Option(5, "--top-k", "-k", min=1, help="Hits per query."),
+    model: str | None = typer.Option(
+        None,
+        metavar="DIR|NAME",
+        help="Model directory, resource name, or org/name in the local Hugging Face cache.",
+    ),
+    batch_size: int = typer.Option(32, min=1, help="Texts per forward pass."),
+    dtype: str = typer.Option("auto", help=DTYPE_HELP),
+    fmt: str = typer.Option("table", "--format", help=FORMAT_HELP),
+):
+    """Semantic search: the corpus lines closest to each query. JSONL rows carry the query, the
+    hit's 0-based "index" (its line is index + 1), "text" and "score"."""
+    from ..pipelines.embed import semantic_search
+
+    check_format(fmt)
+    if (corpus is None) == (index is None):
+        raise ValueError("give --corpus FILE or --index DIR (one of them)")
+    if index is not None:
+        _search_index(index, list(query), top_k, model, dtype, batch_size, fmt)
+        return
+    docs = read_input_lines(corpus)
+    embedder = _embedder(model, dtype)
+    corpus_vectors = _encode_with_progress(embedder, docs, batch_size)
+    _report_truncation(embedder, docs)
+    results = semantic_search(embedder, query, docs, top_k=top_k, corpus_embeddings=corpus_vectors)
+    _report_truncation(embedder, list(query), what="queries")
+    _print_hits(list(query), results, fmt, "line", lambda h: h.index + 1)
+
+
+def _search_index(path: Path, queries: list[str], top_k, model, dtype, batch_size, fmt) -> None:
+    from ..pipelines.index import VectorIndex
+
+    index = VectorIndex.load(path)
+    embedder = _embedder(model, dtype)
+    results = index.search(embedder, queries, top_k=top_k, batch_size=batch_size)
+    _print_hits(queries, results, fmt, "id", lambda h: h.id)
+
+
+def _print_hits(queries: list[str], results, fmt: str, column: str, ref) -> None:
+    """Search hits per query, as JSONL (query, query_index, rank, score, index, ``column``,
+    text) or as one table per query; ``column`` ("line" of a corpus, "id" of an index) is
+    ``ref(hit)``."""
+    if fmt == "jsonl":
+        _write_stdout(
+            "".join(
+                json.dumps(
+                    {
+                        "query": q,
+                        "query_index": qi,
+                        "rank": rank,
+                        "score": float(fmt_score(h.score, 6)),
+                        "index": h.index,
+                        column: ref(h),
+                        "text": h.text,
+                    },
+                    ensure_ascii=False,
+                )
+                + "\n"
+                for qi, (q, hits) in enumerate(zip(queries, results))
+                for rank, h in enumerate(hits, 1)
+            )
+        )
+        return
+    for q, hits in zip(queries, results):
+        table = Table("rank", "score", column, "text", title=escape(f"query: {shorten(q)}"))
+        for rank, h in enumerate(hits, 1):
+            table.add_row(
+                str(rank), fmt_score(h.score, 4), escape(str(ref(h))), escape(shorten(h.text))
+            )
+        console.print(table)

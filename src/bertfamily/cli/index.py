@@ -1,0 +1,142 @@
+"""`bertfamily index build|add`: the persisted vector index (FAISS) that `search --index` reads."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from .common import (
+    DTYPE_HELP,
+    App,
+    err,
+    handle_errors,
+    model_path,
+    torch_dtype,
+)
+
+commands = App()
+
+
+index_app = App(
+    help="A persisted vector index of a corpus (FAISS): build, add; query with "
+    "`bertfamily search --index DIR`."
+)
+
+
+commands.add_typer(index_app, name="index")
+
+
+CORPUS_HELP = (
+    "UTF-8 text file, one document per line (empty lines skipped; ids are row numbers), or "
+    '.jsonl with {"id", "text"} per line.'
+)
+
+
+def read_corpus(path: Path) -> tuple[list[str], list | None]:
+    """(texts, ids or None) of a corpus file: plain lines, or JSONL rows with "id" and "text".
+
+    Raises:
+        ValueError: an unreadable file, no text, or a JSONL row without "text" (line named).
+    """
+    import json
+
+    if not path.is_file():
+        raise ValueError(f"cannot read corpus {path}: it does not exist or is a directory")
+    try:
+        lines = [line.strip() for line in path.read_text(encoding="utf-8").splitlines()]
+    except (OSError, UnicodeDecodeError) as e:
+        raise ValueError(f"cannot read {path}: {e}") from e
+    if not any(lines):
+        raise ValueError(f"corpus {path} is empty (no text on any line)")
+    if path.suffix != ".jsonl":
+        return [t for t in lines if t], None
+    texts, ids = [], []
+    for n, line in enumerate(lines, 1):
+        if not line:
+            continue
+        try:
+            row = json.loads(line)
+            texts.append(str(row["text"]))
+            ids.append(row.get("id", len(ids)))
+        except (ValueError, KeyError, TypeError) as e:
+            raise ValueError(f'{path}:{n}: not a JSON object with "text": {e}') from e
+    return texts, ids
+
+
+def _index_embedder(model: str | None, dtype: str):
+    from ..pipelines.embed import SentenceEmbedder
+
+    return SentenceEmbedder(model_path(model), dtype=torch_dtype(dtype))
+
+
+def _with_bar(total: int, work):
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+    from .common import err as console_err
+
+    with Progress(
+        TextColumn("embedding"), BarColumn(), MofNCompleteColumn(), console=console_err
+    ) as bar:
+        task = bar.add_task("embed", total=total)
+        return work(lambda n: bar.advance(task, n))
+
+
+@index_app.command("build")
+@handle_errors
+def index_build(
+    corpus: Path = typer.Option(..., metavar="FILE", help=CORPUS_HELP),
+    output: Path = typer.Option(..., "--output", "-o", metavar="DIR", help="Index directory."),
+    model: str | None = typer.Option(None, metavar="DIR|NAME", help="Embedding model."),
+    kind: str = typer.Option("flat", help="flat (exact search) or hnsw (approximate, large)."),
+    hnsw_m: int = typer.Option(32, min=1, help="HNSW: neighbours per node."),
+    ef_construction: int = typer.Option(200, min=1, help="HNSW: build-time candidates."),
+    ef_search: int = typer.Option(128, min=1, help="HNSW: query-time candidates."),
+    batch_size: int = typer.Option(32, min=1, help="Texts per forward pass."),
+    dtype: str = typer.Option("auto", help=DTYPE_HELP),
+):
+    """Embed a corpus into a new index directory (replaces DIR atomically)."""
+    from ..pipelines.index import VectorIndex
+
+    texts, ids = read_corpus(corpus)
+    embedder = _index_embedder(model, dtype)
+    index = _with_bar(
+        len(texts),
+        lambda progress: VectorIndex.build(
+            embedder,
+            texts,
+            ids,
+            batch_size=batch_size,
+            progress=progress,
+            kind=kind,
+            hnsw_m=hnsw_m,
+            ef_construction=ef_construction,
+            ef_search=ef_search,
+        ),
+    )
+    index.save(output)
+    err.print(f"wrote {len(index)} × {index.identity.dimension} ({kind}) to {output}")
+
+
+@index_app.command("add")
+@handle_errors
+def index_add(
+    index_dir: Path = typer.Option(..., "--index", metavar="DIR", help="Index directory."),
+    corpus: Path = typer.Option(..., metavar="FILE", help=CORPUS_HELP),
+    model: str | None = typer.Option(None, metavar="DIR|NAME", help="The index's model."),
+    batch_size: int = typer.Option(32, min=1, help="Texts per forward pass."),
+    dtype: str = typer.Option("auto", help=DTYPE_HELP),
+):
+    """Append a corpus to an index (the model must be the one that built it); the new version
+    replaces DIR atomically."""
+    from ..pipelines.index import VectorIndex
+
+    index = VectorIndex.load(index_dir)
+    texts, ids = read_corpus(corpus)
+    embedder = _index_embedder(model, dtype)
+    _with_bar(
+        len(texts),
+        lambda progress: index.add(embedder, texts, ids, batch_size=batch_size, progress=progress),
+    )
+    index.save(index_dir)
+    err.print(f"{index_dir}: {len(index)} rows")

