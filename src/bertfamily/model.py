@@ -143,9 +143,11 @@ class Model(nn.Module):
             masked_positions: optional (B, T) bool; the MLM head then runs only at these
                 positions and returns (M, V) logits (as the original pretraining code gathered
                 them).
-            output_hidden_states / output_attentions / condition: see `Encoder.forward`.
-            labels / start_positions / end_positions / next_sentence_label /
-                sentence_order_label: targets under transformers' names; when any is given,
+            output_hidden_states: see `Encoder.forward`.
+            output_attentions: see `Encoder.forward`.
+            condition: see `Encoder.forward`.
+            labels: with ``start_positions``, ``end_positions``, ``next_sentence_label`` and
+                ``sentence_order_label``, targets under transformers' names; when any is given,
                 ``loss`` is the loss transformers' class with these heads computes —
                 ``labels``: (B, T) token ids with -100 = no loss for the MLM head (at
                 ``masked_positions`` only when given); (B,) for the pair head alone; (B,)

@@ -59,8 +59,10 @@ class IndexedBatches:
         collate: ``(examples, rng) -> batch``; ``rng`` is a numpy Generator seeded from
             (seed, epoch, batch number, rank), so random choices made at collation (dynamic
             masking) are reproducible and differ between epochs.
-        shuffle / seed: the per-epoch order.
-        rank / world_size: this process's data-parallel position.
+        shuffle: permute the indices every epoch (False keeps them in order).
+        seed: seeds the per-epoch order and the collation ``rng``.
+        rank: this process's data-parallel position.
+        world_size: the number of data-parallel processes.
 
     Raises:
         ValueError: a non-positive batch size, or fewer examples than one global batch.

@@ -233,8 +233,10 @@ def postprocess(
     """Pick each example's answer from its windows' logits (see the module docstring).
 
     Args:
-        examples, features: as given to / returned by `prepare_windows`.
-        start_logits, end_logits: one (T,) array per feature.
+        examples: as given to `prepare_windows`.
+        features: as returned by `prepare_windows`.
+        start_logits: one (T,) array per feature.
+        end_logits: one (T,) array per feature.
         n_best: answers kept per example (and candidate starts/ends per window).
         max_answer_length: longest answer in tokens.
         null_threshold: None = SQuAD 1.1 (always answer); else answer "" when

@@ -173,8 +173,10 @@ def read_table(
     Args:
         path: the file; its suffix (.csv, .tsv, .jsonl/.json) picks the format unless
             ``format`` ("csv", "tsv", "jsonl") is given.
-        text_column, text_pair_column, label_column: column (or JSON key) names;
-            ``label_column=None`` reads unlabelled text (for prediction).
+        text_column: column (or JSON key) name of the text.
+        text_pair_column: column (or JSON key) name of the second text of a pair.
+        label_column: column (or JSON key) name of the label; ``None`` reads unlabelled text
+            (for prediction).
 
     Raises:
         DataError: unknown format, a binary file, a row without the text, text pair or label

@@ -332,7 +332,8 @@ def embed_file(
         embedder: a `SentenceEmbedder`.
         shard_size: lines per shard (memory grows with it, not with the file).
         batch_size: texts per forward pass (`SentenceEmbedder.encode`).
-        rank, world_size: this process embeds the shards s with s % world_size == rank.
+        rank: this process embeds the shards s with s % world_size == rank.
+        world_size: the number of processes sharing the shards.
         progress: called with the number of lines done after each batch.
         on_plan: called once before embedding with the plan and the number of lines this
             process still has to embed (to size a progress bar).

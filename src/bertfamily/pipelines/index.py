@@ -142,7 +142,8 @@ class VectorIndex:
         Args:
             kind: "flat" (exact) or "hnsw" (approximate).
             hnsw_m: HNSW neighbours per node (M).
-            ef_construction / ef_search: HNSW candidate-list sizes when building / querying.
+            ef_construction: HNSW candidate-list size when building.
+            ef_search: HNSW candidate-list size when querying.
 
         Raises:
             ValueError: an unknown kind, or a setting < 1.
@@ -170,7 +171,8 @@ class VectorIndex:
 
         Args:
             vectors: (N, dimension) float; L2-normalised here.
-            texts, ids: N each; ids must be new (not in the index, not repeated).
+            texts: N texts.
+            ids: N ids; they must be new (not in the index, not repeated).
 
         Raises:
             ValueError: shapes or counts that do not match, or a repeated id.

@@ -136,8 +136,10 @@ def agreement(
     """Compare embeddings with reference ones.
 
     Args:
-        ref, new: (N, D) sentence vectors (reference, candidate).
-        ref_queries, new_queries: (Q, D) query vectors; each side searches its own sentences.
+        ref: (N, D) reference sentence vectors.
+        new: (N, D) candidate sentence vectors.
+        ref_queries: (Q, D) reference query vectors; each side searches its own sentences.
+        new_queries: (Q, D) candidate query vectors.
         k: neighbours compared per query (capped at N).
 
     Returns:
@@ -439,7 +441,7 @@ def cached_int8(embedder, bar: AccuracyBar = AccuracyBar()):
 
     Raises:
         QuantizationError / FetchError / MissingDependency: see `plan_int8`,
-        `int8_onnx_model`, `austen_calibration`.
+            `int8_onnx_model`, `austen_calibration`.
     """
     import json
 

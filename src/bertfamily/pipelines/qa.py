@@ -17,7 +17,9 @@ class QuestionAnswerer:
 
     Args:
         path: the model directory.
-        max_length, doc_stride, max_question_length: windowing (see `bertfamily.tasks.qa`).
+        max_length: tokens per window (windowing: see `bertfamily.tasks.qa`).
+        doc_stride: tokens shared by consecutive windows.
+        max_question_length: longest question in tokens.
 
     Raises:
         ValueError: the directory's model has no "qa" head.

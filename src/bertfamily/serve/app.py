@@ -140,7 +140,8 @@ def load_served_model(model_dir: str | Path, dtype="auto", quantize: str | None 
         quantize: None or "int8" (the embedder's accuracy-checked int8, `SentenceEmbedder`).
 
     Raises:
-        the loaders' errors (ModelDirectoryError, CheckpointError, SentenceModulesError, ...);
+        ModelDirectoryError: and the loaders' other errors (CheckpointError,
+            SentenceModulesError, ...).
         QuantizationError: int8 asked for a classification model, or see `SentenceEmbedder`.
     """
     path = resolve_model_dir(model_dir)

@@ -91,7 +91,7 @@ class DynamicBatcher:
 
         Raises:
             RuntimeError: the batcher is not running (not started, or stopping).
-            whatever ``run`` raises for the group this request ran in.
+            Exception: whatever ``run`` raises for the group this request ran in.
         """
         if self._task is None or self._closing or self._wake is None:
             raise RuntimeError("the model worker is not running")
