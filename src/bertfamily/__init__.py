@@ -28,6 +28,9 @@ _LAZY = {
     "fetch": ".resources",
     "resolve_model": ".resources",
     "BertFamilyError": ".errors",
+    "UnknownNameError": ".errors",
+    "InputError": ".errors",
+    "ArgumentTypeError": ".errors",
     "BulkEmbedError": ".errors",
     "CacheCorruptError": ".errors",
     "CheckpointError": ".errors",
@@ -58,6 +61,9 @@ __all__ = [
     "fetch",
     "resolve_model",
     "BertFamilyError",
+    "UnknownNameError",
+    "InputError",
+    "ArgumentTypeError",
     "BulkEmbedError",
     "CacheCorruptError",
     "CheckpointError",
@@ -81,6 +87,7 @@ if TYPE_CHECKING:
     from .checkpoints.convert import LoadReport
     from .config import EncoderConfig
     from .errors import (
+        ArgumentTypeError,
         BertFamilyError,
         BulkEmbedError,
         CacheCorruptError,
@@ -88,6 +95,7 @@ if TYPE_CHECKING:
         ConfigError,
         DataError,
         FetchError,
+        InputError,
         MissingDependency,
         ModelDirectoryError,
         ModelNotFoundError,
@@ -97,6 +105,7 @@ if TYPE_CHECKING:
         ServeError,
         TokenizerFileError,
         TokenizerNotFoundError,
+        UnknownNameError,
         VectorIndexError,
     )
     from .model import Model, ModelOutput
