@@ -175,12 +175,21 @@ def test_import_bertfamily_does_not_import_torch():
 
 
 def test_every_loader_resolves_names_through_one_resolver(graph):
-    """One resolver (floor 0) turns a directory or a cached ``org/name`` into a directory."""
+    """One resolver (floor 0, `resources.resolve.resolve_model`) turns a directory, a resource
+    name or a cached ``org/name`` into a directory, for the CLI and the Python loaders alike."""
     assert floors()["resources"] == 0
     for loader in (
         "bertfamily.pretrained",
         "bertfamily.tokenization.tokenizer",
         "bertfamily.pipelines.embed",
-        "bertfamily.resources.cache",  # resolve_model: every --model / --teacher / MODEL option
+        "bertfamily.pipelines.loading",
+        "bertfamily.serve.app",
+        "bertfamily.cli.common",  # model_path: every --model / --teacher / MODEL option
     ):
         assert "bertfamily.resources.resolve" in graph[loader], loader
+    callers = [
+        str(p.relative_to(PACKAGE))
+        for p in PACKAGE.rglob("*.py")
+        if p.name != "resolve.py" and "= resolve_model_dir(" in p.read_text(encoding="utf-8")
+    ]
+    assert not callers, f"resolve_model_dir called outside resolve_model: {callers}"

@@ -23,9 +23,9 @@ from bertfamily.resources.cache import (
     Resource,
     cache_dir,
     fetch,
-    resolve_model,
     verify,
 )
+from bertfamily.resources.resolve import resolve_model
 
 MODEL_FILES = {
     "config.json": json.dumps({"model_type": "bert", "hidden_size": 32}).encode(),
@@ -541,7 +541,7 @@ def test_resolve_model(cache, wheel, fake_pip, monkeypatch, tmp_path):
     assert fake_pip.calls == []
 
     assert resolve_model("tiny") == cache / "tiny"
-    monkeypatch.setattr(fetch_mod, "DEFAULT_MODEL", "tiny")
+    monkeypatch.setattr("bertfamily.resources.resolve.DEFAULT_MODEL", "tiny")
     assert resolve_model(None) == cache / "tiny"
     assert len(fake_pip.calls) == 1
 

@@ -81,3 +81,82 @@ def test_errors_keep_the_builtin_bases_users_catch():
     from bertfamily.checkpoints.convert import CheckpointError
 
     assert CheckpointError is errors.CheckpointError  # importable from where it is raised
+
+
+# --- one resolver, called once; config.json parsed once per load ------------------------------
+
+
+@pytest.fixture
+def count_loads(monkeypatch):
+    """Counts name lookups of the one resolver and reads of any config.json."""
+    from bertfamily.resources import resolve
+
+    reads: list[Path] = []
+    real_open, real_read_bytes = open, Path.read_bytes
+
+    def counting_open(file, *a, **k):
+        if Path(str(file)).name == "config.json":
+            reads.append(Path(str(file)))
+        return real_open(file, *a, **k)
+
+    def counting_read_bytes(self):
+        if self.name == "config.json":
+            reads.append(self)
+        return real_read_bytes(self)
+
+    monkeypatch.setattr("builtins.open", counting_open)
+    monkeypatch.setattr(Path, "read_bytes", counting_read_bytes)
+
+    def counts(action):
+        """(result, name lookups, reads of the model's own config.json — not a module's)."""
+        start, reads[:] = resolve.RESOLUTIONS, []
+        out = action()
+        model_reads = [p for p in reads if not p.parent.name[:1].isdigit()]  # 1_Pooling/...
+        return out, resolve.RESOLUTIONS - start, len(model_reads)
+
+    return counts
+
+
+def test_python_loaders_take_the_names_the_cli_takes(minilm_dir, count_loads):
+    """`bertfamily embed x --model all-MiniLM-L6-v2` worked, `from_pretrained` of the same name
+    did not; now every loader takes it, resolving it once and reading config.json once."""
+    import bertfamily as bf
+    from bertfamily.pipelines.embed import SentenceEmbedder
+
+    model, lookups, reads = count_loads(lambda: bf.from_pretrained("all-MiniLM-L6-v2"))
+    assert (lookups, reads) == (1, 1)
+    assert model.config.hidden_size == 384 and model.config.num_hidden_layers == 6
+
+    tok, lookups, reads = count_loads(lambda: bf.load_tokenizer("all-MiniLM-L6-v2"))
+    assert (lookups, reads) == (1, 1)
+    assert tok("hello world")["input_ids"].tolist() == [[101, 7592, 2088, 102]]
+
+    emb, lookups, reads = count_loads(lambda: SentenceEmbedder("all-MiniLM-L6-v2", dtype="fp32"))
+    assert (lookups, reads) == (1, 1)  # model and tokenizer share one parse
+    direct = SentenceEmbedder(minilm_dir, dtype="fp32")
+    a, b = emb.encode(["a cat"]), direct.encode(["a cat"])
+    assert float((a * b).sum()) == pytest.approx(1.0, abs=1e-6)
+
+
+def test_serving_a_model_resolves_and_parses_once(minilm_dir, count_loads):
+    from bertfamily.serve.app import load_served_model
+
+    embedder, lookups, reads = count_loads(
+        lambda: load_served_model("all-MiniLM-L6-v2", dtype="fp32")
+    )
+    assert (lookups, reads) == (1, 1)
+    assert embedder.max_length == 256
+
+
+def test_every_pipeline_takes_device_and_dtype_the_same_way():
+    import inspect
+
+    from bertfamily.pipelines.classify import TextClassifier
+    from bertfamily.pipelines.embed import SentenceEmbedder
+    from bertfamily.pipelines.fill_mask import FillMask
+    from bertfamily.pipelines.ner import EntityTagger
+    from bertfamily.pipelines.qa import QuestionAnswerer
+
+    for cls in (TextClassifier, EntityTagger, QuestionAnswerer, FillMask, SentenceEmbedder):
+        params = inspect.signature(cls.__init__).parameters
+        assert "device" in params and "dtype" in params, cls.__name__

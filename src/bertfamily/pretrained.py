@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 from typing import Any
 
@@ -29,13 +30,13 @@ from .checkpoints.io import (
 from .checkpoints.keymaps import FamilyMap
 from .config import ConfigError, check_parameter_budget
 from .heads.task_heads import TASK_HEADS
-from .resources.resolve import resolve_model_dir
+from .resources.resolve import resolve_model
 
 log = logging.getLogger(__name__)
 
 
-def from_pretrained(
-    path: str | Path,
+def model_from_directory(
+    path: Path,
     *,
     heads: list[str] | None = None,
     strict: bool = True,
@@ -44,15 +45,17 @@ def from_pretrained(
     new_heads: bool = False,
     config_overrides: dict[str, Any] | None = None,
     max_parameters: int | None = None,
-    revision: str | None = None,
+    config_json: dict[str, Any] | None = None,
     **more_overrides: Any,
 ):
-    """Load a local Hugging Face model directory into a `bertfamily.Model`.
+    """Load a resolved local Hugging Face model directory into a `bertfamily.Model` (what
+    `from_pretrained` does after resolving a name; loaders that already resolved the directory
+    and read its config.json call this, so each load resolves and parses once).
 
     Args:
-        path: directory with config.json and model.safetensors / pytorch_model.bin, or the id
-            (``org/name``) of a model already in the local Hugging Face cache (found offline by
-            `hub_cache.resolve_model_dir`; a local directory of that name wins).
+        path: directory with config.json and model.safetensors / pytorch_model.bin.
+        config_json: the directory's parsed config.json when the caller has read it (else it
+            is read here).
         heads: heads to build (subset of "mlm", "pair", "rtd", or one task head "classify",
             "tokens", "qa", "choice"); None = the heads the checkpoint holds (task heads from
             config.json's ``architectures``).
@@ -70,7 +73,6 @@ def from_pretrained(
             ``label_names``. Fields may also be given as keyword arguments.
         max_parameters: the largest model to build (estimated from config.json before
             anything is allocated); None = ``BERTFAMILY_MAX_PARAMETERS`` or 2·10^10.
-        revision: for a cache id: a branch or tag (default ``main``) or a commit.
 
     Returns:
         The model in eval mode (or (model, LoadReport)).
@@ -83,12 +85,10 @@ def from_pretrained(
             directory. The message names the file.
         ConfigError: an override out of range.
         CheckpointError: when strict, every missing or unexpected key and shape mismatch.
-        ModelNotFoundError: an id neither a local directory nor in the cache (lists where it
-            looked).
     """
-    path = resolve_model_dir(path, revision)
+    path = Path(path)
     with reading_directory(path):  # no save swaps the directory while it is read
-        hf_config = read_hf_config(path)
+        hf_config = read_hf_config(path) if config_json is None else config_json
         config = config_from_hf(hf_config, path / "config.json")
         fmap = family_of(hf_config)
         overrides = {**(config_overrides or {}), **more_overrides}
@@ -166,6 +166,31 @@ def from_pretrained(
         path,
     )
     return (model, report) if return_report else model
+
+
+def from_pretrained(path: str | os.PathLike[str], *, revision: str | None = None, **kwargs: Any):
+    """Load a model into a `bertfamily.Model`: a local Hugging Face directory, a bertfamily
+    resource name (``"all-MiniLM-L6-v2"``, fetched on first use as ``bertfamily fetch`` does),
+    or the id (``org/name``) of a model already in the local Hugging Face cache — the same
+    names every ``--model`` option takes (`bertfamily.resources.resolve_model`, called once).
+
+    Args:
+        path: the directory, resource name or cache id (a local directory always wins).
+        revision: for a cache id: a branch or tag (default ``main``) or a commit.
+        **kwargs: ``heads``, ``strict``, ``return_report``, ``dtype``, ``new_heads``,
+            ``config_overrides``, ``max_parameters`` and config fields, as described in
+            `model_from_directory`.
+
+    Returns:
+        The model in eval mode (or (model, LoadReport) with ``return_report=True``).
+
+    Raises:
+        ModelNotFoundError: a name that is no directory, resource or cached id (the message
+            lists where it looked).
+        FetchError, CacheCorruptError: fetching or checking a resource failed.
+        ModelDirectoryError, ConfigError, CheckpointError: see `model_from_directory`.
+    """
+    return model_from_directory(resolve_model(path, revision), **kwargs)
 
 
 def _accept_new_heads(report: LoadReport, fmap: FamilyMap, state: dict) -> LoadReport:

@@ -65,7 +65,7 @@ def model_path(model: str | None) -> Path:
             at and the resources.
         FetchError / CacheCorruptError: see `fetch.resolve_model`.
     """
-    from ..resources.cache import resolve_model
+    from ..resources.resolve import resolve_model
 
     return resolve_model(model)
 

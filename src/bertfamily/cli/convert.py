@@ -32,7 +32,7 @@ def export(
     """Export a model to ONNX with dynamic batch and sequence axes."""
     from ..convert.onnx import export_onnx, output_names
     from ..pretrained import from_pretrained
-    from ..resources.cache import resolve_model
+    from ..resources.resolve import resolve_model
 
     if format != "onnx":
         raise InputError(f"unsupported format {format!r}; supported: onnx")

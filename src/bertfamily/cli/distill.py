@@ -91,7 +91,7 @@ def distill(
     Runs under torchrun; `distill init` builds a layer-copied student."""
     if ctx.invoked_subcommand is not None:
         return
-    from ..resources.cache import resolve_model
+    from ..resources.resolve import resolve_model
 
     overrides = model_overrides(layers, hidden, heads)
     fields = training.train_config_fields()
@@ -176,7 +176,7 @@ def distill_init(
     """A student initialised from chosen teacher layers (DistilBERT-style)."""
     from ..pretrained import from_pretrained
     from ..recipes.distill import init_student
-    from ..resources.cache import resolve_model
+    from ..resources.resolve import resolve_model
     from ..tokenization.tokenizer import load_tokenizer
 
     path = resolve_model(teacher)

@@ -86,7 +86,7 @@ def finetune(
     from ..data.task_data import TaskOptions
     from ..recipes.finetune import FinetuneConfig
     from ..recipes.finetune import finetune as run
-    from ..resources.cache import resolve_model
+    from ..resources.resolve import resolve_model
     from ..train.config import TrainConfig
 
     # log_every 0: a tenth of the run (see `recipes.finetune.finetune`)

@@ -96,7 +96,7 @@ def dataflow(
     if text_pair is not None and text is None:
         raise typer.BadParameter("--text-pair needs --text")
     if text is not None:
-        from ..resources.cache import resolve_model
+        from ..resources.resolve import resolve_model
         from ..tokenization.tokenizer import load_tokenizer
 
         if tokenizer is None and not Path(model).is_dir():

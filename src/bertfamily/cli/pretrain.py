@@ -84,7 +84,7 @@ def pretrain(
     from ..objectives.masking import MaskingConfig
     from ..recipes.pretrain import PretrainConfig
     from ..recipes.pretrain import pretrain as run
-    from ..resources.cache import resolve_model
+    from ..resources.resolve import resolve_model
     from ..train.config import TrainConfig
 
     custom_masking = masking or mlm_probability != 0.15 or max_predictions

@@ -53,7 +53,7 @@ def _attention(
 ) -> tuple[list[str], torch.Tensor, bool]:
     """`attention_weights` plus whether the probabilities are a band (windowed attention)."""
     from ..pretrained import from_pretrained
-    from ..resources.cache import resolve_model
+    from ..resources.resolve import resolve_model
     from ..tokenization.tokenizer import load_tokenizer
 
     if not text.strip():

@@ -9,9 +9,8 @@ import torch
 
 from ..data.batching import sorted_batches
 from ..errors import InputError
-from ..pretrained import from_pretrained
-from ..tokenization.tokenizer import load_tokenizer
 from .batching import token_lengths
+from .loading import load_model_and_tokenizer, to_device
 
 FUNCTIONS = ("default", "softmax", "sigmoid", "none")
 
@@ -42,11 +41,18 @@ class TextClassifier:
         ValueError: the directory's model has no "classify" head.
     """
 
-    def __init__(self, path: str | Path, max_length: int | None = None) -> None:
-        self.model = from_pretrained(path).eval()
+    def __init__(
+        self,
+        path: str | Path,
+        max_length: int | None = None,
+        *,
+        device: str | torch.device = "cpu",
+        dtype: str | torch.dtype | None = None,
+    ) -> None:
+        loaded = load_model_and_tokenizer(path, device=device, dtype=dtype)
+        self.model, self.tokenizer, self.device = loaded.model, loaded.tokenizer, loaded.device
         if self.model.task != "classify":
             raise InputError(f"{path} holds a {self.model.task!r} head, not a sequence classifier")
-        self.tokenizer = load_tokenizer(path)
         self.max_length = max_length
         self.labels = self.model.config.label_names
         self.problem_type = self.model.config.problem_type
@@ -93,7 +99,7 @@ class TextClassifier:
                 [pairs[i] for i in idx] if pairs is not None else None,
                 max_length=self.max_length,
             )
-            logits = self.model(**enc).logits.float()  # (B, C)
+            logits = self.model(**to_device(enc, self.device)).logits.float().cpu()  # (B, C)
             if fn == "softmax":
                 scores = logits.softmax(-1)
             elif fn == "sigmoid":

@@ -16,11 +16,12 @@ import numpy as np
 import torch
 from tokenizers import normalizers
 
+from ..checkpoints.io import read_hf_config
 from ..data.batching import sorted_batches
 from ..errors import InputError
-from ..pretrained import from_pretrained
-from ..resources.resolve import resolve_model_dir
-from ..tokenization.tokenizer import load_tokenizer
+from ..pretrained import model_from_directory
+from ..resources.resolve import resolve_model
+from ..tokenization.tokenizer import tokenizer_from_directory
 from .batching import token_lengths
 from .precision import (
     AccuracyBar,
@@ -139,6 +140,8 @@ class SentenceEmbedder:
             content: `precision.cached_int8`, graph path in ``int8_graph``).
         bar: the accuracy int8 must keep (`precision.AccuracyBar`: min cosine 0.99, top-10
             overlap 0.95).
+        config_json: the transformer directory's parsed config.json when the caller has read
+            it (the server does); else it is read once here.
 
     Raises:
         QuantizationError: int8 asked with a dtype other than fp32 or a non-CPU device, an
@@ -159,6 +162,7 @@ class SentenceEmbedder:
         quantize: str | None = None,
         calibration: tuple[Sequence[str], Sequence[str]] | None = None,
         bar: AccuracyBar = AccuracyBar(),
+        config_json: dict | None = None,
     ) -> None:
         if quantize not in (None, "int8"):
             raise QuantizationError(f"quantize must be None or 'int8', got {quantize!r}")
@@ -170,15 +174,19 @@ class SentenceEmbedder:
                 f"int8 quantisation runs on the CPU from fp32 weights (got {dtype} on {device})"
             )
         log.info("dtype %s", self.dtype_reason)
-        self.path = resolve_model_dir(model_dir, revision)
+        self.path = resolve_model(model_dir, revision)  # the one lookup of this load
         modules = read_sentence_modules(self.path)
         if pooling is not None:
             modules = dataclasses.replace(modules, pooling=pooling)
         self.modules = modules
         self.pooling = modules.pooling
         self.device = torch.device(device)
-        self.model = from_pretrained(modules.model_dir, dtype=dtype).to(device)
-        self.tokenizer = load_tokenizer(modules.model_dir)
+        if config_json is None:  # read once, for the model and the tokenizer
+            config_json = read_hf_config(modules.model_dir)
+        self.model = model_from_directory(
+            modules.model_dir, config_json=config_json, dtype=dtype
+        ).to(device)
+        self.tokenizer = tokenizer_from_directory(modules.model_dir, model_config=config_json)
         if modules.do_lower_case:  # as sentence-transformers: a Lowercase normalizer first
             backend = self.tokenizer.backend
             first = [normalizers.Lowercase()]

@@ -43,14 +43,15 @@ class FillMask:
     """
 
     def __init__(
-        self, path: str | Path, device: str = "cpu", dtype: torch.dtype | None = None
+        self,
+        path: str | Path,
+        device: str | torch.device = "cpu",
+        dtype: str | torch.dtype | None = None,
     ) -> None:
-        from ..pretrained import from_pretrained
-        from ..tokenization.tokenizer import load_tokenizer
+        from .loading import load_model_and_tokenizer
 
-        self.path = Path(path)
-        self.tokenizer = load_tokenizer(self.path)
-        self.model = from_pretrained(self.path, dtype=dtype).to(device).eval()
+        loaded = load_model_and_tokenizer(path, device=device, dtype=dtype)
+        self.path, self.model, self.tokenizer = loaded.directory, loaded.model, loaded.tokenizer
         if self.model.mlm_head is None:
             raise InputError(
                 f"{self.path} has no masked-LM head; fill-mask needs one "

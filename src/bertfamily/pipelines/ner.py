@@ -11,9 +11,8 @@ import torch
 from ..data.batching import sorted_batches
 from ..data.tables import repair_bio, tokenizer_words, word_ids_from_offsets, word_predictions
 from ..errors import InputError
-from ..pretrained import from_pretrained
-from ..tokenization.tokenizer import load_tokenizer
 from .batching import token_lengths
+from .loading import load_model_and_tokenizer, to_device
 
 
 @dataclass
@@ -58,11 +57,18 @@ class EntityTagger:
         ValueError: the directory's model has no "tokens" head.
     """
 
-    def __init__(self, path: str | Path, max_length: int | None = None) -> None:
-        self.model = from_pretrained(path).eval()
+    def __init__(
+        self,
+        path: str | Path,
+        max_length: int | None = None,
+        *,
+        device: str | torch.device = "cpu",
+        dtype: str | torch.dtype | None = None,
+    ) -> None:
+        loaded = load_model_and_tokenizer(path, device=device, dtype=dtype)
+        self.model, self.tokenizer, self.device = loaded.model, loaded.tokenizer, loaded.device
         if self.model.task != "tokens":
             raise InputError(f"{path} holds a {self.model.task!r} head, not a token classifier")
-        self.tokenizer = load_tokenizer(path)
         self.max_length = max_length
         self.labels = self.model.config.label_names
 
@@ -78,7 +84,9 @@ class EntityTagger:
             chunk = [texts[i] for i in idx]
             enc = self.tokenizer(chunk, max_length=self.max_length, return_offsets=True)
             offsets = enc.pop("offset_mapping").tolist()
-            probs = self.model(**enc).logits.float().softmax(-1)  # (B, T, C)
+            probs = (
+                self.model(**to_device(enc, self.device)).logits.float().softmax(-1)
+            )  # (B, T, C)
             for row, text, offs, p in zip(idx, chunk, offsets, probs):
                 words = tokenizer_words(self.tokenizer, text, end=max(e for _, e in offs))
                 if not words:

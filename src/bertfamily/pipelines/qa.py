@@ -8,8 +8,7 @@ import torch
 
 from ..data.squad import Answer, QAExample, postprocess, prepare_windows
 from ..errors import InputError
-from ..pretrained import from_pretrained
-from ..tokenization.tokenizer import load_tokenizer
+from .loading import load_model_and_tokenizer, to_device
 
 
 class QuestionAnswerer:
@@ -32,11 +31,13 @@ class QuestionAnswerer:
         max_length: int = 384,
         doc_stride: int = 128,
         max_question_length: int = 64,
+        device: str | torch.device = "cpu",
+        dtype: str | torch.dtype | None = None,
     ) -> None:
-        self.model = from_pretrained(path).eval()
+        loaded = load_model_and_tokenizer(path, device=device, dtype=dtype)
+        self.model, self.tokenizer, self.device = loaded.model, loaded.tokenizer, loaded.device
         if self.model.task != "qa":
             raise InputError(f"{path} holds a {self.model.task!r} head, not extractive QA")
-        self.tokenizer = load_tokenizer(path)
         self.window = dict(
             max_length=max_length, doc_stride=doc_stride, max_question_length=max_question_length
         )
@@ -61,7 +62,7 @@ class QuestionAnswerer:
             kw = {"attention_mask": torch.tensor([f.attention_mask])}
             if self.tokenizer.has_token_type_ids and f.token_type_ids is not None:
                 kw["token_type_ids"] = torch.tensor([f.token_type_ids])
-            o = self.model(ids, **kw)
+            o = self.model(ids.to(self.device), **to_device(kw, self.device))
             starts.append(o.start_logits[0].float().numpy())
             ends.append(o.end_logits[0].float().numpy())
         pred = postprocess(

@@ -53,7 +53,6 @@ __all__ = [
     "cache_dir",
     "cached",
     "fetch",
-    "resolve_model",
     "sha256_file",
     "verify",
 ]
@@ -403,48 +402,3 @@ def fetch(name: str, *, force: bool = False, verify: bool = False) -> Path:
         shutil.rmtree(scratch, ignore_errors=True)
     logger.info("resource %s ready at %s", name, entry)
     return entry
-
-
-def resolve_model(model: str | os.PathLike[str] | None) -> Path:
-    """Turn a user's model argument into a local directory.
-
-    Args:
-        model: ``None`` (the default model, fetched if needed), a path to an existing
-            directory, a ``RESOURCES`` key (fetched if needed), or a model id (``org/name``)
-            already in the local Hugging Face cache (`hub_cache.resolve_model_dir`; never
-            downloaded). A cached resource, named or given as its cache directory, gets
-            `fetch`'s cheap check.
-
-    Raises:
-        ModelNotFoundError (a ValueError): none of these; the message lists every place looked
-            at and the known resources.
-        FetchError: fetching a known resource failed.
-        CacheCorruptError: the cached entry fails its check (see `fetch`).
-    """
-    if model is None:
-        return fetch(DEFAULT_MODEL)
-    path = Path(model).expanduser()
-    if path.is_dir():
-        resource = RESOURCES.get(path.name)
-        if (
-            resource is not None
-            and path.resolve() == (cache_dir() / path.name).resolve()
-            and _is_complete(path, resource)
-        ):
-            _verify_entry(path, resource, full=False)
-        return path
-    if str(model) in RESOURCES:
-        return fetch(str(model))
-    from .resolve import ModelNotFoundError, resolve_model_dir
-
-    known = f"known resources: {sorted(RESOURCES)}"
-    try:  # a model id (org/name) already in the local Hugging Face cache; never downloaded
-        found = resolve_model_dir(str(model))
-    except ModelNotFoundError as e:
-        raise ModelNotFoundError(f"{e}; and it is no bertfamily resource ({known})") from None
-    if not found.is_dir():
-        raise ModelNotFoundError(
-            f"model {str(model)!r} is neither an existing directory, a known resource nor a "
-            f"model id (org/name) in the local Hugging Face cache; {known}"
-        )
-    return found

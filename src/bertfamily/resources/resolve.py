@@ -20,6 +20,8 @@ import re
 from pathlib import Path
 
 from ..errors import InputError, ModelNotFoundError
+from .cache import _is_complete, _verify_entry, cache_dir, fetch
+from .registry import DEFAULT_MODEL, RESOURCES
 
 log = logging.getLogger(__name__)
 
@@ -121,4 +123,68 @@ def resolve_model_dir(name_or_path: str | os.PathLike[str], revision: str | None
     )
 
 
-__all__ = ["ModelNotFoundError", "hub_cache_dir", "is_repo_id", "resolve_model_dir"]
+__all__ = [
+    "ModelNotFoundError",
+    "hub_cache_dir",
+    "is_repo_id",
+    "resolve_model",
+    "resolve_model_dir",
+]
+
+
+#: How many names `resolve_model` looked up in this process (a directory argument is already
+#: resolved and is not counted); tests check one lookup per load.
+RESOLUTIONS = 0
+
+
+def _count() -> None:
+    global RESOLUTIONS
+    RESOLUTIONS += 1
+
+
+def resolve_model(model: str | os.PathLike[str] | None, revision: str | None = None) -> Path:
+    """Turn a user's model argument into a local directory: the one resolver behind every
+    ``--model`` option, `from_pretrained`, `load_tokenizer`, `SentenceEmbedder`, the pipelines
+    and the server.
+
+    Args:
+        model: ``None`` (the default model, fetched if needed), a path to an existing
+            directory, a ``RESOURCES`` key (fetched if needed), or a model id (``org/name``)
+            already in the local Hugging Face cache (`resolve_model_dir`; never
+            downloaded). A cached resource, named or given as its cache directory, gets
+            `fetch`'s cheap check.
+        revision: for a Hugging Face cache id: a branch or tag (default ``main``) or a commit.
+
+    Raises:
+        ModelNotFoundError (a ValueError): none of these; the message lists every place looked
+            at and the known resources.
+        FetchError: fetching a known resource failed.
+        CacheCorruptError: the cached entry fails its check (see `fetch`).
+    """
+    path = Path(model).expanduser() if model is not None else None
+    if path is None or not path.is_dir():
+        _count()  # a name looked up (a directory is already resolved)
+    if path is None:
+        return fetch(DEFAULT_MODEL)
+    if path.is_dir():
+        resource = RESOURCES.get(path.name)
+        if (
+            resource is not None
+            and path.resolve() == (cache_dir() / path.name).resolve()
+            and _is_complete(path, resource)
+        ):
+            _verify_entry(path, resource, full=False)
+        return path
+    if str(model) in RESOURCES:
+        return fetch(str(model))
+    known = f"known resources: {sorted(RESOURCES)}"
+    try:  # a model id (org/name) already in the local Hugging Face cache; never downloaded
+        found = resolve_model_dir(str(model), revision)
+    except ModelNotFoundError as e:
+        raise ModelNotFoundError(f"{e}; and it is no bertfamily resource ({known})") from None
+    if not found.is_dir():
+        raise ModelNotFoundError(
+            f"model {str(model)!r} is neither an existing directory, a known resource nor a "
+            f"model id (org/name) in the local Hugging Face cache; {known}"
+        )
+    return found

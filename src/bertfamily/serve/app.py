@@ -47,7 +47,7 @@ from ..pipelines.embed import SentenceEmbedder
 from ..pipelines.ner import EntityTagger
 from ..pipelines.precision import QuantizationError
 from ..pipelines.sentence_modules import read_sentence_modules
-from ..resources.resolve import resolve_model_dir
+from ..resources.resolve import resolve_model
 from .batcher import DynamicBatcher
 
 __all__ = ["ServeSettings", "ServeError", "create_app", "load_served_model"]
@@ -134,7 +134,7 @@ def load_served_model(model_dir: str | Path, dtype="auto", quantize: str | None 
     (sentence-transformers modules, or mean pooling).
 
     Args:
-        model_dir: a local directory or a cached ``org/name``.
+        model_dir: a local directory, a resource name or a cached ``org/name`` (resolved once).
         dtype: the embedder's parameter dtype ("auto", "fp32", "bf16" or a torch dtype; see
             `SentenceEmbedder`); the classifiers run in float32.
         quantize: None or "int8" (the embedder's accuracy-checked int8, `SentenceEmbedder`).
@@ -144,9 +144,9 @@ def load_served_model(model_dir: str | Path, dtype="auto", quantize: str | None 
             SentenceModulesError, ...).
         QuantizationError: int8 asked for a classification model, or see `SentenceEmbedder`.
     """
-    path = resolve_model_dir(model_dir)
+    path = resolve_model(model_dir)  # the one lookup; the loaders below get the directory
     modules = read_sentence_modules(path)
-    hf_config = read_hf_config(modules.model_dir)
+    hf_config = read_hf_config(modules.model_dir)  # read once, handed to the embedder
     task = task_of(family_of(hf_config), hf_config)
     if quantize is not None and task in ("tokens", "classify"):
         raise QuantizationError("--quantize int8 is for embedding models; this one classifies")
@@ -155,8 +155,8 @@ def load_served_model(model_dir: str | Path, dtype="auto", quantize: str | None 
     if task == "classify":
         return TextClassifier(modules.model_dir)
     if quantize is not None:
-        return SentenceEmbedder(path, dtype="fp32", quantize=quantize)
-    return SentenceEmbedder(path, dtype=dtype)
+        return SentenceEmbedder(path, dtype="fp32", quantize=quantize, config_json=hf_config)
+    return SentenceEmbedder(path, dtype=dtype, config_json=hf_config)
 
 
 def _max_length(model) -> int:

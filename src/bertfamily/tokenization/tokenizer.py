@@ -35,7 +35,7 @@ from tokenizers import AddedToken, models
 
 from ..errors import ArgumentTypeError, InputError, TokenizerFileError, TokenizerNotFoundError
 from ..files import atomic_directory, write_text_atomic
-from ..resources.resolve import resolve_model_dir
+from ..resources.resolve import resolve_model
 from . import spm
 from .hf_files import (  # noqa: F401  (file names: public constants of this module too)
     _ABSURD_MAX_LENGTH,
@@ -69,8 +69,20 @@ from .hf_files import (  # noqa: F401  (file names: public constants of this mod
     _token_from_dict,
     _tokenizer_json_added,
 )
+from .long_text import (
+    CHARS_PER_TOKEN,
+    MAX_CHARS_PER_TOKEN,
+    _prefix_at_whitespace,
+    _tighten,
+)
 
-__all__ = ["Tokenizer", "TokenizerFileError", "TokenizerNotFoundError", "load_tokenizer"]
+__all__ = [
+    "Tokenizer",
+    "TokenizerFileError",
+    "TokenizerNotFoundError",
+    "load_tokenizer",
+    "tokenizer_from_directory",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -98,18 +110,6 @@ _UNSUPPORTED_HF_ARGUMENTS = frozenset(
     }
 )
 ReturnTensors = Literal["pt", "np"] | None
-
-
-# Truncating a long text: it is first cut by characters, so that time and memory per input
-# are bounded by the length limit, not by the text (a 10 MB line would otherwise be tokenised
-# whole, then truncated). The cut keeps ``limit * CHARS_PER_TOKEN`` characters, ending at a
-# whitespace so no word is split; if that prefix has fewer than ``limit`` tokens (text with
-# very long words or runs of whitespace), the cut grows x4, up to ``MAX_CHARS_PER_TOKEN``.
-# Whenever the kept prefix has at least ``limit`` tokens, the result equals tokenising the
-# whole text and truncating it.
-CHARS_PER_TOKEN = 64
-MAX_CHARS_PER_TOKEN = 1024
-_BOUNDARY_SEARCH = 256  # characters searched back from the cut for a whitespace
 
 
 # --------------------------------------------------------------------------- the wrapper
@@ -698,10 +698,29 @@ class Tokenizer:
 def load_tokenizer(
     path: str | os.PathLike[str], *, return_token_type_ids: bool | None = None
 ) -> Tokenizer:
-    """Build the tokenizer of a local Hugging Face model directory.
+    """Build the tokenizer of a model: a local directory, a bertfamily resource name or a model
+    id in the local Hugging Face cache, resolved once by `bertfamily.resources.resolve_model`
+    (the names every ``--model`` option takes); then as `tokenizer_from_directory`.
+
+    Raises:
+        ModelNotFoundError: a name that is no directory, resource or cached id.
+        TokenizerNotFoundError, TokenizerFileError: see `tokenizer_from_directory`.
+    """
+    return tokenizer_from_directory(
+        resolve_model(path), return_token_type_ids=return_token_type_ids
+    )
+
+
+def tokenizer_from_directory(
+    directory: str | os.PathLike[str],
+    *,
+    return_token_type_ids: bool | None = None,
+    model_config: Mapping[str, Any] | None = None,
+) -> Tokenizer:
+    """Build the tokenizer of a resolved local Hugging Face model directory.
 
     Args:
-        path: a directory with ``tokenizer.json``, or a SentencePiece model (``spiece.model``,
+        directory: a directory with ``tokenizer.json``, or a SentencePiece model (``spiece.model``,
             ``spm.model`` or ``sentencepiece.bpe.model``), or ``vocab.txt`` (WordPiece), or
             ``vocab.json`` + ``merges.txt`` (byte-level BPE); optionally
             ``tokenizer_config.json``, ``special_tokens_map.json`` and ``config.json``. A
@@ -712,6 +731,8 @@ def load_tokenizer(
             segment embeddings, or, without ``config.json``: as ``tokenizer_config.json``'s
             ``model_input_names`` say for ``tokenizer.json``, by family for a SentencePiece
             model (ALBERT, DeBERTa-v2: yes), for WordPiece only otherwise.
+        model_config: the directory's parsed ``config.json`` when the caller has read it
+            (else it is read here, if present).
 
     Raises:
         TokenizerNotFoundError: the directory (or path) holds none of those files.
@@ -723,10 +744,11 @@ def load_tokenizer(
             family that is not supported (or not the file that family reads); the message
             names the file.
     """
-    directory = resolve_model_dir(path)  # a directory, or org/name in the Hugging Face cache
+    directory = Path(directory)
     tok_config = _read_json(directory / TOKENIZER_CONFIG_FILE)
     special_map = _read_json(directory / SPECIAL_TOKENS_MAP_FILE)
-    model_config = _read_json(directory / MODEL_CONFIG_FILE)
+    if model_config is None:
+        model_config = _read_json(directory / MODEL_CONFIG_FILE)
     role_values = _specials_from(directory / TOKENIZER_CONFIG_FILE, tok_config)
     decoder = _added_tokens_decoder(directory / TOKENIZER_CONFIG_FILE, tok_config)
     if decoder is None:
@@ -867,25 +889,3 @@ def _to_tensors(
     import torch  # deferred: tokenisation alone does not need torch
 
     return {key: torch.from_numpy(a) for key, a in arrays.items()}
-
-
-def _tighten(prefix: str, offsets: list[tuple[int, int]], limit: int) -> str:
-    """Shorten a prefix that holds at least ``limit`` tokens (``offsets``, in characters) to
-    the end of the word holding its token number ``limit + 1``: the first ``limit + 1``
-    tokens are unchanged (no word is split) and little more is left to tokenise again (a pair
-    of long segments would otherwise give overflowing windows by the thousand)."""
-    if len(offsets) <= limit:
-        return prefix
-    end = offsets[limit][1]
-    while end < len(prefix) and not prefix[end].isspace():
-        end += 1
-    return prefix[:end]
-
-
-def _prefix_at_whitespace(text: str, length: int) -> str:
-    """``text[:length]``, shortened to end just before a whitespace when there is one in the
-    last ``_BOUNDARY_SEARCH`` characters, so the cut splits no word."""
-    for i in range(length, max(length - _BOUNDARY_SEARCH, 0), -1):
-        if text[i].isspace():
-            return text[:i]
-    return text[:length]

@@ -1,0 +1,67 @@
+"""How every pipeline loads its model: the name resolved once (`resolve_model`), config.json
+read once and shared by the model and the tokenizer, the model moved to ``device`` in ``dtype``
+and put in eval mode."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from ..checkpoints.io import read_hf_config
+from ..model import Model
+from ..pretrained import model_from_directory
+from ..resources.resolve import resolve_model
+from ..tokenization.tokenizer import Tokenizer, tokenizer_from_directory
+
+__all__ = ["LoadedModel", "load_model_and_tokenizer", "to_device"]
+
+
+@dataclass
+class LoadedModel:
+    """A resolved directory, its model (eval mode, on ``device``) and its tokenizer."""
+
+    directory: Path
+    model: Model
+    tokenizer: Tokenizer
+    device: torch.device
+
+
+def load_model_and_tokenizer(
+    path: str | os.PathLike[str],
+    *,
+    device: str | torch.device = "cpu",
+    dtype: str | torch.dtype | None = None,
+    revision: str | None = None,
+) -> LoadedModel:
+    """Load the model and tokenizer of ``path`` (a directory, a resource name or a cached
+    ``org/name``), resolving it once and reading its config.json once.
+
+    Args:
+        path: what every ``--model`` option takes.
+        device: where the model runs ("cpu", "cuda", "cuda:1", a `torch.device`).
+        dtype: parameter dtype: None or "fp32" (float32), "bf16", "auto" (see
+            `bertfamily.pipelines.precision.resolve_dtype`) or a torch dtype.
+        revision: for a cached ``org/name``: a branch, tag or commit.
+
+    Raises:
+        ModelNotFoundError, ModelDirectoryError, CheckpointError, TokenizerNotFoundError,
+        TokenizerFileError: as `bertfamily.from_pretrained` and `bertfamily.load_tokenizer`.
+    """
+    from .precision import resolve_dtype
+
+    directory = resolve_model(path, revision)
+    config_json = read_hf_config(directory)
+    device = torch.device(device)
+    torch_dtype, _ = resolve_dtype(dtype, device)
+    model = model_from_directory(directory, config_json=config_json, dtype=torch_dtype)
+    model = model.to(device).eval()
+    tokenizer = tokenizer_from_directory(directory, model_config=config_json)
+    return LoadedModel(directory, model, tokenizer, device)
+
+
+def to_device(batch: dict[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:
+    """``batch`` with every tensor moved to ``device``."""
+    return {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
