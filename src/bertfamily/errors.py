@@ -79,11 +79,6 @@ class SentenceModulesError(ModelDirectoryError):
     run, or a module file with a wrong value or shape; the message names the file."""
 
 
-class ModelNotFoundError(BertFamilyError, ValueError):
-    """A model name is neither a local directory, a fetched resource nor in the local Hugging
-    Face cache; the message lists every place that was looked at."""
-
-
 class CheckpointError(BertFamilyError, ValueError):
     """A checkpoint does not match the model: lists every missing, unexpected and mismatched key.
 
@@ -121,6 +116,13 @@ class TokenizerFileError(BertFamilyError, ValueError):
     ``config.json``) is unreadable or malformed, ``vocab.txt`` lists a token twice, or a
     SentencePiece model belongs to a family bertfamily cannot place; the message names the
     file."""
+
+
+class ModelNotFoundError(ModelDirectoryError, TokenizerNotFoundError):
+    """A model name is neither a local directory, a fetched resource nor in the local Hugging
+    Face cache; the message lists every place that was looked at. Both a `ModelDirectoryError`
+    and a `TokenizerNotFoundError`, which the loaders raised for a missing directory before
+    they shared one resolver."""
 
 
 # --- resources and data ------------------------------------------------------------------------

@@ -30,7 +30,7 @@ commands.add_typer(distill_group, name="distill")
 
 @distill_group.callback()
 @handle_errors
-@training_options(lr=5e-4)
+@training_options("distill")
 def distill(
     ctx: typer.Context,
     method: str | None = typer.Option(None, help="distilbert | tinybert | tinybert-task"),
@@ -154,7 +154,7 @@ def distill(
         max_length=max_length,
     )
     with training_threads(training.threads):
-        summary = run(cfg, TrainConfig(output_dir=output, **fields))
+        summary = run(cfg, output_dir=output, **fields)
     print_summary_on_main_rank(
         summary, ("step", "stopped", "elapsed_s", "train", "eval"), training.device
     )

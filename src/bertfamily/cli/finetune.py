@@ -41,9 +41,7 @@ NULL_HELP = (
 
 @commands.command()
 @handle_errors
-@training_options(
-    max_steps=None, lr=5e-5, warmup=0.1, eval_every=None, save_every=0, log_every=None
-)
+@training_options("finetune", max_steps=None, eval_every=None, log_every=None)
 def finetune(
     task: str = typer.Option(..., help=TASK_HELP),
     model: str | None = typer.Option(
@@ -87,10 +85,9 @@ def finetune(
     from ..recipes.finetune import FinetuneConfig
     from ..recipes.finetune import finetune as run
     from ..resources.resolve import resolve_model
-    from ..train.config import TrainConfig
 
     # log_every 0: a tenth of the run (see `recipes.finetune.finetune`)
-    fields = {"log_every": 0, **training.train_config_fields()}
+    fields = training.train_config_fields()
     data = TaskOptions(
         text_column=text_column,
         text_pair_column=text_pair_column,
@@ -112,7 +109,7 @@ def finetune(
         patience=patience,
     )
     with training_threads(training.threads):
-        res = run(cfg, TrainConfig(output_dir=output, **fields))
+        res = run(cfg, output_dir=output, **fields)
     if res.get("new_head"):
         console.print(f"new task head: initialised {res['new_head']} (normal for fine-tuning)")
     if res.get("left_out_per_epoch"):

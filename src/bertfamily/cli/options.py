@@ -1,4 +1,8 @@
-"""The training options shared by `pretrain`, `distill` and `finetune`, defined once.
+"""The training options shared by `pretrain`, `distill` and `finetune`, defined once, with
+`TrainConfig`'s field names (``--learning-rate``, ``--grad-accum-steps``, ``--warmup-ratio``,
+``--max-time-s``; the short forms ``--lr``, ``--grad-accum``, ``--warmup``, ``--max-time`` are
+kept) and each recipe's defaults read from `bertfamily.recipes.common.TRAIN_DEFAULTS`, the same
+data the Python recipes read: the same arguments are the same run.
 
 A command takes them as one ``training: TrainOptions`` parameter and is decorated with
 `training_options(**its_defaults)`; the decorator puts the options into the command's signature
@@ -25,11 +29,11 @@ class TrainOptions:
     """The shared training options; the defaults are `pretrain`'s. None: the recipe's default."""
 
     batch_size: int = 32
-    grad_accum: int = 1
+    grad_accum_steps: int = 1
     max_steps: int | None = 10000
-    max_time: float | None = None
-    lr: float = 1e-3
-    warmup: float | None = 0.05
+    max_time_s: float | None = None
+    learning_rate: float = 1e-3
+    warmup_ratio: float | None = 0.05
     schedule: str = "linear"
     weight_decay: float = 0.01
     eval_every: int | None = 500
@@ -48,11 +52,11 @@ class TrainOptions:
         """The `train.config.TrainConfig` fields these options set (None values left out)."""
         fields = dict(
             batch_size=self.batch_size,
-            grad_accum_steps=self.grad_accum,
+            grad_accum_steps=self.grad_accum_steps,
             max_steps=self.max_steps,
-            max_time_s=self.max_time,
-            learning_rate=self.lr,
-            warmup_ratio=self.warmup,
+            max_time_s=self.max_time_s,
+            learning_rate=self.learning_rate,
+            warmup_ratio=self.warmup_ratio,
             schedule=self.schedule,
             weight_decay=self.weight_decay,
             eval_every=self.eval_every,
@@ -72,21 +76,27 @@ class TrainOptions:
 # name -> (extra option names, typer.Option keywords); the type is the dataclass field's.
 _OPTIONS: dict[str, tuple[tuple[str, ...], dict[str, Any]]] = {
     "batch_size": ((), dict(min=1, help="Examples per batch, per process.")),
-    "grad_accum": ((), dict(min=1, help="Micro-batches per optimizer step.")),
+    "grad_accum_steps": (
+        ("--grad-accum-steps", "--grad-accum"),
+        dict(min=1, help="Micro-batches per optimizer step."),
+    ),
     "max_steps": (
         (),
         dict(min=1, help="Optimizer steps (finetune: default --epochs passes over the data)."),
     ),
-    "max_time": (
-        (),
+    "max_time_s": (
+        ("--max-time-s", "--max-time"),
         dict(
             min=0.001,
             help="Wall-clock budget in seconds; training stops at whichever of --max-steps and "
             "--max-time comes first (the progress bar's ETA respects both).",
         ),
     ),
-    "lr": (("--lr", "--learning-rate"), dict(help="Peak learning rate.")),
-    "warmup": ((), dict(help="Warm-up, as a fraction of the steps.")),
+    "learning_rate": (("--learning-rate", "--lr"), dict(help="Peak learning rate.")),
+    "warmup_ratio": (
+        ("--warmup-ratio", "--warmup"),
+        dict(help="Warm-up, as a fraction of the steps."),
+    ),
     "schedule": (
         (),
         dict(help="Learning-rate schedule: linear | inverse_sqrt | constant."),
@@ -134,13 +144,21 @@ if set(_OPTIONS) != {f.name for f in dataclasses.fields(TrainOptions)}:
     raise RuntimeError("_OPTIONS must describe every TrainOptions field")
 
 
-def training_options(**defaults: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Give a command the shared training options, with its own defaults where they differ.
+def training_options(
+    recipe: str, **defaults: Any
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Give a command the shared training options, with the defaults of ``recipe`` (a key of
+    `TRAIN_DEFAULTS`; only the `TrainOptions` fields of it) and ``defaults`` on top (options the
+    command plans itself, e.g. finetune's ``max_steps=None`` for "from --epochs").
 
     The command declares a ``training: TrainOptions`` parameter; its command line gets every
     `TrainOptions` field as an option there instead (same names in every command).
     """
-    base = TrainOptions(**defaults)
+    from ..recipes.defaults import TRAIN_DEFAULTS
+
+    names = {f.name for f in dataclasses.fields(TrainOptions)}
+    recipe_defaults = {k: v for k, v in TRAIN_DEFAULTS[recipe].items() if k in names}
+    base = TrainOptions(**{**recipe_defaults, **defaults})
 
     def decorate(func: Callable[..., Any]) -> Callable[..., Any]:
         signature = inspect.signature(func, eval_str=True)

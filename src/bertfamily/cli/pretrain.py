@@ -6,6 +6,7 @@ from pathlib import Path
 
 import typer
 
+from ..errors import InputError
 from .common import (
     App,
     handle_errors,
@@ -20,7 +21,7 @@ commands = App()
 
 @commands.command()
 @handle_errors
-@training_options()
+@training_options("pretrain")
 def pretrain(
     corpus: list[Path] = typer.Argument(
         ..., metavar="CORPUS", help="Corpus files (.txt / .jsonl / dataset dir)."
@@ -85,14 +86,20 @@ def pretrain(
     from ..recipes.pretrain import PretrainConfig
     from ..recipes.pretrain import pretrain as run
     from ..resources.resolve import resolve_model
-    from ..train.config import TrainConfig
 
+    sizes = model_overrides(layers, hidden, heads, dropout)
+    if init_from and sizes:
+        raise InputError(
+            f"--init-from {init_from} continues that model at its own size; "
+            f"{', '.join(sorted(sizes))} cannot change (drop --layers/--hidden/--heads/--dropout, "
+            "or pretrain from --preset with those sizes)"
+        )
     custom_masking = masking or mlm_probability != 0.15 or max_predictions
     cfg = PretrainConfig(
         corpus=corpus,
         tokenizer=tokenizer,
         preset=preset,
-        overrides=model_overrides(layers, hidden, heads, dropout),
+        overrides=sizes,
         init_from=resolve_model(init_from) if init_from else None,
         objectives=objectives.split(",") if objectives else None,
         generator_size=generator_size,
@@ -113,10 +120,5 @@ def pretrain(
         eval_batches=eval_batches,
     )
     with training_threads(training.threads):
-        summary = run(
-            cfg,
-            TrainConfig(
-                output_dir=output, metric_for_best="loss", **training.train_config_fields()
-            ),
-        )
+        summary = run(cfg, output_dir=output, **training.train_config_fields())
     print_summary_on_main_rank(summary, ("step", "stopped", "elapsed_s", "eval"), training.device)

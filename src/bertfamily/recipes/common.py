@@ -5,6 +5,7 @@ tokenizer, and the run finish (tokenizer beside the weights, a JSON summary).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -16,7 +17,7 @@ import numpy as np
 from ..config import EncoderConfig
 from ..data.batching import IndexedBatches
 from ..data.corpora import read_documents
-from ..errors import InputError
+from ..errors import ArgumentTypeError, InputError
 from ..files import write_text_atomic
 from ..objectives.instances import Instance, SpecialIds, token_matched_batch_size
 from ..objectives.masking import MaskingConfig
@@ -31,6 +32,7 @@ from ..train.config import TrainConfig
 from ..train.distributed import DistInfo
 
 __all__ = [
+    "train_config",
     "split_documents",
     "fixed_eval_batches",
     "finish_run",
@@ -217,3 +219,31 @@ def mlm_data(
         eval_inst, masking, collate, train.batch_size, eval_batches, train.seed + 2, **common
     )
     return MLMData(source, fixed, train_inst, eval_inst, collate, batch_size)
+
+
+def train_config(recipe: str, train: TrainConfig | None = None, **fields: Any) -> TrainConfig:
+    """The `TrainConfig` of a ``recipe`` run: ``train`` itself when given (then no ``fields``),
+    else ``TRAIN_DEFAULTS[recipe]`` with ``fields`` (TrainConfig field names, ``output_dir``
+    among them) on top — what the command line builds from its options.
+
+    Raises:
+        ArgumentTypeError: both ``train`` and fields, or a field TrainConfig does not have.
+        InputError: no ``output_dir``.
+    """
+    from .defaults import TRAIN_DEFAULTS
+
+    if train is not None:
+        if fields:
+            raise ArgumentTypeError(
+                f"give either a TrainConfig or its fields, not both (got {sorted(fields)})"
+            )
+        return train
+    if "output_dir" not in fields:
+        raise InputError(f"{recipe}: give output_dir (where the run writes)")
+    known = {f.name for f in dataclasses.fields(TrainConfig)}
+    unknown = sorted(set(fields) - known)
+    if unknown:
+        raise ArgumentTypeError(
+            f"{recipe}: unknown training fields {unknown}; known: {sorted(known)}"
+        )
+    return TrainConfig(**{**TRAIN_DEFAULTS[recipe], **fields})

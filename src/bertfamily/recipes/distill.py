@@ -48,7 +48,7 @@ from ..pretrained import from_pretrained
 from ..tokenization.tokenizer import load_tokenizer
 from ..train.distributed import init_distributed
 from ..train.loop import TrainConfig, Trainer
-from .common import config_for_tokenizer, finish_run, mlm_data, save_pretrained
+from .common import config_for_tokenizer, finish_run, mlm_data, save_pretrained, train_config
 from .pretrain import load_for_continued_pretraining
 
 __all__ = [
@@ -233,7 +233,9 @@ def evaluate_distillation(model: DistillationObjective, batches) -> dict[str, fl
     return sums
 
 
-def distill(cfg: DistillConfig, train: TrainConfig) -> dict[str, Any]:
+def distill(
+    cfg: DistillConfig, train: TrainConfig | None = None, **train_fields: Any
+) -> dict[str, Any]:
     """Distil ``cfg.teacher`` into a student with the shared `Trainer`; alone or under torchrun.
 
     Writes ``output_dir/model`` (student + tokenizer + projections), ``checkpoint.pt``,
@@ -248,7 +250,12 @@ def distill(cfg: DistillConfig, train: TrainConfig) -> dict[str, Any]:
     Raises:
         ValueError: an unknown method, an incompatible teacher/student pair, a teacher without
             what the method needs, or a corpus too small.
+
+    ``train``: the run's `TrainConfig`; or pass its fields as keywords instead
+    (``output_dir=..., max_steps=...``): they start from ``TRAIN_DEFAULTS["distill"]``, the
+    command line's defaults, so the same arguments make the same run.
     """
+    train = train_config("distill", train, **train_fields)
     if cfg.method not in OBJECTIVES:
         raise InputError(f"method must be one of {METHODS}, got {cfg.method!r}")
     objective = OBJECTIVES[cfg.method]

@@ -37,15 +37,15 @@ from ..heads.losses import task_counts, task_loss
 from ..pretrained import from_pretrained
 from ..tokenization.tokenizer import load_tokenizer
 from ..train.loop import TrainConfig, Trainer
-from .common import finish_run, save_pretrained
+from .common import finish_run, save_pretrained, train_config
+from .defaults import TRAIN_DEFAULTS
 
 __all__ = ["FINETUNE_TRAIN_DEFAULTS", "FinetuneConfig", "finetune", "predict", "confusion_png"]
 
 log = logging.getLogger(__name__)
 
-# The `TrainConfig` values fine-tuning is usually run with (the CLI's defaults): BERT's
-# fine-tuning learning rate range (Devlin et al. 2019 §A.3) and 10 % warm-up.
-FINETUNE_TRAIN_DEFAULTS: dict[str, Any] = {"learning_rate": 5e-5, "warmup_ratio": 0.1}
+# The `TrainConfig` values fine-tuning is run with by default (`recipes.defaults`).
+FINETUNE_TRAIN_DEFAULTS: dict[str, Any] = TRAIN_DEFAULTS["finetune"]
 
 
 @dataclass
@@ -75,7 +75,9 @@ class FinetuneConfig:
     patience: int | None = None
 
 
-def finetune(cfg: FinetuneConfig, train: TrainConfig) -> dict[str, Any]:
+def finetune(
+    cfg: FinetuneConfig, train: TrainConfig | None = None, **train_fields: Any
+) -> dict[str, Any]:
     """Fine-tune a pretrained encoder on one task with the shared `Trainer`.
 
     ``train`` is used as given except for what depends on the data size: ``batch_size`` is
@@ -92,7 +94,12 @@ def finetune(cfg: FinetuneConfig, train: TrainConfig) -> dict[str, Any]:
 
     Raises:
         ValueError (DataError, CheckpointError, ...): bad task, data or model directory.
+
+    ``train``: the run's `TrainConfig`; or pass its fields as keywords instead
+    (``output_dir=..., max_steps=...``): they start from ``TRAIN_DEFAULTS["finetune"]``, the
+    command line's defaults, so the same arguments make the same run.
     """
+    train = train_config("finetune", train, **train_fields)
     t0 = time.time()
     opts = cfg.data
     out = Path(train.output_dir)

@@ -37,7 +37,7 @@ from ..tokenization.tokenizer import load_tokenizer
 from ..train.distributed import init_distributed
 from ..train.loop import TrainConfig, Trainer
 from ..train.rundir import write_run_record
-from .common import config_for_tokenizer, finish_run, mlm_data, save_pretrained
+from .common import config_for_tokenizer, finish_run, mlm_data, save_pretrained, train_config
 
 __all__ = ["RECIPES", "PretrainConfig", "pretrain", "load_for_continued_pretraining"]
 
@@ -164,7 +164,9 @@ def _objectives(cfg: PretrainConfig, config) -> tuple[str, ...]:
     return objs
 
 
-def pretrain(cfg: PretrainConfig, train: TrainConfig) -> dict[str, Any]:
+def pretrain(
+    cfg: PretrainConfig, train: TrainConfig | None = None, **train_fields: Any
+) -> dict[str, Any]:
     """Build data, model and heads, and run the `Trainer`. Works alone or under torchrun.
 
     The run directory gets ``run.json`` (`bertfamily.train.rundir.write_run_record`: command
@@ -178,7 +180,12 @@ def pretrain(cfg: PretrainConfig, train: TrainConfig) -> dict[str, Any]:
     Raises:
         ValueError: bad corpus, objectives, packing (unknown, or DOC-SENTENCES with a pair
             objective, whose instances are pairs), or a tokenizer/model mismatch.
+
+    ``train``: the run's `TrainConfig`; or pass its fields as keywords instead
+    (``output_dir=..., max_steps=...``): they start from ``TRAIN_DEFAULTS["pretrain"]``, the
+    command line's defaults, so the same arguments make the same run.
     """
+    train = train_config("pretrain", train, **train_fields)
     if cfg.packing not in PACKINGS:
         raise InputError(f"packing must be one of {PACKINGS}, got {cfg.packing!r}")
     dist = init_distributed(train.device)
@@ -189,6 +196,11 @@ def pretrain(cfg: PretrainConfig, train: TrainConfig) -> dict[str, Any]:
     if tok.mask_token_id is None or tok.pad_token_id is None:
         raise InputError(f"tokenizer {tok_dir} has no mask or pad token")
 
+    if cfg.init_from is not None and cfg.overrides:
+        raise InputError(
+            f"init_from {cfg.init_from} continues that model at its own size; overrides "
+            f"{sorted(cfg.overrides)} cannot apply to it (pretrain from a preset instead)"
+        )
     fresh: list[str] = []
     torch.manual_seed(train.seed)  # new weights (model, fresh heads, SBO) depend on the seed only
     if cfg.init_from is not None:
