@@ -132,3 +132,20 @@ def test_plot_skipped_with_note_when_nothing_logged(tmp_path, caplog):
     assert "not written" in caplog.text
     (tmp_path / "metrics.jsonl").write_text('{"step": 1, "split": "train", "loss": 2.0}\n')
     assert plot_metrics(tmp_path / "metrics.jsonl", tmp_path / "loss.png").stat().st_size > 0
+
+
+def test_training_options_carry_trainconfig_names(cli):
+    """`--learning-rate` etc. are `TrainConfig`'s field names; the short forms still work."""
+    import dataclasses
+
+    from bertfamily.cli.options import TrainOptions
+    from bertfamily.train.config import TrainConfig
+
+    config_fields = {f.name for f in dataclasses.fields(TrainConfig)}
+    cli_only = {"threads"}  # a process setting, not part of the run's TrainConfig
+    for field in dataclasses.fields(TrainOptions):
+        assert field.name in config_fields | cli_only, field.name
+    for command in ("pretrain", "distill", "finetune"):
+        text = cli(command, "--help").output
+        for option in ("--learning-rate", "--grad-accum-steps", "--warmup-ratio", "--max-time-s"):
+            assert option in text, (command, option)

@@ -191,3 +191,66 @@ def test_same_seed_same_instances_and_masks(toy, tmp_path):
     for x, y in zip(a[1] + a[2], b[1] + b[2]):
         assert x.keys() == y.keys() and all(torch.equal(x[k], y[k]) for k in x)
     assert not all(torch.equal(x["input_ids"], y["input_ids"]) for x, y in zip(a[1], c[1]))
+
+
+def test_the_command_and_the_python_call_are_the_same_run(cli, toy, tmp_path):
+    """One training vocabulary (issue #27): `bertfamily pretrain` and `pretrain(cfg, **fields)`
+    with the same arguments start from the same defaults (`recipes.defaults.TRAIN_DEFAULTS`),
+    so their run.json agree and the weights are bit-identical."""
+    import json
+
+    import torch
+
+    from bertfamily.recipes.defaults import TRAIN_DEFAULTS
+    from bertfamily.recipes.pretrain import PretrainConfig, pretrain
+
+    _pretrain(cli, toy, tmp_path / "cli", 5, "--max-steps", "2")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as --threads 1
+    try:
+        pretrain(
+            PretrainConfig(
+                corpus=[str(toy / "toy.txt")],
+                tokenizer=str(toy / "tok"),
+                preset="tiny-bert",
+                objectives=["mlm"],
+                max_length=24,
+            ),
+            output_dir=tmp_path / "py",
+            max_steps=2,
+            batch_size=4,
+            seed=5,
+            device="cpu",
+        )
+    finally:
+        torch.set_num_threads(threads)
+    runs = [json.loads((tmp_path / d / "run.json").read_text())["config"] for d in ("cli", "py")]
+    for run in runs:
+        run["train"].pop("output_dir")
+    assert runs[0]["train"] == runs[1]["train"]
+    assert runs[0]["model"] == runs[1]["model"]
+    train = runs[1]["train"]
+    assert train["learning_rate"] == TRAIN_DEFAULTS["pretrain"]["learning_rate"] == 1e-3
+    assert train["warmup_ratio"] == 0.05 and train["metric_for_best"] == "loss"
+    assert _weights(tmp_path / "cli" / "model")[0] == _weights(tmp_path / "py" / "model")[0]
+
+
+def test_init_from_with_size_overrides_is_refused(cli, toy, tmp_path):
+    model = _pretrain(cli, toy, tmp_path / "base", 1, "--max-steps", "1")
+    res = cli(
+        "pretrain", toy / "toy.txt", "-o", tmp_path / "more", "--init-from", model,
+        "--hidden", "64", "--max-steps", "1", "--device", "cpu",
+    )  # fmt: skip
+    assert res.exit_code == 2
+    assert "--init-from" in res.output and "hidden_size" in res.output
+    assert not (tmp_path / "more" / "model").exists()
+
+
+def test_recipes_refuse_unknown_training_fields(tmp_path):
+    from bertfamily.errors import ArgumentTypeError
+    from bertfamily.recipes.common import train_config
+
+    with pytest.raises(ArgumentTypeError, match="learning_rat"):
+        train_config("pretrain", output_dir=tmp_path, learning_rat=1e-3)
+    cfg = train_config("finetune", output_dir=tmp_path, seed=3)
+    assert (cfg.learning_rate, cfg.warmup_ratio, cfg.seed) == (5e-5, 0.1, 3)
