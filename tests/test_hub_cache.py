@@ -175,13 +175,13 @@ def test_cli_model_name(cache):
 
 
 def test_every_model_option_of_the_cli_reads_the_cache(cache, tmp_path):
-    """`fetch.resolve_model` (behind --model, --teacher, --init-from and export's MODEL) finds
+    """`resources.resolve.resolve_model` (behind --model, --teacher, --init-from and export's MODEL) finds
     a cached model id; `export org/tiny` writes a graph of the cached model."""
     from bertfamily.resources.resolve import resolve_model
 
     assert resolve_model("org/tiny") == resolve_model_dir("org/tiny")
     with pytest.raises(ModelNotFoundError, match="neither an existing directory"):
-        resolve_model(tmp_path / "missing")
+        resolve_model(tmp_path / "missing", must_exist=True)
     out = tmp_path / "tiny.onnx"
     result = CliRunner().invoke(app, ["export", "org/tiny", str(out)])
     assert result.exit_code == 0, result.output

@@ -67,7 +67,7 @@ def model_path(model: str | None) -> Path:
     """
     from ..resources.resolve import resolve_model
 
-    return resolve_model(model)
+    return resolve_model(model, must_exist=True)
 
 
 def read_lines(path: Path) -> list[str]:

@@ -32,7 +32,7 @@ def export(
     """Export a model to ONNX with dynamic batch and sequence axes."""
     from ..convert.onnx import export_onnx, output_names
     from ..pretrained import from_pretrained
-    from ..resources.resolve import resolve_model
+    from .common import model_path
 
     if format != "onnx":
         raise InputError(f"unsupported format {format!r}; supported: onnx")
@@ -40,9 +40,9 @@ def export(
         raise InputError(f"the output of an ONNX export must end in .onnx, got {output}")
     if quantize is not None:
         check_quantize(quantize, "fp32")
-        _export_int8(resolve_model(model), output, opset)
+        _export_int8(model_path(model), output, opset)
         return
-    m = from_pretrained(resolve_model(model))
+    m = from_pretrained(model_path(model))
     export_onnx(m, output, opset=opset)
     console.print(f"wrote {output} (outputs: {', '.join(output_names(m))})")
 

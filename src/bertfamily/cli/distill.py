@@ -91,7 +91,7 @@ def distill(
     Runs under torchrun; `distill init` builds a layer-copied student."""
     if ctx.invoked_subcommand is not None:
         return
-    from ..resources.resolve import resolve_model
+    from .common import model_path
 
     overrides = model_overrides(layers, hidden, heads)
     fields = training.train_config_fields()
@@ -106,7 +106,7 @@ def distill(
             k: v for k, v in fields.items() if k not in ("max_steps", "eval_every", "save_every")
         }
         cfg = TaskDistillConfig(
-            resolve_model(teacher),
+            model_path(teacher),
             train,
             student=[int(x) for x in student.split(",")]
             if student.replace(",", "").isdigit()
@@ -128,7 +128,7 @@ def distill(
             )
             if augment_samples
             else None,
-            augment_model=resolve_model(augment_model) if augment_model else None,
+            augment_model=model_path(augment_model) if augment_model else None,
         )
         with training_threads(training.threads):
             res = distill_task(cfg, TrainConfig(output_dir=output, **stage_fields))
@@ -141,7 +141,7 @@ def distill(
     from ..train.config import TrainConfig
 
     cfg = DistillConfig(
-        teacher=resolve_model(teacher),
+        teacher=model_path(teacher),
         method=method,
         corpus=corpus,
         student=student,
@@ -176,10 +176,10 @@ def distill_init(
     """A student initialised from chosen teacher layers (DistilBERT-style)."""
     from ..pretrained import from_pretrained
     from ..recipes.distill import init_student
-    from ..resources.resolve import resolve_model
     from ..tokenization.tokenizer import load_tokenizer
+    from .common import model_path
 
-    path = resolve_model(teacher)
+    path = model_path(teacher)
     chosen = [int(x) for x in layers.split(",") if x.strip()]
     student = init_student(
         from_pretrained(path), chosen, preset=student_preset, fold_token_types=fold_token_types

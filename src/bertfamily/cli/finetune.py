@@ -84,7 +84,7 @@ def finetune(
     from ..data.task_data import TaskOptions
     from ..recipes.finetune import FinetuneConfig
     from ..recipes.finetune import finetune as run
-    from ..resources.resolve import resolve_model
+    from .common import model_path
 
     # log_every 0: a tenth of the run (see `recipes.finetune.finetune`)
     fields = training.train_config_fields()
@@ -101,7 +101,7 @@ def finetune(
     )
     cfg = FinetuneConfig(
         task,
-        resolve_model(model),
+        model_path(model),
         train,
         eval,
         data,

@@ -96,15 +96,15 @@ def dataflow(
     if text_pair is not None and text is None:
         raise typer.BadParameter("--text-pair needs --text")
     if text is not None:
-        from ..resources.resolve import resolve_model
         from ..tokenization.tokenizer import load_tokenizer
+        from .common import model_path
 
         if tokenizer is None and not Path(model).is_dir():
             raise typer.BadParameter(
                 f"{model!r} is a preset and has no tokenizer; pass --tokenizer "
                 "(e.g. --tokenizer bert-base-chinese-vocab)"
             )
-        tok = load_tokenizer(resolve_model(tokenizer or model))
+        tok = load_tokenizer(model_path(tokenizer or model))
     tr = trace(
         model,
         heads=head,

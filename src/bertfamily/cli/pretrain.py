@@ -85,7 +85,7 @@ def pretrain(
     from ..objectives.masking import MaskingConfig
     from ..recipes.pretrain import PretrainConfig
     from ..recipes.pretrain import pretrain as run
-    from ..resources.resolve import resolve_model
+    from .common import model_path
 
     sizes = model_overrides(layers, hidden, heads, dropout)
     if init_from and sizes:
@@ -100,7 +100,7 @@ def pretrain(
         tokenizer=tokenizer,
         preset=preset,
         overrides=sizes,
-        init_from=resolve_model(init_from) if init_from else None,
+        init_from=model_path(init_from) if init_from else None,
         objectives=objectives.split(",") if objectives else None,
         generator_size=generator_size,
         masking=MaskingConfig(

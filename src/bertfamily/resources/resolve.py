@@ -142,7 +142,12 @@ def _count() -> None:
     RESOLUTIONS += 1
 
 
-def resolve_model(model: str | os.PathLike[str] | None, revision: str | None = None) -> Path:
+def resolve_model(
+    model: str | os.PathLike[str] | None,
+    revision: str | None = None,
+    *,
+    must_exist: bool = False,
+) -> Path:
     """Turn a user's model argument into a local directory: the one resolver behind every
     ``--model`` option, `from_pretrained`, `load_tokenizer`, `SentenceEmbedder`, the pipelines
     and the server.
@@ -154,6 +159,9 @@ def resolve_model(model: str | os.PathLike[str] | None, revision: str | None = N
             downloaded). A cached resource, named or given as its cache directory, gets
             `fetch`'s cheap check.
         revision: for a Hugging Face cache id: a branch or tag (default ``main``) or a commit.
+        must_exist: refuse a path that is no directory (the command line); by default such a
+            path (``/x/y``, ``./m``, ``~/m``: no model id) is returned for the loader to report
+            (or to put back a directory an interrupted save left renamed).
 
     Raises:
         ModelNotFoundError (a ValueError): none of these; the message lists every place looked
@@ -182,9 +190,9 @@ def resolve_model(model: str | os.PathLike[str] | None, revision: str | None = N
         found = resolve_model_dir(str(model), revision)
     except ModelNotFoundError as e:
         raise ModelNotFoundError(f"{e}; and it is no bertfamily resource ({known})") from None
-    if not found.is_dir():
+    if not found.is_dir() and must_exist:
         raise ModelNotFoundError(
             f"model {str(model)!r} is neither an existing directory, a known resource nor a "
             f"model id (org/name) in the local Hugging Face cache; {known}"
         )
-    return found
+    return found  # a path that is no model id goes to the loader, which says what is wrong
