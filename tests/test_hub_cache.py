@@ -175,8 +175,8 @@ def test_cli_model_name(cache):
 
 
 def test_every_model_option_of_the_cli_reads_the_cache(cache, tmp_path):
-    """`resources.resolve.resolve_model` (behind --model, --teacher, --init-from and export's MODEL) finds
-    a cached model id; `export org/tiny` writes a graph of the cached model."""
+    """`resources.resolve.resolve_model` (behind --model, --teacher, --init-from and export's
+    MODEL) finds a cached model id; `export org/tiny` writes a graph of the cached model."""
     from bertfamily.resources.resolve import resolve_model
 
     assert resolve_model("org/tiny") == resolve_model_dir("org/tiny")
