@@ -187,3 +187,110 @@ def test_bad_speed_and_depth_are_refused():
     other = StudentClassifiers(5, 32, 3)
     with pytest.raises(ValueError, match="students"):
         early_exit_forward(model, other, ids, mask, speed=0.5)
+
+
+# --- recipe, CLI, pipeline and server on a tiny model with the real tokenizer ----------------
+@pytest.fixture(scope="module")
+def distilled(minilm_dir, tmp_path_factory):
+    """A tiny 3-layer BERT fine-tuned on a separable toy task, then self-distilled."""
+    from bertfamily.data.task_data import TaskOptions
+    from bertfamily.recipes.finetune import FinetuneConfig, finetune
+    from bertfamily.train import TrainConfig
+
+    root = tmp_path_factory.mktemp("fastbert")
+    torch.manual_seed(0)
+    cfg = bf.EncoderConfig.from_preset(
+        "tiny-bert", vocab_size=30522, num_hidden_layers=3, max_position_embeddings=64
+    )
+    bf.build_model(cfg).save_pretrained(root / "base")
+    bf.load_tokenizer(minilm_dir).save_pretrained(root / "base")
+    good, bad = ["excellent", "wonderful", "great", "superb"], ["terrible", "awful", "dreadful"]
+    rows = [
+        {"text": f"the film was {w} {s}", "label": lab}
+        for lab, ws in (("pos", good), ("neg", bad))
+        for w in ws
+        for s in ("", "today", "again")
+    ]
+    path = root / "train.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    res = finetune(
+        FinetuneConfig(
+            "classify",
+            root / "base",
+            path,
+            path,
+            TaskOptions(max_length=16),
+            epochs=None,
+            self_distill=True,
+            distill_steps=30,
+            speeds=(0.0, 0.5, 1.0),
+        ),
+        TrainConfig(
+            output_dir=root / "run",
+            batch_size=8,
+            max_steps=60,
+            learning_rate=3e-3,
+            warmup_ratio=0.0,
+            eval_every=20,
+            log_every=0,
+            progress=False,
+        ),
+    )
+    return res, root / "run" / "best", path, rows
+
+
+def test_finetune_self_distill_saves_students_and_evaluates_speeds(distilled):
+    res, best, _, _ = distilled
+    sd = res["self_distill"]
+    assert sd["saved_in"] == str(best) and (best / "early_exit.safetensors").is_file()
+    by_speed = {e["speed"]: e for e in sd["eval"]}
+    assert by_speed[0.0]["mean_exit_layer"] == 3.0
+    assert by_speed[0.0]["accuracy"] == res["eval"]["accuracy"]  # speed 0 = the full model
+    assert by_speed[1.0]["mean_exit_layer"] == 1.0
+    losses = [json.loads(x) for x in (best.parent / "self_distill" / "metrics.jsonl").open()]
+    kl = [x["loss"] for x in losses if "loss" in x]
+    assert kl[-1] < kl[0]  # the students learn the teacher
+
+
+def test_predict_speed_cli_and_pipeline(distilled, cli, tmp_path):
+    from bertfamily.pipelines.early_exit import EarlyExitClassifier
+    from bertfamily.recipes.finetune import predict
+
+    res, best, path, rows = distilled
+    full, m0 = predict("classify", best, path, labelled=True)
+    fast, m1 = predict("classify", best, path, labelled=True, speed=1.0)
+    assert m1["mean_exit_layer"] == 1.0 and {p["exit_layer"] for p in fast} == {1}
+    zero, m2 = predict("classify", best, path, labelled=True, speed=0.0)
+    assert m2["accuracy"] == m0["accuracy"] and [p["label"] for p in zero] == [
+        p["label"] for p in full
+    ]
+    out = tmp_path / "p.jsonl"
+    r = cli("predict", "--task", "classify", "--model", best, "-i", path, "-o", out, "--speed", 1)
+    assert r.exit_code == 0, r.output
+    assert {json.loads(x)["exit_layer"] for x in out.read_text().splitlines()} == {1}
+    clf = EarlyExitClassifier(best, speed=0.0)
+    (top,) = clf("the film was superb")
+    assert top[0]["exit_layer"] == 3 and top[0]["label"] == "pos"
+    assert clf("the film was superb", speed=1.0)[0][0]["exit_layer"] == 1
+    assert clf.speed == 0.0
+
+
+def test_server_predict_early_exit(distilled):
+    from fastapi.testclient import TestClient
+
+    from bertfamily.serve.app import ServeSettings, create_app, load_served_model
+
+    _, best, _, _ = distilled
+    served = load_served_model(best)
+    app = create_app(served, ServeSettings(), model_dir=best)
+    with TestClient(app) as client:
+        r = client.post("/predict", json={"inputs": "the film was great"})
+        assert r.status_code == 200 and r.json()[0]["exit_layer"] == 3  # default speed 0
+        r = client.post("/predict", json={"inputs": ["the film was great", "awful"], "speed": 1})
+        assert r.status_code == 200 and r.json()[0]["exit_layer"] == 1  # a pair, at layer 1
+        batch = [["the film was great"], ["the film was awful today"]]
+        r = client.post("/predict", json={"inputs": batch, "speed": 1.0})
+        assert r.status_code == 200
+        assert [row[0]["exit_layer"] for row in r.json()] == [1, 1]
+        r = client.post("/predict", json={"inputs": "x", "speed": 2.0})
+        assert r.status_code == 422 and "speed" in r.json()["error"]

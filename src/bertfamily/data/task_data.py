@@ -204,7 +204,8 @@ def forward_rows(model, rows: list[dict], size: int, pad_id: int) -> list[Simple
 
     Returns:
         One output per row, in the rows' order: ``logits`` ((1, C), (1, T, C) or (1, K)) or
-        ``start_logits``/``end_logits`` (1, T), as the model gives them.
+        ``start_logits``/``end_logits`` (1, T), as the model gives them (and ``exit_layers``
+        (1,) from an early-exit runner).
 
     Raises:
         ValueError: size < 1.
@@ -219,8 +220,8 @@ def forward_rows(model, rows: list[dict], size: int, pad_id: int) -> list[Simple
                 per_row[i] = SimpleNamespace(
                     **{
                         name: getattr(out, name)[j : j + 1]
-                        for name in ("logits", "start_logits", "end_logits")
-                        if getattr(out, name) is not None
+                        for name in ("logits", "start_logits", "end_logits", "exit_layers")
+                        if getattr(out, name, None) is not None
                     }
                 )
     return per_row
@@ -463,10 +464,14 @@ class TaskData:
         return rows
 
     # evaluation -------------------------------------------------------------------------------
-    def evaluate(self, model, rows: list[dict]) -> tuple[dict[str, float], list[dict]]:
-        """Metrics and per-example predictions of ``model`` on encoded ``rows`` of this data."""
+    def evaluate(
+        self, model, rows: list[dict], outs: list | None = None
+    ) -> tuple[dict[str, float], list[dict]]:
+        """Metrics and per-example predictions of ``model`` on encoded ``rows`` of this data
+        (or of ``outs``, the model's `forward_rows` outputs on them, when already computed)."""
         pad = self.tok.pad_token_id or 0
-        outs = forward_rows(model, rows, self.opts.eval_batch_size, pad)
+        if outs is None:
+            outs = forward_rows(model, rows, self.opts.eval_batch_size, pad)
         t = self.task
         if t in ("classify", "pair", "choice"):
             if not rows:

@@ -13,15 +13,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 
 import torch
+from torch import nn
 
 from ..errors import InputError
 from ..heads.early_exit import StudentClassifiers, load_students, normalized_entropy
 from ..objectives.self_distillation import key_mask
 from .classify import TextClassifier
 
-__all__ = ["EarlyExitOutput", "early_exit_forward", "EarlyExitClassifier"]
+__all__ = ["EarlyExitOutput", "early_exit_forward", "EarlyExitModel", "EarlyExitClassifier"]
 
 
 @dataclass
@@ -109,6 +111,34 @@ def early_exit_forward(
     logits[rows] = scores
     uncertainty[rows] = normalized_entropy(scores.softmax(-1))
     return EarlyExitOutput(logits, exits, uncertainty)
+
+
+class EarlyExitModel(nn.Module):
+    """A classify model and its students called like the model: ``runner(**batch)`` →
+    ``logits`` (B, C) and ``exit_layers`` (B,), for code that forwards rows through a model
+    (`data.task_data.forward_rows`, `TaskData.evaluate`). It counts the exits it made.
+
+    Args:
+        model: a `Model` with a "classify" head; students: its `StudentClassifiers`;
+        speed: the threshold in [0, 1].
+    """
+
+    def __init__(self, model, students: StudentClassifiers, speed: float) -> None:
+        super().__init__()
+        self.model, self.students, self.speed = model, students, _check_speed(speed)
+        self.exits: list[int] = []
+
+    def forward(self, **batch: torch.Tensor) -> SimpleNamespace:
+        """The batch's early-exit logits (B, C) and exit layers (B,)."""
+        out = early_exit_forward(self.model, self.students, **batch, speed=self.speed)
+        self.exits.extend(out.exit_layers.tolist())
+        return SimpleNamespace(
+            logits=out.logits, exit_layers=out.exit_layers, start_logits=None, end_logits=None
+        )
+
+    def mean_exit_layer(self) -> float:
+        """The mean exit layer over every row run so far (nan before any)."""
+        return sum(self.exits) / len(self.exits) if self.exits else float("nan")
 
 
 class EarlyExitClassifier(TextClassifier):
