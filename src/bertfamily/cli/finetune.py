@@ -17,6 +17,11 @@ from .options import TrainOptions, training_options
 
 commands = App()
 
+KNOWLEDGE_HELP = (
+    "classify: inject knowledge-graph triples as K-BERT does: 'wordnet' (the fetched "
+    "WordNet 3.0) or a TSV file head<TAB>relation<TAB>tail; predict with the same."
+)
+
 
 TASK_HELP = "Task: classify | pair | ner | qa | choice."
 
@@ -90,6 +95,7 @@ def finetune(
     distill_steps: int | None = typer.Option(
         None, min=1, help="--self-distill: optimizer steps (default: as many as fine-tuning)."
     ),
+    knowledge: str | None = typer.Option(None, help=KNOWLEDGE_HELP),
 ):
     """Fine-tune an encoder on a task; writes metrics.jsonl, best/, model/, confusion PNG."""
     from ..data.task_data import TaskOptions
@@ -121,6 +127,7 @@ def finetune(
         self_distill=self_distill,
         distill_file=distill_file,
         distill_steps=distill_steps,
+        knowledge=knowledge,
     )
     with training_threads(training.threads):
         res = run(cfg, output_dir=output, **fields)
@@ -164,6 +171,7 @@ def predict(
         help="Early exit (a --self-distill model): leave at the first layer whose student's "
         "normalised entropy is below this (0: the full model; 1: layer 1).",
     ),
+    knowledge: str | None = typer.Option(None, help=KNOWLEDGE_HELP),
 ):
     """Predictions of a fine-tuned model on a file (JSONL to --output or the screen)."""
     from ..data.task_data import TaskOptions
@@ -180,7 +188,13 @@ def predict(
         null_threshold=null_threshold,
     )
     preds, metrics = run(
-        task, model, input, opts, labelled=labelled or task in ("ner", "qa", "choice"), speed=speed
+        task,
+        model,
+        input,
+        opts,
+        labelled=labelled or task in ("ner", "qa", "choice"),
+        speed=speed,
+        knowledge=knowledge,
     )
     body = "".join(json.dumps(p, ensure_ascii=False) + "\n" for p in preds)
     if output is not None:

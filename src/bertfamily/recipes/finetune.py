@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 
+from ..checkpoints.io import config_from_hf, read_hf_config
 from ..data.batching import IndexedBatches
 from ..data.task_data import (
     HEAD_OF_TASK,
@@ -74,6 +75,9 @@ class FinetuneConfig:
         distill_steps: self-distillation optimizer steps; None: as many as fine-tuning took.
         distill_learning_rate: the students' peak learning rate (they start from scratch).
         speeds: the speed thresholds the students are evaluated at on the eval file.
+        knowledge: "classify" only: ``"wordnet"`` or a TSV triple file
+            (`data.knowledge.load_knowledge`) injected into every text as K-BERT does (Liu et
+            al. 2020 §3); predict with the same ``knowledge``. None: none.
     """
 
     task: str
@@ -88,6 +92,7 @@ class FinetuneConfig:
     distill_steps: int | None = None
     distill_learning_rate: float = 1e-3
     speeds: tuple[float, ...] = (0.0, 0.1, 0.3, 0.5, 0.8)
+    knowledge: str | Path | None = None
 
 
 def finetune(
@@ -119,6 +124,8 @@ def finetune(
     opts = cfg.data
     if cfg.self_distill and HEAD_OF_TASK[cfg.task] != "classify":
         raise InputError(f"--self-distill is for classification tasks, not {cfg.task!r}")
+    if cfg.knowledge is not None:
+        opts = with_knowledge(opts, cfg.knowledge, config_from_hf(read_hf_config(cfg.model)))
     out = Path(train.output_dir)
     tok = load_tokenizer(cfg.model)
     data = TaskData(cfg.task, tok, opts)
@@ -215,6 +222,16 @@ def finetune(
     result["left_out_per_epoch"] = left_out
     finish_run(out, tok, result, file="final_metrics.json")
     return result
+
+
+def with_knowledge(opts: TaskOptions, knowledge, config) -> TaskOptions:
+    """``opts`` with the knowledge graph of ``knowledge`` ("wordnet", a TSV file or a loaded
+    `KnowledgeGraph`) and ``config``'s first position (see `TaskOptions`)."""
+    from ..data.knowledge import KnowledgeGraph, load_knowledge
+
+    graph = knowledge if isinstance(knowledge, KnowledgeGraph) else load_knowledge(knowledge)
+    log.info("knowledge: %d entities", len(graph))
+    return dataclasses.replace(opts, knowledge=graph, position_start=config.position_offset)
 
 
 def self_distill(
@@ -324,6 +341,7 @@ def predict(
     labelled: bool = False,
     *,
     speed: float | None = None,
+    knowledge=None,
 ) -> tuple[list[dict], dict[str, float] | None]:
     """Predictions of a fine-tuned model directory on a data file (and metrics when the file
     has labels and ``labelled``).
@@ -337,7 +355,8 @@ def predict(
 
     ``speed`` (classify/pair, a self-distilled directory): FastBERT's adaptive early exit at
     this threshold in [0, 1] (`pipelines.early_exit`); every row then also carries
-    ``exit_layer``, and the metrics ``mean_exit_layer``.
+    ``exit_layer``, and the metrics ``mean_exit_layer``. ``knowledge`` (classify): the
+    knowledge graph the model was fine-tuned with (see `FinetuneConfig.knowledge`).
 
     Returns:
         (one dict per example, metrics or None).
@@ -348,6 +367,8 @@ def predict(
     """
     opts = opts or TaskOptions()
     model = from_pretrained(model_dir).eval()
+    if knowledge is not None:
+        opts = with_knowledge(opts, knowledge, model.config)
     runner = model
     if speed is not None:
         from ..heads.early_exit import load_students
