@@ -17,6 +17,11 @@ from .options import TrainOptions, training_options
 
 commands = App()
 
+KNOWLEDGE_HELP = (
+    "classify: inject knowledge-graph triples as K-BERT does: 'wordnet' (the fetched "
+    "WordNet 3.0) or a TSV file head<TAB>relation<TAB>tail; predict with the same."
+)
+
 
 TASK_HELP = "Task: classify | pair | ner | qa | choice."
 
@@ -79,6 +84,18 @@ def finetune(
         0.5, min=0.0, max=1.0, help="Multi-label: a label is predicted over this sigmoid score."
     ),
     null_threshold: float | None = typer.Option(None, help=NULL_HELP),
+    self_distill: bool = typer.Option(
+        False,
+        help="classify/pair: then train FastBERT's per-layer students by KL to the fine-tuned "
+        "head on unlabeled text (for predict --speed).",
+    ),
+    distill_file: Path | None = typer.Option(
+        None, help="--self-distill: unlabeled texts (default: the training texts)."
+    ),
+    distill_steps: int | None = typer.Option(
+        None, min=1, help="--self-distill: optimizer steps (default: as many as fine-tuning)."
+    ),
+    knowledge: str | None = typer.Option(None, help=KNOWLEDGE_HELP),
 ):
     """Fine-tune an encoder on a task; writes metrics.jsonl, best/, model/, confusion PNG."""
     from ..data.task_data import TaskOptions
@@ -107,6 +124,10 @@ def finetune(
         data,
         epochs=None if "max_steps" in fields else epochs,
         patience=patience,
+        self_distill=self_distill,
+        distill_file=distill_file,
+        distill_steps=distill_steps,
+        knowledge=knowledge,
     )
     with training_threads(training.threads):
         res = run(cfg, output_dir=output, **fields)
@@ -118,6 +139,11 @@ def finetune(
             "other ones every epoch: the data is reshuffled)"
         )
     console.print_json(json.dumps({k: res.get(k) for k in ("eval", "labels", "seconds")}))
+    if res.get("self_distill"):
+        sd = res["self_distill"]
+        console.print(f"self-distilled students ({sd['steps']} steps) in {sd['saved_in']}")
+        if sd.get("eval"):
+            console.print_json(json.dumps(sd["eval"]))
     console.print(f"model: {output / ('best' if eval else 'model')}")
 
 
@@ -138,6 +164,14 @@ def predict(
         0.5, min=0.0, max=1.0, help="Multi-label: emit every label over this sigmoid score."
     ),
     null_threshold: float | None = typer.Option(None, help=NULL_HELP),
+    speed: float | None = typer.Option(
+        None,
+        min=0.0,
+        max=1.0,
+        help="Early exit (a --self-distill model): leave at the first layer whose student's "
+        "normalised entropy is below this (0: the full model; 1: layer 1).",
+    ),
+    knowledge: str | None = typer.Option(None, help=KNOWLEDGE_HELP),
 ):
     """Predictions of a fine-tuned model on a file (JSONL to --output or the screen)."""
     from ..data.task_data import TaskOptions
@@ -154,7 +188,13 @@ def predict(
         null_threshold=null_threshold,
     )
     preds, metrics = run(
-        task, model, input, opts, labelled=labelled or task in ("ner", "qa", "choice")
+        task,
+        model,
+        input,
+        opts,
+        labelled=labelled or task in ("ner", "qa", "choice"),
+        speed=speed,
+        knowledge=knowledge,
     )
     body = "".join(json.dumps(p, ensure_ascii=False) + "\n" for p in preds)
     if output is not None:

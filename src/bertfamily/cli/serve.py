@@ -57,6 +57,13 @@ def serve(
     quantize: str | None = typer.Option(
         None, metavar="int8", help=QUANTIZE_HELP + " Embedding models only."
     ),
+    speed: float | None = typer.Option(
+        None,
+        min=0.0,
+        max=1.0,
+        help="A self-distilled classifier: default early-exit speed (0: the full model); "
+        "requests may send their own.",
+    ),
     threads: int = typer.Option(0, min=0, help="torch intra-op threads (0: torch's default)."),
     graceful_timeout: float = typer.Option(
         30.0, min=0, help="Seconds to finish the requests in flight after SIGTERM / Ctrl-C."
@@ -88,7 +95,7 @@ def serve(
     path = model_path(model)
     check_quantize(quantize, dtype)
     if quantize is None:
-        served = load_served_model(path, dtype=torch_dtype(dtype))
+        served = load_served_model(path, dtype=torch_dtype(dtype), speed=speed)
     else:
         served = load_int8(lambda: load_served_model(path, quantize=quantize))
     app = create_app(served, settings, model_dir=path)

@@ -72,7 +72,7 @@ BEST_METRIC = {
     "qa": "f1",
     "choice": "accuracy",
 }
-MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids", "position_ids")
 
 log = logging.getLogger(__name__)
 
@@ -96,6 +96,11 @@ class TaskOptions:
         doc_stride / max_question_length / max_answer_length / null_threshold: QA windows
             and answer selection (see `bertfamily.tasks.qa`).
         eval_batch_size: rows per evaluation batch.
+        knowledge: "classify" only: a `data.knowledge.KnowledgeGraph` whose triples are
+            injected into every text as K-BERT does (Liu et al. 2020 §3): rows then carry soft
+            ``position_ids`` and a (T, T) visible matrix as ``attention_mask``; None: none.
+        position_start: the model's first position index for those soft positions (its
+            ``EncoderConfig.position_offset``: RoBERTa pad_token_id + 1, else 0).
     """
 
     text_column: str = "text"
@@ -112,6 +117,8 @@ class TaskOptions:
     max_answer_length: int = 30
     null_threshold: float | None = None
     eval_batch_size: int = 64
+    knowledge: Any = None
+    position_start: int = 0
 
     def __post_init__(self) -> None:
         if self.problem_type is not None and self.problem_type not in PROBLEM_TYPES:
@@ -172,7 +179,8 @@ def _label_items(value: Any, separator: str) -> list[str]:
 
 def pad_batch(rows: list[dict[str, Any]], pad_id: int) -> dict[str, torch.Tensor]:
     """Right-pad lists to the longest row: input_ids with ``pad_id``, labels lists with -100,
-    masks/types with 0; scalars are stacked.
+    masks/types/positions with 0, (T, T) tensors (K-BERT visible matrices) with 0 to
+    (T_max, T_max); scalars are stacked.
 
     Returns:
         int64 tensors (B, T) for lists, (B, K, T) for rows of (K, T) lists (choices, padded in
@@ -181,6 +189,13 @@ def pad_batch(rows: list[dict[str, Any]], pad_id: int) -> dict[str, torch.Tensor
     out: dict[str, torch.Tensor] = {}
     for key in rows[0]:
         values = [r[key] for r in rows]
+        if isinstance(values[0], torch.Tensor) and values[0].dim() == 2:  # (T, T) matrices
+            T = max(v.shape[0] for v in values)
+            padded = torch.zeros(len(values), T, T, dtype=values[0].dtype)
+            for i, v in enumerate(values):
+                padded[i, : v.shape[0], : v.shape[1]] = v
+            out[key] = padded  # (B, T, T), 0 / False outside each row's own tokens
+            continue
         if not isinstance(values[0], list):
             out[key] = torch.as_tensor(values)
             continue
@@ -204,7 +219,8 @@ def forward_rows(model, rows: list[dict], size: int, pad_id: int) -> list[Simple
 
     Returns:
         One output per row, in the rows' order: ``logits`` ((1, C), (1, T, C) or (1, K)) or
-        ``start_logits``/``end_logits`` (1, T), as the model gives them.
+        ``start_logits``/``end_logits`` (1, T), as the model gives them (and ``exit_layers``
+        (1,) from an early-exit runner).
 
     Raises:
         ValueError: size < 1.
@@ -219,8 +235,8 @@ def forward_rows(model, rows: list[dict], size: int, pad_id: int) -> list[Simple
                 per_row[i] = SimpleNamespace(
                     **{
                         name: getattr(out, name)[j : j + 1]
-                        for name in ("logits", "start_logits", "end_logits")
-                        if getattr(out, name) is not None
+                        for name in ("logits", "start_logits", "end_logits", "exit_layers")
+                        if getattr(out, name, None) is not None
                     }
                 )
     return per_row
@@ -395,6 +411,9 @@ class TaskData:
 
     def _encode_table(self, labelled: bool, path: Path) -> list[dict]:
         ex, o = self.examples, self.opts
+        if o.knowledge is not None:
+            rows = self._encode_knowledge(path)
+            return self._label_rows(rows, labelled, path)
         enc = self.tok(
             [e.text for e in ex],
             [e.text_pair or "" for e in ex] if o.text_pair_column else None,
@@ -406,6 +425,26 @@ class TaskData:
             self._inputs(ids, enc["token_type_ids"][i] if "token_type_ids" in enc else None)
             for i, ids in enumerate(enc["input_ids"])
         ]
+        return self._label_rows(rows, labelled, path)
+
+    def _encode_knowledge(self, path: Path) -> list[dict]:
+        """K-BERT rows (`data.knowledge.knowledge_row`) of single texts."""
+        from .knowledge import knowledge_row
+
+        if self.task != "classify" or self.opts.text_pair_column:
+            raise InputError("knowledge injection (K-BERT) is for single-text classification")
+        o = self.opts
+        rows = [
+            knowledge_row(self.tok, e.text, o.knowledge, o.max_length, o.position_start)
+            for e in self.examples
+        ]
+        injected = sum(len(r["input_ids"]) for r in rows)
+        log.info("%s: knowledge injected, %d tokens in %d rows", path, injected, len(rows))
+        return rows
+
+    def _label_rows(self, rows: list[dict], labelled: bool, path: Path) -> list[dict]:
+        """``rows`` with their ``labels`` (per the problem type) when ``labelled``."""
+        ex, o = self.examples, self.opts
         if not labelled:
             return rows
         if self.problem_type is None:
@@ -463,10 +502,14 @@ class TaskData:
         return rows
 
     # evaluation -------------------------------------------------------------------------------
-    def evaluate(self, model, rows: list[dict]) -> tuple[dict[str, float], list[dict]]:
-        """Metrics and per-example predictions of ``model`` on encoded ``rows`` of this data."""
+    def evaluate(
+        self, model, rows: list[dict], outs: list | None = None
+    ) -> tuple[dict[str, float], list[dict]]:
+        """Metrics and per-example predictions of ``model`` on encoded ``rows`` of this data
+        (or of ``outs``, the model's `forward_rows` outputs on them, when already computed)."""
         pad = self.tok.pad_token_id or 0
-        outs = forward_rows(model, rows, self.opts.eval_batch_size, pad)
+        if outs is None:
+            outs = forward_rows(model, rows, self.opts.eval_batch_size, pad)
         t = self.task
         if t in ("classify", "pair", "choice"):
             if not rows:

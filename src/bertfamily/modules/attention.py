@@ -35,6 +35,7 @@ class SelfAttention(nn.Module):
     """
 
     supports_unpadded = True  # accepts packed (total_tokens, H) input, see modules/unpad.py
+    supports_attention_matrix = True  # honours a (B, 1, T, S) bias (a visibility matrix)
     # How packed input attends: "per_sequence" runs one unmasked SDPA call per sequence on its
     # own tokens (attention FLOPs Σn² instead of B·T², no padded copies of Q/K/V); "padded"
     # scatters Q/K/V back to (B, N, T, Dh) for one masked SDPA call. Measured with

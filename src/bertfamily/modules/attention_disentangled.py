@@ -215,6 +215,8 @@ class DisentangledSelfAttention(nn.Module):
         key_bias: K^c and K^r have biases (DeBERTa-v2); v1 has neither.
     """
 
+    supports_attention_matrix = True  # honours a (B, 1, T, S) bias (a visibility matrix)
+
     def __init__(
         self,
         hidden_size: int,
@@ -329,7 +331,7 @@ class DisentangledSelfAttention(nn.Module):
             probs = probs.to(q.dtype)
             y = F.dropout(probs, p, self.training) @ v  # (B, N, T, Dh)
         else:
-            bias = ctx.bias.to(q.dtype) if ctx.padded else None  # (B, 1, 1, S); no padding: none
+            bias = ctx.bias.to(q.dtype) if ctx.padded else None  # (B, 1, 1|T, S); none: no mask
             if rel_scores is not None:
                 bias = rel_scores if bias is None else rel_scores + bias  # (B, N, T, S)
             y = F.scaled_dot_product_attention(

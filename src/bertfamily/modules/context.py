@@ -35,7 +35,8 @@ class AttentionContext:
     Attributes:
         mask: (B, S) bool, True = real token to attend to.
         bias: (B, 1, 1, S) float additive mask: 0 where ``mask``, the dtype's minimum elsewhere
-            (finite, so a row with no real key stays finite in every dtype).
+            (finite, so a row with no real key stays finite in every dtype); (B, 1, T, S) when
+            the caller gave a (B, T, S) visibility matrix (a query row per token).
         need_weights: return attention probabilities and pre-softmax scores (slow path).
         padded: whether any key is masked. False when every token of the batch is real: the
             attention kinds then skip the all-zero ``bias`` (SDPA without a mask runs faster
@@ -66,7 +67,20 @@ class AttentionContext:
     def from_mask(
         cls, attention_mask: torch.Tensor, dtype: torch.dtype, need_weights: bool = False, **fields
     ) -> AttentionContext:
-        """Build from a (B, S) 0/1 mask (1 = keep); ``fields`` set the optional attributes."""
+        """Build from a (B, S) 0/1 mask (1 = keep); ``fields`` set the optional attributes.
+
+        A (B, T, S) mask is a visibility matrix: entry [b, i, j] = 1 lets query i attend to key
+        j (e.g. K-BERT's visible matrix, Liu et al. 2020 §3.3). ``mask`` is then its diagonal
+        (a token is real iff it sees itself) and ``bias`` (B, 1, T, S); ``padded`` is False
+        only when every entry is 1 (then it equals the plain (B, S) all-ones case exactly).
+        """
+        if attention_mask.dim() == 3:
+            visible = attention_mask.bool()  # (B, T, S)
+            bias = torch.zeros(visible.shape, dtype=dtype, device=visible.device)
+            bias = bias.masked_fill(~visible, torch.finfo(dtype).min)[:, None]  # (B, 1, T, S)
+            padded = torch.jit.is_tracing() or not bool(visible.all())
+            keys = visible.diagonal(dim1=1, dim2=2)  # (B, T)
+            return cls(mask=keys, bias=bias, need_weights=need_weights, padded=padded, **fields)
         mask = attention_mask.bool()
         bias = torch.zeros(mask.shape, dtype=dtype, device=mask.device)
         bias = bias.masked_fill(~mask, torch.finfo(dtype).min)[:, None, None, :]  # (B, 1, 1, S)

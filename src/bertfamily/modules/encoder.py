@@ -10,6 +10,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from ..errors import ArgumentTypeError, InputError
+from .attention import AttentionOutput
 from .context import AttentionContext
 from .unpad import Unpadded
 
@@ -32,6 +33,39 @@ class EncoderOutput:
     hidden_states: tuple[torch.Tensor, ...] | None = None
     attentions: tuple[torch.Tensor, ...] | None = None
     attention_scores: tuple[torch.Tensor, ...] | None = None
+
+
+@dataclass
+class EncoderRun:
+    """A forward in progress (see `Encoder.begin`): the hidden states after ``next_step``
+    layer steps and what the remaining steps need.
+
+    Attributes:
+        x: (B, T, H) float hidden states, or (total_tokens, H) packed real tokens under
+            ``plan``.
+        ctx: the batch's `AttentionContext` (padded layout); run_ctx: the one the layers get
+            (with the unpadding plan).
+        plan: the unpadding plan, or None.
+        embedded: (B, T, H) the embeddings' output (attention kinds' inputs are rebuilt from
+            it when rows leave, see `Encoder.keep_rows`).
+        attention_mask: (B, T) 0/1 or a (B, T, T) visibility matrix, 1 = keep.
+        condition, global_attention_mask: the forward's (row-selected), or None.
+        next_step: the index into the schedule of the next layer step.
+    """
+
+    x: torch.Tensor
+    ctx: AttentionContext
+    run_ctx: AttentionContext
+    plan: Unpadded | None
+    embedded: torch.Tensor
+    attention_mask: torch.Tensor
+    condition: torch.Tensor | None
+    global_attention_mask: torch.Tensor | None
+    next_step: int = 0
+
+    def hidden(self) -> torch.Tensor:
+        """(B, T, H) float: the current hidden states in the padded layout."""
+        return self.plan.scatter(self.x) if self.plan is not None else self.x
 
 
 class Pooler(nn.Module):
@@ -115,8 +149,10 @@ class Encoder(nn.Module):
                 longer than the position table allows, or of length 0; attention_mask not
                 integer/bool 0/1 values (a float mask, or a value such as 2 or -1, is refused:
                 it would silently count as 1); attention_mask / token_type_ids /
-                position_ids of another shape than input_ids; token_type_ids outside
-                [0, type_vocab_size), or passed at all to a model without segment embeddings;
+                position_ids of another shape than input_ids (attention_mask may also be a
+                (B, T, T) visibility matrix, for attention kinds that support one);
+                token_type_ids outside [0, type_vocab_size), or passed at all to a model
+                without segment embeddings;
                 position_ids outside the table.
         """
         if input_ids.dim() != 2:
@@ -156,9 +192,21 @@ class Encoder(nn.Module):
                 t is not None
                 and tuple(t.shape) != (B, T)
                 and not (name == "position_ids" and tuple(t.shape) == (1, T))
+                and not (name == "attention_mask" and tuple(t.shape) == (B, T, T))
             ):
                 raise InputError(
                     f"{name} has shape {tuple(t.shape)}; expected {(B, T)} like input_ids"
+                    + (f" (or a (B, T, T) visibility matrix {(B, T, T)})" if name[0] == "a" else "")
+                )
+        if attention_mask is not None and attention_mask.dim() == 3:
+            if not all(
+                getattr(layer.attention, "supports_attention_matrix", False)
+                for layer in self.layers
+            ):
+                raise InputError(
+                    "a (B, T, T) attention_mask (visibility matrix) needs an attention kind "
+                    "that attends with a per-query mask; this model's attention "
+                    f"({type(self.layers[0].attention).__name__}) takes a (B, T) mask only"
                 )
         if attention_mask is not None:
             _check_attention_mask(attention_mask)
@@ -197,6 +245,8 @@ class Encoder(nn.Module):
         no attention weights requested, no per-sequence condition, and attention components
         that support packed sequences (``supports_unpadded``)."""
         if not self.unpad or not ctx.padded or ctx.need_weights or ctx.condition is not None:
+            return None
+        if attention_mask.dim() == 3:  # per-query visibility: packed rows cannot express it
             return None
         if not all(getattr(layer.attention, "supports_unpadded", False) for layer in self.layers):
             return None
@@ -250,7 +300,9 @@ class Encoder(nn.Module):
 
         Args:
             input_ids: (B, T) int64 in [0, V).
-            attention_mask: (B, T) 0/1, 1 = real token; None = all real.
+            attention_mask: (B, T) 0/1, 1 = real token; None = all real. Or a (B, T, T) 0/1
+                visibility matrix, [b, i, j] = 1 lets token i attend to token j (K-BERT's
+                visible matrix, Liu et al. 2020 §3.3); its diagonal marks the real tokens.
             token_type_ids: (B, T) int64 segment ids; None = zeros. Rejected by models
                 without a segment embedding.
             position_ids: (B, T) or (1, T) int64; None = the model's scheme.
@@ -268,6 +320,53 @@ class Encoder(nn.Module):
         Raises:
             ValueError: see `check_inputs`.
             TypeError: a ``global_attention_mask`` for an attention kind that reads none.
+        """
+        run = self.begin(
+            input_ids,
+            attention_mask,
+            token_type_ids,
+            position_ids,
+            global_attention_mask=global_attention_mask,
+            condition=condition,
+            need_weights=output_attentions,
+        )
+        hidden, probs, scores = [run.x], [], []
+        for _ in self.schedule:
+            att = self.step(run)
+            if output_hidden_states:  # else each layer's output is freed (long inputs)
+                hidden.append(run.x)
+            probs.append(att.probs)
+            scores.append(att.scores)
+        x, ctx = run.hidden(), run.ctx
+        if run.plan is not None and output_hidden_states:
+            hidden = [run.plan.scatter(h) for h in hidden]
+        out = EncoderOutput(
+            last_hidden_state=x,
+            pooler_output=self.pooler(x) if self.pooler is not None else None,
+            hidden_states=tuple(hidden) if output_hidden_states else None,
+            attentions=tuple(probs) if output_attentions else None,
+            attention_scores=tuple(scores) if output_attentions else None,
+        )
+        return (out, ctx) if return_context else out
+
+    # --- one layer step at a time (early exit) ------------------------------------------------
+    def begin(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        *,
+        global_attention_mask: torch.Tensor | None = None,
+        condition: torch.Tensor | None = None,
+        need_weights: bool = False,
+    ) -> EncoderRun:
+        """Check the inputs, embed them and plan the batch: an `EncoderRun` before its first
+        layer step. ``forward`` is ``begin`` + one `step` per schedule entry + the pooler;
+        a caller that decides after each step which rows go on (early exit) uses the same
+        three calls plus `keep_rows`, so its outputs equal ``forward``'s bit for bit.
+
+        Args: as `forward`. Raises: as `forward`.
         """
         if global_attention_mask is not None and "global_attention_mask" not in (
             self.forward_inputs
@@ -288,10 +387,23 @@ class Encoder(nn.Module):
             token_type_ids,
             **({"condition": condition} if condition is not None else {}),
         )
+        return self._plan_run(x, x, attention_mask, condition, global_attention_mask, need_weights)
+
+    def _plan_run(
+        self,
+        x: torch.Tensor,
+        embedded: torch.Tensor,
+        attention_mask: torch.Tensor,
+        condition: torch.Tensor | None,
+        global_attention_mask: torch.Tensor | None,
+        need_weights: bool,
+        next_step: int = 0,
+    ) -> EncoderRun:
+        """The run of padded hidden states ``x`` (B, T, H) about to take step ``next_step``."""
         ctx = self.attention_context(
-            x,
+            embedded,
             attention_mask,
-            need_weights=output_attentions,
+            need_weights=need_weights,
             condition=condition,
             global_attention_mask=global_attention_mask,
         )
@@ -300,31 +412,43 @@ class Encoder(nn.Module):
         if plan is not None:
             x = plan.gather(x)  # (B, T, H) -> (total_tokens, H)
             run_ctx = dataclasses.replace(ctx, unpadded=plan)
-        hidden, probs, scores = [x], [], []
-        recompute = self.checkpoint_activations and self.training and torch.is_grad_enabled()
-        for step, index in enumerate(self.schedule):
-            layer_input = x
-            if recompute:
-                x, att = checkpoint(self.layers[index], x, run_ctx, use_reentrant=False)
-            else:
-                x, att = self.layers[index](x, run_ctx)
-            if step == 0 and self.first_layer_branch is not None:
-                x = self.first_layer_branch(layer_input, x, run_ctx)
-            if output_hidden_states:  # else each layer's output is freed (long inputs)
-                hidden.append(x)
-            probs.append(att.probs)
-            scores.append(att.scores)
-        if plan is not None:
-            x = plan.scatter(x)  # (total_tokens, H) -> (B, T, H)
-            hidden = [plan.scatter(h) for h in hidden] if output_hidden_states else hidden
-        out = EncoderOutput(
-            last_hidden_state=x,
-            pooler_output=self.pooler(x) if self.pooler is not None else None,
-            hidden_states=tuple(hidden) if output_hidden_states else None,
-            attentions=tuple(probs) if output_attentions else None,
-            attention_scores=tuple(scores) if output_attentions else None,
+        return EncoderRun(
+            x, ctx, run_ctx, plan, embedded, attention_mask, condition, global_attention_mask,
+            next_step,
+        )  # fmt: skip
+
+    def step(self, run: EncoderRun) -> AttentionOutput:
+        """Apply the next layer step of the schedule to ``run`` in place (``run.x`` becomes its
+        output, ``run.next_step`` advances) and return that layer's attention output (its
+        ``probs`` / ``scores`` when weights were asked for)."""
+        index = self.schedule[run.next_step]
+        layer_input = run.x
+        if self.checkpoint_activations and self.training and torch.is_grad_enabled():
+            x, att = checkpoint(self.layers[index], run.x, run.run_ctx, use_reentrant=False)
+        else:
+            x, att = self.layers[index](run.x, run.run_ctx)
+        if run.next_step == 0 and self.first_layer_branch is not None:
+            x = self.first_layer_branch(layer_input, x, run.run_ctx)
+        run.x, run.next_step = x, run.next_step + 1
+        return att
+
+    def keep_rows(self, run: EncoderRun, rows: torch.Tensor) -> EncoderRun:
+        """The run of the batch rows ``rows`` ((R,) int64 indices or (B,) bool) only, at the
+        same step: its context and unpadding plan are rebuilt as a forward of these rows alone
+        would build them (their T is kept)."""
+
+        def sub(t: torch.Tensor | None) -> torch.Tensor | None:
+            return t[rows] if t is not None else None
+
+        return self._plan_run(
+            run.hidden()[rows],
+            run.embedded[rows],
+            run.attention_mask[rows],
+            sub(run.condition),
+            sub(run.global_attention_mask),
+            run.ctx.need_weights,
+            run.next_step,
         )
-        return (out, ctx) if return_context else out
 
 
 def _check_attention_mask(attention_mask: torch.Tensor) -> None:

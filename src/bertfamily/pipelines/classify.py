@@ -51,6 +51,7 @@ class TextClassifier:
     ) -> None:
         loaded = load_model_and_tokenizer(path, device=device, dtype=dtype)
         self.model, self.tokenizer, self.device = loaded.model, loaded.tokenizer, loaded.device
+        self.directory = loaded.directory
         if self.model.task != "classify":
             raise InputError(f"{path} holds a {self.model.task!r} head, not a sequence classifier")
         self.max_length = max_length
@@ -99,7 +100,7 @@ class TextClassifier:
                 [pairs[i] for i in idx] if pairs is not None else None,
                 max_length=self.max_length,
             )
-            logits = self.model(**to_device(enc, self.device)).logits.float().cpu()  # (B, C)
+            logits, extra = self._logits(to_device(enc, self.device))  # (B, C)
             if fn == "softmax":
                 scores = logits.softmax(-1)
             elif fn == "sigmoid":
@@ -107,9 +108,14 @@ class TextClassifier:
             else:
                 scores = logits
             top = scores.topk(k, dim=-1)
-            for i, ps, js in zip(idx, top.values, top.indices):
+            for r, (i, ps, js) in enumerate(zip(idx, top.values, top.indices)):
                 out[i] = [
-                    {"label": self.labels[j], "score": float(p)}
+                    {"label": self.labels[j], "score": float(p), **(extra[r] if extra else {})}
                     for p, j in zip(ps.tolist(), js.tolist())
                 ]
         return out
+
+    def _logits(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, list[dict] | None]:
+        """A tokenized batch on the device → ((B, C) float logits on the CPU, per row a dict
+        of extra fields for its labels, or None). Subclasses change how the model runs."""
+        return self.model(**batch).logits.float().cpu(), None

@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 
+from ..checkpoints.io import config_from_hf, read_hf_config
 from ..data.batching import IndexedBatches
 from ..data.task_data import (
     HEAD_OF_TASK,
@@ -64,6 +65,19 @@ class FinetuneConfig:
             ``max_steps``).
         patience: stop after this many evaluations without improvement of the task metric
             (needs ``eval_file``); None: never.
+        self_distill: classify only: after fine-tuning, freeze the model and train FastBERT's
+            student classifiers (Liu et al. 2020 §3.2) by KL divergence to the fine-tuned
+            head on unlabeled text; they are saved beside the weights (``early_exit.*`` in
+            ``best/``, or ``model/`` without an eval file) for ``predict --speed``.
+        distill_file: the unlabeled texts for self-distillation (the ``text_column`` of a
+            table, or a plain text file, one text per line); None: the training texts (their
+            labels unread).
+        distill_steps: self-distillation optimizer steps; None: as many as fine-tuning took.
+        distill_learning_rate: the students' peak learning rate (they start from scratch).
+        speeds: the speed thresholds the students are evaluated at on the eval file.
+        knowledge: "classify" only: ``"wordnet"`` or a TSV triple file
+            (`data.knowledge.load_knowledge`) injected into every text as K-BERT does (Liu et
+            al. 2020 §3); predict with the same ``knowledge``. None: none.
     """
 
     task: str
@@ -73,6 +87,12 @@ class FinetuneConfig:
     data: TaskOptions = field(default_factory=TaskOptions)
     epochs: float | None = 3.0
     patience: int | None = None
+    self_distill: bool = False
+    distill_file: str | Path | None = None
+    distill_steps: int | None = None
+    distill_learning_rate: float = 1e-3
+    speeds: tuple[float, ...] = (0.0, 0.1, 0.3, 0.5, 0.8)
+    knowledge: str | Path | None = None
 
 
 def finetune(
@@ -102,6 +122,10 @@ def finetune(
     train = train_config("finetune", train, **train_fields)
     t0 = time.time()
     opts = cfg.data
+    if cfg.self_distill and HEAD_OF_TASK[cfg.task] != "classify":
+        raise InputError(f"--self-distill is for classification tasks, not {cfg.task!r}")
+    if cfg.knowledge is not None:
+        opts = with_knowledge(opts, cfg.knowledge, config_from_hf(read_hf_config(cfg.model)))
     out = Path(train.output_dir)
     tok = load_tokenizer(cfg.model)
     data = TaskData(cfg.task, tok, opts)
@@ -184,10 +208,90 @@ def finetune(
         )
         if problem_type == "single_label_classification" and hasattr(eval_data, "last_confusion"):
             confusion_png(*eval_data.last_confusion, data.label_names, out / "confusion_matrix.png")
+    if cfg.self_distill:
+        texts = train_rows
+        if cfg.distill_file is not None:
+            texts = TaskData(cfg.task, tok, opts, label_names=data.label_names).load(
+                cfg.distill_file, labelled=False
+            )
+        result["self_distill"] = self_distill(
+            model, texts, config, out, cfg, pad, eval_data=eval_data, eval_rows=eval_rows
+        )
     result["seconds"] = time.time() - t0
     result["new_head"] = new_head
     result["left_out_per_epoch"] = left_out
     finish_run(out, tok, result, file="final_metrics.json")
+    return result
+
+
+def with_knowledge(opts: TaskOptions, knowledge, config) -> TaskOptions:
+    """``opts`` with the knowledge graph of ``knowledge`` ("wordnet", a TSV file or a loaded
+    `KnowledgeGraph`) and ``config``'s first position (see `TaskOptions`)."""
+    from ..data.knowledge import KnowledgeGraph, load_knowledge
+
+    graph = knowledge if isinstance(knowledge, KnowledgeGraph) else load_knowledge(knowledge)
+    log.info("knowledge: %d entities", len(graph))
+    return dataclasses.replace(opts, knowledge=graph, position_start=config.position_offset)
+
+
+def self_distill(
+    model,
+    rows: list[dict],
+    train: TrainConfig,
+    out: Path,
+    cfg: FinetuneConfig,
+    pad: int,
+    *,
+    eval_data: TaskData | None = None,
+    eval_rows: list[dict] | None = None,
+) -> dict[str, Any]:
+    """FastBERT's self-distillation stage (Liu et al. 2020 §3.2) of a fine-tuned ``model``:
+    students for its layers 1 … L-1 trained by `SelfDistillation` on ``rows`` (labels, if
+    any, unread) with the shared `Trainer` in ``out/self_distill``, then saved beside the
+    weights (``out/best`` when it exists, else ``out/model``).
+
+    Returns:
+        {"trainer": summary, "saved_in": directory, "steps": n, "eval": [per speed:
+        {"speed", accuracy/metrics, "mean_exit_layer", "layer_fraction"}] with an eval set}.
+    """
+    from ..heads.early_exit import StudentClassifiers, save_students
+    from ..objectives.self_distillation import SelfDistillation
+    from ..pipelines.early_exit import EarlyExitModel
+
+    L = len(model.encoder.schedule)
+    students = StudentClassifiers(L, model.config.hidden_size, model.config.num_labels)
+    objective = SelfDistillation(model, students)
+    inputs = [{k: v for k, v in r.items() if k in MODEL_INPUTS} for r in rows]
+    batch_size = min(train.batch_size, len(inputs))
+    source = IndexedBatches(inputs, batch_size, lambda rs, rng: pad_batch(rs, pad))
+    steps = cfg.distill_steps or train.max_steps
+    config = dataclasses.replace(
+        train,
+        output_dir=out / "self_distill",
+        max_steps=steps,
+        batch_size=batch_size,
+        learning_rate=cfg.distill_learning_rate,
+        eval_every=0,
+        metric_for_best=None,
+        load_best_at_end=False,
+        early_stopping_patience=None,
+    )
+    log.info("self-distillation: %d students, %d steps on %d texts", L - 1, steps, len(inputs))
+    summary = Trainer(objective, lambda m, b, *_: m(**b), source, config).train()
+    students.eval()
+    target = out / "best" if (out / "best").is_dir() else out / "model"
+    save_students(students, target)
+    result: dict[str, Any] = {"trainer": summary, "saved_in": str(target), "steps": steps}
+    if eval_data is not None:
+        model.eval()
+        result["eval"] = []
+        for speed in cfg.speeds:
+            runner = EarlyExitModel(model, students, speed)
+            metrics, _ = eval_data.evaluate(runner, eval_rows)
+            mean = runner.mean_exit_layer()
+            result["eval"].append(
+                {"speed": speed, **metrics, "mean_exit_layer": mean, "layer_fraction": mean / L}
+            )
     return result
 
 
@@ -235,6 +339,9 @@ def predict(
     file: str | Path,
     opts: TaskOptions | None = None,
     labelled: bool = False,
+    *,
+    speed: float | None = None,
+    knowledge=None,
 ) -> tuple[list[dict], dict[str, float] | None]:
     """Predictions of a fine-tuned model directory on a data file (and metrics when the file
     has labels and ``labelled``).
@@ -246,14 +353,30 @@ def predict(
     over ``opts.threshold``, best first (possibly none); regression rows
     ``{"text", "value", "score"}`` (the predicted value, twice).
 
+    ``speed`` (classify/pair, a self-distilled directory): FastBERT's adaptive early exit at
+    this threshold in [0, 1] (`pipelines.early_exit`); every row then also carries
+    ``exit_layer``, and the metrics ``mean_exit_layer``. ``knowledge`` (classify): the
+    knowledge graph the model was fine-tuned with (see `FinetuneConfig.knowledge`).
+
     Returns:
         (one dict per example, metrics or None).
 
     Raises:
-        ValueError: the model's head does not fit ``task``, or bad data.
+        ValueError: the model's head does not fit ``task``, or bad data; ``speed`` for a
+            directory without students (ModelDirectoryError) or another task.
     """
     opts = opts or TaskOptions()
     model = from_pretrained(model_dir).eval()
+    if knowledge is not None:
+        opts = with_knowledge(opts, knowledge, model.config)
+    runner = model
+    if speed is not None:
+        from ..heads.early_exit import load_students
+        from ..pipelines.early_exit import EarlyExitModel
+
+        if task not in ("classify", "pair"):
+            raise InputError(f"--speed (early exit) is for classify/pair, not {task!r}")
+        runner = EarlyExitModel(model, load_students(model_dir), speed)
     if model.task != HEAD_OF_TASK[task]:
         raise InputError(
             f"{model_dir} holds a {model.task!r} head; task {task!r} needs {HEAD_OF_TASK[task]!r}"
@@ -265,29 +388,42 @@ def predict(
         data.scheme = "BIOES" if any(n[:2] in ("S-", "E-") for n in data.label_names) else "BIO"
     if task in ("classify", "pair") and not labelled:
         rows = data.load(file, labelled=False)
-        outs = forward_rows(model, rows, opts.eval_batch_size, tok.pad_token_id or 0)
+        outs = forward_rows(runner, rows, opts.eval_batch_size, tok.pad_token_id or 0)
         logits = torch.cat([o.logits for o in outs]).float()
-        names = data.label_names
-        if kind == "regression":
-            return [
-                {"text": e.text, "value": float(v), "score": float(v)}
-                for e, v in zip(data.examples, logits[:, 0])
-            ], None
-        if kind == "multi_label_classification":
-            out = []
-            for e, p in zip(data.examples, logits.sigmoid().tolist()):
-                over = sorted(
-                    ((s, j) for j, s in enumerate(p) if s > opts.threshold), key=lambda x: -x[0]
-                )
-                out.append(
-                    {"text": e.text, "labels": [{"label": names[j], "score": s} for s, j in over]}
-                )
-            return out, None
-        probs = logits.softmax(-1)
-        return [
-            {"text": e.text, "label": names[int(p.argmax())], "score": float(p.max())}
-            for e, p in zip(data.examples, probs)
-        ], None
+        if speed is not None:
+            preds, _ = _classify_rows(data, logits, kind, opts)
+            return [{**p, "exit_layer": int(o.exit_layers)} for p, o in zip(preds, outs)], None
+        return _classify_rows(data, logits, kind, opts)
     rows = data.load(file)
-    metrics, preds = data.evaluate(model, rows)
-    return preds, metrics
+    if speed is None:
+        metrics, preds = data.evaluate(model, rows)
+        return preds, metrics
+    outs = forward_rows(runner, rows, opts.eval_batch_size, tok.pad_token_id or 0)
+    metrics, preds = data.evaluate(runner, rows, outs=outs)
+    metrics["mean_exit_layer"] = runner.mean_exit_layer()
+    return [{**p, "exit_layer": int(o.exit_layers)} for p, o in zip(preds, outs)], metrics
+
+
+def _classify_rows(data: TaskData, logits: torch.Tensor, kind: str | None, opts: TaskOptions):
+    """Unlabelled classification predictions (see `predict`) of (N, C) ``logits``."""
+    names = data.label_names
+    if kind == "regression":
+        return [
+            {"text": e.text, "value": float(v), "score": float(v)}
+            for e, v in zip(data.examples, logits[:, 0])
+        ], None
+    if kind == "multi_label_classification":
+        out = []
+        for e, p in zip(data.examples, logits.sigmoid().tolist()):
+            over = sorted(
+                ((s, j) for j, s in enumerate(p) if s > opts.threshold), key=lambda x: -x[0]
+            )
+            out.append(
+                {"text": e.text, "labels": [{"label": names[j], "score": s} for s, j in over]}
+            )
+        return out, None
+    probs = logits.softmax(-1)
+    return [
+        {"text": e.text, "label": names[int(p.argmax())], "score": float(p.max())}
+        for e, p in zip(data.examples, probs)
+    ], None

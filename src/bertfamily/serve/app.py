@@ -42,7 +42,9 @@ from pydantic import BaseModel, ConfigDict
 from ..checkpoints.io import family_of, read_hf_config, task_of
 from ..errors import ArgumentTypeError, InputError, ServeError
 from ..files import directory_digest
+from ..heads.early_exit import STUDENTS_CONFIG
 from ..pipelines.classify import TextClassifier
+from ..pipelines.early_exit import EarlyExitClassifier
 from ..pipelines.embed import SentenceEmbedder
 from ..pipelines.ner import EntityTagger
 from ..pipelines.precision import QuantizationError
@@ -126,12 +128,17 @@ class PredictRequest(BaseModel):
     inputs: str | list[str] | list[list[str]]
     truncate: bool | None = None
     raw_scores: bool = False
+    speed: float | None = None  # early exit (self-distilled classifiers), in [0, 1]
 
 
-def load_served_model(model_dir: str | Path, dtype="auto", quantize: str | None = None):
+def load_served_model(
+    model_dir: str | Path, dtype="auto", quantize: str | None = None, speed: float | None = None
+):
     """The pipeline that serves ``model_dir``: an `EntityTagger` for a token-classification
-    directory, a `TextClassifier` for a sequence-classification one, else a `SentenceEmbedder`
-    (sentence-transformers modules, or mean pooling).
+    directory, a `TextClassifier` for a sequence-classification one (an `EarlyExitClassifier`
+    when it holds FastBERT students, ``early_exit.json``: default ``speed`` 0 = the full model,
+    a request's ``speed`` overrides it), else a `SentenceEmbedder` (sentence-transformers
+    modules, or mean pooling).
 
     Args:
         model_dir: a local directory, a resource name or a cached ``org/name`` (resolved once).
@@ -153,6 +160,8 @@ def load_served_model(model_dir: str | Path, dtype="auto", quantize: str | None 
     if task == "tokens":
         return EntityTagger(modules.model_dir)
     if task == "classify":
+        if (Path(modules.model_dir) / STUDENTS_CONFIG).is_file():  # self-distilled: early exit
+            return EarlyExitClassifier(modules.model_dir, speed=0.0 if speed is None else speed)
         return TextClassifier(modules.model_dir)
     if quantize is not None:
         return SentenceEmbedder(path, dtype="fp32", quantize=quantize, config_json=hf_config)
@@ -254,11 +263,12 @@ def create_app(
                 prompt_name=prompt_name,
             )
         if kind == "classify":
-            _, raw, pairs = key
+            _, raw, pairs, speed = key
             texts = [x[0] for x in inputs]
             second = [x[1] for x in inputs] if pairs else None
             fn = "none" if raw else "default"
-            return model(texts, second, top_k=None, function_to_apply=fn, batch_size=32)
+            extra = {"speed": speed} if speed is not None else {}
+            return model(texts, second, top_k=None, function_to_apply=fn, batch_size=32, **extra)
         return [[asdict(e) for e in row] for row in model(inputs, batch_size=32)]
 
     batcher = DynamicBatcher(
@@ -448,7 +458,8 @@ def create_app(
     @app.post("/predict")
     async def predict(body: PredictRequest) -> list:
         """TEI's /predict: a string, a pair ``[a, b]`` or a batch ``[[a], [a, b], ...]`` →
-        labels with scores, best first (one list, or one per input of a batch). A
+        labels with scores, best first (one list, or one per input of a batch); a
+        self-distilled classifier adds ``exit_layer`` to each and takes ``speed``. A
         token-classification model answers entities ``{"type", "text", "start", "end",
         "score"}`` (character offsets) per input instead."""
         need("predict")
@@ -476,8 +487,15 @@ def create_app(
         firsts = [x[0] for x in items]
         counts = check_texts(firsts, body.truncate, [x[1] for x in items] if is_pair else None)
         tokens = sum(counts)
+        if body.speed is not None:
+            if not isinstance(model, EarlyExitClassifier):
+                raise ServeError(
+                    422, "speed is for a self-distilled classifier (finetune --self-distill)"
+                )
+            if not 0.0 <= body.speed <= 1.0:
+                raise ServeError(422, f"speed must lie in [0, 1], got {body.speed}")
         if isinstance(model, TextClassifier):
-            key = ("classify", body.raw_scores, is_pair)
+            key = ("classify", body.raw_scores, is_pair, body.speed)
             out = list(await batcher.submit(items, tokens, key))
         else:
             out = list(await batcher.submit([x[0] for x in items], tokens, ("tokens",)))
