@@ -209,17 +209,18 @@ def test_training_options_are_shared_with_per_command_defaults():
     pre, dis, fin = _defaults("pretrain"), _defaults("distill"), _defaults("finetune")
     for d in (pre, dis, fin):
         assert shared <= set(d)
-    assert (pre["lr"], dis["lr"], fin["lr"]) == (1e-3, 5e-4, 5e-5)
+    assert (pre["learning_rate"], dis["learning_rate"], fin["learning_rate"]) == (1e-3, 5e-4, 5e-5)
     assert (pre["max_steps"], dis["max_steps"], fin["max_steps"]) == (10000, 10000, None)
-    assert (pre["warmup"], fin["warmup"]) == (0.05, 0.1)
+    assert (pre["warmup_ratio"], fin["warmup_ratio"]) == (0.05, 0.1)
     assert (pre["save_every"], fin["save_every"]) == (500, 0)
     assert fin["eval_every"] is None and fin["log_every"] is None
-    lr = next(p for p in typer.main.get_command(app).commands["finetune"].params if p.name == "lr")
+    params = typer.main.get_command(app).commands["finetune"].params
+    lr = next(p for p in params if p.name == "learning_rate")
     assert set(lr.opts) == {"--lr", "--learning-rate"}
 
 
 def test_training_options_to_train_config_fields():
-    fields = TrainOptions(max_steps=None, lr=0.1, progress=False).train_config_fields()
+    fields = TrainOptions(max_steps=None, learning_rate=0.1, progress=False).train_config_fields()
     assert "max_steps" not in fields and "max_time_s" not in fields
     assert fields["learning_rate"] == 0.1 and fields["progress"] is False
     assert fields["grad_accum_steps"] == 1 and fields["warmup_ratio"] == 0.05
@@ -229,17 +230,19 @@ def test_training_options_to_train_config_fields():
 
 
 def test_finetune_takes_shared_options(monkeypatch, tmp_path):
+    import bertfamily.cli.common
     import bertfamily.recipes.finetune
-    import bertfamily.resources.cache
     from bertfamily.train.loop import TrainConfig
 
     seen = {}
 
-    def fake_finetune(cfg, train):
-        seen.update(cfg=cfg, train=train)
+    def fake_finetune(cfg, train=None, **fields):
+        from bertfamily.recipes.common import train_config
+
+        seen.update(cfg=cfg, train=train_config("finetune", train, **fields))
         return {"eval": None, "labels": ["a"], "seconds": 0.0}
 
-    monkeypatch.setattr(bertfamily.resources.cache, "resolve_model", lambda m: m)
+    monkeypatch.setattr(bertfamily.cli.common, "model_path", lambda m: m)
     monkeypatch.setattr(bertfamily.recipes.finetune, "finetune", fake_finetune)
     base = [
         "finetune",

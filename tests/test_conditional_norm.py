@@ -1,5 +1,5 @@
 """Conditional Layer Normalization (γ and β computed from a condition vector): formula,
-parameter count, zero-init identity, loading ordinary checkpoints, errors, and the README
+parameter count, zero-init identity, loading ordinary checkpoints, errors, and the docs
 example."""
 
 from __future__ import annotations
@@ -184,12 +184,12 @@ def test_conditional_model_cannot_be_saved_as_hugging_face(tmp_path):
         model.save_pretrained(tmp_path)
 
 
-def test_readme_example_runs(tmp_path, monkeypatch):
-    readme = (Path(__file__).parents[1] / "README.md").read_text()
-    section = readme.split("## ALBERT and Conditional LayerNorm", 1)[1]
+def test_docs_example_runs(tmp_path, monkeypatch):
+    page = (Path(__file__).parents[1] / "docs" / "albert.md").read_text()
+    section = page.split("## Conditional LayerNorm", 1)[1]
     code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
     monkeypatch.chdir(tmp_path)
     namespace: dict = {}
-    exec(compile(code, "README.md", "exec"), namespace)
+    exec(compile(code, "docs/albert.md", "exec"), namespace)
     assert namespace["logits"].shape == (2, 5, 99)
     assert len(namespace["report"].newly_initialized) == 6
