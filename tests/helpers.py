@@ -102,6 +102,8 @@ def hf_config(family: str, **overrides):
         return transformers.CamembertConfig(**{**TINY, **_ROBERTA_LIKE, **overrides})
     if family == "electra":
         return transformers.ElectraConfig(**{**TINY, "embedding_size": 16, **overrides})
+    if family == "roformer":
+        return transformers.RoFormerConfig(**{**TINY, **overrides})
     raise ValueError(family)
 
 

@@ -54,6 +54,8 @@ VARIANTS = {
             conv_groups=2,
         ),
     },
+    # RoFormer: E = H; E < H with `embeddings_project` and the values rotated too
+    "roformer": {"plain": {}, "E<H+value": dict(embedding_size=16, rotary_value=True)},
 }
 # Facts each family's tiny checkpoint must read into our config.
 CONFIG_FACTS = {
@@ -82,9 +84,21 @@ CONFIG_FACTS = {
     "xlm-roberta": dict(model_type="xlm-roberta", position_scheme="absolute_from_padding"),
     "camembert": dict(model_type="camembert", position_scheme="absolute_from_padding"),
     "electra": dict(model_type="electra", use_pooler=False, pair_head=None, mlm_activation="gelu"),
+    "roformer": dict(
+        model_type="roformer",
+        position_embedding_type="rotary",
+        rotary_interleaved=True,
+        rotary_table=True,
+        use_pooler=False,
+    ),
 }
 PAIR_LOGITS = {"bert": "seq_relationship_logits", "albert": "sop_logits"}
-SEGMENTS = ("bert", "albert", "electra")  # families whose tiny configs have two token types
+SEGMENTS = (
+    "bert",
+    "albert",
+    "electra",
+    "roformer",
+)  # families whose tiny configs have two token types
 # heads that never read a padded position when left-padded
 LEFT_PADDED = ("", "mlm", "tokens", "rtd")
 ROBERTA_LIKE = ("roberta", "longformer", "xlm-roberta", "camembert")  # <s> = 0 first
@@ -321,6 +335,10 @@ ROW_ALONE = [
     ("camembert", "right", {}),
     ("electra", "right", {}),
     ("electra", "right", VARIANTS["electra"]["E=H"]),
+    # rotary positions: q·k depends on the distance only, so left padding changes nothing
+    # (not so with rotary_value: the values carry absolute positions)
+    ("roformer", "left", {}),
+    ("roformer", "right", VARIANTS["roformer"]["E<H+value"]),
 ]
 
 

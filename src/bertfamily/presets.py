@@ -91,6 +91,22 @@ _ELECTRA = dict(
     classifier_activation="gelu",
 )
 
+# RoFormer (Su et al. 2021): BERT's layer with rotary positions (interleaved pairs, base 10^4,
+# the sin/cos table stored frozen as in its checkpoints), no learned position table, no pooler;
+# classification: first token, dense, the hidden_act (RoFormerClassificationHead).
+_ROFORMER = dict(
+    model_type="roformer",
+    position_embedding_type="rotary",
+    position_biased_input=False,
+    rotary_interleaved=True,
+    rotary_table=True,
+    use_pooler=False,
+    pair_head=None,
+    classifier_pooling="first_token_dense",
+    choice_pooling="first_token_dense",
+    classifier_activation="gelu",
+)
+
 # Sizes of the tiny test presets: mutually distinct, so transpositions cannot hide.
 _TINY = dict(
     vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37
@@ -201,6 +217,9 @@ PRESETS: dict[str, dict[str, Any]] = {
         attention_window=512,
         **_LONGFORMER_HEADS,
     ),
+    # junnyu/roformer_chinese_base — 123,555,840. A 50,000-entry vocabulary of characters and
+    # jieba words; 1536 positions (the rotary table: 1536 × 64 frozen values).
+    "roformer-chinese-base": dict(vocab_size=50000, max_position_embeddings=1536, **_ROFORMER),
     # --- tiny test presets: mutually distinct sizes so transpositions cannot hide --------------
     "tiny-bert": dict(
         model_type="bert",
@@ -283,6 +302,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         max_position_embeddings=64,
         **_ELECTRA,
     ),
+    "tiny-roformer": dict(**_TINY, max_position_embeddings=64, **_ROFORMER),
 }
 
 # Published parameter counts (base model + pooler, as transformers counts it).
@@ -300,6 +320,8 @@ PUBLISHED_PARAMETERS: dict[str, int] = {
     "tinybert-4l": 14_350_248,
     "bert-tiny": 4_385_920,
     "bert-base-chinese": 102_267_648,
+    # the families of issue 30: transformers' count of the published config
+    "roformer-chinese-base": 123_555_840,
 }
 
 # The full-size models of the family, in the order of the source documents (then later additions).
@@ -317,6 +339,7 @@ FAMILY = [
     "tinybert-4l",
     "bert-tiny",
     "bert-base-chinese",
+    "roformer-chinese-base",
 ]
 
 

@@ -78,6 +78,10 @@ class FamilyMap:
     # (DeBERTa-v3's replaced-token-detection head `mask_predictions.*` in the published
     # checkpoints); dropped on purpose by every load and listed in `LoadReport.dropped`.
     unused: tuple[str, ...] = ()
+    # config_mirrors: EncoderConfig field → the field whose value it always takes in this
+    # family (RoFormer's classification head applies the hidden_act); a config where they
+    # differ is refused on save.
+    config_mirrors: dict[str, str] = field(default_factory=dict)
 
 
 def _wb(hf: str, ours: str) -> dict[str, str]:
@@ -673,6 +677,62 @@ ELECTRA = FamilyMap(
     },
 )
 
+# ---------------------------------------------------------------------------------------------
+# RoFormer (Su et al. 2021; transformers' modeling_roformer.py): the BERT layer with rotary
+# positions (interleaved pairs, the frozen sin/cos table `encoder.embed_positions` stored in
+# checkpoints), no learned position table, ELECTRA's `embeddings_project` when E ≠ H, no
+# pooler. Sequence classification: first token → dense → hidden_act → out_proj. transformers'
+# RoFormerForMultipleChoice summarises the LAST position (SequenceSummary's default "last",
+# a padding token in a right-padded batch), which no head of ours reads: not mapped.
+ROFORMER = FamilyMap(
+    model_type="roformer",
+    base_prefix="roformer.",
+    trunk={
+        **{k: v for k, v in _BERT_TRUNK.items() if "position" not in k},
+        **_wb("embeddings_project", "encoder.embeddings.projection"),  # only when E ≠ H
+        "encoder.embed_positions.weight": "encoder.attention_inputs.weight",
+    },
+    pooler={},
+    heads={
+        "mlm": BERT.heads["mlm"],
+        **{
+            name: table
+            for name, table in task_heads(
+                classify={
+                    "classifier.dense": "task_head.dense",
+                    "classifier.out_proj": "task_head.out",
+                },
+                choice={},
+            ).items()
+            if name != "choice"
+        },
+    },
+    architectures={
+        "": "RoFormerModel",
+        "mlm": "RoFormerForMaskedLM",
+        **{k: v for k, v in task_architectures("RoFormer").items() if k != "choice"},
+    },
+    config_fields={
+        **{k: v for k, v in _BERT_CONFIG.items() if k != "classifier_dropout"},
+        "embedding_size": "embedding_size",
+        "rotary_value": "rotary_value",
+    },
+    config_fixed={
+        "position_scheme": "absolute",
+        "position_embedding_type": "rotary",
+        "position_biased_input": False,
+        "rotary_interleaved": True,
+        "rotary_table": True,
+        "rotary_base": 10000.0,
+        "use_pooler": False,
+        "pair_head": None,
+        "classifier_pooling": "first_token_dense",
+        "choice_pooling": "first_token_dense",
+    },
+    config_defaults={"vocab_size": 50000, "max_position_embeddings": 1536},
+    config_mirrors={"classifier_activation": "hidden_act"},
+)
+
 FAMILIES: dict[str, FamilyMap] = {
     m.model_type: m
     for m in (
@@ -686,6 +746,7 @@ FAMILIES: dict[str, FamilyMap] = {
         XLM_ROBERTA,
         CAMEMBERT,
         ELECTRA,
+        ROFORMER,
     )
 }
 

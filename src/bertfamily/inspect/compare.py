@@ -58,6 +58,10 @@ DESCRIPTIONS: dict[str, dict[str, str]] = {
         "pretraining": "MLM + NSP on Chinese text",
         "tasks": "Chinese classification, NER, QA",
     },
+    "roformer-chinese-base": {
+        "pretraining": "MLM on Chinese text (jieba words), rotary positions",
+        "tasks": "Chinese classification, long-text similarity",
+    },
 }
 
 
