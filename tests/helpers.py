@@ -104,6 +104,8 @@ def hf_config(family: str, **overrides):
         return transformers.ElectraConfig(**{**TINY, "embedding_size": 16, **overrides})
     if family == "roformer":
         return transformers.RoFormerConfig(**{**TINY, **overrides})
+    if family == "ernie":
+        return transformers.ErnieConfig(**{**TINY, "use_task_id": True, **overrides})
     raise ValueError(family)
 
 

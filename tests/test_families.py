@@ -22,6 +22,7 @@ runner = CliRunner()
 # tiny preset → the full-size presets of that family
 NEW = {
     "tiny-roformer": ["roformer-chinese-base"],
+    "tiny-ernie": ["ernie-3.0-base-zh"],
 }
 
 

@@ -56,6 +56,8 @@ VARIANTS = {
     },
     # RoFormer: E = H; E < H with `embeddings_project` and the values rotated too
     "roformer": {"plain": {}, "E<H+value": dict(embedding_size=16, rotary_value=True)},
+    # ERNIE: 3.0's task-type table, and 1.0 without it
+    "ernie": {"3.0": {}, "1.0": dict(use_task_id=False)},
 }
 # Facts each family's tiny checkpoint must read into our config.
 CONFIG_FACTS = {
@@ -92,7 +94,11 @@ CONFIG_FACTS = {
         use_pooler=False,
     ),
 }
-PAIR_LOGITS = {"bert": "seq_relationship_logits", "albert": "sop_logits"}
+PAIR_LOGITS = {
+    "bert": "seq_relationship_logits",
+    "albert": "sop_logits",
+    "ernie": "seq_relationship_logits",
+}
 SEGMENTS = (
     "bert",
     "albert",
@@ -565,7 +571,11 @@ def test_bin_weights_and_unprefixed_keys(hf_checkpoint, tmp_path):
 
 
 # --- losses: `labels` and friends under transformers' names -----------------------------------
-PAIR_LABEL = {"bert": "next_sentence_label", "albert": "sentence_order_label"}
+PAIR_LABEL = {
+    "bert": "next_sentence_label",
+    "albert": "sentence_order_label",
+    "ernie": "next_sentence_label",
+}
 LOSS_CASES = [c for c in CASES if c[2] != ""] + [
     (family, "default", "multilabel")
     for family, fmap in FAMILIES.items()

@@ -221,6 +221,7 @@ def build_encoder(config: EncoderConfig, position_table: bool | None = None) -> 
         dropout=config.hidden_dropout_prob,
         pad_token_id=config.pad_token_id,
         add_positions=config.position_biased_input,
+        task_types=config.task_type_vocab_size if config.use_task_id else 0,
     )
     layers = [build_layer(config, i) for i in range(config.num_unique_layers)]
     encoder = Encoder(

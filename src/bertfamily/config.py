@@ -59,6 +59,7 @@ _INTS = (
     "conv_kernel_size",
     "conv_groups",
     "relative_attention_buckets",
+    "task_type_vocab_size",
 )
 _BOOLS = (
     "attention_bias",
@@ -70,6 +71,7 @@ _BOOLS = (
     "rotary_interleaved",
     "rotary_value",
     "rotary_table",
+    "use_task_id",
 )
 _STRINGS = (
     "position_scheme",
@@ -130,6 +132,12 @@ class EncoderConfig:
     # pad_token_id + 1 and padding tokens keep position pad_token_id.
     position_scheme: str = "absolute"
     pad_token_id: int = 0
+    # ERNIE's task-type embedding (Sun et al. 2020, "ERNIE 2.0" §4.2.3: one row per pretraining
+    # task, added at the input like the segment embedding; ErnieConfig's names): with use_task_id
+    # a (task_type_vocab_size, E) table whose row 0 is added to every token (transformers'
+    # default when no task_type_ids are given).
+    use_task_id: bool = False
+    task_type_vocab_size: int = 3
 
     # --- attention -----------------------------------------------------------------------------
     attention_kind: str = "full"
@@ -257,6 +265,10 @@ class EncoderConfig:
             raise ConfigError(
                 f"hidden_size ({self.hidden_size}) must be divisible by num_attention_heads "
                 f"({self.num_attention_heads})"
+            )
+        if self.use_task_id and self.task_type_vocab_size <= 0:
+            raise ConfigError(
+                f"use_task_id needs task_type_vocab_size >= 1, got {self.task_type_vocab_size}"
             )
         if self.type_vocab_size < 0:
             raise ConfigError(f"type_vocab_size must be >= 0, got {self.type_vocab_size}")
@@ -613,6 +625,7 @@ class EncoderConfig:
         C = self.condition_size or 0
         cond = 2 * C  # a conditional norm adds W_gamma, W_beta (C·dim each) per normalised dim
         sites = set(self.conditional_norms)
+        T += self.task_type_vocab_size if self.use_task_id else 0  # ERNIE's task table
         total = (V + P + T) * E + 2 * E + (cond * E if "embeddings" in sites else 0)
         if E != H:
             total += E * H + H

@@ -220,6 +220,16 @@ PRESETS: dict[str, dict[str, Any]] = {
     # junnyu/roformer_chinese_base — 123,555,840. A 50,000-entry vocabulary of characters and
     # jieba words; 1536 positions (the rotary table: 1536 × 64 frozen values).
     "roformer-chinese-base": dict(vocab_size=50000, max_position_embeddings=1536, **_ROFORMER),
+    # nghuyong/ernie-3.0-base-zh — 117,944,832. BERT-base over a 40,000-token Chinese
+    # vocabulary, 2048 positions, 4 segment types, the task-type table (3 rows).
+    "ernie-3.0-base-zh": dict(
+        model_type="ernie",
+        vocab_size=40000,
+        max_position_embeddings=2048,
+        type_vocab_size=4,
+        use_task_id=True,
+        task_type_vocab_size=3,
+    ),
     # --- tiny test presets: mutually distinct sizes so transpositions cannot hide --------------
     "tiny-bert": dict(
         model_type="bert",
@@ -303,6 +313,13 @@ PRESETS: dict[str, dict[str, Any]] = {
         **_ELECTRA,
     ),
     "tiny-roformer": dict(**_TINY, max_position_embeddings=64, **_ROFORMER),
+    "tiny-ernie": dict(
+        model_type="ernie",
+        **_TINY,
+        max_position_embeddings=64,
+        use_task_id=True,
+        task_type_vocab_size=3,
+    ),
 }
 
 # Published parameter counts (base model + pooler, as transformers counts it).
@@ -322,6 +339,7 @@ PUBLISHED_PARAMETERS: dict[str, int] = {
     "bert-base-chinese": 102_267_648,
     # the families of issue 30: transformers' count of the published config
     "roformer-chinese-base": 123_555_840,
+    "ernie-3.0-base-zh": 117_944_832,
 }
 
 # The full-size models of the family, in the order of the source documents (then later additions).
@@ -340,6 +358,7 @@ FAMILY = [
     "bert-tiny",
     "bert-base-chinese",
     "roformer-chinese-base",
+    "ernie-3.0-base-zh",
 ]
 
 

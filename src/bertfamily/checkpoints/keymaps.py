@@ -733,6 +733,33 @@ ROFORMER = FamilyMap(
     config_mirrors={"classifier_activation": "hidden_act"},
 )
 
+# ERNIE 1.0 / 3.0 (Baidu; transformers' modeling_ernie.py): BERT's layout and heads under
+# `ernie.`, plus the task-type embedding when use_task_id (ERNIE 3.0).
+ERNIE = FamilyMap(
+    model_type="ernie",
+    base_prefix="ernie.",
+    trunk={
+        **_BERT_TRUNK,
+        "embeddings.task_type_embeddings.weight": "encoder.embeddings.task_type.weight",
+    },
+    pooler=_BERT_POOLER,
+    heads=BERT.heads,
+    architectures={
+        "": "ErnieModel",
+        "mlm": "ErnieForMaskedLM",
+        "mlm+pair": "ErnieForPreTraining",
+        "pair": "ErnieForNextSentencePrediction",
+        **task_architectures("Ernie"),
+    },
+    config_fields={
+        **_BERT_CONFIG,
+        "use_task_id": "use_task_id",
+        "task_type_vocab_size": "task_type_vocab_size",
+    },
+    config_fixed={"position_scheme": "absolute"},
+    config_required={"position_embedding_type": "absolute"},
+)
+
 FAMILIES: dict[str, FamilyMap] = {
     m.model_type: m
     for m in (
@@ -747,6 +774,7 @@ FAMILIES: dict[str, FamilyMap] = {
         CAMEMBERT,
         ELECTRA,
         ROFORMER,
+        ERNIE,
     )
 }
 

@@ -62,6 +62,10 @@ DESCRIPTIONS: dict[str, dict[str, str]] = {
         "pretraining": "MLM on Chinese text (jieba words), rotary positions",
         "tasks": "Chinese classification, long-text similarity",
     },
+    "ernie-3.0-base-zh": {
+        "pretraining": "knowledge-masked MLM and continual multi-task pretraining",
+        "tasks": "Chinese classification, NER, QA",
+    },
 }
 
 

@@ -83,6 +83,8 @@ def _embeddings_text(config: EncoderConfig) -> str:
         parts.append("segment")
     if config.position_biased_input:
         parts.append("position")
+    if config.use_task_id:
+        parts.append("task-type (row 0)")
     text = (
         " + ".join(parts) + " lookups, summed" if len(parts) > 1 else "token lookup only"
     ) + ", LayerNorm, dropout"
