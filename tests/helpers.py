@@ -106,6 +106,10 @@ def hf_config(family: str, **overrides):
         return transformers.RoFormerConfig(**{**TINY, **overrides})
     if family == "ernie":
         return transformers.ErnieConfig(**{**TINY, "use_task_id": True, **overrides})
+    if family == "mpnet":
+        return transformers.MPNetConfig(
+            **{**TINY, "max_position_embeddings": 66, "layer_norm_eps": 1e-5, **overrides}
+        )
     raise ValueError(family)
 
 

@@ -23,6 +23,7 @@ runner = CliRunner()
 NEW = {
     "tiny-roformer": ["roformer-chinese-base"],
     "tiny-ernie": ["ernie-3.0-base-zh"],
+    "tiny-mpnet": ["mpnet-base"],
 }
 
 
@@ -108,3 +109,37 @@ def test_roformer_tokenizer_directory_loads_and_says_jieba_is_not_applied(tmp_pa
 def test_presets_are_registered():
     for names in NEW.values():
         assert set(names) <= set(PRESETS)
+
+
+@pytest.mark.parametrize(
+    "text, pair",
+    [("hello <mask> worlds, the", None), ("hello<mask>worlds", None), ("hello", "world")],
+)
+def test_mpnet_tokenizer_directory_matches_transformers(text, pair, tmp_path):
+    """MPNetTokenizer's directory (WordPiece with <s> </s> <mask>; the mask absorbs the space
+    before it; pairs as <s> A </s></s> B </s>) encodes as transformers does."""
+    import transformers
+
+    from hf_compat import TRANSFORMERS_MAJOR
+
+    if TRANSFORMERS_MAJOR < 5:
+        pytest.skip("the reference is built from vocab= (transformers 5)")
+    vocab = [
+        "<s>",
+        "<pad>",
+        "</s>",
+        "<unk>",
+        "[UNK]",
+        "hello",
+        "world",
+        "the",
+        "##s",
+        ",",
+        "<mask>",
+    ]
+    (tmp_path / "vocab.txt").write_text("\n".join(vocab) + "\n", encoding="utf-8")
+    hf = transformers.MPNetTokenizer(vocab=str(tmp_path / "vocab.txt"))
+    hf.save_pretrained(tmp_path / "saved")
+    ours = bf.load_tokenizer(tmp_path / "saved")
+    args = (text,) if pair is None else (text, pair)
+    assert ours(*args)["input_ids"][0].tolist() == hf(*args)["input_ids"]

@@ -58,6 +58,8 @@ VARIANTS = {
     "roformer": {"plain": {}, "E<H+value": dict(embedding_size=16, rotary_value=True)},
     # ERNIE: 3.0's task-type table, and 1.0 without it
     "ernie": {"3.0": {}, "1.0": dict(use_task_id=False)},
+    # MPNet: one variant, 32 buckets (transformers buckets by 32 whatever the table size); at
+    # T = 11 distances >= 8 fall in the log-spaced buckets
 }
 # Facts each family's tiny checkpoint must read into our config.
 CONFIG_FACTS = {
@@ -107,7 +109,7 @@ SEGMENTS = (
 )  # families whose tiny configs have two token types
 # heads that never read a padded position when left-padded
 LEFT_PADDED = ("", "mlm", "tokens", "rtd")
-ROBERTA_LIKE = ("roberta", "longformer", "xlm-roberta", "camembert")  # <s> = 0 first
+ROBERTA_LIKE = ("roberta", "longformer", "xlm-roberta", "camembert", "mpnet")  # <s> = 0 first
 
 
 def _head_cases():

@@ -19,7 +19,7 @@ from helpers import padded_batch
 
 FULL_SIZE = [n for n in PRESETS if not n.startswith("tiny-")]
 # the presets of issue 30's families (RoFormer, ERNIE, MPNet, ModernBERT, GTE, NomicBERT)
-NEW_FAMILIES = ["roformer-chinese-base", "ernie-3.0-base-zh"]
+NEW_FAMILIES = ["roformer-chinese-base", "ernie-3.0-base-zh", "mpnet-base"]
 
 
 def test_registry():

@@ -107,6 +107,20 @@ _ROFORMER = dict(
     classifier_activation="gelu",
 )
 
+# MPNet (Song et al. 2020): RoBERTa's positions and heads (MLM head with a fixed GELU), no
+# segments, T5-style relative position buckets shared by all layers.
+_MPNET = dict(
+    model_type="mpnet",
+    type_vocab_size=0,
+    pad_token_id=1,
+    position_scheme="absolute_from_padding",
+    layer_norm_eps=1e-5,
+    pair_head=None,
+    mlm_activation="gelu",
+    relative_attention_buckets=32,
+    **_ROBERTA_HEADS,
+)
+
 # Sizes of the tiny test presets: mutually distinct, so transpositions cannot hide.
 _TINY = dict(
     vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37
@@ -230,6 +244,10 @@ PRESETS: dict[str, dict[str, Any]] = {
         use_task_id=True,
         task_type_vocab_size=3,
     ),
+    # microsoft/mpnet-base (the trunk of sentence-transformers/all-mpnet-base-v2) — 109,486,464.
+    # RoBERTa's positions (514 = 512 + 2) without segments, plus 32 relative position buckets per
+    # head shared by all layers; eps 1e-5.
+    "mpnet-base": dict(vocab_size=30527, max_position_embeddings=514, **_MPNET),
     # --- tiny test presets: mutually distinct sizes so transpositions cannot hide --------------
     "tiny-bert": dict(
         model_type="bert",
@@ -320,6 +338,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         use_task_id=True,
         task_type_vocab_size=3,
     ),
+    "tiny-mpnet": dict(**_TINY, max_position_embeddings=66, **_MPNET),
 }
 
 # Published parameter counts (base model + pooler, as transformers counts it).
@@ -340,6 +359,7 @@ PUBLISHED_PARAMETERS: dict[str, int] = {
     # the families of issue 30: transformers' count of the published config
     "roformer-chinese-base": 123_555_840,
     "ernie-3.0-base-zh": 117_944_832,
+    "mpnet-base": 109_486_464,
 }
 
 # The full-size models of the family, in the order of the source documents (then later additions).
@@ -359,6 +379,7 @@ FAMILY = [
     "bert-base-chinese",
     "roformer-chinese-base",
     "ernie-3.0-base-zh",
+    "mpnet-base",
 ]
 
 

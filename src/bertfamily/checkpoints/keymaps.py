@@ -760,6 +760,56 @@ ERNIE = FamilyMap(
     config_required={"position_embedding_type": "absolute"},
 )
 
+# MPNet (Song et al. 2020; transformers' modeling_mpnet.py): RoBERTa's positions (from the
+# padding id 1), no segments, separate attn.q/k/v/o projections, and T5-style relative position
+# buckets: one `encoder.relative_attention_bias` (buckets, N) table shared by all layers.
+# Heads: RoBERTa's `lm_head` (fixed GELU) and classification head (first token, dense, tanh);
+# multiple choice reads the pooler.
+_MP = "encoder.layer.{i}.attention"
+MPNET = FamilyMap(
+    model_type="mpnet",
+    base_prefix="mpnet.",
+    trunk={
+        "embeddings.word_embeddings.weight": "encoder.embeddings.token.weight",
+        "embeddings.position_embeddings.weight": "encoder.embeddings.position.weight",
+        **_wb("embeddings.LayerNorm", "encoder.embeddings.norm"),
+        "embeddings.position_ids": None,  # buffer
+        **_qkv(
+            f"{_MP}.attn.q", f"{_MP}.attn.k", f"{_MP}.attn.v", "encoder.layers.{i}.attention.qkv"
+        ),
+        **_wb(f"{_MP}.attn.o", "encoder.layers.{i}.attention.out"),
+        **_wb(f"{_MP}.LayerNorm", "encoder.layers.{i}.attention_norm"),
+        **_wb("encoder.layer.{i}.intermediate.dense", "encoder.layers.{i}.ffn.up"),
+        **_wb("encoder.layer.{i}.output.dense", "encoder.layers.{i}.ffn.down"),
+        **_wb("encoder.layer.{i}.output.LayerNorm", "encoder.layers.{i}.ffn_norm"),
+        "encoder.relative_attention_bias.weight": (
+            "encoder.attention_inputs.relative_attention_bias.weight"
+        ),
+    },
+    pooler=_BERT_POOLER,
+    heads=ROBERTA.heads,
+    architectures={"": "MPNetModel", "mlm": "MPNetForMaskedLM", **task_architectures("MPNet")},
+    config_fields={
+        **{
+            k: v
+            for k, v in _BERT_CONFIG.items()
+            if k not in ("type_vocab_size", "classifier_dropout")
+        },
+        "relative_attention_num_buckets": "relative_attention_buckets",
+    },
+    config_fixed={
+        "position_scheme": "absolute_from_padding",
+        "pad_token_id": 1,  # MPNetEmbeddings' padding_idx, whatever config.json says
+        "type_vocab_size": 0,
+        "pair_head": None,
+        "mlm_activation": "gelu",  # MPNetLMHead: gelu whatever the hidden_act
+        "classifier_pooling": "first_token_dense",
+        "choice_pooling": "pooler",
+        "classifier_activation": "tanh",
+    },
+    config_defaults={"vocab_size": 30527, "relative_attention_buckets": 32},
+)
+
 FAMILIES: dict[str, FamilyMap] = {
     m.model_type: m
     for m in (
@@ -775,6 +825,7 @@ FAMILIES: dict[str, FamilyMap] = {
         ELECTRA,
         ROFORMER,
         ERNIE,
+        MPNET,
     )
 }
 

@@ -66,6 +66,10 @@ DESCRIPTIONS: dict[str, dict[str, str]] = {
         "pretraining": "knowledge-masked MLM and continual multi-task pretraining",
         "tasks": "Chinese classification, NER, QA",
     },
+    "mpnet-base": {
+        "pretraining": "masked and permuted LM (MPNet)",
+        "tasks": "sentence embeddings (all-mpnet-base-v2), NLU",
+    },
 }
 
 
