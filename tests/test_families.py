@@ -111,6 +111,7 @@ def test_presets_are_registered():
         assert set(names) <= set(PRESETS)
 
 
+@pytest.mark.parity
 @pytest.mark.parametrize(
     "text, pair",
     [("hello <mask> worlds, the", None), ("hello<mask>worlds", None), ("hello", "world")],
