@@ -102,6 +102,14 @@ def hf_config(family: str, **overrides):
         return transformers.CamembertConfig(**{**TINY, **_ROBERTA_LIKE, **overrides})
     if family == "electra":
         return transformers.ElectraConfig(**{**TINY, "embedding_size": 16, **overrides})
+    if family == "roformer":
+        return transformers.RoFormerConfig(**{**TINY, **overrides})
+    if family == "ernie":
+        return transformers.ErnieConfig(**{**TINY, "use_task_id": True, **overrides})
+    if family == "mpnet":
+        return transformers.MPNetConfig(
+            **{**TINY, "max_position_embeddings": 66, "layer_norm_eps": 1e-5, **overrides}
+        )
     raise ValueError(family)
 
 

@@ -54,6 +54,12 @@ VARIANTS = {
             conv_groups=2,
         ),
     },
+    # RoFormer: E = H; E < H with `embeddings_project` and the values rotated too
+    "roformer": {"plain": {}, "E<H+value": dict(embedding_size=16, rotary_value=True)},
+    # ERNIE: 3.0's task-type table, and 1.0 without it
+    "ernie": {"3.0": {}, "1.0": dict(use_task_id=False)},
+    # MPNet: one variant, 32 buckets (transformers buckets by 32 whatever the table size); at
+    # T = 11 distances >= 8 fall in the log-spaced buckets
 }
 # Facts each family's tiny checkpoint must read into our config.
 CONFIG_FACTS = {
@@ -82,12 +88,28 @@ CONFIG_FACTS = {
     "xlm-roberta": dict(model_type="xlm-roberta", position_scheme="absolute_from_padding"),
     "camembert": dict(model_type="camembert", position_scheme="absolute_from_padding"),
     "electra": dict(model_type="electra", use_pooler=False, pair_head=None, mlm_activation="gelu"),
+    "roformer": dict(
+        model_type="roformer",
+        position_embedding_type="rotary",
+        rotary_interleaved=True,
+        rotary_table=True,
+        use_pooler=False,
+    ),
 }
-PAIR_LOGITS = {"bert": "seq_relationship_logits", "albert": "sop_logits"}
-SEGMENTS = ("bert", "albert", "electra")  # families whose tiny configs have two token types
+PAIR_LOGITS = {
+    "bert": "seq_relationship_logits",
+    "albert": "sop_logits",
+    "ernie": "seq_relationship_logits",
+}
+SEGMENTS = (
+    "bert",
+    "albert",
+    "electra",
+    "roformer",
+)  # families whose tiny configs have two token types
 # heads that never read a padded position when left-padded
 LEFT_PADDED = ("", "mlm", "tokens", "rtd")
-ROBERTA_LIKE = ("roberta", "longformer", "xlm-roberta", "camembert")  # <s> = 0 first
+ROBERTA_LIKE = ("roberta", "longformer", "xlm-roberta", "camembert", "mpnet")  # <s> = 0 first
 
 
 def _head_cases():
@@ -321,6 +343,10 @@ ROW_ALONE = [
     ("camembert", "right", {}),
     ("electra", "right", {}),
     ("electra", "right", VARIANTS["electra"]["E=H"]),
+    # rotary positions: q·k depends on the distance only, so left padding changes nothing
+    # (not so with rotary_value: the values carry absolute positions)
+    ("roformer", "left", {}),
+    ("roformer", "right", VARIANTS["roformer"]["E<H+value"]),
 ]
 
 
@@ -547,7 +573,11 @@ def test_bin_weights_and_unprefixed_keys(hf_checkpoint, tmp_path):
 
 
 # --- losses: `labels` and friends under transformers' names -----------------------------------
-PAIR_LABEL = {"bert": "next_sentence_label", "albert": "sentence_order_label"}
+PAIR_LABEL = {
+    "bert": "next_sentence_label",
+    "albert": "sentence_order_label",
+    "ernie": "next_sentence_label",
+}
 LOSS_CASES = [c for c in CASES if c[2] != ""] + [
     (family, "default", "multilabel")
     for family, fmap in FAMILIES.items()

@@ -24,6 +24,7 @@ from .modules.encoder import Encoder, Pooler
 from .modules.ffn import FeedForward
 from .modules.layer import EncoderLayer
 from .modules.norms import ConditionalLayerNorm
+from .modules.positions import ChainedInputs, RelativePositionBias, RotaryEmbedding
 
 HEADS = ("mlm", "pair", "rtd") + TASK_HEADS
 
@@ -57,12 +58,20 @@ class AttentionKind:
     first_layer_branch: Callable[[EncoderConfig], nn.Module | None] = lambda config: None
 
 
+def rotary_table_name(config: EncoderConfig, index: int) -> str | None:
+    """The rotary table unique layer ``index`` reads (`modules.positions.RotaryEmbedding`), or
+    None without rotary positions."""
+    return "global" if config.position_embedding_type == "rotary" else None
+
+
 def _full(config: EncoderConfig, index: int) -> nn.Module:
     return SelfAttention(
         config.hidden_size,
         config.num_attention_heads,
         config.attention_probs_dropout_prob,
         bias=config.attention_bias,
+        rotary=rotary_table_name(config, index),
+        rotary_value=config.rotary_value,
     )
 
 
@@ -134,6 +143,36 @@ ATTENTION_KINDS: dict[str, AttentionKind] = {
 }
 
 
+def build_position_inputs(config: EncoderConfig) -> list[nn.Module]:
+    """The encoder-level position providers every layer shares, whatever the attention kind:
+    rotary tables (``position_embedding_type`` "rotary") and MPNet's relative position bias
+    (``relative_attention_buckets`` > 0)."""
+    providers: list[nn.Module] = []
+    if config.position_embedding_type == "rotary":
+        providers.append(
+            RotaryEmbedding(
+                config.head_dim,
+                {"global": config.rotary_base},
+                interleaved=config.rotary_interleaved,
+                stored_positions=config.max_position_embeddings if config.rotary_table else 0,
+            )
+        )
+    if config.relative_attention_buckets:
+        providers.append(
+            RelativePositionBias(config.relative_attention_buckets, config.num_attention_heads)
+        )
+    return providers
+
+
+def _encoder_inputs(config: EncoderConfig) -> nn.Module | None:
+    """The attention kind's provider and the position providers, chained when more than one."""
+    kind = attention_kind(config).encoder_inputs(config)
+    providers = ([kind] if kind is not None else []) + build_position_inputs(config)
+    if not providers:
+        return None
+    return providers[0] if len(providers) == 1 else ChainedInputs(providers)
+
+
 def attention_kind(config: EncoderConfig) -> AttentionKind:
     """The `AttentionKind` of ``config.attention_kind``.
 
@@ -182,6 +221,7 @@ def build_encoder(config: EncoderConfig, position_table: bool | None = None) -> 
         dropout=config.hidden_dropout_prob,
         pad_token_id=config.pad_token_id,
         add_positions=config.position_biased_input,
+        task_types=config.task_type_vocab_size if config.use_task_id else 0,
     )
     layers = [build_layer(config, i) for i in range(config.num_unique_layers)]
     encoder = Encoder(
@@ -195,7 +235,7 @@ def build_encoder(config: EncoderConfig, position_table: bool | None = None) -> 
         position_offset=config.position_offset,
         pad_token_id=config.pad_token_id,
     )
-    encoder.attention_inputs = attention_kind(config).encoder_inputs(config)
+    encoder.attention_inputs = _encoder_inputs(config)
     encoder.first_layer_branch = attention_kind(config).first_layer_branch(config)
     return encoder
 

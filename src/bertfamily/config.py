@@ -25,6 +25,7 @@ ACTIVATIONS = ("gelu", "gelu_tanh", "gelu_sigmoid", "relu", "silu")
 ATTENTION_KINDS = ("full", "disentangled", "windowed")  # BERT; DeBERTa §3.1; Longformer §3
 RELATIVE_ATTENTION_TYPES = ("c2p", "p2c")  # DeBERTa's position terms
 POSITION_SCHEMES = ("absolute", "absolute_from_padding")
+POSITION_EMBEDDING_TYPES = ("absolute", "rotary")  # a learned table at the input; RoPE per layer
 
 #: Default largest model `check_parameter_budget` lets `build_model` / `from_pretrained`
 #: allocate (2·10^10 parameters, 80 GB in float32); raise it with the ``max_parameters``
@@ -57,6 +58,8 @@ _INTS = (
     "position_buckets",
     "conv_kernel_size",
     "conv_groups",
+    "relative_attention_buckets",
+    "task_type_vocab_size",
 )
 _BOOLS = (
     "attention_bias",
@@ -65,6 +68,10 @@ _BOOLS = (
     "use_pooler",
     "share_att_key",
     "key_bias",
+    "rotary_interleaved",
+    "rotary_value",
+    "rotary_table",
+    "use_task_id",
 )
 _STRINGS = (
     "position_scheme",
@@ -76,12 +83,14 @@ _STRINGS = (
     "choice_pooling",
     "classifier_activation",
     "model_type",
+    "position_embedding_type",
 )
 _FLOATS = (
     "layer_norm_eps",
     "hidden_dropout_prob",
     "attention_probs_dropout_prob",
     "initializer_range",
+    "rotary_base",
 )
 
 
@@ -123,6 +132,12 @@ class EncoderConfig:
     # pad_token_id + 1 and padding tokens keep position pad_token_id.
     position_scheme: str = "absolute"
     pad_token_id: int = 0
+    # ERNIE's task-type embedding (Sun et al. 2020, "ERNIE 2.0" §4.2.3: one row per pretraining
+    # task, added at the input like the segment embedding; ErnieConfig's names): with use_task_id
+    # a (task_type_vocab_size, E) table whose row 0 is added to every token (transformers'
+    # default when no task_type_ids are given).
+    use_task_id: bool = False
+    task_type_vocab_size: int = 3
 
     # --- attention -----------------------------------------------------------------------------
     attention_kind: str = "full"
@@ -156,6 +171,22 @@ class EncoderConfig:
     # tokens on each side); one int for every layer or a sequence of L ints. Used only by
     # attention_kind "windowed".
     attention_window: int | tuple[int, ...] = 512
+    # Rotary position embeddings (RoPE; Su et al. 2021, "RoFormer", eq. 34): with
+    # position_embedding_type "rotary" the queries and keys of every layer are rotated by their
+    # position, angle t·base^(-2i/Dh) for dimension pair i, and no table is added at the input
+    # (position_biased_input must be False). rotary_interleaved: the pairs are dims (2i, 2i+1)
+    # (RoFormer) instead of (i, i + Dh/2) (GPT-NeoX style). rotary_value: rotate the values too
+    # (RoFormer's option). rotary_table: the sin/cos table is a frozen (P, Dh) parameter stored
+    # in checkpoints (RoFormer's `embed_positions`), else computed on the fly.
+    position_embedding_type: str = "absolute"
+    rotary_base: float = 10000.0
+    rotary_interleaved: bool = False
+    rotary_value: bool = False
+    rotary_table: bool = False
+    # T5-style relative position buckets (Raffel et al. 2020 §2.1; MPNet): > 0 = a (buckets, N)
+    # table shared by all layers gives every head a learned bias per bucketed distance, added to
+    # the attention scores (half the buckets exact, the rest log-spaced up to 128 positions).
+    relative_attention_buckets: int = 0
 
     # --- feed-forward --------------------------------------------------------------------------
     hidden_act: str = "gelu"  # gelu = exact erf form x·Φ(x)
@@ -235,6 +266,10 @@ class EncoderConfig:
                 f"hidden_size ({self.hidden_size}) must be divisible by num_attention_heads "
                 f"({self.num_attention_heads})"
             )
+        if self.use_task_id and self.task_type_vocab_size <= 0:
+            raise ConfigError(
+                f"use_task_id needs task_type_vocab_size >= 1, got {self.task_type_vocab_size}"
+            )
         if self.type_vocab_size < 0:
             raise ConfigError(f"type_vocab_size must be >= 0, got {self.type_vocab_size}")
         if self.hidden_act not in ACTIVATIONS:
@@ -245,6 +280,7 @@ class EncoderConfig:
             )
         self._check_disentangled()
         self._check_attention_window()
+        self._check_positions()
         if self.position_scheme not in POSITION_SCHEMES:
             raise ConfigError(
                 f"position_scheme {self.position_scheme!r} is not one of {POSITION_SCHEMES}"
@@ -454,6 +490,34 @@ class EncoderConfig:
                 "layers (num_hidden_groups = num_hidden_layers, inner_group_num = 1)"
             )
 
+    def _check_positions(self) -> None:
+        """Validate the rotary and relative-bucket fields (see the attention block above)."""
+        kind = self.position_embedding_type
+        if kind not in POSITION_EMBEDDING_TYPES:
+            raise ConfigError(
+                f"position_embedding_type {kind!r} is not one of {POSITION_EMBEDDING_TYPES}"
+            )
+        rotary = kind == "rotary"
+        if rotary and self.position_biased_input:
+            raise ConfigError(
+                "position_embedding_type 'rotary' needs position_biased_input=False (RoPE "
+                "replaces the learned position table at the input)"
+            )
+        if rotary and self.head_dim % 2:
+            raise ConfigError(f"rotary positions need an even head dim, got {self.head_dim}")
+        if self.rotary_base <= 0:
+            raise ConfigError(f"rotary_base must be > 0, got {self.rotary_base}")
+        used = [
+            n for n in ("rotary_interleaved", "rotary_value", "rotary_table") if getattr(self, n)
+        ]
+        if used and not rotary:
+            raise ConfigError(f"{', '.join(used)} need position_embedding_type 'rotary'")
+        if self.relative_attention_buckets < 0 or self.relative_attention_buckets == 1:
+            raise ConfigError(
+                f"relative_attention_buckets must be 0 (none) or >= 2, got "
+                f"{self.relative_attention_buckets}"
+            )
+
     def _check_attention_window(self) -> None:
         window = self.attention_window
         if isinstance(window, (list, tuple)):
@@ -561,6 +625,7 @@ class EncoderConfig:
         C = self.condition_size or 0
         cond = 2 * C  # a conditional norm adds W_gamma, W_beta (C·dim each) per normalised dim
         sites = set(self.conditional_norms)
+        T += self.task_type_vocab_size if self.use_task_id else 0  # ERNIE's task table
         total = (V + P + T) * E + 2 * E + (cond * E if "embeddings" in sites else 0)
         if E != H:
             total += E * H + H
@@ -580,6 +645,9 @@ class EncoderConfig:
         if self.relative_attention:
             total += self.relative_table_size * H
             total += 2 * H if self.norm_rel_ebd == "layer_norm" else 0
+        if self.rotary_table:  # RoFormer's frozen sin/cos table, (P, Dh)
+            total += self.max_position_embeddings * self.head_dim
+        total += self.relative_attention_buckets * self.num_attention_heads  # MPNet's (R, N)
         if self.conv_kernel_size:  # convolution (weight, bias) and its LayerNorm
             total += H * (H // self.conv_groups) * self.conv_kernel_size + H + 2 * H
         if self.use_pooler and (not heads or self.reads_pooler(heads)):

@@ -91,6 +91,36 @@ _ELECTRA = dict(
     classifier_activation="gelu",
 )
 
+# RoFormer (Su et al. 2021): BERT's layer with rotary positions (interleaved pairs, base 10^4,
+# the sin/cos table stored frozen as in its checkpoints), no learned position table, no pooler;
+# classification: first token, dense, the hidden_act (RoFormerClassificationHead).
+_ROFORMER = dict(
+    model_type="roformer",
+    position_embedding_type="rotary",
+    position_biased_input=False,
+    rotary_interleaved=True,
+    rotary_table=True,
+    use_pooler=False,
+    pair_head=None,
+    classifier_pooling="first_token_dense",
+    choice_pooling="first_token_dense",
+    classifier_activation="gelu",
+)
+
+# MPNet (Song et al. 2020): RoBERTa's positions and heads (MLM head with a fixed GELU), no
+# segments, T5-style relative position buckets shared by all layers.
+_MPNET = dict(
+    model_type="mpnet",
+    type_vocab_size=0,
+    pad_token_id=1,
+    position_scheme="absolute_from_padding",
+    layer_norm_eps=1e-5,
+    pair_head=None,
+    mlm_activation="gelu",
+    relative_attention_buckets=32,
+    **_ROBERTA_HEADS,
+)
+
 # Sizes of the tiny test presets: mutually distinct, so transpositions cannot hide.
 _TINY = dict(
     vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37
@@ -201,6 +231,23 @@ PRESETS: dict[str, dict[str, Any]] = {
         attention_window=512,
         **_LONGFORMER_HEADS,
     ),
+    # junnyu/roformer_chinese_base — 123,555,840. A 50,000-entry vocabulary of characters and
+    # jieba words; 1536 positions (the rotary table: 1536 × 64 frozen values).
+    "roformer-chinese-base": dict(vocab_size=50000, max_position_embeddings=1536, **_ROFORMER),
+    # nghuyong/ernie-3.0-base-zh — 117,944,832. BERT-base over a 40,000-token Chinese
+    # vocabulary, 2048 positions, 4 segment types, the task-type table (3 rows).
+    "ernie-3.0-base-zh": dict(
+        model_type="ernie",
+        vocab_size=40000,
+        max_position_embeddings=2048,
+        type_vocab_size=4,
+        use_task_id=True,
+        task_type_vocab_size=3,
+    ),
+    # microsoft/mpnet-base (the trunk of sentence-transformers/all-mpnet-base-v2) — 109,486,464.
+    # RoBERTa's positions (514 = 512 + 2) without segments, plus 32 relative position buckets per
+    # head shared by all layers; eps 1e-5.
+    "mpnet-base": dict(vocab_size=30527, max_position_embeddings=514, **_MPNET),
     # --- tiny test presets: mutually distinct sizes so transpositions cannot hide --------------
     "tiny-bert": dict(
         model_type="bert",
@@ -283,6 +330,15 @@ PRESETS: dict[str, dict[str, Any]] = {
         max_position_embeddings=64,
         **_ELECTRA,
     ),
+    "tiny-roformer": dict(**_TINY, max_position_embeddings=64, **_ROFORMER),
+    "tiny-ernie": dict(
+        model_type="ernie",
+        **_TINY,
+        max_position_embeddings=64,
+        use_task_id=True,
+        task_type_vocab_size=3,
+    ),
+    "tiny-mpnet": dict(**_TINY, max_position_embeddings=66, **_MPNET),
 }
 
 # Published parameter counts (base model + pooler, as transformers counts it).
@@ -300,6 +356,10 @@ PUBLISHED_PARAMETERS: dict[str, int] = {
     "tinybert-4l": 14_350_248,
     "bert-tiny": 4_385_920,
     "bert-base-chinese": 102_267_648,
+    # the families of issue 30: transformers' count of the published config
+    "roformer-chinese-base": 123_555_840,
+    "ernie-3.0-base-zh": 117_944_832,
+    "mpnet-base": 109_486_464,
 }
 
 # The full-size models of the family, in the order of the source documents (then later additions).
@@ -317,6 +377,9 @@ FAMILY = [
     "tinybert-4l",
     "bert-tiny",
     "bert-base-chinese",
+    "roformer-chinese-base",
+    "ernie-3.0-base-zh",
+    "mpnet-base",
 ]
 
 

@@ -227,6 +227,8 @@ def _config_from_hf(hf_config: dict[str, Any]) -> EncoderConfig:
             )
         fields[name] = HF_ACTIVATIONS[head_act]
     fields.update(fmap.config_fixed)
+    for ours, source in fmap.config_mirrors.items():
+        fields[ours] = fields.get(source, "gelu")
     if "pair_head" not in fmap.config_fixed:
         fields["pair_head"] = "nsp"
     labels = label_names_from_hf(hf_config)
@@ -305,6 +307,9 @@ def config_to_hf(config: EncoderConfig, architecture: str) -> dict[str, Any]:
         for name, value in fmap.config_fixed.items()
         if name != "pair_head" and getattr(config, name) != value  # heads name the pair head
     }
+    for name, source in fmap.config_mirrors.items():
+        if getattr(config, name) != getattr(config, source):
+            differ[name] = (getattr(config, name), f"{source}={getattr(config, source)!r}")
     if differ:
         listed = ", ".join(f"{k}={v[0]!r} (always {v[1]!r})" for k, v in sorted(differ.items()))
         raise CheckpointError(

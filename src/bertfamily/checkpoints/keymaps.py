@@ -78,6 +78,10 @@ class FamilyMap:
     # (DeBERTa-v3's replaced-token-detection head `mask_predictions.*` in the published
     # checkpoints); dropped on purpose by every load and listed in `LoadReport.dropped`.
     unused: tuple[str, ...] = ()
+    # config_mirrors: EncoderConfig field → the field whose value it always takes in this
+    # family (RoFormer's classification head applies the hidden_act); a config where they
+    # differ is refused on save.
+    config_mirrors: dict[str, str] = field(default_factory=dict)
 
 
 def _wb(hf: str, ours: str) -> dict[str, str]:
@@ -673,6 +677,139 @@ ELECTRA = FamilyMap(
     },
 )
 
+# ---------------------------------------------------------------------------------------------
+# RoFormer (Su et al. 2021; transformers' modeling_roformer.py): the BERT layer with rotary
+# positions (interleaved pairs, the frozen sin/cos table `encoder.embed_positions` stored in
+# checkpoints), no learned position table, ELECTRA's `embeddings_project` when E ≠ H, no
+# pooler. Sequence classification: first token → dense → hidden_act → out_proj. transformers'
+# RoFormerForMultipleChoice summarises the LAST position (SequenceSummary's default "last",
+# a padding token in a right-padded batch), which no head of ours reads: not mapped.
+ROFORMER = FamilyMap(
+    model_type="roformer",
+    base_prefix="roformer.",
+    trunk={
+        **{k: v for k, v in _BERT_TRUNK.items() if "position" not in k},
+        **_wb("embeddings_project", "encoder.embeddings.projection"),  # only when E ≠ H
+        "encoder.embed_positions.weight": "encoder.attention_inputs.weight",
+    },
+    pooler={},
+    heads={
+        "mlm": BERT.heads["mlm"],
+        **{
+            name: table
+            for name, table in task_heads(
+                classify={
+                    "classifier.dense": "task_head.dense",
+                    "classifier.out_proj": "task_head.out",
+                },
+                choice={},
+            ).items()
+            if name != "choice"
+        },
+    },
+    architectures={
+        "": "RoFormerModel",
+        "mlm": "RoFormerForMaskedLM",
+        **{k: v for k, v in task_architectures("RoFormer").items() if k != "choice"},
+    },
+    config_fields={
+        **{k: v for k, v in _BERT_CONFIG.items() if k != "classifier_dropout"},
+        "embedding_size": "embedding_size",
+        "rotary_value": "rotary_value",
+    },
+    config_fixed={
+        "position_scheme": "absolute",
+        "position_embedding_type": "rotary",
+        "position_biased_input": False,
+        "rotary_interleaved": True,
+        "rotary_table": True,
+        "rotary_base": 10000.0,
+        "use_pooler": False,
+        "pair_head": None,
+        "classifier_pooling": "first_token_dense",
+        "choice_pooling": "first_token_dense",
+    },
+    config_defaults={"vocab_size": 50000, "max_position_embeddings": 1536},
+    config_mirrors={"classifier_activation": "hidden_act"},
+)
+
+# ERNIE 1.0 / 3.0 (Baidu; transformers' modeling_ernie.py): BERT's layout and heads under
+# `ernie.`, plus the task-type embedding when use_task_id (ERNIE 3.0).
+ERNIE = FamilyMap(
+    model_type="ernie",
+    base_prefix="ernie.",
+    trunk={
+        **_BERT_TRUNK,
+        "embeddings.task_type_embeddings.weight": "encoder.embeddings.task_type.weight",
+    },
+    pooler=_BERT_POOLER,
+    heads=BERT.heads,
+    architectures={
+        "": "ErnieModel",
+        "mlm": "ErnieForMaskedLM",
+        "mlm+pair": "ErnieForPreTraining",
+        "pair": "ErnieForNextSentencePrediction",
+        **task_architectures("Ernie"),
+    },
+    config_fields={
+        **_BERT_CONFIG,
+        "use_task_id": "use_task_id",
+        "task_type_vocab_size": "task_type_vocab_size",
+    },
+    config_fixed={"position_scheme": "absolute"},
+    config_required={"position_embedding_type": "absolute"},
+)
+
+# MPNet (Song et al. 2020; transformers' modeling_mpnet.py): RoBERTa's positions (from the
+# padding id 1), no segments, separate attn.q/k/v/o projections, and T5-style relative position
+# buckets: one `encoder.relative_attention_bias` (buckets, N) table shared by all layers.
+# Heads: RoBERTa's `lm_head` (fixed GELU) and classification head (first token, dense, tanh);
+# multiple choice reads the pooler.
+_MP = "encoder.layer.{i}.attention"
+MPNET = FamilyMap(
+    model_type="mpnet",
+    base_prefix="mpnet.",
+    trunk={
+        "embeddings.word_embeddings.weight": "encoder.embeddings.token.weight",
+        "embeddings.position_embeddings.weight": "encoder.embeddings.position.weight",
+        **_wb("embeddings.LayerNorm", "encoder.embeddings.norm"),
+        "embeddings.position_ids": None,  # buffer
+        **_qkv(
+            f"{_MP}.attn.q", f"{_MP}.attn.k", f"{_MP}.attn.v", "encoder.layers.{i}.attention.qkv"
+        ),
+        **_wb(f"{_MP}.attn.o", "encoder.layers.{i}.attention.out"),
+        **_wb(f"{_MP}.LayerNorm", "encoder.layers.{i}.attention_norm"),
+        **_wb("encoder.layer.{i}.intermediate.dense", "encoder.layers.{i}.ffn.up"),
+        **_wb("encoder.layer.{i}.output.dense", "encoder.layers.{i}.ffn.down"),
+        **_wb("encoder.layer.{i}.output.LayerNorm", "encoder.layers.{i}.ffn_norm"),
+        "encoder.relative_attention_bias.weight": (
+            "encoder.attention_inputs.relative_attention_bias.weight"
+        ),
+    },
+    pooler=_BERT_POOLER,
+    heads=ROBERTA.heads,
+    architectures={"": "MPNetModel", "mlm": "MPNetForMaskedLM", **task_architectures("MPNet")},
+    config_fields={
+        **{
+            k: v
+            for k, v in _BERT_CONFIG.items()
+            if k not in ("type_vocab_size", "classifier_dropout")
+        },
+        "relative_attention_num_buckets": "relative_attention_buckets",
+    },
+    config_fixed={
+        "position_scheme": "absolute_from_padding",
+        "pad_token_id": 1,  # MPNetEmbeddings' padding_idx, whatever config.json says
+        "type_vocab_size": 0,
+        "pair_head": None,
+        "mlm_activation": "gelu",  # MPNetLMHead: gelu whatever the hidden_act
+        "classifier_pooling": "first_token_dense",
+        "choice_pooling": "pooler",
+        "classifier_activation": "tanh",
+    },
+    config_defaults={"vocab_size": 30527, "relative_attention_buckets": 32},
+)
+
 FAMILIES: dict[str, FamilyMap] = {
     m.model_type: m
     for m in (
@@ -686,6 +823,9 @@ FAMILIES: dict[str, FamilyMap] = {
         XLM_ROBERTA,
         CAMEMBERT,
         ELECTRA,
+        ROFORMER,
+        ERNIE,
+        MPNET,
     )
 }
 

@@ -58,6 +58,18 @@ DESCRIPTIONS: dict[str, dict[str, str]] = {
         "pretraining": "MLM + NSP on Chinese text",
         "tasks": "Chinese classification, NER, QA",
     },
+    "roformer-chinese-base": {
+        "pretraining": "MLM on Chinese text (jieba words), rotary positions",
+        "tasks": "Chinese classification, long-text similarity",
+    },
+    "ernie-3.0-base-zh": {
+        "pretraining": "knowledge-masked MLM and continual multi-task pretraining",
+        "tasks": "Chinese classification, NER, QA",
+    },
+    "mpnet-base": {
+        "pretraining": "masked and permuted LM (MPNet)",
+        "tasks": "sentence embeddings (all-mpnet-base-v2), NLU",
+    },
 }
 
 
@@ -182,16 +194,21 @@ COLUMNS = [
 
 
 def _positions(c: EncoderConfig) -> str:
+    if c.position_embedding_type == "rotary":
+        return f"rotary (RoPE, θ = {c.rotary_base:g}), {c.max_position_embeddings}"
     if c.attention_kind == "disentangled" or getattr(c, "position_biased_input", True) is False:
         return "relative (in attention)"
     text = "learned absolute"
     if c.position_scheme == "absolute_from_padding":
         text += ", from pad+1"
+    if c.relative_attention_buckets:
+        text += f" + {c.relative_attention_buckets} relative buckets"
     return f"{text}, {c.max_position_embeddings}"
 
 
 def _segments(c: EncoderConfig) -> str:
-    return {0: "none", 1: "1 (unused)"}.get(c.type_vocab_size, str(c.type_vocab_size))
+    text = {0: "none", 1: "1 (unused)"}.get(c.type_vocab_size, str(c.type_vocab_size))
+    return text + (f" + {c.task_type_vocab_size} task types" if c.use_task_id else "")
 
 
 def comparison_rows(names: list[str] | None = None) -> list[dict[str, Any]]:

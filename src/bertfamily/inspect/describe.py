@@ -58,6 +58,11 @@ def describe_module(
         "output, LayerNorm",
         "EnhancedMaskDecoder": "re-applies the last layer with absolute positions added to "
         "its queries (He et al. 2021 §3.3)",
+        "RotaryEmbedding": "RoPE: cos/sin of t·θ^(−2i/Dh) per position, once for all layers; "
+        "each layer rotates its queries and keys (Su et al. 2021)",
+        "RelativePositionBias": "T5 buckets of j − i → a learned bias per head, (1, N, T, T), "
+        "shared by all layers",
+        "ChainedInputs": "the encoder-level attention inputs, one provider after another",
     }.get(kind)
     if text is not None:
         if kind == "Embeddings" and config.embedding_size != config.hidden_size:
@@ -78,6 +83,8 @@ def _embeddings_text(config: EncoderConfig) -> str:
         parts.append("segment")
     if config.position_biased_input:
         parts.append("position")
+    if config.use_task_id:
+        parts.append("task-type (row 0)")
     text = (
         " + ".join(parts) + " lookups, summed" if len(parts) > 1 else "token lookup only"
     ) + ", LayerNorm, dropout"
@@ -93,6 +100,8 @@ def _embeddings_text(config: EncoderConfig) -> str:
         text += " (no " + " or ".join(missing) + ")"
     if not config.position_biased_input and config.relative_attention:
         text += "; positions enter each attention layer as relative terms"
+    if config.position_embedding_type == "rotary":
+        text += "; positions enter each attention layer as rotations of Q and K (RoPE)"
     return text
 
 

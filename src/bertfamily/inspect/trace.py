@@ -165,6 +165,8 @@ def _tensors(obj: Any, name: str = "") -> list[tuple[str, torch.Tensor]]:
                 out.append((str(key), value))
             elif dataclasses.is_dataclass(value) and not isinstance(value, type):
                 out += [(f"{key}.{n}", t) for n, t in _tensors(value)]
+            elif isinstance(value, dict):  # rotary: table name → RotaryTables
+                out += [(f"{key}.{n}", t) for n, t in _tensors(value)]
         return out
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         return [

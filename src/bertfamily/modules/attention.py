@@ -32,6 +32,12 @@ class SelfAttention(nn.Module):
         num_heads: N (Dh = H / N).
         dropout: attention-probability dropout.
         bias: whether the projections have biases.
+        rotary: the name of the rotary table (``ctx.rotary``) this layer rotates its queries
+            and keys with (rotary positions), or None.
+        rotary_value: rotate the values too (RoFormer's ``rotary_value``).
+
+    Position inputs shared by the layers arrive in the context: ``ctx.rotary`` (RoPE tables)
+    and ``ctx.position_bias`` (a (1, N, T, T) bias added to the scores, MPNet's buckets).
     """
 
     supports_unpadded = True  # accepts packed (total_tokens, H) input, see modules/unpad.py
@@ -44,8 +50,17 @@ class SelfAttention(nn.Module):
     # T×T kernel, gather back); per sequence, the GEMMs are 80 % of the time.
     packed_strategy = "per_sequence"
 
-    def __init__(self, hidden_size: int, num_heads: int, dropout: float, bias: bool = True):
+    def __init__(
+        self,
+        hidden_size: int,
+        num_heads: int,
+        dropout: float,
+        bias: bool = True,
+        rotary: str | None = None,
+        rotary_value: bool = False,
+    ):
         super().__init__()
+        self.rotary, self.rotary_value = rotary, rotary_value
         self.num_heads = num_heads
         self.head_dim = hidden_size // num_heads
         self.qkv = nn.Linear(hidden_size, 3 * hidden_size, bias=bias)
@@ -59,23 +74,50 @@ class SelfAttention(nn.Module):
         if x.dim() == 2:
             if self.packed_strategy == "padded":
                 return AttentionOutput(self.out(self._packed_padded(x, ctx)))
-            return AttentionOutput(self.out(self._packed(x, ctx.unpadded.lengths)))
+            return AttentionOutput(self.out(self._packed(x, ctx.unpadded.lengths, ctx)))
         B, T, H = x.shape
         qkv = self.qkv(x).view(B, T, 3, self.num_heads, self.head_dim)
-        q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # each (B, N, T, Dh)
+        q, k, v = self._positions(*qkv.permute(2, 0, 3, 1, 4).unbind(0), ctx)  # (B, N, T, Dh)
         p = self.dropout if self.training else 0.0
         probs = scores = None
         if ctx.need_weights:
             scores = q @ k.transpose(-1, -2) / math.sqrt(self.head_dim)  # (B, N, T, S)
-            probs = torch.softmax(scores + ctx.bias, dim=-1, dtype=torch.float32).to(q.dtype)
+            probs = torch.softmax(
+                self._add_bias(scores, ctx.bias, ctx), dim=-1, dtype=torch.float32
+            ).to(q.dtype)
             y = F.dropout(probs, p, self.training) @ v  # (B, N, T, Dh)
         else:
             mask = ctx.bias.to(q.dtype) if ctx.padded else None  # no padding: no mask
+            mask = self._add_bias(mask, None, ctx)
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)  # (B,N,T,Dh)
         y = y.transpose(1, 2).reshape(B, T, H)  # (B, T, H)
         return AttentionOutput(self.out(y), probs, scores)
 
-    def _packed(self, x: torch.Tensor, lengths: list[int]) -> torch.Tensor:
+    def _positions(self, q, k, v, ctx: AttentionContext, length: int | None = None):
+        """Queries, keys (and with ``rotary_value`` values) rotated by this layer's rotary
+        table; unchanged without one. (..., T, Dh) each."""
+        if self.rotary is None or ctx.rotary is None:
+            return q, k, v
+        table = ctx.rotary[self.rotary]
+        q, k = table.apply(q, length), table.apply(k, length)
+        return q, k, (table.apply(v, length) if self.rotary_value else v)
+
+    @staticmethod
+    def _add_bias(x, bias, ctx: AttentionContext, length: int | None = None):
+        """``x`` (scores or an additive mask, or None) + ``bias`` + the shared position bias
+        (sliced to the first ``length`` positions for one packed sequence)."""
+        terms = [t for t in (x, bias) if t is not None]
+        if ctx.position_bias is not None:
+            pb = ctx.position_bias
+            terms.append(pb[..., :length, :length] if length is not None else pb)
+        if not terms:
+            return None
+        out = terms[0]
+        for t in terms[1:]:
+            out = out + t.to(out.dtype)
+        return out
+
+    def _packed(self, x: torch.Tensor, lengths: list[int], ctx: AttentionContext) -> torch.Tensor:
         """Attention over packed sequences: one SDPA call per sequence, no mask, no padding.
 
         x: (total_tokens, H) with rows grouped by sequence (``lengths`` rows each) →
@@ -90,9 +132,13 @@ class SelfAttention(nn.Module):
             if n:
                 # 4-D (1, N, n, Dh) inputs: the fused CPU/GPU kernels need a batch dimension.
                 q, k, v = qkv[start : start + n].permute(1, 2, 0, 3)[:, None].unbind(0)
-                y[start : start + n] = F.scaled_dot_product_attention(q, k, v, dropout_p=p)[
-                    0
-                ].transpose(0, 1)  # (n, N, Dh)
+                q, k, v = self._positions(q, k, v, ctx, n)
+                mask = self._add_bias(None, None, ctx, n)
+                if mask is not None:
+                    mask = mask.to(q.dtype)
+                y[start : start + n] = F.scaled_dot_product_attention(
+                    q, k, v, attn_mask=mask, dropout_p=p
+                )[0].transpose(0, 1)  # (n, N, Dh)
             start += n
         return y.view(Ntot, H)
 
@@ -104,6 +150,8 @@ class SelfAttention(nn.Module):
         B, T, H = plan.batch_size, plan.seq_len, x.shape[-1]
         qkv = x.new_zeros(B * T, 3 * H).index_copy_(0, plan.index, self.qkv(x))
         q, k, v = qkv.view(B, T, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
+        q, k, v = self._positions(q, k, v, ctx)
         p = self.dropout if self.training else 0.0
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=ctx.bias.to(q.dtype), dropout_p=p)
+        mask = self._add_bias(ctx.bias.to(q.dtype), None, ctx)
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
         return y.transpose(1, 2).reshape(B * T, H).index_select(0, plan.index)  # (Ntot, H)

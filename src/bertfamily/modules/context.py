@@ -50,6 +50,10 @@ class AttentionContext:
             input (DeBERTa's enhanced mask decoder), else None.
         global_attention_mask: (B, T) 0/1 caller's global attention mask (windowed attention).
         global_tokens: the global tokens derived from it (windowed attention), else None.
+        rotary: table name → `modules.positions.RotaryTables` of positions 0..T-1 (rotary
+            positions); each layer reads the table its attention names, else None.
+        position_bias: (1, N, T, T) float bias added to every layer's attention scores
+            (MPNet's relative position buckets), else None.
     """
 
     mask: torch.Tensor
@@ -62,6 +66,8 @@ class AttentionContext:
     key_value_states: torch.Tensor | None = None
     global_attention_mask: torch.Tensor | None = None
     global_tokens: GlobalTokens | None = None
+    rotary: dict | None = None
+    position_bias: torch.Tensor | None = None
 
     @classmethod
     def from_mask(

@@ -21,6 +21,9 @@ class Embeddings(nn.Module):
             Lan et al. 2020 §3.1 "factorized embedding parameterization").
         dropout: dropout probability after the norm.
         pad_token_id: row of the token table used for padding.
+        add_positions: add the position table (DeBERTa keeps one without adding it).
+        task_types: rows of ERNIE's task-type table (0 = none); its row 0 is added to every
+            token, as transformers does when no task_type_ids are given.
     """
 
     def __init__(
@@ -34,9 +37,11 @@ class Embeddings(nn.Module):
         dropout: float,
         pad_token_id: int = 0,
         add_positions: bool = True,
+        task_types: int = 0,
     ) -> None:
         super().__init__()
         self.token = nn.Embedding(vocab_size, embedding_size, padding_idx=pad_token_id)
+        self.task_type = nn.Embedding(task_types, embedding_size) if task_types else None
         self.segment = nn.Embedding(type_vocab_size, embedding_size) if type_vocab_size else None
         self.position = nn.Embedding(max_positions, embedding_size) if max_positions else None
         self.add_positions = add_positions  # DeBERTa keeps the table but does not add it
@@ -72,6 +77,8 @@ class Embeddings(nn.Module):
                 x = x + self.segment.weight[0]
             else:
                 x = x + self.segment(token_type_ids)
+        if self.task_type is not None:
+            x = x + self.task_type.weight[0]
         x = self.dropout(call_norm(self.norm, x, condition))
         if self.projection is not None:
             x = self.projection(x)  # (B, T, E) -> (B, T, H)

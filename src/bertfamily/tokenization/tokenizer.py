@@ -756,6 +756,14 @@ def tokenizer_from_directory(
         # added_tokens_decoder; its roles then override tokenizer_config.json's.
         role_values.update(_specials_from(directory / SPECIAL_TOKENS_MAP_FILE, special_map))
     family = _family(tok_config, model_config)
+    if str(tok_config.get("tokenizer_class", "")).startswith("RoFormerTokenizer"):
+        # transformers' RoFormerTokenizer splits Chinese text into jieba words (rjieba) before
+        # WordPiece; its tokenizer.json stores the BERT pre-tokenizer in that step's place
+        logger.warning(
+            "%s: RoFormer's jieba word pre-tokenisation is not applied; Chinese text is "
+            "split into characters (the tokenizer.json as stored)",
+            directory,
+        )
     try:
         model_max_length = _sane_max_length(tok_config.get("model_max_length"))
     except (TypeError, ValueError, OverflowError) as e:

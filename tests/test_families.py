@@ -1,0 +1,146 @@
+"""The families of issue 30 (RoFormer, ERNIE, MPNet, ModernBERT, GTE, NomicBERT) beyond the
+parity sweep of tests/test_parity.py (which covers every family × head from the key tables):
+their components in the views (`params`, `dataflow`, `models`), ONNX export, and their
+tokenizer directories. Tiny presets only."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import numpy as np
+import pytest
+import torch
+from typer.testing import CliRunner
+
+import bertfamily as bf
+from bertfamily import EncoderConfig, build_model
+from bertfamily.cli import app
+from bertfamily.presets import PRESETS
+
+runner = CliRunner()
+# tiny preset → the full-size presets of that family
+NEW = {
+    "tiny-roformer": ["roformer-chinese-base"],
+    "tiny-ernie": ["ernie-3.0-base-zh"],
+    "tiny-mpnet": ["mpnet-base"],
+}
+
+
+@pytest.mark.parametrize("tiny", list(NEW))
+def test_onnx_export_matches_pytorch(tiny, tmp_path):
+    ort = pytest.importorskip("onnxruntime")
+    from bertfamily.convert.onnx import export_onnx
+
+    torch.manual_seed(0)
+    model = build_model(EncoderConfig.from_preset(tiny), heads=["mlm"]).eval()
+    session = ort.InferenceSession(str(export_onnx(model, tmp_path / "m.onnx")))
+    for B, T in ((3, 13), (1, 5)):  # shapes other than the export example
+        ids = torch.randint(3, 99, (B, T), generator=torch.Generator().manual_seed(T))
+        mask = torch.ones(B, T, dtype=torch.long)
+        mask[-1, T // 2 :] = 0
+        feed = {"input_ids": ids.numpy(), "attention_mask": mask.numpy()}
+        if model.config.type_vocab_size:
+            feed["token_type_ids"] = np.zeros((B, T), dtype=np.int64)
+        got = session.run(None, feed)
+        with torch.no_grad():
+            want = model(ids, mask)
+        real = mask.bool().numpy()
+        np.testing.assert_allclose(got[0][real], want.last_hidden_state.numpy()[real], atol=1e-4)
+        np.testing.assert_allclose(got[-1][real], want.logits.numpy()[real], atol=1e-4)
+
+
+@pytest.mark.parametrize("name", [n for names in NEW.values() for n in names])
+def test_params_view_adds_up(name):
+    result = runner.invoke(app, ["params", name, "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    config = EncoderConfig.from_preset(name)
+    assert data["total"] == config.parameter_count()
+
+
+@pytest.mark.parametrize("tiny", list(NEW))
+def test_dataflow_view_runs(tiny):
+    result = runner.invoke(app, ["dataflow", tiny, "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)
+
+
+def test_models_view_lists_the_new_presets():
+    result = runner.invoke(app, ["models", "--format", "csv"])
+    assert result.exit_code == 0, result.output
+    for names in NEW.values():
+        for name in names:
+            assert name in result.output
+
+
+def test_dataflow_shows_rotary_tables():
+    """The rotary provider appears once, encoder-level, with its (P, Dh) stored table."""
+    result = runner.invoke(app, ["dataflow", "tiny-roformer", "--json"])
+    assert result.exit_code == 0, result.output
+    assert "RoPE: cos/sin" in result.output
+
+
+def test_roformer_table_is_the_sinusoidal_one_and_frozen():
+    model = build_model(EncoderConfig.from_preset("tiny-roformer"))
+    table = model.encoder.attention_inputs.weight
+    assert table.shape == (64, 8) and not table.requires_grad
+    t, i = 5, 1  # sin(5 / 10000^(2/8)), cos(...)
+    angle = 5 / 10000 ** (2 * i / 8)
+    assert abs(float(table[t, i]) - np.sin(angle)) < 1e-6
+    assert abs(float(table[t, 4 + i]) - np.cos(angle)) < 1e-6
+
+
+def test_roformer_tokenizer_directory_loads_and_says_jieba_is_not_applied(tmp_path, caplog):
+    """A RoFormer tokenizer directory (WordPiece tokenizer.json, tokenizer_class
+    RoFormerTokenizer) loads; the jieba word step is named as not applied."""
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "中", "国", "中国", "人"]
+    (tmp_path / "vocab.txt").write_text("\n".join(vocab) + "\n", encoding="utf-8")
+    (tmp_path / "tokenizer_config.json").write_text(
+        json.dumps({"tokenizer_class": "RoFormerTokenizer", "do_lower_case": True})
+    )
+    with caplog.at_level(logging.WARNING):
+        tok = bf.load_tokenizer(tmp_path)
+    ids = tok("中国人")["input_ids"][0].tolist()
+    assert ids == [2, 5, 6, 8, 3]  # characters: jieba would give 中国 (7)
+    assert "jieba" in caplog.text
+
+
+def test_presets_are_registered():
+    for names in NEW.values():
+        assert set(names) <= set(PRESETS)
+
+
+@pytest.mark.parity
+@pytest.mark.parametrize(
+    "text, pair",
+    [("hello <mask> worlds, the", None), ("hello<mask>worlds", None), ("hello", "world")],
+)
+def test_mpnet_tokenizer_directory_matches_transformers(text, pair, tmp_path):
+    """MPNetTokenizer's directory (WordPiece with <s> </s> <mask>; the mask absorbs the space
+    before it; pairs as <s> A </s></s> B </s>) encodes as transformers does."""
+    import transformers
+
+    from hf_compat import TRANSFORMERS_MAJOR
+
+    if TRANSFORMERS_MAJOR < 5:
+        pytest.skip("the reference is built from vocab= (transformers 5)")
+    vocab = [
+        "<s>",
+        "<pad>",
+        "</s>",
+        "<unk>",
+        "[UNK]",
+        "hello",
+        "world",
+        "the",
+        "##s",
+        ",",
+        "<mask>",
+    ]
+    (tmp_path / "vocab.txt").write_text("\n".join(vocab) + "\n", encoding="utf-8")
+    hf = transformers.MPNetTokenizer(vocab=str(tmp_path / "vocab.txt"))
+    hf.save_pretrained(tmp_path / "saved")
+    ours = bf.load_tokenizer(tmp_path / "saved")
+    args = (text,) if pair is None else (text, pair)
+    assert ours(*args)["input_ids"][0].tolist() == hf(*args)["input_ids"]
