@@ -47,6 +47,7 @@ from ..pretrained import from_pretrained
 from ..tokenization.tokenizer import load_tokenizer
 from ..train.distributed import init_distributed
 from ..train.loop import TrainConfig, Trainer
+from ..train.rundir import locks_run_directory, seed_all
 from .common import config_for_tokenizer, finish_run, mlm_data, save_pretrained
 from .pretrain import load_for_continued_pretraining
 
@@ -232,6 +233,7 @@ def evaluate_distillation(model: DistillationObjective, batches) -> dict[str, fl
     return sums
 
 
+@locks_run_directory
 def distill(cfg: DistillConfig, train: TrainConfig) -> dict[str, Any]:
     """Distil ``cfg.teacher`` into a student with the shared `Trainer`; alone or under torchrun.
 
@@ -256,6 +258,7 @@ def distill(cfg: DistillConfig, train: TrainConfig) -> dict[str, Any]:
     if tok.mask_token_id is None or tok.pad_token_id is None:
         raise ValueError(f"tokenizer of {cfg.teacher} has no mask or pad token")
     teacher = from_pretrained(cfg.teacher)
+    seed_all(train.seed)  # a new student (or its fresh heads) depends on the seed alone
     student = _load_student(cfg, objective.student_heads, teacher, tok)
     model = objective(
         student,
@@ -429,6 +432,7 @@ def _task_student(
     return build_model(config, heads=[head]).train()
 
 
+@locks_run_directory
 def distill_task(cfg: TaskDistillConfig, train: TrainConfig) -> dict[str, Any]:
     """TinyBERT task distillation (Jiao et al. 2020 §3.2) of a sequence classifier
     (``cfg.task`` "classify") or a token classifier ("ner").
@@ -485,6 +489,7 @@ def distill_task(cfg: TaskDistillConfig, train: TrainConfig) -> dict[str, Any]:
     student = cfg.student
     if student is None:
         student = list(range(1, teacher_model.config.num_hidden_layers, 2))
+    seed_all(train.seed)  # the student's new head depends on the seed alone
     student_model = _task_student(
         student, teacher_model, tok, labels, cfg.student_overrides, cfg.max_length, head
     )

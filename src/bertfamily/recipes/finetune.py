@@ -36,6 +36,7 @@ from ..heads.losses import task_counts, task_loss
 from ..pretrained import from_pretrained
 from ..tokenization.tokenizer import load_tokenizer
 from ..train.loop import TrainConfig, Trainer
+from ..train.rundir import locks_run_directory, seed_all
 from .common import finish_run, save_pretrained
 
 __all__ = ["FINETUNE_TRAIN_DEFAULTS", "FinetuneConfig", "finetune", "predict", "confusion_png"]
@@ -74,6 +75,7 @@ class FinetuneConfig:
     patience: int | None = None
 
 
+@locks_run_directory
 def finetune(cfg: FinetuneConfig, train: TrainConfig) -> dict[str, Any]:
     """Fine-tune a pretrained encoder on one task with the shared `Trainer`.
 
@@ -89,8 +91,12 @@ def finetune(cfg: FinetuneConfig, train: TrainConfig) -> dict[str, Any]:
         {"train": trainer summary, "eval": final metrics on the eval file (best model),
          "labels": label names, "problem_type": classify/pair only, "seconds": wall-clock}.
 
+    The run directory is locked while the run writes it (`run_lock`); the task head is built
+    after ``train.seed`` is applied, so two fresh runs with one seed give the same weights.
+
     Raises:
-        ValueError (DataError, CheckpointError, ...): bad task, data or model directory.
+        ValueError (DataError, CheckpointError, ...): bad task, data or model directory;
+            RunDirectoryError: another run is writing ``train.output_dir``.
     """
     t0 = time.time()
     opts = cfg.data
@@ -110,6 +116,7 @@ def finetune(cfg: FinetuneConfig, train: TrainConfig) -> dict[str, Any]:
     overrides: dict[str, Any] = {"label_names": data.label_names}
     if head == "classify":
         overrides["problem_type"] = problem_type
+    seed_all(train.seed)  # the new head's weights depend on the seed alone
     model = from_pretrained(cfg.model, heads=[head], new_heads=True, **overrides)
     new_head = f"{head} head, {len(data.label_names or []) or 1} output(s)"
     log.info("new task head: initialised %s (normal for fine-tuning)", new_head)

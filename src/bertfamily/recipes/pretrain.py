@@ -35,7 +35,7 @@ from ..pretrained import from_pretrained
 from ..tokenization.tokenizer import load_tokenizer
 from ..train.distributed import init_distributed
 from ..train.loop import TrainConfig, Trainer
-from ..train.rundir import write_run_record
+from ..train.rundir import locks_run_directory, write_run_record
 from .common import config_for_tokenizer, finish_run, mlm_data, save_pretrained
 
 __all__ = ["RECIPES", "PretrainConfig", "pretrain", "load_for_continued_pretraining"]
@@ -163,6 +163,7 @@ def _objectives(cfg: PretrainConfig, config) -> tuple[str, ...]:
     return objs
 
 
+@locks_run_directory
 def pretrain(cfg: PretrainConfig, train: TrainConfig) -> dict[str, Any]:
     """Build data, model and heads, and run the `Trainer`. Works alone or under torchrun.
 
