@@ -17,6 +17,7 @@ import torch
 from tokenizers import normalizers
 
 from ..data.batching import sorted_batches
+from ..errors import NonFiniteOutputError
 from ..pretrained import from_pretrained
 from ..resources.resolve import resolve_model_dir
 from ..tokenization.tokenizer import load_tokenizer
@@ -278,6 +279,8 @@ class SentenceEmbedder:
         Raises:
             ValueError: both ``prompt`` and ``prompt_name``, an unknown ``prompt_name``, or
                 ``max_batch_tokens`` < 1.
+            NonFiniteOutputError: a row came out NaN or infinite (the message lists the rows,
+                counting from 0 in ``texts``); nothing is returned.
         """
         prefix = self._prompt(prompt, prompt_name)
         texts = [prefix + t for t in texts]
@@ -307,6 +310,16 @@ class SentenceEmbedder:
             out[idx] = vec.cpu().numpy()
             if progress is not None:
                 progress(len(idx))
+        finite = np.isfinite(out).all(axis=1)
+        if not finite.all():
+            bad = np.flatnonzero(~finite)
+            shown = ", ".join(map(str, bad[:10].tolist())) + (", ..." if len(bad) > 10 else "")
+            raise NonFiniteOutputError(
+                f"the model produced NaN or infinite embeddings for {len(bad)} of {len(texts)} "
+                f"texts (rows {shown}, counting from 0); nothing is returned. The weights or "
+                f"the run dtype ({self.dtype_reason}) overflow",
+                bad.tolist(),
+            )
         self.last_truncated = truncated
         if truncated:
             log.info(
