@@ -562,9 +562,13 @@ class Tokenizer:
         cut = [False] * len(inputs)
         budget = limit * CHARS_PER_TOKEN
         while todo:
-            prefixes = [_prefix_at_whitespace(t, budget) for _, _, t in todo]
             last = budget >= limit * MAX_CHARS_PER_TOKEN
-            # the last round accepts every cut without counting
+            # the last round scans the rest chunk by chunk (a long token-poor prefix: runs of
+            # spaces, hex, DNA) so the text after it is kept, as whole-text tokenising would
+            prefixes = [
+                self._scan_prefix(t, limit) if last else _prefix_at_whitespace(t, budget)
+                for _, _, t in todo
+            ]
             encodings = (
                 [None] * len(todo)
                 if last
@@ -587,6 +591,27 @@ class Tokenizer:
             budget *= 4
             todo = [(i, j, t) for i, j, t in retry if len(t) > budget]
         return out, cut
+
+    def _scan_prefix(self, text: str, limit: int) -> str:
+        """The prefix of ``text`` that holds its first ``limit + 1`` tokens, found by
+        tokenising chunks of ``limit * MAX_CHARS_PER_TOKEN`` characters that end at a
+        whitespace (so no word is split; a chunk with no whitespace for 16 chunk lengths is cut
+        there), one at a time: memory is bounded by the chunk, time by the text before the
+        ``limit``-th token. Call with the backend's truncation off."""
+        step = limit * MAX_CHARS_PER_TOKEN
+        start, count = 0, 0
+        while start < len(text):
+            end = min(len(text), start + step)
+            stop = min(len(text), start + 16 * step)
+            while end < stop and not text[end].isspace():
+                end += 1
+            chunk = text[start:end]
+            enc = self.backend.encode(chunk, add_special_tokens=False)
+            if count + len(enc.ids) > limit:
+                return text[:start] + _tighten(chunk, enc.offsets, limit - count)
+            count += len(enc.ids)
+            start = end
+        return text
 
     def _pad(self, fields: dict[str, list[list[Any]]], target: int) -> dict[str, list[list[Any]]]:
         """Right-pad every row of every field to ``target`` tokens."""
