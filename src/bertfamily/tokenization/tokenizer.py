@@ -37,6 +37,7 @@ from ..errors import TokenizerFileError, TokenizerNotFoundError
 from ..files import atomic_directory, write_text_atomic
 from ..resources.resolve import resolve_model_dir
 from . import spm
+from .cutting import MAX_CHARS_PER_TOKEN, prefix_at_whitespace, tighten
 from .hf_files import (  # noqa: F401  (file names: public constants of this module too)
     _ABSURD_MAX_LENGTH,
     _BPE_DEFAULTS,
@@ -108,8 +109,6 @@ ReturnTensors = Literal["pt", "np"] | None
 # Whenever the kept prefix has at least ``limit`` tokens, the result equals tokenising the
 # whole text and truncating it.
 CHARS_PER_TOKEN = 64
-MAX_CHARS_PER_TOKEN = 1024
-_BOUNDARY_SEARCH = 256  # characters searched back from the cut for a whitespace
 
 
 # --------------------------------------------------------------------------- the wrapper
@@ -562,13 +561,9 @@ class Tokenizer:
         cut = [False] * len(inputs)
         budget = limit * CHARS_PER_TOKEN
         while todo:
+            prefixes = [prefix_at_whitespace(t, budget) for _, _, t in todo]
             last = budget >= limit * MAX_CHARS_PER_TOKEN
-            # the last round scans the rest chunk by chunk (a long token-poor prefix: runs of
-            # spaces, hex, DNA) so the text after it is kept, as whole-text tokenising would
-            prefixes = [
-                self._scan_prefix(t, limit) if last else _prefix_at_whitespace(t, budget)
-                for _, _, t in todo
-            ]
+            # the last round accepts every cut without counting
             encodings = (
                 [None] * len(todo)
                 if last
@@ -580,7 +575,7 @@ class Tokenizer:
                     if len(enc.ids) < limit:
                         retry.append((i, j, text))
                         continue
-                    prefix = _tighten(prefix, enc.offsets, limit)
+                    prefix = tighten(prefix, enc.offsets, limit)
                 if j is None:
                     out[i] = prefix
                 else:
@@ -591,27 +586,6 @@ class Tokenizer:
             budget *= 4
             todo = [(i, j, t) for i, j, t in retry if len(t) > budget]
         return out, cut
-
-    def _scan_prefix(self, text: str, limit: int) -> str:
-        """The prefix of ``text`` that holds its first ``limit + 1`` tokens, found by
-        tokenising chunks of ``limit * MAX_CHARS_PER_TOKEN`` characters that end at a
-        whitespace (so no word is split; a chunk with no whitespace for 16 chunk lengths is cut
-        there), one at a time: memory is bounded by the chunk, time by the text before the
-        ``limit``-th token. Call with the backend's truncation off."""
-        step = limit * MAX_CHARS_PER_TOKEN
-        start, count = 0, 0
-        while start < len(text):
-            end = min(len(text), start + step)
-            stop = min(len(text), start + 16 * step)
-            while end < stop and not text[end].isspace():
-                end += 1
-            chunk = text[start:end]
-            enc = self.backend.encode(chunk, add_special_tokens=False)
-            if count + len(enc.ids) > limit:
-                return text[:start] + _tighten(chunk, enc.offsets, limit - count)
-            count += len(enc.ids)
-            start = end
-        return text
 
     def _pad(self, fields: dict[str, list[list[Any]]], target: int) -> dict[str, list[list[Any]]]:
         """Right-pad every row of every field to ``target`` tokens."""
@@ -892,25 +866,3 @@ def _to_tensors(
     import torch  # deferred: tokenisation alone does not need torch
 
     return {key: torch.from_numpy(a) for key, a in arrays.items()}
-
-
-def _tighten(prefix: str, offsets: list[tuple[int, int]], limit: int) -> str:
-    """Shorten a prefix that holds at least ``limit`` tokens (``offsets``, in characters) to
-    the end of the word holding its token number ``limit + 1``: the first ``limit + 1``
-    tokens are unchanged (no word is split) and little more is left to tokenise again (a pair
-    of long segments would otherwise give overflowing windows by the thousand)."""
-    if len(offsets) <= limit:
-        return prefix
-    end = offsets[limit][1]
-    while end < len(prefix) and not prefix[end].isspace():
-        end += 1
-    return prefix[:end]
-
-
-def _prefix_at_whitespace(text: str, length: int) -> str:
-    """``text[:length]``, shortened to end just before a whitespace when there is one in the
-    last ``_BOUNDARY_SEARCH`` characters, so the cut splits no word."""
-    for i in range(length, max(length - _BOUNDARY_SEARCH, 0), -1):
-        if text[i].isspace():
-            return text[:i]
-    return text[:length]
