@@ -109,3 +109,55 @@ def test_fuzzed_safetensors(saved, tmp_path_factory, data):
         blob = raw[:at] if cut else raw[:at] + patch + raw[at + len(patch) :]
     (path / "model.safetensors").write_bytes(blob)
     _load(path)
+
+
+TENSOR_DTYPES = [
+    torch.float32,
+    torch.float16,
+    torch.bfloat16,
+    torch.float64,
+    torch.int64,
+    torch.int8,
+    torch.uint8,
+    torch.bool,
+    torch.float8_e4m3fn,
+]
+
+
+@SETTINGS
+@given(
+    which=st.integers(0, 10**6),
+    dtype=st.sampled_from(TENSOR_DTYPES),
+    shape=st.sampled_from(["same", "flat", "transposed", "extra-dim", "empty"]),
+    poison=st.sampled_from([None, float("nan"), float("inf"), float("-inf"), 7e4]),
+)
+def test_fuzzed_weight_tensors(saved, tmp_path_factory, which, dtype, shape, poison):
+    """One tensor of the weight file gets another dtype, shape or non-finite value: the load
+    succeeds only when the result is exact and finite, and otherwise fails with a documented
+    error (never a raw RuntimeError, never NaN weights)."""
+    from safetensors.torch import load_file, save_file
+
+    path = tmp_path_factory.mktemp("wt") / "model"
+    shutil.copytree(saved, path)
+    state = load_file(path / "model.safetensors")
+    name = sorted(state)[which % len(state)]
+    t = state[name].clone()
+    if poison is not None:
+        t.view(-1)[which % t.numel()] = poison
+    t = {
+        "same": t,
+        "flat": t.flatten(),
+        "transposed": t.T if t.dim() == 2 else t,
+        "extra-dim": t[None],
+        "empty": t[:0],
+    }[shape]
+    state[name] = t.to(dtype).contiguous()
+    save_file(state, path / "model.safetensors")
+    try:
+        model = bf.from_pretrained(path, max_parameters=10**7)
+    except (ValueError, OSError):
+        return  # documented: ModelDirectoryError, CheckpointError, ...
+    assert all(
+        torch.isfinite(v).all() for v in model.state_dict().values() if v.is_floating_point()
+    )
+    assert dtype in (torch.float32, torch.float16, torch.bfloat16, torch.float64), (name, dtype)

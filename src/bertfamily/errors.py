@@ -28,6 +28,7 @@ __all__ = [
     "MissingDependency",
     "ModelDirectoryError",
     "ModelNotFoundError",
+    "NonFiniteOutputError",
     "QuantizationError",
     "RunDirectoryError",
     "SentenceModulesError",
@@ -179,6 +180,16 @@ class RunDirectoryError(BertFamilyError, ValueError):
     truncated, refused because loading it would run code, the wrong kind of file (a directory
     where a file belongs), or written for another model. The message names the file and the
     problem."""
+
+
+class NonFiniteOutputError(BertFamilyError, ValueError):
+    """A model produced NaN or ±inf outputs (diverged weights, an overflowing run dtype); the
+    message names the input rows (``rows``: their positions, counting from 0). Nothing is
+    written."""
+
+    def __init__(self, message: str, rows: list[int] | None = None):
+        super().__init__(message)
+        self.rows = list(rows or [])
 
 
 class QuantizationError(BertFamilyError, ValueError):

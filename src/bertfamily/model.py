@@ -14,7 +14,7 @@ from .config import EncoderConfig
 from .errors import InputError
 from .heads.losses import sequence_loss, span_loss, token_loss
 from .heads.pretraining import mlm_loss, pair_loss, rtd_loss
-from .modules.encoder import Encoder, EncoderOutput
+from .modules.encoder import Encoder, EncoderOutput, as_input_tensor
 
 
 @dataclass
@@ -173,6 +173,12 @@ class Model(nn.Module):
                 model without conditional norms, or missing / of the wrong size C for one with them
                 (see `modules.norms.ConditionalLayerNorm.check_condition`).
         """
+        if not torch.jit.is_tracing():  # lists, NumPy arrays, any integer width
+            device = self.encoder.embeddings.token.weight.device
+            input_ids = as_input_tensor(input_ids, "input_ids", device)
+            attention_mask = as_input_tensor(attention_mask, "attention_mask", device, False)
+            token_type_ids = as_input_tensor(token_type_ids, "token_type_ids", device)
+            position_ids = as_input_tensor(position_ids, "position_ids", device)
         if condition is not None and not self.takes_condition:
             raise InputError(
                 "condition= was given but this model has no conditional norms "

@@ -158,6 +158,7 @@ def model_from_directory(
     model.eval()
     if dtype is not None:
         model.to(dtype)
+        _check_run_dtype(model, dtype, path)
     log.info(
         "loaded %s (%s, heads=%s) from %s",
         fmap.model_type,
@@ -191,6 +192,19 @@ def from_pretrained(path: str | os.PathLike[str], *, revision: str | None = None
         ModelDirectoryError, ConfigError, CheckpointError: see `model_from_directory`.
     """
     return model_from_directory(resolve_model(path, revision), **kwargs)
+
+
+def _check_run_dtype(model, dtype, path) -> None:
+    """Refuse weights that overflow the run dtype (finite in float32, ±inf in float16)."""
+    if dtype is None or not dtype.is_floating_point:
+        return
+    for name, tensor in model.state_dict().items():
+        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+            limit = torch.finfo(dtype).max
+            raise ModelDirectoryError(
+                f"{path}: weight {name!r} overflows {str(dtype).replace('torch.', '')} "
+                f"(values beyond ±{limit:g}); run it in float32 or bfloat16"
+            )
 
 
 def _accept_new_heads(report: LoadReport, fmap: FamilyMap, state: dict) -> LoadReport:

@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from ..errors import CheckpointError
+from ..errors import CheckpointError, InputError
 from .keymaps import FamilyMap, Join
 
 log = logging.getLogger(__name__)
@@ -258,8 +258,16 @@ def hf_to_ours(
         if isinstance(ours, Join):
             our_key, sources = hf_key, ours.sources
             if all(s in state for s in sources):
-                out[our_key] = JOINS[ours.kind][0]([state[s] for s in sources], config)
                 used.update(sources)
+                parts = [state[s] for s in sources]
+                try:
+                    if len({p.dim() for p in parts}) != 1:
+                        raise InputError("different numbers of dimensions")
+                    out[our_key] = JOINS[ours.kind][0](parts, config)
+                except (RuntimeError, ValueError, IndexError):  # e.g. a weight flattened to 1-D
+                    got = " + ".join(f"{s} {tuple(p.shape)}" for s, p in zip(sources, parts))
+                    want = tuple(expected[our_key]) if our_key in expected else "?"
+                    report.mismatched.append(f"{our_key}: checkpoint {got} vs model {want}")
         elif hf_key in state:
             out[ours] = state[hf_key]
             used.add(hf_key)
@@ -268,7 +276,7 @@ def hf_to_ours(
             used.add(key)
             report.dropped.append(key)
     report.unexpected = sorted(set(state) - used)
-    absent = set(expected) - set(out)
+    absent = set(expected) - set(out) - {m.split(":", 1)[0] for m in report.mismatched}
     report.newly_initialized = sorted(absent & set(optional))
     report.missing = sorted(absent - set(optional))
     for key in sorted(set(out) - set(expected)):

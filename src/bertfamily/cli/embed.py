@@ -59,12 +59,13 @@ def _report_truncation(embedder, texts: list[str], what: str = "inputs") -> None
     n = getattr(embedder, "last_truncated", 0)
     if not n:
         return
-    lengths = [
-        len(ids)
-        for ids in embedder.tokenizer(texts, truncation=False, add_special_tokens=True)["input_ids"]
-    ]
-    long = sorted((x for x in lengths if x > embedder.max_length), reverse=True)
-    longest = f" (longest: {long[0]:,} tokens)" if long else ""
+    # no re-tokenising: the texts are whole here (a 10 MB line would cost gigabytes)
+    rows = [r for r in getattr(embedder, "last_truncated_rows", []) if r < len(texts)]
+    longest = ""
+    if rows:
+        r = max(rows, key=lambda i: len(texts[i]))
+        shown = ", ".join(str(i + 1) for i in rows[:5]) + (", ..." if len(rows) > 5 else "")
+        longest = f" (number {shown}; longest: {len(texts[r]):,} characters, number {r + 1})"
     err.print(
         f"[yellow]warning:[/] {n} of {len(texts)} {what} were longer than the model's limit of "
         f"{embedder.max_length} tokens and were truncated{longest}; only their first "

@@ -38,7 +38,9 @@ def read_corpus(path: Path) -> tuple[list[str], list | None]:
     """(texts, ids or None) of a corpus file: plain lines, or JSONL rows with "id" and "text".
 
     Raises:
-        ValueError: an unreadable file, no text, or a JSONL row without "text" (line named).
+        ValueError: an unreadable file, no text, or JSONL rows that are not objects with a
+            "text" string (null, a list, an object, a bool, empty or only whitespace): every
+            such row is counted and the first three are named by line.
     """
     import json
 
@@ -52,16 +54,35 @@ def read_corpus(path: Path) -> tuple[list[str], list | None]:
         raise InputError(f"corpus {path} is empty (no text on any line)")
     if path.suffix != ".jsonl":
         return [t for t in lines if t], None
-    texts, ids = [], []
+    texts, ids, bad = [], [], []
     for n, line in enumerate(lines, 1):
         if not line:
             continue
         try:
             row = json.loads(line)
-            texts.append(str(row["text"]))
-            ids.append(row.get("id", len(ids)))
-        except (ValueError, KeyError, TypeError) as e:
-            raise InputError(f'{path}:{n}: not a JSON object with "text": {e}') from e
+        except ValueError as e:
+            bad.append(f"line {n}: not JSON ({e})")
+            continue
+        if not isinstance(row, dict) or "text" not in row:
+            bad.append(f'line {n}: not a JSON object with "text"')
+            continue
+        text = row["text"]
+        if isinstance(text, bool) or not isinstance(text, (str, int, float)):
+            what = "null" if text is None else f"a {type(text).__name__}"
+            bad.append(f'line {n}: "text" is {what}, not a string')
+            continue
+        text = str(text)
+        if not text.strip():
+            bad.append(f'line {n}: "text" is empty')
+            continue
+        texts.append(text)
+        ids.append(row.get("id", len(ids)))
+    if bad:
+        more = f" (and {len(bad) - 3} more)" if len(bad) > 3 else ""
+        raise InputError(
+            f"{path}: {len(bad)} rows cannot be indexed: {'; '.join(bad[:3])}{more}; "
+            "nothing was written"
+        )
     return texts, ids
 
 

@@ -79,6 +79,7 @@ def serve(
     import uvicorn
 
     from ..serve.app import ServeSettings, create_app, load_served_model
+    from ..serve.http import HeaderTimeoutProtocol
 
     if threads:
         torch.set_num_threads(threads)
@@ -101,5 +102,12 @@ def serve(
     app = create_app(served, settings, model_dir=path)
     err.print(f"serving {path} on http://{host}:{port}", soft_wrap=True)
     uvicorn.run(
-        app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=graceful_timeout
+        app,
+        host=host,
+        port=port,
+        log_level="warning",
+        timeout_graceful_shutdown=graceful_timeout,
+        timeout_keep_alive=settings.timeout_keep_alive,  # idle connections are closed
+        http=HeaderTimeoutProtocol,  # ... also those that never finish a header
+        h11_max_incomplete_event_size=64 * 1024,  # a header that never ends is refused
     )

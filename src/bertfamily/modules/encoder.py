@@ -376,6 +376,11 @@ class Encoder(nn.Module):
                 "reads none (only windowed attention has global tokens)"
             )
         if not torch.jit.is_tracing():  # the ONNX exporter traces; values are checked eagerly
+            device = self.embeddings.token.weight.device
+            input_ids = as_input_tensor(input_ids, "input_ids", device)
+            attention_mask = as_input_tensor(attention_mask, "attention_mask", device, False)
+            token_type_ids = as_input_tensor(token_type_ids, "token_type_ids", device)
+            position_ids = as_input_tensor(position_ids, "position_ids", device)
             self.check_inputs(input_ids, attention_mask, token_type_ids, position_ids)
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids)
@@ -449,6 +454,58 @@ class Encoder(nn.Module):
             run.ctx.need_weights,
             run.next_step,
         )
+
+
+def as_input_tensor(value, name: str, device: torch.device | None = None, index: bool = True):
+    """A model input as a tensor, as transformers' models accept it: a torch tensor, a NumPy
+    array or a (nested, rectangular) Python list. Index inputs (``input_ids``,
+    ``token_type_ids``, ``position_ids``) of any integer width become int64; a mask keeps its
+    integer or bool dtype. None stays None; a tensor of another kind (float, bool ids) is left
+    for `Encoder.check_inputs` to refuse.
+
+    Raises:
+        ValueError: a ragged list, a list or array of non-numbers, or another type (one line
+            naming the input).
+    """
+    if value is None:
+        return None
+    if not isinstance(value, torch.Tensor):
+        import numpy as np
+
+        if not isinstance(value, (list, tuple, np.ndarray)):
+            raise InputError(
+                f"{name} must be a torch tensor, a NumPy array or a list of ints, got "
+                f"{type(value).__name__}"
+            )
+        try:
+            array = np.asarray(value)
+        except ValueError:
+            raise InputError(
+                f"{name} is a ragged list (rows of different lengths); pad the rows to one "
+                "length (the tokenizer's padding=True) and pass attention_mask"
+            ) from None
+        if array.dtype.kind not in "iub" or (index and array.dtype.kind == "b"):
+            if array.dtype == object:
+                raise InputError(f"{name} is a ragged or mixed list; give rows of ints")
+            raise InputError(f"{name} must hold integers, got NumPy dtype {array.dtype}")
+        if array.dtype.kind == "u" and array.size and int(array.max()) > 2**62:
+            raise InputError(f"{name} contains {int(array.max())}, far outside any vocabulary")
+        value = torch.from_numpy(
+            np.ascontiguousarray(array).astype(np.int64, copy=False)
+            if array.dtype.kind != "b"
+            else array.copy()
+        )
+        if device is not None:
+            value = value.to(device)
+    if (
+        index
+        and value.dtype not in (torch.int64,)
+        and not (
+            value.dtype.is_floating_point or value.dtype.is_complex or value.dtype == torch.bool
+        )
+    ):
+        value = value.long()  # uint8, int16, int32, ...: embedding lookups need int64
+    return value
 
 
 def _check_attention_mask(attention_mask: torch.Tensor) -> None:

@@ -39,7 +39,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import BulkEmbedError
+from ..errors import BulkEmbedError, NonFiniteOutputError
 from ..files import TMP_TAG, atomic_write, write_text_atomic
 from .index import ModelIdentity, model_identity
 
@@ -363,7 +363,17 @@ def embed_file(
         log.info("resuming: %d of this process's %d shards are finished", len(skipped), len(mine))
     truncated = 0
     for s, texts in _shard_lines(input_path, plan, todo):
-        vectors = embedder.encode(texts, batch_size=batch_size, progress=progress)  # (n, dim)
+        try:
+            vectors = embedder.encode(texts, batch_size=batch_size, progress=progress)
+        except NonFiniteOutputError as e:  # name the input's lines, not the shard's rows
+            first = plan.shard_range(s)[0]
+            lines = [first + r + 1 for r in e.rows]
+            shown = ", ".join(map(str, lines[:10])) + (", ..." if len(lines) > 10 else "")
+            raise NonFiniteOutputError(
+                f"{input_path}: the model produced NaN or infinite embeddings for "
+                f"{len(lines)} lines (lines {shown}); shard {s} is not written",
+                [x - 1 for x in lines],
+            ) from None
         truncated += embedder.last_truncated
 
         def save(tmp: Path, vectors=vectors) -> None:

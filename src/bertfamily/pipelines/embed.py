@@ -18,7 +18,7 @@ from tokenizers import normalizers
 
 from ..checkpoints.io import read_hf_config
 from ..data.batching import sorted_batches
-from ..errors import InputError
+from ..errors import InputError, NonFiniteOutputError
 from ..pretrained import model_from_directory
 from ..resources.resolve import resolve_model
 from ..tokenization.tokenizer import tokenizer_from_directory
@@ -207,6 +207,7 @@ class SentenceEmbedder:
         ]
         self.max_length = min(limits)
         self.last_truncated = 0  # texts cut to max_length by the last `encode`
+        self.last_truncated_rows: list[int] = []  # their positions in its texts
         self.int8_plan = self.int8_check = self.int8_graph = None
         if quantize == "int8":
             if calibration is None:
@@ -267,10 +268,12 @@ class SentenceEmbedder:
         Texts are sorted by token count so each batch pads little, then restored to input
         order. Texts longer than ``max_length`` tokens (prompt included) are truncated (the
         tokenizer cuts a huge text by characters first, so its cost is bounded by
-        ``max_length``); how many were is logged and kept in ``last_truncated``.
+        ``max_length``); how many were is logged and kept in ``last_truncated``, and which
+        in ``last_truncated_rows``.
 
         Args:
-            texts: N strings.
+            texts: N strings, or one string (then one (dimension,) vector is returned, as
+                sentence-transformers does; a bare string is never N one-character texts).
             batch_size: sequences per forward pass.
             progress: called with the number of texts done after each batch.
             prompt_name: a key of ``prompts`` (the directory's
@@ -285,16 +288,35 @@ class SentenceEmbedder:
             (N, dimension) float32 array.
 
         Raises:
-            ValueError: both ``prompt`` and ``prompt_name``, an unknown ``prompt_name``, or
-                ``max_batch_tokens`` < 1.
+            ValueError: both ``prompt`` and ``prompt_name``, an unknown ``prompt_name``,
+                ``max_batch_tokens`` < 1, or a text that is not a str (None, a list, ...).
+            NonFiniteOutputError: a row came out NaN or infinite (the message lists the rows,
+                counting from 0 in ``texts``); nothing is returned.
         """
+        if isinstance(texts, str):  # one text, as sentence-transformers takes it: one vector
+            return self.encode(
+                [texts],
+                batch_size=batch_size,
+                progress=progress,
+                prompt_name=prompt_name,
+                prompt=prompt,
+                max_batch_tokens=max_batch_tokens,
+                normalize=normalize,
+            )[0]
+        texts = list(texts)
+        for i, t in enumerate(texts):
+            if not isinstance(t, str):
+                raise InputError(
+                    f"texts[{i}] is {type(t).__name__} ({str(t)[:40]!r}), not a string; give "
+                    "every text as a str"
+                )
         prefix = self._prompt(prompt, prompt_name)
         texts = [prefix + t for t in texts]
         if not texts:
             return np.zeros((0, self.dimension), dtype=np.float32)
         skip = 0 if self.pooling.include_prompt else self.prompt_length(prefix)
         out = np.zeros((len(texts), self.dimension), dtype=np.float32)
-        truncated = 0
+        truncated, cut_rows = 0, []
         lengths = token_lengths(self.tokenizer, texts, max_length=self.max_length)
         if normalize is None:
             normalize = self.pooling.normalize
@@ -303,6 +325,7 @@ class SentenceEmbedder:
                 [texts[i] for i in idx], max_length=self.max_length, return_truncated=True
             )
             truncated += int(batch["truncated"].sum())
+            cut_rows += [i for i, c in zip(idx, batch["truncated"].tolist()) if c]
             batch = {
                 k: v.to(self.device)
                 for k, v in batch.items()
@@ -316,7 +339,18 @@ class SentenceEmbedder:
             out[idx] = vec.cpu().numpy()
             if progress is not None:
                 progress(len(idx))
+        finite = np.isfinite(out).all(axis=1)
+        if not finite.all():
+            bad = np.flatnonzero(~finite)
+            shown = ", ".join(map(str, bad[:10].tolist())) + (", ..." if len(bad) > 10 else "")
+            raise NonFiniteOutputError(
+                f"the model produced NaN or infinite embeddings for {len(bad)} of {len(texts)} "
+                f"texts (rows {shown}, counting from 0); nothing is returned. The weights or "
+                f"the run dtype ({self.dtype_reason}) overflow",
+                bad.tolist(),
+            )
         self.last_truncated = truncated
+        self.last_truncated_rows = sorted(cut_rows)
         if truncated:
             log.info(
                 "%d of %d texts were longer than %d tokens and were truncated",

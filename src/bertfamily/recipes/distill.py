@@ -48,6 +48,7 @@ from ..pretrained import from_pretrained
 from ..tokenization.tokenizer import load_tokenizer
 from ..train.distributed import init_distributed
 from ..train.loop import TrainConfig, Trainer
+from ..train.rundir import locks_run_directory, seed_all
 from .common import config_for_tokenizer, finish_run, mlm_data, save_pretrained, train_config
 from .pretrain import load_for_continued_pretraining
 
@@ -255,7 +256,12 @@ def distill(
     (``output_dir=..., max_steps=...``): they start from ``TRAIN_DEFAULTS["distill"]``, the
     command line's defaults, so the same arguments make the same run.
     """
-    train = train_config("distill", train, **train_fields)
+    return _distill(cfg, train_config("distill", train, **train_fields))
+
+
+@locks_run_directory
+def _distill(cfg: DistillConfig, train: TrainConfig) -> dict[str, Any]:
+    """`distill` with its `TrainConfig` resolved, under the run directory's lock."""
     if cfg.method not in OBJECTIVES:
         raise InputError(f"method must be one of {METHODS}, got {cfg.method!r}")
     objective = OBJECTIVES[cfg.method]
@@ -264,6 +270,7 @@ def distill(
     if tok.mask_token_id is None or tok.pad_token_id is None:
         raise InputError(f"tokenizer of {cfg.teacher} has no mask or pad token")
     teacher = from_pretrained(cfg.teacher)
+    seed_all(train.seed)  # a new student (or its fresh heads) depends on the seed alone
     student = _load_student(cfg, objective.student_heads, teacher, tok)
     model = objective(
         student,
@@ -437,6 +444,7 @@ def _task_student(
     return build_model(config, heads=[head]).train()
 
 
+@locks_run_directory
 def distill_task(cfg: TaskDistillConfig, train: TrainConfig) -> dict[str, Any]:
     """TinyBERT task distillation (Jiao et al. 2020 §3.2) of a sequence classifier
     (``cfg.task`` "classify") or a token classifier ("ner").
@@ -493,6 +501,7 @@ def distill_task(cfg: TaskDistillConfig, train: TrainConfig) -> dict[str, Any]:
     student = cfg.student
     if student is None:
         student = list(range(1, teacher_model.config.num_hidden_layers, 2))
+    seed_all(train.seed)  # the student's new head depends on the seed alone
     student_model = _task_student(
         student, teacher_model, tok, labels, cfg.student_overrides, cfg.max_length, head
     )

@@ -38,6 +38,7 @@ from ..heads.losses import task_counts, task_loss
 from ..pretrained import from_pretrained
 from ..tokenization.tokenizer import load_tokenizer
 from ..train.loop import TrainConfig, Trainer
+from ..train.rundir import locks_run_directory, seed_all
 from .common import finish_run, save_pretrained, train_config
 from .defaults import TRAIN_DEFAULTS
 
@@ -112,14 +113,23 @@ def finetune(
         {"train": trainer summary, "eval": final metrics on the eval file (best model),
          "labels": label names, "problem_type": classify/pair only, "seconds": wall-clock}.
 
+    The run directory is locked while the run writes it (`run_lock`); the task head is built
+    after ``train.seed`` is applied, so two fresh runs with one seed give the same weights.
+
     Raises:
-        ValueError (DataError, CheckpointError, ...): bad task, data or model directory.
+        ValueError (DataError, CheckpointError, ...): bad task, data or model directory;
+            RunDirectoryError: another run is writing ``train.output_dir``.
 
     ``train``: the run's `TrainConfig`; or pass its fields as keywords instead
     (``output_dir=..., max_steps=...``): they start from ``TRAIN_DEFAULTS["finetune"]``, the
     command line's defaults, so the same arguments make the same run.
     """
-    train = train_config("finetune", train, **train_fields)
+    return _finetune(cfg, train_config("finetune", train, **train_fields))
+
+
+@locks_run_directory
+def _finetune(cfg: FinetuneConfig, train: TrainConfig) -> dict[str, Any]:
+    """`finetune` with its `TrainConfig` resolved, under the run directory's lock."""
     t0 = time.time()
     opts = cfg.data
     if cfg.self_distill and HEAD_OF_TASK[cfg.task] != "classify":
@@ -142,6 +152,7 @@ def finetune(
     overrides: dict[str, Any] = {"label_names": data.label_names}
     if head == "classify":
         overrides["problem_type"] = problem_type
+    seed_all(train.seed)  # the new head's weights depend on the seed alone
     model = from_pretrained(cfg.model, heads=[head], new_heads=True, **overrides)
     new_head = f"{head} head, {len(data.label_names or []) or 1} output(s)"
     log.info("new task head: initialised %s (normal for fine-tuning)", new_head)

@@ -36,7 +36,7 @@ from ..pretrained import from_pretrained
 from ..tokenization.tokenizer import load_tokenizer
 from ..train.distributed import init_distributed
 from ..train.loop import TrainConfig, Trainer
-from ..train.rundir import write_run_record
+from ..train.rundir import locks_run_directory, write_run_record
 from .common import config_for_tokenizer, finish_run, mlm_data, save_pretrained, train_config
 
 __all__ = ["RECIPES", "PretrainConfig", "pretrain", "load_for_continued_pretraining"]
@@ -185,7 +185,12 @@ def pretrain(
     (``output_dir=..., max_steps=...``): they start from ``TRAIN_DEFAULTS["pretrain"]``, the
     command line's defaults, so the same arguments make the same run.
     """
-    train = train_config("pretrain", train, **train_fields)
+    return _pretrain(cfg, train_config("pretrain", train, **train_fields))
+
+
+@locks_run_directory
+def _pretrain(cfg: PretrainConfig, train: TrainConfig) -> dict[str, Any]:
+    """`pretrain` with its `TrainConfig` resolved, under the run directory's lock."""
     if cfg.packing not in PACKINGS:
         raise InputError(f"packing must be one of {PACKINGS}, got {cfg.packing!r}")
     dist = init_distributed(train.device)

@@ -38,6 +38,8 @@ from prometheus_client import (
     generate_latest,
 )
 from pydantic import BaseModel, ConfigDict
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..checkpoints.io import family_of, read_hf_config, task_of
 from ..errors import ArgumentTypeError, InputError, ServeError
@@ -87,6 +89,12 @@ class ServeSettings:
         auto_truncate: the ``truncate`` of requests that do not say (TEI ``--auto-truncate``).
         api_key: when set, every route but /health needs ``Authorization: Bearer <key>``.
         model_id: the model's name in /info and /v1/embeddings (default: the directory name).
+        max_body_bytes: the largest request body (413 beyond, from ``Content-Length`` before
+            anything is read, and while a chunked body streams in); None: room for
+            ``max_client_batch_size`` inputs of ``max_input_chars`` characters written as JSON
+            ``\\uXXXX`` escapes, plus 64 KiB.
+        timeout_keep_alive: seconds an idle connection (one that sends no request, or no
+            complete header) is kept open (uvicorn's ``timeout_keep_alive``).
     """
 
     max_batch_tokens: int = 16384
@@ -97,11 +105,24 @@ class ServeSettings:
     auto_truncate: bool = False
     api_key: str | None = None
     model_id: str | None = None
+    max_body_bytes: int | None = None
+    timeout_keep_alive: float = 5.0
+
+    @property
+    def body_limit(self) -> int:
+        """The largest request body, in bytes."""
+        if self.max_body_bytes is not None:
+            return self.max_body_bytes
+        return self.max_client_batch_size * self.max_input_chars * 6 + 65536
 
     def __post_init__(self) -> None:
         for name in ("max_batch_tokens", "batch_size", "max_client_batch_size", "max_input_chars"):
             if getattr(self, name) < 1:
                 raise InputError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.max_body_bytes is not None and self.max_body_bytes < 1:
+            raise InputError(f"max_body_bytes must be >= 1, got {self.max_body_bytes}")
+        if self.timeout_keep_alive <= 0:
+            raise InputError(f"timeout_keep_alive must be > 0, got {self.timeout_keep_alive}")
         if self.api_key is not None and not self.api_key.strip():
             raise InputError("api_key must not be empty")
 
@@ -212,12 +233,100 @@ class _Metrics:
         self.batch_inputs.observe(inputs)
 
 
+def _error_body(path: str, status: int, message: str, error_type: str) -> dict[str, Any]:
+    if path.startswith("/v1/"):
+        return {"message": message, "code": status, "type": error_type}
+    return {"error": message, "error_type": error_type}
+
+
 def _error(request: Request, status: int, message: str, error_type: str) -> JSONResponse:
-    if request.url.path.startswith("/v1/"):
-        body: dict[str, Any] = {"message": message, "code": status, "type": error_type}
-    else:
-        body = {"error": message, "error_type": error_type}
-    return JSONResponse(body, status_code=status)
+    return JSONResponse(_error_body(request.url.path, status, message, error_type), status)
+
+
+class BodyLimit:
+    """ASGI middleware: a request body over ``limit`` bytes is refused with 413 before it is
+    read: from its ``Content-Length`` when it has one, else (chunked) as soon as the bytes
+    received pass the limit, so memory per request stays under the limit."""
+
+    def __init__(self, app, limit: int) -> None:
+        self.app, self.limit = app, limit
+
+    async def _reply(self, scope, send, status: int, message: str) -> None:
+        import json
+
+        body = json.dumps(
+            _error_body(scope.get("path", ""), status, message, "Validation"), separators=(",", ":")
+        )
+        await send(
+            {
+                "type": "http.response.start",
+                "status": status,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(body)).encode()),
+                    (b"connection", b"close"),
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": body.encode()})
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = [v for k, v in scope.get("headers", []) if k == b"content-length"]
+        if declared:
+            try:
+                size = int(declared[0])
+            except ValueError:
+                await self._reply(scope, send, 400, "Content-Length is not a number")
+                return
+            if size > self.limit:
+                await self._reply(
+                    scope,
+                    send,
+                    413,
+                    f"request body of {size:,} bytes; the maximum is {self.limit:,} "
+                    "(max_body_bytes)",
+                )
+                return
+        # read the body here, at most `limit` bytes of it, then hand it on: a chunked body
+        # over the limit is refused as soon as it passes it (the rest is never read)
+        parts, received, more = [], 0, True
+        while more:
+            message = await receive()
+            if message["type"] != "http.request":  # the client went away
+                await self.app(scope, _replay([], message), send)
+                return
+            chunk = message.get("body", b"")
+            received += len(chunk)
+            if received > self.limit:
+                await self._reply(
+                    scope,
+                    send,
+                    413,
+                    f"request body over {self.limit:,} bytes (max_body_bytes); the rest was "
+                    "not read",
+                )
+                return
+            parts.append(chunk)
+            more = message.get("more_body", False)
+        await self.app(scope, _replay([b"".join(parts)], None, receive), send)
+
+
+def _replay(bodies: list[bytes], last: dict | None, receive=None):
+    """An ASGI ``receive`` that gives ``bodies`` as one request message, then ``last`` (or,
+    once given, waits on the real ``receive`` for the disconnect)."""
+    queue = [{"type": "http.request", "body": b, "more_body": False} for b in bodies]
+
+    async def replayed():
+        if queue:
+            return queue.pop(0)
+        if last is not None:
+            return last
+        return await receive()
+
+    return replayed
 
 
 def create_app(
@@ -290,6 +399,7 @@ def create_app(
             await batcher.stop()
 
     app = FastAPI(title="bertfamily", version=_version(), lifespan=lifespan)
+    app.add_middleware(BodyLimit, limit=settings.body_limit)
     app.state.model = model
     app.state.settings = settings
     app.state.metrics = metrics
@@ -297,6 +407,23 @@ def create_app(
     @app.exception_handler(ServeError)
     async def _serve_error(request: Request, e: ServeError) -> JSONResponse:
         return _error(request, e.status, str(e), e.error_type)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(request: Request, e: StarletteHTTPException) -> JSONResponse:
+        # FastAPI's own refusals (a body it cannot parse: deep nesting, bad bytes) in the
+        # documented shape
+        status = 422 if e.status_code == 400 else e.status_code
+        return _error(request, status, f"invalid request: {e.detail}", "Validation")
+
+    @app.exception_handler(RecursionError)
+    async def _too_deep(request: Request, e: RecursionError) -> JSONResponse:
+        return _error(request, 400, "request body nests too deeply", "Validation")
+
+    @app.exception_handler(UnicodeError)
+    async def _bad_text(request: Request, e: UnicodeError) -> JSONResponse:
+        return _error(
+            request, 400, f"request body is not valid UTF-8 text ({e.reason})", "Validation"
+        )
 
     @app.exception_handler(RequestValidationError)
     async def _bad_body(request: Request, e: RequestValidationError) -> JSONResponse:
@@ -342,6 +469,13 @@ def create_app(
             )
         for i, t in enumerate(texts):
             second = pairs[i] if pairs is not None else ""
+            try:
+                t.encode("utf-8")
+                second.encode("utf-8")
+            except UnicodeEncodeError:
+                raise ServeError(
+                    422, f"input {i} is not valid Unicode (a lone surrogate escape)", "Validation"
+                ) from None
             if not t.strip() or (pairs is not None and not second.strip()):
                 raise ServeError(422, f"input {i} is empty", "Empty")
             chars = len(t) + len(second)
@@ -363,6 +497,16 @@ def create_app(
                     )
         return [min(n, max_length) for n in counts]
 
+    async def submit(inputs: list, tokens: int, key) -> Sequence[Any]:
+        """The batcher's answer; a request the model refuses (ValueError: a token id outside
+        the vocabulary, non-finite output, ...) fails alone with 422 (the batcher reruns the
+        others of its group without it)."""
+        try:
+            return await batcher.submit(inputs, tokens, key)
+        except ValueError as e:
+            detail = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise ServeError(422, f"the model cannot run this request: {detail}") from None
+
     def need(kind: str) -> None:
         if kind == "embed" and not embedding:
             raise ServeError(400, f"{model_id} is a classifier: use /predict", "Validation")
@@ -375,9 +519,9 @@ def create_app(
             raise ServeError(
                 422, f"unknown prompt_name {prompt_name!r}; this model has {sorted(model.prompts)}"
             )
-        counts = check_texts(texts, truncate)
+        counts = await run_in_threadpool(check_texts, texts, truncate)  # off the event loop
         tokens = sum(counts)
-        vectors = await batcher.submit(texts, tokens, ("embed", normalize, prompt_name))
+        vectors = await submit(texts, tokens, ("embed", normalize, prompt_name))
         metrics.tokens.labels(route).inc(tokens)
         metrics.inputs.labels(route).inc(len(texts))
         return np.asarray(vectors), tokens
@@ -485,7 +629,9 @@ def create_app(
         if is_pair and isinstance(model, EntityTagger):
             raise ServeError(422, "a token-classification model takes single texts, not pairs")
         firsts = [x[0] for x in items]
-        counts = check_texts(firsts, body.truncate, [x[1] for x in items] if is_pair else None)
+        counts = await run_in_threadpool(
+            check_texts, firsts, body.truncate, [x[1] for x in items] if is_pair else None
+        )
         tokens = sum(counts)
         if body.speed is not None:
             if not isinstance(model, EarlyExitClassifier):
@@ -496,9 +642,9 @@ def create_app(
                 raise ServeError(422, f"speed must lie in [0, 1], got {body.speed}")
         if isinstance(model, TextClassifier):
             key = ("classify", body.raw_scores, is_pair, body.speed)
-            out = list(await batcher.submit(items, tokens, key))
+            out = list(await submit(items, tokens, key))
         else:
-            out = list(await batcher.submit([x[0] for x in items], tokens, ("tokens",)))
+            out = list(await submit([x[0] for x in items], tokens, ("tokens",)))
         metrics.tokens.labels("/predict").inc(tokens)
         metrics.inputs.labels("/predict").inc(len(items))
         return out[0] if single else out

@@ -133,11 +133,26 @@ class DynamicBatcher:
                     self.on_round(len(group), len(inputs))
                 try:
                     results = await loop.run_in_executor(self._executor, self.run, key, inputs)
-                except Exception as e:  # every request of the group gets the error
-                    log.exception("model call failed")
+                except Exception as e:
+                    if len(group) == 1:
+                        log.warning("model call failed: %s: %s", type(e).__name__, e)
+                        if not group[0].future.done():
+                            group[0].future.set_exception(e)
+                        continue
+                    # one bad request must not fail the others: run each alone, so only the
+                    # requests that fail by themselves get their error
                     for job in group:
+                        try:
+                            alone = await loop.run_in_executor(
+                                self._executor, self.run, key, list(job.inputs)
+                            )
+                        except Exception as own:
+                            log.warning("model call failed: %s: %s", type(own).__name__, own)
+                            if not job.future.done():
+                                job.future.set_exception(own)
+                            continue
                         if not job.future.done():
-                            job.future.set_exception(e)
+                            job.future.set_result(alone)
                     continue
                 start = 0
                 for job in group:

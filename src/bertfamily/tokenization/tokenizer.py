@@ -37,6 +37,7 @@ from ..errors import ArgumentTypeError, InputError, TokenizerFileError, Tokenize
 from ..files import atomic_directory, write_text_atomic
 from ..resources.resolve import resolve_model
 from . import spm
+from .cutting import MAX_CHARS_PER_TOKEN, prefix_at_whitespace, tighten
 from .hf_files import (  # noqa: F401  (file names: public constants of this module too)
     _ABSURD_MAX_LENGTH,
     _BPE_DEFAULTS,
@@ -68,12 +69,6 @@ from .hf_files import (  # noqa: F401  (file names: public constants of this mod
     _specials_from,
     _token_from_dict,
     _tokenizer_json_added,
-)
-from .long_text import (
-    CHARS_PER_TOKEN,
-    MAX_CHARS_PER_TOKEN,
-    _prefix_at_whitespace,
-    _tighten,
 )
 
 __all__ = [
@@ -110,6 +105,16 @@ _UNSUPPORTED_HF_ARGUMENTS = frozenset(
     }
 )
 ReturnTensors = Literal["pt", "np"] | None
+
+
+# Truncating a long text: it is first cut by characters, so that time and memory per input
+# are bounded by the length limit, not by the text (a 10 MB line would otherwise be tokenised
+# whole, then truncated). The cut keeps ``limit * CHARS_PER_TOKEN`` characters, ending at a
+# whitespace so no word is split; if that prefix has fewer than ``limit`` tokens (text with
+# very long words or runs of whitespace), the cut grows x4, up to ``MAX_CHARS_PER_TOKEN``.
+# Whenever the kept prefix has at least ``limit`` tokens, the result equals tokenising the
+# whole text and truncating it.
+CHARS_PER_TOKEN = 64
 
 
 # --------------------------------------------------------------------------- the wrapper
@@ -562,7 +567,7 @@ class Tokenizer:
         cut = [False] * len(inputs)
         budget = limit * CHARS_PER_TOKEN
         while todo:
-            prefixes = [_prefix_at_whitespace(t, budget) for _, _, t in todo]
+            prefixes = [prefix_at_whitespace(t, budget) for _, _, t in todo]
             last = budget >= limit * MAX_CHARS_PER_TOKEN
             # the last round accepts every cut without counting
             encodings = (
@@ -576,7 +581,7 @@ class Tokenizer:
                     if len(enc.ids) < limit:
                         retry.append((i, j, text))
                         continue
-                    prefix = _tighten(prefix, enc.offsets, limit)
+                    prefix = tighten(prefix, enc.offsets, limit)
                 if j is None:
                     out[i] = prefix
                 else:

@@ -67,6 +67,79 @@ def _set_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
+_COUNTERS = ("step", "epoch", "batch_in_epoch", "bad_evals")
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _check_counters(payload: dict[str, Any], path: Path) -> None:
+    """Refuse a checkpoint whose counters cannot be those of a run: negative or non-integer
+    step/epoch/position, a best step after the step, a schedule or optimizer at another step,
+    or optimizer moments that do not fit the saved weights (`RunDirectoryError` naming
+    ``path`` and the entry)."""
+    state = payload["state"]
+    if not isinstance(state, dict):
+        raise RunDirectoryError(f"{path}: the counters ('state') are a {type(state).__name__}")
+    known = {f.name for f in dataclasses.fields(TrainState)}
+    unknown = sorted(map(str, set(state) - known))
+    if unknown:
+        raise RunDirectoryError(f"{path}: unknown counters {unknown} in 'state'")
+    for name in _COUNTERS:
+        if name in state and not _count(state[name]):
+            raise RunDirectoryError(
+                f"{path}: counter state.{name} is {state[name]!r}; it must be an integer >= 0"
+            )
+    step = state.get("step", 0)
+    best_step = state.get("best_step")
+    if best_step is not None and not (_count(best_step) and best_step <= step):
+        raise RunDirectoryError(
+            f"{path}: state.best_step is {best_step!r}; it must be an integer between 0 and "
+            f"the step ({step})"
+        )
+    best = state.get("best_metric")
+    if best is not None and not (
+        isinstance(best, (int, float)) and not isinstance(best, bool) and np.isfinite(best)
+    ):
+        raise RunDirectoryError(f"{path}: state.best_metric is {best!r}, not a finite number")
+    if not isinstance(state.get("last_eval", {}), dict):
+        raise RunDirectoryError(f"{path}: state.last_eval is not a dict")
+    scheduler = payload["scheduler"]
+    last = scheduler.get("last_epoch") if isinstance(scheduler, dict) else None
+    if last is not None and last != step:
+        raise RunDirectoryError(
+            f"{path}: the learning-rate schedule is at step {last!r} but the counters at step "
+            f"{step}; the file was edited or mixes two runs"
+        )
+    optim = payload["optimizer"]
+    moments = optim.get("state") if isinstance(optim, dict) else None
+    if not isinstance(moments, dict):
+        raise RunDirectoryError(f"{path}: the optimizer state has no 'state' dict")
+    weights = payload["model"]
+    for name, entry in moments.items():
+        if not isinstance(entry, dict):
+            raise RunDirectoryError(f"{path}: optimizer state of {name!r} is not a dict")
+        done = entry.get("step")
+        done = float(done) if isinstance(done, (torch.Tensor, int, float)) else None
+        if done is None or not (np.isfinite(done) and 0 <= done <= step):
+            raise RunDirectoryError(
+                f"{path}: optimizer step of {name!r} is {entry.get('step')!r}; it must be "
+                f"between 0 and the step ({step})"
+            )
+        weight = weights.get(name) if isinstance(name, str) else None
+        for key, value in entry.items():
+            if key == "step" or not isinstance(value, torch.Tensor):
+                continue
+            if weight is not None and tuple(value.shape) != tuple(weight.shape):
+                raise RunDirectoryError(
+                    f"{path}: optimizer {key} of {name!r} has shape {tuple(value.shape)}, the "
+                    f"weight {tuple(weight.shape)}"
+                )
+            if value.is_floating_point() and not bool(torch.isfinite(value).all()):
+                raise RunDirectoryError(f"{path}: optimizer {key} of {name!r} is not finite")
+
+
 class CheckpointMixin:
     """The `Trainer`'s checkpoint methods (they use its ``model``, ``optimizer``, ``scheduler``,
     ``scaler``, ``state``, ``config``, ``dist``, ``output_dir``, ``save_fn`` and ``_template``)."""
@@ -130,6 +203,7 @@ class CheckpointMixin:
                 f"format {CHECKPOINT_FORMAT} only"
             )
         self._check_model_state(payload["model"], path)
+        _check_counters(payload, path)
         rngs = payload["rng"]
         try:
             load_full_state_dicts(

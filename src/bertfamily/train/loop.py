@@ -106,7 +106,13 @@ from .mixed_precision import autocast, check_precision, grad_scaler
 from .optim import build_optimizer
 from .plot import plot_metrics
 from .progress import ProgressMixin
-from .rundir import RunDirectoryError, clean_run_directory, load_tensor_file, trim_metrics
+from .rundir import (
+    RunDirectoryError,
+    clean_run_directory,
+    load_tensor_file,
+    run_lock,
+    trim_metrics,
+)
 from .schedules import build_scheduler
 
 __all__ = [
@@ -392,8 +398,15 @@ class Trainer(CheckpointMixin, ProgressMixin):
             FloatingPointError: a non-finite loss.
             ValueError: an empty batch source or an unknown ``metric_for_best``.
             RunDirectoryError: (a ValueError) ``resume`` and an unusable ``checkpoint.pt`` (see
-                `load_checkpoint`), or a run directory whose layout cannot work.
+                `load_checkpoint`), a run directory whose layout cannot work, or one another
+                run is writing (`run_lock`).
         """
+        if not self.dist.is_main:
+            return self._train()
+        with run_lock(self.output_dir):  # a second run into this directory is refused
+            return self._train()
+
+    def _train(self) -> dict[str, Any]:
         cfg = self.config
         if self.dist.is_main:
             self.output_dir.mkdir(parents=True, exist_ok=True)

@@ -7,13 +7,18 @@ lists, tuples and dicts and refuses any other Python object (a pickle that would
 ``os.system`` is refused before anything runs). Every failure is a `RunDirectoryError` naming
 the file.
 
+`run_lock` holds ``.bertfamily.lock`` (an ``flock``) while a run writes the directory, so a
+second run into the same directory is refused instead of interleaving its steps.
+
 `write_run_record` writes ``run.json``: what repeats the run (command line, resolved
 configuration, seed, thread counts, library versions, sha256 of every data file).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import functools
 import hashlib
 import importlib.metadata
 import json
@@ -21,14 +26,16 @@ import logging
 import os
 import pickle
 import platform
+import random
 import re
 import shutil
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from ..errors import RunDirectoryError
@@ -36,6 +43,10 @@ from ..files import OLD_TAG, TMP_TAG, atomic_write, recover_directory
 
 __all__ = [
     "RunDirectoryError",
+    "LOCK_FILE",
+    "run_lock",
+    "locks_run_directory",
+    "seed_all",
     "load_tensor_file",
     "clean_run_directory",
     "read_metrics",
@@ -49,6 +60,88 @@ RUN_FILE = "run.json"
 _VERSIONED = ("bertfamily", "torch", "tokenizers", "transformers", "numpy", "safetensors")
 
 logger = logging.getLogger(__name__)
+
+
+LOCK_FILE = ".bertfamily.lock"
+_HELD: dict[str, int] = {}  # run directories this process holds the lock of: nesting depth
+
+
+def seed_all(seed: int) -> None:
+    """Seed python's, numpy's and torch's global generators: call it before building anything
+    random (a fresh task head, a student), so the new weights depend on the seed alone."""
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def _is_main_process() -> bool:
+    return os.environ.get("RANK", "0") in ("", "0")
+
+
+@contextlib.contextmanager
+def run_lock(output_dir: str | Path) -> Iterator[None]:
+    """Hold the run directory's lock (``output_dir/.bertfamily.lock``, an exclusive ``flock``)
+    while the body runs; re-entrant within one process, taken on the main process only (rank 0
+    of ``torchrun``). The kernel drops the lock when the process dies, even by SIGKILL, so a
+    killed run never leaves a stale lock behind. Where ``fcntl`` is missing (Windows) nothing
+    is locked.
+
+    Raises:
+        RunDirectoryError: another process holds the lock (the message gives its pid), or the
+            lock file cannot be created (e.g. it is a symlink or a directory).
+    """
+    directory = Path(output_dir)
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not POSIX
+        fcntl = None
+    if fcntl is None or not _is_main_process():
+        yield
+        return
+    directory.mkdir(parents=True, exist_ok=True)
+    key = str(directory.resolve())
+    if key in _HELD:
+        _HELD[key] += 1
+        try:
+            yield
+        finally:
+            _HELD[key] -= 1
+        return
+    path = directory / LOCK_FILE
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o666)
+    except OSError as e:
+        raise RunDirectoryError(f"cannot create the run lock {path}: {e.strerror}") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        other = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "unknown"
+        os.close(fd)
+        raise RunDirectoryError(
+            f"{directory} is being written by another run (pid {other}); wait for it to end "
+            "or give another output directory"
+        ) from None
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        _HELD[key] = 1
+        yield
+    finally:
+        _HELD.pop(key, None)
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+
+
+def locks_run_directory(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Decorate a recipe ``fn(cfg, train: TrainConfig, ...)`` to run under
+    ``run_lock(train.output_dir)``."""
+
+    @functools.wraps(fn)
+    def locked(cfg: Any, train: Any, *args: Any, **kwargs: Any) -> Any:
+        with run_lock(train.output_dir):
+            return fn(cfg, train, *args, **kwargs)
+
+    return locked
 
 
 def _refused_global(message: str) -> str | None:
