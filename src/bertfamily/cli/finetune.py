@@ -9,9 +9,11 @@ import typer
 
 from .common import (
     App,
-    console,
+    err,
     handle_errors,
+    print_json,
     training_threads,
+    write_jsonl,
 )
 from .options import TrainOptions, training_options
 
@@ -114,14 +116,15 @@ def finetune(
     with training_threads(training.threads):
         res = run(cfg, TrainConfig(output_dir=output, **fields))
     if res.get("new_head"):
-        console.print(f"new task head: initialised {res['new_head']} (normal for fine-tuning)")
+        err.print(f"new task head: initialised {res['new_head']} (normal for fine-tuning)")
     if res.get("left_out_per_epoch"):
-        console.print(
+        err.print(
             f"each epoch left out the last partial batch ({res['left_out_per_epoch']} examples, "
             "other ones every epoch: the data is reshuffled)"
         )
-    console.print_json(json.dumps({k: res.get(k) for k in ("eval", "labels", "seconds")}))
-    console.print(f"model: {output / ('best' if eval else 'model')}")
+    summary = {k: res.get(k) for k in ("eval", "labels", "seconds")}
+    summary["model"] = str(output / ("best" if eval else "model"))
+    print_json(summary)  # stdout holds only this JSON (notes above went to stderr)
 
 
 @commands.command()
@@ -159,11 +162,13 @@ def predict(
     preds, metrics = run(
         task, model, input, opts, labelled=labelled or task in ("ner", "qa", "choice")
     )
-    body = "".join(json.dumps(p, ensure_ascii=False) + "\n" for p in preds)
     if output is not None:
+        body = "".join(json.dumps(p, ensure_ascii=False) + "\n" for p in preds)
         atomic_write(output, lambda tmp: tmp.write_text(body, encoding="utf-8"))
-        console.print(f"wrote {len(preds)} predictions to {output}")
-    else:
-        console.print(body, end="", markup=False, highlight=False)
+        err.print(f"wrote {len(preds)} predictions to {output}")
+        if metrics:
+            print_json(metrics)
+        return
+    write_jsonl(preds)  # stdout: only the prediction lines (one JSON object each)
     if metrics:
-        console.print_json(json.dumps(metrics))
+        err.print("metrics: " + json.dumps(metrics), markup=False, highlight=False)
