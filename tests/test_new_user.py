@@ -109,3 +109,104 @@ def test_no_command_prints_json_through_a_rich_console():
             ):
                 offenders.append(f"{path.name}:{node.lineno}")
     assert offenders == []
+
+
+# -- 2. plain text in, predictions out ----------------------------------------------------------
+def _jsonl(result) -> list[dict]:
+    assert result.exit_code == 0, result.output
+    return [json.loads(line) for line in result.stdout.splitlines()]
+
+
+def test_predict_classify_reads_a_text_file(cli, classifier, tmp_path):
+    from bertfamily.pipelines.classify import TextClassifier
+
+    (tmp_path / "sentences.txt").write_text("good film number 9\n\nbad film\n", encoding="utf-8")
+    rows = _jsonl(cli("predict", "--task", "classify", "--model", classifier,
+                      "-i", tmp_path / "sentences.txt"))  # fmt: skip
+    assert [(r["line"], r["text"]) for r in rows] == [(1, "good film number 9"), (3, "bad film")]
+    clf = TextClassifier(classifier)
+    for r in rows:
+        (best,) = clf(r["text"], top_k=1)
+        assert r["label"] == best[0]["label"] and abs(r["score"] - best[0]["score"]) < 1e-5
+    # --format text reads any file name; a text file holds no labels
+    (tmp_path / "sentences.dat").write_text("good film\n", encoding="utf-8")
+    rows = _jsonl(cli("predict", "--task", "classify", "--model", classifier,
+                      "-i", tmp_path / "sentences.dat", "--format", "text"))  # fmt: skip
+    assert [r["text"] for r in rows] == ["good film"]
+    result = cli("predict", "--task", "classify", "--model", classifier,
+                 "-i", tmp_path / "sentences.txt", "--labelled")  # fmt: skip
+    assert result.exit_code == 2 and "holds no labels" in result.output
+    result = cli("predict", "--task", "classify", "--model", classifier,
+                 "-i", tmp_path / "sentences.dat")  # fmt: skip
+    assert result.exit_code == 2 and "--format" in result.output
+
+
+@pytest.fixture(scope="module")
+def tagger_dir(tiny_dir, tmp_path_factory):
+    """A tiny NER model that has learnt "the city after 'to' is a location"."""
+    from bertfamily.data.task_data import TaskOptions
+    from bertfamily.recipes.finetune import FinetuneConfig, finetune
+    from bertfamily.train import TrainConfig
+
+    tmp = tmp_path_factory.mktemp("ner")
+    cities, words = ["paris", "london", "rome", "oslo"], ["we", "flew", "to", "happily"]
+    lines = []
+    for i, c in enumerate(cities * 3):
+        sent = words[: 1 + i % 4] + [c, "today"]
+        lines += [f"{w}\t{'B-loc' if w == c else 'O'}" for w in sent] + [""]
+    path = tmp / "train.conll"
+    path.write_text("\n".join(lines), encoding="utf-8")
+    res = finetune(
+        FinetuneConfig("ner", tiny_dir, path, path, TaskOptions(max_length=16), epochs=None),
+        TrainConfig(
+            output_dir=tmp / "run", batch_size=6, max_steps=40, learning_rate=3e-3,
+            warmup_ratio=0.0, eval_every=10, log_every=0, progress=False,
+        ),
+    )  # fmt: skip
+    assert res["eval"]["f1"] == 1.0
+    return tmp / "run" / "best", path
+
+
+def test_predict_ner_tags_raw_sentences(cli, tagger_dir, tmp_path):
+    from bertfamily.pipelines.ner import EntityTagger
+
+    model, conll = tagger_dir
+    text = "we  flew to rome today"
+    (tmp_path / "sentences.txt").write_text(f"{text}\nYork\n", encoding="utf-8")
+    result = cli("predict", "--task", "ner", "--model", model, "-i", tmp_path / "sentences.txt")
+    rows = _jsonl(result)
+    assert "tags not seen" not in result.output and "f1" not in result.output
+    assert rows[0]["line"] == 1 and rows[0]["text"] == text
+    ents = [(e["type"], e["text"], e["start"], e["end"]) for e in rows[0]["entities"]]
+    assert ents == [("loc", "rome", 12, 16)]
+    tagged = EntityTagger(model)([text, "York"])
+    got = [(e["text"], e["start"], round(e["score"], 5)) for r in rows for e in r["entities"]]
+    assert got == [(e.text, e.start, round(e.score, 5)) for t in tagged for e in t]
+    # CoNLL: predictions, and metrics only with --labelled
+    rows = _jsonl(cli("predict", "--task", "ner", "--model", model, "-i", conll))
+    assert "gold" in rows[0] and all("f1" not in r for r in rows)
+    result = cli("predict", "--task", "ner", "--model", model, "-i", conll, "--labelled")
+    assert result.exit_code == 0 and '"f1": 1.0' in result.output
+
+
+def test_predict_qa_and_choice_read_tab_separated_text(cli, tiny_dir, tmp_path):
+    import bertfamily as bf
+    from bertfamily.pipelines.qa import QuestionAnswerer
+
+    for head in ("qa", "choice"):
+        bf.from_pretrained(tiny_dir, heads=[head], new_heads=True).save_pretrained(tmp_path / head)
+        bf.load_tokenizer(tiny_dir).save_pretrained(tmp_path / head)
+    context = "the cat sat on the mat in paris"
+    (tmp_path / "qa.txt").write_text(f"where is the cat?\t{context}\n", encoding="utf-8")
+    (row,) = _jsonl(cli("predict", "--task", "qa", "--model", tmp_path / "qa",
+                        "-i", tmp_path / "qa.txt"))  # fmt: skip
+    (ref,) = QuestionAnswerer(tmp_path / "qa", max_length=128, doc_stride=42)(
+        "where is the cat?", context
+    )
+    assert (row["answer"], row["start"], row["end"]) == (ref.text, ref.start, ref.end)
+    assert context[row["start"] : row["end"]] == row["answer"]
+    (tmp_path / "c.txt").write_text("the sky is\tblue\tgreen cheese\n\ngrass is\tgreen\tloud\n")
+    rows = _jsonl(cli("predict", "--task", "choice", "--model", tmp_path / "choice",
+                      "-i", tmp_path / "c.txt"))  # fmt: skip
+    assert [r["line"] for r in rows] == [1, 3]
+    assert all(r["label"] in (0, 1) and 0.5 <= r["score"] <= 1 for r in rows)

@@ -35,6 +35,13 @@ LABEL_HELP = "Column of the label."
 LENGTH_HELP = "Tokens per example (longer inputs are truncated; qa: windows)."
 
 
+FORMAT_HELP = (
+    "Data format: csv, tsv, jsonl or text (one text a line; pair: text TAB text; ner: raw "
+    "sentences; qa: question TAB context; choice: context TAB choices); default: from the "
+    "suffix (.csv .tsv .jsonl/.json .txt; ner otherwise CoNLL, qa SQuAD JSON)."
+)
+
+
 NULL_HELP = (
     "qa: answer nothing when the no-answer score beats the best span by this margin "
     "(default: always answer)."
@@ -83,6 +90,7 @@ def finetune(
         0.5, min=0.0, max=1.0, help="Multi-label: a label is predicted over this sigmoid score."
     ),
     null_threshold: float | None = typer.Option(None, help=NULL_HELP),
+    fmt: str | None = typer.Option(None, "--format", help=FORMAT_HELP),
 ):
     """Fine-tune an encoder on a task; writes metrics.jsonl, best/, model/, confusion PNG."""
     from ..data.task_data import TaskOptions
@@ -103,6 +111,7 @@ def finetune(
         label_separator=label_separator,
         threshold=threshold,
         null_threshold=null_threshold,
+        format=fmt,
     )
     cfg = FinetuneConfig(
         task,
@@ -134,7 +143,10 @@ def predict(
     model: Path = typer.Option(..., help="A fine-tuned model directory."),
     input: Path = typer.Option(..., "--input", "-i", help="Data file."),
     output: Path | None = typer.Option(None, "--output", "-o", help="Write predictions as JSONL."),
-    labelled: bool = typer.Option(False, help="The file has labels: also print metrics."),
+    labelled: bool = typer.Option(
+        False, help="The file has labels (CSV/TSV/JSONL, CoNLL, SQuAD): also print metrics."
+    ),
+    fmt: str | None = typer.Option(None, "--format", help=FORMAT_HELP),
     text_column: str = typer.Option("text", help=TEXT_HELP),
     text_pair_column: str | None = typer.Option(None, help=PAIR_HELP),
     label_column: str = typer.Option("label", help=LABEL_HELP),
@@ -158,10 +170,9 @@ def predict(
         label_separator=label_separator,
         threshold=threshold,
         null_threshold=null_threshold,
+        format=fmt,
     )
-    preds, metrics = run(
-        task, model, input, opts, labelled=labelled or task in ("ner", "qa", "choice")
-    )
+    preds, metrics = run(task, model, input, opts, labelled=labelled)
     if output is not None:
         body = "".join(json.dumps(p, ensure_ascii=False) + "\n" for p in preds)
         atomic_write(output, lambda tmp: tmp.write_text(body, encoding="utf-8"))

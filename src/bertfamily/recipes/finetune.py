@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 from ..data.batching import IndexedBatches
+from ..data.tables import DataError, read_table
 from ..data.task_data import (
     HEAD_OF_TASK,
     MODEL_INPUTS,
@@ -221,6 +222,11 @@ def confusion_png(gold: list[int], pred: list[int], names, path: Path) -> Path:
     return path
 
 
+def _is_text(file: str | Path, opts: TaskOptions) -> bool:
+    """Whether ``file`` is read as plain text (``opts.format`` "text", or a .txt file)."""
+    return opts.format == "text" or (opts.format is None and Path(file).suffix.lower() == ".txt")
+
+
 def predict(
     task: str,
     model_dir: str | Path,
@@ -231,18 +237,28 @@ def predict(
     """Predictions of a fine-tuned model directory on a data file (and metrics when the file
     has labels and ``labelled``).
 
+    Every task reads plain text (a .txt file or ``opts.format == "text"``): one example a
+    line, blank lines skipped; classify: the text; pair: text TAB second text; ner: the raw
+    sentence; qa: question TAB context; choice: context TAB choice TAB choice... Rows carry
+    ``"line"``, the example's 1-based line in the file (CSV/TSV/JSONL and text files).
+
     Classification ("classify", "pair") follows the model's ``problem_type`` (config.json;
     None: regression for one label, else single-label): single-label rows are
     ``{"text", "label", "score"}`` (softmax probability of the best class); multi-label rows
     ``{"text", "labels": [{"label", "score"}, ...]}`` with every label whose sigmoid score is
     over ``opts.threshold``, best first (possibly none); regression rows
-    ``{"text", "value", "score"}`` (the predicted value, twice).
+    ``{"text", "value", "score"}`` (the predicted value, twice). NER on text: ``{"text",
+    "entities": [{"type", "text", "start", "end", "score"}]}`` with character offsets into
+    the line (as `EntityTagger`); on CoNLL: ``{"words", "tags", "gold"}``. QA on text:
+    ``{"question", "answer", "start", "end", "score"}`` (offsets into the context). Choice:
+    ``{"label": index of the best choice, "score"}``.
 
     Returns:
-        (one dict per example, metrics or None).
+        (one dict per example, metrics or None; metrics only when ``labelled``).
 
     Raises:
-        ValueError: the model's head does not fit ``task``, or bad data.
+        ValueError: the model's head does not fit ``task``, bad data (DataError), or
+            ``labelled`` with a plain text file (which holds no labels).
     """
     opts = opts or TaskOptions()
     model = from_pretrained(model_dir).eval()
@@ -250,11 +266,33 @@ def predict(
         raise ValueError(
             f"{model_dir} holds a {model.task!r} head; task {task!r} needs {HEAD_OF_TASK[task]!r}"
         )
+    if task in ("ner", "qa") and _is_text(file, opts):
+        if labelled:
+            raise DataError(
+                f"{file}: a plain text file holds no labels; --labelled needs "
+                f"{'CoNLL' if task == 'ner' else 'SQuAD JSON'} data"
+            )
+        return _predict_raw_text(task, model_dir, file, opts), None
     tok = load_tokenizer(model_dir)
     kind = model_problem_type(model.config) if task in ("classify", "pair") else None
     data = TaskData(task, tok, opts, label_names=model.config.label_names, problem_type=kind)
     if task == "ner":
         data.scheme = "BIOES" if any(n[:2] in ("S-", "E-") for n in data.label_names) else "BIO"
+    if task == "choice" and not labelled:
+        rows = data.load(file, labelled=False)
+        outs = forward_rows(model, rows, opts.eval_batch_size, tok.pad_token_id or 0)
+        preds = []
+        scores = (row for out in outs for row in out.logits.float())
+        for r, logit in zip(data.choice_rows, scores):
+            p = logit.softmax(-1)
+            preds.append(
+                {
+                    **({"line": r["line"]} if "line" in r else {}),
+                    "label": int(p.argmax()),
+                    "score": float(p.max()),
+                }
+            )
+        return preds, None
     if task in ("classify", "pair") and not labelled:
         rows = data.load(file, labelled=False)
         outs = forward_rows(model, rows, opts.eval_batch_size, tok.pad_token_id or 0)
@@ -262,7 +300,7 @@ def predict(
         names = data.label_names
         if kind == "regression":
             return [
-                {"text": e.text, "value": float(v), "score": float(v)}
+                {"line": e.line, "text": e.text, "value": float(v), "score": float(v)}
                 for e, v in zip(data.examples, logits[:, 0])
             ], None
         if kind == "multi_label_classification":
@@ -272,14 +310,68 @@ def predict(
                     ((s, j) for j, s in enumerate(p) if s > opts.threshold), key=lambda x: -x[0]
                 )
                 out.append(
-                    {"text": e.text, "labels": [{"label": names[j], "score": s} for s, j in over]}
+                    {
+                        "line": e.line,
+                        "text": e.text,
+                        "labels": [{"label": names[j], "score": s} for s, j in over],
+                    }
                 )
             return out, None
         probs = logits.softmax(-1)
         return [
-            {"text": e.text, "label": names[int(p.argmax())], "score": float(p.max())}
+            {
+                "line": e.line,
+                "text": e.text,
+                "label": names[int(p.argmax())],
+                "score": float(p.max()),
+            }
             for e, p in zip(data.examples, probs)
         ], None
-    rows = data.load(file)
+    rows = data.load(file)  # CoNLL / SQuAD hold their labels; metrics only when asked for
     metrics, preds = data.evaluate(model, rows)
-    return preds, metrics
+    return preds, metrics if labelled else None
+
+
+def _predict_raw_text(task: str, model_dir, file, opts: TaskOptions) -> list[dict]:
+    """NER or QA predictions on a plain text file (see `predict`), through the pipelines."""
+    from ..pipelines.ner import EntityTagger
+    from ..pipelines.qa import QuestionAnswerer
+
+    examples = read_table(
+        file,
+        label_column=None,
+        text_pair_column="context" if task == "qa" else None,
+        format="text",
+    )
+    if task == "ner":
+        tagger = EntityTagger(model_dir, max_length=opts.max_length)
+        found = tagger([e.text for e in examples], batch_size=opts.eval_batch_size)
+        return [
+            {"line": e.line, "text": e.text, "entities": [dataclasses.asdict(x) for x in ents]}
+            for e, ents in zip(examples, found)
+        ]
+    qa = QuestionAnswerer(
+        model_dir,
+        max_length=opts.max_length,
+        doc_stride=opts.stride,
+        max_question_length=opts.max_question_length,
+    )
+    out = []
+    for e in examples:
+        (a,) = qa(
+            e.text,
+            e.text_pair,
+            max_answer_length=opts.max_answer_length,
+            null_threshold=opts.null_threshold,
+        )
+        out.append(
+            {
+                "line": e.line,
+                "question": e.text,
+                "answer": a.text,
+                "start": a.start,
+                "end": a.end,
+                "score": a.probability,
+            }
+        )
+    return out
