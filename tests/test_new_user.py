@@ -210,3 +210,42 @@ def test_predict_qa_and_choice_read_tab_separated_text(cli, tiny_dir, tmp_path):
                       "-i", tmp_path / "c.txt"))  # fmt: skip
     assert [r["line"] for r in rows] == [1, 3]
     assert all(r["label"] in (0, 1) and 0.5 <= r["score"] <= 1 for r in rows)
+
+
+# -- 4. one numbering ---------------------------------------------------------------------------
+def test_search_corpus_and_index_number_a_hit_by_its_line(cli, minilm_dir, tmp_path):
+    corpus = tmp_path / "corpus.txt"
+    lines = ["", "The cat sat on the mat.", "", "   ", "Stock markets fell sharply today.", ""]
+    corpus.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    assert cli("index", "build", "--corpus", corpus, "-o", tmp_path / "idx",
+               "--model", minilm_dir).exit_code == 0  # fmt: skip
+    found = {}
+    for where in (("--corpus", corpus), ("--index", tmp_path / "idx")):
+        result = cli("search", "a cat", "markets", *where, "-k", "5", "--format", "jsonl",
+                     "--model", minilm_dir)  # fmt: skip
+        rows = _jsonl(result)
+        key = "line" if where[0] == "--corpus" else "id"
+        found[where[0]] = [(r["query_number"], r["rank"], r[key], r["text"]) for r in rows]
+        assert all(r["text"].strip() for r in rows)  # blank lines are never hits
+    assert found["--corpus"] == found["--index"]
+    assert found["--corpus"][0] == (1, 1, 2, "The cat sat on the mat.")
+    assert found["--corpus"][2] == (2, 1, 5, "Stock markets fell sharply today.")
+    assert len(found["--corpus"]) == 4  # two non-blank lines per query
+    for line, text in ((2, "The cat sat on the mat."), (5, "Stock markets fell sharply today.")):
+        assert lines[line - 1] == text  # "line" is the editor's line number
+    # the table shows the same numbers
+    table = cli("search", "markets", "--index", tmp_path / "idx", "--model", minilm_dir).stdout
+    cells = [row.replace("│", " ").split() for row in table.splitlines() if "│" in row]
+    assert ["1", "5", "Stock"] == [cells[0][0], *cells[0][2:4]]  # rank 1, line 5
+    # a plain text corpus added to an index numbers by line too: a clash is an error
+    result = cli("index", "add", "--index", tmp_path / "idx", "--corpus", corpus,
+                 "--model", minilm_dir)  # fmt: skip
+    assert result.exit_code == 2 and "line 2 is already an id" in " ".join(result.output.split())
+
+
+def test_semantic_search_api_never_returns_blank_entries(minilm_dir):
+    from bertfamily.pipelines.embed import SentenceEmbedder, semantic_search
+
+    emb = SentenceEmbedder(minilm_dir)
+    (hits,) = semantic_search(emb, ["cats"], ["", "a cat", " \t", "stocks"], top_k=4)
+    assert [(h.index, h.text) for h in hits] == [(1, "a cat"), (3, "stocks")]

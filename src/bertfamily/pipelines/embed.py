@@ -342,7 +342,9 @@ def semantic_search(
     corpus_embeddings: np.ndarray | None = None,
     batch_size: int = 32,
 ) -> list[list[Hit]]:
-    """The ``top_k`` corpus entries closest (cosine) to each query, best first.
+    """The ``top_k`` corpus entries closest (cosine) to each query, best first. A blank
+    entry (empty or whitespace only) is never a hit, so fewer than ``top_k`` may come back;
+    `Hit.index` is the entry's 0-based position in ``corpus`` (blank entries counted).
 
     Raises:
         ValueError: top_k < 1.
@@ -352,9 +354,11 @@ def semantic_search(
     if corpus_embeddings is None:
         corpus_embeddings = embedder.encode(corpus, batch_size=batch_size)
     sims = cosine_matrix(embedder.encode(queries, batch_size=batch_size), corpus_embeddings)
-    k = min(top_k, len(corpus))
+    blank = np.array([not str(t).strip() for t in corpus], dtype=bool)
+    k = min(top_k, int((~blank).sum()))
     results = []
     for row in sims:
+        row = np.where(blank, -np.inf, row)
         best = np.argsort(-row, kind="stable")[:k]
         results.append([Hit(int(i), float(row[i]), corpus[i]) for i in best])
     return results
