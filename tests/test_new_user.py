@@ -249,3 +249,49 @@ def test_semantic_search_api_never_returns_blank_entries(minilm_dir):
     emb = SentenceEmbedder(minilm_dir)
     (hits,) = semantic_search(emb, ["cats"], ["", "a cat", " \t", "stocks"], top_k=4)
     assert [(h.index, h.text) for h in hits] == [(1, "a cat"), (3, "stocks")]
+
+
+# -- 6. limits from the right source ------------------------------------------------------------
+def test_pipelines_take_their_limits_from_a_64_position_model(tiny_dir, tmp_path):
+    """tiny_dir: 64 positions, a tokenizer whose model_max_length is MiniLM's 512."""
+    import bertfamily as bf
+    from bertfamily.pipelines.classify import TextClassifier
+    from bertfamily.pipelines.fill_mask import FillMask
+    from bertfamily.pipelines.ner import EntityTagger
+    from bertfamily.pipelines.qa import QuestionAnswerer
+
+    tok = bf.load_tokenizer(tiny_dir)
+    assert tok.model_max_length == 512
+    for head in ("qa", "classify", "tokens", "mlm"):
+        model = bf.from_pretrained(tiny_dir, heads=[head], new_heads=True)
+        model.save_pretrained(tmp_path / head)
+        tok.save_pretrained(tmp_path / head)
+    context = " ".join(f"word{i % 7} city" for i in range(40))
+    question = "which city is it?"
+    n = len(tok.tokenize(question)) + len(tok.tokenize(context)) + 3
+    assert n > 64
+    qa = QuestionAnswerer(tmp_path / "qa")  # transformers' default windows: 384, stride 128
+    assert qa.max_length == 64 and qa.window["doc_stride"] == 21
+    (a,) = qa(question, context)
+    assert context[a.start : a.end] == a.text
+    clf = TextClassifier(tmp_path / "classify")
+    assert clf.max_length == 64 and len(clf([context])) == 1
+    tagger = EntityTagger(tmp_path / "tokens")
+    assert tagger.max_length == 64 and len(tagger([context])) == 1
+    with pytest.raises(ValueError, match=r"max_length=100 must lie in \[1, 64\]"):
+        TextClassifier(tmp_path / "classify", max_length=100)
+    with pytest.raises(ValueError, match="more than 64 tokens"):
+        FillMask(tmp_path / "mlm")(context + " [MASK]")
+
+
+def test_predict_qa_on_a_64_position_model_with_the_cli_defaults(cli, tiny_dir, tmp_path):
+    import bertfamily as bf
+
+    bf.from_pretrained(tiny_dir, heads=["qa"], new_heads=True).save_pretrained(tmp_path / "qa")
+    bf.load_tokenizer(tiny_dir).save_pretrained(tmp_path / "qa")
+    context = " ".join(f"word{i % 7} city" for i in range(40))
+    (tmp_path / "q.txt").write_text(f"which city?\t{context}\n", encoding="utf-8")
+    # --max-length defaults to 128: cut to the model's 64
+    (row,) = _jsonl(cli("predict", "--task", "qa", "--model", tmp_path / "qa", "-i",
+                        tmp_path / "q.txt"))  # fmt: skip
+    assert context[row["start"] : row["end"]] == row["answer"]

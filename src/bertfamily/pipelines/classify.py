@@ -10,7 +10,7 @@ import torch
 from ..data.batching import sorted_batches
 from ..pretrained import from_pretrained
 from ..tokenization.tokenizer import load_tokenizer
-from .batching import token_lengths
+from .batching import checked_max_length, input_limit, token_lengths
 
 FUNCTIONS = ("default", "softmax", "sigmoid", "none")
 
@@ -35,10 +35,12 @@ class TextClassifier:
 
     Args:
         path: a directory holding a ``*ForSequenceClassification`` model and its tokenizer.
-        max_length: inputs are cut to this many tokens (default: the tokenizer's limit).
+        max_length: inputs are cut to this many tokens (default: `batching.input_limit`, the
+            tokenizer's ``model_max_length`` capped by the model's position table).
 
     Raises:
-        ValueError: the directory's model has no "classify" head.
+        ValueError: the directory's model has no "classify" head, or ``max_length`` is over
+            the model's limit.
     """
 
     def __init__(self, path: str | Path, max_length: int | None = None) -> None:
@@ -46,7 +48,9 @@ class TextClassifier:
         if self.model.task != "classify":
             raise ValueError(f"{path} holds a {self.model.task!r} head, not a sequence classifier")
         self.tokenizer = load_tokenizer(path)
-        self.max_length = max_length
+        self.max_length = checked_max_length(
+            max_length, input_limit(self.model.config, self.tokenizer)
+        )
         self.labels = self.model.config.label_names
         self.problem_type = self.model.config.problem_type
 

@@ -20,7 +20,7 @@ from ..data.batching import sorted_batches
 from ..pretrained import from_pretrained
 from ..resources.resolve import resolve_model_dir
 from ..tokenization.tokenizer import load_tokenizer
-from .batching import token_lengths
+from .batching import input_limit, token_lengths
 from .precision import (
     AccuracyBar,
     QuantizationError,
@@ -187,16 +187,10 @@ class SentenceEmbedder:
         self.dense = torch.nn.Sequential(*(d.module() for d in modules.dense)).to(self.device)
         self.prompts = dict(modules.prompts)
         self.default_prompt_name = modules.default_prompt_name
-        limits = [
-            x
-            for x in (
-                self.pooling.max_seq_length,
-                self.tokenizer.model_max_length,
-                self.model.config.max_sequence_length,
-            )
-            if x
-        ]
-        self.max_length = min(limits)
+        # sentence-transformers' max_seq_length decides (capped by the position table)
+        self.max_length = input_limit(
+            self.model.config, self.tokenizer, self.pooling.max_seq_length or None
+        )
         self.last_truncated = 0  # texts cut to max_length by the last `encode`
         self.int8_plan = self.int8_check = self.int8_graph = None
         if quantize == "int8":

@@ -12,7 +12,7 @@ from ..data.batching import sorted_batches
 from ..data.tables import repair_bio, tokenizer_words, word_ids_from_offsets, word_predictions
 from ..pretrained import from_pretrained
 from ..tokenization.tokenizer import load_tokenizer
-from .batching import token_lengths
+from .batching import checked_max_length, input_limit, token_lengths
 
 
 @dataclass
@@ -54,7 +54,8 @@ class EntityTagger:
     its first sub-token; entity offsets are character offsets into the input string.
 
     Raises:
-        ValueError: the directory's model has no "tokens" head.
+        ValueError: the directory's model has no "tokens" head, or ``max_length`` is over the
+            model's limit (default: `batching.input_limit`).
     """
 
     def __init__(self, path: str | Path, max_length: int | None = None) -> None:
@@ -62,7 +63,9 @@ class EntityTagger:
         if self.model.task != "tokens":
             raise ValueError(f"{path} holds a {self.model.task!r} head, not a token classifier")
         self.tokenizer = load_tokenizer(path)
-        self.max_length = max_length
+        self.max_length = checked_max_length(
+            max_length, input_limit(self.model.config, self.tokenizer)
+        )
         self.labels = self.model.config.label_names
 
     @torch.no_grad()

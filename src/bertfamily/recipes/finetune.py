@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 
+from ..checkpoints.io import config_from_hf, read_hf_config
 from ..data.batching import IndexedBatches
 from ..data.tables import DataError, read_table
 from ..data.task_data import (
@@ -34,6 +35,7 @@ from ..data.task_data import (
 )
 from ..files import atomic_write, write_text_atomic
 from ..heads.losses import task_counts, task_loss
+from ..pipelines.batching import input_limit
 from ..pretrained import from_pretrained
 from ..tokenization.tokenizer import load_tokenizer
 from ..train.loop import TrainConfig, Trainer
@@ -75,6 +77,22 @@ class FinetuneConfig:
     patience: int | None = None
 
 
+def fit_max_length(opts: TaskOptions, config, tokenizer) -> TaskOptions:
+    """``opts`` with ``max_length`` cut to the model's input limit (`pipelines.batching.
+    input_limit`: the tokenizer's ``model_max_length`` capped by the position table), with a
+    warning when it was longer; every task then runs on a model of any size."""
+    limit = input_limit(config, tokenizer)
+    if opts.max_length <= limit:
+        return opts
+    log.warning(
+        "max_length %d is over the model's limit of %d tokens; using %d",
+        opts.max_length,
+        limit,
+        limit,
+    )
+    return dataclasses.replace(opts, max_length=limit)
+
+
 def finetune(cfg: FinetuneConfig, train: TrainConfig) -> dict[str, Any]:
     """Fine-tune a pretrained encoder on one task with the shared `Trainer`.
 
@@ -94,9 +112,9 @@ def finetune(cfg: FinetuneConfig, train: TrainConfig) -> dict[str, Any]:
         ValueError (DataError, CheckpointError, ...): bad task, data or model directory.
     """
     t0 = time.time()
-    opts = cfg.data
     out = Path(train.output_dir)
     tok = load_tokenizer(cfg.model)
+    opts = fit_max_length(cfg.data, config_from_hf(read_hf_config(cfg.model)), tok)
     data = TaskData(cfg.task, tok, opts)
     train_rows = data.load(cfg.train_file)
     eval_data = eval_rows = None
@@ -266,6 +284,8 @@ def predict(
         raise ValueError(
             f"{model_dir} holds a {model.task!r} head; task {task!r} needs {HEAD_OF_TASK[task]!r}"
         )
+    tok = load_tokenizer(model_dir)
+    opts = fit_max_length(opts, model.config, tok)
     if task in ("ner", "qa") and _is_text(file, opts):
         if labelled:
             raise DataError(
@@ -273,7 +293,6 @@ def predict(
                 f"{'CoNLL' if task == 'ner' else 'SQuAD JSON'} data"
             )
         return _predict_raw_text(task, model_dir, file, opts), None
-    tok = load_tokenizer(model_dir)
     kind = model_problem_type(model.config) if task in ("classify", "pair") else None
     data = TaskData(task, tok, opts, label_names=model.config.label_names, problem_type=kind)
     if task == "ner":
