@@ -8,7 +8,8 @@ The loop knows nothing about the task. It gets
 - ``loss_fn(model, batch) -> (loss, {name: float})``: the scalar loss to minimise and named
   components to log. ``model`` is the DDP wrapper when distributed: call it
   (``model(**inputs)``) rather than its submodules, and use `unwrap` for attributes;
-- ``count_fn(batch) -> {term: units}`` (optional): how many units each loss term has in a
+- ``count_fn(batch) -> {term: units}`` (optional; default the model's own ``counts``, which
+  every objective has): how many units each loss term has in a
   micro-batch (masked tokens, sequences, ...). With it the loss is normalised over the whole
   optimizer step (see "Gradient accumulation" below) and ``loss_fn`` takes a third argument;
 - ``train_batches``: a positionable batch source (see `bertfamily.train.data`): the data
@@ -79,6 +80,7 @@ from torch import nn
 
 from ..data.batching import as_batch_source
 from ..modules.encoder import Encoder
+from ..objectives.units import denominators_of_step
 from .checkpoint import CheckpointMixin, _rng_state, _set_rng_state
 from .config import (
     CHECKPOINT_FILE,
@@ -142,6 +144,20 @@ def _to_device(batch: Any, device: torch.device) -> Any:
     return batch
 
 
+def _positional_arity(fn: Callable) -> int:
+    """How many positional arguments ``fn`` takes (a large number for ``*args``; 2 when its
+    signature cannot be read)."""
+    import inspect
+
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return 2
+    if any(p.kind is p.VAR_POSITIONAL for p in params):
+        return 99
+    return sum(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params)
+
+
 class _Stop(Exception):
     """Raised by the SIGTERM handler; handled like Ctrl-C."""
 
@@ -168,7 +184,12 @@ class Trainer(CheckpointMixin, ProgressMixin):
             once ``save_fn`` returns (files of the previous version are not kept).
         count_fn: ``(batch) -> {term: units}`` on the micro-batch as the source yields it
             (before it moves to the device); the same keys for every batch and every rank.
-            None: every micro-batch weighs the same (see the module docstring).
+            None (default): the model's own ``counts`` when it has one (every objective of
+            `bertfamily.objectives`: `PretrainingModel`, ELECTRA, the distillation
+            objectives), so the Python API takes the same step as the recipes; a ``loss_fn``
+            of two arguments (``lambda m, b: m(b)``) still gets the step's denominators (the
+            objective reads them, `objectives.units`). ``False``, or None with a model
+            without ``counts``: every micro-batch weighs the same (see the module docstring).
     """
 
     def __init__(
@@ -180,10 +201,18 @@ class Trainer(CheckpointMixin, ProgressMixin):
         eval_fn: EvalFn | None = None,
         dist: DistInfo | None = None,
         save_fn: SaveFn | None = None,
-        count_fn: CountFn | None = None,
+        count_fn: CountFn | None | bool = None,
     ) -> None:
         self.config = config
         self.save_fn = save_fn
+        self._implicit_units = False  # the objective reads the step's denominators itself
+        if count_fn is None and callable(getattr(model, "counts", None)):
+            count_fn = model.counts  # the objective knows its units
+            self._implicit_units = _positional_arity(loss_fn) < 3
+        elif count_fn is False or count_fn is True:
+            if count_fn is True:
+                raise TypeError("count_fn is a function, None (the model's counts) or False")
+            count_fn = None
         self.count_fn = count_fn
         self._count_keys: list[str] | None = None
         self.dist = dist or init_distributed(config.device)
@@ -356,8 +385,11 @@ class Trainer(CheckpointMixin, ProgressMixin):
             raw = micro[i] if micro is not None else self._next_batch()
             batch = _to_device(raw, self.dist.device)
             with set_gradient_sync(self.wrapped, i == k - 1):
-                with self._autocast():
-                    loss, parts = self.loss_fn(self.wrapped, batch, *extra)
+                with self._autocast(), denominators_of_step(extra[0] if extra else None):
+                    if self._implicit_units:
+                        loss, parts = self.loss_fn(self.wrapped, batch)
+                    else:
+                        loss, parts = self.loss_fn(self.wrapped, batch, *extra)
                 if not torch.isfinite(loss):
                     raise FloatingPointError(f"loss is {loss.item()} at step {self.state.step}")
                 self.scaler.scale(loss / divisor).backward()
