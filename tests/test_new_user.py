@@ -295,3 +295,53 @@ def test_predict_qa_on_a_64_position_model_with_the_cli_defaults(cli, tiny_dir, 
     (row,) = _jsonl(cli("predict", "--task", "qa", "--model", tmp_path / "qa", "-i",
                         tmp_path / "q.txt"))  # fmt: skip
     assert context[row["start"] : row["end"]] == row["answer"]
+
+
+# -- 3. schedules that match the budget ---------------------------------------------------------
+def test_time_budget_plans_the_schedule_for_the_steps_that_fit(tmp_path):
+    import time
+
+    import torch
+
+    from bertfamily.train import TrainConfig, Trainer
+
+    model = torch.nn.Linear(2, 1)
+
+    def slow_loss(m, batch):
+        time.sleep(0.15)
+        return m(batch).pow(2).mean(), {}
+
+    cfg = TrainConfig(output_dir=tmp_path / "a", max_steps=1000, max_time_s=1.5, learning_rate=1.0,
+                      warmup_ratio=0.1, log_every=1, progress=False, device="cpu")  # fmt: skip
+    summary = Trainer(model, slow_loss, [torch.ones(1, 2)], cfg).train()
+    assert summary["stopped"] == "time"
+    assert 6 <= summary["planned_steps"] <= 14, summary  # ~ 1.5 s / 0.15 s, not 1000
+    logged = [json.loads(x) for x in (tmp_path / "a" / "metrics.jsonl").read_text().splitlines()]
+    lrs = [r["lr"] for r in logged if r["split"] == "train"]
+    assert lrs[:3] == pytest.approx([0.01, 0.02, 0.03])  # warm-up planned for 1000 steps
+    # from step 4 on: the plan for the steps that fit, decaying to ~0 at its end
+    assert lrs[3] > 0.5 and all(a > b for a, b in zip(lrs[3:], lrs[4:])) and lrs[-1] < 0.35
+    # a run that stops in warm-up says so
+    cfg = TrainConfig(output_dir=tmp_path / "b", max_steps=1000, max_time_s=0.5, warmup_steps=100,
+                      log_every=1, progress=False, device="cpu")  # fmt: skip
+    summary = Trainer(torch.nn.Linear(2, 1), slow_loss, [torch.ones(1, 2)], cfg).train()
+    assert summary["stopped"] == "time" and summary["step"] < 10
+    assert "before the learning-rate warm-up ended (step 100)" in summary["notes"][0]
+
+
+def test_finetune_with_a_time_budget_and_a_model_that_learnt_nothing(cli, tiny_dir, tmp_path):
+    rows = ["text,label"] + [f"{'good' if i % 4 else 'bad'} movie {i},{'pos' if i % 4 else 'neg'}"
+                             for i in range(400)]  # fmt: skip
+    (tmp_path / "train.csv").write_text("\n".join(rows) + "\n")
+    (tmp_path / "dev.csv").write_text("\n".join(rows[:9]) + "\n")
+    proc = run(
+        "finetune", "--task", "classify", "--model", tiny_dir, "--train", tmp_path / "train.csv",
+        "--eval", tmp_path / "dev.csv", "-o", tmp_path / "run", "--batch-size", 4,
+        "--max-time", 2, "--lr", 1e-9, "--no-progress", "--threads", 1,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads(proc.stdout)
+    assert summary["planned_steps"] < 300  # 3 epochs of 100 steps did not fit in 2 s
+    assert any("no better than always predicting the majority class 'pos'" in n
+               for n in summary["notes"])  # fmt: skip
+    assert "majority class" in " ".join(proc.stderr.split())

@@ -131,7 +131,10 @@ def finetune(
             f"each epoch left out the last partial batch ({res['left_out_per_epoch']} examples, "
             "other ones every epoch: the data is reshuffled)"
         )
-    summary = {k: res.get(k) for k in ("eval", "labels", "seconds")}
+    for note in res.get("notes", []):
+        err.print(f"[yellow]warning:[/] {note}", markup=True, highlight=False)
+    summary = {k: res.get(k) for k in ("eval", "labels", "seconds", "notes")}
+    summary["planned_steps"] = res["train"].get("planned_steps")
     summary["model"] = str(output / ("best" if eval else "model"))
     print_json(summary)  # stdout holds only this JSON (notes above went to stderr)
 

@@ -183,6 +183,7 @@ def finetune(cfg: FinetuneConfig, train: TrainConfig) -> dict[str, Any]:
         count_fn=count_fn,
     ).train()
     result: dict[str, Any] = {"train": summary, "labels": list(data.label_names)}
+    notes = list(summary.get("notes", []))  # e.g. stopped in warm-up
     if problem_type is not None:
         result["problem_type"] = problem_type
     if eval_data is not None:
@@ -195,11 +196,33 @@ def finetune(cfg: FinetuneConfig, train: TrainConfig) -> dict[str, Any]:
         )
         if problem_type == "single_label_classification" and hasattr(eval_data, "last_confusion"):
             confusion_png(*eval_data.last_confusion, data.label_names, out / "confusion_matrix.png")
+            note = majority_note(*eval_data.last_confusion, data.label_names)
+            if note:
+                log.warning(note)
+                notes.append(note)
+    result["notes"] = notes
     result["seconds"] = time.time() - t0
     result["new_head"] = new_head
     result["left_out_per_epoch"] = left_out
     finish_run(out, tok, result, file="final_metrics.json")
     return result
+
+
+def majority_note(gold: list[int], pred: list[int], names) -> str | None:
+    """A warning when the predictions are no more accurate than always predicting the most
+    frequent gold class (a model that learnt nothing, e.g. after too few steps), else None."""
+    if not gold:
+        return None
+    top = max(set(gold), key=gold.count)
+    baseline = gold.count(top) / len(gold)
+    accuracy = sum(g == p for g, p in zip(gold, pred)) / len(gold)
+    if accuracy > baseline:
+        return None
+    return (
+        f"the model is no better than always predicting the majority class {names[top]!r} on "
+        f"the eval file (accuracy {accuracy:.3f}, majority class {baseline:.3f}); train longer "
+        "or check the data"
+    )
 
 
 def confusion_png(gold: list[int], pred: list[int], names, path: Path) -> Path:

@@ -108,7 +108,7 @@ from .optim import build_optimizer
 from .plot import plot_metrics
 from .progress import ProgressMixin
 from .rundir import RunDirectoryError, clean_run_directory, load_tensor_file, trim_metrics
-from .schedules import build_scheduler
+from .schedules import build_scheduler, lr_factor
 
 __all__ = [
     "TrainConfig",
@@ -156,6 +156,10 @@ def _positional_arity(fn: Callable) -> int:
     if any(p.kind is p.VAR_POSITIONAL for p in params):
         return 99
     return sum(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params)
+
+
+#: With a time budget the schedule is planned after this many steps of a run (`Trainer`).
+PLAN_AFTER = 3
 
 
 class _Stop(Exception):
@@ -448,6 +452,9 @@ class Trainer(CheckpointMixin, ProgressMixin):
                 previous = signal.signal(signal.SIGTERM, self._on_sigterm)
         bar = self._progress()
         step0 = self.state.step
+        first_done: float | None = None  # when this call's first step ended (its speed excluded)
+        if self.state.planned_steps is not None:  # resumed: the plan of the earlier call
+            self._plan_schedule(self.state.planned_steps)
         try:
             while self.state.step < cfg.max_steps:
                 if cfg.max_time_s is not None and self._all_agree(
@@ -460,6 +467,10 @@ class Trainer(CheckpointMixin, ProgressMixin):
                     window[name] = window.get(name, 0.0) + v
                 window_n += 1
                 step = self.state.step
+                if step - step0 == 1:
+                    first_done = time.monotonic()
+                elif step - step0 == PLAN_AFTER and cfg.max_time_s is not None:
+                    self._plan_for_time(step, time.monotonic(), start, first_done)
                 if bar is not None:
                     bar[0].update(
                         bar[1],
@@ -551,8 +562,56 @@ class Trainer(CheckpointMixin, ProgressMixin):
             self._step_start = None
         self.optimizer.zero_grad(set_to_none=True)
 
+    def _plan_for_time(self, step: int, now: float, start: float, first_done: float) -> None:
+        """With a time budget: plan the schedule for the steps that fit, at the speed of the
+        steps after the first (the same plan on every rank: their mean speed)."""
+        if self.state.planned_steps is not None:
+            return
+        cfg = self.config
+        per_step = all_reduce_mean({"s": (now - first_done) / (PLAN_AFTER - 1)}, self.dist.device)[
+            "s"
+        ]
+        fits = step + int(max(0.0, cfg.max_time_s - (now - start)) / max(per_step, 1e-9))
+        if fits < cfg.max_steps:
+            self._plan_schedule(max(fits, step))
+            logger.info(
+                "time budget %.0f s: the schedule is planned for %d steps (%.2f s a step), "
+                "not max_steps=%d",
+                cfg.max_time_s,
+                self.state.planned_steps,
+                per_step,
+                cfg.max_steps,
+            )
+
+    def _plan_schedule(self, total: int) -> None:
+        """Make the learning-rate schedule ``total`` steps long (warm-up: ``warmup_steps``,
+        or ``warmup_ratio`` of ``total``), from the next step on."""
+        cfg = self.config
+        # warmup_steps as given (a run that stops in it says so), or warmup_ratio of the plan
+        self._warmup = cfg.warmup_steps or int(cfg.warmup_ratio * total)
+        factor = lr_factor(cfg.schedule, self._warmup, total)
+        sched = self.scheduler
+        sched.lr_lambdas = [factor] * len(sched.lr_lambdas)
+        now = factor(sched.last_epoch)  # the next step already trains at the new plan's rate
+        for group, base in zip(self.optimizer.param_groups, sched.base_lrs):
+            group["lr"] = base * now
+        sched._last_lr = [g["lr"] for g in self.optimizer.param_groups]
+        self.state.planned_steps = total
+
     def _summary(self, stopped: str, start: float, last_train: dict) -> dict[str, Any]:
+        warmup = getattr(self, "_warmup", self.config.num_warmup_steps)
+        notes = []
+        if stopped in ("time", "interrupted") and self.state.step < warmup:
+            notes.append(
+                f"stopped at step {self.state.step}, before the learning-rate warm-up ended "
+                f"(step {warmup}): the model trained at no more than "
+                f"{self.state.step / max(warmup, 1):.0%} of the peak rate; give more time or "
+                "fewer warm-up steps"
+            )
+            logger.warning(notes[-1])
         return {
+            "planned_steps": self.state.planned_steps or self.config.max_steps,
+            "notes": notes,
             "step": self.state.step,
             "stopped": stopped,
             "elapsed_s": round(time.monotonic() - start, 3),
