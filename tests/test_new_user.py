@@ -345,3 +345,18 @@ def test_finetune_with_a_time_budget_and_a_model_that_learnt_nothing(cli, tiny_d
     assert any("no better than always predicting the majority class 'pos'" in n
                for n in summary["notes"])  # fmt: skip
     assert "majority class" in " ".join(proc.stderr.split())
+
+
+# -- 9. first use says what it does -------------------------------------------------------------
+def test_params_names_the_trunk_by_what_it_holds_and_dataflow_explains_its_marks():
+    proc = run("params", "distilbert-base", "--head", "mlm", columns=100)
+    assert proc.returncode == 0, proc.stderr
+    assert "trunk (base model, no pooler)" in proc.stdout and "+ pooler" not in proc.stdout
+    proc = run("params", "bert-base", "--head", "classify", columns=100)
+    assert "trunk (base model + pooler)" in proc.stdout
+    proc = run("dataflow", "albert-base", columns=100)
+    assert proc.returncode == 0, proc.stderr
+    assert "≠" in proc.stdout
+    text = " ".join(proc.stdout.split())
+    assert "≠: only sizes differ from bert-base" in text
+    assert "△: the structure differs from bert-base" in text
