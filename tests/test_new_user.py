@@ -200,7 +200,7 @@ def test_predict_qa_and_choice_read_tab_separated_text(cli, tiny_dir, tmp_path):
     (tmp_path / "qa.txt").write_text(f"where is the cat?\t{context}\n", encoding="utf-8")
     (row,) = _jsonl(cli("predict", "--task", "qa", "--model", tmp_path / "qa",
                         "-i", tmp_path / "qa.txt"))  # fmt: skip
-    (ref,) = QuestionAnswerer(tmp_path / "qa", max_length=128, doc_stride=42)(
+    (ref,) = QuestionAnswerer(tmp_path / "qa", max_length=64, doc_stride=21)(
         "where is the cat?", context
     )
     assert (row["answer"], row["start"], row["end"]) == (ref.text, ref.start, ref.end)
