@@ -44,7 +44,7 @@ def test_embed_writes_npy_and_jsonl(minilm_dir, tmp_path):
     )
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert [r["text"] for r in rows] == ["one", "", "two three", "four"]
-    assert [r["index"] for r in rows] == [0, 1, 2, 3]
+    assert [r["line"] for r in rows] == [1, 2, 3, 4]
     assert len(rows[0]["embedding"]) == 384
 
 

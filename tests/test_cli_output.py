@@ -120,7 +120,7 @@ def test_embed_and_search_jsonl_on_stdout_are_unwrapped_with_text_and_index(mini
     proc = run("embed", "short", text.strip(), "--format", "jsonl", "--model", str(minilm_dir))
     assert proc.returncode == 0, proc.stderr
     rows = [json.loads(line) for line in proc.stdout.splitlines()]
-    assert [(r["index"], r["text"]) for r in rows] == [(0, "short"), (1, text.strip())]
+    assert [(r["line"], r["text"]) for r in rows] == [(1, "short"), (2, text.strip())]
     assert len(rows[1]["embedding"]) == 384
 
     corpus = tmp_path / "c.txt"
@@ -131,11 +131,11 @@ def test_embed_and_search_jsonl_on_stdout_are_unwrapped_with_text_and_index(mini
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     rows = [json.loads(line) for line in proc.stdout.splitlines()]
-    assert len(rows) == 3
-    assert rows[0]["text"] == "The cat sat on the mat." and rows[0]["index"] == 0
+    assert len(rows) == 2  # the blank line is never a hit
+    assert rows[0]["text"] == "The cat sat on the mat." and "index" not in rows[0]
     assert rows[0]["line"] == 1 and rows[0]["query"] == "a cat" and rows[0]["rank"] == 1
     # line numbers count the empty line
-    assert {r["index"]: r["text"] for r in rows}[2] == "Stock markets fell sharply today."
+    assert {r["line"]: r["text"] for r in rows}[3] == "Stock markets fell sharply today."
 
 
 def test_scores_never_print_negative_zero():

@@ -117,7 +117,9 @@ def check(make, loss_fn, plain_loss, count_fn, micro, tmp_path, k=None):
     loss, parts = plain_loss(model, merge(*micro))
     want = reference_gradient(model, loss)
     got, logged = step_gradient(make(), loss_fn, micro, tmp_path / "new", k, count_fn)
-    old, _ = step_gradient(make(), lambda m, b: plain_loss(m, b), micro, tmp_path / "old", k)
+    old, _ = step_gradient(  # count_fn=False: the model's own counts switched off
+        make(), lambda m, b: plain_loss(m, b), micro, tmp_path / "old", k, count_fn=False
+    )
     new_diff, old_diff = rel_diff(got, want), rel_diff(old, want)
     assert new_diff < TOL, new_diff
     assert old_diff > 0.1, old_diff  # the bug: each micro-batch's mean weighted equally
@@ -178,6 +180,33 @@ def test_mlm_nsp_sbo_each_term_by_its_own_units(tmp_path):
         tmp_path,
     )
     print(f"MLM+NSP+SBO: {new:.2e} (equal weighting: {old:.2f})")
+
+
+def test_trainer_uses_the_objectives_counts_by_default(tmp_path):
+    """Issue 32 item 8: `Trainer` given a `PretrainingModel` and grad_accum_steps=2 but no
+    count_fn takes the step of the merged batch (as the recipes do), with a loss_fn of two
+    arguments or of three."""
+    a, b = mlm_batch([1], seed=3, sbo=True), mlm_batch([3, 3, 2], seed=4, sbo=True)
+
+    def make():
+        return tiny_mlm(pair=True, sbo=True)
+
+    model = make()
+    want = reference_gradient(model, model(merge(a, b))[0])
+    diffs = {}
+    for name, loss_fn, count_fn in (
+        ("two", lambda m, batch: m(batch), None),
+        ("three", lambda m, batch, d: m(batch, d), None),
+        ("off", lambda m, batch: m(batch), False),
+    ):
+        got, logged = step_gradient(make(), loss_fn, [a, b], tmp_path / name, 2, count_fn)
+        diffs[name] = rel_diff(got, want)
+    print(f"default counts: {diffs}")
+    assert diffs["two"] < TOL and diffs["three"] < TOL
+    assert diffs["off"] > 0.5  # each micro-batch's mean weighted equally (issue: 1.28)
+    # outside a Trainer step the objective is its batch's plain mean again
+    loss, _ = model(a)
+    assert loss.item() == pytest.approx(model(a, None)[0].item())
 
 
 # --- distillation ------------------------------------------------------------------------------

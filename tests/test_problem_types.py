@@ -355,7 +355,7 @@ def test_regression_inferred_training_and_predict(base_dir, tmp_path):
     assert res["eval"]["mse"] < 0.5 and res["eval"]["spearman"] > 0.8, res["eval"]
     best = tmp_path / "run" / "best"
     preds, _ = predict("classify", best, path)
-    assert set(preds[0]) == {"text", "value", "score"}
+    assert set(preds[0]) == {"line", "text", "value", "score"}
     (top,) = TextClassifier(best)("dog green")
     assert top[0]["label"] == "score" and top[0]["score"] == pytest.approx(
         preds[8]["value"], abs=1e-5

@@ -173,7 +173,7 @@ def test_max_seq_length_and_do_lower_case(tiny_hf, tmp_path):
     ref_model = st.SentenceTransformer(str(d), device="cpu")
     assert ref_model.max_seq_length == 8
     ours = _assert_same(d)
-    emb = SentenceEmbedder(d)
+    emb = SentenceEmbedder(d, dtype="fp32")  # auto is bf16 on an AMX CPU
     assert emb.max_length == 8
     emb.encode(TEXTS)
     assert emb.last_truncated == 2  # the long sentence; ZEBRA Yak is z ##e ##b ##r ##a y ##a ##k
@@ -182,6 +182,22 @@ def test_max_seq_length_and_do_lower_case(tiny_hf, tmp_path):
     (d / "sentence_bert_config.json").write_text(json.dumps({**settings, "max_seq_length": 8}))
     cased = SentenceEmbedder(d, dtype="fp32").encode(["The Cat sat!"])[0]
     assert np.abs(cased - ours[1]).max() > 1e-3
+
+
+def test_max_seq_length_decides_over_the_tokenizer_limit(tiny_hf, tmp_path):
+    """Issue 32 item 6: sentence-transformers' max_seq_length decides the truncation even when
+    the tokenizer's model_max_length is smaller (as in sentence-transformers itself)."""
+    d = _save(tiny_hf, tmp_path / "m")
+    settings = json.loads((d / "sentence_bert_config.json").read_text())
+    (d / "sentence_bert_config.json").write_text(json.dumps({**settings, "max_seq_length": 12}))
+    tok_cfg = json.loads((d / "tokenizer_config.json").read_text())
+    (d / "tokenizer_config.json").write_text(json.dumps({**tok_cfg, "model_max_length": 6}))
+    assert st.SentenceTransformer(str(d), device="cpu").max_seq_length == 12
+    emb = SentenceEmbedder(d, dtype="fp32")
+    assert emb.max_length == 12 and emb.tokenizer.model_max_length == 6
+    _assert_same(d)  # the long sentence is cut at 12 tokens by both, not at 6
+    emb.encode(TEXTS)
+    assert emb.last_truncated == 1
 
 
 def _minilm_with_dense(minilm_dir: Path, out: Path) -> tuple[Path, torch.Tensor, torch.Tensor]:

@@ -23,7 +23,7 @@ import types
 from pathlib import Path
 
 import pytest
-from tokenizers import AddedToken
+from tokenizers import AddedToken, normalizers
 
 from bertfamily.resources.cache import fetch
 from bertfamily.tokenization import TokenizerFileError, load_tokenizer
@@ -268,6 +268,9 @@ def reference(directory: Path, family: str, **options):
     # converter already added, so they are set on the backend first)
     mask = AddedToken(roles["mask"], lstrip=MASK_LSTRIP[family], rstrip=False, normalized=False)
     backend = converter.converted()
+    if family == "albert":  # sentencepiece (and transformers 5) strip both ends; the
+        # transformers-4 AlbertConverter left a trailing "▁" piece (issue 32 item 7)
+        backend.normalizer = normalizers.Sequence([backend.normalizer, normalizers.Strip()])
     backend.add_special_tokens([mask])
     return transformers.PreTrainedTokenizerFast(
         tokenizer_object=backend,
@@ -526,3 +529,42 @@ def test_model_reader_reports_type_size_and_unknown_piece(sdist_models, trained)
     assert bpe.model_type_name == "bpe" and len(unigram.pieces) == 1000
     assert unigram.model_type_name == "unigram"
     assert unigram.pieces[unigram.unk_id].piece == unigram.unk_piece
+
+
+WHITESPACE_TEXTS = [
+    "  spaces   and\ttabs  ",
+    "trailing space ",
+    " leading space",
+    "tab\tinside\t",
+    "new\nline\r\nand\rcarriage",
+    "no\u00a0break\u3000ideographic\u2003em",
+    "\u2028line sep\u2029para sep\x85next",
+    "\x0bvertical\x0cform feed\x1cfile sep\x1fus",
+    "zero\u200bwidth\ufeffbom\u200djoiner",
+    "control\x00nul\x07bell\x1besc",
+    "accents café naïve ÅNGSTRÖM",
+    "mixed 中文 and ｆｕｌｌｗｉｄｔｈ and punct!?",
+    "\t \n ",
+]
+
+
+def test_albert_equals_sentencepiece_on_every_whitespace(tmp_path, trained):
+    """Issue 32 item 7: a SentencePiece-only ALBERT directory tokenizes as sentencepiece does
+    on its own normalisation (after ALBERT's quotes, accent stripping and lower-casing), for
+    every kind of whitespace and the characters BERT's basic tokenizer treats specially
+    (controls, zero-width, CJK, full-width, punctuation): no trailing "▁" piece."""
+    import unicodedata
+
+    model = trained("albert", "unigram")
+    ours = load_tokenizer(model_dir(tmp_path, model, "albert"))
+    sp = spm_lib.SentencePieceProcessor(model_file=str(model))
+    bad = []
+    for text in WHITESPACE_TEXTS:
+        pre = text.replace("``", '"').replace("''", '"')  # whitespace: sentencepiece's own
+        pre = "".join(c for c in unicodedata.normalize("NFKD", pre) if not unicodedata.combining(c))
+        want = sp.encode(pre.lower(), out_type=str)
+        got = ours.tokenize(text)
+        if got != want:
+            bad.append((text, got, want))
+    assert bad == []
+    assert ours.tokenize("  spaces   and\ttabs  ")[-1] != "▁"

@@ -271,10 +271,21 @@ def check_format(fmt: str) -> None:
         raise typer.BadParameter(f"--format must be table or jsonl, got {fmt!r}")
 
 
+def write_out(text: str) -> None:
+    """Machine output: ``text`` as it is on stdout (never through the width-aware rich
+    `console`, which wraps at the terminal width or ``COLUMNS`` even when stdout is a pipe)."""
+    sys.stdout.write(text)
+    sys.stdout.flush()
+
+
 def print_json(obj) -> None:
     """Machine output: indented JSON on stdout with plain print (never wrapped or highlighted)."""
-    sys.stdout.write(json.dumps(obj, indent=2, ensure_ascii=False) + "\n")
-    sys.stdout.flush()
+    write_out(json.dumps(obj, indent=2, ensure_ascii=False) + "\n")
+
+
+def write_jsonl(rows) -> None:
+    """Machine output: one compact JSON object a line on stdout (`write_out`)."""
+    write_out("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
 
 
 def print_summary_on_main_rank(summary: dict, keys: tuple[str, ...], device: str) -> None:
@@ -282,5 +293,5 @@ def print_summary_on_main_rank(summary: dict, keys: tuple[str, ...], device: str
     from ..train.distributed import cleanup_distributed, init_distributed
 
     if init_distributed(device).is_main:
-        console.print_json(data={k: summary[k] for k in keys})
+        print_json({k: summary[k] for k in keys})
     cleanup_distributed()

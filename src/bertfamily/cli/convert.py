@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 from ..errors import InputError
-from .common import App, check_quantize, console, handle_errors, load_int8
+from .common import App, check_quantize, err, handle_errors, load_int8
 
 commands = App()
 convert = App(help="Convert checkpoints between families.", no_args_is_help=True)
@@ -44,7 +44,7 @@ def export(
         return
     m = from_pretrained(model_path(model))
     export_onnx(m, output, opset=opset)
-    console.print(f"wrote {output} (outputs: {', '.join(output_names(m))})")
+    err.print(f"wrote {output} (outputs: {', '.join(output_names(m))})")
 
 
 def _export_int8(model_dir: Path, output: Path, opset: int) -> None:
@@ -60,7 +60,7 @@ def _export_int8(model_dir: Path, output: Path, opset: int) -> None:
     atomic_write(output, lambda t: t.write_bytes(data))
     a = embedder.int8_check
     outputs = ", ".join(o.name for o in embedder.model.encoder.session.get_outputs())
-    console.print(
+    err.print(
         f"wrote {output} (int8 ONNX Runtime graph, outputs: {outputs}; "
         f"checked on calibration: min cosine {a.min_cosine:.4f}, top-{a.k} overlap "
         f"{a.top_k_overlap:.3f})"
@@ -82,6 +82,4 @@ def to_longformer(
     from ..convert.longformer import to_longformer as run
 
     path = run(model, output, max_positions=max_positions, window=window)
-    console.print(
-        f"wrote Longformer checkpoint ({max_positions} positions, window {window}) to {path}"
-    )
+    err.print(f"wrote Longformer checkpoint ({max_positions} positions, window {window}) to {path}")

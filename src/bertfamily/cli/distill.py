@@ -9,9 +9,10 @@ import typer
 from ..errors import InputError
 from .common import (
     App,
-    console,
+    err,
     handle_errors,
     model_overrides,
+    print_json,
     print_summary_on_main_rank,
     training_threads,
 )
@@ -132,7 +133,7 @@ def distill(
         )
         with training_threads(training.threads):
             res = distill_task(cfg, TrainConfig(output_dir=output, **stage_fields))
-        console.print_json(data={k: res[k] for k in ("labels", "parameters")})
+        print_json({k: res[k] for k in ("labels", "parameters")})
         return
     if not (method and teacher and corpus and output):
         raise InputError("distill needs --method, --teacher, --corpus and --output")
@@ -186,7 +187,7 @@ def distill_init(
     )
     student.save_pretrained(output)
     load_tokenizer(path).save_pretrained(output)
-    console.print(
+    err.print(
         f"{student.config.num_hidden_layers}-layer student from teacher layers "
         f"{chosen} ({student.num_parameters():,} parameters) -> {output}"
     )

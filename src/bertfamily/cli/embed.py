@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import typer
@@ -28,6 +27,7 @@ from .common import (
     model_path,
     shorten,
     torch_dtype,
+    write_out,
 )
 
 commands = App()
@@ -73,12 +73,6 @@ def _report_truncation(embedder, texts: list[str], what: str = "inputs") -> None
     )
 
 
-def _write_stdout(text: str) -> None:
-    """Machine output: plain text on stdout, never wrapped."""
-    sys.stdout.write(text)
-    sys.stdout.flush()
-
-
 def _embedder(model: str | None, dtype: str, quantize: str | None = None):
     """The `SentenceEmbedder` of a command; the dtype choice (and the int8 plan) on stderr."""
     from ..pipelines.embed import SentenceEmbedder
@@ -121,8 +115,9 @@ def embed(
         "-o",
         metavar="FILE|DIR",
         help="Write embeddings to FILE.npy (rows in input order) or FILE.jsonl "
-        '({"index", "text", "embedding"} a line); or, with --input, to a directory (a path '
-        "without .npy/.jsonl, or an existing directory): bulk mode, which streams a file of any "
+        '({"line", "text", "embedding"} a line, "line" counting from 1); or, with --input, to a '
+        "directory (a path without .npy/.jsonl, or an existing directory): bulk mode, which "
+        "streams a file of any "
         "size in shards of --shard-size lines (shard-00000.npy, … and manifest.json), resumes "
         "after the finished shards when run again, and splits the shards across processes "
         "under torchrun.",
@@ -175,10 +170,10 @@ def embed(
     vectors = _encode_with_progress(embedder, texts, batch_size)
     _report_truncation(embedder, texts)
 
-    def jsonl() -> str:
+    def jsonl() -> str:  # "line": 1-based (SENTENCE arguments first, then the file's lines)
         return "".join(
-            json.dumps({"index": i, "text": t, "embedding": v.tolist()}, ensure_ascii=False) + "\n"
-            for i, (t, v) in enumerate(zip(texts, vectors))
+            json.dumps({"line": i, "text": t, "embedding": v.tolist()}, ensure_ascii=False) + "\n"
+            for i, (t, v) in enumerate(zip(texts, vectors), 1)
         )
 
     if output is not None:
@@ -195,7 +190,7 @@ def embed(
         err.print(f"wrote {len(texts)} × {vectors.shape[1]} embeddings to {output}", soft_wrap=True)
         return
     if fmt == "jsonl":
-        _write_stdout(jsonl())
+        write_out(jsonl())
         return
     sims = cosine_matrix(vectors, vectors)
     if len(texts) > 12:
@@ -276,7 +271,8 @@ def search(
     corpus: Path | None = typer.Option(
         None,
         metavar="FILE",
-        help="UTF-8 text file, one document per line (line numbers count every line).",
+        help="UTF-8 text file, one document per line (line numbers count every line, from 1; "
+        "blank lines are never hits).",
     ),
     index: Path | None = typer.Option(
         None,
@@ -295,8 +291,10 @@ def search(
     dtype: str = typer.Option("auto", help=DTYPE_HELP),
     fmt: str = typer.Option("table", "--format", help=FORMAT_HELP),
 ):
-    """Semantic search: the corpus lines closest to each query. JSONL rows carry the query, the
-    hit's 0-based "index" (its line is index + 1), "text" and "score"."""
+    """Semantic search: the corpus lines closest to each query (blank lines are never hits).
+    JSONL rows carry the query, its 1-based "query_number", the hit's "rank", "score", "text"
+    and its "line" in the corpus (with --index: its "id", the line number for a plain text
+    corpus), all counting from 1."""
     from ..pipelines.embed import semantic_search
 
     check_format(fmt)
@@ -311,7 +309,7 @@ def search(
     _report_truncation(embedder, docs)
     results = semantic_search(embedder, query, docs, top_k=top_k, corpus_embeddings=corpus_vectors)
     _report_truncation(embedder, list(query), what="queries")
-    _print_hits(list(query), results, fmt, "line", lambda h: h.index + 1)
+    _print_hits(list(query), results, fmt, "line", lambda h: h.index + 1)  # lines count from 1
 
 
 def _search_index(path: Path, queries: list[str], top_k, model, dtype, batch_size, fmt) -> None:
@@ -324,26 +322,25 @@ def _search_index(path: Path, queries: list[str], top_k, model, dtype, batch_siz
 
 
 def _print_hits(queries: list[str], results, fmt: str, column: str, ref) -> None:
-    """Search hits per query, as JSONL (query, query_index, rank, score, index, ``column``,
-    text) or as one table per query; ``column`` ("line" of a corpus, "id" of an index) is
-    ``ref(hit)``."""
+    """Search hits per query, as JSONL (query, query_number, rank, score, ``column``, text) or
+    as one table per query; ``column`` ("line" of a corpus, "id" of an index) is ``ref(hit)``;
+    every number counts from 1."""
     if fmt == "jsonl":
-        _write_stdout(
+        write_out(
             "".join(
                 json.dumps(
                     {
                         "query": q,
-                        "query_index": qi,
+                        "query_number": qi,
                         "rank": rank,
                         "score": float(fmt_score(h.score, 6)),
-                        "index": h.index,
                         column: ref(h),
                         "text": h.text,
                     },
                     ensure_ascii=False,
                 )
                 + "\n"
-                for qi, (q, hits) in enumerate(zip(queries, results))
+                for qi, (q, hits) in enumerate(zip(queries, results), 1)
                 for rank, h in enumerate(hits, 1)
             )
         )

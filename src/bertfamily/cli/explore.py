@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from .common import App, console, handle_errors
+from .common import App, err, handle_errors
 
 commands = App()
 
@@ -24,7 +24,7 @@ def explore(
 
     with err.status("building the explorer page (tracing every model; may take minutes)…"):
         path = write_page(output, names or None, vocab_size=vocab_size)
-    console.print(f"wrote {path}")
+    err.print(f"wrote {path}")
 
 
 @commands.command()
@@ -42,4 +42,4 @@ def attention(
     from ..inspect.attention_plot import attention_heatmap
 
     path = attention_heatmap(text, output, model, layer=layer, head=head)
-    console.print(f"wrote {path}")
+    err.print(f"wrote {path}")

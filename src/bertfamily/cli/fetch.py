@@ -12,6 +12,7 @@ from .common import (
     console,
     err,
     handle_errors,
+    write_out,
 )
 
 commands = App()
@@ -67,4 +68,4 @@ def fetch(
     for n in name or [f.DEFAULT_MODEL]:
         with err.status(f"fetching {n} (downloading and checking sha256; may take minutes)…"):
             path = f.fetch(n, force=force, verify=True)
-        console.print(f"{n}: {path}", soft_wrap=True)
+        write_out(f"{n}: {path}\n")  # a path never wrapped (stdout may be a pipe)

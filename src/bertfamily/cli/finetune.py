@@ -9,9 +9,11 @@ import typer
 
 from .common import (
     App,
-    console,
+    err,
     handle_errors,
+    print_json,
     training_threads,
+    write_jsonl,
 )
 from .options import TrainOptions, training_options
 
@@ -36,6 +38,13 @@ LABEL_HELP = "Column of the label."
 
 
 LENGTH_HELP = "Tokens per example (longer inputs are truncated; qa: windows)."
+
+
+FORMAT_HELP = (
+    "Data format: csv, tsv, jsonl or text (one text a line; pair: text TAB text; ner: raw "
+    "sentences; qa: question TAB context; choice: context TAB choices); default: from the "
+    "suffix (.csv .tsv .jsonl/.json .txt; ner otherwise CoNLL, qa SQuAD JSON)."
+)
 
 
 NULL_HELP = (
@@ -96,6 +105,7 @@ def finetune(
         None, min=1, help="--self-distill: optimizer steps (default: as many as fine-tuning)."
     ),
     knowledge: str | None = typer.Option(None, help=KNOWLEDGE_HELP),
+    fmt: str | None = typer.Option(None, "--format", help=FORMAT_HELP),
 ):
     """Fine-tune an encoder on a task; writes metrics.jsonl, best/, model/, confusion PNG."""
     from ..data.task_data import TaskOptions
@@ -115,6 +125,7 @@ def finetune(
         label_separator=label_separator,
         threshold=threshold,
         null_threshold=null_threshold,
+        format=fmt,
     )
     cfg = FinetuneConfig(
         task,
@@ -132,19 +143,22 @@ def finetune(
     with training_threads(training.threads):
         res = run(cfg, output_dir=output, **fields)
     if res.get("new_head"):
-        console.print(f"new task head: initialised {res['new_head']} (normal for fine-tuning)")
+        err.print(f"new task head: initialised {res['new_head']} (normal for fine-tuning)")
     if res.get("left_out_per_epoch"):
-        console.print(
+        err.print(
             f"each epoch left out the last partial batch ({res['left_out_per_epoch']} examples, "
             "other ones every epoch: the data is reshuffled)"
         )
-    console.print_json(json.dumps({k: res.get(k) for k in ("eval", "labels", "seconds")}))
+    for note in res.get("notes", []):
+        err.print(f"[yellow]warning:[/] {note}", markup=True, highlight=False)
+    summary = {k: res.get(k) for k in ("eval", "labels", "seconds", "notes")}
+    summary["planned_steps"] = res["train"].get("planned_steps")
+    summary["model"] = str(output / ("best" if eval else "model"))
     if res.get("self_distill"):
         sd = res["self_distill"]
-        console.print(f"self-distilled students ({sd['steps']} steps) in {sd['saved_in']}")
-        if sd.get("eval"):
-            console.print_json(json.dumps(sd["eval"]))
-    console.print(f"model: {output / ('best' if eval else 'model')}")
+        summary["self_distill"] = sd
+        err.print(f"self-distilled students ({sd['steps']} steps) in {sd['saved_in']}")
+    print_json(summary)  # stdout holds only this JSON (notes above went to stderr)
 
 
 @commands.command()
@@ -154,7 +168,10 @@ def predict(
     model: Path = typer.Option(..., help="A fine-tuned model directory."),
     input: Path = typer.Option(..., "--input", "-i", help="Data file."),
     output: Path | None = typer.Option(None, "--output", "-o", help="Write predictions as JSONL."),
-    labelled: bool = typer.Option(False, help="The file has labels: also print metrics."),
+    labelled: bool = typer.Option(
+        False, help="The file has labels (CSV/TSV/JSONL, CoNLL, SQuAD): also print metrics."
+    ),
+    fmt: str | None = typer.Option(None, "--format", help=FORMAT_HELP),
     text_column: str = typer.Option("text", help=TEXT_HELP),
     text_pair_column: str | None = typer.Option(None, help=PAIR_HELP),
     label_column: str = typer.Option("label", help=LABEL_HELP),
@@ -186,21 +203,18 @@ def predict(
         label_separator=label_separator,
         threshold=threshold,
         null_threshold=null_threshold,
+        format=fmt,
     )
     preds, metrics = run(
-        task,
-        model,
-        input,
-        opts,
-        labelled=labelled or task in ("ner", "qa", "choice"),
-        speed=speed,
-        knowledge=knowledge,
+        task, model, input, opts, labelled=labelled, speed=speed, knowledge=knowledge
     )
-    body = "".join(json.dumps(p, ensure_ascii=False) + "\n" for p in preds)
     if output is not None:
+        body = "".join(json.dumps(p, ensure_ascii=False) + "\n" for p in preds)
         atomic_write(output, lambda tmp: tmp.write_text(body, encoding="utf-8"))
-        console.print(f"wrote {len(preds)} predictions to {output}")
-    else:
-        console.print(body, end="", markup=False, highlight=False)
+        err.print(f"wrote {len(preds)} predictions to {output}")
+        if metrics:
+            print_json(metrics)
+        return
+    write_jsonl(preds)  # stdout: only the prediction lines (one JSON object each)
     if metrics:
-        console.print_json(json.dumps(metrics))
+        err.print("metrics: " + json.dumps(metrics), markup=False, highlight=False)

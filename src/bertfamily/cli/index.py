@@ -29,13 +29,15 @@ commands.add_typer(index_app, name="index")
 
 
 CORPUS_HELP = (
-    "UTF-8 text file, one document per line (empty lines skipped; ids are row numbers), or "
-    '.jsonl with {"id", "text"} per line.'
+    "UTF-8 text file, one document per line (blank lines skipped; a document's id is its "
+    'line number, from 1), or .jsonl with {"id", "text"} per line (default id: the line number).'
 )
 
 
 def read_corpus(path: Path) -> tuple[list[str], list | None]:
-    """(texts, ids or None) of a corpus file: plain lines, or JSONL rows with "id" and "text".
+    """(texts, ids) of a corpus file: plain lines, or JSONL rows with "id" and "text". Blank
+    lines (and JSONL rows with a blank text) hold no document; a document's id is its 1-based
+    line number in the file unless its JSONL row gives an "id".
 
     Raises:
         ValueError: an unreadable file, no text, or JSONL rows that are not objects with a
@@ -53,7 +55,8 @@ def read_corpus(path: Path) -> tuple[list[str], list | None]:
     if not any(lines):
         raise InputError(f"corpus {path} is empty (no text on any line)")
     if path.suffix != ".jsonl":
-        return [t for t in lines if t], None
+        kept = [(n, t) for n, t in enumerate(lines, 1) if t]
+        return [t for _, t in kept], [n for n, _ in kept]
     texts, ids, bad = [], [], []
     for n, line in enumerate(lines, 1):
         if not line:
@@ -76,13 +79,15 @@ def read_corpus(path: Path) -> tuple[list[str], list | None]:
             bad.append(f'line {n}: "text" is empty')
             continue
         texts.append(text)
-        ids.append(row.get("id", len(ids)))
+        ids.append(row.get("id", n))
     if bad:
         more = f" (and {len(bad) - 3} more)" if len(bad) > 3 else ""
         raise InputError(
             f"{path}: {len(bad)} rows cannot be indexed: {'; '.join(bad[:3])}{more}; "
             "nothing was written"
         )
+    if not texts:
+        raise InputError(f"corpus {path} holds no text (every row is blank)")
     return texts, ids
 
 
@@ -151,10 +156,20 @@ def index_add(
 ):
     """Append a corpus to an index (the model must be the one that built it); the new version
     replaces DIR atomically."""
+    import json
+
     from ..pipelines.index import VectorIndex
 
     index = VectorIndex.load(index_dir)
     texts, ids = read_corpus(corpus)
+    taken = set(map(json.dumps, index.ids))
+    clash = next((i for i in ids if json.dumps(i) in taken), None)
+    if clash is not None:
+        where = "line" if corpus.suffix != ".jsonl" else "id"
+        raise InputError(
+            f"{corpus}: {where} {clash!r} is already an id in {index_dir} (a plain text corpus "
+            'numbers its documents by line); add a .jsonl corpus whose rows give new "id"s'
+        )
     embedder = _index_embedder(model, dtype)
     _with_bar(
         len(texts),

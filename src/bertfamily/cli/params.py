@@ -136,7 +136,7 @@ def dataflow(
     if console.width < WIDE:
         for line in dataflow_differences(tr, diff):
             console.print(line, markup=False, highlight=False)
-    console.print(legend_text(tr))
+    console.print(legend_text(tr, diff))
     if tr.lookups:
         console.print(lookups_rich(tr))
         console.print(lookups_sum_text(tr), markup=False, highlight=False)

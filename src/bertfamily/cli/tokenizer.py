@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from .common import App, console, handle_errors
+from .common import App, err, handle_errors
 
 commands = App()
 tokenizer = App(help="Tokenizer training.", no_args_is_help=True)
@@ -50,4 +50,4 @@ def train(
         min_frequency=min_frequency,
         output_dir=output,
     )
-    console.print(f"{tok} -> {output}", soft_wrap=True)
+    err.print(f"{tok} -> {output}", soft_wrap=True)

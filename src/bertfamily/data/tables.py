@@ -160,6 +160,51 @@ def _field(path: Path, line: int, row: dict[str, Any], column: str, what: str) -
     return str(value)
 
 
+#: The table formats `read_table` reads, and the file suffixes that name them.
+TABLE_FORMATS = ("csv", "tsv", "jsonl", "text")
+SUFFIX_FORMATS = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".json": "jsonl", ".txt": "text"}
+
+
+def table_format(path: str | Path, format: str | None = None) -> str:
+    """The table format of ``path``: ``format`` when given, else its suffix's (`SUFFIX_FORMATS`).
+
+    Raises:
+        DataError: ``format`` is not one of `TABLE_FORMATS`, or none is given and the suffix
+            names none.
+    """
+    if format is not None:
+        if format not in TABLE_FORMATS:
+            raise DataError(f"format must be one of {', '.join(TABLE_FORMATS)}, got {format!r}")
+        return format
+    fmt = SUFFIX_FORMATS.get(Path(path).suffix.lower())
+    if fmt is None:
+        raise DataError(
+            f"cannot tell the format of {Path(path).name} from its suffix "
+            f"({', '.join(SUFFIX_FORMATS)}); pass format (--format): {', '.join(TABLE_FORMATS)}"
+        )
+    return fmt
+
+
+def _text_rows(path: Path, text: str, pair: bool) -> list[tuple[int, dict[str, Any]]]:
+    """(line, row) of a plain text file: one text a line (blank lines hold no row); with
+    ``pair`` a line is the text, a tab, and the second text (TSV without a header)."""
+    rows = []
+    for n, line in enumerate(text_lines(text), 1):
+        if not line.strip():
+            continue
+        if pair:
+            first, tab, second = line.partition("\t")
+            if not tab:
+                raise DataError(
+                    f"{path}:{n}: a pair task reads a text, a tab and the second text per line; "
+                    f"this line has no tab"
+                )
+            rows.append((n, {"text": first.strip(), "text_pair": second.strip()}))
+        else:
+            rows.append((n, {"text": line.strip()}))
+    return rows
+
+
 def read_table(
     path: str | Path,
     *,
@@ -168,30 +213,40 @@ def read_table(
     text_pair_column: str | None = None,
     format: str | None = None,
 ) -> list[Example]:
-    """Read a CSV, TSV or JSONL file of examples.
+    """Read a CSV, TSV, JSONL or plain text file of examples.
 
     Args:
-        path: the file; its suffix (.csv, .tsv, .jsonl/.json) picks the format unless
-            ``format`` ("csv", "tsv", "jsonl") is given.
+        path: the file; its suffix (.csv, .tsv, .jsonl/.json, .txt) picks the format unless
+            ``format`` ("csv", "tsv", "jsonl", "text") is given. A text file holds one text a
+            line (blank lines skipped; with ``text_pair_column``, the two texts joined by a
+            tab) and no labels.
         text_column: column (or JSON key) name of the text.
         text_pair_column: column (or JSON key) name of the second text of a pair.
         label_column: column (or JSON key) name of the label; ``None`` reads unlabelled text
             (for prediction).
 
+    Returns:
+        One `Example` per row, ``line`` its 1-based line in the file.
+
     Raises:
         DataError: unknown format, a binary file, a row without the text, text pair or label
             (a missing field, JSON null, an empty label) or with a value that is not a string
-            or number, a malformed JSON line, a CSV row with more fields than the header, or no
-            rows. Messages name the file and the line (1-based, as an editor shows it).
+            or number, a malformed JSON line, a CSV row with more fields than the header, a
+            text file read with labels, or no rows. Messages name the file and the line
+            (1-based, as an editor shows it).
     """
     path = Path(path)
-    fmt = format or {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".json": "jsonl"}.get(
-        path.suffix.lower()
-    )
-    if fmt not in ("csv", "tsv", "jsonl"):
-        raise DataError(
-            f"cannot tell the format of {path.name}; pass format='csv', 'tsv' or 'jsonl'"
-        )
+    fmt = table_format(path, format)
+    if fmt == "text":
+        if label_column is not None:
+            raise DataError(
+                f"{path}: a plain text file (one text a line) holds no labels; give training "
+                "or --labelled data as CSV, TSV or JSONL"
+            )
+        rows = _text_rows(path, read_text(path), pair=text_pair_column is not None)
+        if not rows:
+            raise DataError(f"{path} holds no rows (every line is blank)")
+        return [Example(r["text"], r.get("text_pair"), None, n) for n, r in rows]
     header, rows = _table_rows(path, read_text(path), fmt)
     if header is not None:
         wanted = [c for c in (text_column, text_pair_column, label_column) if c is not None]

@@ -94,13 +94,16 @@ class TaskOptions:
         threshold: a multi-label prediction holds every label whose sigmoid score is over it.
         max_length: tokens per row (per window for QA), special tokens included.
         doc_stride / max_question_length / max_answer_length / null_threshold: QA windows
-            and answer selection (see `bertfamily.tasks.qa`).
+            and answer selection (see `bertfamily.tasks.qa`); ``doc_stride`` None: a third
+            of ``max_length`` (128 of 384, the reference scripts' ratio), see `stride`.
         eval_batch_size: rows per evaluation batch.
         knowledge: "classify" only: a `data.knowledge.KnowledgeGraph` whose triples are
             injected into every text as K-BERT does (Liu et al. 2020 §3): rows then carry soft
             ``position_ids`` and a (T, T) visible matrix as ``attention_mask``; None: none.
         position_start: the model's first position index for those soft positions (its
             ``EncoderConfig.position_offset``: RoBERTa pad_token_id + 1, else 0).
+        format: the file format of classify/pair/choice data ("csv", "tsv", "jsonl", "text";
+            None: from the suffix, see `data.tables.table_format`).
     """
 
     text_column: str = "text"
@@ -112,13 +115,19 @@ class TaskOptions:
     label_separator: str = "|"
     threshold: float = 0.5
     max_length: int = 128
-    doc_stride: int = 128
+    doc_stride: int | None = None
     max_question_length: int = 64
     max_answer_length: int = 30
     null_threshold: float | None = None
     eval_batch_size: int = 64
     knowledge: Any = None
     position_start: int = 0
+    format: str | None = None
+
+    @property
+    def stride(self) -> int:
+        """The QA window overlap in tokens: ``doc_stride``, or a third of ``max_length``."""
+        return self.doc_stride if self.doc_stride is not None else self.max_length // 3
 
     def __post_init__(self) -> None:
         if self.problem_type is not None and self.problem_type not in PROBLEM_TYPES:
@@ -284,6 +293,7 @@ class TaskData:
                 text_column=o.text_column,
                 label_column=o.label_column if labelled else None,
                 text_pair_column=o.text_pair_column,
+                format=o.format,
             )
             return self._encode_table(labelled, Path(path))
         if t == "ner":
@@ -314,7 +324,7 @@ class TaskData:
                 self.tok,
                 self.examples,
                 max_length=o.max_length,
-                doc_stride=o.doc_stride,
+                doc_stride=o.stride,
                 max_question_length=o.max_question_length,
             )
             if self.label_names is None:
@@ -356,6 +366,8 @@ class TaskData:
             DataError: naming the file, the line and the offending value.
         """
         o = self.opts
+        if o.format == "text" or (o.format is None and path.suffix.lower() == ".txt"):
+            return self._text_choices(path, labelled)
         rows = []
         for n, line in enumerate(text_lines(read_text(path)), 1):
             if not line.strip():
@@ -401,6 +413,27 @@ class TaskData:
             rows.append(r)
         if not rows:
             raise DataError(f"{path} holds no rows")
+        return rows
+
+    def _text_choices(self, path: Path, labelled: bool) -> list[dict]:
+        """The rows of a plain-text choice file: per non-blank line the context, then each
+        choice, separated by tabs.
+
+        Raises:
+            DataError: ``labelled`` (a text file holds no labels) or a line with no choice.
+        """
+        if labelled:
+            raise DataError(f"{path}: a plain text file holds no labels; give choice data as JSONL")
+        o, rows = self.opts, []
+        for n, line in enumerate(text_lines(read_text(path)), 1):
+            if not line.strip():
+                continue
+            text, *choices = (c.strip() for c in line.split("\t"))
+            if not choices:
+                raise DataError(f"{path}:{n}: expected the context and its choices, tab-separated")
+            rows.append({o.text_column: text, o.choices_column: choices, "line": n})
+        if not rows:
+            raise DataError(f"{path} holds no rows (every line is blank)")
         return rows
 
     def _inputs(self, ids: list[int], types: list[int] | None) -> dict:

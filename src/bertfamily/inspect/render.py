@@ -70,8 +70,9 @@ def params_rich(table: ParamTable, width: int | None = None) -> Table:
                 end_section=True,
             )
     if table.head_total:
+        pooled = any(r.block == "pooler" for r in rows)
         add(
-            Text("trunk (base model + pooler)", style="bold"),
+            Text(f"trunk (base model{' + pooler' if pooled else ', no pooler'})", style="bold"),
             "",
             "",
             "",
@@ -191,9 +192,19 @@ def lookups_sum_text(trace: Trace) -> str:
     return f"segment ids {segments}: " + " + ".join(parts) + f" = sum {first} → LayerNorm → dropout"
 
 
-def legend_text(trace: Trace) -> str:
-    """The legend entries of the symbols ``trace`` uses, on one line."""
-    return "  ".join(f"{k}: {LEGEND[k]}" for k in trace.symbols if k in LEGEND)
+def legend_text(trace: Trace, diff: TraceDiff | None = None) -> str:
+    """The legend entries of the symbols ``trace`` uses, on one line; with ``diff``, also
+    what the marks of the first column mean."""
+    marks = (
+        [
+            f"≠: only sizes differ from {diff.reference} (H, I, N, L, V)",
+            f"△: the structure differs from {diff.reference} (another component, or a "
+            "per-head width Dh that changes the score scaling)",
+        ]
+        if diff
+        else []
+    )
+    return "  ".join(marks + [f"{k}: {LEGEND[k]}" for k in trace.symbols if k in LEGEND])
 
 
 def models_rich(rows: list[dict[str, Any]]) -> Table:

@@ -48,6 +48,7 @@ from ..data.batching import IGNORE_INDEX
 from ..errors import InputError
 from ..files import atomic_write
 from ..model import Model
+from .units import step_denominators
 
 __all__ = [
     "DISTILBERT_DEFAULTS",
@@ -630,6 +631,7 @@ class DistilBertObjective(DistillationObjective):
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """Batch (see the class) → (loss, parts ``ce_loss``, ``mlm_loss``, ``cos_loss``); the
         teacher runs without gradients. ``denominators``: see `distilbert_loss`."""
+        denominators = step_denominators(denominators)  # a Trainer step's
         teacher = self._teacher_on(batch["input_ids"].device)
         with torch.no_grad():
             t = teacher(**self._inputs(teacher, batch))
@@ -708,6 +710,7 @@ class TinyBertObjective(DistillationObjective):
         """Batch (see the class) → (loss, parts ``embedding_loss``, ``hidden_loss``,
         ``attention_loss``); the teacher runs without gradients. ``denominators``: see
         `tinybert_intermediate_loss`."""
+        denominators = step_denominators(denominators)  # a Trainer step's
         teacher = self._teacher_on(batch["input_ids"].device)
         with torch.no_grad():
             t = teacher(
@@ -812,6 +815,7 @@ class TinyBertTaskObjective(TinyBertObjective):
         """Batch → (loss, parts): the intermediate losses, or in stage "prediction" the soft
         cross-entropy of the student's logits against the teacher's (``prediction_loss``).
         ``denominators``: keys of `counts`; each term summed over its units and divided."""
+        denominators = step_denominators(denominators)  # a Trainer step's
         if self.stage == "intermediate":
             return super().forward(batch, denominators)
         teacher = self._teacher_on(batch["input_ids"].device)

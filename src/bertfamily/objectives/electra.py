@@ -30,6 +30,7 @@ from ..config import EncoderConfig
 from ..data.batching import IGNORE_INDEX
 from ..errors import InputError
 from .pretraining import reduce_term
+from .units import step_denominators
 
 __all__ = ["RTD_WEIGHT", "generator_config", "ReplacedTokenDetection", "evaluate_rtd"]
 
@@ -173,6 +174,7 @@ class ReplacedTokenDetection(nn.Module):
     def forward(self, batch: dict[str, torch.Tensor], denominators: dict[str, float] | None = None):
         """Batch → ``(loss, parts)``: L_MLM + λ · L_Disc (ELECTRA §2, eq. 1), each a mean over its
         units (or, with ``denominators``, its sum divided by ``denominators[term]``)."""
+        denominators = step_denominators(denominators)  # a Trainer step's
         gen_logits, corrupted, rtd_labels, originals = self.corrupt(batch)
         real = batch["attention_mask"] == 1
         disc = self.discriminator(corrupted, **self._inputs(self.discriminator, batch))

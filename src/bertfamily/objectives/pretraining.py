@@ -29,6 +29,7 @@ from ..errors import InputError
 from ..files import atomic_write
 from .instances import Instance, Segment, SpecialIds, nsp_instances, packed_instances, sop_instances
 from .masking import MaskingConfig, chinese_word_ids, mask_tokens, word_ids_from_starts, word_starts
+from .units import step_denominators
 
 __all__ = [
     "OBJECTIVES",
@@ -308,6 +309,7 @@ class PretrainingModel(nn.Module):
         """Batch from `MLMCollator` → (loss, parts), as described in the class docstring; with
         ``denominators`` (keys of `counts`) each term's sum over its units divided by its
         denominator instead of its mean."""
+        denominators = step_denominators(denominators)  # a Trainer step's
         labels = batch["labels"]
         selected = labels != IGNORE_INDEX  # (B, T)
         out = self.model(

@@ -26,3 +26,39 @@ def token_lengths(
         return_tensors=None,
     )
     return [len(ids) for ids in enc["input_ids"]]
+
+
+def input_limit(config, tokenizer=None, declared: int | None = None) -> int:
+    """The longest input (in tokens, special tokens included) a pipeline feeds this model, as
+    the reference libraries choose it.
+
+    ``declared`` (a sentence-transformers directory's ``max_seq_length``) decides when given,
+    as in sentence-transformers (the tokenizer's ``model_max_length`` does not cut it
+    shorter); otherwise the tokenizer's ``model_max_length`` (transformers' pipelines). Either
+    is capped by what the model itself takes, ``config.max_sequence_length`` (the position
+    table less RoBERTa's padding offset; the encoder refuses longer inputs for every family,
+    relative-only ones included), so no input ever fails for its length.
+
+    Raises:
+        ValueError: ``declared`` < 1.
+    """
+    model = config.max_sequence_length
+    if declared is not None:
+        if declared < 1:
+            raise ValueError(f"max_seq_length must be >= 1, got {declared}")
+        return min(declared, model)
+    own = getattr(tokenizer, "model_max_length", None)
+    return min(own, model) if own else model
+
+
+def checked_max_length(max_length: int | None, limit: int, what: str = "max_length") -> int:
+    """``max_length`` when it fits the model's ``limit`` (`input_limit`), ``limit`` when None.
+
+    Raises:
+        ValueError: ``max_length`` < 1 or over ``limit`` (the message gives both).
+    """
+    if max_length is None:
+        return limit
+    if not 1 <= max_length <= limit:
+        raise ValueError(f"{what}={max_length} must lie in [1, {limit}], the model's input limit")
+    return max_length

@@ -9,7 +9,7 @@ import torch
 
 from ..data.batching import sorted_batches
 from ..errors import InputError
-from .batching import token_lengths
+from .batching import checked_max_length, input_limit, token_lengths
 from .loading import load_model_and_tokenizer, to_device
 
 FUNCTIONS = ("default", "softmax", "sigmoid", "none")
@@ -35,10 +35,12 @@ class TextClassifier:
 
     Args:
         path: a directory holding a ``*ForSequenceClassification`` model and its tokenizer.
-        max_length: inputs are cut to this many tokens (default: the tokenizer's limit).
+        max_length: inputs are cut to this many tokens (default: `batching.input_limit`, the
+            tokenizer's ``model_max_length`` capped by the model's position table).
 
     Raises:
-        ValueError: the directory's model has no "classify" head.
+        ValueError: the directory's model has no "classify" head, or ``max_length`` is over
+            the model's limit.
     """
 
     def __init__(
@@ -54,7 +56,9 @@ class TextClassifier:
         self.directory = loaded.directory
         if self.model.task != "classify":
             raise InputError(f"{path} holds a {self.model.task!r} head, not a sequence classifier")
-        self.max_length = max_length
+        self.max_length = checked_max_length(
+            max_length, input_limit(self.model.config, self.tokenizer)
+        )
         self.labels = self.model.config.label_names
         self.problem_type = self.model.config.problem_type
 

@@ -22,7 +22,7 @@ from ..errors import InputError, NonFiniteOutputError
 from ..pretrained import model_from_directory
 from ..resources.resolve import resolve_model
 from ..tokenization.tokenizer import tokenizer_from_directory
-from .batching import token_lengths
+from .batching import input_limit, token_lengths
 from .precision import (
     AccuracyBar,
     QuantizationError,
@@ -196,16 +196,10 @@ class SentenceEmbedder:
         self.dense = torch.nn.Sequential(*(d.module() for d in modules.dense)).to(self.device)
         self.prompts = dict(modules.prompts)
         self.default_prompt_name = modules.default_prompt_name
-        limits = [
-            x
-            for x in (
-                self.pooling.max_seq_length,
-                self.tokenizer.model_max_length,
-                self.model.config.max_sequence_length,
-            )
-            if x
-        ]
-        self.max_length = min(limits)
+        # sentence-transformers' max_seq_length decides (capped by the position table)
+        self.max_length = input_limit(
+            self.model.config, self.tokenizer, self.pooling.max_seq_length or None
+        )
         self.last_truncated = 0  # texts cut to max_length by the last `encode`
         self.last_truncated_rows: list[int] = []  # their positions in its texts
         self.int8_plan = self.int8_check = self.int8_graph = None
@@ -385,7 +379,9 @@ def semantic_search(
     corpus_embeddings: np.ndarray | None = None,
     batch_size: int = 32,
 ) -> list[list[Hit]]:
-    """The ``top_k`` corpus entries closest (cosine) to each query, best first.
+    """The ``top_k`` corpus entries closest (cosine) to each query, best first. A blank
+    entry (empty or whitespace only) is never a hit, so fewer than ``top_k`` may come back;
+    `Hit.index` is the entry's 0-based position in ``corpus`` (blank entries counted).
 
     Raises:
         ValueError: top_k < 1.
@@ -395,9 +391,11 @@ def semantic_search(
     if corpus_embeddings is None:
         corpus_embeddings = embedder.encode(corpus, batch_size=batch_size)
     sims = cosine_matrix(embedder.encode(queries, batch_size=batch_size), corpus_embeddings)
-    k = min(top_k, len(corpus))
+    blank = np.array([not str(t).strip() for t in corpus], dtype=bool)
+    k = min(top_k, int((~blank).sum()))
     results = []
     for row in sims:
+        row = np.where(blank, -np.inf, row)
         best = np.argsort(-row, kind="stable")[:k]
         results.append([Hit(int(i), float(row[i]), corpus[i]) for i in best])
     return results

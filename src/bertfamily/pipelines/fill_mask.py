@@ -13,6 +13,7 @@ from pathlib import Path
 import torch
 
 from ..errors import InputError
+from .batching import input_limit
 
 __all__ = ["FillMask", "Prediction", "MASK_SPELLINGS"]
 
@@ -76,7 +77,7 @@ class FillMask:
         if top_k < 1:
             raise InputError(f"top_k must be >= 1, got {top_k}")
         text = self._normalise(text)
-        limit = self.model.config.max_sequence_length
+        limit = input_limit(self.model.config, self.tokenizer)
         # One token past the limit tells "too long" without tokenising a huge text whole.
         enc = self.tokenizer([text], return_tensors="pt", max_length=limit + 1)
         ids = enc["input_ids"].to(self.device)

@@ -231,8 +231,15 @@ class VectorIndex:
 
         Raises:
             VectorIndexError: ``embedder`` is not the model that built the index.
+            ValueError: a blank text (empty or whitespace only: it would rank as a hit).
         """
         self.check_model(embedder)
+        blank = [i for i, t in enumerate(texts) if not str(t).strip()]
+        if blank:
+            raise ValueError(
+                f"text {blank[0]} (0-based) is blank; an index holds no blank texts (they "
+                "would rank as search hits)"
+            )
         if ids is None:
             ids = list(range(len(self), len(self) + len(texts)))
         vectors = embedder.encode(list(texts), batch_size=batch_size, progress=progress)

@@ -11,7 +11,7 @@ import torch
 from ..data.batching import sorted_batches
 from ..data.tables import repair_bio, tokenizer_words, word_ids_from_offsets, word_predictions
 from ..errors import InputError
-from .batching import token_lengths
+from .batching import checked_max_length, input_limit, token_lengths
 from .loading import load_model_and_tokenizer, to_device
 
 
@@ -54,7 +54,8 @@ class EntityTagger:
     its first sub-token; entity offsets are character offsets into the input string.
 
     Raises:
-        ValueError: the directory's model has no "tokens" head.
+        ValueError: the directory's model has no "tokens" head, or ``max_length`` is over the
+            model's limit (default: `batching.input_limit`).
     """
 
     def __init__(
@@ -69,7 +70,9 @@ class EntityTagger:
         self.model, self.tokenizer, self.device = loaded.model, loaded.tokenizer, loaded.device
         if self.model.task != "tokens":
             raise InputError(f"{path} holds a {self.model.task!r} head, not a token classifier")
-        self.max_length = max_length
+        self.max_length = checked_max_length(
+            max_length, input_limit(self.model.config, self.tokenizer)
+        )
         self.labels = self.model.config.label_names
 
     @torch.no_grad()

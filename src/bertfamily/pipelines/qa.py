@@ -8,6 +8,7 @@ import torch
 
 from ..data.squad import Answer, QAExample, postprocess, prepare_windows
 from ..errors import InputError
+from .batching import checked_max_length, input_limit
 from .loading import load_model_and_tokenizer, to_device
 
 
@@ -16,21 +17,24 @@ class QuestionAnswerer:
 
     Args:
         path: the model directory.
-        max_length: tokens per window (windowing: see `bertfamily.tasks.qa`).
-        doc_stride: tokens shared by consecutive windows.
-        max_question_length: longest question in tokens.
+        max_length: tokens per window; default 384 (transformers' question-answering pipeline)
+            or the model's limit (`batching.input_limit`) when that is smaller.
+        doc_stride: overlap of consecutive windows; default a third of ``max_length`` (128 of
+            384, as the pipeline).
+        max_question_length: question tokens kept; default 64, at most half a window.
 
     Raises:
-        ValueError: the directory's model has no "qa" head.
+        ValueError: the directory's model has no "qa" head, or ``max_length`` is over the
+            model's limit.
     """
 
     def __init__(
         self,
         path: str | Path,
         *,
-        max_length: int = 384,
-        doc_stride: int = 128,
-        max_question_length: int = 64,
+        max_length: int | None = None,
+        doc_stride: int | None = None,
+        max_question_length: int | None = None,
         device: str | torch.device = "cpu",
         dtype: str | torch.dtype | None = None,
     ) -> None:
@@ -38,6 +42,12 @@ class QuestionAnswerer:
         self.model, self.tokenizer, self.device = loaded.model, loaded.tokenizer, loaded.device
         if self.model.task != "qa":
             raise InputError(f"{path} holds a {self.model.task!r} head, not extractive QA")
+        limit = input_limit(self.model.config, self.tokenizer)
+        max_length = checked_max_length(max_length, limit) if max_length else min(384, limit)
+        doc_stride = max_length // 3 if doc_stride is None else doc_stride
+        if max_question_length is None:
+            max_question_length = min(64, max_length // 2)
+        self.max_length = max_length
         self.window = dict(
             max_length=max_length, doc_stride=doc_stride, max_question_length=max_question_length
         )

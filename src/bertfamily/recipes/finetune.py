@@ -22,6 +22,7 @@ import torch
 
 from ..checkpoints.io import config_from_hf, read_hf_config
 from ..data.batching import IndexedBatches
+from ..data.tables import DataError, read_table
 from ..data.task_data import (
     HEAD_OF_TASK,
     MODEL_INPUTS,
@@ -35,6 +36,7 @@ from ..data.task_data import (
 from ..errors import InputError
 from ..files import atomic_write, write_text_atomic
 from ..heads.losses import task_counts, task_loss
+from ..pipelines.batching import input_limit
 from ..pretrained import from_pretrained
 from ..tokenization.tokenizer import load_tokenizer
 from ..train.loop import TrainConfig, Trainer
@@ -96,6 +98,22 @@ class FinetuneConfig:
     knowledge: str | Path | None = None
 
 
+def fit_max_length(opts: TaskOptions, config, tokenizer) -> TaskOptions:
+    """``opts`` with ``max_length`` cut to the model's input limit (`pipelines.batching.
+    input_limit`: the tokenizer's ``model_max_length`` capped by the position table), with a
+    warning when it was longer; every task then runs on a model of any size."""
+    limit = input_limit(config, tokenizer)
+    if opts.max_length <= limit:
+        return opts
+    log.warning(
+        "max_length %d is over the model's limit of %d tokens; using %d",
+        opts.max_length,
+        limit,
+        limit,
+    )
+    return dataclasses.replace(opts, max_length=limit)
+
+
 def finetune(
     cfg: FinetuneConfig, train: TrainConfig | None = None, **train_fields: Any
 ) -> dict[str, Any]:
@@ -134,10 +152,12 @@ def _finetune(cfg: FinetuneConfig, train: TrainConfig) -> dict[str, Any]:
     opts = cfg.data
     if cfg.self_distill and HEAD_OF_TASK[cfg.task] != "classify":
         raise InputError(f"--self-distill is for classification tasks, not {cfg.task!r}")
+    model_config = config_from_hf(read_hf_config(cfg.model))
     if cfg.knowledge is not None:
-        opts = with_knowledge(opts, cfg.knowledge, config_from_hf(read_hf_config(cfg.model)))
+        opts = with_knowledge(opts, cfg.knowledge, model_config)
     out = Path(train.output_dir)
     tok = load_tokenizer(cfg.model)
+    opts = fit_max_length(opts, model_config, tok)
     data = TaskData(cfg.task, tok, opts)
     train_rows = data.load(cfg.train_file)
     eval_data = eval_rows = None
@@ -207,6 +227,7 @@ def _finetune(cfg: FinetuneConfig, train: TrainConfig) -> dict[str, Any]:
         count_fn=count_fn,
     ).train()
     result: dict[str, Any] = {"train": summary, "labels": list(data.label_names)}
+    notes = list(summary.get("notes", []))  # e.g. stopped in warm-up
     if problem_type is not None:
         result["problem_type"] = problem_type
     if eval_data is not None:
@@ -219,6 +240,10 @@ def _finetune(cfg: FinetuneConfig, train: TrainConfig) -> dict[str, Any]:
         )
         if problem_type == "single_label_classification" and hasattr(eval_data, "last_confusion"):
             confusion_png(*eval_data.last_confusion, data.label_names, out / "confusion_matrix.png")
+            note = majority_note(*eval_data.last_confusion, data.label_names)
+            if note:
+                log.warning(note)
+                notes.append(note)
     if cfg.self_distill:
         texts = train_rows
         if cfg.distill_file is not None:
@@ -228,6 +253,7 @@ def _finetune(cfg: FinetuneConfig, train: TrainConfig) -> dict[str, Any]:
         result["self_distill"] = self_distill(
             model, texts, config, out, cfg, pad, eval_data=eval_data, eval_rows=eval_rows
         )
+    result["notes"] = notes
     result["seconds"] = time.time() - t0
     result["new_head"] = new_head
     result["left_out_per_epoch"] = left_out
@@ -306,6 +332,23 @@ def self_distill(
     return result
 
 
+def majority_note(gold: list[int], pred: list[int], names) -> str | None:
+    """A warning when the predictions are no more accurate than always predicting the most
+    frequent gold class (a model that learnt nothing, e.g. after too few steps), else None."""
+    if not gold:
+        return None
+    top = max(set(gold), key=gold.count)
+    baseline = gold.count(top) / len(gold)
+    accuracy = sum(g == p for g, p in zip(gold, pred)) / len(gold)
+    if accuracy > baseline:
+        return None
+    return (
+        f"the model is no better than always predicting the majority class {names[top]!r} on "
+        f"the eval file (accuracy {accuracy:.3f}, majority class {baseline:.3f}); train longer "
+        "or check the data"
+    )
+
+
 def confusion_png(gold: list[int], pred: list[int], names, path: Path) -> Path:
     """Write the confusion matrix (rows: gold, columns: predicted) as a PNG, atomically.
 
@@ -344,6 +387,11 @@ def confusion_png(gold: list[int], pred: list[int], names, path: Path) -> Path:
     return path
 
 
+def _is_text(file: str | Path, opts: TaskOptions) -> bool:
+    """Whether ``file`` is read as plain text (``opts.format`` "text", or a .txt file)."""
+    return opts.format == "text" or (opts.format is None and Path(file).suffix.lower() == ".txt")
+
+
 def predict(
     task: str,
     model_dir: str | Path,
@@ -357,12 +405,21 @@ def predict(
     """Predictions of a fine-tuned model directory on a data file (and metrics when the file
     has labels and ``labelled``).
 
+    Every task reads plain text (a .txt file or ``opts.format == "text"``): one example a
+    line, blank lines skipped; classify: the text; pair: text TAB second text; ner: the raw
+    sentence; qa: question TAB context; choice: context TAB choice TAB choice... Rows carry
+    ``"line"``, the example's 1-based line in the file (CSV/TSV/JSONL and text files).
+
     Classification ("classify", "pair") follows the model's ``problem_type`` (config.json;
     None: regression for one label, else single-label): single-label rows are
     ``{"text", "label", "score"}`` (softmax probability of the best class); multi-label rows
     ``{"text", "labels": [{"label", "score"}, ...]}`` with every label whose sigmoid score is
     over ``opts.threshold``, best first (possibly none); regression rows
-    ``{"text", "value", "score"}`` (the predicted value, twice).
+    ``{"text", "value", "score"}`` (the predicted value, twice). NER on text: ``{"text",
+    "entities": [{"type", "text", "start", "end", "score"}]}`` with character offsets into
+    the line (as `EntityTagger`); on CoNLL: ``{"words", "tags", "gold"}``. QA on text:
+    ``{"question", "answer", "start", "end", "score"}`` (offsets into the context). Choice:
+    ``{"label": index of the best choice, "score"}``.
 
     ``speed`` (classify/pair, a self-distilled directory): FastBERT's adaptive early exit at
     this threshold in [0, 1] (`pipelines.early_exit`); every row then also carries
@@ -370,10 +427,11 @@ def predict(
     knowledge graph the model was fine-tuned with (see `FinetuneConfig.knowledge`).
 
     Returns:
-        (one dict per example, metrics or None).
+        (one dict per example, metrics or None; metrics only when ``labelled``).
 
     Raises:
-        ValueError: the model's head does not fit ``task``, or bad data; ``speed`` for a
+        ValueError: the model's head does not fit ``task``, bad data (DataError), or
+            ``labelled`` with a plain text file (which holds no labels); ``speed`` for a
             directory without students (ModelDirectoryError) or another task.
     """
     opts = opts or TaskOptions()
@@ -393,10 +451,33 @@ def predict(
             f"{model_dir} holds a {model.task!r} head; task {task!r} needs {HEAD_OF_TASK[task]!r}"
         )
     tok = load_tokenizer(model_dir)
+    opts = fit_max_length(opts, model.config, tok)
+    if task in ("ner", "qa") and _is_text(file, opts):
+        if labelled:
+            raise DataError(
+                f"{file}: a plain text file holds no labels; --labelled needs "
+                f"{'CoNLL' if task == 'ner' else 'SQuAD JSON'} data"
+            )
+        return _predict_raw_text(task, model_dir, file, opts), None
     kind = model_problem_type(model.config) if task in ("classify", "pair") else None
     data = TaskData(task, tok, opts, label_names=model.config.label_names, problem_type=kind)
     if task == "ner":
         data.scheme = "BIOES" if any(n[:2] in ("S-", "E-") for n in data.label_names) else "BIO"
+    if task == "choice" and not labelled:
+        rows = data.load(file, labelled=False)
+        outs = forward_rows(model, rows, opts.eval_batch_size, tok.pad_token_id or 0)
+        preds = []
+        scores = (row for out in outs for row in out.logits.float())
+        for r, logit in zip(data.choice_rows, scores):
+            p = logit.softmax(-1)
+            preds.append(
+                {
+                    **({"line": r["line"]} if "line" in r else {}),
+                    "label": int(p.argmax()),
+                    "score": float(p.max()),
+                }
+            )
+        return preds, None
     if task in ("classify", "pair") and not labelled:
         rows = data.load(file, labelled=False)
         outs = forward_rows(runner, rows, opts.eval_batch_size, tok.pad_token_id or 0)
@@ -405,14 +486,15 @@ def predict(
             preds, _ = _classify_rows(data, logits, kind, opts)
             return [{**p, "exit_layer": int(o.exit_layers)} for p, o in zip(preds, outs)], None
         return _classify_rows(data, logits, kind, opts)
-    rows = data.load(file)
+    rows = data.load(file)  # CoNLL / SQuAD hold their labels; metrics only when asked for
     if speed is None:
         metrics, preds = data.evaluate(model, rows)
-        return preds, metrics
+        return preds, metrics if labelled else None
     outs = forward_rows(runner, rows, opts.eval_batch_size, tok.pad_token_id or 0)
     metrics, preds = data.evaluate(runner, rows, outs=outs)
     metrics["mean_exit_layer"] = runner.mean_exit_layer()
-    return [{**p, "exit_layer": int(o.exit_layers)} for p, o in zip(preds, outs)], metrics
+    rows_out = [{**p, "exit_layer": int(o.exit_layers)} for p, o in zip(preds, outs)]
+    return rows_out, metrics if labelled else None
 
 
 def _classify_rows(data: TaskData, logits: torch.Tensor, kind: str | None, opts: TaskOptions):
@@ -420,7 +502,7 @@ def _classify_rows(data: TaskData, logits: torch.Tensor, kind: str | None, opts:
     names = data.label_names
     if kind == "regression":
         return [
-            {"text": e.text, "value": float(v), "score": float(v)}
+            {"line": e.line, "text": e.text, "value": float(v), "score": float(v)}
             for e, v in zip(data.examples, logits[:, 0])
         ], None
     if kind == "multi_label_classification":
@@ -430,11 +512,60 @@ def _classify_rows(data: TaskData, logits: torch.Tensor, kind: str | None, opts:
                 ((s, j) for j, s in enumerate(p) if s > opts.threshold), key=lambda x: -x[0]
             )
             out.append(
-                {"text": e.text, "labels": [{"label": names[j], "score": s} for s, j in over]}
+                {
+                    "line": e.line,
+                    "text": e.text,
+                    "labels": [{"label": names[j], "score": s} for s, j in over],
+                }
             )
         return out, None
     probs = logits.softmax(-1)
     return [
-        {"text": e.text, "label": names[int(p.argmax())], "score": float(p.max())}
+        {"line": e.line, "text": e.text, "label": names[int(p.argmax())], "score": float(p.max())}
         for e, p in zip(data.examples, probs)
     ], None
+
+
+def _predict_raw_text(task: str, model_dir, file, opts: TaskOptions) -> list[dict]:
+    """NER or QA predictions on a plain text file (see `predict`), through the pipelines."""
+    from ..pipelines.ner import EntityTagger
+    from ..pipelines.qa import QuestionAnswerer
+
+    examples = read_table(
+        file,
+        label_column=None,
+        text_pair_column="context" if task == "qa" else None,
+        format="text",
+    )
+    if task == "ner":
+        tagger = EntityTagger(model_dir, max_length=opts.max_length)
+        found = tagger([e.text for e in examples], batch_size=opts.eval_batch_size)
+        return [
+            {"line": e.line, "text": e.text, "entities": [dataclasses.asdict(x) for x in ents]}
+            for e, ents in zip(examples, found)
+        ]
+    qa = QuestionAnswerer(
+        model_dir,
+        max_length=opts.max_length,
+        doc_stride=opts.stride,
+        max_question_length=opts.max_question_length,
+    )
+    out = []
+    for e in examples:
+        (a,) = qa(
+            e.text,
+            e.text_pair,
+            max_answer_length=opts.max_answer_length,
+            null_threshold=opts.null_threshold,
+        )
+        out.append(
+            {
+                "line": e.line,
+                "question": e.text,
+                "answer": a.text,
+                "start": a.start,
+                "end": a.end,
+                "score": a.probability,
+            }
+        )
+    return out

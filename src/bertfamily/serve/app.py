@@ -189,13 +189,6 @@ def load_served_model(
     return SentenceEmbedder(path, dtype=dtype, config_json=hf_config)
 
 
-def _max_length(model) -> int:
-    if isinstance(model, SentenceEmbedder):
-        return model.max_length
-    limits = [model.tokenizer.model_max_length, model.model.config.max_sequence_length]
-    return min(x for x in limits if x)
-
-
 class _Metrics:
     """The Prometheus series of one app (its own registry: two apps in one process never
     share counts)."""
@@ -356,7 +349,7 @@ def create_app(
         model_dir = model.path
     model_dir = Path(model_dir)
     model_id = settings.model_id or model_dir.name
-    max_length = _max_length(model)
+    max_length = model.max_length  # every pipeline's limit comes from its model
     metrics = _Metrics()
 
     def run(key, inputs: list) -> Sequence[Any]:

@@ -196,7 +196,9 @@ FAMILIES: dict[str, SpmFamily] = {
     # google-research/albert: spiece.model, <pad>=0 <unk>=1 [CLS]=2 [SEP]=3 [MASK]=4.
     "albert": SpmFamily(
         file="spiece.model",
-        normalizer=("latex_quotes", "strip_accents", "lowercase", "precompiled", "spaces"),
+        # "strip" last: sentencepiece's remove_extra_whitespaces drops whitespace at both ends
+        # after its charsmap (a trailing tab or space is no extra "▁" piece)
+        normalizer=("latex_quotes", "strip_accents", "lowercase", "precompiled", "spaces", "strip"),
         options={"do_lower_case": True, "keep_accents": False},
         number_comma_penalty=True,
         specials={**_BERT_ROLES, "pad": "<pad>", "unk": "<unk>"},

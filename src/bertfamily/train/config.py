@@ -38,6 +38,9 @@ class TrainConfig:
         max_steps: optimizer steps to train for (also the length of the "linear" schedule).
         max_time_s: wall-clock budget in seconds for this call of `Trainer.train` (None: no
             limit); the loop stops after the step that crosses it and saves a checkpoint.
+            The learning-rate schedule (its length, and warm-up from ``warmup_ratio``) is
+            then planned for the steps that fit: measured over steps 2-3 of the run, when
+            fewer than ``max_steps`` fit (`Trainer`); a run that stops in warm-up says so.
         batch_size: examples per process per micro-batch. The trainer takes batches as given;
             this field is for the code that builds the batch source (and the record).
         grad_accum_steps: micro-batches per optimizer step (weighed by their units when the
@@ -148,6 +151,8 @@ class TrainState:
     best_step: int | None = None
     bad_evals: int = 0
     last_eval: dict[str, float] = field(default_factory=dict)
+    #: the schedule's length when a time budget re-planned it (`Trainer`), else None
+    planned_steps: int | None = None
 
 
 def budget_total(

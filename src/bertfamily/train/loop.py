@@ -8,7 +8,8 @@ The loop knows nothing about the task. It gets
 - ``loss_fn(model, batch) -> (loss, {name: float})``: the scalar loss to minimise and named
   components to log. ``model`` is the DDP wrapper when distributed: call it
   (``model(**inputs)``) rather than its submodules, and use `unwrap` for attributes;
-- ``count_fn(batch) -> {term: units}`` (optional): how many units each loss term has in a
+- ``count_fn(batch) -> {term: units}`` (optional; default the model's own ``counts``, which
+  every objective has): how many units each loss term has in a
   micro-batch (masked tokens, sequences, ...). With it the loss is normalised over the whole
   optimizer step (see "Gradient accumulation" below) and ``loss_fn`` takes a third argument;
 - ``train_batches``: a positionable batch source (see `bertfamily.train.data`): the data
@@ -80,6 +81,7 @@ from torch import nn
 from ..data.batching import as_batch_source
 from ..errors import InputError
 from ..modules.encoder import Encoder
+from ..objectives.units import denominators_of_step
 from .checkpoint import CheckpointMixin, _rng_state, _set_rng_state
 from .config import (
     CHECKPOINT_FILE,
@@ -113,7 +115,7 @@ from .rundir import (
     run_lock,
     trim_metrics,
 )
-from .schedules import build_scheduler
+from .schedules import build_scheduler, lr_factor
 
 __all__ = [
     "TrainConfig",
@@ -149,6 +151,24 @@ def _to_device(batch: Any, device: torch.device) -> Any:
     return batch
 
 
+def _positional_arity(fn: Callable) -> int:
+    """How many positional arguments ``fn`` takes (a large number for ``*args``; 2 when its
+    signature cannot be read)."""
+    import inspect
+
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return 2
+    if any(p.kind is p.VAR_POSITIONAL for p in params):
+        return 99
+    return sum(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params)
+
+
+#: With a time budget the schedule is planned after this many steps of a run (`Trainer`).
+PLAN_AFTER = 3
+
+
 class _Stop(Exception):
     """Raised by the SIGTERM handler; handled like Ctrl-C."""
 
@@ -175,7 +195,12 @@ class Trainer(CheckpointMixin, ProgressMixin):
             once ``save_fn`` returns (files of the previous version are not kept).
         count_fn: ``(batch) -> {term: units}`` on the micro-batch as the source yields it
             (before it moves to the device); the same keys for every batch and every rank.
-            None: every micro-batch weighs the same (see the module docstring).
+            None (default): the model's own ``counts`` when it has one (every objective of
+            `bertfamily.objectives`: `PretrainingModel`, ELECTRA, the distillation
+            objectives), so the Python API takes the same step as the recipes; a ``loss_fn``
+            of two arguments (``lambda m, b: m(b)``) still gets the step's denominators (the
+            objective reads them, `objectives.units`). ``False``, or None with a model
+            without ``counts``: every micro-batch weighs the same (see the module docstring).
     """
 
     def __init__(
@@ -187,10 +212,18 @@ class Trainer(CheckpointMixin, ProgressMixin):
         eval_fn: EvalFn | None = None,
         dist: DistInfo | None = None,
         save_fn: SaveFn | None = None,
-        count_fn: CountFn | None = None,
+        count_fn: CountFn | None | bool = None,
     ) -> None:
         self.config = config
         self.save_fn = save_fn
+        self._implicit_units = False  # the objective reads the step's denominators itself
+        if count_fn is None and callable(getattr(model, "counts", None)):
+            count_fn = model.counts  # the objective knows its units
+            self._implicit_units = _positional_arity(loss_fn) < 3
+        elif count_fn is False or count_fn is True:
+            if count_fn is True:
+                raise TypeError("count_fn is a function, None (the model's counts) or False")
+            count_fn = None
         self.count_fn = count_fn
         self._count_keys: list[str] | None = None
         self.dist = dist or init_distributed(config.device)
@@ -363,8 +396,11 @@ class Trainer(CheckpointMixin, ProgressMixin):
             raw = micro[i] if micro is not None else self._next_batch()
             batch = _to_device(raw, self.dist.device)
             with set_gradient_sync(self.wrapped, i == k - 1):
-                with self._autocast():
-                    loss, parts = self.loss_fn(self.wrapped, batch, *extra)
+                with self._autocast(), denominators_of_step(extra[0] if extra else None):
+                    if self._implicit_units:
+                        loss, parts = self.loss_fn(self.wrapped, batch)
+                    else:
+                        loss, parts = self.loss_fn(self.wrapped, batch, *extra)
                 if not torch.isfinite(loss):
                     raise FloatingPointError(f"loss is {loss.item()} at step {self.state.step}")
                 self.scaler.scale(loss / divisor).backward()
@@ -430,6 +466,9 @@ class Trainer(CheckpointMixin, ProgressMixin):
                 previous = signal.signal(signal.SIGTERM, self._on_sigterm)
         bar = self._progress()
         step0 = self.state.step
+        first_done: float | None = None  # when this call's first step ended (its speed excluded)
+        if self.state.planned_steps is not None:  # resumed: the plan of the earlier call
+            self._plan_schedule(self.state.planned_steps)
         try:
             while self.state.step < cfg.max_steps:
                 if cfg.max_time_s is not None and self._all_agree(
@@ -442,6 +481,10 @@ class Trainer(CheckpointMixin, ProgressMixin):
                     window[name] = window.get(name, 0.0) + v
                 window_n += 1
                 step = self.state.step
+                if step - step0 == 1:
+                    first_done = time.monotonic()
+                elif step - step0 == PLAN_AFTER and cfg.max_time_s is not None:
+                    self._plan_for_time(step, time.monotonic(), start, first_done)
                 if bar is not None:
                     bar[0].update(
                         bar[1],
@@ -533,8 +576,56 @@ class Trainer(CheckpointMixin, ProgressMixin):
             self._step_start = None
         self.optimizer.zero_grad(set_to_none=True)
 
+    def _plan_for_time(self, step: int, now: float, start: float, first_done: float) -> None:
+        """With a time budget: plan the schedule for the steps that fit, at the speed of the
+        steps after the first (the same plan on every rank: their mean speed)."""
+        if self.state.planned_steps is not None:
+            return
+        cfg = self.config
+        per_step = all_reduce_mean({"s": (now - first_done) / (PLAN_AFTER - 1)}, self.dist.device)[
+            "s"
+        ]
+        fits = step + int(max(0.0, cfg.max_time_s - (now - start)) / max(per_step, 1e-9))
+        if fits < cfg.max_steps:
+            self._plan_schedule(max(fits, step))
+            logger.info(
+                "time budget %.0f s: the schedule is planned for %d steps (%.2f s a step), "
+                "not max_steps=%d",
+                cfg.max_time_s,
+                self.state.planned_steps,
+                per_step,
+                cfg.max_steps,
+            )
+
+    def _plan_schedule(self, total: int) -> None:
+        """Make the learning-rate schedule ``total`` steps long (warm-up: ``warmup_steps``,
+        or ``warmup_ratio`` of ``total``), from the next step on."""
+        cfg = self.config
+        # warmup_steps as given (a run that stops in it says so), or warmup_ratio of the plan
+        self._warmup = cfg.warmup_steps or int(cfg.warmup_ratio * total)
+        factor = lr_factor(cfg.schedule, self._warmup, total)
+        sched = self.scheduler
+        sched.lr_lambdas = [factor] * len(sched.lr_lambdas)
+        now = factor(sched.last_epoch)  # the next step already trains at the new plan's rate
+        for group, base in zip(self.optimizer.param_groups, sched.base_lrs):
+            group["lr"] = base * now
+        sched._last_lr = [g["lr"] for g in self.optimizer.param_groups]
+        self.state.planned_steps = total
+
     def _summary(self, stopped: str, start: float, last_train: dict) -> dict[str, Any]:
+        warmup = getattr(self, "_warmup", self.config.num_warmup_steps)
+        notes = []
+        if stopped in ("time", "interrupted") and self.state.step < warmup:
+            notes.append(
+                f"stopped at step {self.state.step}, before the learning-rate warm-up ended "
+                f"(step {warmup}): the model trained at no more than "
+                f"{self.state.step / max(warmup, 1):.0%} of the peak rate; give more time or "
+                "fewer warm-up steps"
+            )
+            logger.warning(notes[-1])
         return {
+            "planned_steps": self.state.planned_steps or self.config.max_steps,
+            "notes": notes,
             "step": self.state.step,
             "stopped": stopped,
             "elapsed_s": round(time.monotonic() - start, 3),
