@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from ..errors import InputError
+
 
 def token_lengths(
     tokenizer,
@@ -45,7 +47,7 @@ def input_limit(config, tokenizer=None, declared: int | None = None) -> int:
     model = config.max_sequence_length
     if declared is not None:
         if declared < 1:
-            raise ValueError(f"max_seq_length must be >= 1, got {declared}")
+            raise InputError(f"max_seq_length must be >= 1, got {declared}")
         return min(declared, model)
     own = getattr(tokenizer, "model_max_length", None)
     return min(own, model) if own else model
@@ -60,5 +62,5 @@ def checked_max_length(max_length: int | None, limit: int, what: str = "max_leng
     if max_length is None:
         return limit
     if not 1 <= max_length <= limit:
-        raise ValueError(f"{what}={max_length} must lie in [1, {limit}], the model's input limit")
+        raise InputError(f"{what}={max_length} must lie in [1, {limit}], the model's input limit")
     return max_length

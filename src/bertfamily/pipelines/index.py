@@ -236,7 +236,7 @@ class VectorIndex:
         self.check_model(embedder)
         blank = [i for i, t in enumerate(texts) if not str(t).strip()]
         if blank:
-            raise ValueError(
+            raise InputError(
                 f"text {blank[0]} (0-based) is blank; an index holds no blank texts (they "
                 "would rank as search hits)"
             )

@@ -15,7 +15,7 @@ from typing import Any
 import tokenizers
 from tokenizers import AddedToken, decoders, models, normalizers, pre_tokenizers, processors
 
-from ..errors import TokenizerFileError
+from ..errors import InputError, TokenizerFileError
 from . import spm
 
 # tokenizer_config.json fields that change how transformers rebuilds the backend; kept so
@@ -425,3 +425,31 @@ def _token_from_dict(value: Mapping[str, Any], *, special: bool) -> AddedToken:
         normalized=bool(value.get("normalized", not special)),
         special=special,
     )
+
+
+def _sane_max_length(value: Any) -> int | None:
+    if value is None or float(value) >= _ABSURD_MAX_LENGTH:
+        return None
+    if isinstance(value, bool) or int(value) < 1:
+        raise InputError(f"model_max_length must be a positive integer, got {value!r}")
+    return int(value)
+
+
+def _as_added_token(token: str | AddedToken) -> AddedToken:
+    if isinstance(token, AddedToken):
+        return token
+    return AddedToken(token, special=True, normalized=False)
+
+
+def _token_to_json(token: AddedToken) -> str | dict[str, Any]:
+    """A role's token for ``special_tokens_map.json``: a plain string unless a flag is set."""
+    if not (token.lstrip or token.rstrip or token.single_word or token.normalized):
+        return token.content
+    return {
+        "content": token.content,
+        "single_word": token.single_word,
+        "lstrip": token.lstrip,
+        "rstrip": token.rstrip,
+        "normalized": token.normalized,
+        "special": True,
+    }

@@ -55,6 +55,7 @@ from .hf_files import (  # noqa: F401  (file names: public constants of this mod
     WORDPIECE_VOCAB_FILE,
     _add_tokens,
     _added_tokens_decoder,
+    _as_added_token,
     _build_byte_level_bpe,
     _build_sentencepiece,
     _build_wordpiece,
@@ -65,9 +66,11 @@ from .hf_files import (  # noqa: F401  (file names: public constants of this mod
     _read_wordpiece_vocab,
     _refuse_sentencepiece,
     _resolve_specials,
+    _sane_max_length,
     _sentencepiece_source,
     _specials_from,
     _token_from_dict,
+    _token_to_json,
     _tokenizer_json_added,
 )
 
@@ -855,34 +858,6 @@ def tokenizer_from_directory(
 
 
 # --------------------------------------------------------------------------- helpers
-
-
-def _sane_max_length(value: Any) -> int | None:
-    if value is None or float(value) >= _ABSURD_MAX_LENGTH:
-        return None
-    if isinstance(value, bool) or int(value) < 1:
-        raise InputError(f"model_max_length must be a positive integer, got {value!r}")
-    return int(value)
-
-
-def _as_added_token(token: str | AddedToken) -> AddedToken:
-    if isinstance(token, AddedToken):
-        return token
-    return AddedToken(token, special=True, normalized=False)
-
-
-def _token_to_json(token: AddedToken) -> str | dict[str, Any]:
-    """A role's token for ``special_tokens_map.json``: a plain string unless a flag is set."""
-    if not (token.lstrip or token.rstrip or token.single_word or token.normalized):
-        return token.content
-    return {
-        "content": token.content,
-        "single_word": token.single_word,
-        "lstrip": token.lstrip,
-        "rstrip": token.rstrip,
-        "normalized": token.normalized,
-        "special": True,
-    }
 
 
 def _int_list(ids: Any) -> list[int]:

@@ -79,7 +79,7 @@ import torch
 from torch import nn
 
 from ..data.batching import as_batch_source
-from ..errors import InputError
+from ..errors import ArgumentTypeError, InputError
 from ..modules.encoder import Encoder
 from ..objectives.units import denominators_of_step
 from .checkpoint import CheckpointMixin, _rng_state, _set_rng_state
@@ -222,7 +222,9 @@ class Trainer(CheckpointMixin, ProgressMixin):
             self._implicit_units = _positional_arity(loss_fn) < 3
         elif count_fn is False or count_fn is True:
             if count_fn is True:
-                raise TypeError("count_fn is a function, None (the model's counts) or False")
+                raise ArgumentTypeError(
+                    "count_fn is a function, None (the model's counts) or False"
+                )
             count_fn = None
         self.count_fn = count_fn
         self._count_keys: list[str] | None = None
