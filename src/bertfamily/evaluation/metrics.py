@@ -181,3 +181,37 @@ def squad_metrics(predictions: dict[str, str], answers: dict[str, list[str]]) ->
         f1 += max(token_f1(predictions[qid], g) for g in golds)
     n = max(len(answers), 1)
     return {"exact_match": 100 * em / n, "f1": 100 * f1 / n}
+
+
+def similarity_metrics(
+    embeddings1: np.ndarray, embeddings2: np.ndarray, gold: Sequence[float]
+) -> dict[str, float]:
+    """STS evaluation (sentence-transformers' EmbeddingSimilarityEvaluator, cosine): the
+    Spearman and Pearson correlations (×1, not ×100) between cos(u_i, v_i) and the gold scores.
+
+    Raises:
+        ValueError: different numbers of rows, or no rows.
+    """
+    a = np.asarray(embeddings1, np.float64)
+    b = np.asarray(embeddings2, np.float64)
+    if a.shape != b.shape:
+        raise ValueError(f"embedding shapes differ: {a.shape} and {b.shape}")
+    _check_sizes(len(gold), len(a))
+    a = a / np.clip(np.linalg.norm(a, axis=1, keepdims=True), 1e-12, None)
+    b = b / np.clip(np.linalg.norm(b, axis=1, keepdims=True), 1e-12, None)
+    cos = (a * b).sum(1)
+    m = regression_metrics(gold, cos)
+    return {"spearman": m["spearman"], "pearson": m["pearson"]}
+
+
+def evaluate_sts(
+    embed, sentences1: Sequence[str], sentences2: Sequence[str], gold: Sequence[float]
+) -> dict[str, float]:
+    """`similarity_metrics` of ``embed(texts) -> (N, D) array`` (any model) on STS pairs; each
+    distinct sentence is embedded once."""
+    unique = list(dict.fromkeys([*sentences1, *sentences2]))
+    vectors = np.asarray(embed(unique))
+    row = {t: i for i, t in enumerate(unique)}
+    return similarity_metrics(
+        vectors[[row[t] for t in sentences1]], vectors[[row[t] for t in sentences2]], gold
+    )
