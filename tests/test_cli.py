@@ -84,6 +84,7 @@ COMMANDS = (
     "distill",
     "finetune",
     "predict",
+    "evaluate",
     "params",
     "dataflow",
     "models",

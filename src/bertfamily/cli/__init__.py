@@ -2,9 +2,10 @@
 
 Each module is named after the command(s) it defines (`fetch`, `embed` (embed and search),
 `fill_mask`, `serve`, `index`, `tokenizer`, `pretrain`, `distill`, `finetune` (finetune and
-predict), `params` (params and dataflow), `models`, `explore` (explore and attention), `convert`
-(export, to-longformer)) on its own `commands` Typer; this module merges them into `app`. Command
-modules import only `common` and `options`, never this module, and no torch at module level.
+predict; --task embedding / rerank), `evaluate`, `params` (params and dataflow), `models`,
+`explore` (explore and attention), `convert` (export, to-longformer)) on its own `commands`
+Typer; this module merges them into `app`. Command modules import only `common` and
+`options`, never this module, and no torch at module level.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from . import (
     convert,
     distill,
     embed,
+    evaluate,
     explore,
     fetch,
     fill_mask,
@@ -55,6 +57,7 @@ for _area in (
     pretrain,
     distill,
     finetune,
+    evaluate,
     params,
     models,
     explore,
