@@ -85,6 +85,7 @@ COMMANDS = (
     "finetune",
     "predict",
     "evaluate",
+    "mine-negatives",
     "params",
     "dataflow",
     "models",

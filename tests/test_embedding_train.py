@@ -181,3 +181,92 @@ def test_rerank_trains_a_directory_cross_encoder_loads(tiny, files, tmp_path):
         ["evaluate", "sts-rerank", "--model", str(out / "best"), "--data", str(files["scored"])]
     )
     assert json.loads(printed)["spearman"] == pytest.approx(final["eval"]["spearman"], abs=1e-5)
+
+
+def test_retrieval_metrics_by_hand():
+    from bertfamily.evaluation.metrics import retrieval_metrics
+
+    ranked = {"q1": ["d3", "d1", "d2"], "q2": ["d1", "d2", "d3"], "q3": ["d1"]}
+    qrels = {"q1": {"d1": 1, "d2": 1}, "q2": {"d1": 2, "d9": 0}, "q3": {"d9": 1}}
+    m = retrieval_metrics(ranked, qrels, ks=(1, 2))
+    # q1: hits at ranks 2, 3; q2: hit at rank 1; q3: none (its relevant doc is not ranked)
+    assert m["mrr@10"] == pytest.approx((1 / 2 + 1 + 0) / 3)
+    assert m["recall@1"] == pytest.approx((0 + 1 + 0) / 3)
+    assert m["recall@2"] == pytest.approx((0.5 + 1 + 0) / 3)
+    ndcg_q1 = (1 / np.log2(3) + 1 / np.log2(4)) / (1 + 1 / np.log2(3))
+    assert m["ndcg@10"] == pytest.approx((ndcg_q1 + 1 + 0) / 3)
+    assert m["map@100"] == pytest.approx(((1 / 2 + 2 / 3) / 2 + 1 + 0) / 3)
+
+
+def test_evaluate_retrieval_and_mine_negatives(tiny, tmp_path):
+    d = tmp_path / "beir"
+    d.mkdir()
+    docs = {"d1": "the cat sat on a mat", "d2": "a red car ran fast", "d3": "big small tree"}
+    (d / "corpus.jsonl").write_text(
+        "".join(json.dumps({"_id": k, "title": "", "text": v}) + "\n" for k, v in docs.items())
+    )
+    (d / "queries.jsonl").write_text(
+        json.dumps({"_id": "q1", "text": "the cat sat on a mat"}) + "\n"
+        + json.dumps({"_id": "q2", "text": "a red car ran fast"}) + "\n"
+    )  # fmt: skip
+    (d / "qrels.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\nq2\td2\t1\n")
+    res = json.loads(_run(["evaluate", "retrieval", "--model", str(tiny), "--data", str(d)]))
+    assert res["mrr@10"] == pytest.approx(1.0) and res["ndcg@10"] == pytest.approx(1.0)
+
+    pairs = tmp_path / "pairs.csv"
+    rows = [("the cat sat", "a cat sat on a mat"), ("red car", "a red car ran fast"),
+            ("big tree", "big small tree"), ("dog ran", "a dog ran far away")]  # fmt: skip
+    pairs.write_text("anchor,positive\n" + "".join(f"{a},{p}\n" for a, p in rows))
+    out = tmp_path / "mined.csv"
+    counts = json.loads(
+        _run(
+            [
+                "mine-negatives",
+                "-i",
+                str(pairs),
+                "-o",
+                str(out),
+                "--model",
+                str(tiny),
+                "--num-negatives",
+                "2",
+            ]
+        )  # fmt: skip
+    )
+    assert counts == {"rows_in": 4, "rows_out": 4, "dropped": 0, "output": str(out)}
+    table = read_pairs(out)
+    assert table.columns == ("anchor", "positive", "negative_1", "negative_2")
+    for (a, p, n1, n2), (a0, p0) in zip(table.rows, rows):
+        assert (a, p) == (a0, p0) and p not in (n1, n2) and n1 != n2
+    # a margin that nothing passes drops every row
+    counts = json.loads(
+        _run(
+            [
+                "mine-negatives",
+                "-i",
+                str(pairs),
+                "-o",
+                str(out),
+                "--model",
+                str(tiny),
+                "--absolute-margin",
+                "5",
+            ]
+        )  # fmt: skip
+    )
+    assert counts["rows_out"] == 0 and counts["dropped"] == 4
+
+
+def test_mining_order_range_and_margin():
+    from bertfamily.pipelines.mining import MiningOptions, mine_hard_negatives
+
+    vecs = {"a": [1, 0], "p": [0.9, 0.1], "x": [0.8, 0.2], "y": [0.5, 0.5], "z": [0, 1]}
+    embed = lambda texts: np.array([vecs[t] for t in texts], float)  # noqa: E731
+    rows = [("a", "p")]
+    corpus = ["x", "y", "z"]
+    got, _ = mine_hard_negatives(embed, rows, corpus, MiningOptions(num_negatives=2))
+    assert got == [("a", "p", "x", "y")]
+    got, _ = mine_hard_negatives(embed, rows, corpus, MiningOptions(num_negatives=1, range_min=1))
+    assert got == [("a", "p", "y")]
+    opts = MiningOptions(num_negatives=1, absolute_margin=0.1)  # cos(a,x)=0.97 > 0.99-0.1
+    assert mine_hard_negatives(embed, rows, corpus, opts)[0] == [("a", "p", "y")]

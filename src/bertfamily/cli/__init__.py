@@ -2,10 +2,10 @@
 
 Each module is named after the command(s) it defines (`fetch`, `embed` (embed and search),
 `fill_mask`, `serve`, `index`, `tokenizer`, `pretrain`, `distill`, `finetune` (finetune and
-predict; --task embedding / rerank), `evaluate`, `params` (params and dataflow), `models`,
-`explore` (explore and attention), `convert` (export, to-longformer)) on its own `commands`
-Typer; this module merges them into `app`. Command modules import only `common` and
-`options`, never this module, and no torch at module level.
+predict; --task embedding / rerank), `evaluate`, `mine` (mine-negatives), `params` (params
+and dataflow), `models`, `explore` (explore and attention), `convert` (export,
+to-longformer)) on its own `commands` Typer; this module merges them into `app`. Command
+modules import only `common` and `options`, never this module, and no torch at module level.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from . import (
     fill_mask,
     finetune,
     index,
+    mine,
     models,
     params,
     pretrain,
@@ -58,6 +59,7 @@ for _area in (
     distill,
     finetune,
     evaluate,
+    mine,
     params,
     models,
     explore,

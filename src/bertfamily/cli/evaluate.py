@@ -16,7 +16,10 @@ commands = App()
 @handle_errors
 def evaluate(
     kind: str = typer.Argument(
-        ..., metavar="KIND", help="sts (embedding model) | sts-rerank (cross-encoder scores)."
+        ...,
+        metavar="KIND",
+        help="sts (embedding model) | sts-rerank (cross-encoder scores) | retrieval "
+        "(embedding model; --data a BEIR directory: corpus.jsonl, queries.jsonl, qrels.tsv).",
     ),
     model: str | None = typer.Option(
         None, help="Model: directory, resource or cached org/name (default all-MiniLM-L6-v2)."
@@ -29,18 +32,39 @@ def evaluate(
     batch_size: int = typer.Option(64, min=1, help="Texts per forward pass."),
     output: Path | None = typer.Option(None, "--output", "-o", help="Also write the JSON here."),
 ):
-    """STS: Spearman and Pearson of cosine (or the reranker's score) vs the gold scores."""
+    """STS: Spearman and Pearson of cosine (or the reranker's score) vs the gold scores.
+    Retrieval: NDCG@10, MRR@10, Recall@1/3/5/10 and MAP@100 of exact cosine search."""
     from ..data.pairs import read_pairs
     from ..evaluation.metrics import evaluate_sts, regression_metrics
     from ..files import write_text_atomic
     from ..resources.cache import resolve_model
 
-    if kind not in ("sts", "sts-rerank"):
-        raise typer.BadParameter(f"KIND {kind!r}: expected sts or sts-rerank")
+    if kind not in ("sts", "sts-rerank", "retrieval"):
+        raise typer.BadParameter(f"KIND {kind!r}: expected sts, sts-rerank or retrieval")
+    path = resolve_model(model)
+    if kind == "retrieval":
+        from ..data.pairs import read_retrieval
+        from ..evaluation.metrics import evaluate_retrieval
+        from ..pipelines.embed import SentenceEmbedder
+
+        queries, corpus, qrels = read_retrieval(data)
+        embedder = SentenceEmbedder(path, dtype="fp32")
+        names = embedder.prompts
+
+        def embed(prompt_name):
+            name = prompt_name if prompt_name in names else None
+            return lambda t: embedder.encode(t, batch_size=batch_size, prompt_name=name)
+
+        metrics = evaluate_retrieval(embed("query"), embed("document"), queries, corpus, qrels)
+        result = {"kind": kind, "model": str(path), "data": str(data), "queries": len(queries),
+                  "documents": len(corpus), **metrics}  # fmt: skip
+        if output is not None:
+            write_text_atomic(output, json.dumps(result, indent=2) + "\n")
+        console.print_json(json.dumps(result))
+        return
     table = read_pairs(data, format=format)
     if table.labels is None or len(table.columns) != 2:
         raise typer.BadParameter(f"{data}: needs two text columns and a score column")
-    path = resolve_model(model)
     if kind == "sts":
         from ..pipelines.embed import SentenceEmbedder
 

@@ -28,6 +28,7 @@ __all__ = [
     "PairTable",
     "ScoredPair",
     "read_pairs",
+    "read_retrieval",
     "read_sts",
     "resolve_pair_file",
 ]
@@ -162,3 +163,41 @@ def read_pairs(
         if labels is not None:
             labels.append(_label(path, n, row.get(label)))
     return PairTable(names, rows, labels)
+
+
+def read_retrieval(directory: str | Path) -> tuple[dict[str, str], dict[str, str], dict]:
+    """A retrieval data set in the BEIR layout: ``corpus.jsonl`` (``_id``, ``text``, optional
+    ``title``, joined to the text by a space), ``queries.jsonl`` (``_id``, ``text``) and
+    ``qrels.tsv`` (or ``qrels/test.tsv``; header, then query id, document id, relevance).
+
+    Returns:
+        (queries {id: text}, corpus {id: text}, qrels {query id: {document id: relevance}}).
+
+    Raises:
+        DataError: a missing file, a row without ``_id``/``text``, a bad qrels line.
+    """
+    d = Path(directory)
+
+    def jsonl(name: str) -> dict[str, str]:
+        _, rows = _table_rows(d / name, read_text(d / name), "jsonl")
+        out = {}
+        for n, row in rows:
+            if "_id" not in row or not isinstance(row.get("text"), str):
+                raise DataError(f"{d / name}:{n}: needs '_id' and 'text'")
+            title = row.get("title") or ""
+            out[str(row["_id"])] = f"{title} {row['text']}".strip() if title else row["text"]
+        return out
+
+    queries, corpus = jsonl("queries.jsonl"), jsonl("corpus.jsonl")
+    qfile = d / "qrels.tsv" if (d / "qrels.tsv").is_file() else d / "qrels" / "test.tsv"
+    qrels: dict[str, dict[str, float]] = {}
+    for n, line in enumerate(text_lines(read_text(qfile)), 1):
+        fields = line.split("\t")
+        if n == 1 and not fields[-1].strip().lstrip("-").replace(".", "").isdigit():
+            continue  # the header
+        if not line.strip():
+            continue
+        if len(fields) < 3:
+            raise DataError(f"{qfile}:{n}: expected query id, document id, relevance")
+        qrels.setdefault(fields[0], {})[fields[1]] = _label(qfile, n, fields[2])
+    return queries, corpus, qrels
