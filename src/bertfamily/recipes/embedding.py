@@ -32,6 +32,7 @@ from ..evaluation.metrics import evaluate_sts
 from ..files import write_text_atomic
 from ..objectives.contrastive import LOSSES, EmbeddingLoss, build_loss, simcse_columns
 from ..pipelines.bi_encoder import BiEncoder, model_card
+from ..train.distributed import init_distributed
 from ..train.loop import TrainConfig, Trainer, unwrap
 
 __all__ = ["EMBEDDING_TRAIN_DEFAULTS", "EmbeddingConfig", "train_embedding", "pair_batches"]
@@ -116,7 +117,8 @@ def pair_batches(
 def train_embedding(cfg: EmbeddingConfig, train: TrainConfig) -> dict[str, Any]:
     """Train a sentence-embedding model with the shared `Trainer` (see the module docstring).
 
-    ``train`` is used as given except: ``batch_size`` capped at the rows; ``max_steps`` from
+    ``train`` is used as given except: ``batch_size`` (per process; under ``torchrun`` every
+    process takes its own slice of each global batch) capped at the rows; ``max_steps`` from
     ``cfg.epochs`` when set; ``log_every`` 0 means a tenth of the run; with an eval file,
     ``eval_every`` 0 means once per epoch and the best STS Spearman is kept in ``best/`` and
     loaded at the end.
@@ -143,8 +145,11 @@ def train_embedding(cfg: EmbeddingConfig, train: TrainConfig) -> dict[str, Any]:
     eval_pairs = read_pairs(cfg.eval_file) if cfg.eval_file is not None else None
     if eval_pairs is not None and (eval_pairs.labels is None or len(eval_pairs.columns) != 2):
         raise ValueError(f"{cfg.eval_file}: STS evaluation needs two text columns and a score")
-    batch_size = min(train.batch_size, len(table))
-    source = pair_batches(table, model, batch_size, seed=train.seed)
+    dist = init_distributed(train.device)
+    batch_size = min(train.batch_size, len(table) // dist.world_size)
+    source = pair_batches(
+        table, model, batch_size, seed=train.seed, rank=dist.rank, world_size=dist.world_size
+    )
     steps = max(1, int(cfg.epochs * len(source))) if cfg.epochs is not None else train.max_steps
     card = {
         "base_model": str(cfg.model),
@@ -177,8 +182,16 @@ def train_embedding(cfg: EmbeddingConfig, train: TrainConfig) -> dict[str, Any]:
             )
     config = dataclasses.replace(train, **derived)
     summary = Trainer(
-        model, loss_fn, source, config, eval_fn if eval_pairs is not None else None, save_fn=save_fn
+        model,
+        loss_fn,
+        source,
+        config,
+        eval_fn if eval_pairs is not None else None,
+        dist=dist,
+        save_fn=save_fn,
     ).train()
+    if not dist.is_main:
+        return {"train": summary, "loss": cfg.loss, "rows": len(table)}
     result: dict[str, Any] = {"train": summary, "loss": cfg.loss, "rows": len(table)}
     out = Path(train.output_dir)
     if eval_pairs is not None:

@@ -33,6 +33,7 @@ from ..pipelines.cross_encoder import pair_logits
 from ..pipelines.sentence_modules import read_sentence_modules
 from ..pretrained import from_pretrained
 from ..tokenization.tokenizer import load_tokenizer
+from ..train.distributed import init_distributed
 from ..train.loop import TrainConfig, Trainer, unwrap
 from .common import finish_run, save_pretrained
 
@@ -108,8 +109,16 @@ def train_reranker(cfg: RerankConfig, train: TrainConfig) -> dict[str, Any]:
         batch["labels"] = torch.tensor([table.labels[i] for i in idx], dtype=torch.float32)
         return batch
 
-    batch_size = min(train.batch_size, len(table))
-    source = IndexedBatches(list(range(len(table))), batch_size, collate, seed=train.seed)
+    dist = init_distributed(train.device)
+    batch_size = min(train.batch_size, len(table) // dist.world_size)
+    source = IndexedBatches(
+        list(range(len(table))),
+        batch_size,
+        collate,
+        seed=train.seed,
+        rank=dist.rank,
+        world_size=dist.world_size,
+    )
     steps = max(1, int(cfg.epochs * len(source))) if cfg.epochs is not None else train.max_steps
 
     def loss_fn(m, batch):
@@ -138,8 +147,11 @@ def train_reranker(cfg: RerankConfig, train: TrainConfig) -> dict[str, Any]:
         source,
         dataclasses.replace(train, **derived),
         eval_fn if eval_table is not None else None,
+        dist=dist,
         save_fn=save_pretrained,
     ).train()
+    if not dist.is_main:
+        return {"train": summary, "loss": cfg.loss, "rows": len(table)}
     result: dict[str, Any] = {"train": summary, "loss": cfg.loss, "rows": len(table)}
     if eval_table is not None:
         result["eval"] = eval_fn(model)
