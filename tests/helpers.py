@@ -201,3 +201,49 @@ def mlm_loss(model, batch):
         logits.reshape(-1, logits.shape[-1]), batch["labels"].reshape(-1)
     )
     return loss, {"mlm_loss": loss.item()}
+
+
+def _tiny_vocab() -> list[str]:
+    letters = [chr(c) for c in range(ord("a"), ord("z") + 1)]
+    return ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + letters + ["##" + c for c in letters]
+
+
+def make_tiny(directory: Path, *, dropout: float = 0.0, seed: int = 0) -> Path:
+    """A tiny random BERT (H=32, L=2) as a sentence-transformers directory (mean, normalised)."""
+    import tokenizers
+    import transformers
+
+    directory.mkdir(parents=True, exist_ok=True)
+    vocab = _tiny_vocab()
+    backend = tokenizers.Tokenizer(
+        tokenizers.models.WordPiece({t: i for i, t in enumerate(vocab)}, unk_token="[UNK]")
+    )
+    backend.normalizer = tokenizers.normalizers.BertNormalizer(lowercase=True)
+    backend.pre_tokenizer = tokenizers.pre_tokenizers.BertPreTokenizer()
+    backend.post_processor = tokenizers.processors.BertProcessing(("[SEP]", 3), ("[CLS]", 2))
+    backend.decoder = tokenizers.decoders.WordPiece()
+    tok = transformers.PreTrainedTokenizerFast(
+        tokenizer_object=backend,
+        pad_token="[PAD]",
+        unk_token="[UNK]",
+        cls_token="[CLS]",
+        sep_token="[SEP]",
+        mask_token="[MASK]",
+    )
+    tok.save_pretrained(directory)
+    cfg = transformers.BertConfig(
+        vocab_size=len(vocab),
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=37,
+        max_position_embeddings=64,
+        hidden_dropout_prob=dropout,
+        attention_probs_dropout_prob=dropout,
+    )
+    torch.manual_seed(seed)
+    transformers.BertModel(cfg).save_pretrained(directory)
+    from bertfamily.pipelines.bi_encoder import BiEncoder
+
+    BiEncoder.from_directory(directory, max_seq_length=32).save(directory)
+    return directory

@@ -84,6 +84,8 @@ COMMANDS = (
     "distill",
     "finetune",
     "predict",
+    "evaluate",
+    "mine-negatives",
     "params",
     "dataflow",
     "models",

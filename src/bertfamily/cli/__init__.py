@@ -2,8 +2,9 @@
 
 Each module is named after the command(s) it defines (`fetch`, `embed` (embed and search),
 `fill_mask`, `serve`, `index`, `tokenizer`, `pretrain`, `distill`, `finetune` (finetune and
-predict), `params` (params and dataflow), `models`, `explore` (explore and attention), `convert`
-(export, to-longformer)) on its own `commands` Typer; this module merges them into `app`. Command
+predict; --task embedding / rerank), `evaluate`, `mine` (mine-negatives), `params` (params
+and dataflow), `models`, `explore` (explore and attention), `convert` (export,
+to-longformer)) on its own `commands` Typer; this module merges them into `app`. Command
 modules import only `common` and `options`, never this module, and no torch at module level.
 """
 
@@ -18,11 +19,13 @@ from . import (
     convert,
     distill,
     embed,
+    evaluate,
     explore,
     fetch,
     fill_mask,
     finetune,
     index,
+    mine,
     models,
     params,
     pretrain,
@@ -61,6 +64,8 @@ for _area in (
     pretrain,
     distill,
     finetune,
+    evaluate,
+    mine,
     params,
     models,
     explore,

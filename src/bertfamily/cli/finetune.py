@@ -25,7 +25,7 @@ KNOWLEDGE_HELP = (
 )
 
 
-TASK_HELP = "Task: classify | pair | ner | qa | choice."
+TASK_HELP = "Task: classify | pair | ner | qa | choice | embedding | rerank."
 
 
 TEXT_HELP = "Column of the text (CSV/TSV/JSONL)."
@@ -106,8 +106,37 @@ def finetune(
     ),
     knowledge: str | None = typer.Option(None, help=KNOWLEDGE_HELP),
     fmt: str | None = typer.Option(None, "--format", help=FORMAT_HELP),
+    loss: str | None = typer.Option(
+        None,
+        help="embedding: mnrl | mnrl_symmetric | cached_mnrl | cosent | cosine | simcse "
+        "(default mnrl); rerank: bce.",
+    ),
+    matryoshka_dims: str | None = typer.Option(
+        None, help="embedding: wrap the loss in Matryoshka over these dims, e.g. 384,256,128,64."
+    ),
+    min_score: float | None = typer.Option(
+        None, help="embedding: keep only rows with a label >= this (e.g. STS pairs as positives)."
+    ),
+    max_seq_length: int | None = typer.Option(
+        None, min=8, help="embedding/rerank: tokens per text (default: the model's)."
+    ),
+    mini_batch_size: int = typer.Option(32, min=1, help="cached_mnrl: rows per mini-batch."),
+    scale: float = typer.Option(20.0, min=1e-6, help="MNRL/CoSENT similarity scale."),
+    train_format: str | None = typer.Option(
+        None, help="embedding/rerank: 'sts' for STS Benchmark TSV files (stsb:SPLIT implies it)."
+    ),
 ):
-    """Fine-tune an encoder on a task; writes metrics.jsonl, best/, model/, confusion PNG."""
+    """Fine-tune an encoder on a task; writes metrics.jsonl, best/, model/, confusion PNG.
+
+    --task embedding trains a sentence-embedding model (sentence-transformers directories in
+    model/ and best/); --task rerank a cross-encoder. --train/--eval also take stsb:train,
+    stsb:dev, stsb:test (the fetched STS Benchmark)."""
+    if task in ("embedding", "rerank"):
+        return _pair_task(
+            task, model, str(train), None if eval is None else str(eval), output, training,
+            epochs, loss, matryoshka_dims, min_score, max_seq_length, mini_batch_size, scale,
+            train_format,
+        )  # fmt: skip
     from ..data.task_data import TaskOptions
     from ..recipes.finetune import FinetuneConfig
     from ..recipes.finetune import finetune as run
@@ -159,6 +188,44 @@ def finetune(
         summary["self_distill"] = sd
         err.print(f"self-distilled students ({sd['steps']} steps) in {sd['saved_in']}")
     print_json(summary)  # stdout holds only this JSON (notes above went to stderr)
+
+
+def _pair_task(
+    task, model, train, eval, output, training, epochs, loss, dims, min_score, max_len,
+    mini_batch_size, scale, train_format,
+):  # fmt: skip
+    from .common import model_path
+
+    fields = training.train_config_fields()
+    epochs_ = None if "max_steps" in fields else epochs
+    if task == "embedding":
+        from ..recipes.embedding import EmbeddingConfig, train_embedding
+
+        try:
+            parsed = tuple(int(d) for d in dims.split(",")) if dims else ()
+        except ValueError:
+            raise typer.BadParameter(
+                f"--matryoshka-dims {dims!r}: give integers joined by ','"
+            ) from None
+        cfg = EmbeddingConfig(
+            model_path(model), train, loss or "mnrl", eval, scale=scale,
+            mini_batch_size=mini_batch_size, matryoshka_dims=parsed, min_score=min_score,
+            max_seq_length=max_len, epochs=epochs_, train_format=train_format,
+        )  # fmt: skip
+        with training_threads(training.threads):
+            res = train_embedding(cfg, output_dir=output, **fields)
+    else:
+        from ..recipes.rerank import RerankConfig, train_reranker
+
+        cfg = RerankConfig(
+            model_path(model), train, loss or "bce", eval, max_length=max_len or 256,
+            epochs=epochs_, train_format=train_format,
+        )  # fmt: skip
+        with training_threads(training.threads):
+            res = train_reranker(cfg, output_dir=output, **fields)
+    summary = {k: res.get(k) for k in ("eval", "loss", "rows", "seconds")}
+    summary["model"] = str(output / ("best" if eval else "model"))
+    print_json(summary)  # stdout holds only this JSON
 
 
 @commands.command()

@@ -183,3 +183,109 @@ def squad_metrics(predictions: dict[str, str], answers: dict[str, list[str]]) ->
         f1 += max(token_f1(predictions[qid], g) for g in golds)
     n = max(len(answers), 1)
     return {"exact_match": 100 * em / n, "f1": 100 * f1 / n}
+
+
+def similarity_metrics(
+    embeddings1: np.ndarray, embeddings2: np.ndarray, gold: Sequence[float]
+) -> dict[str, float]:
+    """STS evaluation (sentence-transformers' EmbeddingSimilarityEvaluator, cosine): the
+    Spearman and Pearson correlations (×1, not ×100) between cos(u_i, v_i) and the gold scores.
+
+    Raises:
+        ValueError: different numbers of rows, or no rows.
+    """
+    a = np.asarray(embeddings1, np.float64)
+    b = np.asarray(embeddings2, np.float64)
+    if a.shape != b.shape:
+        raise InputError(f"embedding shapes differ: {a.shape} and {b.shape}")
+    _check_sizes(len(gold), len(a))
+    a = a / np.clip(np.linalg.norm(a, axis=1, keepdims=True), 1e-12, None)
+    b = b / np.clip(np.linalg.norm(b, axis=1, keepdims=True), 1e-12, None)
+    cos = (a * b).sum(1)
+    m = regression_metrics(gold, cos)
+    return {"spearman": m["spearman"], "pearson": m["pearson"]}
+
+
+def evaluate_sts(
+    embed, sentences1: Sequence[str], sentences2: Sequence[str], gold: Sequence[float]
+) -> dict[str, float]:
+    """`similarity_metrics` of ``embed(texts) -> (N, D) array`` (any model) on STS pairs; each
+    distinct sentence is embedded once."""
+    unique = list(dict.fromkeys([*sentences1, *sentences2]))
+    vectors = np.asarray(embed(unique))
+    row = {t: i for i, t in enumerate(unique)}
+    return similarity_metrics(
+        vectors[[row[t] for t in sentences1]], vectors[[row[t] for t in sentences2]], gold
+    )
+
+
+def retrieval_metrics(
+    ranked: dict[str, Sequence[str]],
+    qrels: dict[str, dict[str, float]],
+    ks: Sequence[int] = (1, 3, 5, 10),
+) -> dict[str, float]:
+    """Information-retrieval metrics of ranked result lists, as sentence-transformers'
+    InformationRetrievalEvaluator defines them (binary relevance: a document is relevant when
+    its qrels value is > 0), averaged over the queries that have a relevant document:
+
+    - ``ndcg@10``: DCG of the top 10 (gain 1 / log2(rank + 1)) ÷ the ideal DCG;
+    - ``mrr@10``: 1 / the rank of the first relevant document in the top 10 (0 if none);
+    - ``recall@k`` for each k in ``ks``: relevant documents in the top k ÷ relevant documents;
+    - ``map@100``: Σ over relevant hits in the top 100 of precision at that rank ÷
+      min(100, relevant documents).
+
+    Args:
+        ranked: query id → document ids, best first.
+        qrels: query id → {document id: relevance}.
+
+    Raises:
+        ValueError: no query with a relevant document has a ranking.
+    """
+    sums = {"ndcg@10": 0.0, "mrr@10": 0.0, "map@100": 0.0, **{f"recall@{k}": 0.0 for k in ks}}
+    n = 0
+    for qid, docs in ranked.items():
+        relevant = {d for d, r in qrels.get(qid, {}).items() if r > 0}
+        if not relevant:
+            continue
+        n += 1
+        hits = [d in relevant for d in docs]
+        sums["mrr@10"] += next((1.0 / (i + 1) for i, h in enumerate(hits[:10]) if h), 0.0)
+        dcg = sum(1.0 / np.log2(i + 2) for i, h in enumerate(hits[:10]) if h)
+        ideal = sum(1.0 / np.log2(i + 2) for i in range(min(len(relevant), 10)))
+        sums["ndcg@10"] += dcg / ideal
+        for k in ks:
+            sums[f"recall@{k}"] += sum(hits[:k]) / len(relevant)
+        found, precision_sum = 0, 0.0
+        for i, h in enumerate(hits[:100]):
+            if h:
+                found += 1
+                precision_sum += found / (i + 1)
+        sums["map@100"] += precision_sum / min(100, len(relevant))
+    if not n:
+        raise InputError("no query with a relevant document was ranked")
+    return {k: v / n for k, v in sums.items()}
+
+
+def evaluate_retrieval(
+    embed_queries,
+    embed_corpus,
+    queries: dict[str, str],
+    corpus: dict[str, str],
+    qrels: dict[str, dict[str, float]],
+    top_k: int = 100,
+) -> dict[str, float]:
+    """`retrieval_metrics` of exact cosine search: ``embed_queries(texts)`` and
+    ``embed_corpus(texts)`` (any model; (N, D) arrays), every query against the whole corpus,
+    the ``top_k`` best kept (ties: corpus order)."""
+    doc_ids, qids = list(corpus), [q for q in queries if q in qrels]
+    docs = np.asarray(embed_corpus([corpus[d] for d in doc_ids]), np.float32)
+    docs = docs / np.clip(np.linalg.norm(docs, axis=1, keepdims=True), 1e-12, None)
+    qs = np.asarray(embed_queries([queries[q] for q in qids]), np.float32)
+    qs = qs / np.clip(np.linalg.norm(qs, axis=1, keepdims=True), 1e-12, None)
+    ranked = {}
+    for start in range(0, len(qids), 256):
+        sims = qs[start : start + 256] @ docs.T
+        for qid, row in zip(qids[start : start + 256], sims):
+            best = np.argsort(-row, kind="stable")[:top_k]
+            ranked[qid] = [doc_ids[i] for i in best]
+    return retrieval_metrics(ranked, qrels)

