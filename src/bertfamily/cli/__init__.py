@@ -1,10 +1,11 @@
 """The `bertfamily` command line: one typer app assembled from one module per area.
 
 Each module is named after the command(s) it defines (`fetch`, `embed` (embed and search),
-`fill_mask`, `serve`, `index`, `tokenizer`, `pretrain`, `distill`, `finetune` (finetune and
-predict), `params` (params and dataflow), `models`, `explore` (explore and attention), `convert`
-(export, to-longformer)) on its own `commands` Typer; this module merges them into `app`. Command
-modules import only `common` and `options`, never this module, and no torch at module level.
+`rerank`, `fill_mask`, `serve`, `index`, `tokenizer`, `pretrain`, `distill`, `finetune`
+(finetune and predict), `params` (params and dataflow), `models`, `explore` (explore and
+attention), `convert` (export, to-longformer)) on its own `commands` Typer; this module merges
+them into `app`. Command modules import only `common` and `options`, never this module, and no
+torch at module level.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from . import (
     models,
     params,
     pretrain,
+    rerank,
     serve,
     tokenizer,
 )
@@ -54,6 +56,7 @@ def _main(
 for _area in (
     fetch,
     embed,
+    rerank,
     fill_mask,
     serve,
     index,
