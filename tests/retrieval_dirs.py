@@ -46,9 +46,12 @@ def st6_cross_encoder(path: Path, classic: Path, **kwargs) -> Path:
     return path
 
 
-def splade(path: Path, tokenizer_dir: Path, pooling: str = "max", activation="relu") -> Path:
+def splade(
+    path: Path, tokenizer_dir: Path, pooling: str = "max", activation="relu", bias: float = 0.0
+) -> Path:
     """A SPLADE directory saved by sentence-transformers' SparseEncoder: MLMTransformer over a
-    tiny random BertForMaskedLM, then SpladePooling."""
+    tiny random BertForMaskedLM (``bias`` added to its output bias: negative = sparser), then
+    SpladePooling."""
     import transformers
     from sentence_transformers import SparseEncoder
     from sentence_transformers.sparse_encoder.modules import MLMTransformer, SpladePooling
@@ -56,7 +59,10 @@ def splade(path: Path, tokenizer_dir: Path, pooling: str = "max", activation="re
     torch.manual_seed(1)
     mlm_dir = path.parent / (path.name + "-mlm")
     cfg = transformers.BertConfig(**(SIZES | {"initializer_range": 0.05}))
-    transformers.BertForMaskedLM(cfg).eval().save_pretrained(mlm_dir)
+    mlm = transformers.BertForMaskedLM(cfg).eval()
+    with torch.no_grad():
+        mlm.cls.predictions.bias += bias
+    mlm.save_pretrained(mlm_dir)
     transformers.AutoTokenizer.from_pretrained(tokenizer_dir).save_pretrained(mlm_dir)
     modules = [MLMTransformer(str(mlm_dir)), SpladePooling(pooling, activation_function=activation)]
     SparseEncoder(modules=modules).save(str(path))
