@@ -44,7 +44,9 @@ class Reranker:
         path: a directory, resource name or cached ``org/name`` (`resolve_model`).
         max_length: pairs are cut to this many tokens (longest segment first); default the
             directory's ``max_seq_length``, the tokenizer's and the model's limits.
-        device, dtype: as every pipeline (`loading.load_model_and_tokenizer`).
+        device: where it runs (as every pipeline, `loading.load_model_and_tokenizer`).
+        dtype: parameter dtype (None/"fp32", "bf16", "auto" or a torch dtype).
+        revision: for a cached ``org/name``: a branch, tag or commit.
 
     Attributes:
         activation: the default activation module (``activation_fn`` in sentence-transformers).

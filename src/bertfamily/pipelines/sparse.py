@@ -55,7 +55,9 @@ class SparseEncoder:
 
     Args:
         path: a directory, resource name or cached ``org/name``.
-        device, dtype, revision: as every pipeline.
+        device: where it runs.
+        dtype: parameter dtype (None/"fp32", "bf16", "auto" or a torch dtype).
+        revision: for a cached ``org/name``: a branch, tag or commit.
 
     Raises:
         SentenceModulesError: not a SPLADE directory (`read_splade`).
