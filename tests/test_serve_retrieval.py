@@ -184,6 +184,10 @@ def test_rerank_and_predict(ce_dir):
         assert bad.status_code == 422 and "pairs" in bad.json()["error"]
         assert httpx.post(server.url + "/embed", json={"inputs": "a"}).status_code == 400
         assert post(server, "/tokenize", {"inputs": "a"})[0][1]["text"] == "a"
+        info = httpx.get(server.url + "/info").json()
+        assert info["model_type"] == {
+            "reranker": {"id2label": {"0": "LABEL_0"}, "label2id": {"LABEL_0": 0}}
+        }
     finally:
         server.stop()
 
@@ -203,5 +207,7 @@ def test_embed_sparse(tmp_path, minilm_dir):
         both = post(server, "/embed_sparse", {"inputs": ["a", "b c"], "truncate": True, "x": 0})
         assert len(both) == 2
         assert httpx.post(server.url + "/embed", json={"inputs": "a"}).status_code == 400
+        info = httpx.get(server.url + "/info").json()
+        assert info["model_type"] == {"embedding": {"pooling": "splade", "dimension": 30522}}
     finally:
         server.stop()

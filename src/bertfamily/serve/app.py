@@ -435,9 +435,17 @@ def create_app(
                 else list(model.pooling.mode)
             )
             model_type: dict = {"embedding": {"pooling": pooling, "dimension": model.dimension}}
+        elif sparse:
+            model_type = {"embedding": {"pooling": "splade", "dimension": model.dimension}}
         else:
             names = list(model.labels)
-            kind = "classifier" if isinstance(model, TextClassifier) else "token_classifier"
+            kind = (
+                "reranker"
+                if reranker
+                else "classifier"
+                if isinstance(model, TextClassifier)
+                else "token_classifier"
+            )
             model_type = {
                 kind: {
                     "id2label": dict(enumerate(names)),
@@ -453,7 +461,7 @@ def create_app(
             "model_sha": app.state.digest,
             "model_dtype": dtype,
             "model_type": model_type,
-            "dimension": model.dimension if embedding else None,
+            "dimension": model.dimension if embedding or sparse else None,
             "max_input_length": max_length,
             "max_batch_tokens": settings.max_batch_tokens,
             "batching": settings.batching,
