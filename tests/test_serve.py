@@ -226,7 +226,7 @@ def test_health_info_metrics(minilm_server):
         ({"inputs": ["x"] * 9}, 413, "9 inputs"),
         ({"inputs": ["y" * 2001]}, 413, "2,001 characters"),
         ({"inputs": ["word " * 300]}, 413, "302 tokens"),
-        ({"inputs": "hi", "normalise": True}, 422, "normalise"),
+        ({"inputs": "hi", "normalize": "yes please"}, 422, "normalize"),
         ({"inputs": 3}, 422, "inputs"),
         ({"inputs": "hi", "prompt_name": "query"}, 422, "unknown prompt_name"),
     ],
@@ -293,8 +293,12 @@ def test_predict_classifier_and_tagger(minilm_dir, tmp_path):
         np.testing.assert_allclose(batch[1][0]["score"], want[1][0]["score"], atol=1e-6)
         bad = httpx.post(server.url + "/predict", json={"inputs": [["a"], ["b", "c"]]})
         assert bad.status_code == 422 and "mix" in bad.json()["error"]
-        bad = httpx.post(server.url + "/predict", json={"inputs": ["a", "b", "c"]})
+        bad = httpx.post(server.url + "/predict", json={"inputs": [["a", "b", "c"]]})
         assert bad.status_code == 422 and "3 texts" in bad.json()["error"]
+        # a list of texts is a batch (as TEI), never one pair; unknown fields are ignored
+        batch = httpx.post(server.url + "/predict", json={"inputs": ["a", "b"], "x": 1}).json()
+        want = clf(["a", "b"], top_k=None)
+        np.testing.assert_allclose(batch[1][0]["score"], want[1][0]["score"], atol=1e-6)
         assert httpx.post(server.url + "/embed", json={"inputs": "a"}).status_code == 400
         info = httpx.get(server.url + "/info").json()
         assert info["model_type"]["classifier"]["label2id"] == {"neg": 0, "pos": 1, "mixed": 2}

@@ -1,9 +1,9 @@
 """The `bertfamily` command line: one typer app assembled from one module per area.
 
 Each module is named after the command(s) it defines (`fetch`, `embed` (embed and search),
-`fill_mask`, `serve`, `index`, `tokenizer`, `pretrain`, `distill`, `finetune` (finetune and
-predict; --task embedding / rerank), `evaluate`, `mine` (mine-negatives), `params` (params
-and dataflow), `models`, `explore` (explore and attention), `convert` (export,
+`rerank`, `fill_mask`, `serve`, `index`, `tokenizer`, `pretrain`, `distill`, `finetune`
+(finetune and predict; --task embedding / rerank), `evaluate`, `mine` (mine-negatives),
+`params` (params and dataflow), `models`, `explore` (explore and attention), `convert` (export,
 to-longformer)) on its own `commands` Typer; this module merges them into `app`. Command
 modules import only `common` and `options`, never this module, and no torch at module level.
 """
@@ -29,6 +29,7 @@ from . import (
     models,
     params,
     pretrain,
+    rerank,
     serve,
     tokenizer,
 )
@@ -57,6 +58,7 @@ def _main(
 for _area in (
     fetch,
     embed,
+    rerank,
     fill_mask,
     serve,
     index,

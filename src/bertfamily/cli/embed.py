@@ -141,6 +141,17 @@ def embed(
         "file  [default: 10000]",
         show_default=False,
     ),
+    dimensions: int | None = typer.Option(
+        None,
+        min=1,
+        help="Keep the first N coordinates, renormalised (Matryoshka models).",
+        show_default=False,
+    ),
+    precision: str = typer.Option(
+        "float32",
+        help="float32, int8, uint8, binary or ubinary (sentence-transformers' "
+        "quantize_embeddings; int8 ranges from these rows). Not for bulk mode.",
+    ),
 ):
     """Sentence embeddings; prints the cosine-similarity matrix (or writes --output, or JSONL
     with --format jsonl). Inputs longer than the model's limit are truncated, with a warning.
@@ -151,7 +162,13 @@ def embed(
     from ..pipelines.embed import cosine_matrix
 
     check_format(fmt)
+    from ..pipelines.quantize import PRECISIONS
+
+    if precision not in PRECISIONS:
+        raise InputError(f"--precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
     if output is not None and (output.is_dir() or output.suffix == ""):
+        if dimensions is not None or precision != "float32":
+            raise InputError("--dimensions and --precision are not for bulk mode (--output DIR)")
         _embed_bulk(sentences, input, output, model, batch_size, dtype, shard_size, quantize)
         return
     if shard_size is not None:
@@ -169,6 +186,11 @@ def embed(
     embedder = _embedder(model, dtype, quantize)
     vectors = _encode_with_progress(embedder, texts, batch_size)
     _report_truncation(embedder, texts)
+    if dimensions is not None or precision != "float32":
+        from ..pipelines.quantize import quantize_embeddings, truncate_dimensions
+
+        vectors = truncate_dimensions(vectors, dimensions, embedder.pooling.normalize)
+        vectors = quantize_embeddings(vectors, precision)
 
     def jsonl() -> str:  # "line": 1-based (SENTENCE arguments first, then the file's lines)
         return "".join(

@@ -29,7 +29,9 @@ def serve(
         None,
         metavar="DIR|NAME",
         help="Model directory, resource name (default: all-MiniLM-L6-v2) or cached org/name: an "
-        "embedding model (/embed, /v1/embeddings) or a (token-)classification model (/predict).",
+        "embedding model (/embed, /v1/embeddings, /embed_all, /similarity), a cross-encoder "
+        "(/rerank, /predict), a SPLADE model (/embed_sparse) or a (token-)classification model "
+        "(/predict); every model answers /tokenize and /decode.",
     ),
     host: str = typer.Option("127.0.0.1", help="Address to listen on (0.0.0.0: every one)."),
     port: int = typer.Option(8080, min=0, max=65535, help="Port to listen on."),
@@ -69,8 +71,9 @@ def serve(
         30.0, min=0, help="Seconds to finish the requests in flight after SIGTERM / Ctrl-C."
     ),
 ):
-    """Serve a model over HTTP: POST /embed, /v1/embeddings, /predict; GET /health, /info,
-    /metrics (Prometheus). Routes and JSON as Hugging Face's text-embeddings-inference."""
+    """Serve a model over HTTP: POST /embed, /v1/embeddings, /embed_all, /similarity,
+    /embed_sparse, /rerank, /predict, /tokenize, /decode; GET /health, /info, /metrics
+    (Prometheus). Routes and JSON as Hugging Face's text-embeddings-inference."""
     from ..deps import require
 
     for module in ("fastapi", "uvicorn", "prometheus_client"):

@@ -256,6 +256,9 @@ class SentenceEmbedder:
         prompt: str | None = None,
         max_batch_tokens: int | None = None,
         normalize: bool | None = None,
+        dimensions: int | None = None,
+        precision: str = "float32",
+        truncation_side: str = "right",
     ) -> np.ndarray:
         """Embed texts.
 
@@ -277,9 +280,15 @@ class SentenceEmbedder:
                 many tokens (`train.data.sorted_batches`), as a server's token budget does.
             normalize: L2-normalise the rows; None = as the model's modules say (a
                 ``Normalize`` module, or the pooling's ``normalize``).
+            dimensions: keep the first ``dimensions`` coordinates (Matryoshka), renormalised
+                when ``normalize`` (`quantize.truncate_dimensions`).
+            precision: "float32", or "int8", "uint8", "binary", "ubinary" as
+                sentence-transformers' ``quantize_embeddings`` (int8 ranges from these rows;
+                `quantize.quantize_embeddings` takes calibration ranges).
+            truncation_side: "right" (default) or "left": which end of a long text is cut.
 
         Returns:
-            (N, dimension) float32 array.
+            (N, dimension or ``dimensions``) float32 array (or the precision's integers).
 
         Raises:
             ValueError: both ``prompt`` and ``prompt_name``, an unknown ``prompt_name``,
@@ -296,6 +305,9 @@ class SentenceEmbedder:
                 prompt=prompt,
                 max_batch_tokens=max_batch_tokens,
                 normalize=normalize,
+                dimensions=dimensions,
+                precision=precision,
+                truncation_side=truncation_side,
             )[0]
         texts = list(texts)
         for i, t in enumerate(texts):
@@ -304,10 +316,14 @@ class SentenceEmbedder:
                     f"texts[{i}] is {type(t).__name__} ({str(t)[:40]!r}), not a string; give "
                     "every text as a str"
                 )
+        from .quantize import quantize_embeddings, truncate_dimensions
+
+        if dimensions is not None:  # checked before any work
+            truncate_dimensions(np.zeros((1, self.dimension), np.float32), dimensions, False)
         prefix = self._prompt(prompt, prompt_name)
         texts = [prefix + t for t in texts]
         if not texts:
-            return np.zeros((0, self.dimension), dtype=np.float32)
+            return np.zeros((0, dimensions or self.dimension), dtype=np.float32)
         skip = 0 if self.pooling.include_prompt else self.prompt_length(prefix)
         out = np.zeros((len(texts), self.dimension), dtype=np.float32)
         truncated, cut_rows = 0, []
@@ -316,7 +332,10 @@ class SentenceEmbedder:
             normalize = self.pooling.normalize
         for idx in sorted_batches(lengths, batch_size, max_batch_tokens):
             batch = self.tokenizer(
-                [texts[i] for i in idx], max_length=self.max_length, return_truncated=True
+                [texts[i] for i in idx],
+                max_length=self.max_length,
+                return_truncated=True,
+                truncation_side=truncation_side,
             )
             truncated += int(batch["truncated"].sum())
             cut_rows += [i for i, c in zip(idx, batch["truncated"].tolist()) if c]
@@ -352,6 +371,38 @@ class SentenceEmbedder:
                 len(texts),
                 self.max_length,
             )
+        out = truncate_dimensions(out, dimensions, normalize)
+        return quantize_embeddings(out, precision) if precision != "float32" else out
+
+    @torch.inference_mode()
+    def encode_tokens(
+        self,
+        texts: Sequence[str],
+        *,
+        prompt_name: str | None = None,
+        batch_size: int = 32,
+        truncation_side: str = "right",
+    ) -> list[np.ndarray]:
+        """The encoder's last hidden state of every token of each text (prompt and special
+        tokens included; TEI's ``/embed_all``): one (T_i, H) float32 array per text."""
+        prefix = self._prompt(None, prompt_name)
+        texts = [prefix + t for t in texts]
+        out: list[np.ndarray] = [np.zeros((0, self.model.config.hidden_size))] * len(texts)
+        lengths = token_lengths(self.tokenizer, texts, max_length=self.max_length)
+        for idx in sorted_batches(lengths, batch_size):
+            batch = self.tokenizer(
+                [texts[i] for i in idx],
+                max_length=self.max_length,
+                truncation_side=truncation_side,
+            )
+            batch = {
+                k: v.to(self.device)
+                for k, v in batch.items()
+                if k in ("input_ids", "attention_mask", "token_type_ids")
+            }
+            hidden = self.model.encoder(**batch).last_hidden_state.float().cpu().numpy()
+            for row, i in enumerate(idx):
+                out[i] = hidden[row, : lengths[i]]
         return out
 
 

@@ -10,6 +10,13 @@ Read here: ``modules.json`` (the module list, run in order), the Transformer mod
 weights (``model.safetensors``, else ``pytorch_model.bin`` read with ``weights_only=True``),
 Normalize, and ``config_sentence_transformers.json`` (``prompts``, ``default_prompt_name``).
 Anything we cannot run exactly is an error that names the file, never skipped.
+
+Two other kinds of directory are read here too: cross-encoders (`read_cross_encoder`: a
+sequence-classification model, either a plain Hugging Face directory whose ``config.json`` may
+carry the activation, or a sentence-transformers 6 directory whose one Transformer module has
+``transformer_task: sequence-classification``) and SPLADE sparse encoders (`read_splade`: an
+``MLMTransformer`` (or fill-mask Transformer) then ``SpladePooling``). `directory_kind` tells
+the four apart.
 """
 
 from __future__ import annotations
@@ -323,6 +330,13 @@ def read_sentence_modules(path: Path) -> SentenceModules:
         raise SentenceModulesError(f"{modules_file} is not readable JSON: {e}") from e
     if not isinstance(entries, list):
         raise SentenceModulesError(f"{modules_file} must hold a list of modules")
+    kind = _directory_kind(path, entries)
+    if kind != "embedding":
+        reader = "Reranker" if kind == "cross-encoder" else "SparseEncoder"
+        raise SentenceModulesError(
+            f"{modules_file}: this is a {kind} directory, not a sentence embedder; load it "
+            f"with bertfamily's {reader}"
+        )
     kinds = [_kind(e, modules_file) for e in entries]
     order = "".join(k[0] for k in kinds)  # T, P, D, N
     if not re.fullmatch(r"TPD*N*", order):
@@ -346,6 +360,11 @@ def read_sentence_modules(path: Path) -> SentenceModules:
 
 __all__ = [
     "POOLING_MODES",
+    "CrossEncoderSpec",
+    "SpladeSpec",
+    "directory_kind",
+    "read_cross_encoder",
+    "read_splade",
     "DenseLayer",
     "PoolingSpec",
     "SentenceModules",
@@ -353,3 +372,222 @@ __all__ = [
     "activation_module",
     "read_sentence_modules",
 ]
+
+
+# --- cross-encoders and SPLADE -------------------------------------------------------------------
+_CLASSIFY_SUFFIX = "ForSequenceClassification"
+_MLM_SUFFIX = "ForMaskedLM"
+SPLADE_POOLING = ("max", "sum")
+SPLADE_ACTIVATIONS = ("relu", "log1p_relu")
+
+
+def _entries(path: Path) -> list[Any] | None:
+    file = path / MODULES_FILE
+    if not file.is_file():
+        return None
+    try:
+        entries = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise SentenceModulesError(f"{file} is not readable JSON: {e}") from e
+    if not isinstance(entries, list):
+        raise SentenceModulesError(f"{file} must hold a list of modules")
+    return entries
+
+
+def _class_name(entry: Any) -> str:
+    return entry.get("type", "").rsplit(".", 1)[-1] if isinstance(entry, dict) else ""
+
+
+def _architectures(path: Path) -> list[str]:
+    file = path / "config.json"
+    if not file.is_file():
+        return []
+    archs = read_json_file(file, "the model config").get("architectures") or []
+    return [a for a in archs if isinstance(a, str)] if isinstance(archs, list) else []
+
+
+def _directory_kind(path: Path, entries: list[Any] | None) -> str:
+    if entries is None:
+        archs = _architectures(path)
+        if any(a.endswith(_CLASSIFY_SUFFIX) for a in archs):
+            return "cross-encoder"
+        return "embedding"
+    names = [_class_name(e) for e in entries]
+    if "SpladePooling" in names or "MLMTransformer" in names:
+        return "sparse"
+    if names == ["Transformer"]:
+        file = path / MODEL_SETTINGS_FILE
+        settings = read_json_file(file, "the model settings") if file.is_file() else {}
+        task = _transformer_task(path, entries[0])
+        if settings.get("model_type") == "CrossEncoder" or task == "sequence-classification":
+            return "cross-encoder"
+    return "embedding"
+
+
+def _transformer_task(path: Path, entry: Any) -> str | None:
+    sub = inside(path, entry["path"], path / MODULES_FILE) if entry.get("path") else path
+    file = sub / SETTINGS_FILE
+    if not file.is_file():
+        return None
+    task = read_json_file(file, "the Transformer settings").get("transformer_task")
+    return task if isinstance(task, str) else None
+
+
+def directory_kind(path: str | Path) -> str:
+    """What a model directory holds, as sentence-transformers would load it: "cross-encoder"
+    (a sequence-classification model: `read_cross_encoder`), "sparse" (SPLADE:
+    `read_splade`) or "embedding" (everything else: `read_sentence_modules`; plain Hugging Face
+    classifiers are told apart later by their architectures).
+
+    A plain Hugging Face directory (no ``modules.json``) with a ``*ForSequenceClassification``
+    architecture counts as a cross-encoder when it has one label (as text-embeddings-inference
+    decides: a one-label classifier is a reranker) or when its config says so
+    (``sentence_transformers``, ``sbert_ce_default_activation_function``, or
+    config_sentence_transformers.json's ``model_type: CrossEncoder``); a classifier with
+    several labels and no such mark is reported as "embedding" here (served as labels).
+    """
+    path = Path(path)
+    entries = _entries(path)
+    kind = _directory_kind(path, entries)
+    if kind == "cross-encoder" and entries is None and not _marked_cross_encoder(path):
+        return "embedding"
+    return kind
+
+
+def _marked_cross_encoder(path: Path) -> bool:
+    cfg = read_json_file(path / "config.json", "the model config")
+    if "sentence_transformers" in cfg or cfg.get("sbert_ce_default_activation_function"):
+        return True
+    labels = cfg.get("num_labels", len(cfg.get("id2label") or {}) or 2)
+    if labels == 1:
+        return True
+    file = path / MODEL_SETTINGS_FILE
+    return file.is_file() and read_json_file(file).get("model_type") == "CrossEncoder"
+
+
+@dataclass(frozen=True)
+class CrossEncoderSpec:
+    """A cross-encoder directory: the sequence-classification model in ``model_dir``, the
+    activation its scores go through by default (sentence-transformers' ``activation_fn``:
+    the name it saved, else Sigmoid for one label and Identity for more), the token limit and
+    the prompts."""
+
+    model_dir: Path
+    activation: str | None  # a torch.nn class path, or None for the default by label count
+    max_seq_length: int | None = None
+    prompts: dict[str, str] = field(default_factory=dict)
+    default_prompt_name: str | None = None
+
+    def activation_module(self, num_labels: int) -> nn.Module:
+        """The default activation as a module (see the class)."""
+        if self.activation is None:
+            return nn.Sigmoid() if num_labels == 1 else nn.Identity()
+        return activation_module(self.activation, self.model_dir / "config.json")
+
+
+def read_cross_encoder(path: str | Path) -> CrossEncoderSpec:
+    """Read a cross-encoder directory in either layout.
+
+    - classic (no ``modules.json``): config.json's ``sentence_transformers.activation_fn``
+      (sentence-transformers 4-5) or ``sbert_ce_default_activation_function`` (before 4);
+    - sentence-transformers 6: one Transformer module (``sentence_bert_config.json`` with
+      ``transformer_task: sequence-classification``) and the activation in
+      ``config_sentence_transformers.json`` (``activation_fn``), config.json's as a fallback.
+
+    Raises:
+        SentenceModulesError: modules other than one Transformer, a model that is not a
+            sequence classifier, or an activation that is not a torch.nn activation.
+    """
+    path = Path(path)
+    entries = _entries(path)
+    model_dir = path
+    if entries is not None:
+        if [_class_name(e) for e in entries] != ["Transformer"]:
+            raise SentenceModulesError(
+                f"{path / MODULES_FILE}: a cross-encoder is one Transformer module, got "
+                f"{[_class_name(e) for e in entries]}"
+            )
+        if entries[0].get("path"):
+            model_dir = inside(path, entries[0]["path"], path / MODULES_FILE)
+    if not any(a.endswith(_CLASSIFY_SUFFIX) for a in _architectures(model_dir)):
+        raise SentenceModulesError(
+            f"{model_dir / 'config.json'}: a cross-encoder needs a *ForSequenceClassification "
+            "architecture"
+        )
+    cfg = read_json_file(model_dir / "config.json", "the model config")
+    file = path / MODEL_SETTINGS_FILE
+    settings = read_json_file(file, "the model settings") if file.is_file() else {}
+    block = cfg.get("sentence_transformers")
+    activation = settings.get("activation_fn")
+    if activation is None and isinstance(block, dict):
+        activation = block.get("activation_fn")
+    if activation is None:
+        activation = cfg.get("sbert_ce_default_activation_function")
+    if activation is not None:
+        activation_module(activation, file if "activation_fn" in settings else model_dir)
+    max_len, _ = _settings(model_dir)
+    prompts, default = _prompts(path)
+    return CrossEncoderSpec(model_dir, activation, max_len, prompts, default)
+
+
+@dataclass(frozen=True)
+class SpladeSpec:
+    """A SPLADE directory: the masked-LM model in ``model_dir``, the pooling over tokens
+    (``max`` or ``sum``) of log(1 + ReLU(logits)) (``log1p_relu``: log1p once more), the token
+    limit and the prompts."""
+
+    model_dir: Path
+    pooling: str = "max"
+    activation: str = "relu"
+    max_seq_length: int | None = None
+    do_lower_case: bool = False
+    prompts: dict[str, str] = field(default_factory=dict)
+    default_prompt_name: str | None = None
+
+
+def read_splade(path: str | Path) -> SpladeSpec:
+    """Read a SPLADE directory: ``MLMTransformer`` (or a Transformer with
+    ``transformer_task: fill-mask``) then ``SpladePooling`` (``pooling_strategy``,
+    ``activation_function``).
+
+    Raises:
+        SentenceModulesError: other modules, an unknown pooling or activation, or a model that
+            is not a masked LM.
+    """
+    path = Path(path)
+    entries = _entries(path)
+    names = [_class_name(e) for e in entries or []]
+    if (
+        len(names) != 2
+        or names[0] not in ("MLMTransformer", "Transformer")
+        or names[1] != ("SpladePooling")
+    ):
+        raise SentenceModulesError(
+            f"{path / MODULES_FILE}: a SPLADE model is MLMTransformer then SpladePooling, got "
+            f"{names}"
+        )
+    assert entries is not None
+    dirs = [
+        inside(path, e["path"], path / MODULES_FILE) if e.get("path") else path for e in entries
+    ]
+    if not any(a.endswith(_MLM_SUFFIX) for a in _architectures(dirs[0])):
+        raise SentenceModulesError(
+            f"{dirs[0] / 'config.json'}: SPLADE needs a *ForMaskedLM architecture"
+        )
+    file = dirs[1] / "config.json"
+    cfg = read_json_file(file, "the SpladePooling settings")
+    pooling = cfg.get("pooling_strategy", "max")
+    activation = cfg.get("activation_function", "relu")
+    if pooling not in SPLADE_POOLING:
+        raise SentenceModulesError(f"{file}: pooling_strategy must be one of {SPLADE_POOLING}")
+    if activation not in SPLADE_ACTIVATIONS:
+        raise SentenceModulesError(
+            f"{file}: activation_function must be one of {SPLADE_ACTIVATIONS}"
+        )
+    unknown = sorted(set(cfg) - {"pooling_strategy", "activation_function", "embedding_dimension",
+                                  "chunk_size"})  # fmt: skip
+    if unknown:
+        raise SentenceModulesError(f"{file}: unsupported settings {unknown}")
+    max_len, lower = _settings(dirs[0])
+    prompts, default = _prompts(path)
+    return SpladeSpec(dirs[0], pooling, activation, max_len, lower, prompts, default)

@@ -1,11 +1,13 @@
 """The HTTP server of `bertfamily serve`: a FastAPI app over one model directory.
 
 Routes and shapes follow Hugging Face's text-embeddings-inference (TEI) router
-(``router/src/http/types.rs``): ``POST /embed`` (``{"inputs", "truncate", "normalize",
-"prompt_name"}`` → ``[[float]]``), the OpenAI-compatible ``POST /v1/embeddings`` (``{"input",
-"model", "encoding_format"}`` → ``{"object": "list", "data", "model", "usage"}``), ``POST
-/predict`` for classification and token-classification directories, ``GET /health``, ``GET
-/info`` and ``GET /metrics`` (Prometheus text). Errors are TEI's JSON, ``{"error",
+(``router/src/http/types.rs``; the bodies, every field, in `wire`): ``POST /embed`` (→
+``[[float]]``), ``/embed_all`` (token vectors), ``/similarity``, the OpenAI-compatible ``POST
+/v1/embeddings`` (→ ``{"object": "list", "data", "model", "usage"}``) for embedding models;
+``/embed_sparse`` for SPLADE models; ``/rerank`` and ``/predict`` for cross-encoders;
+``/predict`` for classification and token-classification directories; ``/tokenize`` and
+``/decode`` for all; ``GET /health``, ``GET /info`` and ``GET /metrics`` (Prometheus text).
+Unknown body fields are ignored, as TEI and OpenAI ignore them. Errors are TEI's JSON, ``{"error",
 "error_type"}`` (``{"message", "code", "type"}`` on ``/v1/``): 413 for a request over a limit
 (inputs per request, characters per input, tokens without ``truncate``), 422 for an empty or
 malformed request, 401 for a missing or wrong API key (checked before anything is read).
@@ -24,7 +26,7 @@ from collections.abc import Sequence
 from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 from fastapi import FastAPI, Request
@@ -37,7 +39,6 @@ from prometheus_client import (
     Histogram,
     generate_latest,
 )
-from pydantic import BaseModel, ConfigDict
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -50,9 +51,23 @@ from ..pipelines.early_exit import EarlyExitClassifier
 from ..pipelines.embed import SentenceEmbedder
 from ..pipelines.ner import EntityTagger
 from ..pipelines.precision import QuantizationError
-from ..pipelines.sentence_modules import read_sentence_modules
+from ..pipelines.quantize import truncate_dimensions
+from ..pipelines.rerank import Reranker
+from ..pipelines.sentence_modules import directory_kind, read_sentence_modules
+from ..pipelines.sparse import SparseEncoder
 from ..resources.resolve import resolve_model
 from .batcher import DynamicBatcher
+from .wire import (
+    DecodeRequest,
+    EmbedAllRequest,
+    EmbedRequest,
+    OpenAIEmbedRequest,
+    PredictRequest,
+    RerankRequest,
+    SimilarityRequest,
+    SparseRequest,
+    TokenizeRequest,
+)
 
 __all__ = ["ServeSettings", "ServeError", "create_app", "load_served_model"]
 
@@ -127,39 +142,15 @@ class ServeSettings:
             raise InputError("api_key must not be empty")
 
 
-# --- request bodies (TEI's names; unknown fields are refused, a typo never passes silently) -----
-class EmbedRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    inputs: str | list[str]
-    truncate: bool | None = None
-    normalize: bool = True
-    prompt_name: str | None = None
-
-
-class OpenAIEmbedRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    input: str | list[str]
-    model: str | None = None
-    user: str | None = None
-    encoding_format: Literal["float", "base64"] = "float"
-
-
-class PredictRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    inputs: str | list[str] | list[list[str]]
-    truncate: bool | None = None
-    raw_scores: bool = False
-    speed: float | None = None  # early exit (self-distilled classifiers), in [0, 1]
-
-
 def load_served_model(
     model_dir: str | Path, dtype="auto", quantize: str | None = None, speed: float | None = None
 ):
-    """The pipeline that serves ``model_dir``: an `EntityTagger` for a token-classification
-    directory, a `TextClassifier` for a sequence-classification one (an `EarlyExitClassifier`
-    when it holds FastBERT students, ``early_exit.json``: default ``speed`` 0 = the full model,
-    a request's ``speed`` overrides it), else a `SentenceEmbedder` (sentence-transformers
-    modules, or mean pooling).
+    """The pipeline that serves ``model_dir``: a `Reranker` for a cross-encoder directory
+    (`sentence_modules.directory_kind`), a `SparseEncoder` for a SPLADE one, an `EntityTagger`
+    for a token-classification directory, a `TextClassifier` for a sequence-classification
+    one (an `EarlyExitClassifier` when it holds FastBERT students, ``early_exit.json``: default
+    ``speed`` 0 = the full model, a request's ``speed`` overrides it), else a
+    `SentenceEmbedder` (sentence-transformers modules, or mean pooling).
 
     Args:
         model_dir: a local directory, a resource name or a cached ``org/name`` (resolved once).
@@ -173,6 +164,13 @@ def load_served_model(
         QuantizationError: int8 asked for a classification model, or see `SentenceEmbedder`.
     """
     path = resolve_model(model_dir)  # the one lookup; the loaders below get the directory
+    kind = directory_kind(path)
+    if kind != "embedding" and quantize is not None:
+        raise QuantizationError(f"--quantize int8 is for embedding models; this is a {kind}")
+    if kind == "cross-encoder":
+        return Reranker(path)
+    if kind == "sparse":
+        return SparseEncoder(path)
     modules = read_sentence_modules(path)
     hf_config = read_hf_config(modules.model_dir)  # read once, handed to the embedder
     task = task_of(family_of(hf_config), hf_config)
@@ -325,9 +323,9 @@ def _replay(bodies: list[bytes], last: dict | None, receive=None):
 def create_app(
     model, settings: ServeSettings | None = None, *, model_dir: str | Path | None = None
 ) -> FastAPI:
-    """The FastAPI app serving ``model`` (a `SentenceEmbedder`, `TextClassifier` or
-    `EntityTagger`; see `load_served_model`). The model worker starts and stops with the app's
-    lifespan; on shutdown every request in flight is answered first.
+    """The FastAPI app serving ``model`` (a `SentenceEmbedder`, `Reranker`, `SparseEncoder`,
+    `TextClassifier` or `EntityTagger`; see `load_served_model`). The model worker starts
+    and stops with the app's lifespan; on shutdown every request in flight is answered first.
 
     Args:
         model: the pipeline.
@@ -336,15 +334,18 @@ def create_app(
             its files); default the embedder's ``path``.
 
     Raises:
-        TypeError: ``model`` is none of the three pipelines.
+        TypeError: ``model`` is none of these pipelines.
         ValueError: no ``model_dir`` for a classifier.
     """
     settings = settings or ServeSettings()
-    if not isinstance(model, (SentenceEmbedder, TextClassifier, EntityTagger)):
+    served = (SentenceEmbedder, Reranker, SparseEncoder, TextClassifier, EntityTagger)
+    if not isinstance(model, served):
         raise ArgumentTypeError(f"cannot serve a {type(model).__name__}")
     embedding = isinstance(model, SentenceEmbedder)
+    reranker = isinstance(model, Reranker)
+    sparse = isinstance(model, SparseEncoder)
     if model_dir is None:
-        if not embedding:
+        if not (embedding or reranker or sparse):
             raise InputError("give model_dir: the directory the classifier was loaded from")
         model_dir = model.path
     model_dir = Path(model_dir)
@@ -355,15 +356,26 @@ def create_app(
     def run(key, inputs: list) -> Sequence[Any]:
         """The model call of one group (on the worker thread)."""
         kind = key[0]
+        sizes = dict(batch_size=settings.batch_size, max_batch_tokens=settings.max_batch_tokens)
         if kind == "embed":
-            _, normalize, prompt_name = key
+            _, normalize, prompt_name, side = key
             return model.encode(
-                inputs,
-                batch_size=settings.batch_size,
-                max_batch_tokens=settings.max_batch_tokens,
-                normalize=normalize,
-                prompt_name=prompt_name,
+                inputs, normalize=normalize, prompt_name=prompt_name, truncation_side=side, **sizes
             )
+        if kind == "embed_all":
+            _, prompt_name, side = key
+            return model.encode_tokens(
+                inputs,
+                prompt_name=prompt_name,
+                truncation_side=side,
+                batch_size=sizes["batch_size"],
+            )
+        if kind == "sparse":
+            _, prompt_name, side = key
+            return model.encode(inputs, prompt_name=prompt_name, truncation_side=side, **sizes)
+        if kind == "rerank":
+            _, raw, side = key
+            return model.predict(inputs, raw_scores=raw, truncation_side=side, **sizes)
         if kind == "classify":
             _, raw, pairs, speed = key
             texts = [x[0] for x in inputs]
@@ -448,10 +460,10 @@ def create_app(
         return response
 
     def check_texts(
-        texts: list[str], truncate: bool | None, pairs: list[str] | None = None
+        texts: list[str], truncate: bool | None, pairs: list[str] | None = None, prefix: str = ""
     ) -> list[int]:
         """Refuse what is over a limit; the token count of each text (or pair) after
-        truncation."""
+        truncation, ``prefix`` (the prompt) included."""
         if not texts:
             raise ServeError(422, "inputs cannot be empty", "Empty")
         if len(texts) > settings.max_client_batch_size:
@@ -478,7 +490,8 @@ def create_app(
                     f"input {i} has {chars:,} characters; the maximum is "
                     f"{settings.max_input_chars:,} (max_input_chars)",
                 )
-        enc = model.tokenizer(texts, pairs, truncation=False, padding=False, return_tensors=None)
+        firsts = [prefix + t for t in texts]
+        enc = model.tokenizer(firsts, pairs, truncation=False, padding=False, return_tensors=None)
         counts = [len(ids) for ids in enc["input_ids"]]
         if not (settings.auto_truncate if truncate is None else truncate):
             for i, n in enumerate(counts):
@@ -501,23 +514,59 @@ def create_app(
             raise ServeError(422, f"the model cannot run this request: {detail}") from None
 
     def need(kind: str) -> None:
-        if kind == "embed" and not embedding:
-            raise ServeError(400, f"{model_id} is a classifier: use /predict", "Validation")
-        if kind == "predict" and embedding:
-            raise ServeError(400, f"{model_id} is an embedding model: use /embed", "Validation")
+        what = (
+            "an embedding model: use /embed"
+            if embedding
+            else "a reranker: use /rerank or /predict"
+            if reranker
+            else "a sparse model: use /embed_sparse"
+            if sparse
+            else "a classifier: use /predict"
+        )
+        ok = {
+            "embed": embedding,
+            "predict": not (embedding or sparse),
+            "rerank": reranker,
+            "sparse": sparse,
+        }
+        if not ok[kind]:
+            raise ServeError(400, f"{model_id} is {what}", "Validation")
 
-    async def embed_texts(route: str, texts: list[str], truncate, normalize, prompt_name):
-        need("embed")
-        if prompt_name is not None and prompt_name not in model.prompts:
+    def prompt_text(prompt_name: str | None) -> str:
+        """The prompt prepended to each input (named, or the model's default): it counts
+        toward the token limit and ``usage``."""
+        prompts = getattr(model, "prompts", {})
+        if prompt_name is not None and prompt_name not in prompts:
             raise ServeError(
-                422, f"unknown prompt_name {prompt_name!r}; this model has {sorted(model.prompts)}"
+                422, f"unknown prompt_name {prompt_name!r}; this model has {sorted(prompts)}"
             )
-        counts = await run_in_threadpool(check_texts, texts, truncate)  # off the event loop
+        name = (
+            prompt_name if prompt_name is not None else getattr(model, "default_prompt_name", None)
+        )
+        return prompts.get(name, "") if name is not None else ""
+
+    def as_list(inputs: str | list[str]) -> list[str]:
+        return [inputs] if isinstance(inputs, str) else inputs
+
+    async def compute(route: str, texts: list[str], key: tuple, truncate, prompt_name=None):
+        prefix = prompt_text(prompt_name)
+        # tokenizing runs off the event loop: /health and admission stay responsive
+        counts = await run_in_threadpool(check_texts, texts, truncate, None, prefix)
         tokens = sum(counts)
-        vectors = await submit(texts, tokens, ("embed", normalize, prompt_name))
+        out = await submit(texts, tokens, key)
         metrics.tokens.labels(route).inc(tokens)
         metrics.inputs.labels(route).inc(len(texts))
-        return np.asarray(vectors), tokens
+        return out, tokens
+
+    async def embed_texts(route, texts, truncate, normalize, prompt_name, side="right", dims=None):
+        need("embed")
+        key = ("embed", normalize, prompt_name, side)
+        vectors, tokens = await compute(route, texts, key, truncate, prompt_name)
+        try:
+            vectors = truncate_dimensions(np.asarray(vectors), dims, normalize)
+        except InputError as e:
+            raise ServeError(422, str(e), "Validation") from None
+        return vectors, tokens
 
     @app.get("/health")
     async def health() -> dict:
@@ -534,9 +583,17 @@ def create_app(
                 else list(model.pooling.mode)
             )
             model_type: dict = {"embedding": {"pooling": pooling, "dimension": model.dimension}}
+        elif sparse:
+            model_type = {"embedding": {"pooling": "splade", "dimension": model.dimension}}
         else:
             names = list(model.labels)
-            kind = "classifier" if isinstance(model, TextClassifier) else "token_classifier"
+            kind = (
+                "reranker"
+                if reranker
+                else "classifier"
+                if isinstance(model, TextClassifier)
+                else "token_classifier"
+            )
             model_type = {
                 kind: {
                     "id2label": dict(enumerate(names)),
@@ -552,7 +609,7 @@ def create_app(
             "model_sha": app.state.digest,
             "model_dtype": dtype,
             "model_type": model_type,
-            "dimension": model.dimension if embedding else None,
+            "dimension": model.dimension if embedding or sparse else None,
             "max_input_length": max_length,
             "max_batch_tokens": settings.max_batch_tokens,
             "batching": settings.batching,
@@ -569,19 +626,61 @@ def create_app(
 
     @app.post("/embed")
     async def embed(body: EmbedRequest) -> list[list[float]]:
-        """TEI's /embed: one vector per input, in input order."""
-        texts = [body.inputs] if isinstance(body.inputs, str) else body.inputs
+        """TEI's /embed: one vector per input, in input order (``dimensions``: the first
+        coordinates, renormalised when ``normalize``)."""
         vectors, _ = await embed_texts(
-            "/embed", texts, body.truncate, body.normalize, body.prompt_name
+            "/embed",
+            as_list(body.inputs),
+            body.truncate,
+            body.normalize,
+            body.prompt_name,
+            body.truncation_direction,
+            body.dimensions,
         )
         return vectors.tolist()
+
+    @app.post("/embed_all")
+    async def embed_all(body: EmbedAllRequest) -> list[list[list[float]]]:
+        """TEI's /embed_all: every token's vector (special tokens included) per input."""
+        need("embed")
+        if getattr(model, "int8_plan", None) is not None:
+            raise ServeError(400, "/embed_all needs the torch model, not the int8 graph")
+        key = ("embed_all", body.prompt_name, body.truncation_direction)
+        rows, _ = await compute(
+            "/embed_all", as_list(body.inputs), key, body.truncate, body.prompt_name
+        )
+        return [r.tolist() for r in rows]
+
+    @app.post("/similarity")
+    async def similarity(body: SimilarityRequest) -> list[float]:
+        """TEI's /similarity: the cosine of ``source_sentence`` with each of ``sentences``."""
+        texts = [body.inputs.source_sentence, *body.inputs.sentences]
+        vectors, _ = await embed_texts(
+            "/similarity", texts, body.truncate, True, body.prompt_name, body.truncation_direction
+        )
+        return (vectors[1:] @ vectors[0]).astype(float).tolist()
+
+    @app.post("/embed_sparse")
+    async def embed_sparse(body: SparseRequest) -> list[list[dict]]:
+        """TEI's /embed_sparse: the non-zero ``{"index", "value"}`` of each input's vector."""
+        need("sparse")
+        key = ("sparse", body.prompt_name, body.truncation_direction)
+        rows, _ = await compute(
+            "/embed_sparse", as_list(body.inputs), key, body.truncate, body.prompt_name
+        )
+        return [
+            [{"index": i, "value": v} for i, v in zip(r.indices.tolist(), r.values.tolist())]
+            for r in rows
+        ]
 
     @app.post("/v1/embeddings")
     async def openai_embeddings(body: OpenAIEmbedRequest) -> dict:
         """OpenAI's embeddings API (as TEI serves it): ``data`` in input order, ``usage`` the
-        input tokens (special tokens included, after truncation)."""
-        texts = [body.input] if isinstance(body.input, str) else body.input
-        vectors, tokens = await embed_texts("/v1/embeddings", texts, None, True, None)
+        input tokens (prompt and special tokens included, after truncation)."""
+        texts = as_list(body.input)
+        vectors, tokens = await embed_texts(
+            "/v1/embeddings", texts, None, True, None, dims=body.dimensions
+        )
         data = []
         for i, v in enumerate(vectors):
             if body.encoding_format == "base64":  # little-endian float32 bytes, as OpenAI's
@@ -592,20 +691,96 @@ def create_app(
         usage = {"prompt_tokens": tokens, "total_tokens": tokens}
         return {"object": "list", "data": data, "model": model_id, "usage": usage}
 
+    @app.post("/rerank")
+    async def rerank(body: RerankRequest) -> list[dict]:
+        """TEI's /rerank: ``{"index", "score"}`` (and ``"text"`` with ``return_text``) per text,
+        best first; scores through the model's activation unless ``raw_scores``."""
+        need("rerank")
+        if not body.texts:
+            raise ServeError(422, "texts cannot be empty", "Empty")
+        if not body.query.strip():
+            raise ServeError(422, "query is empty", "Empty")
+        pairs = [(body.query, t) for t in body.texts]
+        counts = await run_in_threadpool(
+            check_texts, [body.query] * len(pairs), body.truncate, list(body.texts)
+        )
+        tokens = sum(counts)
+        key = ("rerank", body.raw_scores, body.truncation_direction)
+        scores = np.asarray(await submit(pairs, tokens, key))
+        metrics.tokens.labels("/rerank").inc(tokens)
+        metrics.inputs.labels("/rerank").inc(len(pairs))
+        order = np.argsort(-scores, kind="stable")
+        return [
+            {"index": int(i), "score": float(scores[i])}
+            | ({"text": body.texts[i]} if body.return_text else {})
+            for i in order
+        ]
+
+    @app.post("/tokenize")
+    async def tokenize(body: TokenizeRequest) -> list[list[dict]]:
+        """TEI's /tokenize: per input, its tokens ``{"id", "text", "special", "start",
+        "stop"}`` (character offsets into the input, null for special tokens)."""
+        prefix = prompt_text(body.prompt_name)
+        texts = [prefix + t for t in as_list(body.inputs)]
+
+        def encode() -> dict:  # tokenizer work runs off the event loop
+            check_texts(texts, True)
+            return model.tokenizer(
+                texts,
+                add_special_tokens=body.add_special_tokens,
+                truncation=False,
+                padding=False,
+                return_tensors=None,
+                return_offsets_mapping=True,
+                return_special_tokens_mask=True,
+            )
+
+        enc = await run_in_threadpool(encode)
+        out = []
+        for text, ids, offsets, special in zip(
+            texts, enc["input_ids"], enc["offset_mapping"], enc["special_tokens_mask"]
+        ):
+            tokens = model.tokenizer.convert_ids_to_tokens(ids)
+            out.append(
+                [
+                    {
+                        "id": i,
+                        "text": tok if sp else text[a:b],
+                        "special": bool(sp),
+                        "start": None if sp else a,
+                        "stop": None if sp else b,
+                    }
+                    for i, tok, (a, b), sp in zip(ids, tokens, offsets, special)
+                ]
+            )
+        return out
+
+    @app.post("/decode")
+    async def decode(body: DecodeRequest) -> list[str]:
+        """TEI's /decode: the text of each id sequence."""
+        batch = body.ids if body.ids and isinstance(body.ids[0], list) else [body.ids]
+        if not batch or not batch[0]:
+            raise ServeError(422, "ids cannot be empty", "Empty")
+        vocab = model.tokenizer.vocab_size
+        if any(not 0 <= i < vocab for row in batch for i in row):
+            raise ServeError(422, f"ids must be in [0, {vocab})", "Validation")
+        return [model.tokenizer.decode(row, body.skip_special_tokens) for row in batch]
+
     @app.post("/predict")
     async def predict(body: PredictRequest) -> list:
-        """TEI's /predict: a string, a pair ``[a, b]`` or a batch ``[[a], [a, b], ...]`` →
-        labels with scores, best first (one list, or one per input of a batch); a
-        self-distilled classifier adds ``exit_layer`` to each and takes ``speed``. A
-        token-classification model answers entities ``{"type", "text", "start", "end",
-        "score"}`` (character offsets) per input instead."""
+        """TEI's /predict: a string, a list of strings (a batch of single texts) or a batch of
+        ``[a]`` / ``[a, b]`` (pairs only as ``[[a, b], ...]``) → labels with scores, best first
+        (one list, or one per input of a batch). A reranker answers ``[{"label", "score"}]``
+        per pair; a token-classification model answers entities ``{"type", "text", "start",
+        "end", "score"}`` (character offsets) per input instead. A self-distilled classifier
+        adds ``exit_layer`` to each label and takes ``speed``."""
         need("predict")
         raw = body.inputs
-        single = isinstance(raw, str) or all(isinstance(x, str) for x in raw)
-        if isinstance(raw, str):
+        single = isinstance(raw, str)
+        if single:
             items = [[raw]]
-        elif single:
-            items = [list(raw)]
+        elif all(isinstance(x, str) for x in raw):
+            items = [[x] for x in raw]
         else:
             items = [list(x) for x in raw]
         if not items or not items[0]:
@@ -621,6 +796,8 @@ def create_app(
         is_pair = pairs == {2}
         if is_pair and isinstance(model, EntityTagger):
             raise ServeError(422, "a token-classification model takes single texts, not pairs")
+        if reranker and not is_pair:
+            raise ServeError(422, "a reranker scores pairs: send [[query, text], ...]")
         firsts = [x[0] for x in items]
         counts = await run_in_threadpool(
             check_texts, firsts, body.truncate, [x[1] for x in items] if is_pair else None
@@ -633,11 +810,25 @@ def create_app(
                 )
             if not 0.0 <= body.speed <= 1.0:
                 raise ServeError(422, f"speed must lie in [0, 1], got {body.speed}")
-        if isinstance(model, TextClassifier):
+        if reranker:
+            key = ("rerank", body.raw_scores, body.truncation_direction)
+            scores = np.asarray(await submit([tuple(x) for x in items], tokens, key))
+            label = model.labels[0] if model.num_labels == 1 else None
+            if label is not None:
+                out = [[{"label": label, "score": float(x)}] for x in scores]
+            else:
+                out = [
+                    sorted(
+                        ({"label": n, "score": float(v)} for n, v in zip(model.labels, row)),
+                        key=lambda d: -d["score"],
+                    )
+                    for row in scores
+                ]
+        elif isinstance(model, TextClassifier):
             key = ("classify", body.raw_scores, is_pair, body.speed)
             out = list(await submit(items, tokens, key))
         else:
-            out = list(await submit([x[0] for x in items], tokens, ("tokens",)))
+            out = list(await submit(firsts, tokens, ("tokens",)))
         metrics.tokens.labels("/predict").inc(tokens)
         metrics.inputs.labels("/predict").inc(len(items))
         return out[0] if single else out

@@ -280,7 +280,7 @@ class Tokenizer:
 
     @contextmanager
     def _truncation(
-        self, max_length: int | None, strategy: str = "longest_first", stride: int = 0
+        self, max_length: int | None, strategy: str = "longest_first", stride: int = 0, side="right"
     ) -> Iterator[None]:
         """Set truncation on the backend for one call, then restore it."""
         with self._lock:
@@ -288,7 +288,9 @@ class Tokenizer:
             if max_length is None:
                 self.backend.no_truncation()
             else:
-                self.backend.enable_truncation(max_length, stride=stride, strategy=strategy)
+                self.backend.enable_truncation(
+                    max_length, stride=stride, strategy=strategy, direction=side
+                )
             try:
                 yield
             finally:
@@ -316,6 +318,7 @@ class Tokenizer:
         return_length: bool = False,
         return_offsets: bool = False,
         return_truncated: bool = False,
+        truncation_side: str = "right",
         **unsupported: Any,
     ) -> dict[str, Any]:
         """Encode a batch of texts (or text pairs), with transformers' argument names and
@@ -356,6 +359,8 @@ class Tokenizer:
             return_length: also return ``length`` (rows,): tokens per row, padding included
                 (as transformers counts).
             return_truncated: also return ``truncated`` (rows,).
+            truncation_side: ``"right"`` cuts a segment's end, ``"left"`` its start (no
+                character pre-cut then; TEI's ``truncation_direction``).
 
         Returns:
             A dict with, for R rows (B, or more with overflowing windows),
@@ -410,6 +415,8 @@ class Tokenizer:
                 "'only_first', 'only_second' or 'do_not_truncate'"
             )
         strategy = _TRUNCATION_STRATEGIES[truncation]
+        if truncation_side not in ("right", "left"):
+            raise InputError(f"truncation_side must be 'right' or 'left', got {truncation_side!r}")
         if isinstance(stride, bool) or not isinstance(stride, int) or stride < 0:
             raise InputError(f"stride must be a non-negative integer, got {stride!r}")
         return_offsets_mapping = return_offsets_mapping or return_offsets
@@ -420,10 +427,12 @@ class Tokenizer:
         if limit is None:
             strategy = None
         cut = [False] * len(inputs)
-        if strategy is not None and not return_overflowing_tokens:
+        if strategy is not None and not return_overflowing_tokens and truncation_side == "right":
             with self._truncation(None):
                 inputs, cut = self._cut_long_inputs(inputs, limit, strategy)
-        encodings = self._encode(inputs, limit, strategy, stride, add_special_tokens)
+        encodings = self._encode(
+            inputs, limit, strategy, stride, add_special_tokens, truncation_side
+        )
 
         rows: list[tokenizers.Encoding] = []
         sample: list[int] = []
@@ -486,6 +495,7 @@ class Tokenizer:
         strategy: str | None,
         stride: int,
         add_special_tokens: bool,
+        direction: str = "right",
     ) -> list[tokenizers.Encoding]:
         """``encode_batch`` under one call's truncation; the backend's truncation errors
         become ValueErrors that give the numbers."""
@@ -502,7 +512,7 @@ class Tokenizer:
                 f"max_length={limit} leaves no room for text after {special} special tokens"
             )
         try:
-            with self._truncation(limit, strategy, stride):
+            with self._truncation(limit, strategy, stride, direction):
                 return self.backend.encode_batch(inputs, add_special_tokens=add_special_tokens)
         except BaseException as e:  # a bare Exception, or a Rust panic (a stride too long)
             is_panic = type(e).__name__ == "PanicException"
@@ -866,9 +876,7 @@ def _int_list(ids: Any) -> list[int]:
     return [int(i) for i in ids]
 
 
-def _to_tensors(
-    fields: dict[str, list[list[Any]]], return_tensors: ReturnTensors
-) -> dict[str, Any]:
+def _to_tensors(fields: dict[str, list[list[Any]]], return_tensors: ReturnTensors) -> dict:
     if return_tensors is None:
         return fields
     arrays = {key: np.asarray(rows, dtype=np.int64) for key, rows in fields.items()}
