@@ -29,39 +29,24 @@ commands.add_typer(index_app, name="index")
 
 
 CORPUS_HELP = (
-    "UTF-8 text file, one document per line (empty lines skipped; ids are row numbers), or "
-    '.jsonl with {"id", "text"} per line.'
+    "UTF-8 text file, one document per line (blank lines skipped; a document's id is its line "
+    "number, from 1), .jsonl (one object a line: --text-column and --id-column; default id: the "
+    "line number), or .parquet / a directory of Parquet files (default id: the row number)."
 )
+ID_COLUMN = typer.Option("id", "--id-column", help="Column (JSON key) of the ids of a table.")
+TEXT_COLUMN = typer.Option("text", "--text-column", help="Column (JSON key) of the texts.")
 
 
-def read_corpus(path: Path) -> tuple[list[str], list | None]:
-    """(texts, ids or None) of a corpus file: plain lines, or JSONL rows with "id" and "text".
+def read_corpus(path: Path, id_column: str = "id", text_column: str = "text") -> tuple[list, list]:
+    """(texts, ids) of a corpus (`data.table_io.read_id_texts`): plain lines (ids: 1-based line
+    numbers), JSONL or Parquet rows; blank texts hold no document.
 
     Raises:
-        ValueError: an unreadable file, no text, or a JSONL row without "text" (line named).
+        DataError: an unreadable file, no text, or a row without the text column (line named).
     """
-    import json
+    from ..data.table_io import read_id_texts
 
-    if not path.is_file():
-        raise InputError(f"cannot read corpus {path}: it does not exist or is a directory")
-    try:
-        lines = [line.strip() for line in path.read_text(encoding="utf-8").splitlines()]
-    except (OSError, UnicodeDecodeError) as e:
-        raise InputError(f"cannot read {path}: {e}") from e
-    if not any(lines):
-        raise InputError(f"corpus {path} is empty (no text on any line)")
-    if path.suffix != ".jsonl":
-        return [t for t in lines if t], None
-    texts, ids = [], []
-    for n, line in enumerate(lines, 1):
-        if not line:
-            continue
-        try:
-            row = json.loads(line)
-            texts.append(str(row["text"]))
-            ids.append(row.get("id", len(ids)))
-        except (ValueError, KeyError, TypeError) as e:
-            raise InputError(f'{path}:{n}: not a JSON object with "text": {e}') from e
+    ids, texts = read_id_texts(path, id_column=id_column, text_column=text_column)
     return texts, ids
 
 
@@ -86,8 +71,18 @@ def _with_bar(total: int, work):
 @index_app.command("build")
 @handle_errors
 def index_build(
-    corpus: Path = typer.Option(..., metavar="FILE", help=CORPUS_HELP),
+    corpus: Path | None = typer.Option(None, metavar="FILE", help=CORPUS_HELP),
+    embeddings: Path | None = typer.Option(
+        None,
+        "--embeddings",
+        metavar="FILE|DIR",
+        help="Instead of --corpus: the Parquet written by `embed --output x.parquet` (or the "
+        "directory of shards of `embed --engine ray`); its vectors are used as they are and "
+        "every row keeps its id.",
+    ),
     output: Path = typer.Option(..., "--output", "-o", metavar="DIR", help="Index directory."),
+    id_column: str = ID_COLUMN,
+    text_column: str = TEXT_COLUMN,
     model: str | None = typer.Option(None, metavar="DIR|NAME", help="Embedding model."),
     kind: str = typer.Option("flat", help="flat (exact search) or hnsw (approximate, large)."),
     hnsw_m: int = typer.Option(32, min=1, help="HNSW: neighbours per node."),
@@ -96,10 +91,22 @@ def index_build(
     batch_size: int = typer.Option(32, min=1, help="Texts per forward pass."),
     dtype: str = typer.Option("auto", help=DTYPE_HELP),
 ):
-    """Embed a corpus into a new index directory (replaces DIR atomically)."""
+    """Embed a corpus into a new index directory, or index the vectors of --embeddings
+    (replaces DIR atomically)."""
     from ..pipelines.index import VectorIndex
 
-    texts, ids = read_corpus(corpus)
+    if (corpus is None) == (embeddings is None):
+        raise InputError("give --corpus FILE or --embeddings FILE|DIR (one of them)")
+    settings = dict(kind=kind, hnsw_m=hnsw_m, ef_construction=ef_construction, ef_search=ef_search)
+    if embeddings is not None:
+        embedder = _index_embedder(model, dtype) if model is not None else None
+        index = VectorIndex.from_embeddings(
+            embeddings, embedder=embedder, id_column=id_column, text_column=text_column, **settings
+        )
+        index.save(output)
+        err.print(f"wrote {len(index)} × {index.identity.dimension} ({kind}) to {output}")
+        return
+    texts, ids = read_corpus(corpus, id_column, text_column)
     embedder = _index_embedder(model, dtype)
     index = _with_bar(
         len(texts),
@@ -124,6 +131,8 @@ def index_build(
 def index_add(
     index_dir: Path = typer.Option(..., "--index", metavar="DIR", help="Index directory."),
     corpus: Path = typer.Option(..., metavar="FILE", help=CORPUS_HELP),
+    id_column: str = ID_COLUMN,
+    text_column: str = TEXT_COLUMN,
     model: str | None = typer.Option(None, metavar="DIR|NAME", help="The index's model."),
     batch_size: int = typer.Option(32, min=1, help="Texts per forward pass."),
     dtype: str = typer.Option("auto", help=DTYPE_HELP),
@@ -133,7 +142,7 @@ def index_add(
     from ..pipelines.index import VectorIndex
 
     index = VectorIndex.load(index_dir)
-    texts, ids = read_corpus(corpus)
+    texts, ids = read_corpus(corpus, id_column, text_column)
     embedder = _index_embedder(model, dtype)
     _with_bar(
         len(texts),
