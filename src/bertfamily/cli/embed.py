@@ -146,6 +146,13 @@ def embed(
     concurrency: int = typer.Option(
         2, min=1, help="--engine ray: embedding actors (each loads the model once)."
     ),
+    actor_cpus: float = typer.Option(
+        1.0,
+        "--actor-cpus",
+        min=0.01,
+        help="--engine ray: CPUs each actor reserves (leave some free for Ray's read and write "
+        "tasks: actors holding every CPU starve them).",
+    ),
     model: str | None = typer.Option(
         None,
         metavar="DIR|NAME",
@@ -184,7 +191,8 @@ def embed(
         if sentences or input is None:
             raise InputError("Parquet output and --engine ray embed --input FILE, not SENTENCEs")
         if engine == "ray":
-            _embed_ray(input, output, model, batch_size, dtype, concurrency, with_text, columns)
+            ray_args = dict(concurrency=concurrency, num_cpus=actor_cpus)
+            _embed_ray(input, output, model, batch_size, dtype, ray_args, with_text, columns)
         else:
             _embed_table(input, output, model, batch_size, dtype, quantize, with_text, columns)
         return
@@ -339,7 +347,7 @@ def _embed_table(input, output, model, batch_size, dtype, quantize, with_text, c
     )
 
 
-def _embed_ray(input, output, model, batch_size, dtype, concurrency, with_text, columns) -> None:
+def _embed_ray(input, output, model, batch_size, dtype, ray_args, with_text, columns) -> None:
     """`embed --engine ray --input TABLE --output DIR`: `integrations.ray.embed_dataset`."""
     from ..integrations.ray import embed_dataset
 
@@ -349,15 +357,15 @@ def _embed_ray(input, output, model, batch_size, dtype, concurrency, with_text, 
         str(input),
         str(output),
         model=model or str(model_path(None)),  # a name or path each actor resolves
-        concurrency=concurrency,
         batch_size=batch_size,
         dtype=dtype,
         with_text=with_text,
+        **ray_args,
         **columns,
     )
     err.print(
         f"wrote {result['rows']:,} (id, vector) rows × {result['dimension']} to {output} "
-        f"({result['files']} Parquet files, {concurrency} Ray actors)",
+        f"({result['files']} Parquet files, {ray_args['concurrency']} Ray actors)",
         soft_wrap=True,
     )
 
