@@ -107,7 +107,10 @@ def embed(
         "-i",
         metavar="FILE",
         help="UTF-8 text file, one sentence per line. Every line gives exactly one output row "
-        "(an empty line gives the embedding of the empty string), so row i is line i+1.",
+        "(an empty line gives the embedding of the empty string), so row i is line i+1. Or a "
+        "table: .jsonl, .parquet or a directory of Parquet files (--id-column, --text-column; "
+        "blank texts skipped); with --output FILE.parquet a text file's ids are its line "
+        "numbers (blank lines skipped).",
     ),
     output: Path | None = typer.Option(
         None,
@@ -120,7 +123,31 @@ def embed(
         "streams a file of any "
         "size in shards of --shard-size lines (shard-00000.npy, … and manifest.json), resumes "
         "after the finished shards when run again, and splits the shards across processes "
-        "under torchrun.",
+        "under torchrun. FILE.parquet: one (id, vector) row per text, streamed (any input "
+        "kind). With --engine ray: a directory of Parquet shards written by Ray Data.",
+    ),
+    id_column: str = typer.Option("id", "--id-column", help="Table input: column of the ids."),
+    text_column: str = typer.Option(
+        "text", "--text-column", help="Table input: column of the texts."
+    ),
+    with_text: bool = typer.Option(
+        False, "--with-text", help="Parquet output: keep a text column beside id and vector."
+    ),
+    engine: str = typer.Option(
+        "local",
+        help="local (this process) or ray (Ray Data: --input a Parquet/JSONL table, local or "
+        's3://…, --output DIR; needs pip install "bertfamily[ray]"; joins a running cluster '
+        "when RAY_ADDRESS is set, else starts one on this machine).",
+    ),
+    concurrency: int = typer.Option(
+        2, min=1, help="--engine ray: embedding actors (each loads the model once)."
+    ),
+    actor_cpus: float = typer.Option(
+        1.0,
+        "--actor-cpus",
+        min=0.01,
+        help="--engine ray: CPUs each actor reserves (leave some free for Ray's read and write "
+        "tasks: actors holding every CPU starve them).",
     ),
     model: str | None = typer.Option(
         None,
@@ -158,6 +185,7 @@ def embed(
     With --input FILE --output DIR it embeds a file of any size in resumable shards."""
     import numpy as np
 
+    from ..data.table_io import read_id_texts, table_kind
     from ..files import atomic_write
     from ..pipelines.embed import cosine_matrix
 
@@ -166,16 +194,44 @@ def embed(
 
     if precision not in PRECISIONS:
         raise InputError(f"--precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+    kind = table_kind(input) if input is not None else None
+    columns = dict(id_column=id_column, text_column=text_column)
+    if engine not in ("local", "ray"):
+        raise InputError(f"--engine must be local or ray, got {engine!r}")
+    bulk = output is not None and (output.is_dir() or output.suffix in ("", ".parquet"))
+    if (bulk or engine == "ray") and (dimensions is not None or precision != "float32"):
+        raise InputError(
+            "--dimensions and --precision are for embeddings printed or written to .npy/.jsonl, "
+            "not for bulk, Parquet or --engine ray output"
+        )
+    if engine == "ray" or (output is not None and output.suffix == ".parquet"):
+        if sentences or input is None:
+            raise InputError("Parquet output and --engine ray embed --input FILE, not SENTENCEs")
+        if engine == "ray":
+            ray_args = dict(concurrency=concurrency, num_cpus=actor_cpus)
+            _embed_ray(input, output, model, batch_size, dtype, ray_args, with_text, columns)
+        else:
+            _embed_table(input, output, model, batch_size, dtype, quantize, with_text, columns)
+        return
     if output is not None and (output.is_dir() or output.suffix == ""):
-        if dimensions is not None or precision != "float32":
-            raise InputError("--dimensions and --precision are not for bulk mode (--output DIR)")
+        if kind != "text":
+            raise InputError(
+                f"--output DIR shards a plain text file; for the table {input} give --output "
+                "FILE.parquet, or --engine ray --output DIR"
+            )
         _embed_bulk(sentences, input, output, model, batch_size, dtype, shard_size, quantize)
         return
     if shard_size is not None:
         raise InputError(
             "--shard-size is for bulk mode: give --output a directory (a path without .npy/.jsonl)"
         )
-    texts = list(sentences or []) + (read_input_lines(input) if input is not None else [])
+    ids = None
+    if kind in ("jsonl", "parquet"):
+        ids, table_texts = read_id_texts(input, **columns)
+        ids = [None] * len(sentences or []) + ids
+    texts = list(sentences or []) + (
+        (read_input_lines(input) if kind == "text" else table_texts) if input is not None else []
+    )
     if not texts:
         raise InputError("give sentences as arguments or --input FILE")
     if output is not None and output.suffix not in (".npy", ".jsonl"):
@@ -192,11 +248,12 @@ def embed(
         vectors = truncate_dimensions(vectors, dimensions, embedder.pooling.normalize)
         vectors = quantize_embeddings(vectors, precision)
 
-    def jsonl() -> str:  # "line": 1-based (SENTENCE arguments first, then the file's lines)
-        return "".join(
-            json.dumps({"line": i, "text": t, "embedding": v.tolist()}, ensure_ascii=False) + "\n"
+    def jsonl() -> str:  # "line": 1-based (SENTENCE arguments first, then the input's rows)
+        rows = (
+            {"line": i, **({"id": ids[i - 1]} if ids else {}), "text": t, "embedding": v.tolist()}
             for i, (t, v) in enumerate(zip(texts, vectors), 1)
         )
+        return "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
 
     if output is not None:
         if output.suffix == ".npy":
@@ -280,6 +337,57 @@ def _embed_bulk(
         f"{who}wrote {len(result.written)} shards, {result.lines:,} lines × "
         f"{plan.model.dimension}{resumed} to {output}; {plan.input.lines:,} lines in "
         f"{plan.num_shards} shards: {status}",
+        soft_wrap=True,
+    )
+
+
+def _embed_table(input, output, model, batch_size, dtype, quantize, with_text, columns) -> None:
+    """`embed --input TABLE --output FILE.parquet`: `pipelines.bulk.embed_table`, streamed."""
+    from ..pipelines.bulk import embed_table
+
+    embedder = _embedder(model, dtype, quantize)
+    with Progress(
+        TextColumn("embedding"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=err
+    ) as bar:
+        task = bar.add_task("embed", total=None)
+        rows, truncated = embed_table(
+            embedder,
+            input,
+            output,
+            with_text=with_text,
+            batch_size=batch_size,
+            progress=lambda n: bar.advance(task, n),
+            **columns,
+        )
+    if truncated:
+        err.print(
+            f"[yellow]warning:[/] {truncated} of {rows} texts were longer than the model's "
+            f"limit of {embedder.max_length} tokens and were truncated"
+        )
+    err.print(
+        f"wrote {rows:,} (id, vector) rows × {embedder.dimension} to {output}", soft_wrap=True
+    )
+
+
+def _embed_ray(input, output, model, batch_size, dtype, ray_args, with_text, columns) -> None:
+    """`embed --engine ray --input TABLE --output DIR`: `integrations.ray.embed_dataset`."""
+    from ..integrations.ray import embed_dataset
+
+    if output is None or output.suffix:
+        raise InputError("--engine ray writes a directory of Parquet shards: give --output DIR")
+    result = embed_dataset(
+        str(input),
+        str(output),
+        model=model or str(model_path(None)),  # a name or path each actor resolves
+        batch_size=batch_size,
+        dtype=dtype,
+        with_text=with_text,
+        **ray_args,
+        **columns,
+    )
+    err.print(
+        f"wrote {result['rows']:,} (id, vector) rows × {result['dimension']} to {output} "
+        f"({result['files']} Parquet files, {ray_args['concurrency']} Ray actors)",
         soft_wrap=True,
     )
 

@@ -29,65 +29,25 @@ commands.add_typer(index_app, name="index")
 
 
 CORPUS_HELP = (
-    "UTF-8 text file, one document per line (blank lines skipped; a document's id is its "
-    'line number, from 1), or .jsonl with {"id", "text"} per line (default id: the line number).'
+    "UTF-8 text file, one document per line (blank lines skipped; a document's id is its line "
+    "number, from 1), .jsonl (one object a line: --text-column and --id-column; default id: the "
+    "line number), or .parquet / a directory of Parquet files (default id: the row number)."
 )
+ID_COLUMN = typer.Option("id", "--id-column", help="Column (JSON key) of the ids of a table.")
+TEXT_COLUMN = typer.Option("text", "--text-column", help="Column (JSON key) of the texts.")
 
 
-def read_corpus(path: Path) -> tuple[list[str], list | None]:
-    """(texts, ids) of a corpus file: plain lines, or JSONL rows with "id" and "text". Blank
-    lines (and JSONL rows with a blank text) hold no document; a document's id is its 1-based
-    line number in the file unless its JSONL row gives an "id".
+def read_corpus(path: Path, id_column: str = "id", text_column: str = "text") -> tuple[list, list]:
+    """(texts, ids) of a corpus (`data.table_io.read_id_texts`): plain lines (ids: 1-based line
+    numbers), JSONL or Parquet rows; blank texts hold no document.
 
     Raises:
-        ValueError: an unreadable file, no text, or JSONL rows that are not objects with a
-            "text" string (null, a list, an object, a bool, empty or only whitespace): every
-            such row is counted and the first three are named by line.
+        DataError: an unreadable file, no text, or a table row without the text column or
+            whose text is null, not a string or empty (line named); nothing is written.
     """
-    import json
+    from ..data.table_io import read_id_texts
 
-    if not path.is_file():
-        raise InputError(f"cannot read corpus {path}: it does not exist or is a directory")
-    try:
-        lines = [line.strip() for line in path.read_text(encoding="utf-8").splitlines()]
-    except (OSError, UnicodeDecodeError) as e:
-        raise InputError(f"cannot read {path}: {e}") from e
-    if not any(lines):
-        raise InputError(f"corpus {path} is empty (no text on any line)")
-    if path.suffix != ".jsonl":
-        kept = [(n, t) for n, t in enumerate(lines, 1) if t]
-        return [t for _, t in kept], [n for n, _ in kept]
-    texts, ids, bad = [], [], []
-    for n, line in enumerate(lines, 1):
-        if not line:
-            continue
-        try:
-            row = json.loads(line)
-        except ValueError as e:
-            bad.append(f"line {n}: not JSON ({e})")
-            continue
-        if not isinstance(row, dict) or "text" not in row:
-            bad.append(f'line {n}: not a JSON object with "text"')
-            continue
-        text = row["text"]
-        if isinstance(text, bool) or not isinstance(text, (str, int, float)):
-            what = "null" if text is None else f"a {type(text).__name__}"
-            bad.append(f'line {n}: "text" is {what}, not a string')
-            continue
-        text = str(text)
-        if not text.strip():
-            bad.append(f'line {n}: "text" is empty')
-            continue
-        texts.append(text)
-        ids.append(row.get("id", n))
-    if bad:
-        more = f" (and {len(bad) - 3} more)" if len(bad) > 3 else ""
-        raise InputError(
-            f"{path}: {len(bad)} rows cannot be indexed: {'; '.join(bad[:3])}{more}; "
-            "nothing was written"
-        )
-    if not texts:
-        raise InputError(f"corpus {path} holds no text (every row is blank)")
+    ids, texts = read_id_texts(path, id_column=id_column, text_column=text_column)
     return texts, ids
 
 
@@ -112,8 +72,18 @@ def _with_bar(total: int, work):
 @index_app.command("build")
 @handle_errors
 def index_build(
-    corpus: Path = typer.Option(..., metavar="FILE", help=CORPUS_HELP),
+    corpus: Path | None = typer.Option(None, metavar="FILE", help=CORPUS_HELP),
+    embeddings: Path | None = typer.Option(
+        None,
+        "--embeddings",
+        metavar="FILE|DIR",
+        help="Instead of --corpus: the Parquet written by `embed --output x.parquet` (or the "
+        "directory of shards of `embed --engine ray`); its vectors are used as they are and "
+        "every row keeps its id.",
+    ),
     output: Path = typer.Option(..., "--output", "-o", metavar="DIR", help="Index directory."),
+    id_column: str = ID_COLUMN,
+    text_column: str = TEXT_COLUMN,
     model: str | None = typer.Option(None, metavar="DIR|NAME", help="Embedding model."),
     kind: str = typer.Option("flat", help="flat (exact search) or hnsw (approximate, large)."),
     hnsw_m: int = typer.Option(32, min=1, help="HNSW: neighbours per node."),
@@ -122,10 +92,22 @@ def index_build(
     batch_size: int = typer.Option(32, min=1, help="Texts per forward pass."),
     dtype: str = typer.Option("auto", help=DTYPE_HELP),
 ):
-    """Embed a corpus into a new index directory (replaces DIR atomically)."""
+    """Embed a corpus into a new index directory, or index the vectors of --embeddings
+    (replaces DIR atomically)."""
     from ..pipelines.index import VectorIndex
 
-    texts, ids = read_corpus(corpus)
+    if (corpus is None) == (embeddings is None):
+        raise InputError("give --corpus FILE or --embeddings FILE|DIR (one of them)")
+    settings = dict(kind=kind, hnsw_m=hnsw_m, ef_construction=ef_construction, ef_search=ef_search)
+    if embeddings is not None:
+        embedder = _index_embedder(model, dtype) if model is not None else None
+        index = VectorIndex.from_embeddings(
+            embeddings, embedder=embedder, id_column=id_column, text_column=text_column, **settings
+        )
+        index.save(output)
+        err.print(f"wrote {len(index)} × {index.identity.dimension} ({kind}) to {output}")
+        return
+    texts, ids = read_corpus(corpus, id_column, text_column)
     embedder = _index_embedder(model, dtype)
     index = _with_bar(
         len(texts),
@@ -150,6 +132,8 @@ def index_build(
 def index_add(
     index_dir: Path = typer.Option(..., "--index", metavar="DIR", help="Index directory."),
     corpus: Path = typer.Option(..., metavar="FILE", help=CORPUS_HELP),
+    id_column: str = ID_COLUMN,
+    text_column: str = TEXT_COLUMN,
     model: str | None = typer.Option(None, metavar="DIR|NAME", help="The index's model."),
     batch_size: int = typer.Option(32, min=1, help="Texts per forward pass."),
     dtype: str = typer.Option("auto", help=DTYPE_HELP),
@@ -161,11 +145,11 @@ def index_add(
     from ..pipelines.index import VectorIndex
 
     index = VectorIndex.load(index_dir)
-    texts, ids = read_corpus(corpus)
+    texts, ids = read_corpus(corpus, id_column, text_column)
     taken = set(map(json.dumps, index.ids))
     clash = next((i for i in ids if json.dumps(i) in taken), None)
     if clash is not None:
-        where = "line" if corpus.suffix != ".jsonl" else "id"
+        where = "line" if corpus.suffix not in (".jsonl", ".parquet") else "id"
         raise InputError(
             f"{corpus}: {where} {clash!r} is already an id in {index_dir} (a plain text corpus "
             'numbers its documents by line); add a .jsonl corpus whose rows give new "id"s'

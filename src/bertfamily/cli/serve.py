@@ -70,6 +70,12 @@ def serve(
     graceful_timeout: float = typer.Option(
         30.0, min=0, help="Seconds to finish the requests in flight after SIGTERM / Ctrl-C."
     ),
+    workers: int = typer.Option(
+        1,
+        min=1,
+        help="Replicas behind the one address (uvicorn worker processes; each loads the model "
+        "and batches its own requests; responses name theirs in X-Replica).",
+    ),
 ):
     """Serve a model over HTTP: POST /embed, /v1/embeddings, /embed_all, /similarity,
     /embed_sparse, /rerank, /predict, /tokenize, /decode; GET /health, /info, /metrics
@@ -98,6 +104,25 @@ def serve(
     )
     path = model_path(model)
     check_quantize(quantize, dtype)
+    if workers > 1:
+        import os
+
+        from ..serve.replicas import ENV, replica_environment
+
+        os.environ[ENV] = replica_environment(
+            path, settings, dtype=dtype, quantize=quantize, threads=threads
+        )
+        err.print(f"serving {path} on http://{host}:{port} ({workers} replicas)", soft_wrap=True)
+        uvicorn.run(
+            "bertfamily.serve.replicas:app_from_environment",
+            factory=True,
+            workers=workers,
+            host=host,
+            port=port,
+            log_level="warning",
+            timeout_graceful_shutdown=graceful_timeout,
+        )
+        return
     if quantize is None:
         served = load_served_model(path, dtype=torch_dtype(dtype), speed=speed)
     else:

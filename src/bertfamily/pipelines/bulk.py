@@ -48,6 +48,7 @@ __all__ = [
     "BulkPlan",
     "BulkResult",
     "embed_file",
+    "embed_table",
     "load_shards",
     "process_slot",
 ]
@@ -406,3 +407,49 @@ def load_shards(output_dir: str | os.PathLike[str], *, mmap: bool = False) -> np
     mode = "r" if mmap else None
     parts = [np.load(directory / shard_name(s), mmap_mode=mode) for s in range(plan.num_shards)]
     return np.concatenate(parts) if parts else np.zeros((0, plan.model.dimension), np.float32)
+
+
+def embed_table(
+    embedder,
+    input_path: str | os.PathLike[str],
+    output_path: str | os.PathLike[str],
+    *,
+    id_column: str = "id",
+    text_column: str = "text",
+    with_text: bool = False,
+    batch_size: int = 32,
+    chunk_rows: int = DEFAULT_SHARD_SIZE,
+    progress: Callable[[int], None] | None = None,
+) -> tuple[int, int]:
+    """Embed a text, JSONL or Parquet input (`data.table_io.iter_id_texts`: ids from
+    ``id_column``, or 1-based line/row numbers; blank texts skipped) into one Parquet file of
+    ``id``, ``vector`` (and ``text`` with ``with_text``), with the model identity in its
+    metadata. Streams ``chunk_rows`` rows at a time (memory does not grow with the input) and
+    writes atomically: the file appears whole when every row is done.
+
+    Returns:
+        ``(rows written, texts truncated to the model's limit)``.
+
+    Raises:
+        DataError: see `iter_id_texts`; an input with no text.
+    """
+    from ..data.table_io import EmbeddingTableWriter, iter_id_texts
+    from ..errors import DataError
+
+    identity = asdict(model_identity(embedder))
+    counts = [0, 0]
+
+    def write(tmp: Path) -> None:
+        with EmbeddingTableWriter(tmp, embedder.dimension, identity, with_text) as out:
+            for ids, texts in iter_id_texts(
+                input_path, id_column=id_column, text_column=text_column, batch_rows=chunk_rows
+            ):
+                vectors = embedder.encode(texts, batch_size=batch_size, progress=progress)
+                counts[1] += embedder.last_truncated
+                out.write(ids, vectors, texts if with_text else None)
+            counts[0] = out.rows
+        if not counts[0]:
+            raise DataError(f"{input_path} holds no text (every row is blank)")
+
+    atomic_write(Path(output_path), write)
+    return counts[0], counts[1]

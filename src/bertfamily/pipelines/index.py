@@ -184,15 +184,20 @@ class VectorIndex:
             )
         if not (len(vectors) == len(texts) == len(ids)):
             raise InputError(f"{len(vectors)} vectors, {len(texts)} texts, {len(ids)} ids")
-        seen = set(map(json.dumps, self.ids))
+        seen = getattr(self, "_id_keys", None)
+        if seen is None or len(seen) != len(self.ids):  # kept between calls (appends in batches)
+            seen = set(map(json.dumps, self.ids))
+        new = set()
         for i in ids:
             key = json.dumps(i)
-            if key in seen:
+            if key in seen or key in new:
                 raise InputError(f"id {i!r} is already in the index")
-            seen.add(key)
+            new.add(key)
         self.faiss_index.add(_normalized(vectors))
         self.texts.extend(texts)
         self.ids.extend(ids)
+        seen |= new
+        self._id_keys = seen
 
     @classmethod
     def build(
@@ -244,6 +249,54 @@ class VectorIndex:
             ids = list(range(len(self), len(self) + len(texts)))
         vectors = embedder.encode(list(texts), batch_size=batch_size, progress=progress)
         self.add_vectors(vectors, list(texts), list(ids))
+
+    @classmethod
+    def from_embeddings(
+        cls,
+        path: str | Path,
+        *,
+        embedder=None,
+        id_column: str = "id",
+        vector_column: str = "vector",
+        text_column: str = "text",
+        **settings: Any,
+    ) -> VectorIndex:
+        """An index of the vectors already in a Parquet embedding table (``embed --output
+        x.parquet``, or the directory of shards ``embed --engine ray`` writes): nothing is
+        embedded again and every row keeps its id; texts come from the table's text column
+        (empty when it has none).
+
+        Args:
+            embedder: the model that made the vectors; needed only when the table does not
+                record one (then its identity is the index's), else checked against it.
+            settings: `create`'s (kind, hnsw_m, ef_construction, ef_search).
+
+        Raises:
+            VectorIndexError: no model identity in the table and no ``embedder``, an
+                ``embedder`` that is not the table's model, or vectors of another dimension.
+        """
+        from ..data.table_io import iter_embedding_table, table_identity
+
+        recorded = table_identity(path)
+        if recorded is None and embedder is None:
+            raise VectorIndexError(
+                f"{path} does not record the model that made its vectors: give the model "
+                "(--model) to build the index"
+            )
+        identity = ModelIdentity(**recorded) if recorded is not None else model_identity(embedder)
+        index = cls.create(identity, **settings)
+        if embedder is not None:
+            index.check_model(embedder)
+        for ids, vectors, texts in iter_embedding_table(
+            path, id_column=id_column, vector_column=vector_column, text_column=text_column
+        ):
+            if vectors.shape[1:] != (identity.dimension,):
+                raise VectorIndexError(
+                    f"{path}: vectors of dimension {vectors.shape[1:]} but the model's is "
+                    f"{identity.dimension}"
+                )
+            index.add_vectors(vectors, texts if texts is not None else [""] * len(ids), ids)
+        return index
 
     # --- persistence -----------------------------------------------------------------------
     def save(self, path: str | Path) -> Path:

@@ -1,0 +1,64 @@
+"""Serving replicas (#33 item 4): `bertfamily serve --workers 2` on loopback is two processes
+behind one port; both answer, and every answer equals `SentenceEmbedder.encode`."""
+
+from __future__ import annotations
+
+import shutil
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+
+import bertfamily as bf
+
+httpx = pytest.importorskip("httpx")
+pytest.importorskip("uvicorn")
+pytest.importorskip("fastapi")
+
+from test_serve import Server  # noqa: E402  (the `bertfamily serve` subprocess helper)
+
+TEXTS = [f"replica request {i} about {w}" for i, w in enumerate(["cats", "dogs", "rivers"] * 4)]
+
+
+@pytest.fixture(scope="module")
+def tiny(minilm_dir, tmp_path_factory):
+    import torch
+
+    path = tmp_path_factory.mktemp("replica-model") / "tiny"
+    config = bf.EncoderConfig.from_preset(
+        "tiny-bert", vocab_size=30522, max_position_embeddings=512
+    )
+    torch.manual_seed(0)
+    bf.build_model(config).save_pretrained(path)
+    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt"):
+        if (minilm_dir / name).exists():
+            shutil.copy(minilm_dir / name, path / name)
+    return path
+
+
+@pytest.mark.slow
+def test_two_replicas_behind_one_port_answer_like_encode(tiny):
+    from bertfamily.pipelines.embed import SentenceEmbedder
+
+    want = SentenceEmbedder(tiny, dtype="fp32").encode(TEXTS)
+    server = Server(tiny, "--workers", "2", "--dtype", "fp32")
+    try:
+
+        def call(i: int):
+            with httpx.Client(timeout=60) as client:  # a new connection each time
+                r = client.post(server.url + "/embed", json={"inputs": [TEXTS[i % len(TEXTS)]]})
+                r.raise_for_status()
+                return i % len(TEXTS), r.headers["X-Replica"], r.json()[0]
+
+        replicas: set[str] = set()
+        for _ in range(10):  # the kernel spreads connections; both replicas answer soon
+            with ThreadPoolExecutor(8) as pool:
+                answers = list(pool.map(call, range(48)))
+            for i, replica, vector in answers:
+                np.testing.assert_allclose(vector, want[i], atol=1e-5)
+                replicas.add(replica)
+            if len(replicas) == 2:
+                break
+        assert len(replicas) == 2, f"one replica answered everything: {replicas}"
+    finally:
+        assert server.stop() == 0
