@@ -19,8 +19,8 @@ from bertfamily.data.pairs import read_pairs, read_sts
 from bertfamily.errors import DataError
 from bertfamily.evaluation.metrics import evaluate_sts, similarity_metrics
 from bertfamily.pipelines.bi_encoder import BiEncoder
-from bertfamily.pipelines.cross_encoder import CrossEncoderScorer
 from bertfamily.pipelines.embed import SentenceEmbedder
+from bertfamily.pipelines.rerank import Reranker
 from helpers import make_tiny
 
 st = pytest.importorskip("sentence_transformers")
@@ -171,7 +171,7 @@ def test_rerank_trains_a_directory_cross_encoder_loads(tiny, files, tmp_path):
         ]
     )  # fmt: skip
     pairs = [("the cat sat", "a cat sat"), ("red car", "big small tree"), ("a", "")]
-    ours = CrossEncoderScorer(out / "best").predict(pairs)
+    ours = Reranker(out / "best").predict(pairs)
     from sentence_transformers import CrossEncoder
 
     theirs = CrossEncoder(str(out / "best"), device="cpu").predict(pairs)

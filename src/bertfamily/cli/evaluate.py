@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from .common import App, console, handle_errors
+from .common import App, handle_errors, print_json
 
 commands = App()
 
@@ -60,7 +60,7 @@ def evaluate(
                   "documents": len(corpus), **metrics}  # fmt: skip
         if output is not None:
             write_text_atomic(output, json.dumps(result, indent=2) + "\n")
-        console.print_json(json.dumps(result))
+        print_json(result)  # stdout: this JSON only
         return
     table = read_pairs(data, format=format)
     if table.labels is None or len(table.columns) != 2:
@@ -76,9 +76,9 @@ def evaluate(
             table.labels,
         )
     else:
-        from ..pipelines.cross_encoder import CrossEncoderScorer
+        from ..pipelines.rerank import Reranker
 
-        scores = CrossEncoderScorer(path).predict(
+        scores = Reranker(path).predict(
             list(zip(table.column(0), table.column(1))), batch_size=batch_size
         )
         m = regression_metrics(table.labels, scores)
@@ -86,4 +86,4 @@ def evaluate(
     result = {"kind": kind, "model": str(path), "data": str(data), "rows": len(table), **result}
     if output is not None:
         write_text_atomic(output, json.dumps(result, indent=2) + "\n")
-    console.print_json(json.dumps(result))
+    print_json(result)  # stdout: this JSON only

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 from pathlib import Path
 
 import typer
 
-from .common import App, console, handle_errors
+from .common import App, handle_errors, print_json
 
 commands = App()
 
@@ -65,4 +64,4 @@ def mine_negatives(
     writer.writerow(["anchor", "positive", *(f"negative_{i + 1}" for i in range(num_negatives))])
     writer.writerows(rows)
     write_text_atomic(output, buf.getvalue())
-    console.print_json(json.dumps({**counts, "output": str(output)}))
+    print_json({**counts, "output": str(output)})

@@ -1,24 +1,18 @@
-"""`CrossEncoderScorer`: a reranker (cross-encoder) directory scoring (query, passage) pairs.
-
-The directory is a Hugging Face sequence-classification model with one output (what
-`recipes.rerank.train_reranker` writes and sentence-transformers' ``CrossEncoder`` loads); the
-score of a pair is the sigmoid of its logit, as ``CrossEncoder.predict`` gives for one label.
+"""`pair_logits`: the logits of a one-output sequence-classification model (a cross-encoder
+being trained) on text pairs, for evaluation during training. A saved reranker directory is
+scored with `bertfamily.pipelines.rerank.Reranker` (= sentence-transformers' ``CrossEncoder``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 
 import numpy as np
 import torch
 
-from ..errors import InputError
-from ..pretrained import from_pretrained
-from ..tokenization.tokenizer import load_tokenizer
 from .batching import token_lengths
 
-__all__ = ["CrossEncoderScorer", "pair_logits"]
+__all__ = ["pair_logits"]
 
 
 def pair_logits(
@@ -57,25 +51,3 @@ def pair_logits(
     finally:
         model.train(was_training)
     return out
-
-
-class CrossEncoderScorer:
-    """Pairs → relevance scores in [0, 1] with a reranker directory.
-
-    Raises:
-        ValueError: the directory's model does not have exactly one output.
-    """
-
-    def __init__(self, path: str | Path, max_length: int = 512, device: str = "cpu") -> None:
-        self.model = from_pretrained(path).to(device).eval()
-        if self.model.task != "classify" or len(self.model.config.label_names or ()) != 1:
-            raise InputError(f"{path} is not a one-output sequence-classification (reranker) model")
-        self.tokenizer = load_tokenizer(path)
-        self.max_length = min(max_length, self.model.config.max_sequence_length)
-
-    def predict(self, pairs: Sequence[tuple[str, str]], batch_size: int = 32) -> np.ndarray:
-        """(N,) sigmoid scores of (query, passage) pairs."""
-        logits = pair_logits(
-            self.model, self.tokenizer, pairs, max_length=self.max_length, batch_size=batch_size
-        )
-        return 1.0 / (1.0 + np.exp(-logits))
