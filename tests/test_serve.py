@@ -418,3 +418,32 @@ def test_sorted_batches_token_budget():
     assert [len(b) for b in sorted_batches([50, 3], 8, max_tokens=10)] == [1, 1]  # too long: alone
     with pytest.raises(ValueError, match="max_tokens"):
         list(sorted_batches(lengths, 3, max_tokens=0))
+
+
+def test_one_embed_request_is_tokenized_once(minilm_dir, embedder):
+    """The server tokenizes an /embed request once (limits, usage and the model's input all
+    come from that one tokenization) and answers what `encode` answers."""
+    from fastapi.testclient import TestClient
+
+    from bertfamily.pipelines.embed import SentenceEmbedder
+    from bertfamily.serve.app import ServeSettings, create_app
+    from bertfamily.tokenization.tokenizer import Tokenizer
+
+    model = SentenceEmbedder(minilm_dir, dtype="fp32")
+    calls = []
+    real = Tokenizer.__call__
+
+    def counting(self, *a, **k):
+        calls.append(len(a[0]) if a and isinstance(a[0], list) else 1)
+        return real(self, *a, **k)
+
+    texts = ["a cat sat on the mat", "stock markets fell", "the weather is fine today"]
+    with TestClient(create_app(model, ServeSettings())) as client:
+        Tokenizer.__call__ = counting
+        try:
+            r = client.post("/embed", json={"inputs": texts})
+        finally:
+            Tokenizer.__call__ = real
+    assert r.status_code == 200
+    assert calls == [3]  # one call, for the three texts
+    np.testing.assert_allclose(r.json(), embedder.encode(texts), atol=1e-6, rtol=0)

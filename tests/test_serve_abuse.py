@@ -33,15 +33,16 @@ def server(minilm_dir, tmp_path_factory):
     from bertfamily.serve.http import HeaderTimeoutProtocol
 
     model = SentenceEmbedder(tiny_dir(tmp_path_factory.mktemp("abuse") / "m", minilm_dir))
-    encode = model.encode
+    encode = model.encode_tokenized  # what the server runs on the tokens of a request
+    poison = set(model.tokenizer.encode("POISON", add_special_tokens=False))
 
-    def slow_encode(texts, **kw):
+    def slow_encode(encoded, **kw):
         time.sleep(0.5)  # a busy model
-        if any("POISON" in t for t in texts):
+        if any(poison <= set(row) for row in encoded.rows["input_ids"]):
             raise ValueError("input_ids contain 40000, outside [0, vocab_size=30522)")
-        return encode(texts, **kw)
+        return encode(encoded, **kw)
 
-    model.encode = slow_encode
+    model.encode_tokenized = slow_encode
     settings = ServeSettings(max_body_bytes=LIMIT, timeout_keep_alive=KEEP_ALIVE)
     port = free_port()
     config = uvicorn.Config(

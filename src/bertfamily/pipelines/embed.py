@@ -114,6 +114,18 @@ def pool(
     return torch.nn.functional.normalize(out, dim=-1) if normalize else out
 
 
+@dataclass
+class TokenizedTexts:
+    """Texts tokenized once for embedding: ``rows`` (``input_ids``, ``attention_mask`` and,
+    for models with segments, ``token_type_ids``: one list of ints per text, unpadded),
+    ``truncated`` (per text: cut to ``max_length``) and ``skip`` (prompt tokens left out of the
+    pooling)."""
+
+    rows: dict[str, list[list[int]]]
+    truncated: list[bool]
+    skip: int = 0
+
+
 class SentenceEmbedder:
     """Text → sentence embeddings with any bertfamily model directory, run as
     sentence-transformers runs it (see `sentence_modules.read_sentence_modules`).
@@ -320,32 +332,79 @@ class SentenceEmbedder:
 
         if dimensions is not None:  # checked before any work
             truncate_dimensions(np.zeros((1, self.dimension), np.float32), dimensions, False)
-        prefix = self._prompt(prompt, prompt_name)
-        texts = [prefix + t for t in texts]
         if not texts:
             return np.zeros((0, dimensions or self.dimension), dtype=np.float32)
+        encoded = self.tokenize(
+            texts, prompt=prompt, prompt_name=prompt_name, truncation_side=truncation_side
+        )
+        out = self.encode_tokenized(
+            encoded,
+            batch_size=batch_size,
+            progress=progress,
+            max_batch_tokens=max_batch_tokens,
+            normalize=normalize,
+        )
+        out = truncate_dimensions(out, dimensions, self._normalize(normalize))
+        return quantize_embeddings(out, precision) if precision != "float32" else out
+
+    def _normalize(self, normalize: bool | None) -> bool:
+        return self.pooling.normalize if normalize is None else normalize
+
+    def tokenize(
+        self,
+        texts: Sequence[str],
+        *,
+        prompt: str | None = None,
+        prompt_name: str | None = None,
+        truncation_side: str = "right",
+    ) -> TokenizedTexts:
+        """The one tokenization of an `encode` (the server calls it once per request and
+        hands the result to `encode_tokenized`): the prompt prepended, cut to ``max_length``.
+
+        Raises:
+            ValueError: as `encode` for prompts.
+        """
+        prefix = self._prompt(prompt, prompt_name)
+        enc = self.tokenizer(
+            [prefix + t for t in texts],
+            max_length=self.max_length,
+            padding=False,
+            return_tensors=None,
+            return_truncated=True,
+            truncation_side=truncation_side,
+        )
+        rows = {k: enc[k] for k in ("input_ids", "attention_mask", "token_type_ids") if k in enc}
         skip = 0 if self.pooling.include_prompt else self.prompt_length(prefix)
-        out = np.zeros((len(texts), self.dimension), dtype=np.float32)
-        truncated, cut_rows = 0, []
-        lengths = token_lengths(self.tokenizer, texts, max_length=self.max_length)
-        if normalize is None:
-            normalize = self.pooling.normalize
+        return TokenizedTexts(rows, [bool(x) for x in enc["truncated"]], skip)
+
+    @torch.inference_mode()
+    def encode_tokenized(
+        self,
+        encoded: TokenizedTexts,
+        *,
+        batch_size: int = 32,
+        progress: Callable[[int], None] | None = None,
+        max_batch_tokens: int | None = None,
+        normalize: bool | None = None,
+    ) -> np.ndarray:
+        """(N, dimension) float32 embeddings of already tokenized texts (`tokenize`), in
+        their order: length-sorted batches (`data.batching.sorted_batches`), padded per batch,
+        through the trunk (`Model.encoder`, i.e. `Encoder.forward`), `pool`, Dense, Normalize.
+
+        Raises:
+            NonFiniteOutputError: as `encode`.
+        """
+        ids = encoded.rows["input_ids"]
+        n = len(ids)
+        out = np.zeros((n, self.dimension), dtype=np.float32)
+        normalize = self._normalize(normalize)
+        lengths = [len(r) for r in ids]
         for idx in sorted_batches(lengths, batch_size, max_batch_tokens):
-            batch = self.tokenizer(
-                [texts[i] for i in idx],
-                max_length=self.max_length,
-                return_truncated=True,
-                truncation_side=truncation_side,
-            )
-            truncated += int(batch["truncated"].sum())
-            cut_rows += [i for i, c in zip(idx, batch["truncated"].tolist()) if c]
-            batch = {
-                k: v.to(self.device)
-                for k, v in batch.items()
-                if k in ("input_ids", "attention_mask", "token_type_ids")
-            }
+            rows = {k: [v[i] for i in idx] for k, v in encoded.rows.items()}
+            padded = self.tokenizer.pad_rows(rows, max(lengths[i] for i in idx))
+            batch = {k: torch.tensor(v, device=self.device) for k, v in padded.items()}
             hidden = self.model.encoder(**batch).last_hidden_state  # (B, T, H)
-            vec = pool(hidden, batch["attention_mask"], self.pooling.modes, False, skip)
+            vec = pool(hidden, batch["attention_mask"], self.pooling.modes, False, encoded.skip)
             vec = self.dense(vec)  # (B, dimension)
             if normalize:
                 vec = torch.nn.functional.normalize(vec, dim=-1)
@@ -357,22 +416,22 @@ class SentenceEmbedder:
             bad = np.flatnonzero(~finite)
             shown = ", ".join(map(str, bad[:10].tolist())) + (", ..." if len(bad) > 10 else "")
             raise NonFiniteOutputError(
-                f"the model produced NaN or infinite embeddings for {len(bad)} of {len(texts)} "
+                f"the model produced NaN or infinite embeddings for {len(bad)} of {n} "
                 f"texts (rows {shown}, counting from 0); nothing is returned. The weights or "
                 f"the run dtype ({self.dtype_reason}) overflow",
                 bad.tolist(),
             )
+        truncated = sum(encoded.truncated)
         self.last_truncated = truncated
-        self.last_truncated_rows = sorted(cut_rows)
+        self.last_truncated_rows = [i for i, c in enumerate(encoded.truncated) if c]
         if truncated:
             log.info(
                 "%d of %d texts were longer than %d tokens and were truncated",
                 truncated,
-                len(texts),
+                n,
                 self.max_length,
             )
-        out = truncate_dimensions(out, dimensions, normalize)
-        return quantize_embeddings(out, precision) if precision != "float32" else out
+        return out
 
     @torch.inference_mode()
     def encode_tokens(

@@ -48,7 +48,7 @@ from ..files import directory_digest
 from ..heads.early_exit import STUDENTS_CONFIG
 from ..pipelines.classify import TextClassifier
 from ..pipelines.early_exit import EarlyExitClassifier
-from ..pipelines.embed import SentenceEmbedder
+from ..pipelines.embed import SentenceEmbedder, TokenizedTexts
 from ..pipelines.ner import EntityTagger
 from ..pipelines.precision import QuantizationError
 from ..pipelines.quantize import truncate_dimensions
@@ -357,11 +357,11 @@ def create_app(
         """The model call of one group (on the worker thread)."""
         kind = key[0]
         sizes = dict(batch_size=settings.batch_size, max_batch_tokens=settings.max_batch_tokens)
-        if kind == "embed":
-            _, normalize, prompt_name, side = key
-            return model.encode(
-                inputs, normalize=normalize, prompt_name=prompt_name, truncation_side=side, **sizes
-            )
+        if kind == "embed":  # token rows from `tokenize_once`
+            _, normalize, skip = key
+            rows = {k: [item[k] for item in inputs] for k in inputs[0]}
+            encoded = TokenizedTexts(rows, [False] * len(inputs), skip)
+            return model.encode_tokenized(encoded, normalize=normalize, **sizes)
         if kind == "embed_all":
             _, prompt_name, side = key
             return model.encode_tokens(
@@ -460,10 +460,15 @@ def create_app(
         return response
 
     def check_texts(
-        texts: list[str], truncate: bool | None, pairs: list[str] | None = None, prefix: str = ""
+        texts: list[str],
+        truncate: bool | None,
+        pairs: list[str] | None = None,
+        prefix: str = "",
+        count: bool = True,
     ) -> list[int]:
         """Refuse what is over a limit; the token count of each text (or pair) after
-        truncation, ``prefix`` (the prompt) included."""
+        truncation, ``prefix`` (the prompt) included (``count=False``: the character checks
+        only, for a route that tokenizes once itself)."""
         if not texts:
             raise ServeError(422, "inputs cannot be empty", "Empty")
         if len(texts) > settings.max_client_batch_size:
@@ -490,6 +495,8 @@ def create_app(
                     f"input {i} has {chars:,} characters; the maximum is "
                     f"{settings.max_input_chars:,} (max_input_chars)",
                 )
+        if not count:
+            return []
         firsts = [prefix + t for t in texts]
         enc = model.tokenizer(firsts, pairs, truncation=False, padding=False, return_tensors=None)
         counts = [len(ids) for ids in enc["input_ids"]]
@@ -558,10 +565,34 @@ def create_app(
         metrics.inputs.labels(route).inc(len(texts))
         return out, tokens
 
+    def tokenize_once(texts, truncate, prompt_name, side) -> TokenizedTexts:
+        """The one tokenization of an embedding request (on a worker thread): limits checked,
+        the prompt prepended, cut to the model's limit (or refused when ``truncate`` is off)."""
+        check_texts(texts, truncate, count=False)
+        encoded = model.tokenize(texts, prompt_name=prompt_name, truncation_side=side)
+        if not (settings.auto_truncate if truncate is None else truncate):
+            over = next((i for i, cut in enumerate(encoded.truncated) if cut), None)
+            if over is not None:  # the refusal says how long it is (the one extra tokenization)
+                text = prompt_text(prompt_name) + texts[over]
+                n = len(model.tokenizer([text], truncation=False, padding=False)["input_ids"][0])
+                raise ServeError(
+                    413,
+                    f"input {over} has {n} tokens; this model takes at most {max_length} tokens "
+                    '(send "truncate": true to cut it)',
+                )
+        return encoded
+
     async def embed_texts(route, texts, truncate, normalize, prompt_name, side="right", dims=None):
         need("embed")
-        key = ("embed", normalize, prompt_name, side)
-        vectors, tokens = await compute(route, texts, key, truncate, prompt_name)
+        prompt_text(prompt_name)  # an unknown prompt_name: 422 before any work
+        encoded = await run_in_threadpool(tokenize_once, texts, truncate, prompt_name, side)
+        ids = encoded.rows["input_ids"]
+        tokens = sum(len(r) for r in ids)
+        # the batcher carries the token rows: the model never tokenizes this request again
+        items = [{k: v[i] for k, v in encoded.rows.items()} for i in range(len(ids))]
+        vectors = await submit(items, tokens, ("embed", normalize, encoded.skip))
+        metrics.tokens.labels(route).inc(tokens)
+        metrics.inputs.labels(route).inc(len(texts))
         try:
             vectors = truncate_dimensions(np.asarray(vectors), dims, normalize)
         except InputError as e:

@@ -606,6 +606,17 @@ class Tokenizer:
             todo = [(i, j, t) for i, j, t in retry if len(t) > budget]
         return out, cut
 
+    def pad_rows(
+        self, fields: dict[str, list[list[Any]]], target: int
+    ) -> dict[str, list[list[Any]]]:
+        """Right-pad every row of every field (``input_ids``, ``attention_mask``,
+        ``token_type_ids``, ...; unpadded lists) to ``target`` tokens.
+
+        Raises:
+            InputError: padding is needed and the vocabulary has no pad token.
+        """
+        return self._pad(fields, target)
+
     def _pad(self, fields: dict[str, list[list[Any]]], target: int) -> dict[str, list[list[Any]]]:
         """Right-pad every row of every field to ``target`` tokens."""
         fill = {
