@@ -76,6 +76,7 @@ COMMANDS = (
     "fetch",
     "embed",
     "search",
+    "rerank",
     "serve",
     "index",
     "fill-mask",
@@ -242,7 +243,7 @@ def test_finetune_takes_shared_options(monkeypatch, tmp_path):
         from bertfamily.recipes.common import train_config
 
         seen.update(cfg=cfg, train=train_config("finetune", train, **fields))
-        return {"eval": None, "labels": ["a"], "seconds": 0.0}
+        return {"eval": None, "labels": ["a"], "seconds": 0.0, "train": {}}
 
     monkeypatch.setattr(bertfamily.cli.common, "model_path", lambda m: m)
     monkeypatch.setattr(bertfamily.recipes.finetune, "finetune", fake_finetune)

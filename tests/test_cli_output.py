@@ -99,7 +99,8 @@ def test_embed_reports_truncation_and_shortens_long_text(cli, minilm_dir):
     result = cli("embed", long, "short text", "--model", minilm_dir)
     assert result.exit_code == 0, result.output
     assert "1 of 2 inputs" in result.output and "truncated" in result.output
-    assert "2,002 tokens" in result.output  # 2000 words + [CLS] + [SEP]
+    # no re-tokenising of the long text to report it: its length in characters and its number
+    assert "longest: 9,999 characters, number 1" in result.output
     assert long not in result.output
     assert "word word" in result.output and "…" in result.output
 
