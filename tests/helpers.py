@@ -110,6 +110,25 @@ def hf_config(family: str, **overrides):
         return transformers.MPNetConfig(
             **{**TINY, "max_position_embeddings": 66, "layer_norm_eps": 1e-5, **overrides}
         )
+    if family == "modernbert":
+        # 4 layers (global, local, global, local), a local window of 4 (2 each side) < T, and
+        # distinct rotary bases per kind
+        return transformers.ModernBertConfig(
+            **{
+                **TINY,
+                "num_hidden_layers": 4,
+                "local_attention": 4,
+                "global_attn_every_n_layers": 2,
+                "global_rope_theta": 1000.0,
+                "local_rope_theta": 50.0,
+                "pad_token_id": 0,
+                "bos_token_id": 1,
+                "cls_token_id": 1,
+                "eos_token_id": 2,
+                "sep_token_id": 2,
+                **overrides,
+            }
+        )
     raise ValueError(family)
 
 
@@ -127,6 +146,8 @@ def save_hf_tiny(family: str, cls_name: str, directory: Path, **overrides):
                 or "layer_norm" in name
                 or name.endswith("bias")
                 or name.endswith(("q_bias", "v_bias"))
+                or "_norm." in name
+                or ".norm." in name
             ):
                 p.add_(torch.randn_like(p) * 0.1)
     model.save_pretrained(directory)

@@ -24,6 +24,7 @@ NEW = {
     "tiny-roformer": ["roformer-chinese-base"],
     "tiny-ernie": ["ernie-3.0-base-zh"],
     "tiny-mpnet": ["mpnet-base"],
+    "tiny-modernbert": ["modernbert-base", "modernbert-large"],
 }
 
 
@@ -144,3 +145,56 @@ def test_mpnet_tokenizer_directory_matches_transformers(text, pair, tmp_path):
     ours = bf.load_tokenizer(tmp_path / "saved")
     args = (text,) if pair is None else (text, pair)
     assert ours(*args)["input_ids"][0].tolist() == hf(*args)["input_ids"]
+
+
+@pytest.mark.parity
+@pytest.mark.parametrize("strategy", ["per_sequence", "padded"])
+def test_modernbert_unpadded_long_batches_match_transformers(strategy, tmp_path, monkeypatch):
+    """ModernBERT on sequences far longer than its local window (4: two positions each side;
+    T = 40), right-padded so that the encoder takes its unpadded fast path (both packed
+    attention strategies), against transformers and against our own padded path."""
+    import transformers
+
+    from bertfamily.modules.attention import SelfAttention
+    from helpers import ATOL, padded_batch, save_hf_tiny
+    from hf_compat import TRANSFORMERS_MAJOR
+
+    if TRANSFORMERS_MAJOR < 5 or not hasattr(transformers, "ModernBertModel"):
+        pytest.skip("ModernBertModel is a transformers 5 class")
+    monkeypatch.setattr(SelfAttention, "packed_strategy", strategy)
+    ref = save_hf_tiny("modernbert", "ModernBertForMaskedLM", tmp_path)
+    ours = bf.from_pretrained(tmp_path)
+    layers = ours.encoder.layers
+    assert [layer.attention.window for layer in layers] == [0, 2, 0, 2]
+    assert [layer.attention.rotary for layer in layers] == ["global", "local"] * 2
+    ids, mask = padded_batch((40, 23, 9), pad_id=0)
+    plan = ours.encoder._unpad_plan(mask, ours.encoder.attention_context(
+        torch.zeros(3, 40, 32), mask))  # fmt: skip
+    assert plan is not None  # the packed path is the one under test
+    real = mask.bool()
+    with torch.no_grad():
+        a = ours(ids, mask)
+        b = ref(input_ids=ids, attention_mask=mask)
+        ours.encoder.unpad = False
+        c = ours(ids, mask)
+    torch.testing.assert_close(a.logits[real], b.logits[real], atol=ATOL, rtol=0)
+    torch.testing.assert_close(c.logits[real], b.logits[real], atol=ATOL, rtol=0)
+    # a row alone (no padding at all: the unmasked path) equals its row in the batch
+    with torch.no_grad():
+        alone = ours(ids[1:2, :23]).logits[0]
+    torch.testing.assert_close(alone, a.logits[1, :23], atol=ATOL, rtol=0)
+
+
+def test_modernbert_components():
+    """Pre-LN layers without the first attention norm, a final norm, GeGLU, bias-free."""
+    from bertfamily.modules.ffn import GatedFeedForward
+
+    model = build_model(EncoderConfig.from_preset("tiny-modernbert"), heads=["classify"])
+    first, second = model.encoder.layers[:2]
+    assert isinstance(first.attention_norm, torch.nn.Identity) and first.pre_norm
+    assert isinstance(second.attention_norm, torch.nn.LayerNorm)
+    assert second.attention_norm.bias is None and model.encoder.final_norm is not None
+    assert isinstance(first.ffn, GatedFeedForward) and first.ffn.up.weight.shape == (74, 32)
+    assert first.attention.qkv.bias is None and first.ffn.up.bias is None
+    assert model.task_head.transform.dense.bias is None
+    assert set(model.encoder.attention_inputs.bases) == {"global", "local"}

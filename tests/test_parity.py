@@ -58,6 +58,11 @@ VARIANTS = {
     "roformer": {"plain": {}, "E<H+value": dict(embedding_size=16, rotary_value=True)},
     # ERNIE: 3.0's task-type table, and 1.0 without it
     "ernie": {"3.0": {}, "1.0": dict(use_task_id=False)},
+    # ModernBERT: bias-free (its published form), and with every bias on
+    "modernbert": {
+        "bias-free": {},
+        "biased": dict(attention_bias=True, mlp_bias=True, norm_bias=True, classifier_bias=True),
+    },
     # MPNet: one variant, 32 buckets (transformers buckets by 32 whatever the table size); at
     # T = 11 distances >= 8 fall in the log-spaced buckets
 }
@@ -93,6 +98,17 @@ CONFIG_FACTS = {
         position_embedding_type="rotary",
         rotary_interleaved=True,
         rotary_table=True,
+        use_pooler=False,
+    ),
+    "modernbert": dict(
+        model_type="modernbert",
+        norm_position="pre",
+        first_attention_norm=False,
+        ffn_kind="geglu",
+        local_attention=4,
+        global_attention_every=2,
+        rotary_base=1000.0,
+        local_rope_theta=50.0,
         use_pooler=False,
     ),
 }

@@ -19,7 +19,13 @@ from helpers import padded_batch
 
 FULL_SIZE = [n for n in PRESETS if not n.startswith("tiny-")]
 # the presets of issue 30's families (RoFormer, ERNIE, MPNet, ModernBERT, GTE, NomicBERT)
-NEW_FAMILIES = ["roformer-chinese-base", "ernie-3.0-base-zh", "mpnet-base"]
+NEW_FAMILIES = [
+    "roformer-chinese-base",
+    "ernie-3.0-base-zh",
+    "mpnet-base",
+    "modernbert-base",
+    "modernbert-large",
+]
 
 
 def test_registry():
@@ -50,6 +56,10 @@ def small(name: str) -> EncoderConfig:
     )
     if config.attention_kind == "windowed":
         changes["attention_window"] = 4
+    if config.pad_token_id >= 99:  # ModernBERT's pad id 50283
+        changes.update(pad_token_id=0, sep_token_id=2)
+    if config.local_attention:  # a window shorter than the test sequences
+        changes["local_attention"] = 4
     if config.position_buckets > 0:  # log buckets need position_buckets / 2 < k - 1 = 63
         changes["position_buckets"] = 16
     return shrink_layers(config.replace(**changes))

@@ -12,7 +12,13 @@ from .errors import InputError
 from .heads.enhanced_mask_decoder import EnhancedMaskDecoder
 from .heads.global_attention import HEAD_DEFAULTS, TaskGlobalAttention
 from .heads.pretraining import MaskedLMHead, PairHead, ReplacedTokenHead
-from .heads.task_heads import TASK_HEADS, SequenceHead, SpanHead, TokenHead
+from .heads.task_heads import (
+    TASK_HEADS,
+    PredictionTransform,
+    SequenceHead,
+    SpanHead,
+    TokenHead,
+)
 from .model import Model
 from .modules.activations import activation
 from .modules.attention import SelfAttention
@@ -21,7 +27,7 @@ from .modules.attention_windowed import GlobalAttentionInputs, WindowedSelfAtten
 from .modules.convolution import ConvolutionBranch
 from .modules.embeddings import Embeddings
 from .modules.encoder import Encoder, Pooler
-from .modules.ffn import FeedForward
+from .modules.ffn import FeedForward, GatedFeedForward
 from .modules.layer import EncoderLayer
 from .modules.norms import ConditionalLayerNorm
 from .modules.positions import ChainedInputs, RelativePositionBias, RotaryEmbedding
@@ -35,7 +41,7 @@ def build_norm(config: EncoderConfig, size: int, site: str | None = None) -> nn.
     is in ``config.conditional_norms``."""
     if site is not None and site in config.conditional_norms:
         return ConditionalLayerNorm(size, config.condition_size, eps=config.layer_norm_eps)
-    return nn.LayerNorm(size, eps=config.layer_norm_eps)
+    return nn.LayerNorm(size, eps=config.layer_norm_eps, bias=config.norm_bias)
 
 
 @dataclass(frozen=True)
@@ -58,10 +64,18 @@ class AttentionKind:
     first_layer_branch: Callable[[EncoderConfig], nn.Module | None] = lambda config: None
 
 
+def is_local_layer(config: EncoderConfig, index: int) -> bool:
+    """Whether unique layer ``index`` attends within the local window (``local_attention``):
+    all but every ``global_attention_every``-th layer, counted from 0 (ModernBERT)."""
+    return bool(config.local_attention) and index % config.global_attention_every != 0
+
+
 def rotary_table_name(config: EncoderConfig, index: int) -> str | None:
-    """The rotary table unique layer ``index`` reads (`modules.positions.RotaryEmbedding`), or
-    None without rotary positions."""
-    return "global" if config.position_embedding_type == "rotary" else None
+    """The rotary table unique layer ``index`` reads (`modules.positions.RotaryEmbedding`):
+    "local" for local layers, else "global"; None without rotary positions."""
+    if config.position_embedding_type != "rotary":
+        return None
+    return "local" if is_local_layer(config, index) else "global"
 
 
 def _full(config: EncoderConfig, index: int) -> nn.Module:
@@ -72,6 +86,7 @@ def _full(config: EncoderConfig, index: int) -> nn.Module:
         bias=config.attention_bias,
         rotary=rotary_table_name(config, index),
         rotary_value=config.rotary_value,
+        window=config.local_attention // 2 if is_local_layer(config, index) else 0,
     )
 
 
@@ -149,10 +164,13 @@ def build_position_inputs(config: EncoderConfig) -> list[nn.Module]:
     (``relative_attention_buckets`` > 0)."""
     providers: list[nn.Module] = []
     if config.position_embedding_type == "rotary":
+        bases = {"global": config.rotary_base}
+        if any(is_local_layer(config, i) for i in range(config.num_unique_layers)):
+            bases["local"] = config.local_rope_theta
         providers.append(
             RotaryEmbedding(
                 config.head_dim,
-                {"global": config.rotary_base},
+                bases,
                 interleaved=config.rotary_interleaved,
                 stored_positions=config.max_position_embeddings if config.rotary_table else 0,
             )
@@ -195,13 +213,20 @@ def build_attention(config: EncoderConfig, index: int = 0) -> nn.Module:
 
 def build_layer(config: EncoderConfig, index: int = 0) -> EncoderLayer:
     """One `EncoderLayer` for ``config``: layer ``index``'s attention, the FFN and their norms."""
-    H = config.hidden_size
+    H, I = config.hidden_size, config.intermediate_size
+    act = activation(config.hidden_act)
+    if config.ffn_kind == "mlp":
+        ffn = FeedForward(H, I, act, bias=config.mlp_bias)
+    else:
+        ffn = GatedFeedForward(H, I, act, bias=config.mlp_bias)
+    first = index == 0 and not config.first_attention_norm
     return EncoderLayer(
         attention=build_attention(config, index),
-        attention_norm=build_norm(config, H, "attention"),
-        ffn=FeedForward(H, config.intermediate_size, activation(config.hidden_act)),
+        attention_norm=nn.Identity() if first else build_norm(config, H, "attention"),
+        ffn=ffn,
         ffn_norm=build_norm(config, H, "ffn"),
         dropout=config.hidden_dropout_prob,
+        pre_norm=config.norm_position == "pre",
     )
 
 
@@ -236,6 +261,8 @@ def build_encoder(config: EncoderConfig, position_table: bool | None = None) -> 
         pad_token_id=config.pad_token_id,
     )
     encoder.attention_inputs = _encoder_inputs(config)
+    if config.norm_position == "pre":
+        encoder.final_norm = build_norm(config, config.hidden_size)
     encoder.first_layer_branch = attention_kind(config).first_layer_branch(config)
     return encoder
 
@@ -265,13 +292,31 @@ def build_task_head(config: EncoderConfig, task: str) -> nn.Module:
             else activation(config.classifier_activation)
         )
         return SequenceHead(
-            H, config.num_labels if task == "classify" else 1, pooling, act, dropout
+            H,
+            config.num_labels if task == "classify" else 1,
+            pooling,
+            act,
+            dropout,
+            transform=_task_transform(config),
         )
     if task == "tokens":
-        return TokenHead(H, config.num_labels, dropout)
+        return TokenHead(H, config.num_labels, dropout, transform=_task_transform(config))
     if task == "qa":
-        return SpanHead(H)
+        return SpanHead(H, transform=_task_transform(config))
     raise InputError(f"unknown task head {task!r}; valid: {TASK_HEADS}")
+
+
+def _task_transform(config: EncoderConfig) -> nn.Module | None:
+    """ModernBERT's prediction head before a task head's output layer (``task_transform``)."""
+    if not config.task_transform:
+        return None
+    act = (
+        nn.Tanh()
+        if config.classifier_activation == "tanh"
+        else activation(config.classifier_activation)
+    )
+    H = config.hidden_size
+    return PredictionTransform(H, act, build_norm(config, H), bias=config.head_bias)
 
 
 def build_model(
@@ -319,6 +364,7 @@ def build_model(
             activation(config.mlm_activation or config.hidden_act),
             build_norm(config, config.embedding_size, "mlm"),
             encoder.embeddings.token,
+            bias=config.head_bias,
         )
     if "pair" in heads:
         if not config.use_pooler:
@@ -364,7 +410,8 @@ def init_weights(model: nn.Module, std: float = 0.02) -> None:
                 module.weight.data[module.padding_idx].zero_()
         elif isinstance(module, nn.LayerNorm):
             nn.init.ones_(module.weight)
-            nn.init.zeros_(module.bias)
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
         elif isinstance(module, ConditionalLayerNorm):
             module.reset_parameters()
     for module in model.modules():

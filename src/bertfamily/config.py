@@ -26,6 +26,8 @@ ATTENTION_KINDS = ("full", "disentangled", "windowed")  # BERT; DeBERTa §3.1; L
 RELATIVE_ATTENTION_TYPES = ("c2p", "p2c")  # DeBERTa's position terms
 POSITION_SCHEMES = ("absolute", "absolute_from_padding")
 POSITION_EMBEDDING_TYPES = ("absolute", "rotary")  # a learned table at the input; RoPE per layer
+FFN_KINDS = ("mlp", "geglu", "swiglu")  # BERT's; gated linear units (Shazeer 2020)
+NORM_POSITIONS = ("post", "pre")  # BERT's post-LN; pre-LN with a final norm (ModernBERT)
 
 #: Default largest model `check_parameter_budget` lets `build_model` / `from_pretrained`
 #: allocate (2·10^10 parameters, 80 GB in float32); raise it with the ``max_parameters``
@@ -60,6 +62,8 @@ _INTS = (
     "conv_groups",
     "relative_attention_buckets",
     "task_type_vocab_size",
+    "local_attention",
+    "global_attention_every",
 )
 _BOOLS = (
     "attention_bias",
@@ -72,6 +76,11 @@ _BOOLS = (
     "rotary_value",
     "rotary_table",
     "use_task_id",
+    "first_attention_norm",
+    "norm_bias",
+    "mlp_bias",
+    "task_transform",
+    "head_bias",
 )
 _STRINGS = (
     "position_scheme",
@@ -84,6 +93,8 @@ _STRINGS = (
     "classifier_activation",
     "model_type",
     "position_embedding_type",
+    "ffn_kind",
+    "norm_position",
 )
 _FLOATS = (
     "layer_norm_eps",
@@ -91,6 +102,7 @@ _FLOATS = (
     "attention_probs_dropout_prob",
     "initializer_range",
     "rotary_base",
+    "local_rope_theta",
 )
 
 
@@ -187,12 +199,31 @@ class EncoderConfig:
     # table shared by all layers gives every head a learned bias per bucketed distance, added to
     # the attention scores (half the buckets exact, the rest log-spaced up to 128 positions).
     relative_attention_buckets: int = 0
+    # Local attention (ModernBERT; Warner et al. 2024 §2.1.1): local_attention > 0 is the full
+    # sliding window (a token sees local_attention // 2 positions each side); every
+    # global_attention_every-th layer (0, n, 2n, ...) attends globally, the others locally. With
+    # rotary positions the local layers rotate with base local_rope_theta, the global ones with
+    # rotary_base.
+    local_attention: int = 0
+    global_attention_every: int = 1
+    local_rope_theta: float = 10000.0
 
     # --- feed-forward --------------------------------------------------------------------------
     hidden_act: str = "gelu"  # gelu = exact erf form x·Φ(x)
+    # "mlp": dense H→I, hidden_act, dense I→H. "geglu" / "swiglu": a gated linear unit
+    # (modules/ffn.GatedFeedForward: H→2I split into value and gate, act(value)·gate, I→H) with
+    # hidden_act GELU / SiLU. mlp_bias: whether the FFN's projections have biases.
+    ffn_kind: str = "mlp"
+    mlp_bias: bool = True
 
     # --- norms ---------------------------------------------------------------------------------
     layer_norm_eps: float = 1e-12
+    # "post": BERT's post-LN layers. "pre": each norm precedes its sub-block and a final norm
+    # follows the last layer; first_attention_norm=False drops the first layer's attention norm
+    # (ModernBERT: the embeddings are already normalised). norm_bias: LayerNorms with a bias.
+    norm_position: str = "post"
+    first_attention_norm: bool = True
+    norm_bias: bool = True
     # Conditional Layer Normalization (modules/norms.py): which norms take a condition c of size C.
     # Sites: "embeddings" (in E), "attention" and "ffn" (the two norms of every layer, in H),
     # "mlm" (the MLM head's norm, in E). Empty = ordinary LayerNorms everywhere.
@@ -224,6 +255,11 @@ class EncoderConfig:
     choice_pooling: str = "pooler"  # multiple choice (RoBERTa/Longformer use the pooler here)
     classifier_activation: str = "tanh"
     classifier_dropout: float | None = None  # None = hidden_dropout_prob
+    # task_transform: every task head first applies dense H→H, classifier_activation and a norm
+    # (ModernBERT's prediction head), to the pooled first token or to every token. head_bias:
+    # whether that dense layer (and the MLM head's) has a bias.
+    task_transform: bool = False
+    head_bias: bool = True
     # Label names in id order (config.json's id2label); C = len; one label = regression (MSE).
     label_names: tuple[str, ...] = ("LABEL_0", "LABEL_1")
     # Loss of the classify head (config.json's problem_type): one of PROBLEM_TYPES, or None =
@@ -313,7 +349,7 @@ class EncoderConfig:
         self._check_conditional_norms()
         # task heads
         for name in ("classifier_pooling", "choice_pooling"):
-            if getattr(self, name) not in ("pooler", "first_token_dense"):
+            if getattr(self, name) not in ("pooler", "first_token_dense", "first_token"):
                 raise ConfigError(
                     f"{name} must be 'pooler' or 'first_token_dense', got {getattr(self, name)!r}"
                 )
@@ -512,6 +548,21 @@ class EncoderConfig:
         ]
         if used and not rotary:
             raise ConfigError(f"{', '.join(used)} need position_embedding_type 'rotary'")
+        for name, kinds in (("ffn_kind", FFN_KINDS), ("norm_position", NORM_POSITIONS)):
+            if getattr(self, name) not in kinds:
+                raise ConfigError(f"{name} {getattr(self, name)!r} is not one of {kinds}")
+        if self.local_attention < 0 or self.local_attention % 2:
+            raise ConfigError(
+                f"local_attention must be 0 (none) or an even window, got {self.local_attention}"
+            )
+        if self.global_attention_every < 1:
+            raise ConfigError(
+                f"global_attention_every must be >= 1, got {self.global_attention_every}"
+            )
+        if self.local_attention and self.attention_kind != "full":
+            raise ConfigError("local_attention needs attention_kind 'full'")
+        if self.local_rope_theta <= 0:
+            raise ConfigError(f"local_rope_theta must be > 0, got {self.local_rope_theta}")
         if self.relative_attention_buckets < 0 or self.relative_attention_buckets == 1:
             raise ConfigError(
                 f"relative_attention_buckets must be 0 (none) or >= 2, got "
@@ -626,10 +677,20 @@ class EncoderConfig:
         cond = 2 * C  # a conditional norm adds W_gamma, W_beta (C·dim each) per normalised dim
         sites = set(self.conditional_norms)
         T += self.task_type_vocab_size if self.use_task_id else 0  # ERNIE's task table
-        total = (V + P + T) * E + 2 * E + (cond * E if "embeddings" in sites else 0)
+        nb = 2 if self.norm_bias else 1  # parameters per normalised feature
+
+        def per(site: str) -> int:  # a conditional norm always has its bias β0
+            return 2 if site in sites else nb
+
+        total = (V + P + T) * E + per("embeddings") * E + (cond * E if "embeddings" in sites else 0)
         if E != H:
             total += E * H + H
-        layer = 4 * (H * H + H) + 2 * H * I + I + H + 4 * H
+        layer = 4 * H * H + (4 * H if self.attention_bias else 0)
+        layer += (per("attention") + per("ffn")) * H
+        if self.ffn_kind == "mlp":
+            layer += 2 * H * I + (I + H if self.mlp_bias else 0)
+        else:  # gated: H→2I and I→H
+            layer += 3 * H * I + (2 * I + H if self.mlp_bias else 0)
         layer += cond * H * (("attention" in sites) + ("ffn" in sites))
         if self.attention_kind == "windowed":  # separate global Q/K/V projections
             layer += 3 * (H * H + H)
@@ -642,6 +703,10 @@ class EncoderConfig:
                 layer += (H * H + (H if self.key_bias else 0)) * ("c2p" in types)  # K^r
                 layer += (H * H + H) * ("p2c" in types)  # Q^r
         total += self.num_unique_layers * layer
+        if self.norm_position == "pre":
+            total += nb * H  # the final norm
+        if not self.first_attention_norm:  # layer 0's attention norm is absent
+            total -= (per("attention") + (cond if "attention" in sites else 0)) * H
         if self.relative_attention:
             total += self.relative_table_size * H
             total += 2 * H if self.norm_rel_ebd == "layer_norm" else 0
@@ -652,8 +717,11 @@ class EncoderConfig:
             total += H * (H // self.conv_groups) * self.conv_kernel_size + H + 2 * H
         if self.use_pooler and (not heads or self.reads_pooler(heads)):
             total += H * H + H  # pooler
+        hb = 1 if self.head_bias else 0
         if "mlm" in heads:
-            total += H * E + E + 2 * E + V + (cond * E if "mlm" in sites else 0)
+            total += H * E + hb * E + per("mlm") * E + V + (cond * E if "mlm" in sites else 0)
+        if self.task_transform and {"classify", "choice", "tokens", "qa"} & set(heads):
+            total += H * H + hb * H + nb * H
         if "pair" in heads:
             total += 2 * H + 2
         if "rtd" in heads:  # replaced-token detection: dense H→H, then H→1

@@ -121,6 +121,41 @@ _MPNET = dict(
     **_ROBERTA_HEADS,
 )
 
+# ModernBERT (Warner et al. 2024): pre-LN (no attention norm in the first layer) with a final
+# norm, bias-free linears and norms, GeGLU, rotary positions with base 160,000 in the global
+# layers (every third from layer 0) and 10,000 in the local ones (128-token sliding window);
+# no segments or pooler; every head starts with dense + GELU + norm (ModernBertPredictionHead).
+_MODERNBERT = dict(
+    model_type="modernbert",
+    type_vocab_size=0,
+    position_embedding_type="rotary",
+    position_biased_input=False,
+    rotary_base=160000.0,
+    local_rope_theta=10000.0,
+    local_attention=128,
+    global_attention_every=3,
+    attention_bias=False,
+    mlp_bias=False,
+    norm_bias=False,
+    head_bias=False,
+    ffn_kind="geglu",
+    norm_position="pre",
+    first_attention_norm=False,
+    layer_norm_eps=1e-5,
+    use_pooler=False,
+    pair_head=None,
+    mlm_activation="gelu",
+    task_transform=True,
+    classifier_pooling="first_token",
+    choice_pooling="first_token",
+    classifier_activation="gelu",
+    classifier_dropout=0.0,
+    hidden_dropout_prob=0.0,
+    attention_probs_dropout_prob=0.0,
+    pad_token_id=50283,
+    sep_token_id=50282,
+)
+
 # Sizes of the tiny test presets: mutually distinct, so transpositions cannot hide.
 _TINY = dict(
     vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37
@@ -248,6 +283,27 @@ PRESETS: dict[str, dict[str, Any]] = {
     # RoBERTa's positions (514 = 512 + 2) without segments, plus 32 relative position buckets per
     # head shared by all layers; eps 1e-5.
     "mpnet-base": dict(vocab_size=30527, max_position_embeddings=514, **_MPNET),
+    # answerdotai/ModernBERT-base — 149,014,272: 22 layers, I = 1152 (GeGLU: Wi is 768→2304),
+    # 8192 positions (rotary: no table), vocabulary 50,368.
+    "modernbert-base": dict(
+        vocab_size=50368,
+        hidden_size=768,
+        num_hidden_layers=22,
+        num_attention_heads=12,
+        intermediate_size=1152,
+        max_position_embeddings=8192,
+        **_MODERNBERT,
+    ),
+    # answerdotai/ModernBERT-large — 394,781,696: 28 layers of H = 1024, 16 heads, I = 2624.
+    "modernbert-large": dict(
+        vocab_size=50368,
+        hidden_size=1024,
+        num_hidden_layers=28,
+        num_attention_heads=16,
+        intermediate_size=2624,
+        max_position_embeddings=8192,
+        **_MODERNBERT,
+    ),
     # --- tiny test presets: mutually distinct sizes so transpositions cannot hide --------------
     "tiny-bert": dict(
         model_type="bert",
@@ -339,6 +395,19 @@ PRESETS: dict[str, dict[str, Any]] = {
         task_type_vocab_size=3,
     ),
     "tiny-mpnet": dict(**_TINY, max_position_embeddings=66, **_MPNET),
+    # 4 layers: global, local, global, local; a local window of 4 (2 each side) < T
+    "tiny-modernbert": dict(
+        **{
+            **_TINY,
+            **_MODERNBERT,
+            "num_hidden_layers": 4,
+            "max_position_embeddings": 64,
+            "local_attention": 4,
+            "global_attention_every": 2,
+            "pad_token_id": 0,
+            "sep_token_id": 2,
+        }
+    ),
 }
 
 # Published parameter counts (base model + pooler, as transformers counts it).
@@ -360,6 +429,8 @@ PUBLISHED_PARAMETERS: dict[str, int] = {
     "roformer-chinese-base": 123_555_840,
     "ernie-3.0-base-zh": 117_944_832,
     "mpnet-base": 109_486_464,
+    "modernbert-base": 149_014_272,
+    "modernbert-large": 394_781_696,
 }
 
 # The full-size models of the family, in the order of the source documents (then later additions).
@@ -380,6 +451,8 @@ FAMILY = [
     "roformer-chinese-base",
     "ernie-3.0-base-zh",
     "mpnet-base",
+    "modernbert-base",
+    "modernbert-large",
 ]
 
 

@@ -179,11 +179,16 @@ def detect_components(fmap: FamilyMap, hf_keys: Iterable[str]) -> tuple[list[str
     """Which heads, and whether a pooler, a checkpoint holds (by its keys; the family itself
     always comes from config.json's model_type, never from the keys)."""
     keys = {rename_legacy_layernorm(k).removeprefix(fmap.base_prefix) for k in hf_keys}
-    heads = [
-        name
-        for name, t in fmap.heads.items()
-        if any(k for k, v in t.items() if v is not None and k in keys)
-    ]
+
+    def marks(name: str) -> set[str]:
+        # a head is recognised by the keys no other head has (ModernBERT's masked-LM and task
+        # heads share `head.*`; its `decoder.bias` marks the masked LM), else by all its keys
+        # (the task heads share `classifier.*`; config.json's architectures tells them apart)
+        own = {k for k, v in fmap.heads[name].items() if v is not None}
+        others = {k for n, t in fmap.heads.items() if n != name for k in t}
+        return (own - others) or own
+
+    heads = [name for name in fmap.heads if marks(name) & keys]
     pooler = any(k in keys for k in fmap.pooler)
     return heads, pooler
 

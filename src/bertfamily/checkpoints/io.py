@@ -197,8 +197,37 @@ def config_from_hf(hf_config: dict[str, Any], source: str | Path = "config.json"
         raise ModelDirectoryError(f"{source}: {e}") from e
 
 
+def _flatten_layer_types(hf_config: dict[str, Any]) -> dict[str, Any]:
+    """transformers 5's per-layer-type fields in their flat form: ``rope_parameters``
+    {"full_attention": {"rope_theta": ...}, "sliding_attention": {...}} as global_rope_theta /
+    local_rope_theta, and ``layer_types`` as global_attn_every_n_layers (the one pattern the
+    families have: full attention at layers 0, n, 2n, ...; anything else is refused)."""
+    out = dict(hf_config)
+    rope = hf_config.get("rope_parameters")
+    if isinstance(rope, dict):
+        for kind, name in (
+            ("full_attention", "global_rope_theta"),
+            ("sliding_attention", "local_rope_theta"),
+        ):
+            theta = (rope.get(kind) or {}).get("rope_theta")
+            if theta is not None:
+                out[name] = theta
+    types = hf_config.get("layer_types")
+    if isinstance(types, list) and types:
+        full = [i for i, t in enumerate(types) if t == "full_attention"]
+        every = full[1] if len(full) > 1 else len(types)
+        if [t == "full_attention" for t in types] != [i % every == 0 for i in range(len(types))]:
+            raise ModelDirectoryError(
+                f"layer_types {_short(types)}: only full attention at every n-th layer from "
+                "layer 0 (global_attn_every_n_layers) is supported"
+            )
+        out["global_attn_every_n_layers"] = every
+    return out
+
+
 def _config_from_hf(hf_config: dict[str, Any]) -> EncoderConfig:
     fmap = family_of(hf_config)
+    hf_config = _flatten_layer_types(hf_config)
     for name, value in fmap.config_required.items():
         if name in hf_config and hf_config[name] != value:
             raise ModelDirectoryError(

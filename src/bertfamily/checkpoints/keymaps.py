@@ -810,6 +810,117 @@ MPNET = FamilyMap(
     config_defaults={"vocab_size": 30527, "relative_attention_buckets": 32},
 )
 
+# ModernBERT (Warner et al. 2024; transformers' modeling_modernbert.py): pre-LN layers whose first
+# has no attention norm, a final norm, bias-free linears and norms (attention_bias, mlp_bias,
+# norm_bias), a fused Wqkv ([Q; K; V] rows, ours as is), GeGLU feed-forward (Wi: H→2I), rotary
+# positions with a global and a local base, local (sliding-window) attention in all but every
+# global_attn_every_n_layers-th layer. No positions table, segments or pooler. Every head
+# starts with ModernBertPredictionHead (`head.dense`, act, `head.norm`): the MLM head, and before
+# each task head's `classifier` (our `task_head.transform`); sequence heads read the first token.
+_MB_HEAD = {
+    **_wb("head.dense", "task_head.transform.dense"),
+    **_wb("head.norm", "task_head.transform.norm"),
+    **_wb("classifier", "task_head.out"),
+}
+MODERNBERT = FamilyMap(
+    model_type="modernbert",
+    base_prefix="model.",
+    trunk={
+        "embeddings.tok_embeddings.weight": "encoder.embeddings.token.weight",
+        **_wb("embeddings.norm", "encoder.embeddings.norm"),
+        **_wb("layers.{i}.attn_norm", "encoder.layers.{i}.attention_norm"),
+        **_wb("layers.{i}.attn.Wqkv", "encoder.layers.{i}.attention.qkv"),
+        **_wb("layers.{i}.attn.Wo", "encoder.layers.{i}.attention.out"),
+        **_wb("layers.{i}.mlp_norm", "encoder.layers.{i}.ffn_norm"),
+        **_wb("layers.{i}.mlp.Wi", "encoder.layers.{i}.ffn.up"),
+        **_wb("layers.{i}.mlp.Wo", "encoder.layers.{i}.ffn.down"),
+        **_wb("final_norm", "encoder.final_norm"),
+    },
+    pooler={},
+    heads={
+        "mlm": {
+            **_wb("head.dense", "mlm_head.dense"),
+            **_wb("head.norm", "mlm_head.norm"),
+            "decoder.bias": "mlm_head.bias",
+            "decoder.weight": None,  # tied to the token embedding
+        },
+        "classify": _MB_HEAD,
+        "tokens": _MB_HEAD,
+        "qa": _MB_HEAD,
+        "choice": _MB_HEAD,
+    },
+    architectures={
+        "": "ModernBertModel",
+        "mlm": "ModernBertForMaskedLM",
+        **task_architectures("ModernBert"),
+    },
+    config_fields={
+        "vocab_size": "vocab_size",
+        "hidden_size": "hidden_size",
+        "num_hidden_layers": "num_hidden_layers",
+        "num_attention_heads": "num_attention_heads",
+        "intermediate_size": "intermediate_size",
+        "hidden_activation": "hidden_act",
+        "max_position_embeddings": "max_position_embeddings",
+        "initializer_range": "initializer_range",
+        "norm_eps": "layer_norm_eps",
+        "norm_bias": "norm_bias",
+        "pad_token_id": "pad_token_id",
+        "sep_token_id": "sep_token_id",
+        "attention_bias": "attention_bias",
+        "attention_dropout": "attention_probs_dropout_prob",
+        "embedding_dropout": "hidden_dropout_prob",
+        "mlp_bias": "mlp_bias",
+        "local_attention": "local_attention",
+        "global_attn_every_n_layers": "global_attention_every",
+        "global_rope_theta": "rotary_base",
+        "local_rope_theta": "local_rope_theta",
+        "classifier_dropout": "classifier_dropout",
+        "classifier_bias": "head_bias",
+        "classifier_activation": "classifier_activation",
+    },
+    config_fixed={
+        "position_embedding_type": "rotary",
+        "position_biased_input": False,
+        "type_vocab_size": 0,
+        "use_pooler": False,
+        "pair_head": None,
+        "norm_position": "pre",
+        "first_attention_norm": False,
+        "ffn_kind": "geglu",
+        "task_transform": True,
+        "classifier_pooling": "first_token",
+        "choice_pooling": "first_token",
+    },
+    # ModernBertConfig's defaults, for keys a config.json leaves out
+    config_defaults={
+        "vocab_size": 50368,
+        "hidden_size": 768,
+        "num_hidden_layers": 22,
+        "num_attention_heads": 12,
+        "intermediate_size": 1152,
+        "max_position_embeddings": 8192,
+        "layer_norm_eps": 1e-5,
+        "norm_bias": False,
+        "pad_token_id": 50283,
+        "sep_token_id": 50282,
+        "attention_bias": False,
+        "attention_probs_dropout_prob": 0.0,
+        "hidden_dropout_prob": 0.0,
+        "mlp_bias": False,
+        "local_attention": 128,
+        "global_attention_every": 3,
+        "rotary_base": 160000.0,
+        "local_rope_theta": 10000.0,
+        "classifier_dropout": 0.0,
+        "head_bias": False,
+        "classifier_activation": "gelu",
+    },
+    # the MLM head's transform applies classifier_activation
+    config_mirrors={"mlm_activation": "classifier_activation"},
+    config_required={"classifier_pooling": "cls", "decoder_bias": True},
+)
+
 FAMILIES: dict[str, FamilyMap] = {
     m.model_type: m
     for m in (
@@ -826,6 +937,7 @@ FAMILIES: dict[str, FamilyMap] = {
         ROFORMER,
         ERNIE,
         MPNET,
+        MODERNBERT,
     )
 }
 

@@ -23,6 +23,7 @@ class MaskedLMHead(nn.Module):
         act: activation module.
         norm: LayerNorm over E (or a Conditional LayerNorm: then ``takes_condition``).
         decoder_weight_owner: the token embedding module whose ``weight`` (V, E) is the decoder.
+        bias: whether ``dense`` has a bias (ModernBERT's classifier_bias).
     """
 
     def __init__(
@@ -32,9 +33,10 @@ class MaskedLMHead(nn.Module):
         act: nn.Module,
         norm: nn.Module,
         decoder_weight_owner: nn.Embedding,
+        bias: bool = True,
     ) -> None:
         super().__init__()
-        self.dense = nn.Linear(hidden_size, embedding_size)
+        self.dense = nn.Linear(hidden_size, embedding_size, bias=bias)
         self.act = act
         self.norm = norm
         self.bias = nn.Parameter(torch.zeros(decoder_weight_owner.num_embeddings))

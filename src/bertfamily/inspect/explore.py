@@ -67,7 +67,17 @@ def collect(
         wanted.insert(0, REFERENCE)  # needed for the differences even when not shown
     configs = {n: EncoderConfig.from_preset(n) for n in wanted}
     if vocab_size is not None:
-        configs = {n: c.replace(vocab_size=vocab_size) for n, c in configs.items()}
+        configs = {  # special ids beyond the new vocabulary (ModernBERT's 50283) become 0
+            n: c.replace(
+                vocab_size=vocab_size,
+                **(
+                    {"pad_token_id": 0, "sep_token_id": None}
+                    if c.pad_token_id >= vocab_size
+                    else {}
+                ),
+            )
+            for n, c in configs.items()
+        }
     if configs and (batch is None or seq_len is None):  # one (B, T) for every column
         b, t = choose_batch_shape(list(configs.values()), batch or 5, seq_len or 16)
         batch, seq_len = batch or b, seq_len or t

@@ -35,6 +35,8 @@ class SelfAttention(nn.Module):
         rotary: the name of the rotary table (``ctx.rotary``) this layer rotates its queries
             and keys with (rotary positions), or None.
         rotary_value: rotate the values too (RoFormer's ``rotary_value``).
+        window: > 0 = local attention (ModernBERT's sliding window): a query sees the keys at
+            most ``window`` positions away (|i - j| <= window); 0 = every key.
 
     Position inputs shared by the layers arrive in the context: ``ctx.rotary`` (RoPE tables)
     and ``ctx.position_bias`` (a (1, N, T, T) bias added to the scores, MPNet's buckets).
@@ -58,9 +60,10 @@ class SelfAttention(nn.Module):
         bias: bool = True,
         rotary: str | None = None,
         rotary_value: bool = False,
+        window: int = 0,
     ):
         super().__init__()
-        self.rotary, self.rotary_value = rotary, rotary_value
+        self.rotary, self.rotary_value, self.window = rotary, rotary_value, window
         self.num_heads = num_heads
         self.head_dim = hidden_size // num_heads
         self.qkv = nn.Linear(hidden_size, 3 * hidden_size, bias=bias)
@@ -83,12 +86,12 @@ class SelfAttention(nn.Module):
         if ctx.need_weights:
             scores = q @ k.transpose(-1, -2) / math.sqrt(self.head_dim)  # (B, N, T, S)
             probs = torch.softmax(
-                self._add_bias(scores, ctx.bias, ctx), dim=-1, dtype=torch.float32
+                self._add_bias(scores, ctx.bias, ctx, T), dim=-1, dtype=torch.float32
             ).to(q.dtype)
             y = F.dropout(probs, p, self.training) @ v  # (B, N, T, Dh)
         else:
             mask = ctx.bias.to(q.dtype) if ctx.padded else None  # no padding: no mask
-            mask = self._add_bias(mask, None, ctx)
+            mask = self._add_bias(mask, None, ctx, T)
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)  # (B,N,T,Dh)
         y = y.transpose(1, 2).reshape(B, T, H)  # (B, T, H)
         return AttentionOutput(self.out(y), probs, scores)
@@ -102,19 +105,28 @@ class SelfAttention(nn.Module):
         q, k = table.apply(q, length), table.apply(k, length)
         return q, k, (table.apply(v, length) if self.rotary_value else v)
 
-    @staticmethod
-    def _add_bias(x, bias, ctx: AttentionContext, length: int | None = None):
+    def _add_bias(self, x, bias, ctx: AttentionContext, T: int, length: int | None = None):
         """``x`` (scores or an additive mask, or None) + ``bias`` + the shared position bias
-        (sliced to the first ``length`` positions for one packed sequence)."""
+        (sliced to the first ``length`` positions for one packed sequence) + the local window's
+        band over T queries and keys."""
         terms = [t for t in (x, bias) if t is not None]
         if ctx.position_bias is not None:
             pb = ctx.position_bias
             terms.append(pb[..., :length, :length] if length is not None else pb)
+        if self.window:
+            dtype = terms[0].dtype if terms else ctx.bias.dtype
+            device = ctx.mask.device
+            pos = torch.arange(T, device=device)
+            far = (pos[None, :] - pos[:, None]).abs() > self.window  # (T, T)
+            band = torch.zeros(T, T, dtype=dtype, device=device)
+            terms.append(band.masked_fill(far, torch.finfo(dtype).min))
         if not terms:
             return None
         out = terms[0]
         for t in terms[1:]:
             out = out + t.to(out.dtype)
+        if self.window:  # two minima must not overflow to -inf
+            out = out.clamp(min=torch.finfo(out.dtype).min)
         return out
 
     def _packed(self, x: torch.Tensor, lengths: list[int], ctx: AttentionContext) -> torch.Tensor:
@@ -133,7 +145,7 @@ class SelfAttention(nn.Module):
                 # 4-D (1, N, n, Dh) inputs: the fused CPU/GPU kernels need a batch dimension.
                 q, k, v = qkv[start : start + n].permute(1, 2, 0, 3)[:, None].unbind(0)
                 q, k, v = self._positions(q, k, v, ctx, n)
-                mask = self._add_bias(None, None, ctx, n)
+                mask = self._add_bias(None, None, ctx, n, n)
                 if mask is not None:
                     mask = mask.to(q.dtype)
                 y[start : start + n] = F.scaled_dot_product_attention(
@@ -152,6 +164,6 @@ class SelfAttention(nn.Module):
         q, k, v = qkv.view(B, T, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
         q, k, v = self._positions(q, k, v, ctx)
         p = self.dropout if self.training else 0.0
-        mask = self._add_bias(ctx.bias.to(q.dtype), None, ctx)
+        mask = self._add_bias(ctx.bias.to(q.dtype), None, ctx, T)
         y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
         return y.transpose(1, 2).reshape(B * T, H).index_select(0, plan.index)  # (Ntot, H)

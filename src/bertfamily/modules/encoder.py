@@ -133,6 +133,10 @@ class Encoder(nn.Module):
         # input and recomputes its activations during backward (torch.utils.checkpoint,
         # non-reentrant, same dropout masks). Set by the Trainer's checkpoint_activations.
         self.checkpoint_activations = False
+        # Optional norm after the last layer step (pre-LN encoders, ModernBERT's final_norm):
+        # applied to the last hidden state, which is also the last of ``hidden_states`` (as
+        # transformers gives them).
+        self.final_norm: nn.Module | None = None
 
     # ------------------------------------------------------------------------------------------
     def check_inputs(
@@ -337,6 +341,10 @@ class Encoder(nn.Module):
                 hidden.append(run.x)
             probs.append(att.probs)
             scores.append(att.scores)
+        if self.final_norm is not None:
+            run.x = self.final_norm(run.x)
+            if output_hidden_states:
+                hidden[-1] = run.x
         x, ctx = run.hidden(), run.ctx
         if run.plan is not None and output_hidden_states:
             hidden = [run.plan.scatter(h) for h in hidden]

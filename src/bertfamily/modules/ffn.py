@@ -12,12 +12,40 @@ class FeedForward(nn.Module):
     Input and output (..., H) float; dropout is applied by the layer, after this block.
     """
 
-    def __init__(self, hidden_size: int, intermediate_size: int, act: nn.Module) -> None:
+    def __init__(
+        self, hidden_size: int, intermediate_size: int, act: nn.Module, bias: bool = True
+    ) -> None:
         super().__init__()
-        self.up = nn.Linear(hidden_size, intermediate_size)
+        self.up = nn.Linear(hidden_size, intermediate_size, bias=bias)
         self.act = act
-        self.down = nn.Linear(intermediate_size, hidden_size)
+        self.down = nn.Linear(intermediate_size, hidden_size, bias=bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """(..., H) float → (..., H) float: dense to I → activation → dense to H."""
         return self.down(self.act(self.up(x)))  # (.., H) -> (.., I) -> (.., H)
+
+
+class GatedFeedForward(nn.Module):
+    """Gated linear unit feed-forward (Shazeer 2020, "GLU Variants Improve Transformer", eq. 6):
+    one H → 2I projection split into [input; gate], act(input) ⊙ gate, then I → H. GeGLU with
+    GELU (ModernBERT), SwiGLU with SiLU.
+
+    Args:
+        hidden_size: H.
+        intermediate_size: I (the projection has 2I outputs).
+        act: the activation of the input half.
+        bias: whether both projections have biases.
+    """
+
+    def __init__(
+        self, hidden_size: int, intermediate_size: int, act: nn.Module, bias: bool = True
+    ) -> None:
+        super().__init__()
+        self.up = nn.Linear(hidden_size, 2 * intermediate_size, bias=bias)
+        self.act = act
+        self.down = nn.Linear(intermediate_size, hidden_size, bias=bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """(..., H) float → (..., H) float."""
+        value, gate = self.up(x).chunk(2, dim=-1)  # (.., I) each
+        return self.down(self.act(value) * gate)

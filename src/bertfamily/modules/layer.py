@@ -18,6 +18,9 @@ class EncoderLayer(nn.Module):
         x ─► attention ─► dropout ─► (+) ─► attention_norm ─► ffn ─► dropout ─► (+) ─► ffn_norm ─►
         │                             ▲                    │                     ▲
         └─────────────────────────────┘                    └─────────────────────┘
+
+    With ``pre_norm`` each norm precedes its sub-block instead:
+    x + attention(attention_norm(x)), then x + ffn(ffn_norm(x)).
     """
 
     def __init__(
@@ -27,8 +30,13 @@ class EncoderLayer(nn.Module):
         ffn: nn.Module,
         ffn_norm: nn.Module,
         dropout: float,
+        pre_norm: bool = False,
     ) -> None:
         super().__init__()
+        # pre-LN (Xiong et al. 2020, "On Layer Normalization in the Transformer Architecture"):
+        # each norm is applied to its sub-block's input and the residual stream stays
+        # unnormalised (ModernBERT; the encoder then ends with a final norm)
+        self.pre_norm = pre_norm
         self.attention = attention
         self.attention_norm = attention_norm
         self.ffn = ffn
@@ -39,6 +47,11 @@ class EncoderLayer(nn.Module):
         self, x: torch.Tensor, ctx: AttentionContext
     ) -> tuple[torch.Tensor, AttentionOutput]:
         """x: (B, T, H) → ((B, T, H), the attention's output with optional weights)."""
+        if self.pre_norm:
+            att = self.attention(call_norm(self.attention_norm, x, ctx.condition), ctx)
+            x = x + self.dropout(att.hidden)
+            x = x + self.dropout(self.ffn(call_norm(self.ffn_norm, x, ctx.condition)))
+            return x, att
         att = self.attention(x, ctx)
         x = call_norm(self.attention_norm, x + self.dropout(att.hidden), ctx.condition)
         x = call_norm(self.ffn_norm, x + self.dropout(self.ffn(x)), ctx.condition)
