@@ -96,11 +96,12 @@ def test_index_build_refuses_null_list_and_empty_texts(cli, minilm_dir, tmp_path
     with pytest.raises(ValueError) as e:
         read_corpus(path)
     msg = str(e.value)
-    assert "4 rows cannot be indexed" in msg and '"text" is null' in msg and "line 2" in msg
-    assert 'line 3: "text" is a list' in msg and 'line 4: "text" is empty' in msg
+    assert "4 rows cannot be embedded or indexed" in msg and "'text' is null" in msg
+    assert "line 2" in msg
+    assert "line 3: 'text' is a list" in msg and "line 4: 'text' is empty" in msg
     assert "(and 1 more)" in msg and "\n" not in msg
     r = cli("index", "build", "--corpus", path, "-o", tmp_path / "idx", "--model", minilm_dir)
-    assert r.exit_code == 2 and "cannot be indexed" in r.output, r.output
+    assert r.exit_code == 2 and "cannot be embedded or indexed" in r.output, r.output
     assert not (tmp_path / "idx").exists()
     ok = tmp_path / "ok.jsonl"
     ok.write_text(json.dumps(rows[0]) + "\n" + json.dumps(rows[5]) + "\n", encoding="utf-8")

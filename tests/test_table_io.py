@@ -69,25 +69,37 @@ def test_text_ids_are_line_numbers_and_blank_lines_are_skipped(tmp_path):
 
 def test_jsonl_and_parquet_columns_and_default_ids(tmp_path):
     jl = tmp_path / "t.jsonl"
-    rows = [{"key": "a", "body": "alpha"}, {"body": "no key"}, {"key": "c", "body": " "}]
+    rows = [{"key": "a", "body": "alpha"}, {"body": "no key"}]
     jl.write_text("\n".join(json.dumps(r) for r in rows) + "\n\n", encoding="utf-8")
     got = read_id_texts(jl, id_column="key", text_column="body")
     assert got == (["a", 2], ["alpha", "no key"])  # a row without an id: its line number
-    pqf = write_parquet(tmp_path / "t.parquet", [10, 20, 30], ["x", "", "z"])
+    pqf = write_parquet(tmp_path / "t.parquet", [10, 30], ["x", "z"])
     assert read_id_texts(pqf, id_column="doc_id", text_column="body") == ([10, 30], ["x", "z"])
     # no id column: 1-based row numbers across the files of a directory, in name order
     d = tmp_path / "dir"
     d.mkdir()
     pq.write_table(pa.table({"text": ["a", "b"]}), d / "part-0.parquet")
-    pq.write_table(pa.table({"text": ["", "d"]}), d / "part-1.parquet")
+    pq.write_table(pa.table({"text": ["c", "d"]}), d / "part-1.parquet")
     (d / "_SUCCESS.parquet").write_text("not parquet")  # skipped, as pyarrow does
-    assert read_id_texts(d) == ([1, 2, 4], ["a", "b", "d"])
+    assert read_id_texts(d) == ([1, 2, 3, 4], ["a", "b", "c", "d"])
     with pytest.raises(DataError, match="no column 'body'"):
         read_id_texts(d, text_column="body")
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"text": "ok"}\n[1, 2]\n', encoding="utf-8")
-    with pytest.raises(DataError, match="bad.jsonl:2"):
+    with pytest.raises(DataError, match="bad.jsonl: 1 rows .*line 2: not a JSON object"):
         read_id_texts(bad)
+
+
+def test_a_table_row_without_text_is_refused_not_skipped(tmp_path):
+    """A table row's empty or null text is a data error (a plain text file's blank line is
+    no document): skipping it silently would hide it; storing it would index "None"."""
+    jl = tmp_path / "t.jsonl"
+    jl.write_text('{"text": "a"}\n{"text": " "}\n{"text": null}\n', encoding="utf-8")
+    with pytest.raises(DataError, match="2 rows .*line 2: 'text' is empty; line 3: 'text' is null"):
+        read_id_texts(jl)
+    pqf = write_parquet(tmp_path / "t.parquet", [10, 20], ["x", ""])
+    with pytest.raises(DataError, match="row id 20.*is empty"):
+        read_id_texts(pqf, id_column="doc_id", text_column="body")
 
 
 def test_writer_round_trip_keeps_ids_vectors_and_identity(tmp_path):

@@ -12,7 +12,9 @@ Reading (`iter_id_texts`, `read_id_texts`): the input's kind comes from its name
   number.
 
 Lines of a plain text file that are blank hold no document: they are skipped, never
-embedded, and their ids (line numbers) are simply absent. Reading is by batches of at most
+embedded, and their ids (line numbers) are simply absent. A JSONL or Parquet row whose text is
+null, not a string or empty is a data error: the file is refused, the bad rows counted and the
+first named (skipping them silently would hide them). Reading is by batches of at most
 ``batch_rows`` rows, so memory never depends on the input's size.
 
 Writing (`EmbeddingTableWriter`): a Parquet file of ``id``, ``vector`` (a fixed-size list of
@@ -119,19 +121,31 @@ def _text_rows(path: Path) -> Iterator[tuple[int, str]]:
         raise DataError(f"cannot read {path}: {e}") from e
 
 
-def _jsonl_rows(path: Path, id_column: str, text_column: str) -> Iterator[tuple[Any, str]]:
+def _jsonl_rows(
+    path: Path, id_column: str, text_column: str, problems: list[str]
+) -> Iterator[tuple[Any, str]]:
+    """The (id, text) of each JSONL row; a row with bad JSON, no text column or a null, list,
+    bool or empty text is skipped and described in ``problems`` (the caller refuses the file)."""
     for n, line in _text_rows(path):
         if not line:
             continue
         try:
             row = json.loads(line)
         except json.JSONDecodeError as e:
-            raise DataError(f"{path}:{n}: not valid JSON: {e}") from e
+            problems.append(f"line {n}: not JSON ({e})")
+            continue
         if not isinstance(row, dict) or text_column not in row:
-            raise DataError(
-                f"{path}:{n}: expected a JSON object with {text_column!r}, got {line[:80]!r}"
-            )
-        yield row.get(id_column, n), _text(row[text_column], f"{path}:{n}", text_column)
+            problems.append(f"line {n}: not a JSON object with {text_column!r}")
+            continue
+        text = row[text_column]
+        if isinstance(text, bool) or not isinstance(text, (str, int, float)):
+            what = "null" if text is None else f"a {type(text).__name__}"
+            problems.append(f"line {n}: {text_column!r} is {what}, not a string")
+            continue
+        if not str(text).strip():
+            problems.append(f"line {n}: {text_column!r} is empty")
+            continue
+        yield row.get(id_column, n), str(text)
 
 
 def _parquet_batches(
@@ -166,7 +180,7 @@ def iter_id_texts(
     batch_rows: int = 10_000,
 ) -> Iterator[tuple[list[Any], list[str]]]:
     """``(ids, texts)`` batches of at most ``batch_rows`` rows of a text, JSONL or Parquet
-    input (see the module docstring); blank texts are skipped.
+    input (see the module docstring); blank lines of a text file are skipped.
 
     Raises:
         DataError: a missing or unreadable input, bytes that are not UTF-8, a JSONL line that
@@ -184,7 +198,11 @@ def iter_id_texts(
             if kept:
                 yield [i for i, _ in kept], [t for _, t in kept]
         return
-    rows = _jsonl_rows(path, id_column, text_column) if kind == "jsonl" else _text_rows(path)
+    problems: list[str] = []
+    if kind == "jsonl":
+        rows = _jsonl_rows(path, id_column, text_column, problems)
+    else:
+        rows = _text_rows(path)
     ids: list[Any] = []
     texts: list[str] = []
     for i, t in rows:
@@ -195,6 +213,12 @@ def iter_id_texts(
         if len(texts) == batch_rows:
             yield ids, texts
             ids, texts = [], []
+    if problems:  # every bad row counted, the first three named; the writers write nothing
+        more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
+        raise DataError(
+            f"{path}: {len(problems)} rows cannot be embedded or indexed: "
+            f"{'; '.join(problems[:3])}{more}; nothing was written"
+        )
     if texts:
         yield ids, texts
 
