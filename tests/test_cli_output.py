@@ -154,7 +154,11 @@ def test_models_in_a_pipe_is_readable():
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     assert max(len(x) for x in lines) <= 80
-    assert len(lines) < 150  # 16 models, about 9 lines each
+    from bertfamily.inspect.compare import comparison_rows
+
+    n = len(comparison_rows())  # 18: the 13, and RoFormer, ERNIE, MPNet, ModernBERT base/large
+    assert n >= 18
+    assert len(lines) < 10 * n  # about 9 lines each
     assert "bert-base: 109,482,240 parameters" in proc.stdout
     assert "albert-base" in proc.stdout and "│" not in proc.stdout
 
@@ -162,10 +166,12 @@ def test_models_in_a_pipe_is_readable():
 def test_models_machine_formats_are_unwrapped():
     csv = run("models", "--format", "csv", columns=40)
     assert csv.returncode == 0, csv.stderr
-    # header + the 16 models (13, and RoFormer, ERNIE, MPNet), however narrow
-    assert len(csv.stdout.splitlines()) == 17
+    from bertfamily.inspect.compare import comparison_rows
+
+    n = len(comparison_rows())
+    assert len(csv.stdout.splitlines()) == 1 + n  # header + every model, however narrow
     js = run("models", "--format", "json", columns=40)
-    assert len(json.loads(js.stdout)) == 16
+    assert len(json.loads(js.stdout)) == n
 
 
 @pytest.mark.parametrize("command", ["params", "dataflow"])
