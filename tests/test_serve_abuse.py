@@ -190,7 +190,7 @@ def test_no_500_under_a_burst_of_mixed_requests(server):
         b'{"inputs": "\\ud800"}',
         b"\xff",
         b'{"inputs": []}',
-        b'{"inputs": "x", "unknown": 1}',
+        b'{"inputs": "x", "unknown": 1}',  # an unknown field is ignored, as TEI does: 200
         b'{"inputs": "POISON"}',
     ] * 4
 
@@ -201,4 +201,4 @@ def test_no_500_under_a_burst_of_mixed_requests(server):
 
     with ThreadPoolExecutor(8) as pool:
         codes = list(pool.map(post, bodies))
-    assert 500 not in codes and codes.count(200) == 4, codes
+    assert 500 not in codes and codes.count(200) == 8, codes

@@ -345,6 +345,12 @@ def case_dir(request, tmp_path, trained, sdist_models):
 @pytest.mark.parametrize("case_dir", list(CASES), indirect=True)
 def test_equals_the_converted_fast_tokenizer(case_dir, sentences):
     family, directory, options, full = case_dir
+    from hf_compat import TRANSFORMERS_MAJOR
+
+    if family == "albert" and TRANSFORMERS_MAJOR < 5:
+        # transformers 4's converter keeps a trailing "▁" that sentencepiece itself (and
+        # transformers 5) do not produce; we follow sentencepiece (test_new_user's ALBERT test)
+        pytest.skip("transformers 4.x's ALBERT converter differs from sentencepiece on whitespace")
     ours = load_tokenizer(directory)
     theirs = reference(directory, family, **options)
     token_types = family in ("albert", "debertav2")
