@@ -159,6 +159,7 @@ def test_sigkill_then_resume_is_bit_identical(tiny_dir, table, reference, tmp_pa
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_sigkill_then_resume_is_bit_identical_20_trials(tiny_dir, table, reference, tmp_path):
     killed_at = _kill_and_resume(tiny_dir, table, reference, tmp_path, SLOW_TRIALS)
     assert len(set(killed_at)) >= 5, killed_at  # the kills landed at many points

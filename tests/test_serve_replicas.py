@@ -37,6 +37,7 @@ def tiny(minilm_dir, tmp_path_factory):
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_two_replicas_behind_one_port_answer_like_encode(tiny):
     from bertfamily.pipelines.embed import SentenceEmbedder
 
