@@ -268,3 +268,20 @@ def make_tiny(directory: Path, *, dropout: float = 0.0, seed: int = 0) -> Path:
 
     BiEncoder.from_directory(directory, max_seq_length=32).save(directory)
     return directory
+
+
+def save_tiny(path: Path, minilm_dir: Path, seed: int = 0) -> Path:
+    """A tiny random BERT (H=32, L=2) with MiniLM's tokenizer, saved as a model directory."""
+    import shutil
+
+    import bertfamily as bf
+
+    config = bf.EncoderConfig.from_preset(
+        "tiny-bert", vocab_size=30522, max_position_embeddings=512
+    )
+    torch.manual_seed(seed)
+    bf.build_model(config).save_pretrained(path)
+    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt"):
+        if (minilm_dir / name).exists():
+            shutil.copy(minilm_dir / name, path / name)
+    return path

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -19,6 +18,7 @@ import pytest
 
 import bertfamily as bf
 from bertfamily.pipelines.bulk import BulkEmbedError, embed_file, load_shards
+from helpers import save_tiny
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # bitwise comparisons across processes
 
@@ -28,21 +28,6 @@ WORDS = ["cats", "dogs", "rivers", "trains", "music", "coffee", "a much longer l
 LINES = [f"line {i} is about {WORDS[i % 7]}" + " again" * (i % 5) for i in range(33)]
 LINES[10] = ""
 SHARD = 7  # 5 shards: 7, 7, 7, 7, 5 lines
-
-
-def save_tiny(path: Path, minilm_dir: Path, seed: int = 0) -> Path:
-    """A tiny random BERT (H=32, L=2) with MiniLM's tokenizer, saved as a model directory."""
-    import torch
-
-    config = bf.EncoderConfig.from_preset(
-        "tiny-bert", vocab_size=30522, max_position_embeddings=512
-    )
-    torch.manual_seed(seed)
-    bf.build_model(config).save_pretrained(path)
-    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt"):
-        if (minilm_dir / name).exists():
-            shutil.copy(minilm_dir / name, path / name)
-    return path
 
 
 @pytest.fixture(scope="module")

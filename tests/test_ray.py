@@ -6,13 +6,12 @@ with every id written exactly once. Skipped when Ray is not installed (the `ray`
 from __future__ import annotations
 
 import os
-import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-import bertfamily as bf
+from helpers import save_tiny
 
 ray = pytest.importorskip("ray", reason='Ray Data is optional: pip install "bertfamily[ray]"')
 pytest.importorskip("ray.data", reason='Ray Data is optional: pip install "bertfamily[ray]"')
@@ -56,18 +55,7 @@ def local_ray():
 @pytest.fixture(scope="module")
 def tiny(minilm_dir, tmp_path_factory):
     """A tiny random BERT (H=32, L=2) with MiniLM's tokenizer."""
-    import torch
-
-    path = tmp_path_factory.mktemp("ray-model") / "tiny"
-    config = bf.EncoderConfig.from_preset(
-        "tiny-bert", vocab_size=30522, max_position_embeddings=512
-    )
-    torch.manual_seed(0)
-    bf.build_model(config).save_pretrained(path)
-    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt"):
-        if (minilm_dir / name).exists():
-            shutil.copy(minilm_dir / name, path / name)
-    return path
+    return save_tiny(tmp_path_factory.mktemp("ray-model") / "tiny", minilm_dir)
 
 
 def shards(directory: Path) -> tuple[list, np.ndarray]:

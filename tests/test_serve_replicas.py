@@ -3,13 +3,12 @@ behind one port; both answer, and every answer equals `SentenceEmbedder.encode`.
 
 from __future__ import annotations
 
-import shutil
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
 
-import bertfamily as bf
+from helpers import save_tiny
 
 httpx = pytest.importorskip("httpx")
 pytest.importorskip("uvicorn")
@@ -22,18 +21,7 @@ TEXTS = [f"replica request {i} about {w}" for i, w in enumerate(["cats", "dogs",
 
 @pytest.fixture(scope="module")
 def tiny(minilm_dir, tmp_path_factory):
-    import torch
-
-    path = tmp_path_factory.mktemp("replica-model") / "tiny"
-    config = bf.EncoderConfig.from_preset(
-        "tiny-bert", vocab_size=30522, max_position_embeddings=512
-    )
-    torch.manual_seed(0)
-    bf.build_model(config).save_pretrained(path)
-    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt"):
-        if (minilm_dir / name).exists():
-            shutil.copy(minilm_dir / name, path / name)
-    return path
+    return save_tiny(tmp_path_factory.mktemp("replica-model") / "tiny", minilm_dir)
 
 
 @pytest.mark.slow

@@ -4,32 +4,20 @@ model once, and carries the iterator-of-Series type hints `pandas_udf` needs."""
 
 from __future__ import annotations
 
-import shutil
 import typing
 from collections.abc import Iterator
 
 import numpy as np
 import pytest
 
-import bertfamily as bf
+from helpers import save_tiny
 
 pd = pytest.importorskip("pandas", reason='the Spark UDF needs pandas: "bertfamily[spark]"')
 
 
 @pytest.fixture(scope="module")
 def tiny(minilm_dir, tmp_path_factory):
-    import torch
-
-    path = tmp_path_factory.mktemp("spark-model") / "tiny"
-    config = bf.EncoderConfig.from_preset(
-        "tiny-bert", vocab_size=30522, max_position_embeddings=512
-    )
-    torch.manual_seed(0)
-    bf.build_model(config).save_pretrained(path)
-    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt"):
-        if (minilm_dir / name).exists():
-            shutil.copy(minilm_dir / name, path / name)
-    return path
+    return save_tiny(tmp_path_factory.mktemp("spark-model") / "tiny", minilm_dir)
 
 
 def test_the_udf_body_embeds_like_encode(tiny, monkeypatch):

@@ -6,13 +6,11 @@ skipped, never embedded)."""
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-import bertfamily as bf
 from bertfamily.data.table_io import (
     EmbeddingTableWriter,
     iter_embedding_table,
@@ -21,6 +19,7 @@ from bertfamily.data.table_io import (
     table_identity,
 )
 from bertfamily.errors import DataError
+from helpers import save_tiny
 
 pq = pytest.importorskip("pyarrow.parquet", reason="Parquet needs pyarrow (bertfamily[parquet])")
 pa = pytest.importorskip("pyarrow")
@@ -29,21 +28,6 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 TOPICS = ["cats", "dogs", "rivers", "trains", "music", "coffee"]
 DOCS = [f"document {i} about {TOPICS[i % 6]}" + " and more" * (i % 4) for i in range(40)]
-
-
-def save_tiny(path: Path, minilm_dir: Path, seed: int = 0) -> Path:
-    """A tiny random BERT (H=32, L=2) with MiniLM's tokenizer, saved as a model directory."""
-    import torch
-
-    config = bf.EncoderConfig.from_preset(
-        "tiny-bert", vocab_size=30522, max_position_embeddings=512
-    )
-    torch.manual_seed(seed)
-    bf.build_model(config).save_pretrained(path)
-    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt"):
-        if (minilm_dir / name).exists():
-            shutil.copy(minilm_dir / name, path / name)
-    return path
 
 
 @pytest.fixture(scope="module")
