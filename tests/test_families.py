@@ -148,7 +148,7 @@ def test_mpnet_tokenizer_directory_matches_transformers(text, pair, tmp_path):
 
 
 @pytest.mark.parity
-@pytest.mark.parametrize("strategy", ["per_sequence", "padded"])
+@pytest.mark.parametrize("strategy", ["per_sequence", "padded", "bucketed"])
 def test_modernbert_unpadded_long_batches_match_transformers(strategy, tmp_path, monkeypatch):
     """ModernBERT on sequences far longer than its local window (4: two positions each side;
     T = 40), right-padded so that the encoder takes its unpadded fast path (both packed

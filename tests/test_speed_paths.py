@@ -73,7 +73,7 @@ def test_no_padding_calls_sdpa_without_mask(monkeypatch):
     torch.testing.assert_close(fast, slow, atol=1e-5, rtol=0)
 
 
-@pytest.mark.parametrize("strategy", ["per_sequence", "padded"])
+@pytest.mark.parametrize("strategy", ["per_sequence", "padded", "bucketed"])
 def test_packed_strategies_equal_padded_path(monkeypatch, strategy):
     monkeypatch.setattr(SelfAttention, "packed_strategy", strategy)
     model = _tiny_bert()
@@ -86,8 +86,49 @@ def test_packed_strategies_equal_padded_path(monkeypatch, strategy):
     torch.testing.assert_close(packed, reference * mask[..., None], atol=1e-5, rtol=0)
 
 
-def test_default_packed_strategy_is_per_sequence():
-    assert SelfAttention.packed_strategy == "per_sequence"
+def test_default_packed_strategy_is_bucketed():
+    assert SelfAttention.packed_strategy == "bucketed"
+
+
+def test_buckets_group_by_wasted_attention_and_cover_every_token():
+    """H = 384 (budget 6·0.05·384 = 115.2 per token): 512 and 500 share a bucket (waste
+    12,144 ≤ 115.2·1,012), 100 does not join them (264,288 > 115.2·1,112); 100, 90 and 3 share
+    the second (11,891 ≤ 115.2·193). The empty row is in none; every real token is in exactly
+    one bucket, at its padded slot."""
+    from bertfamily.modules.unpad import Unpadded
+
+    lengths = [512, 100, 500, 0, 3, 90]
+    mask = (torch.arange(512)[None, :] < torch.tensor(lengths)[:, None]).long()
+    buckets = Unpadded.from_mask(mask).buckets(384)
+    assert [(b.rows, b.length) for b in buckets] == [(2, 512), (3, 100)]
+    src = torch.cat([b.src for b in buckets]).sort().values
+    assert src.tolist() == list(range(sum(lengths)))
+    first, second = buckets
+    assert first.dest.tolist() == list(range(512)) + list(range(512, 1012))
+    assert first.mask[:, 0, 0].sum(1).tolist() == [512, 500] and not first.contiguous
+    assert second.mask[:, 0, 0].sum(1).tolist() == [100, 3, 90]
+    same = Unpadded.from_mask(torch.tensor([[1, 1, 1], [1, 1, 1], [1, 0, 0]])).buckets(384)
+    assert [(b.rows, b.length) for b in same] == [(3, 3)]
+    two = Unpadded.from_mask(torch.tensor([[1, 1, 0], [1, 1, 0]]))
+    assert two is not None and two.buckets(384)[0].contiguous  # no mask, a plain view
+    assert two.buckets(384)[0].mask is None
+
+
+def test_length_sorted_batch_attends_in_one_call_per_layer(monkeypatch):
+    """A batch of similar lengths (what `embed` feeds, sorted by length) makes one SDPA call
+    per layer, not one per sequence."""
+    calls = []
+    real = attention_module.F.scaled_dot_product_attention
+    monkeypatch.setattr(
+        attention_module.F,
+        "scaled_dot_product_attention",
+        lambda *a, **k: calls.append(a[0].shape) or real(*a, **k),
+    )
+    model = _tiny_bert()
+    ids, mask = _batch([10, 10, 9, 9, 9, 8])
+    with torch.inference_mode():
+        model(ids, mask)
+    assert len(calls) == len(model.encoder.layers) and calls[0][0] == 6
 
 
 def test_relative_view_reads_any_layout():

@@ -21,7 +21,7 @@ def _random_right_padded(B, T, vocab, pad, seed):
 
 @pytest.mark.parametrize("preset", ["tiny-bert", "tiny-roberta", "tiny-distilbert", "tiny-albert"])
 @pytest.mark.parametrize("seed", [0, 1, 2])
-@pytest.mark.parametrize("strategy", ["padded", "per_sequence"])
+@pytest.mark.parametrize("strategy", ["padded", "per_sequence", "bucketed"])
 def test_unpadded_equals_padded(preset, seed, strategy, monkeypatch):
     from bertfamily.modules.attention import SelfAttention
 

@@ -44,13 +44,14 @@ class SelfAttention(nn.Module):
 
     supports_unpadded = True  # accepts packed (total_tokens, H) input, see modules/unpad.py
     supports_attention_matrix = True  # honours a (B, 1, T, S) bias (a visibility matrix)
-    # How packed input attends: "per_sequence" runs one unmasked SDPA call per sequence on its
-    # own tokens (attention FLOPs Σn² instead of B·T², no padded copies of Q/K/V); "padded"
-    # scatters Q/K/V back to (B, N, T, Dh) for one masked SDPA call. Measured with
-    # torch.profiler on BERT-base, 32 sequences of 16..256 tokens, 1 thread: the padded
-    # strategy spends about 3× the time in attention (zero-filled (B·T, 3H) scatter, masked
-    # T×T kernel, gather back); per sequence, the GEMMs are 80 % of the time.
-    packed_strategy = "per_sequence"
+    # How packed input attends: "bucketed" groups the sequences into buckets of similar length
+    # (`Unpadded.buckets`) and runs one SDPA call per bucket on its sequences padded to the
+    # bucket's longest (a length-sorted batch is one bucket: one call per layer);
+    # "per_sequence" runs one unmasked SDPA call per sequence (attention FLOPs exactly Σn², but
+    # B calls per layer: B parallel regions, each a barrier that stalls when a core is busy);
+    # "padded" scatters Q/K/V to the whole (B, N, T, Dh) batch for one masked call.
+    # benchmarks/attention_strategies.py measures the three idle and with a core taken.
+    packed_strategy = "bucketed"
 
     def __init__(
         self,
@@ -77,6 +78,8 @@ class SelfAttention(nn.Module):
         if x.dim() == 2:
             if self.packed_strategy == "padded":
                 return AttentionOutput(self.out(self._packed_padded(x, ctx)))
+            if self.packed_strategy == "bucketed":
+                return AttentionOutput(self.out(self._packed_bucketed(x, ctx)))
             return AttentionOutput(self.out(self._packed(x, ctx.unpadded.lengths, ctx)))
         B, T, H = x.shape
         qkv = self.qkv(x).view(B, T, 3, self.num_heads, self.head_dim)
@@ -153,6 +156,53 @@ class SelfAttention(nn.Module):
                 )[0].transpose(0, 1)  # (n, N, Dh)
             start += n
         return y.view(Ntot, H)
+
+    def _packed_bucketed(self, x: torch.Tensor, ctx: AttentionContext) -> torch.Tensor:
+        """Packed (total_tokens, H) → context (total_tokens, H), one SDPA call per bucket of
+        similar-length sequences (`Unpadded.buckets`): the bucket's Q/K/V rows are gathered
+        into a (b, N, t, Dh) block (zero rows at padding), attend with a key mask, and the real
+        rows are written back. A bucket of adjacent equal-length sequences is a plain view."""
+        Ntot, H = x.shape
+        qkv = self.qkv(x)  # (Ntot, 3H)
+        buckets = ctx.unpadded.buckets(H)
+        if (
+            len(buckets) == 1
+            and buckets[0].contiguous
+            and buckets[0].rows * buckets[0].length == Ntot
+        ):
+            return self._attend_block(qkv, buckets[0], ctx).reshape(Ntot, H)
+        y = qkv.new_empty(Ntot, H)
+        for bucket in buckets:
+            b, t = bucket.rows, bucket.length
+            if bucket.contiguous:
+                block = qkv[bucket.start : bucket.start + b * t]
+                out = self._attend_block(block, bucket, ctx).reshape(b * t, H)
+                y[bucket.start : bucket.start + b * t] = out
+                continue
+            block = qkv.new_zeros(b * t, 3 * H).index_copy_(
+                0, bucket.dest, qkv.index_select(0, bucket.src)
+            )
+            out = self._attend_block(block, bucket, ctx).reshape(b * t, H)
+            y.index_copy_(0, bucket.src, out.index_select(0, bucket.dest))
+        return y
+
+    def _attend_block(self, block: torch.Tensor, bucket, ctx: AttentionContext) -> torch.Tensor:
+        """(b·t, 3H) projected rows of one bucket → (b, t, H) context (padding rows are
+        garbage the caller drops)."""
+        b, t = bucket.rows, bucket.length
+        qkv = block.view(b, t, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
+        q, k, v = self._positions(*qkv.unbind(0), ctx, t)  # (b, N, t, Dh)
+        mask = None
+        if bucket.mask is not None:
+            mask = torch.zeros(bucket.mask.shape, dtype=q.dtype, device=q.device).masked_fill(
+                ~bucket.mask, torch.finfo(q.dtype).min
+            )
+        mask = self._add_bias(mask, None, ctx, t, t)
+        if mask is not None:
+            mask = mask.to(q.dtype)
+        p = self.dropout if self.training else 0.0
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)  # (b, N, t, Dh)
+        return y.transpose(1, 2).reshape(b, t, self.num_heads * self.head_dim)
 
     def _packed_padded(self, x: torch.Tensor, ctx: AttentionContext) -> torch.Tensor:
         """Packed (total_tokens, H) → context (total_tokens, H): the projections run on real

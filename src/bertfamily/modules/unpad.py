@@ -8,9 +8,41 @@ result is scattered back to (B, T, H) at the end, with zeros at padding position
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
+
+# How much padded attention a bucket may waste, as a fraction of the dense layers' FLOPs on its
+# tokens. Per layer a sequence of n tokens costs ≈ 24·n·H² FLOPs in its projections and
+# feed-forward (QKV 6H², output 2H², FFN 16H² per token) and 4·n²·H in attention (QKᵀ and
+# PV); padding b sequences to the longest t wastes 4·H·(b·t² − Σn²). A bucket grows while
+# that waste stays under BUCKET_WASTE × 24·H²·Σn, i.e. b·t² − Σn² ≤ 6·BUCKET_WASTE·H·Σn: short
+# sequences (attention ≪ dense work) share one call, long ones of different lengths do not.
+BUCKET_WASTE = 0.05
+
+
+@dataclass
+class Bucket:
+    """Sequences of similar length that attend in one padded SDPA call.
+
+    Attributes:
+        rows: how many sequences (b).
+        length: their longest length (t); the others are right-padded to it.
+        src: (total,) int64 packed-token rows of these sequences, sequence after sequence.
+        dest: (total,) int64 positions of those tokens in the flattened (b·t) padded block.
+        mask: (b, 1, 1, t) bool, True at real keys; None when every length equals t.
+        contiguous: the sequences are adjacent in the packed tensor with no padding, so
+            ``src`` is the slice ``start : start + b·t`` (no gather, no scatter).
+        start: first packed row when ``contiguous``.
+    """
+
+    rows: int
+    length: int
+    src: torch.Tensor
+    dest: torch.Tensor
+    mask: torch.Tensor | None
+    contiguous: bool
+    start: int
 
 
 @dataclass
@@ -28,6 +60,59 @@ class Unpadded:
     lengths: list[int]
     batch_size: int
     seq_len: int
+    _buckets: list[Bucket] | None = field(default=None, repr=False, compare=False)
+
+    def buckets(self, hidden_size: int) -> list[Bucket]:
+        """The sequences grouped into buckets of similar length (computed once per forward,
+        shared by every layer). Greedy over lengths in decreasing order: the next sequence
+        joins the current bucket while the padded attention it wastes stays under
+        ``BUCKET_WASTE`` of the bucket's dense-layer FLOPs (see the constant); otherwise it
+        opens a new bucket. Empty sequences are left out."""
+        if self._buckets is not None:
+            return self._buckets
+        budget = 6 * BUCKET_WASTE * hidden_size
+        device = self.index.device
+        starts, acc = [], 0
+        for n in self.lengths:
+            starts.append(acc)
+            acc += n
+        order = sorted((i for i, n in enumerate(self.lengths) if n), key=lambda i: -self.lengths[i])
+        buckets, k = [], 0
+        while k < len(order):
+            t = self.lengths[order[k]]
+            members, tokens, squares = [order[k]], t, t * t
+            k += 1
+            while k < len(order):
+                n = self.lengths[order[k]]
+                b = len(members) + 1
+                if b * t * t - (squares + n * n) > budget * (tokens + n):
+                    break
+                members.append(order[k])
+                tokens, squares = tokens + n, squares + n * n
+                k += 1
+            members.sort()  # batch order: adjacent rows may form one contiguous slice
+            lens = [self.lengths[i] for i in members]
+            same = all(n == t for n in lens)
+            adjacent = all(b == a + 1 for a, b in zip(members, members[1:]))
+            src = torch.cat([torch.arange(starts[i], starts[i] + self.lengths[i]) for i in members])
+            dest = torch.cat([torch.arange(j * t, j * t + n) for j, n in enumerate(lens)])
+            mask = None
+            if not same:
+                mask = (torch.arange(t)[None, :] < torch.tensor(lens)[:, None])[:, None, None, :]
+                mask = mask.to(device)
+            buckets.append(
+                Bucket(
+                    len(members),
+                    t,
+                    src.to(device),
+                    dest.to(device),
+                    mask,
+                    same and adjacent,
+                    starts[members[0]],
+                )
+            )
+        self._buckets = buckets
+        return buckets
 
     @classmethod
     def from_mask(cls, attention_mask: torch.Tensor) -> Unpadded | None:
