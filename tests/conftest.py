@@ -4,10 +4,17 @@ marker."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
-import pytest
-import torch
+# Commands choose their thread count from the cores free when they start (bertfamily.runtime);
+# tests run on whatever else the machine is doing, so they fix it instead (the runtime honours
+# OMP_NUM_THREADS), before torch reads it.
+os.environ.setdefault("OMP_NUM_THREADS", str(min(2, os.cpu_count() or 1)))
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # what `import bertfamily` sets
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
 
 from helpers import save_hf_tiny  # importing helpers also silences transformers (offline)
 

@@ -7,11 +7,21 @@ The public names load on first use (PEP 562), so `import bertfamily` (and the co
 from __future__ import annotations
 
 import importlib
+import os
+import sys
 from typing import TYPE_CHECKING, Any
 
 from . import _compat
 
 __version__ = "0.1.0"
+
+# OpenMP threads that wait for work sleep instead of spinning (libgomp reads this once, when
+# torch loads, so only while torch is not imported yet; a value the user set wins). On a busy
+# machine a spinning thread burns the time slice of the core it shares and every parallel
+# region waits for it: measured 2.5-3x faster embedding at 2 threads under load
+# (benchmarks/contention.py); see `bertfamily.runtime` for the thread count.
+if "torch" not in sys.modules:
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 _compat.install()  # old import paths of moved modules (see _compat.MOVED)
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import logging
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -151,31 +152,6 @@ def model_overrides(
     return overrides
 
 
-def physical_cores() -> int:
-    """Physical cores this process may run on (hyper-threads not counted; /proc/cpuinfo when
-    readable, else the logical count)."""
-    import os
-
-    try:
-        logical = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        logical = os.cpu_count() or 1
-    cores: set[tuple[str, str]] = set()
-    try:
-        phys = core = ""
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            key, _, value = line.partition(":")
-            key = key.strip()
-            if key == "physical id":
-                phys = value.strip()
-            elif key == "core id":
-                core = value.strip()
-                cores.add((phys, core))
-    except OSError:
-        pass
-    return max(1, min(logical, len(cores))) if cores else max(1, logical)
-
-
 @contextlib.contextmanager
 def training_threads(requested: int = 0) -> Iterator[str]:
     """Thread pools that do not oversubscribe the CPU while a training command runs (restored
@@ -183,31 +159,27 @@ def training_threads(requested: int = 0) -> Iterator[str]:
 
     ``TOKENIZERS_PARALLELISM`` (when unset) becomes ``false``: the tokenizer's pool and torch's
     otherwise fight over the same cores. torch's intra-op threads: ``requested`` when > 0, else
-    left to ``OMP_NUM_THREADS`` when that is set, else the physical cores divided by the
-    processes on this node (``LOCAL_WORLD_SIZE`` under torchrun).
+    ``OMP_NUM_THREADS`` when that is set, else the cores free right now (`runtime.free_cores`:
+    never more threads than free cores) divided by the processes on this node
+    (``LOCAL_WORLD_SIZE`` under torchrun).
     """
     import os
 
     import torch
+
+    from ..runtime import choose_threads
 
     before_threads, before_env = torch.get_num_threads(), os.environ.get("TOKENIZERS_PARALLELISM")
     tokenizers = ""
     if "TOKENIZERS_PARALLELISM" not in os.environ:
         os.environ["TOKENIZERS_PARALLELISM"] = "false"
         tokenizers = "; TOKENIZERS_PARALLELISM=false"
-    if requested > 0:
-        torch.set_num_threads(requested)
-        why = "--threads"
-    elif os.environ.get("OMP_NUM_THREADS", "").strip():
-        why = f"OMP_NUM_THREADS={os.environ['OMP_NUM_THREADS'].strip()}"
-    else:
-        cores = physical_cores()
-        try:
-            procs = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
-        except ValueError:
-            procs = 1
-        torch.set_num_threads(max(1, cores // procs))
-        why = f"{cores} physical cores / {procs} process{'es' if procs > 1 else ''}"
+    try:
+        procs = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+    except ValueError:
+        procs = 1
+    count, why = choose_threads(requested, procs)
+    torch.set_num_threads(count)
     line = f"threads: {torch.get_num_threads()} torch intra-op ({why}){tokenizers}"
     if is_main_process():
         err.print(line, markup=False, highlight=False)
@@ -295,3 +267,19 @@ def print_summary_on_main_rank(summary: dict, keys: tuple[str, ...], device: str
     if init_distributed(device).is_main:
         print_json({k: summary[k] for k in keys})
     cleanup_distributed()
+
+
+THREADS_HELP = (
+    "torch intra-op threads (0: OMP_NUM_THREADS when set, else one per core that is free when "
+    "the command starts; a core busy with another process is left to it)."
+)
+
+
+def compute_threads(requested: int = 0) -> str:
+    """Set the intra-op threads of an inference command (`runtime.apply_threads`); the chosen
+    line is logged at INFO (shown with ``-v``) and returned."""
+    from ..runtime import apply_threads
+
+    line = apply_threads(requested)
+    logging.getLogger("bertfamily").info(line)
+    return line

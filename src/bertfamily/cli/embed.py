@@ -16,9 +16,11 @@ from .common import (
     FORMAT_HELP,
     QUANTIZE_HELP,
     SHOWN_CHARS,
+    THREADS_HELP,
     App,
     check_format,
     check_quantize,
+    compute_threads,
     console,
     err,
     fmt_score,
@@ -179,10 +181,12 @@ def embed(
         help="float32, int8, uint8, binary or ubinary (sentence-transformers' "
         "quantize_embeddings; int8 ranges from these rows). Not for bulk mode.",
     ),
+    threads: int = typer.Option(0, min=0, help=THREADS_HELP),
 ):
     """Sentence embeddings; prints the cosine-similarity matrix (or writes --output, or JSONL
     with --format jsonl). Inputs longer than the model's limit are truncated, with a warning.
     With --input FILE --output DIR it embeds a file of any size in resumable shards."""
+    compute_threads(threads)
     import numpy as np
 
     from ..data.table_io import read_id_texts, table_kind
@@ -420,11 +424,13 @@ def search(
     batch_size: int = typer.Option(32, min=1, help="Texts per forward pass."),
     dtype: str = typer.Option("auto", help=DTYPE_HELP),
     fmt: str = typer.Option("table", "--format", help=FORMAT_HELP),
+    threads: int = typer.Option(0, min=0, help=THREADS_HELP),
 ):
     """Semantic search: the corpus lines closest to each query (blank lines are never hits).
     JSONL rows carry the query, its 1-based "query_number", the hit's "rank", "score", "text"
     and its "line" in the corpus (with --index: its "id", the line number for a plain text
     corpus), all counting from 1."""
+    compute_threads(threads)
     from ..pipelines.embed import semantic_search
 
     check_format(fmt)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from .common import App, handle_errors, print_json
+from .common import THREADS_HELP, App, compute_threads, handle_errors, print_json
 
 commands = App()
 
@@ -31,9 +31,11 @@ def evaluate(
     format: str | None = typer.Option(None, help="'sts' for STS Benchmark TSV files."),
     batch_size: int = typer.Option(64, min=1, help="Texts per forward pass."),
     output: Path | None = typer.Option(None, "--output", "-o", help="Also write the JSON here."),
+    threads: int = typer.Option(0, min=0, help=THREADS_HELP),
 ):
     """STS: Spearman and Pearson of cosine (or the reranker's score) vs the gold scores.
     Retrieval: NDCG@10, MRR@10, Recall@1/3/5/10 and MAP@100 of exact cosine search."""
+    compute_threads(threads)
     from ..data.pairs import read_pairs
     from ..evaluation.metrics import evaluate_sts, regression_metrics
     from ..files import write_text_atomic

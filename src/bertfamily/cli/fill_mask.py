@@ -7,7 +7,9 @@ from rich.markup import escape
 from rich.table import Table
 
 from .common import (
+    THREADS_HELP,
     App,
+    compute_threads,
     console,
     fmt_score,
     handle_errors,
@@ -31,8 +33,10 @@ def fill_mask(
         "the model needs a masked-LM head.",
     ),
     top_k: int = typer.Option(5, "--top-k", "-k", min=1, help="Predictions per mask."),
+    threads: int = typer.Option(0, min=0, help=THREADS_HELP),
 ):
     """The most likely tokens at each mask."""
+    compute_threads(threads)
     from ..pipelines.fill_mask import FillMask
 
     pipe = FillMask(model_path(model))

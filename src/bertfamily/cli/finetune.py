@@ -8,7 +8,9 @@ from pathlib import Path
 import typer
 
 from .common import (
+    THREADS_HELP,
     App,
+    compute_threads,
     err,
     handle_errors,
     print_json,
@@ -256,8 +258,10 @@ def predict(
         "normalised entropy is below this (0: the full model; 1: layer 1).",
     ),
     knowledge: str | None = typer.Option(None, help=KNOWLEDGE_HELP),
+    threads: int = typer.Option(0, min=0, help=THREADS_HELP),
 ):
     """Predictions of a fine-tuned model on a file (JSONL to --output or the screen)."""
+    compute_threads(threads)
     from ..data.task_data import TaskOptions
     from ..files import atomic_write
     from ..recipes.finetune import predict as run

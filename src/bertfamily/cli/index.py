@@ -9,7 +9,9 @@ import typer
 from ..errors import InputError
 from .common import (
     DTYPE_HELP,
+    THREADS_HELP,
     App,
+    compute_threads,
     err,
     handle_errors,
     model_path,
@@ -91,9 +93,11 @@ def index_build(
     ef_search: int = typer.Option(128, min=1, help="HNSW: query-time candidates."),
     batch_size: int = typer.Option(32, min=1, help="Texts per forward pass."),
     dtype: str = typer.Option("auto", help=DTYPE_HELP),
+    threads: int = typer.Option(0, min=0, help=THREADS_HELP),
 ):
     """Embed a corpus into a new index directory, or index the vectors of --embeddings
     (replaces DIR atomically)."""
+    compute_threads(threads)
     from ..pipelines.index import VectorIndex
 
     if (corpus is None) == (embeddings is None):
@@ -137,9 +141,11 @@ def index_add(
     model: str | None = typer.Option(None, metavar="DIR|NAME", help="The index's model."),
     batch_size: int = typer.Option(32, min=1, help="Texts per forward pass."),
     dtype: str = typer.Option("auto", help=DTYPE_HELP),
+    threads: int = typer.Option(0, min=0, help=THREADS_HELP),
 ):
     """Append a corpus to an index (the model must be the one that built it); the new version
     replaces DIR atomically."""
+    compute_threads(threads)
     import json
 
     from ..pipelines.index import VectorIndex

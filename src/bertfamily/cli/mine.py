@@ -8,7 +8,7 @@ from pathlib import Path
 
 import typer
 
-from .common import App, handle_errors, print_json
+from .common import THREADS_HELP, App, compute_threads, handle_errors, print_json
 
 commands = App()
 
@@ -35,9 +35,11 @@ def mine_negatives(
         None, help="Keep only candidates with cos <= cos(anchor, positive) * (1 - margin)."
     ),
     batch_size: int = typer.Option(64, min=1, help="Texts per forward pass."),
+    threads: int = typer.Option(0, min=0, help=THREADS_HELP),
 ):
     """For each (anchor, positive), the most similar non-positives of the corpus (exact
     cosine search), within a rank range and margins; rows with too few are dropped."""
+    compute_threads(threads)
     from ..data.pairs import read_pairs
     from ..files import write_text_atomic
     from ..pipelines.embed import SentenceEmbedder

@@ -14,8 +14,10 @@ from ..errors import InputError
 from .common import (
     DTYPE_HELP,
     FORMAT_HELP,
+    THREADS_HELP,
     App,
     check_format,
+    compute_threads,
     console,
     fmt_score,
     handle_errors,
@@ -51,9 +53,11 @@ def rerank(
     batch_size: int = typer.Option(32, min=1, help="Pairs per forward pass."),
     dtype: str = typer.Option("fp32", help=DTYPE_HELP),
     fmt: str = typer.Option("table", "--format", help=FORMAT_HELP),
+    threads: int = typer.Option(0, min=0, help=THREADS_HELP),
 ):
     """Order DOCUMENTs (or --input lines) by a cross-encoder's score against QUERY, best first.
     JSONL rows carry "rank", "index" (0-based, in the order given), "score" and "text"."""
+    compute_threads(threads)
     from ..pipelines.rerank import Reranker
 
     check_format(fmt)

@@ -10,6 +10,7 @@ import typer
 from .common import (
     DTYPE_HELP,
     QUANTIZE_HELP,
+    THREADS_HELP,
     App,
     check_quantize,
     err,
@@ -66,7 +67,9 @@ def serve(
         help="A self-distilled classifier: default early-exit speed (0: the full model); "
         "requests may send their own.",
     ),
-    threads: int = typer.Option(0, min=0, help="torch intra-op threads (0: torch's default)."),
+    threads: int = typer.Option(
+        0, min=0, help=THREADS_HELP + " With --workers N, the free cores are shared out."
+    ),
     graceful_timeout: float = typer.Option(
         30.0, min=0, help="Seconds to finish the requests in flight after SIGTERM / Ctrl-C."
     ),
@@ -87,11 +90,13 @@ def serve(
     import torch
     import uvicorn
 
+    from ..runtime import choose_threads
     from ..serve.app import ServeSettings, create_app, load_served_model
     from ..serve.http import HeaderTimeoutProtocol
 
-    if threads:
-        torch.set_num_threads(threads)
+    threads, why = choose_threads(threads, workers)
+    err.print(f"threads: {threads} torch intra-op per replica ({why})", soft_wrap=True)
+    torch.set_num_threads(threads)
     settings = ServeSettings(
         max_batch_tokens=max_batch_tokens,
         batch_size=batch_size,

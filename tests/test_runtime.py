@@ -1,0 +1,128 @@
+"""Thread counts from the free cores (bertfamily.runtime) and `--threads` on the commands that
+compute."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from bertfamily import runtime
+from bertfamily.errors import InputError
+
+
+def _fake_stat(monkeypatch, before, after, cores=2, cpus=(0, 1)):
+    """/proc/stat read twice: ``before`` then ``after`` (cpu → (idle, total) jiffies)."""
+    reads = iter([before, after])
+    monkeypatch.setattr(runtime, "_cpu_times", lambda: next(reads))
+    monkeypatch.setattr(runtime, "physical_cores", lambda: cores)
+    monkeypatch.setattr(runtime.os, "sched_getaffinity", lambda pid: set(cpus))
+    monkeypatch.setattr(runtime.time, "sleep", lambda s: None)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+
+
+def test_one_core_taken_leaves_one_thread(monkeypatch):
+    # cpu0 idle for all 10 jiffies, cpu1 busy for all 10 (another process spinning)
+    _fake_stat(monkeypatch, {0: (100, 200), 1: (50, 200)}, {0: (110, 210), 1: (50, 210)})
+    assert runtime.free_cores() == pytest.approx(1.0)
+    _fake_stat(monkeypatch, {0: (100, 200), 1: (50, 200)}, {0: (110, 210), 1: (50, 210)})
+    assert runtime.choose_threads(0) == (1, "1.0 of 2 physical cores free")
+
+
+def test_idle_machine_uses_every_core_and_busy_cpus_outside_the_set_do_not_count(monkeypatch):
+    # cpu 2 (not in this process's set) is busy; cpus 0 and 1 are idle
+    before = {0: (0, 0), 1: (0, 0), 2: (0, 0)}
+    after = {0: (10, 10), 1: (10, 10), 2: (0, 10)}
+    _fake_stat(monkeypatch, before, after)
+    assert runtime.choose_threads(0)[0] == 2
+    # a busy machine still gets one thread, and processes share the free cores
+    _fake_stat(monkeypatch, {0: (0, 0), 1: (0, 0)}, {0: (1, 10), 1: (0, 10)})
+    assert runtime.choose_threads(0)[0] == 1
+    _fake_stat(monkeypatch, before, after, cores=8, cpus=range(8))
+    after8 = {c: (10, 10) for c in range(8)}
+    reads = iter([{c: (0, 0) for c in range(8)}, after8])
+    monkeypatch.setattr(runtime, "_cpu_times", lambda: next(reads))
+    why = "8.0 of 8 physical cores free / 3 processes"
+    assert runtime.choose_threads(0, processes=3) == (2, why)
+
+
+def test_request_and_environment_win(monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    assert runtime.choose_threads(0) == (3, "OMP_NUM_THREADS=3")
+    assert runtime.choose_threads(5) == (5, "--threads")
+    with pytest.raises(InputError, match="threads must be >= 0"):
+        runtime.choose_threads(-1)
+
+
+def test_cgroup_quota(tmp_path):
+    f = tmp_path / "cpu.max"
+    f.write_text("150000 100000\n")
+    assert runtime.cgroup_cpu_quota(f) == 1.5
+    f.write_text("max 100000\n")
+    assert runtime.cgroup_cpu_quota(f) is None
+    assert runtime.cgroup_cpu_quota(tmp_path / "missing") is None
+    f.write_text("garbage")
+    assert runtime.cgroup_cpu_quota(f) is None
+
+
+def test_real_proc_stat_reads():
+    free = runtime.free_cores(0.02)
+    assert 0.0 <= free <= runtime.physical_cores() + 1e-9
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["embed", "--model", "{m}", "a b c"],
+        ["search", "--model", "{m}", "--corpus", "{c}", "a"],
+    ],
+)
+def test_commands_take_threads(cli, minilm_dir, tmp_path, command, monkeypatch):
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("one line\nanother line\n")
+    args = [a.format(m=minilm_dir, c=corpus) for a in command]
+    before = torch.get_num_threads()
+    try:
+        result = cli(*args[:1], "--threads", "1", *args[1:])
+        assert result.exit_code == 0, result.output
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_every_computing_command_has_threads():
+    from typer.main import get_command
+
+    from bertfamily.cli import app
+
+    group = get_command(app)
+    computing = ["embed", "search", "index", "serve", "predict", "rerank", "evaluate",
+                 "mine-negatives", "fill-mask", "finetune", "pretrain", "distill"]  # fmt: skip
+    for name in computing:
+        cmd = group.commands[name]
+        subs = getattr(cmd, "commands", None)
+        for c in subs.values() if subs else [cmd]:
+            if c.name == "init":  # `distill init` only copies layers into a student
+                continue
+            assert "threads" in {p.name for p in c.params}, f"{name} {c.name} lacks --threads"
+
+
+def _policy_after(code: str, env_policy: str | None) -> str:
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    if env_policy is not None:
+        env["OMP_WAIT_POLICY"] = env_policy
+    out = subprocess.run(
+        [sys.executable, "-c", code + "; import os; print(os.environ.get('OMP_WAIT_POLICY'))"],
+        env=env, capture_output=True, text=True, check=True, timeout=120,
+    )  # fmt: skip
+    return out.stdout.strip().splitlines()[-1]
+
+
+def test_import_sets_a_passive_wait_policy_unless_the_user_chose():
+    assert _policy_after("import bertfamily", None) == "PASSIVE"
+    assert _policy_after("import bertfamily", "ACTIVE") == "ACTIVE"
+    # torch already loaded: libgomp has read its environment, so nothing is pretended
+    assert _policy_after("import torch, bertfamily", None) == "None"
