@@ -80,3 +80,19 @@ def test_types_and_ranges_raise_config_error_naming_the_field(field, value):
 def test_numbers_become_floats():
     c = EncoderConfig(layer_norm_eps=1, hidden_dropout_prob=0)
     assert isinstance(c.layer_norm_eps, float) and isinstance(c.hidden_dropout_prob, float)
+
+
+def test_replace_takes_num_labels_and_refuses_unknown_fields():
+    """transformers' ``num_labels`` works where users pass it (from_pretrained's keywords go
+    through `EncoderConfig.replace`); a misspelt field is refused with the closest names."""
+    from bertfamily.errors import ArgumentTypeError, ConfigError
+
+    base = EncoderConfig.from_preset("tiny-bert")
+    assert base.replace(num_labels=3).label_names == ("LABEL_0", "LABEL_1", "LABEL_2")
+    assert base.replace(num_labels=2, label_names=("neg", "pos")).label_names == ("neg", "pos")
+    with pytest.raises(ArgumentTypeError, match=r"'hiden_size' \(did you mean hidden_size"):
+        base.replace(hiden_size=8)
+    with pytest.raises(TypeError):  # still the builtin users catch
+        base.replace(not_a_field=1)
+    with pytest.raises(ConfigError, match="num_labels must be a positive integer"):
+        base.replace(num_labels=0)

@@ -769,7 +769,31 @@ class EncoderConfig:
         return cls(**{**PRESETS[name], **overrides})
 
     def replace(self, **changes: Any) -> EncoderConfig:
-        """A copy with ``changes`` applied (`dataclasses.replace`)."""
+        """A copy with ``changes`` applied (`dataclasses.replace`). transformers' ``num_labels=C``
+        is accepted and means ``label_names=("LABEL_0", …, "LABEL_{C-1}")``.
+
+        Raises:
+            ArgumentTypeError: a name that is no field (the message suggests the closest ones).
+            ConfigError: a value the field refuses.
+        """
+        if "num_labels" in changes:
+            n = changes.pop("num_labels")
+            if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+                raise ConfigError(f"num_labels must be a positive integer, got {n!r}")
+            if "label_names" not in changes and n != len(self.label_names):
+                changes["label_names"] = tuple(f"LABEL_{i}" for i in range(n))
+        names = {f.name for f in dataclasses.fields(self)}
+        unknown = sorted(set(changes) - names)
+        if unknown:
+            import difflib
+
+            hints = []
+            for name in unknown:
+                close = difflib.get_close_matches(name, sorted(names), n=2, cutoff=0.6)
+                hints.append(
+                    f"{name!r}" + (f" (did you mean {' or '.join(close)}?)" if close else "")
+                )
+            raise ArgumentTypeError(f"unknown EncoderConfig field(s): {', '.join(hints)}")
         return dataclasses.replace(self, **changes)
 
     def to_dict(self) -> dict[str, Any]:
