@@ -126,3 +126,25 @@ def test_import_sets_a_passive_wait_policy_unless_the_user_chose():
     assert _policy_after("import bertfamily", "ACTIVE") == "ACTIVE"
     # torch already loaded: libgomp has read its environment, so nothing is pretended
     assert _policy_after("import torch, bertfamily", None) == "None"
+
+
+def test_device_option(cli, minilm_dir, monkeypatch):
+    """--device on the inference commands: cpu runs; cuda where torch sees none is one clear
+    line (exit 2), and int8 off the CPU is refused."""
+    from bertfamily.cli.common import torch_device
+
+    assert torch_device("cpu") == "cpu"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert torch_device("auto") == "cpu"
+    with pytest.raises(InputError, match="torch sees no CUDA device"):
+        torch_device("cuda:0")
+    with pytest.raises(InputError, match="auto, cpu, cuda or cuda:N"):
+        torch_device("tpu")
+    result = cli("embed", "--model", minilm_dir, "--device", "cpu", "--format", "jsonl", "a b")
+    assert result.exit_code == 0 and '"line": 1' in result.output
+    result = cli("embed", "--model", minilm_dir, "--device", "cuda", "a b")
+    assert result.exit_code == 2 and "torch sees no CUDA device" in result.output
+    for command in (["search", "--corpus", minilm_dir / "vocab.txt", "q"], ["serve"],
+                    ["rerank", "q", "d"], ["fill-mask", "a [MASK]"]):  # fmt: skip
+        result = cli(command[0], "--model", minilm_dir, "--device", "cuda", *command[1:])
+        assert result.exit_code == 2 and "torch sees no CUDA device" in result.output, command

@@ -174,3 +174,35 @@ def test_encoder_flops_formula_matches_flop_counter():
     attention = L * sum(4 * n * n * H for n in lengths)
     pooler = len(lengths) * 2 * H * H
     assert counter.get_total_flops() - pooler == encoder_flops(lengths, H, I, L) - attention
+
+
+def test_varlen_plumbing_equals_bucketed(monkeypatch):
+    """The CUDA variable-length path (cumulative lengths, one call, window_size) gives what the
+    bucketed path gives, with a reference varlen kernel standing in for flash attention (CPU:
+    the real kernel is CUDA-only; benchmarks/gpu_check.py compares the two on a GPU)."""
+    calls = []
+
+    def reference_varlen(q, k, v, cu_q, cu_k, max_q, max_k, *, window_size=(-1, -1)):
+        calls.append((cu_q.tolist(), max_q, window_size))
+        out = torch.empty_like(q)
+        for a, b in zip(cu_q.tolist(), cu_q.tolist()[1:]):
+            qs, ks, vs = (t[a:b].transpose(0, 1)[None] for t in (q, k, v))  # (1, N, n, Dh)
+            out[a:b] = F.scaled_dot_product_attention(qs, ks, vs)[0].transpose(0, 1)
+        return out
+
+    model = _tiny_bert()
+    ids, mask = _batch([7, 1, 4, 7])
+    with torch.inference_mode():
+        reference = model(ids, mask).last_hidden_state
+        monkeypatch.setattr(attention_module, "_varlen_attn", lambda: reference_varlen)
+        monkeypatch.setattr(SelfAttention, "_varlen_applies", lambda self, x, ctx: True)
+        varlen = model(ids, mask).last_hidden_state
+    assert calls[0] == ([0, 7, 8, 12, 19], 7, (-1, -1))
+    assert len(calls) == len(model.encoder.layers)
+    torch.testing.assert_close(varlen, reference, atol=1e-5, rtol=0)
+
+
+def test_varlen_is_not_taken_on_cpu():
+    model = _tiny_bert()
+    layer = model.encoder.layers[0].attention
+    assert not layer._varlen_applies(torch.zeros(3, 32), None)

@@ -94,6 +94,36 @@ QUANTIZE_HELP = (
 )
 
 
+DEVICE_HELP = "auto (cuda when a CUDA device is available, else cpu), cpu, cuda or cuda:N."
+
+
+def torch_device(name: str) -> str:
+    """The torch device of a ``--device`` value; "auto" is cuda when torch sees a CUDA device.
+
+    Raises:
+        InputError: an unknown value, or cuda asked for where torch sees no CUDA device.
+    """
+    import torch
+
+    from ..errors import InputError
+
+    name = name.strip().lower()
+    if name == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if name == "cpu":
+        return "cpu"
+    if name == "cuda" or (name.startswith("cuda:") and name[5:].isdigit()):
+        if not torch.cuda.is_available():
+            raise InputError(f"--device {name}: torch sees no CUDA device on this machine")
+        index = int(name[5:]) if ":" in name else 0
+        if index >= torch.cuda.device_count():
+            raise InputError(
+                f"--device {name}: only {torch.cuda.device_count()} CUDA device(s) here"
+            )
+        return name
+    raise InputError(f"--device must be auto, cpu, cuda or cuda:N, got {name!r}")
+
+
 def torch_dtype(name: str, device: str = "cpu"):
     """The torch dtype of a `--dtype` value (auto, fp32, bf16), printing the choice on stderr;
     warns when bf16 is asked for and would be emulated."""

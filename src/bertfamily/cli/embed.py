@@ -12,6 +12,7 @@ from rich.table import Table
 
 from ..errors import InputError
 from .common import (
+    DEVICE_HELP,
     DTYPE_HELP,
     FORMAT_HELP,
     QUANTIZE_HELP,
@@ -28,6 +29,7 @@ from .common import (
     load_int8,
     model_path,
     shorten,
+    torch_device,
     torch_dtype,
     write_out,
 )
@@ -75,13 +77,22 @@ def _report_truncation(embedder, texts: list[str], what: str = "inputs") -> None
     )
 
 
-def _embedder(model: str | None, dtype: str, quantize: str | None = None):
-    """The `SentenceEmbedder` of a command; the dtype choice (and the int8 plan) on stderr."""
+def _embedder(model: str | None, dtype: str, quantize: str | None = None, device: str = "cpu"):
+    """The `SentenceEmbedder` of a command on ``device`` (a `torch_device` value); the dtype
+    choice (and the int8 plan) on stderr.
+
+    Raises:
+        InputError: int8 asked for off the CPU (its engine is ONNX Runtime on the CPU).
+    """
     from ..pipelines.embed import SentenceEmbedder
 
     check_quantize(quantize, dtype)
     if quantize is None:
-        return SentenceEmbedder(model_path(model), dtype=torch_dtype(dtype))
+        return SentenceEmbedder(model_path(model), dtype=torch_dtype(dtype, device), device=device)
+    if device != "cpu":
+        raise InputError(
+            f"--quantize int8 runs on the CPU; drop it or use --device cpu, not {device}"
+        )
     return load_int8(lambda: SentenceEmbedder(model_path(model), dtype="fp32", quantize=quantize))
 
 
@@ -182,11 +193,13 @@ def embed(
         "quantize_embeddings; int8 ranges from these rows). Not for bulk mode.",
     ),
     threads: int = typer.Option(0, min=0, help=THREADS_HELP),
+    device: str = typer.Option("auto", help=DEVICE_HELP),
 ):
     """Sentence embeddings; prints the cosine-similarity matrix (or writes --output, or JSONL
     with --format jsonl). Inputs longer than the model's limit are truncated, with a warning.
     With --input FILE --output DIR it embeds a file of any size in resumable shards."""
     compute_threads(threads)
+    device = torch_device(device)
     import numpy as np
 
     from ..data.table_io import read_id_texts, table_kind
@@ -215,7 +228,9 @@ def embed(
             ray_args = dict(concurrency=concurrency, num_cpus=actor_cpus)
             _embed_ray(input, output, model, batch_size, dtype, ray_args, with_text, columns)
         else:
-            _embed_table(input, output, model, batch_size, dtype, quantize, with_text, columns)
+            _embed_table(
+                input, output, model, batch_size, dtype, quantize, with_text, columns, device
+            )
         return
     if output is not None and (output.is_dir() or output.suffix == ""):
         if kind != "text":
@@ -223,7 +238,9 @@ def embed(
                 f"--output DIR shards a plain text file; for the table {input} give --output "
                 "FILE.parquet, or --engine ray --output DIR"
             )
-        _embed_bulk(sentences, input, output, model, batch_size, dtype, shard_size, quantize)
+        _embed_bulk(
+            sentences, input, output, model, batch_size, dtype, shard_size, quantize, device
+        )
         return
     if shard_size is not None:
         raise InputError(
@@ -243,7 +260,7 @@ def embed(
             f"--output must end in .npy or .jsonl, or be a directory (a path without a "
             f"suffix) for bulk mode, got {output.name}"
         )
-    embedder = _embedder(model, dtype, quantize)
+    embedder = _embedder(model, dtype, quantize, device)
     vectors = _encode_with_progress(embedder, texts, batch_size)
     _report_truncation(embedder, texts)
     if dimensions is not None or precision != "float32":
@@ -296,7 +313,7 @@ def embed(
 
 
 def _embed_bulk(
-    sentences, input, output, model, batch_size, dtype, shard_size, quantize=None
+    sentences, input, output, model, batch_size, dtype, shard_size, quantize=None, device="cpu"
 ) -> None:
     """`embed --input FILE --output DIR`: `pipelines.bulk.embed_file` with a progress bar."""
     from ..pipelines.bulk import DEFAULT_SHARD_SIZE, embed_file, process_slot
@@ -304,7 +321,7 @@ def _embed_bulk(
     if sentences or input is None:
         raise InputError("bulk mode (--output DIR) embeds --input FILE, not SENTENCE arguments")
     rank, world = process_slot()
-    embedder = _embedder(model, dtype, quantize)
+    embedder = _embedder(model, dtype, quantize, device)
     who = f"rank {rank}/{world}: " if world > 1 else ""
     with Progress(
         TextColumn(f"{who}embedding"),
@@ -345,11 +362,13 @@ def _embed_bulk(
     )
 
 
-def _embed_table(input, output, model, batch_size, dtype, quantize, with_text, columns) -> None:
+def _embed_table(
+    input, output, model, batch_size, dtype, quantize, with_text, columns, device="cpu"
+) -> None:
     """`embed --input TABLE --output FILE.parquet`: `pipelines.bulk.embed_table`, streamed."""
     from ..pipelines.bulk import embed_table
 
-    embedder = _embedder(model, dtype, quantize)
+    embedder = _embedder(model, dtype, quantize, device)
     with Progress(
         TextColumn("embedding"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=err
     ) as bar:
@@ -425,22 +444,24 @@ def search(
     dtype: str = typer.Option("auto", help=DTYPE_HELP),
     fmt: str = typer.Option("table", "--format", help=FORMAT_HELP),
     threads: int = typer.Option(0, min=0, help=THREADS_HELP),
+    device: str = typer.Option("auto", help=DEVICE_HELP),
 ):
     """Semantic search: the corpus lines closest to each query (blank lines are never hits).
     JSONL rows carry the query, its 1-based "query_number", the hit's "rank", "score", "text"
     and its "line" in the corpus (with --index: its "id", the line number for a plain text
     corpus), all counting from 1."""
     compute_threads(threads)
+    device = torch_device(device)
     from ..pipelines.embed import semantic_search
 
     check_format(fmt)
     if (corpus is None) == (index is None):
         raise InputError("give --corpus FILE or --index DIR (one of them)")
     if index is not None:
-        _search_index(index, list(query), top_k, model, dtype, batch_size, fmt)
+        _search_index(index, list(query), top_k, model, dtype, batch_size, fmt, device)
         return
     docs = read_input_lines(corpus)
-    embedder = _embedder(model, dtype)
+    embedder = _embedder(model, dtype, device=device)
     corpus_vectors = _encode_with_progress(embedder, docs, batch_size)
     _report_truncation(embedder, docs)
     results = semantic_search(embedder, query, docs, top_k=top_k, corpus_embeddings=corpus_vectors)
@@ -448,11 +469,13 @@ def search(
     _print_hits(list(query), results, fmt, "line", lambda h: h.index + 1)  # lines count from 1
 
 
-def _search_index(path: Path, queries: list[str], top_k, model, dtype, batch_size, fmt) -> None:
+def _search_index(
+    path: Path, queries: list[str], top_k, model, dtype, batch_size, fmt, device="cpu"
+) -> None:
     from ..pipelines.index import VectorIndex
 
     index = VectorIndex.load(path)
-    embedder = _embedder(model, dtype)
+    embedder = _embedder(model, dtype, device=device)
     results = index.search(embedder, queries, top_k=top_k, batch_size=batch_size)
     _print_hits(queries, results, fmt, "id", lambda h: h.id)
 

@@ -7,7 +7,15 @@ from pathlib import Path
 
 import typer
 
-from .common import THREADS_HELP, App, compute_threads, handle_errors, print_json
+from .common import (
+    DEVICE_HELP,
+    THREADS_HELP,
+    App,
+    compute_threads,
+    handle_errors,
+    print_json,
+    torch_device,
+)
 
 commands = App()
 
@@ -32,10 +40,12 @@ def evaluate(
     batch_size: int = typer.Option(64, min=1, help="Texts per forward pass."),
     output: Path | None = typer.Option(None, "--output", "-o", help="Also write the JSON here."),
     threads: int = typer.Option(0, min=0, help=THREADS_HELP),
+    device: str = typer.Option("auto", help=DEVICE_HELP),
 ):
     """STS: Spearman and Pearson of cosine (or the reranker's score) vs the gold scores.
     Retrieval: NDCG@10, MRR@10, Recall@1/3/5/10 and MAP@100 of exact cosine search."""
     compute_threads(threads)
+    device = torch_device(device)
     from ..data.pairs import read_pairs
     from ..evaluation.metrics import evaluate_sts, regression_metrics
     from ..files import write_text_atomic
@@ -50,7 +60,7 @@ def evaluate(
         from ..pipelines.embed import SentenceEmbedder
 
         queries, corpus, qrels = read_retrieval(data)
-        embedder = SentenceEmbedder(path, dtype="fp32")
+        embedder = SentenceEmbedder(path, dtype="fp32", device=device)
         names = embedder.prompts
 
         def embed(prompt_name):
@@ -70,7 +80,7 @@ def evaluate(
     if kind == "sts":
         from ..pipelines.embed import SentenceEmbedder
 
-        embedder = SentenceEmbedder(path, dtype="fp32")
+        embedder = SentenceEmbedder(path, dtype="fp32", device=device)
         result = evaluate_sts(
             lambda t: embedder.encode(t, batch_size=batch_size),
             table.column(0),
@@ -80,7 +90,7 @@ def evaluate(
     else:
         from ..pipelines.rerank import Reranker
 
-        scores = Reranker(path).predict(
+        scores = Reranker(path, device=device).predict(
             list(zip(table.column(0), table.column(1))), batch_size=batch_size
         )
         m = regression_metrics(table.labels, scores)

@@ -7,6 +7,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from .common import (
+    DEVICE_HELP,
     THREADS_HELP,
     App,
     compute_threads,
@@ -15,6 +16,7 @@ from .common import (
     handle_errors,
     model_path,
     shorten,
+    torch_device,
 )
 
 commands = App()
@@ -34,12 +36,14 @@ def fill_mask(
     ),
     top_k: int = typer.Option(5, "--top-k", "-k", min=1, help="Predictions per mask."),
     threads: int = typer.Option(0, min=0, help=THREADS_HELP),
+    device: str = typer.Option("auto", help=DEVICE_HELP),
 ):
     """The most likely tokens at each mask."""
     compute_threads(threads)
+    device = torch_device(device)
     from ..pipelines.fill_mask import FillMask
 
-    pipe = FillMask(model_path(model))
+    pipe = FillMask(model_path(model), device=device)
     for t in text:
         for m, preds in enumerate(pipe(t, top_k=top_k)):
             table = Table(

@@ -8,6 +8,7 @@ import typer
 
 from ..errors import InputError
 from .common import (
+    DEVICE_HELP,
     DTYPE_HELP,
     THREADS_HELP,
     App,
@@ -15,6 +16,7 @@ from .common import (
     err,
     handle_errors,
     model_path,
+    torch_device,
     torch_dtype,
 )
 
@@ -53,10 +55,10 @@ def read_corpus(path: Path, id_column: str = "id", text_column: str = "text") ->
     return texts, ids
 
 
-def _index_embedder(model: str | None, dtype: str):
+def _index_embedder(model: str | None, dtype: str, device: str = "cpu"):
     from ..pipelines.embed import SentenceEmbedder
 
-    return SentenceEmbedder(model_path(model), dtype=torch_dtype(dtype))
+    return SentenceEmbedder(model_path(model), dtype=torch_dtype(dtype, device), device=device)
 
 
 def _with_bar(total: int, work):
@@ -94,17 +96,19 @@ def index_build(
     batch_size: int = typer.Option(32, min=1, help="Texts per forward pass."),
     dtype: str = typer.Option("auto", help=DTYPE_HELP),
     threads: int = typer.Option(0, min=0, help=THREADS_HELP),
+    device: str = typer.Option("auto", help=DEVICE_HELP),
 ):
     """Embed a corpus into a new index directory, or index the vectors of --embeddings
     (replaces DIR atomically)."""
     compute_threads(threads)
+    device = torch_device(device)
     from ..pipelines.index import VectorIndex
 
     if (corpus is None) == (embeddings is None):
         raise InputError("give --corpus FILE or --embeddings FILE|DIR (one of them)")
     settings = dict(kind=kind, hnsw_m=hnsw_m, ef_construction=ef_construction, ef_search=ef_search)
     if embeddings is not None:
-        embedder = _index_embedder(model, dtype) if model is not None else None
+        embedder = _index_embedder(model, dtype, device) if model is not None else None
         index = VectorIndex.from_embeddings(
             embeddings, embedder=embedder, id_column=id_column, text_column=text_column, **settings
         )
@@ -112,7 +116,7 @@ def index_build(
         err.print(f"wrote {len(index)} × {index.identity.dimension} ({kind}) to {output}")
         return
     texts, ids = read_corpus(corpus, id_column, text_column)
-    embedder = _index_embedder(model, dtype)
+    embedder = _index_embedder(model, dtype, device)
     index = _with_bar(
         len(texts),
         lambda progress: VectorIndex.build(
@@ -142,10 +146,12 @@ def index_add(
     batch_size: int = typer.Option(32, min=1, help="Texts per forward pass."),
     dtype: str = typer.Option("auto", help=DTYPE_HELP),
     threads: int = typer.Option(0, min=0, help=THREADS_HELP),
+    device: str = typer.Option("auto", help=DEVICE_HELP),
 ):
     """Append a corpus to an index (the model must be the one that built it); the new version
     replaces DIR atomically."""
     compute_threads(threads)
+    device = torch_device(device)
     import json
 
     from ..pipelines.index import VectorIndex
@@ -160,7 +166,7 @@ def index_add(
             f"{corpus}: {where} {clash!r} is already an id in {index_dir} (a plain text corpus "
             'numbers its documents by line); add a .jsonl corpus whose rows give new "id"s'
         )
-    embedder = _index_embedder(model, dtype)
+    embedder = _index_embedder(model, dtype, device)
     _with_bar(
         len(texts),
         lambda progress: index.add(embedder, texts, ids, batch_size=batch_size, progress=progress),

@@ -8,7 +8,15 @@ from pathlib import Path
 
 import typer
 
-from .common import THREADS_HELP, App, compute_threads, handle_errors, print_json
+from .common import (
+    DEVICE_HELP,
+    THREADS_HELP,
+    App,
+    compute_threads,
+    handle_errors,
+    print_json,
+    torch_device,
+)
 
 commands = App()
 
@@ -36,10 +44,12 @@ def mine_negatives(
     ),
     batch_size: int = typer.Option(64, min=1, help="Texts per forward pass."),
     threads: int = typer.Option(0, min=0, help=THREADS_HELP),
+    device: str = typer.Option("auto", help=DEVICE_HELP),
 ):
     """For each (anchor, positive), the most similar non-positives of the corpus (exact
     cosine search), within a rank range and margins; rows with too few are dropped."""
     compute_threads(threads)
+    device = torch_device(device)
     from ..data.pairs import read_pairs
     from ..files import write_text_atomic
     from ..pipelines.embed import SentenceEmbedder
@@ -52,7 +62,7 @@ def mine_negatives(
     texts = None
     if corpus is not None:
         texts = [t for t in corpus.read_text(encoding="utf-8").splitlines() if t.strip()]
-    embedder = SentenceEmbedder(resolve_model(model), dtype="fp32")
+    embedder = SentenceEmbedder(resolve_model(model), dtype="fp32", device=device)
     options = MiningOptions(num_negatives, range_min, range_max, max_score, absolute_margin,
                             relative_margin)  # fmt: skip
     rows, counts = mine_hard_negatives(

@@ -12,6 +12,7 @@ from rich.table import Table
 
 from ..errors import InputError
 from .common import (
+    DEVICE_HELP,
     DTYPE_HELP,
     FORMAT_HELP,
     THREADS_HELP,
@@ -24,6 +25,7 @@ from .common import (
     model_path,
     read_lines,
     shorten,
+    torch_device,
     torch_dtype,
 )
 
@@ -54,17 +56,19 @@ def rerank(
     dtype: str = typer.Option("fp32", help=DTYPE_HELP),
     fmt: str = typer.Option("table", "--format", help=FORMAT_HELP),
     threads: int = typer.Option(0, min=0, help=THREADS_HELP),
+    device: str = typer.Option("auto", help=DEVICE_HELP),
 ):
     """Order DOCUMENTs (or --input lines) by a cross-encoder's score against QUERY, best first.
     JSONL rows carry "rank", "index" (0-based, in the order given), "score" and "text"."""
     compute_threads(threads)
+    device = torch_device(device)
     from ..pipelines.rerank import Reranker
 
     check_format(fmt)
     docs = list(documents or []) + (read_lines(input) if input is not None else [])
     if not docs:
         raise InputError("give documents as arguments or --input FILE")
-    reranker = Reranker(model_path(model), dtype=torch_dtype(dtype))
+    reranker = Reranker(model_path(model), dtype=torch_dtype(dtype, device), device=device)
     ranked = reranker.rank(
         query, docs, top_k, return_documents=True, batch_size=batch_size, raw_scores=raw_scores
     )

@@ -8,6 +8,7 @@ from pathlib import Path
 import typer
 
 from .common import (
+    DEVICE_HELP,
     DTYPE_HELP,
     QUANTIZE_HELP,
     THREADS_HELP,
@@ -17,6 +18,7 @@ from .common import (
     handle_errors,
     load_int8,
     model_path,
+    torch_device,
     torch_dtype,
 )
 
@@ -70,6 +72,7 @@ def serve(
     threads: int = typer.Option(
         0, min=0, help=THREADS_HELP + " With --workers N, the free cores are shared out."
     ),
+    device: str = typer.Option("auto", help=DEVICE_HELP),
     graceful_timeout: float = typer.Option(
         30.0, min=0, help="Seconds to finish the requests in flight after SIGTERM / Ctrl-C."
     ),
@@ -94,6 +97,7 @@ def serve(
     from ..serve.app import ServeSettings, create_app, load_served_model
     from ..serve.http import HeaderTimeoutProtocol
 
+    device = torch_device(device)
     threads, why = choose_threads(threads, workers)
     err.print(f"threads: {threads} torch intra-op per replica ({why})", soft_wrap=True)
     torch.set_num_threads(threads)
@@ -115,7 +119,7 @@ def serve(
         from ..serve.replicas import ENV, replica_environment
 
         os.environ[ENV] = replica_environment(
-            path, settings, dtype=dtype, quantize=quantize, threads=threads
+            path, settings, dtype=dtype, quantize=quantize, threads=threads, device=device
         )
         err.print(f"serving {path} on http://{host}:{port} ({workers} replicas)", soft_wrap=True)
         uvicorn.run(
@@ -129,9 +133,11 @@ def serve(
         )
         return
     if quantize is None:
-        served = load_served_model(path, dtype=torch_dtype(dtype), speed=speed)
+        served = load_served_model(
+            path, dtype=torch_dtype(dtype, device), speed=speed, device=device
+        )
     else:
-        served = load_int8(lambda: load_served_model(path, quantize=quantize))
+        served = load_int8(lambda: load_served_model(path, quantize=quantize, device=device))
     app = create_app(served, settings, model_dir=path)
     err.print(f"serving {path} on http://{host}:{port}", soft_wrap=True)
     uvicorn.run(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import itertools
 import math
 from dataclasses import dataclass
 
@@ -10,6 +12,16 @@ from torch import nn
 from torch.nn import functional as F
 
 from .context import AttentionContext
+
+
+@functools.cache
+def _varlen_attn():
+    """`torch.nn.attention.varlen.varlen_attn` where this torch has it (CUDA only), else None."""
+    try:
+        from torch.nn.attention.varlen import varlen_attn
+    except ImportError:
+        return None
+    return varlen_attn
 
 
 @dataclass
@@ -78,6 +90,8 @@ class SelfAttention(nn.Module):
         if x.dim() == 2:
             if self.packed_strategy == "padded":
                 return AttentionOutput(self.out(self._packed_padded(x, ctx)))
+            if self._varlen_applies(x, ctx):
+                return AttentionOutput(self.out(self._packed_varlen(x, ctx)))
             if self.packed_strategy == "bucketed":
                 return AttentionOutput(self.out(self._packed_bucketed(x, ctx)))
             return AttentionOutput(self.out(self._packed(x, ctx.unpadded.lengths, ctx)))
@@ -185,6 +199,32 @@ class SelfAttention(nn.Module):
             out = self._attend_block(block, bucket, ctx).reshape(b * t, H)
             y.index_copy_(0, bucket.src, out.index_select(0, bucket.dest))
         return y
+
+    def _varlen_applies(self, x: torch.Tensor, ctx: AttentionContext) -> bool:
+        """Whether packed input can go to PyTorch's variable-length flash attention
+        (`torch.nn.attention.varlen.varlen_attn`: CUDA, fp16/bf16, no dropout, no per-layer
+        bias or rotary; a local window maps to its ``window_size``)."""
+        return (
+            x.is_cuda
+            and x.dtype in (torch.float16, torch.bfloat16)
+            and _varlen_attn() is not None
+            and (not self.training or self.dropout == 0.0)
+            and self.rotary is None
+            and ctx.position_bias is None
+        )
+
+    def _packed_varlen(self, x: torch.Tensor, ctx: AttentionContext) -> torch.Tensor:
+        """Packed (total_tokens, H) → context (total_tokens, H) in one variable-length flash
+        attention call over every sequence (cumulative lengths from the plan)."""
+        Ntot, H = x.shape
+        plan = ctx.unpadded
+        q, k, v = self.qkv(x).view(Ntot, 3, self.num_heads, self.head_dim).unbind(1)
+        cu = torch.tensor([0, *itertools.accumulate(plan.lengths)], dtype=torch.int32)
+        cu = cu.to(x.device)
+        longest = max(plan.lengths)
+        window = (self.window, self.window) if self.window else (-1, -1)
+        y = _varlen_attn()(q, k, v, cu, cu, longest, longest, window_size=window)
+        return y.reshape(Ntot, H)
 
     def _attend_block(self, block: torch.Tensor, bucket, ctx: AttentionContext) -> torch.Tensor:
         """(b·t, 3H) projected rows of one bucket → (b, t, H) context (padding rows are

@@ -143,7 +143,11 @@ class ServeSettings:
 
 
 def load_served_model(
-    model_dir: str | Path, dtype="auto", quantize: str | None = None, speed: float | None = None
+    model_dir: str | Path,
+    dtype="auto",
+    quantize: str | None = None,
+    speed: float | None = None,
+    device: str = "cpu",
 ):
     """The pipeline that serves ``model_dir``: a `Reranker` for a cross-encoder directory
     (`sentence_modules.directory_kind`), a `SparseEncoder` for a SPLADE one, an `EntityTagger`
@@ -156,7 +160,9 @@ def load_served_model(
         model_dir: a local directory, a resource name or a cached ``org/name`` (resolved once).
         dtype: the embedder's parameter dtype ("auto", "fp32", "bf16" or a torch dtype; see
             `SentenceEmbedder`); the classifiers run in float32.
-        quantize: None or "int8" (the embedder's accuracy-checked int8, `SentenceEmbedder`).
+        quantize: None or "int8" (the embedder's accuracy-checked int8, `SentenceEmbedder`;
+            CPU only).
+        device: where the model runs ("cpu", "cuda", "cuda:N").
 
     Raises:
         ModelDirectoryError: and the loaders' other errors (CheckpointError,
@@ -167,24 +173,28 @@ def load_served_model(
     kind = directory_kind(path)
     if kind != "embedding" and quantize is not None:
         raise QuantizationError(f"--quantize int8 is for embedding models; this is a {kind}")
+    if quantize is not None and device != "cpu":
+        raise QuantizationError(f"--quantize int8 runs on the CPU, not on {device}")
     if kind == "cross-encoder":
-        return Reranker(path)
+        return Reranker(path, device=device)
     if kind == "sparse":
-        return SparseEncoder(path)
+        return SparseEncoder(path, device=device)
     modules = read_sentence_modules(path)
     hf_config = read_hf_config(modules.model_dir)  # read once, handed to the embedder
     task = task_of(family_of(hf_config), hf_config)
     if quantize is not None and task in ("tokens", "classify"):
         raise QuantizationError("--quantize int8 is for embedding models; this one classifies")
     if task == "tokens":
-        return EntityTagger(modules.model_dir)
+        return EntityTagger(modules.model_dir, device=device)
     if task == "classify":
         if (Path(modules.model_dir) / STUDENTS_CONFIG).is_file():  # self-distilled: early exit
-            return EarlyExitClassifier(modules.model_dir, speed=0.0 if speed is None else speed)
-        return TextClassifier(modules.model_dir)
+            return EarlyExitClassifier(
+                modules.model_dir, speed=0.0 if speed is None else speed, device=device
+            )
+        return TextClassifier(modules.model_dir, device=device)
     if quantize is not None:
         return SentenceEmbedder(path, dtype="fp32", quantize=quantize, config_json=hf_config)
-    return SentenceEmbedder(path, dtype=dtype, config_json=hf_config)
+    return SentenceEmbedder(path, dtype=dtype, config_json=hf_config, device=device)
 
 
 class _Metrics:

@@ -30,6 +30,7 @@ def replica_environment(
     dtype: str = "auto",
     quantize: str | None = None,
     threads: int = 0,
+    device: str = "cpu",
 ) -> str:
     """The ``BERTFAMILY_SERVE_REPLICA`` value describing one replica (JSON)."""
     body = {
@@ -38,6 +39,7 @@ def replica_environment(
         "dtype": dtype,
         "quantize": quantize,
         "threads": threads,
+        "device": device,
     }
     return json.dumps(body)
 
@@ -55,10 +57,11 @@ def app_from_environment():
 
         torch.set_num_threads(body["threads"])
     path = Path(body["model_dir"])
+    device = body.get("device", "cpu")
     if body.get("quantize"):
-        served = load_served_model(path, quantize=body["quantize"])
+        served = load_served_model(path, quantize=body["quantize"], device=device)
     else:
-        served = load_served_model(path, dtype=body.get("dtype", "auto"))
+        served = load_served_model(path, dtype=body.get("dtype", "auto"), device=device)
     app = create_app(served, ServeSettings(**body["settings"]), model_dir=path)
     replica = str(os.getpid())
 
