@@ -188,7 +188,9 @@ def main() -> None:
 
     names = [n.strip() for n in args.only.split(",") if n.strip()] or list(SYSTEMS)
     model_dir = str(fetch("all-MiniLM-L6-v2"))
-    texts_file = ROOT / "benchmarks/results/.contention_texts.json"
+    import tempfile
+
+    texts_file = Path(tempfile.mkdtemp()) / "texts.json"
     texts_file.write_text(json.dumps(sentences(args.sentences)))
     load_before = os.getloadavg()
     phases: dict[str, dict] = {}
