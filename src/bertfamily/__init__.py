@@ -47,6 +47,7 @@ _LAZY = {
     "ServeError": ".errors",
     "TokenizerFileError": ".errors",
     "TokenizerNotFoundError": ".errors",
+    "UnsafePathError": ".errors",
     "VectorIndexError": ".errors",
 }
 
@@ -81,6 +82,7 @@ __all__ = [
     "ServeError",
     "TokenizerFileError",
     "TokenizerNotFoundError",
+    "UnsafePathError",
     "VectorIndexError",
 ]
 

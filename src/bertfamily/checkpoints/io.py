@@ -26,7 +26,7 @@ from safetensors.torch import load_file, save_file
 
 from ..config import ConfigError, EncoderConfig
 from ..errors import ModelDirectoryError
-from ..files import atomic_directory, atomic_write, recover_directory
+from ..files import atomic_directory, atomic_write, recover_directory, remove_inside
 from .convert import CheckpointError, LoadReport, ours_to_hf
 from .keymaps import FAMILIES, HF_ACTIVATIONS, OUR_ACTIVATIONS_TO_HF, FamilyMap
 
@@ -688,17 +688,33 @@ def save_pretrained(model, path: str | Path) -> Path:
 
 
 def _drop_other_weights(directory: Path) -> None:
-    """Remove the weight files a new model.safetensors supersedes (kept hard links)."""
+    """Remove the weight files a new model.safetensors supersedes (kept hard links): the
+    shards ``model.safetensors.index.json`` names, when they are ``.safetensors`` files inside
+    ``directory`` reached through real directories only (`files.remove_inside`: a shard
+    behind a symbolic link, or outside, is kept and named in a warning), the index itself and
+    ``pytorch_model.bin``."""
     index = directory / "model.safetensors.index.json"
-    if index.is_file():
+    if index.is_file() and not index.is_symlink():
         try:
             weight_map = json.loads(index.read_text()).get("weight_map") or {}
-            for shard in set(weight_map.values()) if isinstance(weight_map, dict) else ():
-                inside(directory, shard, index).unlink(missing_ok=True)
+            shards = set(weight_map.values()) if isinstance(weight_map, dict) else set()
         except (OSError, ValueError, AttributeError) as e:
-            log.warning("could not remove the shards named by %s: %s", index, e)
-        index.unlink(missing_ok=True)
-    (directory / "pytorch_model.bin").unlink(missing_ok=True)
+            log.warning("could not read the shards named by %s: %s", index, e)
+            shards = set()
+        for shard in sorted(s for s in shards if isinstance(s, str)):
+            try:
+                file = inside(directory, shard, index)
+            except ModelDirectoryError as e:
+                log.warning("kept %r: %s", shard, e)
+                continue
+            if not shard.endswith(".safetensors"):
+                log.warning(
+                    "kept %s: the index names it as a shard, but it is no .safetensors", file
+                )
+                continue
+            remove_inside(directory, file)
+    remove_inside(directory, index)
+    remove_inside(directory, directory / "pytorch_model.bin")
 
 
 __all__ = [

@@ -40,7 +40,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import BulkEmbedError, NonFiniteOutputError
-from ..files import TMP_TAG, atomic_write, write_text_atomic
+from ..files import atomic_write, remove_stale_temporaries, write_text_atomic
 from .index import ModelIdentity, model_identity
 
 __all__ = [
@@ -292,10 +292,11 @@ def _shard_done(directory: Path, plan: BulkPlan, s: int) -> bool:
 
 def _remove_stale_temporaries(directory: Path, shards: list[int]) -> None:
     """Delete temporaries a killed run left for ``shards`` (only this process's shards, so a
-    concurrent process's write in progress is never touched)."""
+    concurrent process's write in progress is never touched). Only entries this package
+    wrote are deleted (`files.is_own_temporary`: the exact temporary name of one of these
+    shards, owned by the user); a link is removed itself, never followed."""
     for s in shards:
-        for stale in directory.glob(f".{shard_name(s)}{TMP_TAG}*"):
-            stale.unlink(missing_ok=True)
+        remove_stale_temporaries(directory, shard_name(s))
 
 
 def _shard_lines(path: Path, plan: BulkPlan, mine: list[int]) -> Iterator[tuple[int, list[str]]]:

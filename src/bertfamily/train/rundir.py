@@ -28,7 +28,6 @@ import pickle
 import platform
 import random
 import re
-import shutil
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime, timezone
@@ -39,7 +38,7 @@ import numpy as np
 import torch
 
 from ..errors import RunDirectoryError
-from ..files import OLD_TAG, TMP_TAG, atomic_write, recover_directory
+from ..files import OLD_TAG, TMP_TAG, atomic_write, is_own_temporary, recover_directory
 
 __all__ = [
     "RunDirectoryError",
@@ -206,15 +205,18 @@ def clean_run_directory(output_dir: str | Path, subdirs: tuple[str, ...] = ()) -
     """Remove what interrupted atomic writes left in ``output_dir``: stale ``.<name>.tmp-*``
     files and directories, and ``.<name>.old-*`` directories of an interrupted directory swap
     (put back first when ``<name>`` itself is missing; see `bertfamily.files.recover_directory`).
-    The same is done inside each of ``subdirs`` that exists. Returns the names cleaned up."""
+    The same is done inside each of ``subdirs`` that exists as a real directory (a subdirectory
+    that is a symbolic link is not entered). Only entries named exactly as `bertfamily.files`
+    names its temporaries, and owned by the user, are removed (`files.is_own_temporary`).
+    Returns the names cleaned up."""
     output_dir = Path(output_dir)
     cleaned: list[str] = []
     for directory in (output_dir, *(output_dir / s for s in subdirs)):
-        if not directory.is_dir():
+        if not directory.is_dir() or (directory != output_dir and directory.is_symlink()):
             continue
         names = set()
         for entry in directory.iterdir():
-            if not entry.name.startswith("."):
+            if not entry.name.startswith(".") or not is_own_temporary(entry):
                 continue
             for tag in (TMP_TAG, OLD_TAG):
                 if tag in entry.name[1:]:
@@ -223,12 +225,6 @@ def clean_run_directory(output_dir: str | Path, subdirs: tuple[str, ...] = ()) -
         for name in sorted(names):
             if name:
                 recover_directory(directory / name)
-            else:  # ".tmp-x": no target name; remove it directly
-                for stale in directory.glob(f".{TMP_TAG}*"):
-                    if stale.is_dir() and not stale.is_symlink():
-                        shutil.rmtree(stale, ignore_errors=True)
-                    else:
-                        stale.unlink(missing_ok=True)
     if cleaned:
         logger.warning(
             "%s: removed stale temporaries of interrupted writes: %s",
