@@ -37,7 +37,7 @@ from ..errors import ArgumentTypeError, InputError, TokenizerFileError, Tokenize
 from ..files import atomic_directory, write_text_atomic
 from ..resources.resolve import resolve_model
 from . import spm
-from .cutting import MAX_CHARS_PER_TOKEN, prefix_at_whitespace, tighten
+from .cutting import MAX_CHARS_PER_TOKEN, prefix_at_whitespace, tighten, truncation_problem
 from .hf_files import (  # noqa: F401  (file names: public constants of this module too)
     _ABSURD_MAX_LENGTH,
     _BPE_DEFAULTS,
@@ -72,6 +72,7 @@ from .hf_files import (  # noqa: F401  (file names: public constants of this mod
     _token_from_dict,
     _token_to_json,
     _tokenizer_json_added,
+    check_pipeline_bounds,
 )
 
 __all__ = [
@@ -520,42 +521,12 @@ class Tokenizer:
                 "runcat" in str(e) or "stride" in str(e)
             ):
                 raise
-            detail = self._truncation_problem(inputs, limit, strategy, stride, special)
+            with self._truncation(None):
+                detail = truncation_problem(self.backend, inputs, limit, strategy, stride, special)
             raise InputError(
                 f"cannot truncate to max_length={limit} with truncation={strategy!r}, "
                 f"stride={stride}: {detail} ({e})"
             ) from None
-
-    def _truncation_problem(
-        self, inputs: list[Any], limit: int, strategy: str, stride: int, special: int
-    ) -> str:
-        """Why the backend refused a truncation, with the numbers of the first input at fault."""
-        with self._truncation(None):
-            for i, item in enumerate(inputs):
-                segments = (item,) if isinstance(item, str) else item
-                counts = [
-                    len(self.backend.encode(t, add_special_tokens=False).ids) for t in segments
-                ]
-                if strategy == "only_second" and len(counts) == 1:
-                    if counts[0] + special > limit:
-                        return f"input {i}: truncation='only_second' needs text pairs (text_pair)"
-                    continue
-                if strategy == "longest_first" or len(counts) == 1:
-                    room = limit - special
-                    if sum(counts) > room and stride >= room:
-                        return f"input {i}: stride must be below the {room} tokens of a window"
-                    continue
-                kept = counts[1] if strategy == "only_first" else counts[0]
-                room = limit - special - kept
-                if sum(counts) + special > limit and room <= 0:
-                    which = "second" if strategy == "only_first" else "first"
-                    return (
-                        f"input {i}: the {which} sequence alone has {kept} tokens, which with "
-                        f"{special} special tokens leaves no room in {limit}"
-                    )
-                if sum(counts) + special > limit and stride >= room:
-                    return f"input {i}: stride must be below the {room} tokens left to cut"
-        return "the backend refused it"
 
     def _cut_long_inputs(
         self, inputs: list[Any], limit: int, strategy: str = "longest_first"
@@ -809,6 +780,7 @@ def tokenizer_from_directory(
                 f"{directory / TOKENIZER_FILE} is not a tokenizer the tokenizers library can "
                 f"read: {e}"
             ) from None
+        check_pipeline_bounds(backend, directory / TOKENIZER_FILE)
         stored = decoder if decoder is not None else _tokenizer_json_added(backend)
         mask_lstrip = _mask_lstrip(family, default=isinstance(backend.model, models.BPE))
         specials, extra = _resolve_specials(role_values, stored, mask_lstrip)

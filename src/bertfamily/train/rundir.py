@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..checkpoints.io import torch_archive_problem
 from ..errors import RunDirectoryError
 from ..files import OLD_TAG, TMP_TAG, atomic_write, is_own_temporary, recover_directory
 
@@ -157,8 +158,10 @@ def load_tensor_file(path: str | Path, what: str = "file") -> Any:
         what: what the file should be, for messages ("checkpoint", "model state").
 
     Raises:
-        RunDirectoryError: the file is missing, a directory, empty, truncated or corrupt, or
-            holds Python objects other than tensors and plain containers (refused unread).
+        RunDirectoryError: the file is missing, a directory, empty, truncated or corrupt,
+            holds Python objects other than tensors and plain containers (refused unread), or
+            holds zip records that would unpack to more than the file
+            (`checkpoints.io.torch_archive_problem`: compressed, oversized).
     """
     path = Path(path)
     if path.is_dir():
@@ -171,6 +174,9 @@ def load_tensor_file(path: str | Path, what: str = "file") -> Any:
         raise RunDirectoryError(f"cannot read {what} {path}: {e}") from None
     if size == 0:
         raise RunDirectoryError(f"{what} {path} is empty (0 bytes); delete it or start afresh")
+    problem = torch_archive_problem(path)  # before anything is unpacked: no zip bombs
+    if problem is not None:
+        raise RunDirectoryError(f"refused to load {what} {path}: {problem}")
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as e:
