@@ -205,7 +205,8 @@ def _tokenizer_dir(minilm_dir: Path, tmp_path: Path, rules: int, **pre) -> Path:
         shutil.copy(minilm_dir / name, path / name)
     data = json.loads((path / "tokenizer.json").read_text())
     double = {"type": "Replace", "pattern": {"String": "a"}, "content": "aa"}
-    data["normalizer"] = {"type": "Sequence", "normalizers": [data["normalizer"]] + [double] * rules}
+    chain = [data["normalizer"]] + [double] * rules
+    data["normalizer"] = {"type": "Sequence", "normalizers": chain}
     if pre:
         data["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [pre] * 33}
     (path / "tokenizer.json").write_text(json.dumps(data))
