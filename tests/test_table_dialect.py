@@ -27,8 +27,7 @@ def test_quoted_fields_hold_the_delimiter_quotes_and_line_breaks(tmp_path):
     # the issue's instance: these rows became extra classes
     path = _csv(
         tmp_path,
-        'text,label\n"good, very good",pos\n"she said ""fine""",pos\n"two\nlines",neg\n'
-        'plain,neg\n',
+        'text,label\n"good, very good",pos\n"she said ""fine""",pos\n"two\nlines",neg\nplain,neg\n',
     )
     rows = [(e.text, e.label, e.line) for e in read_table(path)]
     assert rows == [
@@ -45,8 +44,10 @@ def test_quoted_fields_hold_the_delimiter_quotes_and_line_breaks(tmp_path):
     "body, words",
     [
         ('text,label\nfine, "pos"\n', r"""t.csv:2: field 'label' is ' "pos"': a space before"""),
-        ('text,label\n"fine,pos\nbad,neg\n', "t.csv:2: a quoted field starting on this line is "
-                                            "never closed"),  # fmt: skip
+        (
+            'text,label\n"fine,pos\nbad,neg\n',
+            "t.csv:2: a quoted field starting on this line is never closed",
+        ),  # fmt: skip
         ('text,label\nok,neg\n"fine"x,pos\n', r"t.csv:3: not valid CSV: ',' expected after '\"'"),
         ('text,label\n"a, b",c,pos\n', "t.csv:2: 3 fields but the header has 2"),
     ],
