@@ -72,7 +72,8 @@ def test_check_inside_refuses_links_dotdot_and_outside_paths(tmp_path):
     assert check_inside(root, root / "file-link")  # a final link is replaced by rename
     for bad, words in (
         (root / "link" / "config.json", r"is a symbolic link \(to"),
-        (root / "real" / ".." / ".." / "outside" / "x", "outside"),
+        (root / "real" / ".." / ".." / "outside" / "x", "a '..' in a path below"),
+        (root / "link" / ".." / "x", "a '..' in a path below"),  # the system: outside/../x
         (out / "x", "outside"),
     ):
         with pytest.raises(UnsafePathError, match=words):

@@ -47,16 +47,21 @@ def _absolute(path: Path) -> Path:
 
 def check_inside(root: Path, path: Path) -> Path:
     """``path`` after checking that a write there stays inside ``root``: it lies below
-    ``root`` (after folding ``..``), and every directory between ``root`` and it that exists
-    is a real directory, not a symbolic link. ``path`` itself may be a link to a file: writes
-    replace it by a rename (`atomic_write`), never write through it. ``root`` itself may be a
-    link: the caller named it.
+    ``root`` with no ``..`` on the way (the system applies ``..`` after following a link),
+    and every directory between ``root`` and it that exists is a real directory, not a
+    symbolic link. ``path`` itself may be a link to a file: writes replace it by a rename
+    (`atomic_write`), never write through it. ``root`` itself may be a link: the caller
+    named it.
 
     Raises:
-        UnsafePathError: ``path`` is outside ``root``, or a directory on the way is a link
-            (the message names it and where it points) or a file.
+        UnsafePathError: ``path`` is outside ``root``, holds ``..`` below it, or a directory
+            on the way is a link (the message names it and where it points) or a file.
     """
     root_abs, path_abs = _absolute(root), _absolute(path)
+    head, parts = Path(root).parts, Path(path).parts
+    below = parts[len(head) :] if parts[: len(head)] == head else parts
+    if ".." in below:  # the system resolves ".." after a link, not before: never fold it
+        raise UnsafePathError(f"refusing to write {path}: a '..' in a path below {root}")
     try:
         rel = path_abs.relative_to(root_abs)
     except ValueError:
