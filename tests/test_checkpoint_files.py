@@ -90,13 +90,13 @@ def test_failed_save_leaves_the_old_directory(saved, monkeypatch):
 
 def test_loads_and_saves_remove_stale_temporaries(saved):
     path, old = saved
-    for stale in (".model.tmp-abc123", ".model.old-deadbeef"):
+    for stale in (".model.tmp-abc123xy", ".model.old-deadbeef"):
         (path.parent / stale).mkdir()
         (path.parent / stale / "model.safetensors").write_bytes(b"x" * 1000)
-    (path.parent / ".model.tmp-file").write_bytes(b"half a file")
+    (path.parent / ".model.tmp-file0000").write_bytes(b"half a file")
     assert _same(_state(bf.from_pretrained(path)), old)
     assert _leftovers(path.parent, "model") == []
-    (path.parent / ".model.tmp-again").mkdir()
+    (path.parent / ".model.tmp-again000").mkdir()
     _tiny(3).save_pretrained(path)
     assert _leftovers(path.parent, "model") == []
 
@@ -104,7 +104,7 @@ def test_loads_and_saves_remove_stale_temporaries(saved):
 def test_load_puts_back_a_directory_killed_at_the_rename_instant(saved):
     path, old = saved
     os.replace(path, path.parent / ".model.old-12345678")  # renamed aside, new one not in yet
-    (path.parent / ".model.tmp-99").mkdir()
+    (path.parent / ".model.tmp-99999999").mkdir()
     assert _same(_state(bf.from_pretrained(path)), old)
     assert _leftovers(path.parent, "model") == []
 

@@ -339,13 +339,28 @@ def test_corrupt_entry_is_a_clear_error_naming_file_and_remedy(entry, fake_pip, 
     assert not (entry / "pytorch_model.bin").exists()
 
 
-def test_careful_tamper_escapes_the_cheap_check_but_not_the_full_one(entry, fake_pip):
+@pytest.mark.parametrize("new_process", [False, True])
+def test_same_size_same_mtime_edit_is_caught(entry, fake_pip, new_process):
+    # #34 item 5: a same-size edit with the mtime put back was used (cosine 0.055)
+    if new_process:  # the first use in a process hashes every file
+        fetch_mod._VERIFIED.clear()
     _alter_byte(entry / "model.safetensors", keep_mtime=True)
-    assert fetch("tiny") == entry  # documented: the cheap check is size and mtime only
-    with pytest.raises(CacheCorruptError, match="model.safetensors: sha256 is"):
-        fetch("tiny", verify=True)
-    with pytest.raises(CacheCorruptError, match="model.safetensors"):
-        verify("tiny")
+    for check in (lambda: fetch("tiny"), lambda: resolve_model("tiny"),
+                  lambda: resolve_model(entry), lambda: verify("tiny")):  # fmt: skip
+        with pytest.raises(CacheCorruptError, match="model.safetensors: sha256 is"):
+            check()
+
+
+def test_first_use_in_a_process_hashes_each_file_once(entry, monkeypatch):
+    fetch_mod._VERIFIED.clear()  # as in a fresh process
+    hashed = []
+    original = fetch_mod.sha256_file
+    monkeypatch.setattr(fetch_mod, "sha256_file", lambda p: hashed.append(p) or original(p))
+    assert fetch("tiny") == entry
+    assert sorted(p.relative_to(entry).as_posix() for p in hashed) == sorted(MODEL_FILES)
+    for _ in range(3):
+        assert fetch("tiny") == entry and resolve_model("tiny") == entry
+    assert len(hashed) == len(MODEL_FILES)  # not again
 
 
 def test_cheap_check_does_not_hash(entry, monkeypatch):

@@ -66,9 +66,9 @@ def test_interrupted_swap_is_recovered(tmp_path):
     with atomic_directory(target) as d:
         write_text_atomic(d / "config.json", "v1")
     # killed after the old version was moved aside, before the new one was renamed in
-    os.replace(target, tmp_path / ".model.old-1234")
-    (tmp_path / ".model.tmp-abcd").mkdir()
-    (tmp_path / ".model.tmp-abcd" / "weights").write_text("partial")
+    os.replace(target, tmp_path / ".model.old-12345678")
+    (tmp_path / ".model.tmp-abcd1234").mkdir()
+    (tmp_path / ".model.tmp-abcd1234" / "weights").write_text("partial")
     recover_directory(target)
     assert (target / "config.json").read_text() == "v1"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]

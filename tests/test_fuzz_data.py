@@ -1,11 +1,13 @@
-"""Fuzzing `load_tokenizer` and the task data readers with hypothesis: whatever the files hold,
-reading either succeeds or raises a documented error (a ValueError subclass or OSError), never
-anything else. Bounded to a few seconds."""
+"""Fuzzing `load_tokenizer`, the task data readers and the server's request bodies with
+hypothesis: whatever the files (or bodies) hold, reading either succeeds or raises a documented
+error (a ValueError subclass or OSError; for HTTP a 400/413/422 JSON error), never anything else;
+rows written in the standard CSV dialect read back as written. Bounded to a few seconds."""
 
 from __future__ import annotations
 
 import json
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -85,3 +87,109 @@ def test_squad_layout_error_names_the_place(tmp_path):
     path.write_text(json.dumps({"data": [{"paragraphs": [{"context": "abc"}]}]}))
     with pytest.raises(DataError, match=r"data\[0\]\.paragraphs\[0\].*no 'qas'"):
         read_squad(path)
+
+
+# --- rows: what the standard writers write reads back as written (#34 items 3 and 6) -------------
+
+FIELD = st.text(
+    st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=12
+)
+LABEL = st.sampled_from(["pos", "neg", "neu"]).flatmap(
+    lambda name: st.tuples(
+        st.sampled_from(["", " ", "\t", "  "]), st.just(name), st.sampled_from(["", " ", "\t"])
+    ).map("".join)  # fmt: skip
+)
+
+
+@SETTINGS
+@given(
+    rows=st.lists(st.tuples(FIELD.filter(lambda t: t.strip()), LABEL), min_size=1, max_size=8),
+    fmt=st.sampled_from(["csv", "tsv"]),
+)
+def test_csv_rows_written_in_the_standard_dialect_read_back_as_written(tmp_path_factory, rows, fmt):
+    """Texts holding the delimiter, quotes, line breaks; labels with surrounding whitespace:
+    read back exactly (labels stripped), never an extra class."""
+    import csv
+    import io
+
+    buf = io.StringIO(newline="")
+    # the standard dialect: CRLF rows (with "\n" rows csv.writer leaves a lone "\r" unquoted)
+    writer = csv.writer(buf, delimiter="," if fmt == "csv" else "\t")
+    writer.writerow(["text", "label"])
+    for text, label in rows:
+        writer.writerow([text, label])
+    path = tmp_path_factory.mktemp("rows") / f"data.{fmt}"
+    path.write_bytes(buf.getvalue().encode("utf-8"))
+    try:
+        got = read_table(path)
+    except ValueError as e:  # only a space before a quoted field may be refused
+        assert "a space before a quote" in str(e), e
+        return
+    assert [(e.text, e.label) for e in got] == [(t, lab.strip()) for t, lab in rows]
+    assert {e.label for e in got} <= {"pos", "neg", "neu"}
+
+
+@SETTINGS
+@given(rows=st.lists(st.dictionaries(st.sampled_from(["text", "label", "id"]), JSON, max_size=3),
+                     min_size=1, max_size=5))  # fmt: skip
+def test_jsonl_rows_give_strings_or_a_documented_error(tmp_path_factory, rows):
+    from bertfamily.data.table_io import iter_id_texts
+
+    path = tmp_path_factory.mktemp("jsonl") / "data.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    try:
+        examples = read_table(path)
+    except DOCUMENTED:
+        pass
+    else:
+        assert all(isinstance(e.text, str) for e in examples)
+    try:
+        for ids, texts in iter_id_texts(path):
+            assert all(isinstance(t, str) and t.strip() for t in texts) and len(ids) == len(texts)
+    except DOCUMENTED:
+        pass
+
+
+# --- HTTP bodies: 400/413/422 with the JSON error shape, never a 500 (#34 item 7) ----------------
+
+
+@pytest.fixture(scope="module")
+def client(minilm_dir, tmp_path_factory):
+    from fastapi.testclient import TestClient
+
+    from bertfamily.pipelines.embed import SentenceEmbedder
+    from bertfamily.serve.app import ServeSettings, create_app
+    from helpers import save_tiny
+
+    model = SentenceEmbedder(save_tiny(tmp_path_factory.mktemp("fuzz-serve") / "m", minilm_dir))
+    app = create_app(model, ServeSettings(max_body_bytes=4096, max_client_batch_size=4))
+    with TestClient(app, raise_server_exceptions=False) as c:
+        yield c
+
+
+BODY_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
+    lambda c: st.lists(c, max_size=4) | st.dictionaries(
+        st.sampled_from(["inputs", "input", "truncate", "normalize", "dimensions", "model",
+                         "encoding_format", "add_special_tokens", "x"]), c, max_size=4),
+    max_leaves=12,
+)  # fmt: skip
+
+
+@SETTINGS
+@given(
+    route=st.sampled_from(["/embed", "/v1/embeddings", "/tokenize", "/similarity", "/embed_all"]),
+    body=st.one_of(
+        BODY_JSON.map(lambda v: json.dumps(v).encode()),
+        st.binary(max_size=64),
+        st.text(max_size=64).map(lambda t: t.encode("utf-8", "surrogatepass")),
+        st.integers(4000, 6000).map(lambda n: b'{"inputs": "' + b"a" * n + b'"}'),
+    ),
+)
+def test_fuzzed_http_bodies_never_get_a_500(client, route, body):
+    r = client.post(route, content=body, headers={"content-type": "application/json"})
+    assert r.status_code in (200, 400, 404, 413, 422), (r.status_code, r.text[:200])
+    assert r.headers["content-type"].startswith("application/json"), r.text[:200]
+    if r.status_code >= 400:  # TEI's error shape; OpenAI's on /v1/
+        shape = {"message", "code", "type"} if route.startswith("/v1/") else {"error", "error_type"}
+        assert set(r.json()) == shape, r.text[:200]

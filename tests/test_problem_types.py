@@ -242,7 +242,7 @@ def test_multi_label_rows_from_csv_and_jsonl(tok, tmp_path):
     # chosen explicitly, "a|b" stays one class name
     single = TaskData("classify", tok, TaskOptions(problem_type="single_label_classification"))
     single.load(csv)
-    assert single.label_names == (" c ", "a|b", "b|")  # single-label names are kept as written
+    assert single.label_names == ("a|b", "b|", "c")  # stripped, else kept as written (#34)
     with pytest.raises(DataError, match="list of labels"):
         TaskData("classify", tok, TaskOptions(problem_type="single_label_classification")).load(jl)
     with pytest.raises(ValueError, match="problem_type"):

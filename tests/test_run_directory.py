@@ -265,15 +265,15 @@ def test_fresh_run_starts_a_fresh_log(tmp_path):
 def test_stale_temporaries_are_cleaned_and_swap_recovered(tmp_path):
     run = tmp_path / "run"
     train(run, max_steps=1)
-    (run / ".checkpoint.pt.tmp-abc123").write_bytes(b"half")
-    (run / ".loss.png.tmp-x").write_bytes(b"half")
-    (run / ".model.tmp-zz").mkdir()
-    (run / ".model.tmp-zz" / "model_state.pt").write_bytes(b"half")
+    (run / ".checkpoint.pt.tmp-abc123xy").write_bytes(b"half")
+    (run / ".loss.png.tmp-x0000000").write_bytes(b"half")
+    (run / ".model.tmp-zz000000").mkdir()
+    (run / ".model.tmp-zz000000" / "model_state.pt").write_bytes(b"half")
     os.replace(run / "model", run / ".model.old-12345678")  # killed between the two renames
     clean_run_directory(run, ("model", "best"))
     assert (run / "model" / "model_state.pt").is_file()  # the previous version is back
     assert stale_entries(run) == []
-    (run / ".metrics.jsonl.tmp-q").write_bytes(b"half")
+    (run / ".metrics.jsonl.tmp-q0000000").write_bytes(b"half")
     os.replace(run / "model", run / ".model.old-87654321")
     summary = train(run, max_steps=2, resume=True)
     assert summary["step"] == 2

@@ -30,7 +30,7 @@ def server(minilm_dir, tmp_path_factory):
 
     from bertfamily.pipelines.embed import SentenceEmbedder
     from bertfamily.serve.app import ServeSettings, create_app
-    from bertfamily.serve.http import HeaderTimeoutProtocol
+    from bertfamily.serve.http import connection_limits
 
     model = SentenceEmbedder(tiny_dir(tmp_path_factory.mktemp("abuse") / "m", minilm_dir))
     encode = model.encode_tokenized  # what the server runs on the tokens of a request
@@ -50,10 +50,8 @@ def server(minilm_dir, tmp_path_factory):
         host="127.0.0.1",
         port=port,
         log_level="warning",
-        timeout_keep_alive=settings.timeout_keep_alive,
-        h11_max_incomplete_event_size=64 * 1024,
-        http=HeaderTimeoutProtocol,
         lifespan="on",
+        **connection_limits(settings.timeout_keep_alive),  # as `bertfamily serve` runs it
     )
     srv = uvicorn.Server(config)
     thread = threading.Thread(target=srv.run, daemon=True)
@@ -202,3 +200,27 @@ def test_no_500_under_a_burst_of_mixed_requests(server):
     with ThreadPoolExecutor(8) as pool:
         codes = list(pool.map(post, bodies))
     assert 500 not in codes and codes.count(200) == 8, codes
+
+
+def test_serve_cli_flags_set_the_body_limit_and_the_header_timeout(cli, minilm_dir, tmp_path,
+                                                                   monkeypatch):  # fmt: skip
+    """`bertfamily serve --max-body-bytes N --timeout-keep-alive S`: the app refuses bodies over
+    N with 413 before reading them, and uvicorn runs with the header-timeout protocol at S."""
+    import uvicorn
+    from starlette.testclient import TestClient
+
+    from bertfamily.serve.http import MAX_HEADER_BYTES
+
+    ran = {}
+    monkeypatch.setattr(uvicorn, "run", lambda app, **kw: ran.update(app=app, **kw))
+    model = tiny_dir(tmp_path / "m", minilm_dir)
+    result = cli("serve", "--model", model, "--max-body-bytes", 1000, "--timeout-keep-alive", 0.5)
+    assert result.exit_code == 0, result.output
+    assert ran["timeout_keep_alive"] == 0.5
+    assert ran["http"] == "bertfamily.serve.http:HeaderTimeoutProtocol"
+    assert ran["h11_max_incomplete_event_size"] == MAX_HEADER_BYTES
+    with TestClient(ran["app"]) as client:
+        assert client.post("/embed", json={"inputs": "x" * 900}).status_code == 200
+        big = client.post("/embed", json={"inputs": "x" * 1000})
+        assert big.status_code == 413 and "max_body_bytes" in big.json()["error"]
+    assert cli("serve", "--model", model, "--max-body-bytes", 0).exit_code == 2

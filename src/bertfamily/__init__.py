@@ -57,6 +57,7 @@ _LAZY = {
     "ServeError": ".errors",
     "TokenizerFileError": ".errors",
     "TokenizerNotFoundError": ".errors",
+    "UnsafePathError": ".errors",
     "VectorIndexError": ".errors",
 }
 
@@ -91,6 +92,7 @@ __all__ = [
     "ServeError",
     "TokenizerFileError",
     "TokenizerNotFoundError",
+    "UnsafePathError",
     "VectorIndexError",
 ]
 

@@ -35,6 +35,7 @@ __all__ = [
     "ServeError",
     "TokenizerFileError",
     "TokenizerNotFoundError",
+    "UnsafePathError",
     "VectorIndexError",
 ]
 
@@ -102,6 +103,13 @@ class CheckpointError(BertFamilyError, ValueError):
             list(unexpected),
             list(mismatched),
         )
+
+
+class UnsafePathError(BertFamilyError, ValueError):
+    """A write or a deletion bertfamily refuses because it would leave its target directory: a
+    path through a symbolic link (a linked subdirectory, or a target that is itself a link
+    where a directory is replaced whole), a name with ``..`` or an absolute path, or a file it
+    cannot prove it wrote. The message names the path and the link; nothing was written."""
 
 
 # --- tokenizers --------------------------------------------------------------------------------

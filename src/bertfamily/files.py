@@ -5,20 +5,122 @@ A file write goes to a temporary file beside the target and is renamed onto it; 
 save is built in a sibling temporary directory and swapped in. Readers see the old content or
 the new, never a mix; created files and directories get the permissions of the user's umask
 (``tempfile`` would make them private).
+
+Writes stay inside their target: a write below a directory being built (`atomic_directory`) or
+below a ``root`` given to `atomic_write` goes through real directories only, never through a
+symbolic link out of it (`check_inside`); a directory swapped in whole must not itself be a
+link; and the clean-up of interrupted writes deletes only entries named as this module names
+its temporaries, owned by the user, never through a link (`remove_inside`).
 """
 
 from __future__ import annotations
 
+import contextvars
+import logging
 import os
+import re
 import shutil
+import stat
 import tempfile
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from .errors import UnsafePathError
+
+log = logging.getLogger(__name__)
+
 TMP_TAG = ".tmp-"  # sibling temporaries: .<name>.tmp-<random>
 OLD_TAG = ".old-"  # the previous directory during a swap: .<name>.old-<random>
+# the random parts: tempfile's 8 characters, and uuid4's first 8 hex digits
+_TMP_SUFFIX = re.compile(r"[a-z0-9_]{8}")
+_OLD_SUFFIX = re.compile(r"[0-9a-f]{8}")
+# the directories `atomic_directory` is building (innermost last): writes below them are checked
+_BUILDING: contextvars.ContextVar[tuple[Path, ...]] = contextvars.ContextVar("building", default=())
+
+
+def _absolute(path: Path) -> Path:
+    """``path`` made absolute without following links (``..`` folded lexically)."""
+    return Path(os.path.abspath(path))
+
+
+def check_inside(root: Path, path: Path) -> Path:
+    """``path`` after checking that a write there stays inside ``root``: it lies below
+    ``root`` with no ``..`` on the way (the system applies ``..`` after following a link),
+    and every directory between ``root`` and it that exists is a real directory, not a
+    symbolic link. ``path`` itself may be a link to a file: writes replace it by a rename
+    (`atomic_write`), never write through it. ``root`` itself may be a link: the caller
+    named it.
+
+    Raises:
+        UnsafePathError: ``path`` is outside ``root``, holds ``..`` below it, or a directory
+            on the way is a link (the message names it and where it points) or a file.
+    """
+    root_abs, path_abs = _absolute(root), _absolute(path)
+    head, parts = Path(root).parts, Path(path).parts
+    below = parts[len(head) :] if parts[: len(head)] == head else parts
+    if ".." in below:  # the system resolves ".." after a link, not before: never fold it
+        raise UnsafePathError(f"refusing to write {path}: a '..' in a path below {root}")
+    try:
+        rel = path_abs.relative_to(root_abs)
+    except ValueError:
+        raise UnsafePathError(
+            f"refusing to write {path}: it is outside {root}, the directory being written"
+        ) from None
+    here = root_abs
+    for part in rel.parts[:-1]:
+        here = here / part
+        if here.is_symlink():
+            raise UnsafePathError(
+                f"refusing to write {path}: {here} is a symbolic link (to "
+                f"{os.readlink(here)}); writes stay inside {root} and never go through a link "
+                "(remove the link, or write elsewhere)"
+            )
+        if here.exists() and not here.is_dir():
+            raise UnsafePathError(f"refusing to write {path}: {here} is not a directory")
+    return path
+
+
+def _root_for(path: Path) -> Path | None:
+    """The innermost directory being built (`atomic_directory`) that holds ``path``."""
+    path_abs = _absolute(path)
+    for root in reversed(_BUILDING.get()):
+        if path_abs.is_relative_to(root):
+            return root
+    return None
+
+
+def make_directory_inside(root: Path, path: Path) -> Path:
+    """Create directory ``path`` (and its parents) below ``root`` without going through a
+    link (`check_inside`); an existing link in its place is refused.
+
+    Raises:
+        UnsafePathError: see `check_inside`; ``path`` itself is a link.
+    """
+    path = Path(path)
+    check_inside(root, path / "_")
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def remove_inside(root: Path, path: Path) -> bool:
+    """Delete the file (or link) ``path`` when it lies below ``root`` through real
+    directories only; anything else is left, with a warning. Returns whether it was deleted.
+    A link is removed itself; what it points to is never touched."""
+    try:
+        check_inside(root, path)
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return False
+    except UnsafePathError:
+        log.warning("kept %s: it lies behind a symbolic link or outside %s", path, root)
+        return False
+    if stat.S_ISDIR(st.st_mode):
+        log.warning("kept %s: it is a directory", path)
+        return False
+    os.unlink(path)
+    return True
 
 
 def _umask() -> int:
@@ -27,15 +129,27 @@ def _umask() -> int:
     return mask
 
 
-def atomic_write(path: Path, write: Callable[[Path], object]) -> None:
+def atomic_write(
+    path: Path, write: Callable[[Path], object], *, inside: Path | None = None
+) -> None:
     """Call ``write(tmp_path)`` then rename onto ``path`` (same directory, so the rename is
     atomic): readers see the old file or the new one, never half of one. The file gets mode
-    0o666 minus the umask, like a file opened for writing.
+    0o666 minus the umask, like a file opened for writing. A link at ``path`` is replaced, not
+    written through.
+
+    Args:
+        inside: the directory the write must stay in (`check_inside`); by default the
+            innermost `atomic_directory` being built that holds ``path``, if any.
 
     Raises:
+        UnsafePathError: the write would leave ``inside`` (a linked subdirectory).
         whatever ``write`` raises; the temporary file is removed first.
     """
     path = Path(path)
+    root = inside if inside is not None else _root_for(path)
+    if root is not None:
+        check_inside(root, path)
+        make_directory_inside(root, path.parent)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}{TMP_TAG}", dir=path.parent)
     os.close(fd)
@@ -48,9 +162,55 @@ def atomic_write(path: Path, write: Callable[[Path], object]) -> None:
         raise
 
 
-def write_text_atomic(path: Path, text: str) -> None:
+def write_text_atomic(path: Path, text: str, *, inside: Path | None = None) -> None:
     """Write UTF-8 ``text`` to ``path`` atomically (see `atomic_write`)."""
-    atomic_write(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+    atomic_write(path, lambda tmp: tmp.write_text(text, encoding="utf-8"), inside=inside)
+
+
+def is_own_temporary(entry: Path, name: str | None = None) -> bool:
+    """Whether ``entry`` is a temporary this module made (for the target ``name``, or any):
+    named ``.<name>.tmp-XXXXXXXX`` (`atomic_write`, `atomic_directory`) or
+    ``.<name>.old-XXXXXXXX`` (a swap's previous version), with exactly the random part this
+    module writes, and owned by the current user. Anything else is never deleted as stale."""
+    base = entry.name
+    for tag, suffix in ((TMP_TAG, _TMP_SUFFIX), (OLD_TAG, _OLD_SUFFIX)):
+        head, sep, rand = base.rpartition(tag)
+        if not sep or not head.startswith(".") or not suffix.fullmatch(rand):
+            continue
+        if name is not None and head != f".{name}":
+            continue
+        try:
+            st = os.lstat(entry)
+        except OSError:
+            return False
+        return not hasattr(os, "geteuid") or st.st_uid == os.geteuid()
+    return False
+
+
+def _remove_stale(stale: Path) -> None:
+    """Delete one of our temporaries: a real directory whole, a file or a link itself."""
+    try:
+        if stale.is_dir() and not stale.is_symlink():
+            shutil.rmtree(stale, ignore_errors=True)
+        else:
+            stale.unlink(missing_ok=True)
+    except OSError:  # a read-only location: leave it, it is never read
+        pass
+
+
+def remove_stale_temporaries(directory: Path, name: str) -> list[Path]:
+    """Delete the temporaries (`is_own_temporary`) an interrupted write of ``directory/name``
+    left beside it; returns them. Call only when no write of that target is in progress."""
+    directory = Path(directory)
+    found = [p for p in directory.glob(f".{glob_escape(name)}.*-*") if is_own_temporary(p, name)]
+    for stale in found:
+        _remove_stale(stale)
+    return found
+
+
+def glob_escape(name: str) -> str:
+    """``name`` with glob's special characters escaped."""
+    return re.sub(r"([*?\[])", r"[\1]", name)
 
 
 def recover_directory(path: Path) -> None:
@@ -63,21 +223,26 @@ def recover_directory(path: Path) -> None:
     parent = path.parent
     if not parent.is_dir():
         return
-    olds = sorted(parent.glob(f".{path.name}{OLD_TAG}*"), key=lambda p: p.stat().st_mtime)
-    if not path.exists() and olds:
+    name = glob_escape(path.name)
+    olds = sorted(
+        (
+            p
+            for p in parent.glob(f".{name}{OLD_TAG}*")
+            if is_own_temporary(p, path.name) and p.is_dir() and not p.is_symlink()
+        ),
+        key=lambda p: p.stat().st_mtime,
+    )
+    if not path.exists() and not path.is_symlink() and olds:
         os.replace(olds.pop(), path)  # the newest previous version
-    for stale in [*parent.glob(f".{path.name}{TMP_TAG}*"), *olds]:
-        if stale.is_dir() and not stale.is_symlink():
-            shutil.rmtree(stale, ignore_errors=True)
-        else:
-            try:
-                stale.unlink(missing_ok=True)
-            except OSError:  # a read-only location: leave it, it is never read
-                pass
+    tmps = [p for p in parent.glob(f".{name}{TMP_TAG}*") if is_own_temporary(p, path.name)]
+    for stale in [*tmps, *olds]:
+        _remove_stale(stale)
 
 
 @contextmanager
-def atomic_directory(path: Path, *, keep_existing: bool = True) -> Iterator[Path]:
+def atomic_directory(
+    path: Path, *, keep_existing: bool = True, inside: Path | None = None
+) -> Iterator[Path]:
     """Build a new version of directory ``path`` all-or-nothing.
 
     Yields a sibling temporary directory to write into. On a normal exit it replaces ``path``:
@@ -92,32 +257,53 @@ def atomic_directory(path: Path, *, keep_existing: bool = True) -> Iterator[Path
         keep_existing: start the new version with the files of the current one (hard links,
             or copies across devices), so a save that writes only some files (weights and
             config, not the tokenizer) keeps the others; False starts empty.
+        inside: a directory ``path`` must stay in (a run directory for its ``model/``).
 
     Write files inside the yielded directory by creating or renaming them (`atomic_write` does),
     never by rewriting a kept file in place: kept files are hard links shared with the current
     version.
 
+    Writes below the yielded directory are checked (`atomic_write` does, `check_inside`):
+    a kept subdirectory that is a symbolic link is never written through. Kept links stay
+    links; nothing outside ``path`` is written or deleted.
+
     Raises:
         NotADirectoryError: ``path`` exists and is a file.
+        UnsafePathError: ``path`` is a symbolic link (the swap would replace the link, not
+            the directory it names), or lies behind a link below ``inside``.
         whatever the body raises; ``path`` is then unchanged.
     """
     path = Path(path)
+    if inside is not None:
+        check_inside(inside, path)
+    if path.is_symlink():
+        raise UnsafePathError(
+            f"refusing to replace {path}: it is a symbolic link (to {os.readlink(path)}); a "
+            "save builds a new directory and swaps it in whole, which would replace the link. "
+            "Give the directory it points to, or remove the link"
+        )
     path.parent.mkdir(parents=True, exist_ok=True)
     recover_directory(path)
     if path.exists() and not path.is_dir():
         raise NotADirectoryError(f"{path} exists and is not a directory")
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}{TMP_TAG}", dir=path.parent))
+    token = None
     try:
         os.chmod(tmp, 0o777 & ~_umask())
         if keep_existing and path.is_dir():
             shutil.copytree(path, tmp, symlinks=True, dirs_exist_ok=True, copy_function=_link)
+        token = _BUILDING.set((*_BUILDING.get(), _absolute(tmp)))
         yield tmp
+        _BUILDING.reset(token)
+        token = None
         old = path.parent / f".{path.name}{OLD_TAG}{uuid.uuid4().hex[:8]}"
         if path.exists():
             os.replace(path, old)
         os.replace(tmp, path)
         shutil.rmtree(old, ignore_errors=True)
     except BaseException:
+        if token is not None:
+            _BUILDING.reset(token)
         shutil.rmtree(tmp, ignore_errors=True)
         raise
 

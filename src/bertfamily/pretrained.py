@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 from pathlib import Path
@@ -13,6 +14,7 @@ from .build import build_model
 from .checkpoints.convert import (
     CheckpointError,
     LoadReport,
+    _listed,
     detect_components,
     hf_to_ours,
     new_parameter_keys,
@@ -30,6 +32,7 @@ from .checkpoints.io import (
 from .checkpoints.keymaps import FamilyMap
 from .config import ConfigError, check_parameter_budget
 from .heads.task_heads import TASK_HEADS
+from .modules.skeleton import storage_free
 from .resources.resolve import resolve_model
 
 log = logging.getLogger(__name__)
@@ -99,6 +102,8 @@ def model_from_directory(
         except ConfigError as e:
             raise ModelDirectoryError(f"{path / 'config.json'}: {e}") from e
         hf_state = read_weights(path)
+    if strict:
+        _check_weights_can_fill(config, hf_state, path)
     found_heads, has_pooler = detect_components(fmap, hf_state)
     task = task_of(fmap, hf_config)
     found_heads = [h for h in found_heads if h not in TASK_HEADS] + ([task] if task else [])
@@ -112,7 +117,13 @@ def model_from_directory(
         if has_pooler and not config.use_pooler:
             config = config.replace(use_pooler=True)
     config = config.replace(use_pooler=has_pooler and config.use_pooler)
-    model = build_model(config, heads=heads, max_parameters=max_parameters)
+    build_config = config
+    # A model needing more values than the weights hold is first built without storage (the
+    # meta device) to compare its shapes with the checkpoint's: a mismatch is refused before
+    # anything is allocated. Otherwise the model costs no more than the weights already read.
+    skeleton = config.parameter_count(heads) > _stored_values(hf_state) + 1_000_000
+    with storage_free() if skeleton else contextlib.nullcontext():
+        model = build_model(config, heads=heads, max_parameters=max_parameters)
     unused_pooler: list[str] = []
     if config.use_pooler and not model.config.use_pooler:
         # a pooler none of the heads reads (e.g. a masked-LM checkpoint saved with one):
@@ -138,8 +149,8 @@ def model_from_directory(
         if strict and not report.clean:
             raise CheckpointError(
                 "checkpoint does not match the model beyond its heads: "
-                f"missing {report.missing}, unexpected {report.unexpected}, "
-                f"mismatched {report.mismatched}",
+                f"missing {_listed(report.missing)}, unexpected {_listed(report.unexpected)}, "
+                f"mismatched {_listed(report.mismatched)}",
                 report.missing,
                 report.unexpected,
                 report.mismatched,
@@ -154,6 +165,8 @@ def model_from_directory(
     if unused_pooler:
         log.info("dropped the unused pooler: %s", ", ".join(unused_pooler))
         report.dropped.extend(unused_pooler)
+    if skeleton:  # the shapes match: now allocate
+        model = build_model(build_config, heads=heads, max_parameters=max_parameters)
     model.load_state_dict(state, strict=False)
     model.eval()
     if dtype is not None:
@@ -192,6 +205,33 @@ def from_pretrained(path: str | os.PathLike[str], *, revision: str | None = None
         ModelDirectoryError, ConfigError, CheckpointError: see `model_from_directory`.
     """
     return model_from_directory(resolve_model(path, revision), **kwargs)
+
+
+def _stored_values(hf_state: dict) -> int:
+    """How many floating-point values the checkpoint holds."""
+    return sum(t.numel() for t in hf_state.values() if t.is_floating_point())
+
+
+def _check_weights_can_fill(config, hf_state: dict, path: Path) -> None:
+    """Refuse, before any model is built, a config.json whose trunk alone needs far more
+    values than the weight files hold (a vocab_size of 10^8, 9,999 layers): the load could only
+    fail, after allocating that model. The exact shapes are compared later, on a model without
+    storage; this bound only keeps absurd configs from being built at all. The margin (twice
+    the stored values, plus a million) leaves room for parameters a load adds on purpose
+    (conditional norms, new heads).
+
+    Raises:
+        ModelDirectoryError: one line naming config.json, both counts and the sizes."""
+    stored = _stored_values(hf_state)
+    needed = config.replace(use_pooler=False).parameter_count(())
+    if needed > 2 * stored + 1_000_000:
+        raise ModelDirectoryError(
+            f"{path / 'config.json'} describes a trunk of {needed:,} parameters "
+            f"(vocab_size {config.vocab_size:,}, hidden_size {config.hidden_size:,}, "
+            f"num_hidden_layers {config.num_hidden_layers:,}, intermediate_size "
+            f"{config.intermediate_size:,}) but the weights hold {stored:,} values: they cannot "
+            "be this model's; refused before building it"
+        )
 
 
 def _check_run_dtype(model, dtype, path) -> None:

@@ -366,12 +366,21 @@ def ours_to_hf(
     return {k: v.contiguous() for k, v in out.items()}
 
 
+def _listed(items: list[str], sep: str = ", ", shown: int = 5) -> str:
+    """At most ``shown`` items, then "... and N more": an error stays one short line even
+    when a config describes thousands of layers the checkpoint lacks."""
+    more = len(items) - shown
+    return sep.join(items[:shown]) + (f"{sep}... and {more:,} more" if more > 0 else "")
+
+
 def _describe(report: LoadReport) -> str:
     parts = []
     if report.missing:
-        parts.append(f"missing keys ({len(report.missing)}): {', '.join(report.missing)}")
+        parts.append(f"missing keys ({len(report.missing):,}): {_listed(report.missing)}")
     if report.unexpected:
-        parts.append(f"unexpected keys ({len(report.unexpected)}): {', '.join(report.unexpected)}")
+        parts.append(f"unexpected keys ({len(report.unexpected):,}): {_listed(report.unexpected)}")
     if report.mismatched:
-        parts.append(f"shape mismatches ({len(report.mismatched)}): {'; '.join(report.mismatched)}")
+        parts.append(
+            f"shape mismatches ({len(report.mismatched):,}): {_listed(report.mismatched, '; ')}"
+        )
     return "checkpoint does not match the model: " + " | ".join(parts)

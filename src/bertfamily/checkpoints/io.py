@@ -26,7 +26,7 @@ from safetensors.torch import load_file, save_file
 
 from ..config import ConfigError, EncoderConfig
 from ..errors import ModelDirectoryError
-from ..files import atomic_directory, atomic_write, recover_directory
+from ..files import atomic_directory, atomic_write, recover_directory, remove_inside
 from .convert import CheckpointError, LoadReport, ours_to_hf
 from .keymaps import FAMILIES, HF_ACTIVATIONS, OUR_ACTIVATIONS_TO_HF, FamilyMap
 
@@ -604,13 +604,61 @@ def read_sharded(path: Path) -> dict[str, torch.Tensor]:
     return state
 
 
+MAX_TORCH_MEMBERS = 1_000_000  # records of a torch.save zip: far above any real checkpoint
+
+
+def torch_archive_problem(file: Path) -> str | None:
+    """Why the ``torch.save`` file ``file`` cannot be loaded without allocating more than it
+    holds (None: it can), found from its zip directory alone, before anything is unpacked.
+
+    ``torch.save`` writes an uncompressed (stored) zip whose records together are no larger
+    than the file. A compressed record (a "zip bomb": a 2 MB file whose records expand to
+    gigabytes), records whose sizes add up to more than the file, or a million records are
+    refused. A file that is not a zip (the format of torch before 1.6) reads its storages from
+    the file itself, so it cannot hold more than it is; it is left to ``torch.load``.
+    """
+    import zipfile
+
+    try:
+        size = file.stat().st_size
+        if not zipfile.is_zipfile(file):
+            return None
+        with zipfile.ZipFile(file) as archive:
+            members = archive.infolist()
+    except (OSError, zipfile.BadZipFile, ValueError) as e:
+        return f"its zip directory cannot be read ({e})"
+    if len(members) > MAX_TORCH_MEMBERS:
+        return f"it lists {len(members):,} records; a checkpoint has far fewer"
+    total = 0
+    for info in members:
+        if info.compress_type != zipfile.ZIP_STORED:
+            return (
+                f"record {info.filename!r} is compressed ({info.compress_size:,} bytes that "
+                f"expand to {info.file_size:,}); torch.save never compresses, so it is not "
+                "unpacked (a zip bomb?)"
+            )
+        total += info.file_size
+    if total > size:
+        return (
+            f"its records declare {total:,} bytes but the file has {size:,} (corrupt, or a "
+            "zip bomb); nothing is unpacked"
+        )
+    return None
+
+
 def read_bin(file: Path) -> dict[str, torch.Tensor]:
-    """A ``pytorch_model.bin`` read with ``weights_only=True`` (no code runs on load).
+    """A ``pytorch_model.bin`` read with ``weights_only=True`` (no code runs on load), after
+    its zip directory is checked against the file (`torch_archive_problem`: nothing is
+    unpacked that would allocate more than the file holds).
 
     Raises:
         ModelDirectoryError: the file is refused (it pickles something other than tensors,
-            e.g. code), is corrupt, or does not hold a dict of name → tensor; names the file.
+            e.g. code; it holds compressed or oversized records), is corrupt, or does not hold
+            a dict of name -> tensor; names the file.
     """
+    problem = torch_archive_problem(file)
+    if problem is not None:
+        raise ModelDirectoryError(f"{file} was refused: {problem}")
     try:
         state = torch.load(file, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as e:
@@ -688,17 +736,33 @@ def save_pretrained(model, path: str | Path) -> Path:
 
 
 def _drop_other_weights(directory: Path) -> None:
-    """Remove the weight files a new model.safetensors supersedes (kept hard links)."""
+    """Remove the weight files a new model.safetensors supersedes (kept hard links): the
+    shards ``model.safetensors.index.json`` names, when they are ``.safetensors`` files inside
+    ``directory`` reached through real directories only (`files.remove_inside`: a shard
+    behind a symbolic link, or outside, is kept and named in a warning), the index itself and
+    ``pytorch_model.bin``."""
     index = directory / "model.safetensors.index.json"
-    if index.is_file():
+    if index.is_file() and not index.is_symlink():
         try:
             weight_map = json.loads(index.read_text()).get("weight_map") or {}
-            for shard in set(weight_map.values()) if isinstance(weight_map, dict) else ():
-                inside(directory, shard, index).unlink(missing_ok=True)
+            shards = set(weight_map.values()) if isinstance(weight_map, dict) else set()
         except (OSError, ValueError, AttributeError) as e:
-            log.warning("could not remove the shards named by %s: %s", index, e)
-        index.unlink(missing_ok=True)
-    (directory / "pytorch_model.bin").unlink(missing_ok=True)
+            log.warning("could not read the shards named by %s: %s", index, e)
+            shards = set()
+        for shard in sorted(s for s in shards if isinstance(s, str)):
+            try:
+                file = inside(directory, shard, index)
+            except ModelDirectoryError as e:
+                log.warning("kept %r: %s", shard, e)
+                continue
+            if not shard.endswith(".safetensors"):
+                log.warning(
+                    "kept %s: the index names it as a shard, but it is no .safetensors", file
+                )
+                continue
+            remove_inside(directory, file)
+    remove_inside(directory, index)
+    remove_inside(directory, directory / "pytorch_model.bin")
 
 
 __all__ = [

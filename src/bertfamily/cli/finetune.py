@@ -171,8 +171,14 @@ def finetune(
         distill_steps=distill_steps,
         knowledge=knowledge,
     )
+
+    def show_labels(counts: dict[str, int], notes: list[str]) -> None:
+        """The label set, before training starts (the notes are logged as warnings)."""
+        listed = ", ".join(f"{name} ({n:,})" for name, n in counts.items())
+        err.print(f"labels ({len(counts)}): {listed}", markup=False, highlight=False)
+
     with training_threads(training.threads):
-        res = run(cfg, output_dir=output, **fields)
+        res = run(cfg, output_dir=output, on_labels=show_labels, **fields)
     if res.get("new_head"):
         err.print(f"new task head: initialised {res['new_head']} (normal for fine-tuning)")
     if res.get("left_out_per_epoch"):
@@ -183,6 +189,8 @@ def finetune(
     for note in res.get("notes", []):
         err.print(f"[yellow]warning:[/] {note}", markup=True, highlight=False)
     summary = {k: res.get(k) for k in ("eval", "labels", "seconds", "notes")}
+    if res.get("label_notes"):
+        summary["label_notes"] = res["label_notes"]
     summary["planned_steps"] = res["train"].get("planned_steps")
     summary["model"] = str(output / ("best" if eval else "model"))
     if res.get("self_distill"):

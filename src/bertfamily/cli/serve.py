@@ -52,6 +52,19 @@ def serve(
     auto_truncate: bool = typer.Option(
         False, help="Truncate long inputs of requests that do not say (else 413)."
     ),
+    max_body_bytes: int | None = typer.Option(
+        None,
+        min=1,
+        help="Largest request body in bytes: 413 from its Content-Length before it is read, or "
+        "as soon as a chunked body passes it (default: room for --max-client-batch-size "
+        "inputs of --max-input-chars characters, written as JSON escapes).",
+    ),
+    timeout_keep_alive: float = typer.Option(
+        5.0,
+        min=0.001,
+        help="Seconds a connection may stay open without a complete request header (idle, or "
+        "half a header) before the server closes it.",
+    ),
     api_key: str | None = typer.Option(
         None,
         envvar="BERTFAMILY_API_KEY",
@@ -95,7 +108,7 @@ def serve(
 
     from ..runtime import choose_threads
     from ..serve.app import ServeSettings, create_app, load_served_model
-    from ..serve.http import HeaderTimeoutProtocol
+    from ..serve.http import connection_limits
 
     device = torch_device(device)
     threads, why = choose_threads(threads, workers)
@@ -108,11 +121,14 @@ def serve(
         max_client_batch_size=max_client_batch_size,
         max_input_chars=max_input_chars,
         auto_truncate=auto_truncate,
+        max_body_bytes=max_body_bytes,
+        timeout_keep_alive=timeout_keep_alive,
         api_key=api_key,
         model_id=model if model and not Path(model).exists() else None,  # org/name
     )
     path = model_path(model)
     check_quantize(quantize, dtype)
+    limits = connection_limits(settings.timeout_keep_alive)  # every replica's
     if workers > 1:
         import os
 
@@ -130,6 +146,7 @@ def serve(
             port=port,
             log_level="warning",
             timeout_graceful_shutdown=graceful_timeout,
+            **limits,
         )
         return
     if quantize is None:
@@ -146,7 +163,5 @@ def serve(
         port=port,
         log_level="warning",
         timeout_graceful_shutdown=graceful_timeout,
-        timeout_keep_alive=settings.timeout_keep_alive,  # idle connections are closed
-        http=HeaderTimeoutProtocol,  # ... also those that never finish a header
-        h11_max_incomplete_event_size=64 * 1024,  # a header that never ends is refused
+        **limits,
     )

@@ -337,17 +337,44 @@ def vectors_of(column) -> np.ndarray:
 
 def table_identity(path: str | os.PathLike[str]) -> dict[str, Any] | None:
     """The model identity stored with an embedding table: a directory's ``_bertfamily.json``,
-    or the first file's Parquet schema metadata; None when there is none."""
+    or the first file's Parquet schema metadata; None when there is none.
+
+    Raises:
+        DataError: the identity is unreadable or not ``{digest, dimension, pooling[, name]}``
+            (naming the file).
+    """
     path = Path(path)
     if path.is_dir() and (path / IDENTITY_FILE).is_file():
+        source = path / IDENTITY_FILE
         try:
-            return json.loads((path / IDENTITY_FILE).read_text(encoding="utf-8")).get("model")
-        except (OSError, ValueError) as e:
-            raise DataError(f"cannot read {path / IDENTITY_FILE}: {e}") from e
-    meta = _pq().ParquetFile(parquet_files(path)[0]).schema_arrow.metadata or {}
-    if META_KEY not in meta:
-        return None
-    return json.loads(meta[META_KEY]).get("model")
+            body = json.loads(source.read_text(encoding="utf-8"))
+        except (OSError, ValueError, RecursionError) as e:
+            raise DataError(f"cannot read {source}: {e}") from e
+    else:
+        source = parquet_files(path)[0]
+        meta = _pq().ParquetFile(source).schema_arrow.metadata or {}
+        if META_KEY not in meta:
+            return None
+        try:
+            body = json.loads(meta[META_KEY])
+        except (ValueError, RecursionError) as e:
+            raise DataError(f"{source}: unreadable {META_KEY.decode()} metadata: {e}") from e
+    model = body.get("model") if isinstance(body, dict) else None
+    if not (
+        isinstance(model, dict)
+        and not set(model) - {"digest", "dimension", "pooling", "name"}
+        and isinstance(model.get("digest"), str)
+        and isinstance(model.get("dimension"), int)
+        and not isinstance(model.get("dimension"), bool)
+        and model["dimension"] >= 1
+        and isinstance(model.get("pooling"), str)
+        and isinstance(model.get("name", ""), str)
+    ):
+        raise DataError(
+            f"{source}: the recorded model identity {str(model)[:80]!r} is not "
+            "{digest, dimension, pooling}; the table was edited or is corrupt"
+        )
+    return model
 
 
 def iter_embedding_table(

@@ -105,7 +105,12 @@ def _table_rows(
                 raise DataError(f"{path}:{n}: expected a JSON object, got {line[:80]!r}")
             rows.append((n, row))
         return None, rows
-    reader = csv.reader(io.StringIO(text, newline=""), delimiter="," if fmt == "csv" else "\t")
+    delimiter = "," if fmt == "csv" else "\t"
+    # the standard dialect (RFC 4180): fields holding the delimiter, a quote or a line break
+    # are quoted, a quote inside doubled; strict: a stray character after a closing quote or a
+    # quote never closed is an error, not a guess
+    reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter, strict=True)
+    start = end = 1
     try:
         header = next(reader, None)
         if header is None:
@@ -120,9 +125,25 @@ def _table_rows(
                     f"{path}:{start}: {len(fields)} fields but the header has {len(header)} "
                     f"({header}); quote fields that hold the delimiter"
                 )
+            for name, value in zip(header, fields):
+                if value[:1].isspace() and value.lstrip().startswith('"'):
+                    raise DataError(
+                        f"{path}:{start}: field {name!r} is {value[:40]!r}: a space before a "
+                        "quote. A quoted field starts right after the delimiter (RFC 4180); "
+                        "remove the space"
+                    )
             rows.append((start, dict(zip(header, fields))))
     except csv.Error as e:
-        raise DataError(f"{path}:{reader.line_num}: not valid {fmt.upper()}: {e}") from e
+        first = end + 1
+        if "end of data" in str(e):
+            raise DataError(
+                f"{path}:{first}: a quoted field starting on this line is never closed "
+                f"(unexpected end of the file); close it with a quote"
+            ) from None
+        raise DataError(
+            f"{path}:{reader.line_num}: not valid {fmt.upper()}: {e} (a quoted field must end "
+            f"with its quote, right before the delimiter; double a quote inside it)"
+        ) from None
     return header, rows
 
 
@@ -147,7 +168,7 @@ def _field(path: Path, line: int, row: dict[str, Any], column: str, what: str) -
                 f"{path}:{line}: a list of labels (column {column!r}) must hold strings or "
                 f"integers, got {value!r}"
             )
-        return value
+        return [v.strip() if isinstance(v, str) else v for v in value]
     if not isinstance(value, (str, int, float)):
         raise DataError(
             f"{path}:{line}: the {what} (column {column!r}) must be a string or a number, "
@@ -156,7 +177,7 @@ def _field(path: Path, line: int, row: dict[str, Any], column: str, what: str) -
     if what == "label":
         if not str(value).strip():
             raise DataError(f"{path}:{line}: empty label (column {column!r})")
-        return value
+        return value.strip() if isinstance(value, str) else value  # " pos" is "pos"
     return str(value)
 
 

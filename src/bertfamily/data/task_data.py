@@ -251,6 +251,47 @@ def forward_rows(model, rows: list[dict], size: int, pad_id: int) -> list[Simple
     return per_row
 
 
+RARE_LABEL_ROWS = 1_000  # in a table of this many rows or more, a label seen once is reported
+
+
+def label_report(
+    seen: list[tuple[str, int | None]], rows: int, path: Path
+) -> tuple[dict[str, int], list[str]]:
+    """The rows per training label, and what looks like a mistake in them: a label seen once
+    in a table of `RARE_LABEL_ROWS` rows or more (a typo, a stray class), and labels that
+    differ only in letter case. Labels were stripped when read (``" pos"`` is ``"pos"``).
+
+    Args:
+        seen: ``(label, line)`` for every label of every row.
+
+    Returns:
+        ``({label: rows}, notes)``: each note names the file, the label(s) and their line;
+        each is also logged as a warning.
+    """
+    counts: dict[str, int] = {}
+    first: dict[str, int | None] = {}
+    for name, line in seen:
+        counts[name] = counts.get(name, 0) + 1
+        first.setdefault(name, line)
+    notes = []
+    if rows >= RARE_LABEL_ROWS:
+        for name in sorted(n for n, c in counts.items() if c == 1):
+            notes.append(
+                f"{path}:{first[name]}: label {name!r} is seen once among {rows:,} rows "
+                "(a typo, or a stray class?)"
+            )
+    by_case: dict[str, list[str]] = {}
+    for name in sorted(counts):
+        by_case.setdefault(name.casefold(), []).append(name)
+    for names in by_case.values():
+        if len(names) > 1:
+            where = ", ".join(f"{n!r} ({counts[n]:,} rows, first {path}:{first[n]})" for n in names)
+            notes.append(f"labels that differ only in case are separate classes: {where}")
+    for note in notes:
+        log.warning("%s", note)
+    return dict(sorted(counts.items())), notes
+
+
 class TaskData:
     """Encoded rows of one task (lists of ids, labels), plus what evaluation needs.
 
@@ -270,6 +311,10 @@ class TaskData:
             raise InputError(f"unknown task {task!r}; valid: {TASKS}")
         self.task, self.tok, self.opts = task, tokenizer, opts
         self.label_names = label_names
+        # the training labels (name -> rows) and what looks wrong in them, once the first
+        # labelled load fixed the label set (`label_report`)
+        self.label_counts: dict[str, int] | None = None
+        self.label_notes: list[str] = []
         # classify/pair: given (the training data's, the model's), the option, or inferred by
         # the first `load` of labelled rows.
         self.problem_type = problem_type or opts.problem_type
@@ -502,6 +547,8 @@ class TaskData:
                 self.label_names = tuple(sorted({n for s in sets for n in s}))
                 if not self.label_names:
                     raise DataError(f"{path}: no row holds a label")
+                seen = [(n, e.line) for e, names in zip(ex, sets) for n in names]
+                self.label_counts, self.label_notes = label_report(seen, len(ex), path)
             ids = {n: i for i, n in enumerate(self.label_names)}
             for r, e, names in zip(rows, ex, sets):
                 unknown = [n for n in names if n not in ids]
@@ -522,6 +569,8 @@ class TaskData:
                 )
         if self.label_names is None:
             self.label_names = tuple(sorted({str(e.label) for e in ex}))
+            seen = [(str(e.label), e.line) for e in ex]
+            self.label_counts, self.label_notes = label_report(seen, len(ex), path)
         ids = {n: i for i, n in enumerate(self.label_names)}
         for e in ex:
             if str(e.label) not in ids:

@@ -26,6 +26,7 @@ from torch.nn import functional as F
 
 from ..errors import InputError, ModelDirectoryError
 from ..files import atomic_write, write_text_atomic
+from ..modules.skeleton import storage_free
 
 
 def normalized_entropy(probs: torch.Tensor) -> torch.Tensor:
@@ -161,11 +162,22 @@ def load_students(directory: str | Path) -> StudentClassifiers:
             f"{directory} has no early-exit students ({STUDENTS_CONFIG}, {STUDENTS_WEIGHTS}); "
             "fine-tune with --self-distill first"
         )
-    meta = json.loads((directory / STUDENTS_CONFIG).read_text(encoding="utf-8"))
+    from safetensors import safe_open
+
+    weights = directory / STUDENTS_WEIGHTS
     names = ("num_layers", "hidden_size", "num_labels", "width", "num_heads")
     try:
-        students = StudentClassifiers(**{k: int(meta[k]) for k in names})
-        students.load_state_dict(load_file(str(directory / STUDENTS_WEIGHTS)))
-    except (KeyError, ValueError, RuntimeError) as e:
+        meta = json.loads((directory / STUDENTS_CONFIG).read_text(encoding="utf-8"))
+        sizes = {k: int(meta[k]) for k in names}
+        with storage_free():  # shapes first: the sizes must match the file before allocating
+            want = {k: tuple(v.shape) for k, v in StudentClassifiers(**sizes).state_dict().items()}
+        with safe_open(str(weights), "pt") as f:
+            have = {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
+        if have != want:
+            differ = sorted(set(have) ^ set(want) | {k for k in have if have[k] != want.get(k)})
+            raise ValueError(f"{STUDENTS_CONFIG} does not match {STUDENTS_WEIGHTS} ({differ[:5]})")
+        students = StudentClassifiers(**sizes)
+        students.load_state_dict(load_file(str(weights)))
+    except Exception as e:  # bad JSON or sizes, safetensors' own errors (no ValueError)
         raise ModelDirectoryError(f"{directory}: unreadable early-exit students: {e}") from e
     return students.eval()

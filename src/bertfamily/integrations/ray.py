@@ -36,6 +36,7 @@ import numpy as np
 
 from ..deps import require
 from ..errors import InputError
+from ..files import write_text_atomic
 
 __all__ = ["EmbedBatch", "embed_dataset"]
 
@@ -217,7 +218,7 @@ def embed_dataset(
     result: dict[str, Any] = {"dimension": identity.dimension, "model": asdict(identity)}
     if out is not None:
         body = {"format_version": 1, "model": asdict(identity)}
-        (out / IDENTITY_FILE).write_text(json.dumps(body, indent=1) + "\n", encoding="utf-8")
+        write_text_atomic(out / IDENTITY_FILE, json.dumps(body, indent=1) + "\n", inside=out)
         import pyarrow.parquet as pq
 
         files = parquet_files(out)

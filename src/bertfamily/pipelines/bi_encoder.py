@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..errors import InputError
-from ..files import write_text_atomic
+from ..files import atomic_write, make_directory_inside, write_text_atomic
 from ..pretrained import from_pretrained
 from ..tokenization.tokenizer import load_tokenizer
 from .batching import token_lengths
@@ -166,20 +166,25 @@ class BiEncoder(nn.Module):
 
     def save(self, directory: str | Path, card: dict[str, Any] | None = None) -> Path:
         """Write the whole sentence-transformers directory (see the module docstring) into
-        ``directory`` (the encoder's files first, atomically each)."""
+        ``directory`` (the encoder's files first, atomically each). Every write stays inside
+        ``directory``: a module subdirectory that is a symbolic link is refused
+        (`files.check_inside`), never written through.
+
+        Raises:
+            UnsafePathError: a write would go through a link out of ``directory``.
+        """
         d = Path(directory)
         self.model.save_pretrained(d)
         self.tokenizer.save_pretrained(d)
         settings = {"max_seq_length": self.max_seq_length, "do_lower_case": self.do_lower_case}
-        write_text_atomic(d / SETTINGS_FILE, json.dumps(settings, indent=2) + "\n")
+        write_text_atomic(d / SETTINGS_FILE, json.dumps(settings, indent=2) + "\n", inside=d)
         modules = [{"idx": 0, "name": "0", "path": "", "type": _ST_TYPE + "Transformer"}]
 
         def add(kind: str) -> Path:
             i = len(modules)
             sub = f"{i}_{kind}"
             modules.append({"idx": i, "name": str(i), "path": sub, "type": _ST_TYPE + kind})
-            (d / sub).mkdir(parents=True, exist_ok=True)
-            return d / sub
+            return make_directory_inside(d, d / sub)
 
         pooling = {
             "embedding_dimension": self.model.config.hidden_size,
@@ -188,24 +193,27 @@ class BiEncoder(nn.Module):
             else list(self.pooling.mode),
             "include_prompt": self.pooling.include_prompt,
         }
-        write_text_atomic(add("Pooling") / "config.json", json.dumps(pooling, indent=2) + "\n")
+        pooling_dir = add("Pooling")
+        write_text_atomic(
+            pooling_dir / "config.json", json.dumps(pooling, indent=2) + "\n", inside=d
+        )
         for layer in self.dense:
-            _save_dense(layer, add("Dense"))
+            _save_dense(layer, add("Dense"), d)
         if self.pooling.normalize:
             add("Normalize")
-        write_text_atomic(d / MODULES_FILE, json.dumps(modules, indent=2) + "\n")
+        write_text_atomic(d / MODULES_FILE, json.dumps(modules, indent=2) + "\n", inside=d)
         settings = {
             "model_type": "SentenceTransformer",
             "prompts": self.prompts,
             "default_prompt_name": self.default_prompt_name,
             "similarity_fn_name": "cosine",
         }
-        write_text_atomic(d / MODEL_SETTINGS_FILE, json.dumps(settings, indent=2) + "\n")
-        write_text_atomic(d / "README.md", model_card(self, card or {}))
+        write_text_atomic(d / MODEL_SETTINGS_FILE, json.dumps(settings, indent=2) + "\n", inside=d)
+        write_text_atomic(d / "README.md", model_card(self, card or {}), inside=d)
         return d
 
 
-def _save_dense(layer: nn.Module, directory: Path) -> None:
+def _save_dense(layer: nn.Module, directory: Path, root: Path) -> None:
     from safetensors.torch import save_file
 
     linear, act = layer[0], layer[1]
@@ -215,11 +223,13 @@ def _save_dense(layer: nn.Module, directory: Path) -> None:
         "bias": linear.bias is not None,
         "activation_function": f"{type(act).__module__}.{type(act).__name__}",
     }
-    write_text_atomic(directory / "config.json", json.dumps(cfg, indent=2) + "\n")
+    write_text_atomic(directory / "config.json", json.dumps(cfg, indent=2) + "\n", inside=root)
     state = {
         f"linear.{k}": v.detach().float().contiguous().cpu() for k, v in linear.state_dict().items()
     }
-    save_file(state, str(directory / "model.safetensors"))
+    atomic_write(
+        directory / "model.safetensors", lambda tmp: save_file(state, str(tmp)), inside=root
+    )
 
 
 def model_card(model: BiEncoder, card: dict[str, Any]) -> str:

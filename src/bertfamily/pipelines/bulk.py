@@ -40,7 +40,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import BulkEmbedError, NonFiniteOutputError
-from ..files import TMP_TAG, atomic_write, write_text_atomic
+from ..files import atomic_write, remove_stale_temporaries, write_text_atomic
 from .index import ModelIdentity, model_identity
 
 __all__ = [
@@ -114,30 +114,66 @@ class BulkPlan:
 
     @classmethod
     def read(cls, directory: Path) -> BulkPlan:
-        """The plan in ``directory/manifest.json``.
+        """The plan in ``directory/manifest.json``, validated: every field of the right type
+        and range (a positive shard size and line count, a SHA-256, a dimension), and the
+        shard list, dimension and dtype exactly what that plan writes; a manifest edited by
+        hand is refused rather than trusted.
 
         Raises:
-            BulkEmbedError: no manifest, another format version, or a manifest we cannot read.
+            BulkEmbedError: no manifest, another format version, or a manifest that cannot be
+                read or does not describe a plan (one line naming the field).
         """
         path = Path(directory) / MANIFEST
         if not path.is_file():
             raise BulkEmbedError(f"{directory} has no {MANIFEST}: not a bulk-embedding output")
+
+        def bad(problem: str) -> BulkEmbedError:
+            return BulkEmbedError(
+                f"{path}: {problem}; the manifest was edited or is corrupt: embed into a new "
+                "output directory"
+            )
+
         try:
             body = json.loads(path.read_text(encoding="utf-8"))
-            if body.get("format_version") != FORMAT_VERSION:
-                raise BulkEmbedError(
-                    f"{path}: format {body.get('format_version')} unsupported "
-                    f"(this version reads {FORMAT_VERSION})"
-                )
-            return cls(
-                ModelIdentity(**body["model"]),
-                InputIdentity(**body["input"]),
-                int(body["shard_size"]),
+        except (OSError, ValueError, RecursionError) as e:
+            raise BulkEmbedError(f"cannot read {path}: {e}") from None
+        if not isinstance(body, dict):
+            raise bad(f"a JSON {type(body).__name__}, not an object")
+        if body.get("format_version") != FORMAT_VERSION:
+            raise BulkEmbedError(
+                f"{path}: format {body.get('format_version')!r} unsupported "
+                f"(this version reads {FORMAT_VERSION})"
             )
-        except (OSError, ValueError, KeyError, TypeError) as e:
-            if isinstance(e, BulkEmbedError):
-                raise
-            raise BulkEmbedError(f"cannot read {path}: {e}") from e
+        model, source = body.get("model"), body.get("input")
+        fields = {
+            "shard_size": (body.get("shard_size"), int, 1),
+            "model.dimension": ((model or {}).get("dimension"), int, 1),
+            "input.lines": ((source or {}).get("lines"), int, 1),
+            "input.bytes": ((source or {}).get("bytes"), int, 0),
+            "model.digest": ((model or {}).get("digest"), str, None),
+            "model.pooling": ((model or {}).get("pooling"), str, None),
+            "input.name": ((source or {}).get("name"), str, None),
+            "input.sha256": ((source or {}).get("sha256"), str, None),
+        }
+        if not isinstance(model, dict) or not isinstance(source, dict):
+            raise bad("model and input must be objects")
+        for name, (value, kind, low) in fields.items():
+            if not isinstance(value, kind) or isinstance(value, bool):
+                raise bad(f"{name} is {value!r}, not a {kind.__name__}")
+            if low is not None and value < low:
+                raise bad(f"{name} is {value!r}, below {low}")
+        if len(source["sha256"]) != 64:
+            raise bad(f"input.sha256 {source['sha256']!r} is not a SHA-256")
+        try:
+            plan = cls(ModelIdentity(**model), InputIdentity(**source), int(body["shard_size"]))
+        except TypeError as e:
+            raise bad(str(e)) from None
+        expected = json.loads(plan.to_json())
+        for key in expected:
+            if body.get(key) != expected[key]:
+                raise bad(f"{key} is not what a plan of {plan.input.lines:,} lines in shards of "
+                          f"{plan.shard_size:,} writes")  # fmt: skip
+        return plan
 
 
 @dataclass(frozen=True)
@@ -229,6 +265,14 @@ def _check_resume(found: BulkPlan, want: BulkPlan, directory: Path) -> None:
             f"(digest {w.digest[:12]}, dimension {w.dimension}, pooling {w.pooling}): use that "
             "model to resume, or another output directory"
         )
+    sizes = (found.input.lines, found.input.bytes) != (want.input.lines, want.input.bytes)
+    if found.input.sha256 == want.input.sha256 and sizes:
+        raise BulkEmbedError(
+            f"{directory}/{MANIFEST} describes input {found.input.name!r} as "
+            f"{found.input.lines:,} lines of {found.input.bytes:,} bytes, but that content has "
+            f"{want.input.lines:,} lines of {want.input.bytes:,} bytes: the manifest was edited; "
+            "embed into a new output directory"
+        )
     if found.input.sha256 != want.input.sha256:
         raise BulkEmbedError(
             f"{directory} holds embeddings of input {found.input.name!r} ({found.input.lines:,} "
@@ -292,10 +336,11 @@ def _shard_done(directory: Path, plan: BulkPlan, s: int) -> bool:
 
 def _remove_stale_temporaries(directory: Path, shards: list[int]) -> None:
     """Delete temporaries a killed run left for ``shards`` (only this process's shards, so a
-    concurrent process's write in progress is never touched)."""
+    concurrent process's write in progress is never touched). Only entries this package
+    wrote are deleted (`files.is_own_temporary`: the exact temporary name of one of these
+    shards, owned by the user); a link is removed itself, never followed."""
     for s in shards:
-        for stale in directory.glob(f".{shard_name(s)}{TMP_TAG}*"):
-            stale.unlink(missing_ok=True)
+        remove_stale_temporaries(directory, shard_name(s))
 
 
 def _shard_lines(path: Path, plan: BulkPlan, mine: list[int]) -> Iterator[tuple[int, list[str]]]:
@@ -382,7 +427,9 @@ def embed_file(
                 np.save(fh, vectors)
 
         atomic_write(directory / shard_name(s), save)
-    finished = sum((directory / shard_name(s)).is_file() for s in range(plan.num_shards))
+    # counted from the shard files themselves (their headers: rows, dimension, dtype), so
+    # "complete" means every row of the input is there
+    finished = sum(_shard_done(directory, plan, s) for s in range(plan.num_shards))
     return BulkResult(plan, todo, skipped, todo_lines, truncated, finished)
 
 

@@ -300,7 +300,12 @@ class VectorIndex:
 
     # --- persistence -----------------------------------------------------------------------
     def save(self, path: str | Path) -> Path:
-        """Write the index directory atomically (a new version swapped in whole)."""
+        """Write the index directory atomically (a new version swapped in whole); meta.json
+        records the size and SHA-256 of index.faiss and texts.jsonl, checked by `load`.
+
+        Raises:
+            UnsafePathError: ``path`` is a symbolic link (the swap would replace the link).
+        """
         faiss = _faiss()
         path = Path(path)
         meta = {
@@ -320,49 +325,51 @@ class VectorIndex:
             with open(tmp / TEXTS_FILE, "w", encoding="utf-8") as fh:
                 for i, t in zip(self.ids, self.texts):
                     fh.write(json.dumps({"id": i, "text": t}, ensure_ascii=False) + "\n")
+            meta["files"] = {name: _file_record(tmp / name) for name in (INDEX_FILE, TEXTS_FILE)}
             write_text_atomic(tmp / META_FILE, json.dumps(meta, indent=2) + "\n")
         return path
 
     @classmethod
     def load(cls, path: str | Path) -> VectorIndex:
-        """Open an index directory.
+        """Open an index directory, trusting nothing in it: meta.json is validated field by
+        field, index.faiss and texts.jsonl are checked against the sizes and SHA-256 it
+        records (before FAISS reads anything; indexes written before digests were recorded
+        are checked by their row counts only), and the three files must agree.
 
         Raises:
-            VectorIndexError: not an index directory, another format version, or files that do
-                not agree (row counts, dimension).
+            VectorIndexError: one line naming the file: not an index directory, another format
+                version, a meta.json field of the wrong type or out of range, a file edited or
+                truncated since it was written, a texts.jsonl row that is not ``{"id", "text"}``
+                or repeats an id, or files that do not agree (row counts, dimension).
         """
         faiss = _faiss()
         path = Path(path)
         meta_file = path / META_FILE
         if not meta_file.is_file():
             raise VectorIndexError(f"{path} is not an index directory (no {META_FILE})")
+        meta, identity = _read_meta(meta_file)
+        for name, record in meta.get("files", {}).items():
+            _check_file(path / name, record, meta_file)
+        rows = _read_rows(path / TEXTS_FILE, meta["count"])
         try:
-            meta = json.loads(meta_file.read_text(encoding="utf-8"))
-            identity = ModelIdentity(**meta["model"])
-            rows = [
-                json.loads(line)
-                for line in (path / TEXTS_FILE).read_text(encoding="utf-8").splitlines()
-            ]
             index = faiss.read_index(str(path / INDEX_FILE))
-        except (OSError, ValueError, KeyError, TypeError, RuntimeError) as e:
-            raise VectorIndexError(f"cannot read the index in {path}: {e}") from e
-        if meta.get("format_version") != FORMAT_VERSION:
-            raise VectorIndexError(f"{path}: index format {meta.get('format_version')} unsupported")
+        except (OSError, RuntimeError, ValueError) as e:
+            raise VectorIndexError(f"cannot read {path / INDEX_FILE}: {e}") from e
         if not (index.ntotal == len(rows) == meta["count"]) or index.d != identity.dimension:
             raise VectorIndexError(
                 f"{path}: files disagree ({index.ntotal} vectors of dimension {index.d}, "
                 f"{len(rows)} texts, meta.json says {meta['count']} × {identity.dimension})"
             )
-        hnsw = meta.get("hnsw", {})
+        hnsw = meta["hnsw"]
         return cls(
             index,
             [r["text"] for r in rows],
             [r["id"] for r in rows],
             identity,
             meta["kind"],
-            hnsw.get("m", 32),
-            hnsw.get("ef_construction", 200),
-            hnsw.get("ef_search", 128),
+            hnsw["m"],
+            hnsw["ef_construction"],
+            hnsw["ef_search"],
         )
 
     # --- queries ---------------------------------------------------------------------------
@@ -422,3 +429,119 @@ class VectorIndex:
         """
         self.check_model(embedder)
         return self.search_vectors(embedder.encode(list(queries), batch_size=batch_size), top_k)
+
+
+# --- meta.json and the files it describes -----------------------------------------------------
+
+
+def _file_record(file: Path) -> dict[str, Any]:
+    """``{"bytes", "sha256"}`` of one file of the index."""
+    return {"bytes": file.stat().st_size, "sha256": _sha256(file)}
+
+
+def _sha256(file: Path) -> str:
+    import hashlib
+
+    digest = hashlib.sha256()
+    with open(file, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _is_int(value: Any, low: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= low
+
+
+def _read_meta(meta_file: Path) -> tuple[dict[str, Any], ModelIdentity]:
+    """meta.json validated field by field (`VectorIndex.load`)."""
+
+    def bad(problem: str) -> VectorIndexError:
+        return VectorIndexError(
+            f"{meta_file}: {problem}; rebuild the index (bertfamily index build)"
+        )
+
+    try:
+        meta = json.loads(meta_file.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError) as e:
+        raise bad(f"not readable JSON ({e})") from None
+    if not isinstance(meta, dict):
+        raise bad(f"a JSON {type(meta).__name__}, not an object")
+    if meta.get("format_version") != FORMAT_VERSION:
+        raise VectorIndexError(
+            f"{meta_file}: index format {meta.get('format_version')!r} unsupported (this version "
+            f"reads {FORMAT_VERSION})"
+        )
+    if meta.get("kind") not in KINDS:
+        raise bad(f"kind {meta.get('kind')!r} is not one of {KINDS}")
+    if not _is_int(meta.get("count"), 0):
+        raise bad(f"count {meta.get('count')!r} is not a row count")
+    hnsw = meta.setdefault("hnsw", {"m": 32, "ef_construction": 200, "ef_search": 128})
+    if not isinstance(hnsw, dict) or not all(
+        _is_int(hnsw.get(k), 1) for k in ("m", "ef_construction", "ef_search")
+    ):
+        raise bad(f"hnsw {hnsw!r} must hold m, ef_construction and ef_search, each >= 1")
+    model = meta.get("model")
+    if (
+        not isinstance(model, dict)
+        or set(model) - {"digest", "dimension", "pooling", "name"}
+        or not isinstance(model.get("digest"), str)
+        or not _is_int(model.get("dimension"), 1)
+        or not isinstance(model.get("pooling"), str)
+        or not isinstance(model.get("name", ""), str)
+    ):
+        raise bad(f"model {str(model)[:80]!r} is not a model identity (digest, dimension, pooling)")
+    files = meta.get("files", {})
+    if not isinstance(files, dict) or set(files) - {INDEX_FILE, TEXTS_FILE}:
+        raise bad(f"files must describe {INDEX_FILE} and {TEXTS_FILE}, got {str(files)[:80]!r}")
+    for name, record in files.items():
+        if not (
+            isinstance(record, dict)
+            and _is_int(record.get("bytes"), 0)
+            and isinstance(record.get("sha256"), str)
+        ):
+            raise bad(f"files[{name!r}] is not {{bytes, sha256}}")
+    return meta, ModelIdentity(**model)
+
+
+def _check_file(file: Path, record: dict[str, Any], meta_file: Path) -> None:
+    """The file has the size and SHA-256 meta.json recorded."""
+    try:
+        size = file.stat().st_size
+    except OSError as e:
+        raise VectorIndexError(f"cannot read {file}: {e.strerror}") from None
+    problem = None
+    if size != record["bytes"]:
+        problem = f"{size:,} bytes, {META_FILE} recorded {record['bytes']:,} (truncated or changed)"
+    elif _sha256(file) != record["sha256"]:
+        problem = f"its SHA-256 is not the one {META_FILE} recorded (edited)"
+    if problem is not None:
+        raise VectorIndexError(
+            f"{file}: {problem}; nothing of the index was used: rebuild it (bertfamily index build)"
+        )
+
+
+def _read_rows(file: Path, count: int) -> list[dict[str, Any]]:
+    """The ``{"id", "text"}`` rows of texts.jsonl, each checked, ids unique."""
+    try:
+        lines = file.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as e:
+        raise VectorIndexError(f"cannot read {file}: {e}") from None
+    if len(lines) != count:
+        raise VectorIndexError(
+            f"{file}: {len(lines):,} rows, {META_FILE} says {count:,}: the files disagree"
+        )
+    rows, seen = [], set()
+    for n, line in enumerate(lines, 1):
+        try:
+            row = json.loads(line)
+        except (ValueError, RecursionError) as e:
+            raise VectorIndexError(f"{file}, line {n}: not JSON ({e})") from None
+        if not isinstance(row, dict) or not isinstance(row.get("text"), str) or "id" not in row:
+            raise VectorIndexError(f'{file}, line {n}: not an {{"id", "text"}} row: {line[:80]}')
+        key = json.dumps(row["id"])
+        if key in seen:
+            raise VectorIndexError(f"{file}, line {n}: id {row['id']!r} repeats an earlier row")
+        seen.add(key)
+        rows.append(row)
+    return rows

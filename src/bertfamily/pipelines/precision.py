@@ -435,6 +435,12 @@ def cached_int8(embedder, bar: AccuracyBar = AccuracyBar()):
     (`int8_onnx_model`), built once per `int8_cache_key` and kept under
     ``cache_dir()/int8-plans/`` (KEY.json, KEY.onnx; written atomically, the JSON last).
 
+    The cache is verified on use: KEY.json records its key (which holds the digest of the
+    model directory the plan was measured on) and the SHA-256 of KEY.onnx, and a cached plan is
+    used only when both match (the graph is hashed once per load, not per batch). An edited,
+    truncated or foreign graph, or an unreadable plan, is logged and measured again. Writes stay
+    inside the cache (`files.check_inside`: ``int8-plans`` must not be a link out of it).
+
     Returns:
         (plan, `export.OnnxRuntimeModel`, ONNX Runtime `Agreement` on calibration, path of the
         graph, whether it came from the cache).
@@ -442,26 +448,53 @@ def cached_int8(embedder, bar: AccuracyBar = AccuracyBar()):
     Raises:
         QuantizationError / FetchError / MissingDependency: see `plan_int8`,
             `int8_onnx_model`, `austen_calibration`.
+        UnsafePathError: ``int8-plans`` is a symbolic link.
     """
     import json
 
     from ..convert.onnx import OnnxRuntimeModel
-    from ..files import write_text_atomic
-    from ..resources.cache import cache_dir
+    from ..files import check_inside, make_directory_inside, write_text_atomic
+    from ..resources.cache import cache_dir, sha256_file
 
-    base = cache_dir() / "int8-plans" / int8_cache_key(embedder, bar)
+    root = cache_dir()
+    key = int8_cache_key(embedder, bar)
+    base = root / "int8-plans" / key
     meta, graph = base.with_suffix(".json"), base.with_suffix(".onnx")
     if meta.is_file() and graph.is_file():
         try:
             data = json.loads(meta.read_text(encoding="utf-8"))
-            plan, check = _plan_from_json(data), Agreement(**data["onnx_agreement"])
-            return plan, OnnxRuntimeModel(graph, torch.get_num_threads()), check, graph, True
-        except (ValueError, KeyError, TypeError, IndexError) as e:
+            if not isinstance(data, dict):
+                raise TypeError(f"a JSON {type(data).__name__}, not an object")
+            problem = _cached_graph_problem(data, key, graph, sha256_file)
+            if problem is None:
+                plan, check = _plan_from_json(data), Agreement(**data["onnx_agreement"])
+                return plan, OnnxRuntimeModel(graph, torch.get_num_threads()), check, graph, True
+            log.warning("not using the cached int8 plan %s: %s; measuring again", meta, problem)
+        except (ValueError, KeyError, TypeError, IndexError, AttributeError, OSError) as e:
             log.warning("ignoring unreadable int8 plan %s (%s); measuring again", meta, e)
     texts, queries = austen_calibration()
     plan = plan_int8(embedder, texts, queries, bar=bar)
-    graph.parent.mkdir(parents=True, exist_ok=True)
+    check_inside(root, graph)
+    make_directory_inside(root, graph.parent)
     model, check = int8_onnx_model(embedder, plan, texts, queries, graph)
-    data = _plan_to_json(plan) | {"onnx_agreement": dataclasses.asdict(check)}
-    write_text_atomic(meta, json.dumps(data, indent=1) + "\n")
+    data = _plan_to_json(plan) | {
+        "onnx_agreement": dataclasses.asdict(check),
+        "key": key,
+        "graph_sha256": sha256_file(graph),
+    }
+    write_text_atomic(meta, json.dumps(data, indent=1) + "\n", inside=root)
     return plan, model, check, graph, False
+
+
+def _cached_graph_problem(data: dict, key: str, graph: Path, sha256_file) -> str | None:
+    """Why a cached plan cannot be used (None: it can): another key, no recorded digest (a
+    plan of an older bertfamily), or a graph whose SHA-256 differs from the recorded one."""
+    if data.get("key") != key:
+        return f"it records the key {data.get('key')!r}, not {key!r}"
+    recorded = data.get("graph_sha256")
+    if not isinstance(recorded, str):
+        return "it records no digest of its graph"
+    actual = sha256_file(graph)
+    if actual != recorded:
+        return f"{graph.name} has sha256 {actual[:12]}, the plan recorded {recorded[:12]} (edited)"
+    return None

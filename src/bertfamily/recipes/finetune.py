@@ -14,6 +14,7 @@ import dataclasses
 import json
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -115,7 +116,11 @@ def fit_max_length(opts: TaskOptions, config, tokenizer) -> TaskOptions:
 
 
 def finetune(
-    cfg: FinetuneConfig, train: TrainConfig | None = None, **train_fields: Any
+    cfg: FinetuneConfig,
+    train: TrainConfig | None = None,
+    *,
+    on_labels: Callable[[dict[str, int], list[str]], None] | None = None,
+    **train_fields: Any,
 ) -> dict[str, Any]:
     """Fine-tune a pretrained encoder on one task with the shared `Trainer`.
 
@@ -141,12 +146,18 @@ def finetune(
     ``train``: the run's `TrainConfig`; or pass its fields as keywords instead
     (``output_dir=..., max_steps=...``): they start from ``TRAIN_DEFAULTS["finetune"]``, the
     command line's defaults, so the same arguments make the same run.
+
+    ``on_labels``: called before training with the training labels (name → rows, for
+    classify and pair) and the notes on them (`data.task_data.label_report`: a label seen once
+    among thousands, labels differing only in case); the command line prints them. The label
+    set is also logged (the notes as warnings) and in the result (``"label_counts"``,
+    ``"label_notes"``).
     """
-    return _finetune(cfg, train_config("finetune", train, **train_fields))
+    return _finetune(cfg, train_config("finetune", train, **train_fields), on_labels)
 
 
 @locks_run_directory
-def _finetune(cfg: FinetuneConfig, train: TrainConfig) -> dict[str, Any]:
+def _finetune(cfg: FinetuneConfig, train: TrainConfig, on_labels=None) -> dict[str, Any]:
     """`finetune` with its `TrainConfig` resolved, under the run directory's lock."""
     t0 = time.time()
     opts = cfg.data
@@ -160,6 +171,14 @@ def _finetune(cfg: FinetuneConfig, train: TrainConfig) -> dict[str, Any]:
     opts = fit_max_length(opts, model_config, tok)
     data = TaskData(cfg.task, tok, opts)
     train_rows = data.load(cfg.train_file)
+    if data.label_counts is not None:
+        log.info(
+            "labels (%d): %s",
+            len(data.label_counts),
+            ", ".join(f"{k} {v}" for k, v in data.label_counts.items()),
+        )
+        if on_labels is not None:
+            on_labels(data.label_counts, data.label_notes)
     eval_data = eval_rows = None
     if cfg.eval_file is not None:
         eval_data = TaskData(
@@ -254,6 +273,9 @@ def _finetune(cfg: FinetuneConfig, train: TrainConfig) -> dict[str, Any]:
             model, texts, config, out, cfg, pad, eval_data=eval_data, eval_rows=eval_rows
         )
     result["notes"] = notes
+    if data.label_counts is not None:
+        result["label_counts"] = data.label_counts
+        result["label_notes"] = data.label_notes
     result["seconds"] = time.time() - t0
     result["new_head"] = new_head
     result["left_out_per_epoch"] = left_out

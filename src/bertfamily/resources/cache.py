@@ -8,9 +8,10 @@ and only then moves the entry into place, so an interrupted or failed fetch neve
 half-written entry behind.
 
 Nothing on disk is trusted: each entry carries a manifest (``.manifest.json``: sha256, size and
-mtime of every file), and a cached entry is checked before it is used, cheaply (sizes, mtimes,
-no stray files) on every use and fully (every sha256) by ``bertfamily fetch``,
-``bertfamily fetch --verify`` and ``fetch(name, verify=True)``. A mismatch raises
+mtime of every file), and a cached entry is checked before it is used: fully (every sha256) the
+first time a process uses it, by ``bertfamily fetch --verify`` and ``fetch(name, verify=True)``;
+after that, cheaply (no hashing) against what this process verified: a file whose size, mtime,
+change time (ctime, which no edit can keep) or inode differs is hashed again. A mismatch raises
 `CacheCorruptError` naming the file and the remedy, ``bertfamily fetch NAME --force``. Every
 path taken from an archive or a manifest must resolve inside the entry.
 
@@ -63,6 +64,14 @@ logger = logging.getLogger(__name__)
 MARKER = ".complete"  # written last; holds the archive sha256 the entry was built from
 MANIFEST = ".manifest.json"  # sha256, size and mtime of every file of the entry
 MANIFEST_FORMAT = 1
+
+# entry -> {relative path: (size, mtime_ns, ctime_ns, inode)} of the files this process hashed
+_VERIFIED: dict[str, dict[str, tuple[int, int, int, int]]] = {}
+
+
+def _snapshot(st: os.stat_result) -> tuple[int, int, int, int]:
+    return (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+
 
 # --------------------------------------------------------------------------- cache location
 
@@ -232,10 +241,12 @@ def _adopt_unverified(entry: Path, resource: Resource) -> dict[str, _FileRecord]
 def _verify_entry(entry: Path, resource: Resource, *, full: bool) -> None:
     """Check a complete cache entry against its manifest.
 
-    Cheap (``full=False``): every listed file exists, is a regular file inside the entry, and
-    has its recorded size and mtime; no other file is present. A file whose size matches but
-    whose mtime does not (copied, touched) is hashed, and its record refreshed when the hash
-    matches. Full: additionally the sha256 of every file.
+    Every listed file must exist, be a regular file inside the entry and have its recorded
+    size; no other file may be present. Its sha256 is compared with the manifest when
+    ``full``, the first time this process uses the entry, and whenever the file's size, mtime,
+    ctime or inode differs from what this process last verified (an edit changes the ctime
+    even when size and mtime are put back). A file whose mtime alone changed (copied,
+    touched) but whose hash matches gets its record refreshed.
 
     Raises:
         CacheCorruptError: the first problem found, naming the file.
@@ -244,10 +255,13 @@ def _verify_entry(entry: Path, resource: Resource, *, full: bool) -> None:
     records = _read_manifest(entry, resource)
     if records is None:
         _adopt_unverified(entry, resource)
+        _VERIFIED[str(entry)] = _snapshots(entry, resource.files)
         return
     present = set(_entry_files(entry))
     for rel in sorted(present - records.keys()):
         raise CacheCorruptError(name, entry, rel, "the file is not in the manifest (added)")
+    seen = _VERIFIED.get(str(entry), {})
+    verified: dict[str, tuple[int, int, int, int]] = {}
     refreshed = {}
     for rel, rec in sorted(records.items()):
         path = entry.joinpath(*PurePosixPath(rel).parts)
@@ -265,7 +279,7 @@ def _verify_entry(entry: Path, resource: Resource, *, full: bool) -> None:
                 f"the file has {st.st_size} bytes, the manifest says {rec.size} "
                 "(truncated or changed)",
             )
-        if full or st.st_mtime_ns != rec.mtime_ns:
+        if full or seen.get(rel) != _snapshot(st):
             actual = sha256_file(path)
             if actual != rec.sha256:
                 raise CacheCorruptError(
@@ -273,11 +287,24 @@ def _verify_entry(entry: Path, resource: Resource, *, full: bool) -> None:
                 )
             if st.st_mtime_ns != rec.mtime_ns:
                 refreshed[rel] = _FileRecord(rec.sha256, st.st_size, st.st_mtime_ns)
+        verified[rel] = _snapshot(st)
+    _VERIFIED[str(entry)] = verified
     if refreshed:
         try:
             _write_manifest(entry, resource, {**records, **refreshed})
         except OSError as e:
             logger.warning("could not refresh the manifest of %s: %s", entry, e)
+
+
+def _snapshots(entry: Path, files) -> dict[str, tuple[int, int, int, int]]:
+    """The `_snapshot` of each of ``files`` (relative paths) of ``entry`` that is there."""
+    out = {}
+    for rel in files:
+        try:
+            out[rel] = _snapshot(entry.joinpath(*PurePosixPath(rel).parts).lstat())
+        except OSError:
+            pass
+    return out
 
 
 def _resource(name: str) -> Resource:
@@ -322,8 +349,9 @@ def fetch(name: str, *, force: bool = False, verify: bool = False) -> Path:
     its files verified, the manifest (sha256, size and mtime of every file) and the marker
     written, and the whole directory moved into place with one ``os.replace``.
 
-    A cached entry is checked cheaply by default (size and mtime of every file, no unexpected
-    files; no hashing) and fully with ``verify=True`` (also the sha256 of every file). An entry
+    A cached entry is checked fully (the sha256 of every file) the first time a process uses
+    it and with ``verify=True``; later uses in the process hash only a file whose size, mtime,
+    ctime or inode changed since (no unexpected files either way). An entry
     without a manifest (fetched by an older bertfamily) is hashed once against the pinned
     ``Resource.files`` and gets its manifest; when some file has no pin it is refused.
 
@@ -398,6 +426,7 @@ def fetch(name: str, *, force: bool = False, verify: bool = False) -> Path:
                 _verify_entry(entry, resource, full=False)
                 return entry
             raise
+        _VERIFIED[str(entry)] = _snapshots(entry, records)  # every file was just hashed
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     logger.info("resource %s ready at %s", name, entry)

@@ -9,7 +9,21 @@ import asyncio
 
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-__all__ = ["HeaderTimeoutProtocol"]
+__all__ = ["HeaderTimeoutProtocol", "connection_limits"]
+
+MAX_HEADER_BYTES = 64 * 1024  # h11's largest incomplete event: a header that never ends
+
+
+def connection_limits(timeout_keep_alive: float) -> dict:
+    """The keyword arguments of ``uvicorn.run`` / ``uvicorn.Config`` that bound a connection:
+    idle and half-open connections are closed after ``timeout_keep_alive`` seconds
+    (`HeaderTimeoutProtocol`, named by its import path so that worker processes load it too),
+    and a header larger than `MAX_HEADER_BYTES` is refused."""
+    return {
+        "timeout_keep_alive": timeout_keep_alive,
+        "http": "bertfamily.serve.http:HeaderTimeoutProtocol",
+        "h11_max_incomplete_event_size": MAX_HEADER_BYTES,
+    }
 
 
 class HeaderTimeoutProtocol(H11Protocol):

@@ -8,6 +8,7 @@ transformers resolves them. `load_tokenizer` (in `bertfamily.tokenization.tokeni
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -453,3 +454,73 @@ def _token_to_json(token: AddedToken) -> str | dict[str, Any]:
         "normalized": token.normalized,
         "special": True,
     }
+
+
+# --------------------------------------------------------------------------- pipeline bounds
+
+MAX_PIPELINE_STEPS = 32  # normalizers, and pre-tokenizers, in one tokenizer.json
+MAX_NORMALIZER_EXPANSION = 64  # characters one input character may become (worst case)
+# worst-case growth of the built-in normalizers (Unicode decompositions, CJK spacing, bytes);
+# the rest keep or shrink the text
+_GROWTH = {"NFD": 3, "NFKD": 3, "NFC": 3, "NFKC": 3, "Precompiled": 3, "ByteLevel": 4}
+
+
+def _growth(step: Mapping[str, Any]) -> tuple[float, int]:
+    """(worst-case characters per input character, leaf steps) of one serialised normaliser."""
+    kind = step.get("type")
+    if kind == "Sequence":
+        factor, steps = 1.0, 0
+        for inner in step.get("normalizers") or ():
+            f, n = _growth(inner if isinstance(inner, Mapping) else {})
+            factor, steps = factor * f, steps + n
+        return factor, steps
+    if kind == "BertNormalizer":
+        return (3.0 if step.get("handle_chinese_chars", True) else 1.0), 1
+    if kind == "Replace":
+        pattern, content = step.get("pattern") or {}, str(step.get("content") or "")
+        if isinstance(pattern.get("String"), str) and pattern["String"]:
+            return max(1.0, len(content) / len(pattern["String"])), 1
+        try:  # a pattern that can match nothing inserts the content between every character
+            empty = re.compile(str(pattern.get("Regex", ""))).fullmatch("") is not None
+        except re.error:
+            empty = True
+        return (1.0 + len(content) if empty else max(1.0, len(content))), 1
+    return float(_GROWTH.get(kind, 1)), 1
+
+
+def _leaf_steps(step: Any, key: str) -> int:
+    """Leaf steps of a serialised (possibly nested) Sequence of pre-tokenizers."""
+    if not isinstance(step, Mapping):
+        return 0
+    if step.get("type") == "Sequence":
+        return sum(_leaf_steps(inner, key) for inner in step.get(key) or ())
+    return 1
+
+
+def check_pipeline_bounds(backend: tokenizers.Tokenizer, file: Path) -> None:
+    """Refuse a tokenizer whose text pipeline could grow a short text into gigabytes: more
+    than `MAX_PIPELINE_STEPS` normalizers or pre-tokenizers, or normalizers whose worst-case
+    growth (the product over the chain: a ``Replace`` of ``p`` by ``c`` grows ``len(c) /
+    len(p)``-fold, one whose pattern can match nothing ``1 + len(c)``-fold; Unicode forms and
+    byte mapping a few-fold) exceeds `MAX_NORMALIZER_EXPANSION` characters per character. A
+    chain of 16 ``Replace("a", "aa")`` rules (65,536-fold: 3.3 GB for a 44 KB text) is refused;
+    every published BERT-family tokenizer is far inside the bound.
+
+    Raises:
+        TokenizerFileError: naming ``file``, the count or the growth.
+    """
+    data = json.loads(backend.to_str())
+    normalizer = data.get("normalizer")
+    growth, steps = _growth(normalizer) if isinstance(normalizer, Mapping) else (1.0, 0)
+    pre = _leaf_steps(data.get("pre_tokenizer"), "pretokenizers")
+    for what, count in (("normalizers", steps), ("pre-tokenizers", pre)):
+        if count > MAX_PIPELINE_STEPS:
+            raise TokenizerFileError(
+                f"{file}: {count} {what} chained; at most {MAX_PIPELINE_STEPS} are accepted"
+            )
+    if growth > MAX_NORMALIZER_EXPANSION:
+        raise TokenizerFileError(
+            f"{file}: its normalizers can grow each character into up to {growth:,.0f} "
+            f"(Replace rules feeding each other); at most {MAX_NORMALIZER_EXPANSION} are "
+            "accepted, so a short text cannot take gigabytes"
+        )

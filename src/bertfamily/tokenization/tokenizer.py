@@ -37,7 +37,13 @@ from ..errors import ArgumentTypeError, InputError, TokenizerFileError, Tokenize
 from ..files import atomic_directory, write_text_atomic
 from ..resources.resolve import resolve_model
 from . import spm
-from .cutting import MAX_CHARS_PER_TOKEN, prefix_at_whitespace, tighten
+from .cutting import (
+    prefix_at_whitespace,
+    remap_offsets,
+    scan_cut,
+    tighten,
+    truncation_problem,
+)
 from .hf_files import (  # noqa: F401  (file names: public constants of this module too)
     _ABSURD_MAX_LENGTH,
     _BPE_DEFAULTS,
@@ -72,6 +78,7 @@ from .hf_files import (  # noqa: F401  (file names: public constants of this mod
     _token_from_dict,
     _token_to_json,
     _tokenizer_json_added,
+    check_pipeline_bounds,
 )
 
 __all__ = [
@@ -113,10 +120,10 @@ ReturnTensors = Literal["pt", "np"] | None
 # Truncating a long text: it is first cut by characters, so that time and memory per input
 # are bounded by the length limit, not by the text (a 10 MB line would otherwise be tokenised
 # whole, then truncated). The cut keeps ``limit * CHARS_PER_TOKEN`` characters, ending at a
-# whitespace so no word is split; if that prefix has fewer than ``limit`` tokens (text with
-# very long words or runs of whitespace), the cut grows x4, up to ``MAX_CHARS_PER_TOKEN``.
-# Whenever the kept prefix has at least ``limit`` tokens, the result equals tokenising the
-# whole text and truncating it.
+# whitespace so no word is split; if that prefix has fewer than ``limit`` tokens (a run of
+# spaces, a hex blob, DNA), the text is read on window by window and only the windows that give
+# tokens are kept (`cutting.scan_cut`), up to ``limit * MAX_CHARS_PER_TOKEN`` characters kept.
+# The tokens kept are those of tokenising the whole text and truncating it.
 CHARS_PER_TOKEN = 64
 
 
@@ -327,9 +334,10 @@ class Tokenizer:
         With truncation on and no overflowing windows asked for, a text longer than
         ``max_length * CHARS_PER_TOKEN`` characters is cut by characters (at a whitespace)
         before it is tokenised, so time and memory per input are bounded by ``max_length``;
-        the tokens kept are those of the whole text whenever the kept prefix still holds
-        ``max_length`` tokens (it grows until it does, up to ``MAX_CHARS_PER_TOKEN`` characters
-        per token). Only the segments the strategy may cut are cut.
+        the tokens kept are those of the whole text (after a token-poor stretch, such as a run
+        of spaces or a hex blob, the text is read on window by window, keeping only what
+        gives tokens; offsets still point into the text given). Only the segments the
+        strategy may cut are cut.
 
         Args:
             text: one string or a list of B strings.
@@ -426,10 +434,10 @@ class Tokenizer:
         limit = max_length if max_length is not None else self.model_max_length
         if limit is None:
             strategy = None
-        cut = [False] * len(inputs)
+        cut, remaps = [False] * len(inputs), {}
         if strategy is not None and not return_overflowing_tokens and truncation_side == "right":
             with self._truncation(None):
-                inputs, cut = self._cut_long_inputs(inputs, limit, strategy)
+                inputs, cut, remaps = self._cut_long_inputs(inputs, limit, strategy)
         encodings = self._encode(
             inputs, limit, strategy, stride, add_special_tokens, truncation_side
         )
@@ -457,8 +465,13 @@ class Tokenizer:
             fields["token_type_ids"] = [e.type_ids for e in rows]
         if return_attention_mask:
             fields["attention_mask"] = [e.attention_mask for e in rows]
-        if return_offsets_mapping:
-            fields["offset_mapping"] = [[list(o) for o in e.offsets] for e in rows]
+        if return_offsets_mapping:  # offsets in the texts given, also where a scan cut them
+            fields["offset_mapping"] = [
+                remap_offsets(e.offsets, e.sequence_ids, remaps[sample[k]])
+                if sample[k] in remaps
+                else [list(o) for o in e.offsets]
+                for k, e in enumerate(rows)
+            ]
         if return_special_tokens_mask:
             fields["special_tokens_mask"] = [e.special_tokens_mask for e in rows]
 
@@ -520,91 +533,57 @@ class Tokenizer:
                 "runcat" in str(e) or "stride" in str(e)
             ):
                 raise
-            detail = self._truncation_problem(inputs, limit, strategy, stride, special)
+            with self._truncation(None):
+                detail = truncation_problem(self.backend, inputs, limit, strategy, stride, special)
             raise InputError(
                 f"cannot truncate to max_length={limit} with truncation={strategy!r}, "
                 f"stride={stride}: {detail} ({e})"
             ) from None
 
-    def _truncation_problem(
-        self, inputs: list[Any], limit: int, strategy: str, stride: int, special: int
-    ) -> str:
-        """Why the backend refused a truncation, with the numbers of the first input at fault."""
-        with self._truncation(None):
-            for i, item in enumerate(inputs):
-                segments = (item,) if isinstance(item, str) else item
-                counts = [
-                    len(self.backend.encode(t, add_special_tokens=False).ids) for t in segments
-                ]
-                if strategy == "only_second" and len(counts) == 1:
-                    if counts[0] + special > limit:
-                        return f"input {i}: truncation='only_second' needs text pairs (text_pair)"
-                    continue
-                if strategy == "longest_first" or len(counts) == 1:
-                    room = limit - special
-                    if sum(counts) > room and stride >= room:
-                        return f"input {i}: stride must be below the {room} tokens of a window"
-                    continue
-                kept = counts[1] if strategy == "only_first" else counts[0]
-                room = limit - special - kept
-                if sum(counts) + special > limit and room <= 0:
-                    which = "second" if strategy == "only_first" else "first"
-                    return (
-                        f"input {i}: the {which} sequence alone has {kept} tokens, which with "
-                        f"{special} special tokens leaves no room in {limit}"
-                    )
-                if sum(counts) + special > limit and stride >= room:
-                    return f"input {i}: stride must be below the {room} tokens left to cut"
-        return "the backend refused it"
-
     def _cut_long_inputs(
         self, inputs: list[Any], limit: int, strategy: str = "longest_first"
-    ) -> tuple[list[Any], list[bool]]:
+    ) -> tuple[list[Any], list[bool], dict[int, dict[int, list[tuple[int, ...]]]]]:
         """Cut every text (or pair segment that ``strategy`` may truncate) longer than
         ``limit * CHARS_PER_TOKEN`` characters to a prefix ending before a whitespace that
-        still holds at least ``limit`` tokens (growing the prefix x4 while it holds fewer, up
-        to ``limit * MAX_CHARS_PER_TOKEN`` characters). Call with the backend's truncation
-        off. Returns the inputs and, per input, whether anything was cut."""
+        still holds at least ``limit`` tokens; a text whose prefix holds fewer (a long run of
+        spaces, a hex blob) is scanned on window by window (`cutting.scan_cut`), so the kept
+        tokens are those of the whole text. Call with the backend's truncation off. Returns
+        the inputs, per input whether tokens were cut, and the offset anchors of the scanned
+        texts (input → segment → anchors, for `cutting.remap_offsets`)."""
         cuttable = {"longest_first": (0, 1), "only_first": (0,), "only_second": (1,)}[strategy]
-        # (input index, segment index or None, the whole text)
-        todo = []
+        window = limit * CHARS_PER_TOKEN
+        todo = []  # (input index, segment index or None, the whole text)
         for i, item in enumerate(inputs):
             if isinstance(item, str):
                 segments = [(None, item)] if 0 in cuttable else []
             else:
                 segments = [(j, t) for j, t in enumerate(item) if j in cuttable]
-            todo += [(i, j, t) for j, t in segments if len(t) > limit * CHARS_PER_TOKEN]
+            todo += [(i, j, t) for j, t in segments if len(t) > window]
+        out, cut, remaps = list(inputs), [False] * len(inputs), {}
         if not todo:
-            return inputs, [False] * len(inputs)
-        out = list(inputs)
-        cut = [False] * len(inputs)
-        budget = limit * CHARS_PER_TOKEN
-        while todo:
-            prefixes = [prefix_at_whitespace(t, budget) for _, _, t in todo]
-            last = budget >= limit * MAX_CHARS_PER_TOKEN
-            # the last round accepts every cut without counting
-            encodings = (
-                [None] * len(todo)
-                if last
-                else self.backend.encode_batch(prefixes, add_special_tokens=False)
-            )
-            retry = []
-            for (i, j, text), prefix, enc in zip(todo, prefixes, encodings):
-                if enc is not None:
-                    if len(enc.ids) < limit:
-                        retry.append((i, j, text))
-                        continue
-                    prefix = tighten(prefix, enc.offsets, limit)
-                if j is None:
-                    out[i] = prefix
-                else:
-                    pair = list(out[i])
-                    pair[j] = prefix
-                    out[i] = tuple(pair)
-                cut[i] = True
-            budget *= 4
-            todo = [(i, j, t) for i, j, t in retry if len(t) > budget]
-        return out, cut
+            return out, cut, remaps
+        prefixes = [prefix_at_whitespace(t, window) for _, _, t in todo]
+        encodings = self.backend.encode_batch(prefixes, add_special_tokens=False)
+        for (i, j, text), prefix, enc in zip(todo, prefixes, encodings):
+            if len(enc.ids) >= limit:
+                new, anchors, was_cut = tighten(prefix, enc.offsets, limit), None, True
+            else:  # token-poor: read on, window by window
+                new, anchors, was_cut = scan_cut(
+                    text, limit, window, self._encode_plain, self._drops_whitespace()
+                )
+                remaps.setdefault(i, {})[j or 0] = anchors
+            out[i] = new if j is None else tuple(new if k == j else t for k, t in enumerate(out[i]))
+            cut[i] = cut[i] or was_cut
+        return out, cut, remaps
+
+    def _encode_plain(self, text: str) -> tokenizers.Encoding:
+        return self.backend.encode(text, add_special_tokens=False)
+
+    def _drops_whitespace(self) -> bool:
+        """Whether whitespace alone gives no token (BERT; not byte-level BPE)."""
+        if getattr(self, "_ws_free", None) is None:
+            self._ws_free = not self._encode_plain(" \t\n  \u3000").ids
+        return self._ws_free
 
     def pad_rows(
         self, fields: dict[str, list[list[Any]]], target: int
@@ -809,6 +788,7 @@ def tokenizer_from_directory(
                 f"{directory / TOKENIZER_FILE} is not a tokenizer the tokenizers library can "
                 f"read: {e}"
             ) from None
+        check_pipeline_bounds(backend, directory / TOKENIZER_FILE)
         stored = decoder if decoder is not None else _tokenizer_json_added(backend)
         mask_lstrip = _mask_lstrip(family, default=isinstance(backend.model, models.BPE))
         specials, extra = _resolve_specials(role_values, stored, mask_lstrip)

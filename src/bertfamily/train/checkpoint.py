@@ -273,7 +273,7 @@ class CheckpointMixin:
         if not self.dist.is_main:
             return
         state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
-        with atomic_directory(directory, keep_existing=False) as tmp:
+        with atomic_directory(directory, keep_existing=False, inside=self.output_dir) as tmp:
             atomic_write(tmp / MODEL_STATE_FILE, lambda t: torch.save(state, t))
             if self.save_fn is not None:
                 self.save_fn(model, tmp)

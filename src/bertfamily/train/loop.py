@@ -67,6 +67,7 @@ import contextlib
 import copy
 import json
 import logging
+import os
 import random
 import signal
 import time
@@ -271,7 +272,16 @@ class Trainer(CheckpointMixin, ProgressMixin):
 
     def _prepare_run_directory(self) -> None:
         """Rank 0, before training: refuse a layout that cannot work (a directory where a file
-        belongs or the reverse) and remove stale temporaries of interrupted writes."""
+        belongs or the reverse; a symbolic link where the run writes: the log would be appended
+        through it, ``model/`` and ``best/`` swapped in over it) and remove stale temporaries
+        of interrupted writes."""
+        for name in (METRICS_FILE, *MODEL_DIRS):
+            p = self.output_dir / name
+            if p.is_symlink():
+                raise RunDirectoryError(
+                    f"{p} is a symbolic link (to {os.readlink(p)}); a run writes only inside "
+                    f"{self.output_dir}: remove the link or give another output directory"
+                )
         for name in (CHECKPOINT_FILE, METRICS_FILE, PLOT_FILE):
             p = self.output_dir / name
             if p.exists() and not p.is_file():
@@ -288,7 +298,16 @@ class Trainer(CheckpointMixin, ProgressMixin):
         if not self.dist.is_main:
             return
         self.output_dir.mkdir(parents=True, exist_ok=True)
-        with open(self.output_dir / METRICS_FILE, "a", encoding="utf-8") as f:
+        path = self.output_dir / METRICS_FILE
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0)
+        try:  # O_NOFOLLOW: a link in the log's place is refused, never appended through
+            fd = os.open(path, flags, 0o666)
+        except OSError as e:
+            raise RunDirectoryError(
+                f"cannot append to the metrics log {path}: {e.strerror}"
+                + (" (it is a symbolic link; remove it)" if path.is_symlink() else "")
+            ) from None
+        with open(fd, "a", encoding="utf-8") as f:
             f.write(json.dumps(record) + "\n")
 
     def evaluate(self) -> dict[str, float]:

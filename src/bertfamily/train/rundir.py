@@ -28,7 +28,6 @@ import pickle
 import platform
 import random
 import re
-import shutil
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime, timezone
@@ -38,8 +37,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..checkpoints.io import torch_archive_problem
 from ..errors import RunDirectoryError
-from ..files import OLD_TAG, TMP_TAG, atomic_write, recover_directory
+from ..files import OLD_TAG, TMP_TAG, atomic_write, is_own_temporary, recover_directory
 
 __all__ = [
     "RunDirectoryError",
@@ -158,8 +158,10 @@ def load_tensor_file(path: str | Path, what: str = "file") -> Any:
         what: what the file should be, for messages ("checkpoint", "model state").
 
     Raises:
-        RunDirectoryError: the file is missing, a directory, empty, truncated or corrupt, or
-            holds Python objects other than tensors and plain containers (refused unread).
+        RunDirectoryError: the file is missing, a directory, empty, truncated or corrupt,
+            holds Python objects other than tensors and plain containers (refused unread), or
+            holds zip records that would unpack to more than the file
+            (`checkpoints.io.torch_archive_problem`: compressed, oversized).
     """
     path = Path(path)
     if path.is_dir():
@@ -172,6 +174,9 @@ def load_tensor_file(path: str | Path, what: str = "file") -> Any:
         raise RunDirectoryError(f"cannot read {what} {path}: {e}") from None
     if size == 0:
         raise RunDirectoryError(f"{what} {path} is empty (0 bytes); delete it or start afresh")
+    problem = torch_archive_problem(path)  # before anything is unpacked: no zip bombs
+    if problem is not None:
+        raise RunDirectoryError(f"refused to load {what} {path}: {problem}")
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as e:
@@ -206,15 +211,18 @@ def clean_run_directory(output_dir: str | Path, subdirs: tuple[str, ...] = ()) -
     """Remove what interrupted atomic writes left in ``output_dir``: stale ``.<name>.tmp-*``
     files and directories, and ``.<name>.old-*`` directories of an interrupted directory swap
     (put back first when ``<name>`` itself is missing; see `bertfamily.files.recover_directory`).
-    The same is done inside each of ``subdirs`` that exists. Returns the names cleaned up."""
+    The same is done inside each of ``subdirs`` that exists as a real directory (a subdirectory
+    that is a symbolic link is not entered). Only entries named exactly as `bertfamily.files`
+    names its temporaries, and owned by the user, are removed (`files.is_own_temporary`).
+    Returns the names cleaned up."""
     output_dir = Path(output_dir)
     cleaned: list[str] = []
     for directory in (output_dir, *(output_dir / s for s in subdirs)):
-        if not directory.is_dir():
+        if not directory.is_dir() or (directory != output_dir and directory.is_symlink()):
             continue
         names = set()
         for entry in directory.iterdir():
-            if not entry.name.startswith("."):
+            if not entry.name.startswith(".") or not is_own_temporary(entry):
                 continue
             for tag in (TMP_TAG, OLD_TAG):
                 if tag in entry.name[1:]:
@@ -223,12 +231,6 @@ def clean_run_directory(output_dir: str | Path, subdirs: tuple[str, ...] = ()) -
         for name in sorted(names):
             if name:
                 recover_directory(directory / name)
-            else:  # ".tmp-x": no target name; remove it directly
-                for stale in directory.glob(f".{TMP_TAG}*"):
-                    if stale.is_dir() and not stale.is_symlink():
-                        shutil.rmtree(stale, ignore_errors=True)
-                    else:
-                        stale.unlink(missing_ok=True)
     if cleaned:
         logger.warning(
             "%s: removed stale temporaries of interrupted writes: %s",
