@@ -25,6 +25,8 @@ NEW = {
     "tiny-ernie": ["ernie-3.0-base-zh"],
     "tiny-mpnet": ["mpnet-base"],
     "tiny-modernbert": ["modernbert-base", "modernbert-large"],
+    "tiny-gte": ["gte-base"],
+    "tiny-nomic-bert": ["nomic-bert"],
 }
 
 
@@ -198,3 +200,60 @@ def test_modernbert_components():
     assert first.attention.qkv.bias is None and first.ffn.up.bias is None
     assert model.task_head.transform.dense.bias is None
     assert set(model.encoder.attention_inputs.bases) == {"global", "local"}
+
+
+@pytest.mark.parity
+@pytest.mark.parametrize(
+    "family, cls_name",
+    [("gte", "GteForMaskedLM"), ("nomic_bert", "NomicBertForSequenceClassification")],
+)
+def test_rotary_glu_unpadded_batches_match_transformers(family, cls_name, hf_checkpoint):
+    """GTE and NomicBERT on a right-padded batch take the unpadded fast path (packed rows,
+    rotary positions restarting at every row): equal to transformers, to our own padded path,
+    and a row alone equals its row in the batch."""
+    from helpers import ATOL, padded_batch
+
+    path, ref = hf_checkpoint(family, cls_name, id2label={0: "a", 1: "b", 2: "c"})
+    ours = bf.from_pretrained(path)
+    ids, mask = padded_batch((30, 17, 4), pad_id=ours.config.pad_token_id)
+    ctx = ours.encoder.attention_context(torch.zeros(3, 30, 32), mask)
+    assert ours.encoder._unpad_plan(mask, ctx) is not None  # the path under test
+    real = mask.bool()
+    with torch.no_grad():
+        a = ours(ids, mask)
+        b = ref(input_ids=ids, attention_mask=mask)
+        ours.encoder.unpad = False
+        c = ours(ids, mask)
+        alone = ours(ids[1:2, :17])
+    if family == "gte":  # (B, T, V) masked-LM logits at real tokens
+        torch.testing.assert_close(a.logits[real], b.logits[real], atol=ATOL, rtol=0)
+        torch.testing.assert_close(c.logits[real], a.logits[real], atol=ATOL, rtol=0)
+        torch.testing.assert_close(alone.logits[0], a.logits[1, :17], atol=ATOL, rtol=0)
+    else:  # (B, C) classification through the pooler
+        torch.testing.assert_close(a.logits, b.logits, atol=ATOL, rtol=0)
+        torch.testing.assert_close(c.logits, a.logits, atol=ATOL, rtol=0)
+        torch.testing.assert_close(alone.logits[0], a.logits[1], atol=ATOL, rtol=0)
+
+
+def test_gte_and_nomic_components():
+    """GTE: GeGLU with a bias-free H→2I and a biased I→H; NomicBERT: bias-free attention and
+    SwiGLU; both: post-LN, one rotary table over the whole head, no pooler without a head and
+    BERT's pooler under the classification head."""
+    from bertfamily.modules.ffn import GatedFeedForward
+
+    gte = build_model(EncoderConfig.from_preset("tiny-gte"))
+    ffn = gte.encoder.layers[0].ffn
+    assert isinstance(ffn, GatedFeedForward) and ffn.up.weight.shape == (74, 32)
+    assert ffn.up.bias is None and ffn.down.bias is not None
+    assert gte.encoder.layers[0].attention.qkv.bias is not None
+    assert gte.encoder.pooler is None and gte.encoder.final_norm is None
+    assert gte.encoder.embeddings.segment is None  # gte-base-en-v1.5: no segments
+    nomic = build_model(EncoderConfig.from_preset("tiny-nomic-bert"), heads=["classify"])
+    layer = nomic.encoder.layers[0]
+    assert layer.attention.qkv.bias is None and layer.attention.out.bias is None
+    assert layer.ffn.up.bias is None and layer.ffn.down.bias is None
+    assert nomic.encoder.pooler is not None and not layer.pre_norm
+    assert set(nomic.encoder.attention_inputs.bases) == {"global"}
+    assert (
+        nomic.encoder.attention_inputs.dim == 8 and not nomic.encoder.attention_inputs.interleaved
+    )
