@@ -6,7 +6,6 @@ tokenizer directories. Tiny presets only."""
 from __future__ import annotations
 
 import json
-import logging
 
 import numpy as np
 import pytest
@@ -94,19 +93,97 @@ def test_roformer_table_is_the_sinusoidal_one_and_frozen():
     assert abs(float(table[t, 4 + i]) - np.cos(angle)) < 1e-6
 
 
-def test_roformer_tokenizer_directory_loads_and_says_jieba_is_not_applied(tmp_path, caplog):
-    """A RoFormer tokenizer directory (WordPiece tokenizer.json, tokenizer_class
-    RoFormerTokenizer) loads; the jieba word step is named as not applied."""
-    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "中", "国", "中国", "人"]
-    (tmp_path / "vocab.txt").write_text("\n".join(vocab) + "\n", encoding="utf-8")
-    (tmp_path / "tokenizer_config.json").write_text(
+ROFORMER_VOCAB = (
+    ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    + list("我们是中国人，今天气很好。北京大学生前来应聘的")
+    + ["我们", "中国", "今天", "天气", "北京", "大学生", "应聘", "hello", "world", "##s", "a"]
+)
+ROFORMER_TEXTS = [
+    "我们是中国人，今天天气很好。",
+    "北京大学生前来应聘",
+    "hello worlds 中国人 a",
+    "今天的天气，HELLO！",
+]
+
+
+def _roformer_directory(path, tokenizer_json: bool = False):
+    """junnyu/roformer_chinese_base's tokenizer layout: vocab.txt and tokenizer_config.json
+    naming RoFormerTokenizer (no tokenizer.json)."""
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "vocab.txt").write_text("\n".join(ROFORMER_VOCAB) + "\n", encoding="utf-8")
+    (path / "tokenizer_config.json").write_text(
         json.dumps({"tokenizer_class": "RoFormerTokenizer", "do_lower_case": True})
     )
-    with caplog.at_level(logging.WARNING):
-        tok = bf.load_tokenizer(tmp_path)
-    ids = tok("中国人")["input_ids"][0].tolist()
-    assert ids == [2, 5, 6, 8, 3]  # characters: jieba would give 中国 (7)
-    assert "jieba" in caplog.text
+    return path
+
+
+def test_roformer_tokenizer_splits_jieba_words(tmp_path):
+    """A RoFormer tokenizer directory pre-tokenises with jieba words: a word in the vocabulary
+    is one token (中国), a jieba word outside it falls apart into characters (今天天气: 天气 is
+    in the vocabulary, but WordPiece never sees it as a word)."""
+    tok = bf.load_tokenizer(_roformer_directory(tmp_path))
+    assert tok.tokenize("我们是中国人") == ["我们", "是", "中国", "人"]
+    assert tok.tokenize("北京大学生前来应聘") == ["北京", "大学生", "前", "来", "应聘"]
+    assert tok.tokenize("今天天气很好") == ["今", "天", "天", "气", "很", "好"]
+    word, ren = ROFORMER_VOCAB.index("中国"), ROFORMER_VOCAB.index("人")
+    assert tok("中国人")["input_ids"][0].tolist() == [2, word, ren, 3]
+    # saved, it loads again with the same ids (tokenizer.json keeps BERT's pre-tokenizer;
+    # tokenizer_config.json names RoFormerTokenizer, which restores jieba)
+    again = bf.load_tokenizer(tok.save_pretrained(tmp_path / "saved"))
+    config = json.loads((tmp_path / "saved" / "tokenizer_config.json").read_text())
+    assert config["tokenizer_class"] == "RoFormerTokenizer"
+    for text in ROFORMER_TEXTS:
+        assert again.tokenize(text) == tok.tokenize(text)
+
+
+def test_roformer_jieba_fallback_equals_rjieba(tmp_path, monkeypatch):
+    """Without rjieba the words come from jieba (a dependency); on these texts they are the
+    same words rjieba gives."""
+    pytest.importorskip("rjieba")
+    import jieba
+
+    from bertfamily.tokenization import jieba_words
+
+    with_rjieba = bf.load_tokenizer(_roformer_directory(tmp_path))
+    monkeypatch.setattr(
+        jieba_words,
+        "jieba_segmenter",
+        lambda: ("jieba", lambda text: jieba.tokenize(text, HMM=False)),
+    )
+    with_jieba = bf.load_tokenizer(tmp_path)
+    for text in ROFORMER_TEXTS:
+        assert with_jieba.tokenize(text) == with_rjieba.tokenize(text)
+
+
+@pytest.mark.parity
+@pytest.mark.parametrize("pair", [False, True])
+def test_roformer_tokenizer_matches_transformers(pair, tmp_path):
+    """Our RoFormer tokenizer (from vocab.txt, and from the directory transformers saves)
+    encodes Chinese, English and mixed text as transformers' RoFormerTokenizer (rjieba), and
+    transformers loads our saved directory with the same ids."""
+    pytest.importorskip("rjieba")
+    import transformers
+
+    from hf_compat import TRANSFORMERS_MAJOR
+
+    vocab = _roformer_directory(tmp_path / "vocab") / "vocab.txt"
+    if TRANSFORMERS_MAJOR >= 5:
+        ref = transformers.RoFormerTokenizer(vocab={t: i for i, t in enumerate(ROFORMER_VOCAB)})
+    else:
+        ref = transformers.RoFormerTokenizerFast(vocab_file=str(vocab))
+    ref.save_pretrained(tmp_path / "hf")
+    ours = [bf.load_tokenizer(tmp_path / "vocab"), bf.load_tokenizer(tmp_path / "hf")]
+    ours[0].save_pretrained(tmp_path / "ours")
+    back = transformers.AutoTokenizer.from_pretrained(tmp_path / "ours")
+    texts = ROFORMER_TEXTS
+    args = (texts, texts[::-1]) if pair else (texts,)
+    want = ref(*args)["input_ids"]
+    assert want[0][1:3] == [ref.convert_tokens_to_ids("我们"), ref.convert_tokens_to_ids("是")]
+    for tok in ours:
+        got = tok(*args, padding=True)
+        assert [row[: int(n)] for row, n in zip(got["input_ids"].tolist(),
+                got["attention_mask"].sum(1))] == want  # fmt: skip
+    assert back(*args)["input_ids"] == want
 
 
 def test_presets_are_registered():

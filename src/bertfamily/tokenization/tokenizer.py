@@ -38,7 +38,6 @@ from ..files import atomic_directory, write_text_atomic
 from ..resources.resolve import resolve_model
 from . import spm
 from .cutting import MAX_CHARS_PER_TOKEN, prefix_at_whitespace, tighten
-from .jieba_words import install_jieba, serialised_without_jieba
 from .hf_files import (  # noqa: F401  (file names: public constants of this module too)
     _ABSURD_MAX_LENGTH,
     _BPE_DEFAULTS,
@@ -74,6 +73,7 @@ from .hf_files import (  # noqa: F401  (file names: public constants of this mod
     _token_to_json,
     _tokenizer_json_added,
 )
+from .jieba_words import install_jieba, serialised_without_jieba
 
 __all__ = [
     "Tokenizer",
