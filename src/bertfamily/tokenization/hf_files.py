@@ -53,7 +53,9 @@ _ABSURD_MAX_LENGTH = 10**9
 
 # model_types whose models have no token-type (segment) embedding even though their
 # tokenizer may emit type ids: DistilBERT dropped BERT's segment embeddings.
-_NO_SEGMENT_MODEL_TYPES = frozenset({"distilbert"})
+# model types whose configs have no segment table (MPNetConfig and ModernBertConfig have no
+# type_vocab_size at all)
+_NO_SEGMENT_MODEL_TYPES = frozenset({"distilbert", "mpnet", "modernbert"})
 
 
 def _build_wordpiece(
