@@ -7,13 +7,14 @@ directory (`from_pretrained`), so both run the same weights (their outputs are c
 first length).
 
 Each implementation lives in its own long-running child process (its peak-memory counter is its
-own), at a fixed number of torch threads. Rounds are interleaved: in every round each child runs
-one forward at each length, the order of the two alternating from round to round, so that the
-load of a shared machine falls on both alike; the per-round ratio ours / transformers is
-reported with its median. Forward memory: the child's peak resident memory during the forward
-minus its resident memory just before (the peak counter is reset through
-/proc/self/clear_refs). The JSON records the machine: CPU model and flags, cores, threads, the
-load averages before and after, the nice value, versions.
+own), at a fixed number of torch threads and one OpenMP wait policy (PASSIVE, the one
+`import bertfamily` sets, unless OMP_WAIT_POLICY is set). Rounds are interleaved: in every
+round each child runs one forward at each length, the order of the two alternating from round
+to round, so that the load of a shared machine falls on both alike; the per-round ratio
+ours / transformers is reported with its median. Forward memory: the child's peak resident
+memory during the forward minus its resident memory just before (the peak counter is reset
+through /proc/self/clear_refs). The JSON records the machine: CPU model and flags, cores,
+threads, the load averages before and after, the nice value, versions.
 
     nice -n 10 python benchmarks/modernbert.py                 # 4 rounds at 512, 2 at 8192
     python benchmarks/modernbert.py --quick                    # tiny sizes, seconds
@@ -46,6 +47,9 @@ QUICK = dict(
     sep_token_id=2,
     local_attention=16,
 )
+
+
+OMP_WAIT_POLICY = os.environ.get("OMP_WAIT_POLICY", "PASSIVE")
 
 
 def _status_kib(field: str) -> int:
@@ -104,8 +108,8 @@ def child(impl: str, directory: Path, threads: int, vocab: int) -> None:
     info = dict(parameters=sum(p.numel() for p in model.parameters()))
     if impl == "transformers":
         info["attn_implementation"] = model.config._attn_implementation
-    with torch.no_grad():
-        model(input_ids=torch.randint(3, vocab, (1, 64)))  # warm-up (lazy initialisation)
+    with torch.no_grad():  # warm-up (lazy initialisation, first allocations)
+        model(input_ids=torch.randint(3, vocab, (1, 512)))
     print(json.dumps(info), flush=True)
     for line in sys.stdin:
         T, keep = (int(x) for x in line.split())
@@ -128,7 +132,13 @@ def child(impl: str, directory: Path, threads: int, vocab: int) -> None:
 
 def _start(impl: str, directory: Path, threads: int, vocab: int) -> tuple[subprocess.Popen, dict]:
     cmd = [sys.executable, __file__, "--child", impl, str(directory), str(threads), str(vocab)]
-    env = {**os.environ, "TRANSFORMERS_VERBOSITY": "error", "PYTHONWARNINGS": "ignore"}
+    env = {
+        **os.environ,
+        "TRANSFORMERS_VERBOSITY": "error",
+        "PYTHONWARNINGS": "ignore",
+        # one OpenMP wait policy for both (the one `import bertfamily` sets when unset)
+        "OMP_WAIT_POLICY": OMP_WAIT_POLICY,
+    }
     proc = subprocess.Popen(
         cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env, bufsize=1
     )
@@ -237,6 +247,7 @@ def main() -> None:
             cpu_flags=cpu_flags(),
             cpus=os.cpu_count(),
             threads_per_child=args.threads,
+            omp_wait_policy=OMP_WAIT_POLICY,
             nice=os.nice(0),
             load_average_at_start=load_before,
             load_average_at_end=[round(x, 2) for x in os.getloadavg()],
