@@ -66,8 +66,7 @@ VARIANTS = {
     # GTE: gte-base-en-v1.5's layout (no segments) and gte-multilingual-base's (one segment row,
     # added to every token)
     "gte": {"v1.5": {}, "multilingual": dict(type_vocab_size=1, pad_token_id=1)},
-    # NomicBERT: SwiGLU (its published form), and GeGLU under another hidden_act
-    "nomic_bert": {"swiglu": {}, "geglu": dict(hidden_act="gelu")},
+    # NomicBERT: one variant (bias-free SwiGLU, two segment types, rotary base 1000)
     # MPNet: one variant, 32 buckets (transformers buckets by 32 whatever the table size); at
     # T = 11 distances >= 8 fall in the log-spaced buckets
 }
