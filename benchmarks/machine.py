@@ -16,3 +16,17 @@ def cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or "unknown"
+
+
+def cpu_flags() -> list[str]:
+    """The SIMD and matrix flags of /proc/cpuinfo that decide the kernels' speed (avx*, fma,
+    amx*, *vnni, *bf16, f16c)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return []
+    for line in text.splitlines():
+        if line.startswith("flags"):
+            keep = ("avx", "fma", "amx", "vnni", "bf16", "f16c")
+            return sorted(f for f in line.split(":", 1)[1].split() if any(k in f for k in keep))
+    return []

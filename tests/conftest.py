@@ -58,6 +58,10 @@ def hf_checkpoint(tmp_path_factory):
 
     def make(family: str, cls_name: str, **overrides):
         key = (family, cls_name, repr(sorted(overrides.items())))
+        import transformers
+
+        if not hasattr(transformers, cls_name):  # a family of a later transformers major
+            pytest.skip(f"transformers {transformers.__version__} has no {cls_name}")
         if key not in cache:
             path = tmp_path_factory.mktemp(f"{family}-{cls_name}")
             cache[key] = (path, save_hf_tiny(family, cls_name, path, **overrides))

@@ -129,6 +129,18 @@ def hf_config(family: str, **overrides):
                 **overrides,
             }
         )
+    if family == "gte":  # gte-base-en-v1.5's layout: no segments; a rotary base of its own
+        return transformers.GteConfig(
+            **{
+                **TINY,
+                "type_vocab_size": 0,
+                "pad_token_id": 0,
+                "rope_parameters": {"rope_type": "default", "rope_theta": 500.0},
+                **overrides,
+            }
+        )
+    if family == "nomic_bert":  # two segment types, SwiGLU, rotary base 1000 (the defaults)
+        return transformers.NomicBertConfig(**{**TINY, **overrides})
     raise ValueError(family)
 
 

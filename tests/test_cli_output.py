@@ -156,8 +156,9 @@ def test_models_in_a_pipe_is_readable():
     assert max(len(x) for x in lines) <= 80
     from bertfamily.inspect.compare import comparison_rows
 
-    n = len(comparison_rows())  # 18: the 13, and RoFormer, ERNIE, MPNet, ModernBERT base/large
-    assert n >= 18
+    # 20: the 13, and RoFormer, ERNIE, MPNet, ModernBERT base/large, GTE, NomicBERT
+    n = len(comparison_rows())
+    assert n == 20
     assert len(lines) < 10 * n  # about 9 lines each
     assert "bert-base: 109,482,240 parameters" in proc.stdout
     assert "albert-base" in proc.stdout and "│" not in proc.stdout

@@ -6,7 +6,6 @@ tokenizer directories. Tiny presets only."""
 from __future__ import annotations
 
 import json
-import logging
 
 import numpy as np
 import pytest
@@ -25,6 +24,8 @@ NEW = {
     "tiny-ernie": ["ernie-3.0-base-zh"],
     "tiny-mpnet": ["mpnet-base"],
     "tiny-modernbert": ["modernbert-base", "modernbert-large"],
+    "tiny-gte": ["gte-base"],
+    "tiny-nomic-bert": ["nomic-bert"],
 }
 
 
@@ -92,19 +93,97 @@ def test_roformer_table_is_the_sinusoidal_one_and_frozen():
     assert abs(float(table[t, 4 + i]) - np.cos(angle)) < 1e-6
 
 
-def test_roformer_tokenizer_directory_loads_and_says_jieba_is_not_applied(tmp_path, caplog):
-    """A RoFormer tokenizer directory (WordPiece tokenizer.json, tokenizer_class
-    RoFormerTokenizer) loads; the jieba word step is named as not applied."""
-    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "中", "国", "中国", "人"]
-    (tmp_path / "vocab.txt").write_text("\n".join(vocab) + "\n", encoding="utf-8")
-    (tmp_path / "tokenizer_config.json").write_text(
+ROFORMER_VOCAB = (
+    ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    + list("我们是中国人，今天气很好。北京大学生前来应聘的")
+    + ["我们", "中国", "今天", "天气", "北京", "大学生", "应聘", "hello", "world", "##s", "a"]
+)
+ROFORMER_TEXTS = [
+    "我们是中国人，今天天气很好。",
+    "北京大学生前来应聘",
+    "hello worlds 中国人 a",
+    "今天的天气，HELLO！",
+]
+
+
+def _roformer_directory(path, tokenizer_json: bool = False):
+    """junnyu/roformer_chinese_base's tokenizer layout: vocab.txt and tokenizer_config.json
+    naming RoFormerTokenizer (no tokenizer.json)."""
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "vocab.txt").write_text("\n".join(ROFORMER_VOCAB) + "\n", encoding="utf-8")
+    (path / "tokenizer_config.json").write_text(
         json.dumps({"tokenizer_class": "RoFormerTokenizer", "do_lower_case": True})
     )
-    with caplog.at_level(logging.WARNING):
-        tok = bf.load_tokenizer(tmp_path)
-    ids = tok("中国人")["input_ids"][0].tolist()
-    assert ids == [2, 5, 6, 8, 3]  # characters: jieba would give 中国 (7)
-    assert "jieba" in caplog.text
+    return path
+
+
+def test_roformer_tokenizer_splits_jieba_words(tmp_path):
+    """A RoFormer tokenizer directory pre-tokenises with jieba words: a word in the vocabulary
+    is one token (中国), a jieba word outside it falls apart into characters (今天天气: 天气 is
+    in the vocabulary, but WordPiece never sees it as a word)."""
+    tok = bf.load_tokenizer(_roformer_directory(tmp_path))
+    assert tok.tokenize("我们是中国人") == ["我们", "是", "中国", "人"]
+    assert tok.tokenize("北京大学生前来应聘") == ["北京", "大学生", "前", "来", "应聘"]
+    assert tok.tokenize("今天天气很好") == ["今", "天", "天", "气", "很", "好"]
+    word, ren = ROFORMER_VOCAB.index("中国"), ROFORMER_VOCAB.index("人")
+    assert tok("中国人")["input_ids"][0].tolist() == [2, word, ren, 3]
+    # saved, it loads again with the same ids (tokenizer.json keeps BERT's pre-tokenizer;
+    # tokenizer_config.json names RoFormerTokenizer, which restores jieba)
+    again = bf.load_tokenizer(tok.save_pretrained(tmp_path / "saved"))
+    config = json.loads((tmp_path / "saved" / "tokenizer_config.json").read_text())
+    assert config["tokenizer_class"] == "RoFormerTokenizer"
+    for text in ROFORMER_TEXTS:
+        assert again.tokenize(text) == tok.tokenize(text)
+
+
+def test_roformer_jieba_fallback_equals_rjieba(tmp_path, monkeypatch):
+    """Without rjieba the words come from jieba (a dependency); on these texts they are the
+    same words rjieba gives."""
+    pytest.importorskip("rjieba")
+    import jieba
+
+    from bertfamily.tokenization import jieba_words
+
+    with_rjieba = bf.load_tokenizer(_roformer_directory(tmp_path))
+    monkeypatch.setattr(
+        jieba_words,
+        "jieba_segmenter",
+        lambda: ("jieba", lambda text: jieba.tokenize(text, HMM=False)),
+    )
+    with_jieba = bf.load_tokenizer(tmp_path)
+    for text in ROFORMER_TEXTS:
+        assert with_jieba.tokenize(text) == with_rjieba.tokenize(text)
+
+
+@pytest.mark.parity
+@pytest.mark.parametrize("pair", [False, True])
+def test_roformer_tokenizer_matches_transformers(pair, tmp_path):
+    """Our RoFormer tokenizer (from vocab.txt, and from the directory transformers saves)
+    encodes Chinese, English and mixed text as transformers' RoFormerTokenizer (rjieba), and
+    transformers loads our saved directory with the same ids."""
+    pytest.importorskip("rjieba")
+    import transformers
+
+    from hf_compat import TRANSFORMERS_MAJOR
+
+    vocab = _roformer_directory(tmp_path / "vocab") / "vocab.txt"
+    if TRANSFORMERS_MAJOR >= 5:
+        ref = transformers.RoFormerTokenizer(vocab={t: i for i, t in enumerate(ROFORMER_VOCAB)})
+    else:
+        ref = transformers.RoFormerTokenizerFast(vocab_file=str(vocab))
+    texts = ROFORMER_TEXTS
+    args = (texts, texts[::-1]) if pair else (texts,)
+    want = ref(*args)["input_ids"]
+    assert want[0][1:3] == [ref.convert_tokens_to_ids("我们"), ref.convert_tokens_to_ids("是")]
+    ref.save_pretrained(tmp_path / "hf")  # (4.x's tokenizer loses its jieba step after this)
+    ours = [bf.load_tokenizer(tmp_path / "vocab"), bf.load_tokenizer(tmp_path / "hf")]
+    ours[0].save_pretrained(tmp_path / "ours")
+    back = transformers.AutoTokenizer.from_pretrained(tmp_path / "ours")
+    for tok in ours:
+        got = tok(*args, padding=True)
+        assert [row[: int(n)] for row, n in zip(got["input_ids"].tolist(),
+                got["attention_mask"].sum(1))] == want  # fmt: skip
+    assert back(*args)["input_ids"] == want
 
 
 def test_presets_are_registered():
@@ -157,10 +236,9 @@ def test_modernbert_unpadded_long_batches_match_transformers(strategy, tmp_path,
 
     from bertfamily.modules.attention import SelfAttention
     from helpers import ATOL, padded_batch, save_hf_tiny
-    from hf_compat import TRANSFORMERS_MAJOR
 
-    if TRANSFORMERS_MAJOR < 5 or not hasattr(transformers, "ModernBertModel"):
-        pytest.skip("ModernBertModel is a transformers 5 class")
+    if not hasattr(transformers, "ModernBertModel"):  # 4.48 and later have it
+        pytest.skip(f"transformers {transformers.__version__} has no ModernBertModel")
     monkeypatch.setattr(SelfAttention, "packed_strategy", strategy)
     ref = save_hf_tiny("modernbert", "ModernBertForMaskedLM", tmp_path)
     ours = bf.from_pretrained(tmp_path)
@@ -198,3 +276,60 @@ def test_modernbert_components():
     assert first.attention.qkv.bias is None and first.ffn.up.bias is None
     assert model.task_head.transform.dense.bias is None
     assert set(model.encoder.attention_inputs.bases) == {"global", "local"}
+
+
+@pytest.mark.parity
+@pytest.mark.parametrize(
+    "family, cls_name",
+    [("gte", "GteForMaskedLM"), ("nomic_bert", "NomicBertForSequenceClassification")],
+)
+def test_rotary_glu_unpadded_batches_match_transformers(family, cls_name, hf_checkpoint):
+    """GTE and NomicBERT on a right-padded batch take the unpadded fast path (packed rows,
+    rotary positions restarting at every row): equal to transformers, to our own padded path,
+    and a row alone equals its row in the batch."""
+    from helpers import ATOL, padded_batch
+
+    path, ref = hf_checkpoint(family, cls_name, id2label={0: "a", 1: "b", 2: "c"})
+    ours = bf.from_pretrained(path)
+    ids, mask = padded_batch((30, 17, 4), pad_id=ours.config.pad_token_id)
+    ctx = ours.encoder.attention_context(torch.zeros(3, 30, 32), mask)
+    assert ours.encoder._unpad_plan(mask, ctx) is not None  # the path under test
+    real = mask.bool()
+    with torch.no_grad():
+        a = ours(ids, mask)
+        b = ref(input_ids=ids, attention_mask=mask)
+        ours.encoder.unpad = False
+        c = ours(ids, mask)
+        alone = ours(ids[1:2, :17])
+    if family == "gte":  # (B, T, V) masked-LM logits at real tokens
+        torch.testing.assert_close(a.logits[real], b.logits[real], atol=ATOL, rtol=0)
+        torch.testing.assert_close(c.logits[real], a.logits[real], atol=ATOL, rtol=0)
+        torch.testing.assert_close(alone.logits[0], a.logits[1, :17], atol=ATOL, rtol=0)
+    else:  # (B, C) classification through the pooler
+        torch.testing.assert_close(a.logits, b.logits, atol=ATOL, rtol=0)
+        torch.testing.assert_close(c.logits, a.logits, atol=ATOL, rtol=0)
+        torch.testing.assert_close(alone.logits[0], a.logits[1], atol=ATOL, rtol=0)
+
+
+def test_gte_and_nomic_components():
+    """GTE: GeGLU with a bias-free H→2I and a biased I→H; NomicBERT: bias-free attention and
+    SwiGLU; both: post-LN, one rotary table over the whole head, no pooler without a head and
+    BERT's pooler under the classification head."""
+    from bertfamily.modules.ffn import GatedFeedForward
+
+    gte = build_model(EncoderConfig.from_preset("tiny-gte"))
+    ffn = gte.encoder.layers[0].ffn
+    assert isinstance(ffn, GatedFeedForward) and ffn.up.weight.shape == (74, 32)
+    assert ffn.up.bias is None and ffn.down.bias is not None
+    assert gte.encoder.layers[0].attention.qkv.bias is not None
+    assert gte.encoder.pooler is None and gte.encoder.final_norm is None
+    assert gte.encoder.embeddings.segment is None  # gte-base-en-v1.5: no segments
+    nomic = build_model(EncoderConfig.from_preset("tiny-nomic-bert"), heads=["classify"])
+    layer = nomic.encoder.layers[0]
+    assert layer.attention.qkv.bias is None and layer.attention.out.bias is None
+    assert layer.ffn.up.bias is None and layer.ffn.down.bias is None
+    assert nomic.encoder.pooler is not None and not layer.pre_norm
+    assert set(nomic.encoder.attention_inputs.bases) == {"global"}
+    assert (
+        nomic.encoder.attention_inputs.dim == 8 and not nomic.encoder.attention_inputs.interleaved
+    )

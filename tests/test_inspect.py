@@ -37,8 +37,9 @@ def test_params_add_up_to_the_real_count(name):
     real = sum(p.numel() for p in meta_model(config, heads).parameters())  # shared: once
     assert table.total == real
     assert sum(table.subtotals().values()) == real
-    # base model + pooler (the published count), less the pooler when no head reads it
-    unread = config.use_pooler and not config.reads_pooler(tuple(heads))
+    # base model + pooler (the published count), less the pooler when no head reads it (GTE
+    # and NomicBERT: no pooler in the base model either)
+    unread = config.use_pooler and config.base_pooler and not config.reads_pooler(tuple(heads))
     H = config.hidden_size
     assert table.trunk_total == meta_model(config).num_parameters() - unread * (H * H + H)
     assert table.trunk_total == sum(
@@ -314,9 +315,18 @@ def test_comparison_table_lists_the_ten():
     tiny = next(r for r in rows if r["model"] == "tinybert-4l")
     assert tiny["d_k"] == 26 and "Dh = 26" in tiny["special"]
     assert next(r for r in rows if r["model"] == "distilbert-base")["segments"] == "none"
+    # issue 30's components: rotary positions, gated feed-forwards, local/global, bias-free
+    by_name = {r["model"]: r for r in rows}
+    assert by_name["gte-base"]["ffn"] == "768→2×3072→768 (GLU)"
+    assert "GeGLU" in by_name["gte-base"]["special"]
+    assert "no biases in: FFN input" in by_name["gte-base"]["special"]
+    assert "SwiGLU" in by_name["nomic-bert"]["special"]
+    assert by_name["nomic-bert"]["positions"] == "rotary (RoPE, θ = 1000), 8192"
+    assert "local attention (window 128)" in by_name["modernbert-base"]["special"]
+    assert "pre-LN" in by_name["modernbert-base"]["special"]
     assert json.loads(format_rows(rows, "json"))[0]["model"] == "bert-base"
     parsed = list(csv.DictReader(io.StringIO(format_rows(rows, "csv"))))
-    assert len(parsed) == len(FAMILY) == 18 and parsed[0]["parameters"] == "109482240"
+    assert len(parsed) == len(FAMILY) == 20 and parsed[0]["parameters"] == "109482240"
     md = format_rows(rows, "markdown").splitlines()
     assert len(md) == len(FAMILY) + 2 and "109,482,240" in md[2]
     with pytest.raises(ValueError, match="format"):

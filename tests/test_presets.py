@@ -25,6 +25,8 @@ NEW_FAMILIES = [
     "mpnet-base",
     "modernbert-base",
     "modernbert-large",
+    "gte-base",
+    "nomic-bert",
 ]
 
 

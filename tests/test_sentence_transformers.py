@@ -329,3 +329,77 @@ def test_module_order_is_checked(tiny_hf, tmp_path):
     (d / "modules.json").write_text(json.dumps(modules))
     with pytest.raises(SentenceModulesError, match="Transformer, Pooling, then Dense"):
         SentenceEmbedder(d)
+
+
+# --- bi-encoders on the newer trunks (issue 30) ------------------------------------------------
+# (family, transformers class, the family's special tokens in id order 0..4, pooling, prompts):
+# all-mpnet-base-v2's layout (MPNet, <s> <pad> </s>: MPNet counts positions from pad id 1),
+# gte-base-en-v1.5's (GTE, [CLS] pooling) and nomic-embed-text-v1.5's (NomicBERT, mean pooling,
+# its task prefixes as prompts).
+TRUNKS = {
+    "mpnet": ("MPNetModel", ["<s>", "<pad>", "</s>", "<unk>", "<mask>"], "mean", PROMPTS),
+    "gte": ("GteModel", ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"], "cls", {}),
+    "nomic_bert": (
+        "NomicBertModel",
+        ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"],
+        "mean",
+        {"search_query": "search_query: ", "search_document": "search_document: "},
+    ),
+}
+
+
+def _trunk_directory(family: str, out: Path) -> Path:
+    """A sentence-transformers directory saved by sentence-transformers itself around a tiny
+    random ``family`` trunk (transformers' save_pretrained) with a cased WordPiece tokenizer
+    using the family's special tokens."""
+    import tokenizers
+    import transformers
+
+    from helpers import hf_config
+
+    cls_name, specials, mode, prompts = TRUNKS[family]
+    if not hasattr(transformers, cls_name):
+        pytest.skip(f"transformers {transformers.__version__} has no {cls_name}")
+    vocab = specials + _vocab()[5:]
+    pad, unk, cls, sep, mask = (specials[i] for i in (
+        (1, 3, 0, 2, 4) if family == "mpnet" else (0, 1, 2, 3, 4)))  # fmt: skip
+    backend = tokenizers.Tokenizer(
+        tokenizers.models.WordPiece({t: i for i, t in enumerate(vocab)}, unk_token=unk)
+    )
+    backend.normalizer = tokenizers.normalizers.BertNormalizer(lowercase=False)
+    backend.pre_tokenizer = tokenizers.pre_tokenizers.BertPreTokenizer()
+    backend.post_processor = tokenizers.processors.BertProcessing(
+        (sep, vocab.index(sep)), (cls, vocab.index(cls))
+    )
+    backend.decoder = tokenizers.decoders.WordPiece()
+    trunk = out.parent / f"{out.name}-trunk"
+    transformers.PreTrainedTokenizerFast(
+        tokenizer_object=backend, pad_token=pad, unk_token=unk, cls_token=cls, sep_token=sep,
+        mask_token=mask,
+    ).save_pretrained(trunk)  # fmt: skip
+    overrides = dict(vocab_size=len(vocab), pad_token_id=vocab.index(pad))
+    if family == "mpnet":
+        overrides["pad_token_id"] = 1
+    torch.manual_seed(0)
+    model = getattr(transformers, cls_name)(hf_config(family, **overrides)).eval()
+    with torch.no_grad():  # non-trivial norms and biases
+        for name, p in model.named_parameters():
+            if name.endswith("bias") or "norm" in name.lower() or "_ln" in name:
+                p.add_(torch.randn_like(p) * 0.1)
+    model.save_pretrained(trunk)
+    modules = [stm.Transformer(str(trunk)), stm.Pooling(H, pooling_mode=mode), stm.Normalize()]
+    st.SentenceTransformer(modules=modules, prompts=prompts, device="cpu").save(str(out))
+    return out
+
+
+@pytest.mark.parametrize("family", list(TRUNKS))
+def test_newer_trunks_equal_sentence_transformers(family, tmp_path):
+    """MPNet, GTE and NomicBERT bi-encoders, with and without their prompts, right-padded in
+    batches of two (the unpadded path): equal to sentence-transformers (1e-5)."""
+    d = _trunk_directory(family, tmp_path / family)
+    assert SentenceEmbedder(d).model.config.model_type == family
+    plain = _assert_same(d)
+    assert plain.shape == (len(TEXTS), H)
+    for name in TRUNKS[family][3]:  # every prompt of the directory
+        prompted = _assert_same(d, prompt_name=name)
+        assert np.abs(prompted - plain).max() > 1e-3

@@ -215,10 +215,8 @@ def build_layer(config: EncoderConfig, index: int = 0) -> EncoderLayer:
     """One `EncoderLayer` for ``config``: layer ``index``'s attention, the FFN and their norms."""
     H, I = config.hidden_size, config.intermediate_size
     act = activation(config.hidden_act)
-    if config.ffn_kind == "mlp":
-        ffn = FeedForward(H, I, act, bias=config.mlp_bias)
-    else:
-        ffn = GatedFeedForward(H, I, act, bias=config.mlp_bias)
+    kind = FeedForward if config.ffn_kind == "mlp" else GatedFeedForward
+    ffn = kind(H, I, act, bias=config.mlp_bias, up_bias=config.mlp_bias and config.mlp_up_bias)
     first = index == 0 and not config.first_attention_norm
     return EncoderLayer(
         attention=build_attention(config, index),
@@ -327,7 +325,8 @@ def build_model(
     ("classify", "tokens", "qa", "choice").
 
     The pooler is built only where something reads it, as in transformers' class with the
-    same heads: the base model (when ``config.use_pooler``), the pair head, and "classify" /
+    same heads: the base model (when ``config.use_pooler`` and ``config.base_pooler``), the
+    pair head, and "classify" /
     "choice" heads whose pooling is "pooler". Masked LM, token classification, QA and
     first-token classifiers get none (the returned model's ``config.use_pooler`` is False).
 
@@ -352,7 +351,7 @@ def build_model(
         raise InputError(f"at most one task head per model, got {tasks}")
     if "rtd" in heads and "mlm" in heads:  # ELECTRA's generator and discriminator are two models
         raise InputError("the rtd and mlm heads both give logits; build them as two models")
-    if heads and config.use_pooler and not config.reads_pooler(heads):
+    if config.use_pooler and not config.reads_pooler(heads) and (heads or not config.base_pooler):
         config = config.replace(use_pooler=False)
     emd = config.emd_layers > 0 and "mlm" in heads
     encoder = build_encoder(config, position_table=config.position_biased_input or emd)

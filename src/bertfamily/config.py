@@ -79,6 +79,8 @@ _BOOLS = (
     "first_attention_norm",
     "norm_bias",
     "mlp_bias",
+    "mlp_up_bias",
+    "base_pooler",
     "task_transform",
     "head_bias",
 )
@@ -212,9 +214,12 @@ class EncoderConfig:
     hidden_act: str = "gelu"  # gelu = exact erf form x·Φ(x)
     # "mlp": dense H→I, hidden_act, dense I→H. "geglu" / "swiglu": a gated linear unit
     # (modules/ffn.GatedFeedForward: H→2I split into value and gate, act(value)·gate, I→H) with
-    # hidden_act GELU / SiLU. mlp_bias: whether the FFN's projections have biases.
+    # hidden_act GELU / SiLU. mlp_bias: whether the FFN's projections have biases;
+    # mlp_up_bias=False drops the bias of the input projection only (GTE: a bias-free H→2I,
+    # a biased I→H).
     ffn_kind: str = "mlp"
     mlp_bias: bool = True
+    mlp_up_bias: bool = True
 
     # --- norms ---------------------------------------------------------------------------------
     layer_norm_eps: float = 1e-12
@@ -238,6 +243,10 @@ class EncoderConfig:
 
     # --- heads ---------------------------------------------------------------------------------
     use_pooler: bool = True
+    # base_pooler=False: the model without heads has no pooler, although the heads that read
+    # it (classification, the pair head) build one (GTE, NomicBERT: transformers' base class
+    # takes add_pooling_layer=False, its sequence-classification class True).
+    base_pooler: bool = True
     pair_head: str | None = "nsp"  # "nsp", "sop" or None: the sentence-pair pretraining head
     # DeBERTa enhanced mask decoder (He et al. 2021 §3.3): with an MLM head, the last layer is
     # re-applied this many times with absolute positions added to its queries (0 = off, the MLM
@@ -687,10 +696,11 @@ class EncoderConfig:
             total += E * H + H
         layer = 4 * H * H + (4 * H if self.attention_bias else 0)
         layer += (per("attention") + per("ffn")) * H
+        up_bias = self.mlp_bias and self.mlp_up_bias
         if self.ffn_kind == "mlp":
-            layer += 2 * H * I + (I + H if self.mlp_bias else 0)
+            layer += 2 * H * I + (I if up_bias else 0) + (H if self.mlp_bias else 0)
         else:  # gated: H→2I and I→H
-            layer += 3 * H * I + (2 * I + H if self.mlp_bias else 0)
+            layer += 3 * H * I + (2 * I if up_bias else 0) + (H if self.mlp_bias else 0)
         layer += cond * H * (("attention" in sites) + ("ffn" in sites))
         if self.attention_kind == "windowed":  # separate global Q/K/V projections
             layer += 3 * (H * H + H)
@@ -715,7 +725,7 @@ class EncoderConfig:
         total += self.relative_attention_buckets * self.num_attention_heads  # MPNet's (R, N)
         if self.conv_kernel_size:  # convolution (weight, bias) and its LayerNorm
             total += H * (H // self.conv_groups) * self.conv_kernel_size + H + 2 * H
-        if self.use_pooler and (not heads or self.reads_pooler(heads)):
+        if self.use_pooler and (self.reads_pooler(heads) or (not heads and self.base_pooler)):
             total += H * H + H  # pooler
         hb = 1 if self.head_bias else 0
         if "mlm" in heads:

@@ -156,6 +156,36 @@ _MODERNBERT = dict(
     sep_token_id=50282,
 )
 
+# GTE (Li et al. 2023; Alibaba's v1.5 encoders) and NomicBERT (Nussbaum et al. 2024): BERT's
+# post-LN layer with rotary positions over the whole head ((i, i + Dh/2) pairs, one base), no
+# position table, a gated feed-forward; no pooler in the base model, BERT's pooler under the
+# classification head. GTE: GeGLU whose input projection has no bias, the MLM head's fixed GELU.
+# NomicBERT: bias-free attention and SwiGLU, dropout 0.
+_ROPE_BERT = dict(
+    position_embedding_type="rotary",
+    position_biased_input=False,
+    base_pooler=False,
+    pair_head=None,
+)
+_GTE = dict(
+    model_type="gte",
+    ffn_kind="geglu",
+    mlp_up_bias=False,
+    mlm_activation="gelu",
+    attention_probs_dropout_prob=0.0,
+    **_ROPE_BERT,
+)
+_NOMIC_BERT = dict(
+    model_type="nomic_bert",
+    hidden_act="silu",
+    ffn_kind="swiglu",
+    attention_bias=False,
+    mlp_bias=False,
+    hidden_dropout_prob=0.0,
+    attention_probs_dropout_prob=0.0,
+    **_ROPE_BERT,
+)
+
 # Sizes of the tiny test presets: mutually distinct, so transpositions cannot hide.
 _TINY = dict(
     vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37
@@ -304,6 +334,22 @@ PRESETS: dict[str, dict[str, Any]] = {
         max_position_embeddings=8192,
         **_MODERNBERT,
     ),
+    # Alibaba-NLP/gte-base-en-v1.5 — 136,776,192. A 30,528-token BERT vocabulary, no segments,
+    # 8192 positions (rotary: no table), base 500,000 (its remote code scales it by fixed NTK
+    # ×2, which transformers' GteModel does not read: see docs/families.md).
+    "gte-base": dict(
+        vocab_size=30528,
+        max_position_embeddings=8192,
+        type_vocab_size=0,
+        rotary_base=500000.0,
+        pad_token_id=0,
+        **_GTE,
+    ),
+    # nomic-ai/nomic-embed-text-v1.5 — 136,731,648. BERT-base sizes over a 30,528-token
+    # vocabulary, 2 segment types, 8192 positions (trained at 2048), rotary base 1000.
+    "nomic-bert": dict(
+        vocab_size=30528, max_position_embeddings=8192, rotary_base=1000.0, **_NOMIC_BERT
+    ),
     # --- tiny test presets: mutually distinct sizes so transpositions cannot hide --------------
     "tiny-bert": dict(
         model_type="bert",
@@ -408,6 +454,8 @@ PRESETS: dict[str, dict[str, Any]] = {
             "sep_token_id": 2,
         }
     ),
+    "tiny-gte": dict(**_TINY, max_position_embeddings=64, type_vocab_size=0, **_GTE),
+    "tiny-nomic-bert": dict(**_TINY, max_position_embeddings=64, **_NOMIC_BERT),
 }
 
 # Published parameter counts (base model + pooler, as transformers counts it).
@@ -431,6 +479,8 @@ PUBLISHED_PARAMETERS: dict[str, int] = {
     "mpnet-base": 109_486_464,
     "modernbert-base": 149_014_272,
     "modernbert-large": 394_781_696,
+    "gte-base": 136_776_192,
+    "nomic-bert": 136_731_648,
 }
 
 # The full-size models of the family, in the order of the source documents (then later additions).
@@ -453,6 +503,8 @@ FAMILY = [
     "mpnet-base",
     "modernbert-base",
     "modernbert-large",
+    "gte-base",
+    "nomic-bert",
 ]
 
 

@@ -56,10 +56,25 @@ def _interleave_heads(tensor: torch.Tensor, n: int, config: Any) -> list[torch.T
     return [tensor.unflatten(0, (3, N, -1)).transpose(0, 1).flatten(0, 2)]
 
 
+def _swap_halves(tensors: list[torch.Tensor], config: Any) -> torch.Tensor:
+    """GTE's fused gated projection (2I, H), rows [up; gate] with the activation on the gate
+    (the second half), → ours (2I, H), rows [activated; linear] (`GatedFeedForward`): the two
+    halves exchanged."""
+    (w,) = tensors
+    first, second = w.chunk(2, dim=0)
+    return torch.cat([second, first], dim=0)
+
+
+def _swap_halves_back(tensor: torch.Tensor, n: int, config: Any) -> list[torch.Tensor]:
+    """Inverse of `_swap_halves` (the same exchange)."""
+    return [_swap_halves([tensor], config)]
+
+
 # kind → (join: HF tensors → ours, split: ours → HF tensors)
 JOINS: dict[str, tuple[Callable, Callable]] = {
     "concat": (_concat, _split),
     "heads_interleaved": (_deinterleave_heads, _interleave_heads),
+    "halves_swapped": (_swap_halves, _swap_halves_back),
 }
 
 

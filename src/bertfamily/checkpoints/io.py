@@ -200,11 +200,16 @@ def config_from_hf(hf_config: dict[str, Any], source: str | Path = "config.json"
 def _flatten_layer_types(hf_config: dict[str, Any]) -> dict[str, Any]:
     """transformers 5's per-layer-type fields in their flat form: ``rope_parameters``
     {"full_attention": {"rope_theta": ...}, "sliding_attention": {...}} as global_rope_theta /
-    local_rope_theta, and ``layer_types`` as global_attn_every_n_layers (the one pattern the
+    local_rope_theta (a flat {"rope_theta": ..., "rope_type": ...} as rope_theta and rope_type),
+    and ``layer_types`` as global_attn_every_n_layers (the one pattern the
     families have: full attention at layers 0, n, 2n, ...; anything else is refused)."""
     out = dict(hf_config)
     rope = hf_config.get("rope_parameters")
-    if isinstance(rope, dict):
+    if isinstance(rope, dict) and "rope_theta" in rope:  # one table for every layer (GTE, ...)
+        for key in ("rope_theta", "rope_type"):
+            if rope.get(key) is not None:
+                out[key] = rope[key]
+    elif isinstance(rope, dict):
         for kind, name in (
             ("full_attention", "global_rope_theta"),
             ("sliding_attention", "local_rope_theta"),
@@ -233,6 +238,14 @@ def _config_from_hf(hf_config: dict[str, Any]) -> EncoderConfig:
             raise ModelDirectoryError(
                 f"{fmap.model_type} config has {name}={hf_config[name]!r}; only {value!r} is "
                 f"supported"
+            )
+    head_dim = hf_config.get("head_dim")
+    heads, hidden = hf_config.get("num_attention_heads"), hf_config.get("hidden_size")
+    if head_dim is not None and isinstance(heads, int) and isinstance(hidden, int) and heads:
+        if head_dim != hidden // heads:  # NomicBertConfig's head_dim: ours is always H / N
+            raise ModelDirectoryError(
+                f"head_dim={_short(head_dim)} differs from hidden_size / num_attention_heads = "
+                f"{hidden // heads}; only head_dim = H / N is supported"
             )
     fields: dict[str, Any] = {"model_type": fmap.model_type, **fmap.config_defaults}
     for hf_name, ours in fmap.config_fields.items():

@@ -921,6 +921,156 @@ MODERNBERT = FamilyMap(
     config_required={"classifier_pooling": "cls", "decoder_bias": True},
 )
 
+# The config.json names shared by GTE and NomicBERT (transformers 5's GteConfig and
+# NomicBertConfig: BERT's names without position tables, the rotary base in rope_parameters).
+_ROPE_BERT_CONFIG = {**_BERT_CONFIG, "rope_theta": "rotary_base"}
+# Both: post-LN layers with rotary positions on (i, i + Dh/2) pairs over the whole head, one base
+# for every layer; no learned position table; the base class has no pooler, the
+# sequence-classification class adds BERT's (dense + tanh on the first token).
+_ROPE_BERT_FIXED = {
+    "position_scheme": "absolute",
+    "position_embedding_type": "rotary",
+    "position_biased_input": False,
+    "rotary_interleaved": False,
+    "rotary_value": False,
+    "rotary_table": False,
+    "local_attention": 0,
+    "norm_position": "post",
+    "base_pooler": False,
+    "pair_head": None,
+    "classifier_pooling": "pooler",
+    "choice_pooling": "pooler",
+}
+
+# GTE (Li et al. 2023, "Towards General Text Embeddings with Multi-stage Contrastive Learning";
+# Alibaba's v1.5 / multilingual encoders, remote-code model_type "new"; transformers 5's
+# modeling_gte.py, whose save_pretrained writes the original layout read here): a fused biased
+# `qkv_proj` ([Q; K; V] rows, ours as is), `o_proj`, post-LN (`attn_ln`, `mlp_ln`), a GeGLU
+# whose fused `up_gate_proj` (H→2I, no bias) holds [up; gate] with the activation on the
+# second half (the named transform "halves_swapped" puts the gate first, as ours), a biased
+# `down_proj`. Segments only when type_vocab_size > 0 (gte-base-en-v1.5 has none). Masked LM:
+# dense, GELU whatever the hidden_act, `norm`, the decoder's own bias (its weight tied).
+# transformers has no GTE question-answering or multiple-choice class.
+_GL = "encoder.layer.{i}"
+GTE = FamilyMap(
+    model_type="gte",
+    base_prefix="gte.",
+    trunk={
+        "embeddings.word_embeddings.weight": "encoder.embeddings.token.weight",
+        "embeddings.token_type_embeddings.weight": "encoder.embeddings.segment.weight",
+        **_wb("embeddings.LayerNorm", "encoder.embeddings.norm"),
+        **_wb(f"{_GL}.attention.qkv_proj", "encoder.layers.{i}.attention.qkv"),
+        **_wb(f"{_GL}.attention.o_proj", "encoder.layers.{i}.attention.out"),
+        **_wb(f"{_GL}.attn_ln", "encoder.layers.{i}.attention_norm"),
+        "encoder.layers.{i}.ffn.up.weight": Join(
+            (f"{_GL}.mlp.up_gate_proj.weight",), "halves_swapped"
+        ),
+        **_wb(f"{_GL}.mlp.down_proj", "encoder.layers.{i}.ffn.down"),
+        **_wb(f"{_GL}.mlp_ln", "encoder.layers.{i}.ffn_norm"),
+    },
+    pooler=_BERT_POOLER,
+    heads={
+        "mlm": {
+            **_wb("lm_head.dense", "mlm_head.dense"),
+            **_wb("lm_head.norm", "mlm_head.norm"),
+            "lm_head.decoder.bias": "mlm_head.bias",
+            "lm_head.decoder.weight": None,  # tied to the token embedding
+        },
+        "classify": _wb("classifier", "task_head.out"),
+        "tokens": _wb("classifier", "task_head.out"),
+    },
+    architectures={
+        "": "GteModel",
+        "mlm": "GteForMaskedLM",
+        "classify": "GteForSequenceClassification",
+        "tokens": "GteForTokenClassification",
+    },
+    config_fields=_ROPE_BERT_CONFIG,
+    config_fixed={
+        **_ROPE_BERT_FIXED,
+        "attention_bias": True,
+        "ffn_kind": "geglu",
+        "mlp_bias": True,
+        "mlp_up_bias": False,
+        "norm_bias": True,
+        "mlm_activation": "gelu",  # GteLMHead: gelu whatever the hidden_act
+    },
+    # GteConfig's defaults (gte-multilingual-base), for keys a config.json leaves out
+    config_defaults={
+        "vocab_size": 250048,
+        "max_position_embeddings": 8192,
+        "type_vocab_size": 1,
+        "pad_token_id": 1,
+        "attention_probs_dropout_prob": 0.0,
+        "rotary_base": 160000.0,
+    },
+    config_required={"rope_type": "default"},
+)
+
+# NomicBERT (Nussbaum et al. 2024, "Nomic Embed"; transformers 5's modeling_nomic_bert.py, whose
+# save_pretrained writes nomic-ai's original layout read here): BERT's embeddings without
+# positions (`emb_ln` outside `embeddings`), a fused bias-free `Wqkv`, `out_proj`, post-LN
+# (`norm1`, `norm2`), a bias-free SwiGLU (`fc12` is the activated gate, `fc11` the linear
+# input: joined gate first, as ours), `fc2`. Masked LM: BERT's `cls.predictions` with the
+# hidden_act and a `layer_norm`. transformers has no NomicBERT QA or multiple-choice class.
+_NL = "encoder.layers.{i}"
+NOMIC_BERT = FamilyMap(
+    model_type="nomic_bert",
+    base_prefix="nomic_bert.",
+    trunk={
+        "embeddings.word_embeddings.weight": "encoder.embeddings.token.weight",
+        "embeddings.token_type_embeddings.weight": "encoder.embeddings.segment.weight",
+        **_wb("emb_ln", "encoder.embeddings.norm"),
+        "embeddings.position_ids": None,  # buffer
+        "embeddings.token_type_ids": None,  # buffer
+        **_wb(f"{_NL}.attn.Wqkv", "encoder.layers.{i}.attention.qkv"),
+        **_wb(f"{_NL}.attn.out_proj", "encoder.layers.{i}.attention.out"),
+        **_wb(f"{_NL}.norm1", "encoder.layers.{i}.attention_norm"),
+        "encoder.layers.{i}.ffn.up.weight": Join(
+            (f"{_NL}.mlp.fc12.weight", f"{_NL}.mlp.fc11.weight")
+        ),
+        **_wb(f"{_NL}.mlp.fc2", "encoder.layers.{i}.ffn.down"),
+        **_wb(f"{_NL}.norm2", "encoder.layers.{i}.ffn_norm"),
+    },
+    pooler=_BERT_POOLER,
+    heads={
+        "mlm": {
+            **_wb("cls.predictions.transform.dense", "mlm_head.dense"),
+            **_wb("cls.predictions.transform.layer_norm", "mlm_head.norm"),
+            "cls.predictions.bias": "mlm_head.bias",
+            "cls.predictions.decoder.weight": None,  # tied to the token embedding
+            "cls.predictions.decoder.bias": None,  # alias of cls.predictions.bias
+        },
+        "classify": _wb("classifier", "task_head.out"),
+        "tokens": _wb("classifier", "task_head.out"),
+    },
+    architectures={
+        "": "NomicBertModel",
+        "mlm": "NomicBertForMaskedLM",
+        "classify": "NomicBertForSequenceClassification",
+        "tokens": "NomicBertForTokenClassification",
+    },
+    config_fields=_ROPE_BERT_CONFIG,
+    config_fixed={
+        **_ROPE_BERT_FIXED,
+        "attention_bias": False,
+        "ffn_kind": "swiglu",
+        "mlp_bias": False,
+        "norm_bias": True,
+        "mlm_activation": None,  # the MLM transform applies the hidden_act
+    },
+    # NomicBertConfig's defaults (nomic-embed-text-v1.5)
+    config_defaults={
+        "vocab_size": 30528,
+        "max_position_embeddings": 2048,
+        "hidden_act": "silu",
+        "hidden_dropout_prob": 0.0,
+        "attention_probs_dropout_prob": 0.0,
+        "rotary_base": 1000.0,
+    },
+    config_required={"rope_type": "default"},
+)
+
 FAMILIES: dict[str, FamilyMap] = {
     m.model_type: m
     for m in (
@@ -938,6 +1088,8 @@ FAMILIES: dict[str, FamilyMap] = {
         ERNIE,
         MPNET,
         MODERNBERT,
+        GTE,
+        NOMIC_BERT,
     )
 }
 

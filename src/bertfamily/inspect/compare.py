@@ -70,6 +70,22 @@ DESCRIPTIONS: dict[str, dict[str, str]] = {
         "pretraining": "masked and permuted LM (MPNet)",
         "tasks": "sentence embeddings (all-mpnet-base-v2), NLU",
     },
+    "modernbert-base": {
+        "pretraining": "MLM (30% masking) on 2T tokens, 8192-token context",
+        "tasks": "long-context retrieval, classification, code",
+    },
+    "modernbert-large": {
+        "pretraining": "MLM (30% masking) on 2T tokens, 8192-token context",
+        "tasks": "long-context retrieval, classification, code",
+    },
+    "gte-base": {
+        "pretraining": "MLM, then multi-stage contrastive learning",
+        "tasks": "sentence embeddings (gte-base-en-v1.5), retrieval",
+    },
+    "nomic-bert": {
+        "pretraining": "MLM, then contrastive learning with task prefixes",
+        "tasks": "sentence embeddings (nomic-embed-text-v1.5), retrieval",
+    },
 }
 
 
@@ -237,7 +253,11 @@ def comparison_rows(names: list[str] | None = None) -> list[dict[str, Any]]:
             hidden=c.hidden_size,
             heads=c.num_attention_heads,
             d_k=c.head_dim,
-            ffn=f"{c.hidden_size}→{c.intermediate_size}→{c.hidden_size}",
+            ffn=(
+                f"{c.hidden_size}→{c.intermediate_size}→{c.hidden_size}"
+                if c.ffn_kind == "mlp"
+                else f"{c.hidden_size}→2×{c.intermediate_size}→{c.hidden_size} (GLU)"
+            ),
             vocab=c.vocab_size,
             segments=_segments(c),
             positions=_positions(c),

@@ -15,6 +15,24 @@ ATTENTION_FORMULAS: dict[str, str] = {
     "that attend to all T with their own Q/K/V",
 }
 
+_GLU_NAMES = {"gelu": "GeGLU", "gelu_tanh": "GeGLU", "silu": "SwiGLU"}
+
+
+def _bias_free(c: Any) -> str:
+    """Which linear layers and norms have no bias ("" when all have one)."""
+    parts = [
+        name
+        for name, off in (
+            ("attention", not c.attention_bias),
+            ("FFN", not c.mlp_bias),
+            ("FFN input", c.mlp_bias and not c.mlp_up_bias),
+            ("norms", not c.norm_bias),
+        )
+        if off
+    ]
+    return f"no biases in: {', '.join(parts)}" if parts else ""
+
+
 # Short notes on what a config field changes, shown with the steps that differ from BERT-base.
 FIELD_NOTES: dict[str, Any] = {
     "embedding_size": lambda c: (
@@ -33,7 +51,34 @@ FIELD_NOTES: dict[str, Any] = {
         if c.attention_kind == "full"
         else f"{c.attention_kind} attention: {ATTENTION_FORMULAS.get(c.attention_kind, '')}"
     ),
-    "use_pooler": lambda c: "" if c.use_pooler else "no pooler: the [CLS] state is used as is",
+    "use_pooler": lambda c: (
+        "no pooler: the [CLS] state is used as is"
+        if not c.use_pooler
+        else ""
+        if c.base_pooler
+        else "no pooler in the base model; sequence classification adds one"
+    ),
+    # the components of issue 30's families (ModernBERT, GTE, NomicBERT)
+    "ffn_kind": lambda c: (
+        f"gated feed-forward ({_GLU_NAMES.get(c.hidden_act, c.hidden_act + '-GLU')}): "
+        f"H→2I, {c.hidden_act}(value)·gate, I→H"
+        if c.ffn_kind != "mlp"
+        else ""
+    ),
+    "norm_position": lambda c: (
+        "pre-LN: a norm before each sub-block and after the last layer"
+        + ("" if c.first_attention_norm else ", none before the first attention")
+        if c.norm_position == "pre"
+        else ""
+    ),
+    "local_attention": lambda c: (
+        f"local attention (window {c.local_attention}) except in layers 0, "
+        f"{c.global_attention_every}, {2 * c.global_attention_every}, … (global); rotary "
+        f"bases {c.rotary_base:g} global, {c.local_rope_theta:g} local"
+        if c.local_attention
+        else ""
+    ),
+    "attention_bias": lambda c: _bias_free(c),
     # Longformer: the window makes long inputs affordable, the learned table still bounds them
     "max_position_embeddings": lambda c: (
         f"learned absolute positions for {c.max_sequence_length:,} tokens: a longer input is "

@@ -54,13 +54,20 @@ _ABSURD_MAX_LENGTH = 10**9
 
 # model_types whose models have no token-type (segment) embedding even though their
 # tokenizer may emit type ids: DistilBERT dropped BERT's segment embeddings.
-_NO_SEGMENT_MODEL_TYPES = frozenset({"distilbert"})
+# model types whose configs have no segment table (MPNetConfig and ModernBertConfig have no
+# type_vocab_size at all)
+_NO_SEGMENT_MODEL_TYPES = frozenset({"distilbert", "mpnet", "modernbert"})
 
 
 def _build_wordpiece(
-    vocab_file: Path, tok_config: Mapping[str, Any], specials: dict[str, AddedToken]
+    vocab_file: Path,
+    tok_config: Mapping[str, Any],
+    specials: dict[str, AddedToken],
+    jieba: bool = False,
 ) -> tuple[tokenizers.Tokenizer, dict[str, Any]]:
-    """BERT's WordPiece pipeline from ``vocab.txt`` (one token per line, id = line number)."""
+    """BERT's WordPiece pipeline from ``vocab.txt`` (one token per line, id = line number).
+    ``jieba``: RoFormer's (transformers' RoFormerTokenizer): the normaliser keeps CJK
+    characters together for the jieba words that the caller's pre-tokenizer cuts."""
     names = {role: specials[role] for role in ROLES}
     lower = bool(tok_config.get("do_lower_case", True))
     strip_accents = tok_config.get("strip_accents")  # None: follow lower-casing, as BERT does
@@ -74,7 +81,10 @@ def _build_wordpiece(
         )
     )
     backend.normalizer = normalizers.BertNormalizer(
-        clean_text=True, handle_chinese_chars=chinese, strip_accents=strip_accents, lowercase=lower
+        clean_text=True,
+        handle_chinese_chars=chinese and not jieba,
+        strip_accents=strip_accents,
+        lowercase=lower,
     )
     backend.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     backend.decoder = decoders.WordPiece(prefix="##")
@@ -86,7 +96,7 @@ def _build_wordpiece(
         special_tokens=[(cls, backend.token_to_id(cls)), (sep, backend.token_to_id(sep))],
     )
     hf_config = {
-        "tokenizer_class": "BertTokenizer",
+        "tokenizer_class": "RoFormerTokenizer" if jieba else "BertTokenizer",
         "do_lower_case": lower,
         "strip_accents": strip_accents,
         "tokenize_chinese_chars": chinese,

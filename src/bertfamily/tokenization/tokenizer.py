@@ -80,6 +80,7 @@ from .hf_files import (  # noqa: F401  (file names: public constants of this mod
     _tokenizer_json_added,
     check_pipeline_bounds,
 )
+from .jieba_words import install_jieba, serialised_without_jieba
 
 __all__ = [
     "Tokenizer",
@@ -150,6 +151,8 @@ class Tokenizer:
         hf_config: extra ``tokenizer_config.json`` fields that ``save_pretrained`` writes so
             that ``transformers`` rebuilds the same tokenizer (``tokenizer_class``,
             ``do_lower_case``, ``add_prefix_space``...).
+        jieba: pre-tokenise with jieba words, as transformers' RoFormerTokenizer does
+            (`jieba_words`; ``hf_config`` then names that class).
     """
 
     def __init__(
@@ -160,8 +163,12 @@ class Tokenizer:
         model_max_length: int | None = None,
         return_token_type_ids: bool | None = None,
         hf_config: Mapping[str, Any] | None = None,
+        jieba: bool = False,
     ) -> None:
         self.backend = backend
+        self.jieba = jieba
+        if jieba:
+            install_jieba(backend)
         self.backend.no_truncation()
         self.backend.no_padding()
         self._lock = threading.Lock()
@@ -179,6 +186,8 @@ class Tokenizer:
             self.scheme == "wordpiece" if return_token_type_ids is None else return_token_type_ids
         )
         self.hf_config = dict(hf_config or {})
+        if jieba:
+            self.hf_config["tokenizer_class"] = "RoFormerTokenizer"
 
     @classmethod
     def from_pretrained(
@@ -667,7 +676,9 @@ class Tokenizer:
     def _write_files(self, out: Path) -> None:
         """Write the tokenizer files into directory ``out``."""
 
-        serialised = json.loads(self.backend.to_str())
+        with self._lock:  # the backend's jieba step is swapped out while it is serialised
+            text = serialised_without_jieba(self.backend) if self.jieba else self.backend.to_str()
+        serialised = json.loads(text)
         serialised["truncation"] = None  # the wrapper, not the file, decides these
         serialised["padding"] = None
         write_text_atomic(
@@ -764,14 +775,15 @@ def tokenizer_from_directory(
         # added_tokens_decoder; its roles then override tokenizer_config.json's.
         role_values.update(_specials_from(directory / SPECIAL_TOKENS_MAP_FILE, special_map))
     family = _family(tok_config, model_config)
-    if str(tok_config.get("tokenizer_class", "")).startswith("RoFormerTokenizer"):
-        # transformers' RoFormerTokenizer splits Chinese text into jieba words (rjieba) before
-        # WordPiece; its tokenizer.json stores the BERT pre-tokenizer in that step's place
-        logger.warning(
-            "%s: RoFormer's jieba word pre-tokenisation is not applied; Chinese text is "
-            "split into characters (the tokenizer.json as stored)",
-            directory,
-        )
+    # transformers' RoFormerTokenizer (the class named, or model_type roformer's default) splits
+    # text into jieba words before WordPiece; its tokenizer.json stores BERT's pre-tokenizer in
+    # that step's place (`jieba_words`)
+    named = tok_config.get("tokenizer_class")
+    jieba = (
+        str(named).startswith("RoFormerTokenizer")
+        if named
+        else isinstance(model_config, dict) and model_config.get("model_type") == "roformer"
+    )
     try:
         model_max_length = _sane_max_length(tok_config.get("model_max_length"))
     except (TypeError, ValueError, OverflowError) as e:
@@ -818,7 +830,7 @@ def tokenizer_from_directory(
             role_values, decoder or {}, _mask_lstrip(family, default=False), _WORDPIECE_DEFAULTS
         )
         backend, hf_config = _build_wordpiece(
-            directory / WORDPIECE_VOCAB_FILE, tok_config, specials
+            directory / WORDPIECE_VOCAB_FILE, tok_config, specials, jieba=jieba
         )
         _add_tokens(backend, extra)
         source = WORDPIECE_VOCAB_FILE
@@ -853,6 +865,7 @@ def tokenizer_from_directory(
         model_max_length=model_max_length,
         return_token_type_ids=return_token_type_ids,
         hf_config=hf_config,
+        jieba=jieba and isinstance(backend.model, models.WordPiece),
     )
     logger.debug("loaded %r from %s/%s", tokenizer, directory, source)
     return tokenizer
