@@ -64,6 +64,10 @@ class EmbeddingConfig:
             as MNRL positives; labels then dropped). None: keep all.
         max_seq_length: tokens per text (None: the model's).
         epochs: passes over the data; sets ``max_steps`` (None: ``TrainConfig.max_steps``).
+        train_format: "sts" for STS Benchmark files given as paths (see `data.pairs`).
+        shuffle: reshuffle the rows every epoch (seeded by ``TrainConfig.seed`` and the epoch);
+            False keeps the file's order, e.g. data already shuffled or ordered for its
+            in-batch negatives (sentence-transformers' trainer with a sequential sampler).
     """
 
     model: str | Path
@@ -77,6 +81,7 @@ class EmbeddingConfig:
     max_seq_length: int | None = None
     epochs: float | None = 1.0
     train_format: str | None = None
+    shuffle: bool = True
 
 
 def _prepare_table(cfg: EmbeddingConfig, table: PairTable, loss: EmbeddingLoss) -> PairTable:
@@ -97,11 +102,18 @@ def _prepare_table(cfg: EmbeddingConfig, table: PairTable, loss: EmbeddingLoss) 
 
 
 def pair_batches(
-    table: PairTable, model: BiEncoder, batch_size: int, *, seed: int = 0, rank=0, world_size=1
+    table: PairTable,
+    model: BiEncoder,
+    batch_size: int,
+    *,
+    seed: int = 0,
+    rank: int = 0,
+    world_size: int = 1,
+    shuffle: bool = True,
 ) -> IndexedBatches:
-    """The training batch source: shuffled rows (seed, epoch), every column tokenized apart:
-    ``{"features": [column tensors...], "labels": (B,) float32}`` (labels when the table has
-    them)."""
+    """The training batch source: rows shuffled by (seed, epoch) (``shuffle`` False: in file
+    order), every column tokenized apart: ``{"features": [column tensors...], "labels": (B,)
+    float32}`` (labels when the table has them)."""
     items = list(range(len(table)))
 
     def collate(idx: list[int], rng: np.random.Generator) -> dict[str, Any]:
@@ -114,7 +126,9 @@ def pair_batches(
             batch["labels"] = torch.tensor([table.labels[i] for i in idx], dtype=torch.float32)
         return batch
 
-    return IndexedBatches(items, batch_size, collate, seed=seed, rank=rank, world_size=world_size)
+    return IndexedBatches(
+        items, batch_size, collate, shuffle=shuffle, seed=seed, rank=rank, world_size=world_size
+    )
 
 
 def train_embedding(
@@ -164,7 +178,13 @@ def _train_embedding(cfg: EmbeddingConfig, train: TrainConfig) -> dict[str, Any]
     dist = init_distributed(train.device)
     batch_size = min(train.batch_size, len(table) // dist.world_size)
     source = pair_batches(
-        table, model, batch_size, seed=train.seed, rank=dist.rank, world_size=dist.world_size
+        table,
+        model,
+        batch_size,
+        seed=train.seed,
+        rank=dist.rank,
+        world_size=dist.world_size,
+        shuffle=cfg.shuffle,
     )
     steps = max(1, int(cfg.epochs * len(source))) if cfg.epochs is not None else train.max_steps
     card = {
