@@ -15,7 +15,7 @@ import torch
 
 from bertfamily.data.pairs import PairTable
 from bertfamily.errors import InputError
-from bertfamily.objectives.ranking import build_rerank_loss
+from bertfamily.objectives.ranking import MODEL_INPUTS, build_rerank_loss
 from bertfamily.pipelines.loading import load_model_and_tokenizer
 from bertfamily.train.config import TrainConfig
 from bertfamily.train.loop import Trainer
@@ -99,7 +99,7 @@ def ours(ce_dir, name: str, table: PairTable, tmp) -> list[float]:
 
     def tokenize(q, p):
         enc = tok(q, p, max_length=64)
-        return {k: v for k, v in enc.items() if k in ("input_ids", "attention_mask", "token_type_ids")}
+        return {k: v for k, v in enc.items() if k in MODEL_INPUTS}
 
     batches = our_batches(name, table, tokenize)
     loss = build_rerank_loss(name, **OPTIONS.get(name, {}))
