@@ -211,3 +211,6 @@ def test_cli_listnet(cli, ce_dir, tmp_path):
     assert res.exit_code == 0, res.output
     assert json.loads(res.stdout)["loss"] == "listnet"
     assert (out / "model" / "config.json").is_file()
+    run = json.loads((out / "run.json").read_text())["config"]
+    assert run["rerank"]["loss"] == "listnet"
+    assert (run["train"]["weight_decay"], run["train"]["adam_eps"]) == (0.0, 1e-8)

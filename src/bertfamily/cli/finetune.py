@@ -55,7 +55,8 @@ NULL_HELP = (
 
 @commands.command()
 @handle_errors
-@training_options("finetune", max_steps=None, eval_every=None, log_every=None)
+# weight decay None: the recipe's (finetune 0.01; embedding/rerank 0, as sentence-transformers)
+@training_options("finetune", max_steps=None, eval_every=None, log_every=None, weight_decay=None)
 def finetune(
     task: str = typer.Option(..., help=TASK_HELP),
     model: str | None = typer.Option(

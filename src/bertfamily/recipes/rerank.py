@@ -10,8 +10,8 @@ cross-encoder example trains on). With an evaluation file (two text columns and 
 Spearman correlation of the sigmoid scores with the labels is measured every ``eval_every``
 steps and the best model kept in ``best/``.
 
-Outputs in ``TrainConfig.output_dir``: ``metrics.jsonl``, ``checkpoint.pt``, ``model/`` and
-``best/`` (Hugging Face sequence-classification directories with one output and the
+Outputs in ``TrainConfig.output_dir``: ``run.json``, ``metrics.jsonl``, ``checkpoint.pt``,
+``model/`` and ``best/`` (Hugging Face sequence-classification directories with one output and the
 tokenizer, which sentence-transformers' ``CrossEncoder`` loads; `pipelines.cross_encoder`
 scores with them) and ``final_metrics.json``.
 """
@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from ..data.pairs import PairTable, read_pairs
+from ..data.pairs import PairTable, read_pairs, resolve_pair_file
 from ..errors import InputError
 from ..evaluation.metrics import regression_metrics
 from ..objectives.ranking import MODEL_INPUTS, RERANK_LOSSES, build_rerank_loss
@@ -36,7 +36,7 @@ from ..pretrained import from_pretrained
 from ..tokenization.tokenizer import load_tokenizer
 from ..train.distributed import init_distributed
 from ..train.loop import TrainConfig, Trainer, unwrap
-from ..train.rundir import locks_run_directory, seed_all
+from ..train.rundir import locks_run_directory, seed_all, write_run_record
 from .common import finish_run, save_pretrained, train_config
 
 __all__ = ["RERANK_LOSSES", "RerankConfig", "train_reranker"]
@@ -155,11 +155,20 @@ def _train_reranker(cfg: RerankConfig, train: TrainConfig) -> dict[str, Any]:
             derived.update(
                 metric_for_best="spearman", greater_is_better=True, load_best_at_end=True
             )
+    config = dataclasses.replace(train, **derived)
+    if dist.is_main:  # run.json: what repeats this run
+        files = [cfg.train_file, *([cfg.eval_file] if cfg.eval_file is not None else [])]
+        write_run_record(
+            train.output_dir,
+            {"rerank": cfg, "train": config},
+            [resolve_pair_file(f)[0] for f in files] + [base],
+            train.seed,
+        )
     summary = Trainer(
         model,
         loss_fn,
         source,
-        dataclasses.replace(train, **derived),
+        config,
         eval_fn if eval_table is not None else None,
         dist=dist,
         save_fn=save_pretrained,
