@@ -35,7 +35,7 @@ def setup(tmp_path_factory):
     rows = [(a, p) for a, p in zip(anchors, positives)]
     rows.insert(3, (anchors[2], positives[9]))  # an anchor with two positives (adjacent rows)
     corpus = _texts(30, 4)
-    return model_dir, rows, corpus
+    return model_dir, rows, corpus, st.SentenceTransformer(str(model_dir), device="cpu")
 
 
 OPTIONS = {
@@ -48,13 +48,13 @@ OPTIONS = {
 }
 
 
-def theirs(model_dir, rows, corpus, o: MiningOptions, use_faiss: bool) -> list[tuple]:
+def theirs(model, rows, corpus, o: MiningOptions, use_faiss: bool) -> list[tuple]:
     from sentence_transformers.util import mine_hard_negatives as st_mine
 
     data = datasets.Dataset.from_dict({"anchor": [a for a, _ in rows],
                                        "positive": [p for _, p in rows]})  # fmt: skip
     out = st_mine(
-        data, st.SentenceTransformer(str(model_dir), device="cpu"), corpus=list(corpus),
+        data, model, corpus=list(corpus),
         range_min=o.range_min, range_max=o.range_max, max_score=o.max_score,
         min_score=o.min_score, absolute_margin=o.absolute_margin,
         relative_margin=o.relative_margin, num_negatives=o.num_negatives,
@@ -65,7 +65,7 @@ def theirs(model_dir, rows, corpus, o: MiningOptions, use_faiss: bool) -> list[t
 
 @pytest.mark.parametrize("case", sorted(OPTIONS))
 def test_index_equals_exact_search_and_sentence_transformers(setup, case):
-    model_dir, rows, corpus = setup
+    model_dir, rows, corpus, model = setup
     emb = SentenceEmbedder(model_dir, dtype="fp32")
     o = OPTIONS[case]
     got, counts = mine_hard_negatives(emb.encode, rows, corpus, o, search="index")
@@ -73,7 +73,7 @@ def test_index_equals_exact_search_and_sentence_transformers(setup, case):
     assert got == exact
     assert 0 < counts["rows_out"] and all(len(r) == 2 + o.num_negatives for r in got)
     for use_faiss in (False, True):
-        assert got == theirs(model_dir, rows, corpus, o, use_faiss), (case, use_faiss)
+        assert got == theirs(model, rows, corpus, o, use_faiss), (case, use_faiss)
     if case in ("margins", "scores"):  # the filters removed candidates: without, rows differ
         plain = MiningOptions(num_negatives=2, range_max=o.range_max)
         assert mine_hard_negatives(emb.encode, rows, corpus, plain)[0] != got
@@ -82,7 +82,7 @@ def test_index_equals_exact_search_and_sentence_transformers(setup, case):
 def test_a_built_index_gives_the_same_rows(setup, tmp_path, cli):
     from bertfamily.pipelines.index import VectorIndex
 
-    model_dir, rows, corpus = setup
+    model_dir, rows, corpus, _ = setup
     emb = SentenceEmbedder(model_dir, dtype="fp32")
     texts = list(dict.fromkeys([*corpus, *(p for _, p in rows)]))
     built = VectorIndex.build(emb, texts)

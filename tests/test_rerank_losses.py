@@ -47,7 +47,7 @@ def tables() -> dict[str, PairTable]:
         for _ in range(int(rng.integers(1, 5))):
             graded.append((query, _text(rng)))
             labels.append(float(rng.integers(0, 4)))
-    triplets = [(_text(rng), _text(rng), _text(rng)) for _ in range(STEPS * 5)]
+    triplets = [(_text(rng), _text(rng), _text(rng)) for _ in range(STEPS * 5)]  # batches of 3
     return {
         "bce": PairTable(("q", "p"), scored, [float(x) for x in rng.random(len(scored))]),
         "listnet": PairTable(("q", "p"), graded, labels),
@@ -55,7 +55,7 @@ def tables() -> dict[str, PairTable]:
     }
 
 
-BATCH = {"bce": 4, "listnet": 2, "mnrl": 5}
+BATCH = {"bce": 4, "listnet": 2, "mnrl": 3}
 #: every in-batch negative (sampling a few draws from each library's own random stream)
 OPTIONS = {"mnrl": {"num_negatives": None}}
 
