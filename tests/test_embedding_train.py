@@ -94,6 +94,9 @@ def test_cli_trains_a_sentence_transformers_directory_and_keeps_the_best(tiny, f
     assert [e["step"] for e in evals] == [2, 4]
     final = json.loads((out / "final_metrics.json").read_text())
     assert final["eval"]["spearman"] == pytest.approx(max(e["eval_spearman"] for e in evals))
+    # sentence-transformers' trainer defaults: transformers' AdamW, no weight decay
+    train = json.loads((out / "run.json").read_text())["config"]["train"]
+    assert (train["weight_decay"], train["adam_eps"], train["warmup_ratio"]) == (0.0, 1e-8, 0.1)
     assert "spearman" in (out / "best" / "README.md").read_text()
     printed = _run(
         ["evaluate", "sts", "--model", str(out / "best"), "--data", str(files["scored"])]

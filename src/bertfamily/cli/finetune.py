@@ -57,7 +57,8 @@ NULL_HELP = (
 
 @commands.command()
 @handle_errors
-@training_options("finetune", max_steps=None, eval_every=None, log_every=None)
+# weight decay None: the recipe's (finetune 0.01; embedding/rerank 0, as sentence-transformers)
+@training_options("finetune", max_steps=None, eval_every=None, log_every=None, weight_decay=None)
 def finetune(
     task: str = typer.Option(..., help=TASK_HELP),
     model: str | None = typer.Option(
@@ -111,7 +112,8 @@ def finetune(
     loss: str | None = typer.Option(
         None,
         help="embedding: mnrl | mnrl_symmetric | cached_mnrl | cosent | cosine | simcse "
-        "(default mnrl); rerank: bce.",
+        "(default mnrl); rerank: bce (default) | listnet (listwise, rows grouped by query) | "
+        "mnrl (in-batch negatives).",
     ),
     matryoshka_dims: str | None = typer.Option(
         None, help="embedding: wrap the loss in Matryoshka over these dims, e.g. 384,256,128,64."
@@ -123,7 +125,22 @@ def finetune(
         None, min=8, help="embedding/rerank: tokens per text (default: the model's)."
     ),
     mini_batch_size: int = typer.Option(32, min=1, help="cached_mnrl: rows per mini-batch."),
-    scale: float = typer.Option(20.0, min=1e-6, help="MNRL/CoSENT similarity scale."),
+    scale: float | None = typer.Option(
+        None,
+        min=1e-6,
+        help="embedding MNRL/CoSENT similarity scale (default 20); rerank mnrl: the scale of "
+        "the sigmoid scores (default 10).",
+    ),
+    num_negatives: int = typer.Option(
+        4,
+        min=1,
+        help="rerank mnrl: in-batch negatives sampled per query (all of them when the batch "
+        "has no more).",
+    ),
+    shuffle: bool = typer.Option(
+        True,
+        help="embedding/rerank: reshuffle the rows every epoch (--no-shuffle: the file's order).",
+    ),
     train_format: str | None = typer.Option(
         None, help="embedding/rerank: 'sts' for STS Benchmark TSV files (stsb:SPLIT implies it)."
     ),
@@ -137,7 +154,7 @@ def finetune(
         return _pair_task(
             task, model, str(train), None if eval is None else str(eval), output, training,
             epochs, loss, matryoshka_dims, min_score, max_seq_length, mini_batch_size, scale,
-            train_format,
+            train_format, num_negatives, shuffle,
         )  # fmt: skip
     from ..data.task_data import TaskOptions
     from ..recipes.finetune import FinetuneConfig
@@ -202,7 +219,7 @@ def finetune(
 
 def _pair_task(
     task, model, train, eval, output, training, epochs, loss, dims, min_score, max_len,
-    mini_batch_size, scale, train_format,
+    mini_batch_size, scale, train_format, num_negatives, shuffle,
 ):  # fmt: skip
     from .common import model_path
 
@@ -218,9 +235,9 @@ def _pair_task(
                 f"--matryoshka-dims {dims!r}: give integers joined by ','"
             ) from None
         cfg = EmbeddingConfig(
-            model_path(model), train, loss or "mnrl", eval, scale=scale,
+            model_path(model), train, loss or "mnrl", eval, scale=20.0 if scale is None else scale,
             mini_batch_size=mini_batch_size, matryoshka_dims=parsed, min_score=min_score,
-            max_seq_length=max_len, epochs=epochs_, train_format=train_format,
+            max_seq_length=max_len, epochs=epochs_, train_format=train_format, shuffle=shuffle,
         )  # fmt: skip
         with training_threads(training.threads):
             res = train_embedding(cfg, output_dir=output, **fields)
@@ -229,7 +246,8 @@ def _pair_task(
 
         cfg = RerankConfig(
             model_path(model), train, loss or "bce", eval, max_length=max_len or 256,
-            epochs=epochs_, train_format=train_format,
+            epochs=epochs_, train_format=train_format, shuffle=shuffle,
+            num_negatives=num_negatives, scale=10.0 if scale is None else scale,
         )  # fmt: skip
         with training_threads(training.threads):
             res = train_reranker(cfg, output_dir=output, **fields)

@@ -32,10 +32,16 @@ def mine_negatives(
     corpus: Path | None = typer.Option(
         None, help="Candidate texts, one a line (default: the data's positives)."
     ),
+    index: Path | None = typer.Option(
+        None,
+        help="A built index (bertfamily index build) whose texts are the candidates, searched "
+        "as they are (made by --model); instead of --corpus.",
+    ),
     num_negatives: int = typer.Option(3, min=1, help="Negatives per row."),
     range_min: int = typer.Option(0, min=0, help="Skip this many of the most similar."),
     range_max: int = typer.Option(100, min=1, help="Consider candidates ranked below this."),
     max_score: float | None = typer.Option(None, help="Skip candidates more similar than this."),
+    min_score: float | None = typer.Option(None, help="Skip candidates less similar than this."),
     absolute_margin: float | None = typer.Option(
         None, help="Keep only candidates with cos <= cos(anchor, positive) - margin."
     ),
@@ -47,7 +53,8 @@ def mine_negatives(
     device: str = typer.Option("auto", help=DEVICE_HELP),
 ):
     """For each (anchor, positive), the most similar non-positives of the corpus (exact
-    cosine search), within a rank range and margins; rows with too few are dropped."""
+    cosine search in a FAISS index: built in memory, or --index), under margins and within a
+    rank range (sentence-transformers' mine_hard_negatives); rows with too few are dropped."""
     compute_threads(threads)
     device = torch_device(device)
     from ..data.pairs import read_pairs
@@ -59,17 +66,28 @@ def mine_negatives(
     table = read_pairs(input)
     if len(table.columns) < 2:
         raise typer.BadParameter(f"{input}: needs anchor and positive columns")
+    if corpus is not None and index is not None:
+        raise typer.BadParameter("give --corpus or --index, not both")
     texts = None
     if corpus is not None:
         texts = [t for t in corpus.read_text(encoding="utf-8").splitlines() if t.strip()]
     embedder = SentenceEmbedder(resolve_model(model), dtype="fp32", device=device)
-    options = MiningOptions(num_negatives, range_min, range_max, max_score, absolute_margin,
-                            relative_margin)  # fmt: skip
+    built = None
+    if index is not None:
+        from ..pipelines.index import VectorIndex
+
+        built = VectorIndex.load(index)
+        built.check_model(embedder)
+    options = MiningOptions(
+        num_negatives, range_min, range_max, max_score, absolute_margin, relative_margin,
+        min_score=min_score,
+    )  # fmt: skip
     rows, counts = mine_hard_negatives(
         lambda t: embedder.encode(t, batch_size=batch_size),
         [(r[0], r[1]) for r in table.rows],
         texts,
         options,
+        index=built,
     )
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")

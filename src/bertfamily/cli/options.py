@@ -35,7 +35,7 @@ class TrainOptions:
     learning_rate: float = 1e-3
     warmup_ratio: float | None = 0.05
     schedule: str = "linear"
-    weight_decay: float = 0.01
+    weight_decay: float | None = 0.01
     eval_every: int | None = 500
     save_every: int = 500
     log_every: int | None = 50
@@ -101,7 +101,10 @@ _OPTIONS: dict[str, tuple[tuple[str, ...], dict[str, Any]]] = {
         (),
         dict(help="Learning-rate schedule: linear | inverse_sqrt | constant."),
     ),
-    "weight_decay": ((), dict(help="AdamW weight decay.")),
+    "weight_decay": (
+        (),
+        dict(help="AdamW weight decay (finetune: 0.01; 0 with --task embedding or rerank)."),
+    ),
     "eval_every": (
         (),
         dict(

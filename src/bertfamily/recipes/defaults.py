@@ -40,8 +40,23 @@ TRAIN_DEFAULTS: dict[str, dict[str, Any]] = {
         "save_every": 0,
         "log_every": 0,
     },
-    # sentence-transformers' trainer defaults for bi-encoders and cross-encoders (lr 5e-5,
-    # 10 % warm-up); max_steps from the epochs, logging a tenth of the run
-    "embedding": {"learning_rate": 5e-5, "warmup_ratio": 0.1, "save_every": 0, "log_every": 0},
-    "rerank": {"learning_rate": 5e-5, "warmup_ratio": 0.1, "save_every": 0, "log_every": 0},
+    # sentence-transformers' trainers for bi-encoders and cross-encoders: transformers' AdamW
+    # defaults (lr 5e-5, eps 1e-8, no weight decay) and the 10 % warm-up of its examples;
+    # max_steps from the epochs, logging a tenth of the run
+    "embedding": {
+        "learning_rate": 5e-5,
+        "warmup_ratio": 0.1,
+        "weight_decay": 0.0,
+        "adam_eps": 1e-8,
+        "save_every": 0,
+        "log_every": 0,
+    },
+    "rerank": {
+        "learning_rate": 5e-5,
+        "warmup_ratio": 0.1,
+        "weight_decay": 0.0,
+        "adam_eps": 1e-8,
+        "save_every": 0,
+        "log_every": 0,
+    },
 }

@@ -9,8 +9,9 @@ forward pass per column, as sentence-transformers). With an STS evaluation file 
 scored (Spearman of cosine vs gold, `evaluation.metrics.evaluate_sts`) every ``eval_every``
 steps and the best one kept in ``best/``.
 
-Outputs in ``TrainConfig.output_dir``: ``metrics.jsonl``, ``checkpoint.pt``, ``model/`` and
-``best/`` (sentence-transformers directories with a model card) and ``final_metrics.json``.
+Outputs in ``TrainConfig.output_dir``: ``run.json`` (`train.rundir.write_run_record`),
+``metrics.jsonl``, ``checkpoint.pt``, ``model/`` and ``best/`` (sentence-transformers
+directories with a model card) and ``final_metrics.json``.
 """
 
 from __future__ import annotations
@@ -27,24 +28,26 @@ import numpy as np
 import torch
 
 from ..data.batching import IndexedBatches
-from ..data.pairs import PairTable, read_pairs
+from ..data.pairs import PairTable, read_pairs, resolve_pair_file
 from ..errors import InputError
 from ..evaluation.metrics import evaluate_sts
 from ..files import write_text_atomic
 from ..objectives.contrastive import LOSSES, EmbeddingLoss, build_loss, simcse_columns
 from ..pipelines.bi_encoder import BiEncoder, model_card
+from ..resources.resolve import resolve_model
 from ..train.distributed import init_distributed
 from ..train.loop import TrainConfig, Trainer, unwrap
-from ..train.rundir import locks_run_directory, seed_all
+from ..train.rundir import locks_run_directory, seed_all, write_run_record
 from .common import train_config
+from .defaults import TRAIN_DEFAULTS
 
 __all__ = ["EMBEDDING_TRAIN_DEFAULTS", "EmbeddingConfig", "train_embedding", "pair_batches"]
 
 log = logging.getLogger(__name__)
 
-# sentence-transformers' trainer defaults: learning rate 5e-5 (transformers' AdamW default),
-# 10 % warm-up as its examples use, weight decay 0.01 as ours.
-EMBEDDING_TRAIN_DEFAULTS: dict[str, Any] = {"learning_rate": 5e-5, "warmup_ratio": 0.1}
+# sentence-transformers' trainer defaults (`recipes.defaults.TRAIN_DEFAULTS["embedding"]`):
+# transformers' AdamW (lr 5e-5, eps 1e-8, weight decay 0) and 10 % warm-up as its examples use.
+EMBEDDING_TRAIN_DEFAULTS: dict[str, Any] = TRAIN_DEFAULTS["embedding"]
 
 
 @dataclass
@@ -64,6 +67,10 @@ class EmbeddingConfig:
             as MNRL positives; labels then dropped). None: keep all.
         max_seq_length: tokens per text (None: the model's).
         epochs: passes over the data; sets ``max_steps`` (None: ``TrainConfig.max_steps``).
+        train_format: "sts" for STS Benchmark files given as paths (see `data.pairs`).
+        shuffle: reshuffle the rows every epoch (seeded by ``TrainConfig.seed`` and the epoch);
+            False keeps the file's order, e.g. data already shuffled or ordered for its
+            in-batch negatives (sentence-transformers' trainer with a sequential sampler).
     """
 
     model: str | Path
@@ -77,6 +84,7 @@ class EmbeddingConfig:
     max_seq_length: int | None = None
     epochs: float | None = 1.0
     train_format: str | None = None
+    shuffle: bool = True
 
 
 def _prepare_table(cfg: EmbeddingConfig, table: PairTable, loss: EmbeddingLoss) -> PairTable:
@@ -97,11 +105,18 @@ def _prepare_table(cfg: EmbeddingConfig, table: PairTable, loss: EmbeddingLoss) 
 
 
 def pair_batches(
-    table: PairTable, model: BiEncoder, batch_size: int, *, seed: int = 0, rank=0, world_size=1
+    table: PairTable,
+    model: BiEncoder,
+    batch_size: int,
+    *,
+    seed: int = 0,
+    rank: int = 0,
+    world_size: int = 1,
+    shuffle: bool = True,
 ) -> IndexedBatches:
-    """The training batch source: shuffled rows (seed, epoch), every column tokenized apart:
-    ``{"features": [column tensors...], "labels": (B,) float32}`` (labels when the table has
-    them)."""
+    """The training batch source: rows shuffled by (seed, epoch) (``shuffle`` False: in file
+    order), every column tokenized apart: ``{"features": [column tensors...], "labels": (B,)
+    float32}`` (labels when the table has them)."""
     items = list(range(len(table)))
 
     def collate(idx: list[int], rng: np.random.Generator) -> dict[str, Any]:
@@ -114,7 +129,9 @@ def pair_batches(
             batch["labels"] = torch.tensor([table.labels[i] for i in idx], dtype=torch.float32)
         return batch
 
-    return IndexedBatches(items, batch_size, collate, seed=seed, rank=rank, world_size=world_size)
+    return IndexedBatches(
+        items, batch_size, collate, shuffle=shuffle, seed=seed, rank=rank, world_size=world_size
+    )
 
 
 def train_embedding(
@@ -164,7 +181,13 @@ def _train_embedding(cfg: EmbeddingConfig, train: TrainConfig) -> dict[str, Any]
     dist = init_distributed(train.device)
     batch_size = min(train.batch_size, len(table) // dist.world_size)
     source = pair_batches(
-        table, model, batch_size, seed=train.seed, rank=dist.rank, world_size=dist.world_size
+        table,
+        model,
+        batch_size,
+        seed=train.seed,
+        rank=dist.rank,
+        world_size=dist.world_size,
+        shuffle=cfg.shuffle,
     )
     steps = max(1, int(cfg.epochs * len(source))) if cfg.epochs is not None else train.max_steps
     card = {
@@ -197,6 +220,14 @@ def _train_embedding(cfg: EmbeddingConfig, train: TrainConfig) -> dict[str, Any]
                 metric_for_best="spearman", greater_is_better=True, load_best_at_end=True
             )
     config = dataclasses.replace(train, **derived)
+    if dist.is_main:  # run.json: what repeats this run
+        files = [cfg.train_file, *([cfg.eval_file] if cfg.eval_file is not None else [])]
+        write_run_record(
+            train.output_dir,
+            {"embedding": cfg, "train": config},
+            [resolve_pair_file(f)[0] for f in files] + [resolve_model(cfg.model)],
+            train.seed,
+        )
     summary = Trainer(
         model,
         loss_fn,

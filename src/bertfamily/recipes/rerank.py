@@ -1,15 +1,17 @@
 """`train_reranker()`: a cross-encoder (query and passage in one input, one relevance logit)
-trained with binary cross-entropy on (query, passage, label ∈ [0, 1]) rows on the shared
-`Trainer` (sentence-transformers' CrossEncoder with ``BinaryCrossEntropyLoss``).
+trained on the shared `Trainer` with a loss of `objectives.ranking` (sentence-transformers'
+CrossEncoder losses): binary cross-entropy on (query, passage, label in [0, 1]) rows
+(``bce``, the default), ListNet over each query's graded passages (``listnet``), or in-batch
+negatives over (query, positive[, negative...]) rows (``mnrl``).
 
-Data: a pair table (`data.pairs.read_pairs`) with two text columns and a label (or score)
-column in [0, 1]; ``stsb:train`` gives the STS Benchmark's pairs with score / 5 (the graded
-labels sentence-transformers' STS-B cross-encoder example trains on). With an evaluation file
-the Spearman correlation of the sigmoid scores with the labels is measured every
-``eval_every`` steps and the best model kept in ``best/``.
+Data: a pair table (`data.pairs.read_pairs`) in the layout of the loss; ``stsb:train`` gives the
+STS Benchmark's pairs with score / 5 (the graded labels sentence-transformers' STS-B
+cross-encoder example trains on). With an evaluation file (two text columns and a label) the
+Spearman correlation of the sigmoid scores with the labels is measured every ``eval_every``
+steps and the best model kept in ``best/``.
 
-Outputs in ``TrainConfig.output_dir``: ``metrics.jsonl``, ``checkpoint.pt``, ``model/`` and
-``best/`` (Hugging Face sequence-classification directories with one output and the
+Outputs in ``TrainConfig.output_dir``: ``run.json``, ``metrics.jsonl``, ``checkpoint.pt``,
+``model/`` and ``best/`` (Hugging Face sequence-classification directories with one output and the
 tokenizer, which sentence-transformers' ``CrossEncoder`` loads; `pipelines.cross_encoder`
 scores with them) and ``final_metrics.json``.
 """
@@ -23,26 +25,21 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
-import torch.nn.functional as F
 
-from ..data.batching import IndexedBatches
-from ..data.pairs import read_pairs
+from ..data.pairs import PairTable, read_pairs, resolve_pair_file
 from ..errors import InputError
 from ..evaluation.metrics import regression_metrics
+from ..objectives.ranking import MODEL_INPUTS, RERANK_LOSSES, build_rerank_loss
 from ..pipelines.cross_encoder import pair_logits
 from ..pipelines.sentence_modules import read_sentence_modules
 from ..pretrained import from_pretrained
 from ..tokenization.tokenizer import load_tokenizer
 from ..train.distributed import init_distributed
 from ..train.loop import TrainConfig, Trainer, unwrap
-from ..train.rundir import locks_run_directory, seed_all
+from ..train.rundir import locks_run_directory, seed_all, write_run_record
 from .common import finish_run, save_pretrained, train_config
 
 __all__ = ["RERANK_LOSSES", "RerankConfig", "train_reranker"]
-
-RERANK_LOSSES = ("bce",)
-_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
 
 @dataclass
@@ -53,11 +50,15 @@ class RerankConfig:
         model: the starting encoder (a Hugging Face or sentence-transformers directory; its
             encoder weights are used, a one-output head is initialised).
         train_file: (query, passage, label) rows (see the module docstring).
-        loss: "bce".
+        loss: one of `objectives.ranking.RERANK_LOSSES` ("bce", "listnet", "mnrl").
         eval_file: scored pairs for ``eval_every`` (Spearman) and the best checkpoint.
         max_length: tokens per (query, passage) input.
         epochs: passes over the data; sets ``max_steps`` (None: ``TrainConfig.max_steps``).
         train_format: "sts" for STS Benchmark files given as paths.
+        shuffle: reshuffle the rows (listnet: the queries) every epoch (False: the file's
+            order).
+        num_negatives: ``mnrl``: in-batch negatives per query (None: all).
+        scale: ``mnrl``: the scale of the sigmoid scores.
     """
 
     model: str | Path
@@ -67,15 +68,15 @@ class RerankConfig:
     max_length: int = 256
     epochs: float | None = 1.0
     train_format: str | None = None
+    shuffle: bool = True
+    num_negatives: int | None = 4
+    scale: float = 10.0
 
 
-def _labelled_pairs(spec, fmt=None):
-    table = read_pairs(spec, format=fmt)
+def _eval_pairs(spec) -> PairTable:
+    table = read_pairs(spec)
     if len(table.columns) != 2 or table.labels is None:
-        raise InputError(f"{spec}: a reranker trains on two text columns and a label column")
-    bad = [y for y in table.labels if not 0.0 <= y <= 1.0]
-    if bad:
-        raise InputError(f"{spec}: labels must lie in [0, 1] (found {bad[0]})")
+        raise InputError(f"{spec}: reranker evaluation needs two text columns and a label column")
     return table
 
 
@@ -106,8 +107,10 @@ def _train_reranker(cfg: RerankConfig, train: TrainConfig) -> dict[str, Any]:
     t0 = time.time()
     if cfg.loss not in RERANK_LOSSES:
         raise InputError(f"unknown rerank loss {cfg.loss!r}; expected one of {RERANK_LOSSES}")
-    table = _labelled_pairs(cfg.train_file, cfg.train_format)
-    eval_table = _labelled_pairs(cfg.eval_file) if cfg.eval_file is not None else None
+    loss = build_rerank_loss(cfg.loss, num_negatives=cfg.num_negatives, scale=cfg.scale)
+    table = read_pairs(cfg.train_file, format=cfg.train_format)
+    loss.check(table, cfg.train_file)
+    eval_table = _eval_pairs(cfg.eval_file) if cfg.eval_file is not None else None
     base = read_sentence_modules(Path(cfg.model)).model_dir  # a sentence-transformers dir's encoder
     tok = load_tokenizer(base)
     model = from_pretrained(
@@ -116,20 +119,17 @@ def _train_reranker(cfg: RerankConfig, train: TrainConfig) -> dict[str, Any]:
     model.train()
     max_length = min(cfg.max_length, model.config.max_sequence_length)
 
-    def collate(idx: list[int], rng: np.random.Generator) -> dict[str, Any]:
-        del rng
-        rows = [table.rows[i] for i in idx]
-        enc = tok([r[0] for r in rows], [r[1] for r in rows], max_length=max_length)
-        batch = {k: v for k, v in enc.items() if k in _INPUTS}
-        batch["labels"] = torch.tensor([table.labels[i] for i in idx], dtype=torch.float32)
-        return batch
+    def tokenize(queries: list[str], passages: list[str]) -> dict[str, Any]:
+        enc = tok(queries, passages, max_length=max_length)
+        return {k: v for k, v in enc.items() if k in MODEL_INPUTS}
 
     dist = init_distributed(train.device)
-    batch_size = min(train.batch_size, len(table) // dist.world_size)
-    source = IndexedBatches(
-        list(range(len(table))),
+    batch_size = min(train.batch_size, loss.units(table) // dist.world_size)
+    source = loss.batches(
+        table,
+        tokenize,
         batch_size,
-        collate,
+        shuffle=cfg.shuffle,
         seed=train.seed,
         rank=dist.rank,
         world_size=dist.world_size,
@@ -137,8 +137,7 @@ def _train_reranker(cfg: RerankConfig, train: TrainConfig) -> dict[str, Any]:
     steps = max(1, int(cfg.epochs * len(source))) if cfg.epochs is not None else train.max_steps
 
     def loss_fn(m, batch):
-        logits = m(**{k: v for k, v in batch.items() if k in _INPUTS}).logits.view(-1)
-        return F.binary_cross_entropy_with_logits(logits.float(), batch["labels"]), {}
+        return loss(m, batch)
 
     def eval_fn(m):
         pairs = list(zip(eval_table.column(0), eval_table.column(1)))
@@ -156,11 +155,20 @@ def _train_reranker(cfg: RerankConfig, train: TrainConfig) -> dict[str, Any]:
             derived.update(
                 metric_for_best="spearman", greater_is_better=True, load_best_at_end=True
             )
+    config = dataclasses.replace(train, **derived)
+    if dist.is_main:  # run.json: what repeats this run
+        files = [cfg.train_file, *([cfg.eval_file] if cfg.eval_file is not None else [])]
+        write_run_record(
+            train.output_dir,
+            {"rerank": cfg, "train": config},
+            [resolve_pair_file(f)[0] for f in files] + [base],
+            train.seed,
+        )
     summary = Trainer(
         model,
         loss_fn,
         source,
-        dataclasses.replace(train, **derived),
+        config,
         eval_fn if eval_table is not None else None,
         dist=dist,
         save_fn=save_pretrained,
