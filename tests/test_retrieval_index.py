@@ -106,7 +106,9 @@ def test_binary_index_round_trip_equals_in_memory(tmp_path):
         ]
     # exact float search over every row = brute force cosine
     full = loaded.search(queries, top_k=5, rescore=200)
-    assert [[h.index for h in r] for r in full] == np.argsort(-(queries @ docs.T), 1)[:, :5].tolist()
+    assert [[h.index for h in r] for r in full] == np.argsort(-(queries @ docs.T), 1)[
+        :, :5
+    ].tolist()
     loaded.add_vectors(_unit(3, 44, 4), ["x", "y", "z"], ["n1", "n2", "n3"])
     with pytest.raises(InputError, match="already in the index"):
         loaded.add_vectors(_unit(1, 44, 5), ["w"], ["doc-3"])
