@@ -68,30 +68,35 @@ def train_rows(min_label: float | None = None) -> tuple[list[tuple[str, str, flo
         min_label: keep only rows with score / 5 >= this (SPLADE's positive pairs).
     """
     train, test = read_pairs("stsb:train"), read_pairs("stsb:test")
-    test_texts = set(test.column(0)) | set(test.column(1))
+    test_texts = {t.strip() for t in test.column(0) + test.column(1)}
+
+    def shares(r) -> bool:
+        return r[0].strip() in test_texts or r[1].strip() in test_texts
+
     rows = [(a, b, y) for (a, b), y in zip(train.rows, train.labels)]
-    kept = [r for r in rows if r[0] not in test_texts and r[1] not in test_texts]
+    kept = [r for r in rows if not shares(r)]
     if min_label is not None:
         kept = [r for r in kept if r[2] >= min_label]
     counts = {
         "stsb_train_rows": len(rows),
-        "dropped_sharing_a_test_sentence": sum(
-            1 for r in rows if r[0] in test_texts or r[1] in test_texts
-        ),
+        "dropped_sharing_a_test_sentence": sum(map(shares, rows)),
         "rows_used": len(kept),
     }
     return kept, counts
 
 
-def _done(path: Path) -> dict | None:
+def _done(path: Path, model: str) -> dict | None:
+    """The record of a finished run in ``path`` (its model in ``path / model``), or None."""
     f = path / "done.json"
-    return json.loads(f.read_text()) if f.is_file() else None
+    if not f.is_file():
+        return None
+    return json.loads(f.read_text()) | {"model": str(path / model)}
 
 
 def train_cross_encoder(out: Path, base: str, epochs: float = 1.0, batch_size: int = 16) -> dict:
     """Train (or reuse) the STS-B cross-encoder in ``out``; returns its record (``model``:
     the directory `Reranker` loads)."""
-    done = _done(out)
+    done = _done(out, "run/model")
     if done is not None:
         return done
     from bertfamily.recipes.rerank import RerankConfig, train_reranker
@@ -148,7 +153,7 @@ def train_splade(
 ) -> dict:
     """Train (or reuse) the SPLADE model in ``out`` with sentence-transformers (see the module
     docstring); returns its record (``model``: the directory `SparseEncoder` loads)."""
-    done = _done(out)
+    done = _done(out, "model")
     if done is not None:
         return done
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
