@@ -286,7 +286,7 @@ def test_server_predict_early_exit(distilled):
     with TestClient(app) as client:
         r = client.post("/predict", json={"inputs": "the film was great"})
         assert r.status_code == 200 and r.json()[0]["exit_layer"] == 3  # default speed 0
-        pair = [["the film was great", "awful"]]  # a pair only as [[a, b]], as TEI
+        pair = [["the film was great", "awful"]]  # a batch of one pair
         r = client.post("/predict", json={"inputs": pair, "speed": 1})
         assert r.status_code == 200 and r.json()[0][0]["exit_layer"] == 1  # at layer 1
         batch = [["the film was great"], ["the film was awful today"]]

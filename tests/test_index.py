@@ -196,3 +196,117 @@ def test_cli_build_add_search(cli, tiny_models, tmp_path):
     assert r.exit_code == 2 and "not an index directory" in r.output
     r = cli("search", "q", "--model", a)
     assert r.exit_code == 2 and "--corpus FILE or --index DIR" in r.output
+
+
+@pytest.fixture(scope="module")
+def tiny_splade(minilm_dir, tmp_path_factory):
+    from bertfamily.pipelines.sparse import SparseEncoder
+    from retrieval_dirs import splade
+
+    path = splade(tmp_path_factory.mktemp("tiny-splade") / "splade", minilm_dir, bias=-0.7)
+    return path, SparseEncoder(path)
+
+
+def _jsonl(result) -> list[list[tuple]]:
+    """(id, score, text) per hit, one list per query, of `search --format jsonl` (scores
+    printed to 6 decimals)."""
+    rows = [json.loads(line) for line in result.stdout.splitlines()]
+    out: list[list[tuple]] = []
+    for r in rows:
+        if r["rank"] == 1:
+            out.append([])
+        out[-1].append((r["id"], r["score"], r["text"]))
+    return out
+
+
+def _same(got, want, ids, **tol) -> None:
+    """`_jsonl` hits equal in-memory hits (row → id; scores to ``tol``)."""
+    assert [[g[0] for g in row] for row in got] == [[ids[h.index] for h in row] for row in want]
+    scores = [[g[1] for g in row] for row in got]
+    np.testing.assert_allclose(scores, [[h.score for h in row] for row in want], **tol)
+
+
+def test_cli_binary_sparse_and_hybrid_indexes(cli, tiny_models, tiny_splade, tmp_path):
+    from bertfamily.pipelines.embed import SentenceEmbedder
+    from bertfamily.pipelines.retrieval import BinaryIndex, SparseIndex, fuse
+
+    a = tiny_models[0]
+    emb_a = SentenceEmbedder(a, dtype="fp32")  # the commands below run in fp32 (auto: bf16)
+    splade_dir, encoder = tiny_splade
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(DOCS[:12]) + "\n\n" + "\n".join(DOCS[12:]) + "\n", encoding="utf-8")
+    texts, ids = DOCS, list(range(1, 13)) + list(range(14, 32))  # line numbers; line 13 blank
+    for kind, model in (("binary", a), ("sparse", splade_dir), ("flat", a)):
+        r = cli("index", "build", "--corpus", corpus, "-o", tmp_path / kind, "--kind", kind,
+                "--model", model, "--dtype", "fp32")  # fmt: skip
+        assert r.exit_code == 0, r.output
+        assert json.loads((tmp_path / kind / "meta.json").read_text())["kind"] == kind
+    queries = ["about cats and coffee", "document number 7"]
+
+    def search(*args):
+        r = cli("search", *queries, "--format", "jsonl", "-k", "4", "--dtype", "fp32", *args)
+        assert r.exit_code == 0, r.output
+        return _jsonl(r)
+
+    binary = BinaryIndex(emb_a.encode(texts))
+    want = binary.search(emb_a.encode(queries), top_k=4, rescore=40)
+    got = search("--index", tmp_path / "binary", "--model", a)
+    _same(got, want, ids, atol=1e-6)
+    assert got[0][0][2] == texts[want[0][0].index]
+    got = search("--index", tmp_path / "binary", "--model", a, "--rescore", "0")
+    plain = binary.search(emb_a.encode(queries), top_k=4, rescore=None)
+    assert [[g[1] for g in row] for row in got] == [[h.score for h in row] for row in plain]
+
+    sparse = SparseIndex(encoder.encode(texts))
+    s_want = sparse.search(encoder.encode(queries), top_k=4)
+    got = search("--index", tmp_path / "sparse", "--model", splade_dir)
+    _same(got, s_want, ids, rtol=1e-5, atol=1e-6)
+
+    from bertfamily.pipelines.index import VectorIndex
+
+    dense = VectorIndex.build(emb_a, texts)
+    d_hits = dense.search(emb_a, queries, top_k=100)
+    s_hits = sparse.search(encoder.encode(queries), top_k=100)
+    for method in ("rrf", "linear"):
+        fused = [fuse(d, s, top_k=4, method=method) for d, s in zip(d_hits, s_hits)]
+        got = search("--index", tmp_path / "flat", "--index", tmp_path / "sparse", "--model", a,
+                     "--sparse-model", splade_dir, "--fusion", method)  # fmt: skip
+        _same(got, fused, ids, atol=1e-6)
+
+    more = tmp_path / "more.jsonl"
+    more.write_text(json.dumps({"id": "m0", "text": "a new document about trains"}) + "\n")
+    r = cli("index", "add", "--index", tmp_path / "sparse", "--corpus", more, "--model", splade_dir)
+    assert r.exit_code == 0, r.output
+    assert SparseIndex.load(tmp_path / "sparse").ids[-1] == "m0"
+    r = cli("index", "add", "--index", tmp_path / "binary", "--corpus", more, "--model", a)
+    assert r.exit_code == 0, r.output
+    assert len(BinaryIndex.load(tmp_path / "binary")) == 31
+
+    def fails(*args) -> str:
+        r = cli(*args)
+        assert r.exit_code == 2, r.output
+        return " ".join(r.output.split())
+
+    assert "built with model" in fails("search", "q", "--index", tmp_path / "binary", "--model",
+                                       tiny_models[1])  # fmt: skip
+    assert "SPLADE" in fails("search", "q", "--index", tmp_path / "sparse", "--model", a)
+    assert "same documents" in fails(
+        "search",
+        "q",
+        "--index",
+        tmp_path / "flat",
+        "--index",
+        tmp_path / "sparse",
+        "--model",
+        a,
+        "--sparse-model",
+        splade_dir,
+    )  # fmt: skip  (the sparse index has one more row)
+    assert "one dense or binary index and one sparse" in fails(
+        "search", "q", "--index", tmp_path / "flat", "--index", tmp_path / "binary"
+    )
+    assert "--kind must be one of" in fails("index", "build", "--corpus", corpus, "-o",
+                                            tmp_path / "x", "--kind", "ivf")  # fmt: skip
+    assert "--embeddings builds flat or hnsw" in fails(
+        "index", "build", "--embeddings", tmp_path / "e.parquet", "-o", tmp_path / "x",
+        "--kind", "binary")  # fmt: skip

@@ -291,14 +291,32 @@ def test_predict_classifier_and_tagger(minilm_dir, tmp_path):
             [p["label"] for p in row] for row in want
         ]
         np.testing.assert_allclose(batch[1][0]["score"], want[1][0]["score"], atol=1e-6)
-        bad = httpx.post(server.url + "/predict", json={"inputs": [["a"], ["b", "c"]]})
-        assert bad.status_code == 422 and "mix" in bad.json()["error"]
+        # TEI's PredictInput (router/src/http/types.rs): "a string, a pair of strings
+        # [string, string] or a batch of mixed strings and pairs [[string], [string, string]]"
+        pair = httpx.post(server.url + "/predict", json={"inputs": ["a", "b"], "x": 1}).json()
+        want = clf(["a"], ["b"], top_k=None)[0]  # one pair, one flat answer; unknown field ignored
+        assert [p["label"] for p in pair] == [p["label"] for p in want]
+        np.testing.assert_allclose(
+            [p["score"] for p in pair], [p["score"] for p in want], atol=1e-6
+        )
+        one = httpx.post(server.url + "/predict", json={"inputs": ["a"]}).json()
+        np.testing.assert_allclose(
+            one[0]["score"], clf(["a"], top_k=None)[0][0]["score"], atol=1e-6
+        )
+        mixed = httpx.post(server.url + "/predict", json={"inputs": [["a"], ["b", "c"], ["d"]]})
+        assert mixed.status_code == 200
+        singles, pairs = clf(["a", "d"], top_k=None), clf(["b"], ["c"], top_k=None)
+        for got_row, want_row in zip(mixed.json(), [singles[0], pairs[0], singles[1]]):
+            assert [p["label"] for p in got_row] == [p["label"] for p in want_row]
+            np.testing.assert_allclose(
+                [p["score"] for p in got_row], [p["score"] for p in want_row], atol=1e-6
+            )
         bad = httpx.post(server.url + "/predict", json={"inputs": [["a", "b", "c"]]})
         assert bad.status_code == 422 and "3 texts" in bad.json()["error"]
-        # a list of texts is a batch (as TEI), never one pair; unknown fields are ignored
-        batch = httpx.post(server.url + "/predict", json={"inputs": ["a", "b"], "x": 1}).json()
-        want = clf(["a", "b"], top_k=None)
-        np.testing.assert_allclose(batch[1][0]["score"], want[1][0]["score"], atol=1e-6)
+        bad = httpx.post(server.url + "/predict", json={"inputs": ["a", "b", "c"]})
+        assert bad.status_code == 422 and 'send a batch as [["a"], ["b"]' in bad.json()["error"]
+        bad = httpx.post(server.url + "/predict", json={"inputs": ["a", ["b"]]})
+        assert bad.status_code == 422
         assert httpx.post(server.url + "/embed", json={"inputs": "a"}).status_code == 400
         info = httpx.get(server.url + "/info").json()
         assert info["model_type"]["classifier"]["label2id"] == {"neg": 0, "pos": 1, "mixed": 2}

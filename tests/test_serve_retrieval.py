@@ -180,8 +180,15 @@ def test_rerank_and_predict(ce_dir):
         want = ours.predict(pairs)
         assert [row[0]["label"] for row in got] == ["LABEL_0", "LABEL_0"]
         np.testing.assert_allclose([row[0]["score"] for row in got], want, atol=1e-6)
-        bad = httpx.post(server.url + "/predict", json={"inputs": ["a", "b"]})  # two texts, no pair
-        assert bad.status_code == 422 and "pairs" in bad.json()["error"]
+        # TEI: a list of two strings is ONE pair, answered with one flat list
+        one = post(
+            server, "/predict", {"inputs": ["What is Deep Learning?", "Deep Learning is not..."]}
+        )
+        assert [p["label"] for p in one] == ["LABEL_0"]
+        np.testing.assert_allclose(one[0]["score"], want[0], atol=1e-6)
+        for single in ("a", ["a"], [["a"], ["b", "c"]]):  # a reranker scores pairs only
+            bad = httpx.post(server.url + "/predict", json={"inputs": single})
+            assert bad.status_code == 422 and "scores pairs" in bad.json()["error"]
         assert httpx.post(server.url + "/embed", json={"inputs": "a"}).status_code == 400
         assert post(server, "/tokenize", {"inputs": "a"})[0][1]["text"] == "a"
         info = httpx.get(server.url + "/info").json()

@@ -427,12 +427,31 @@ def search(
         help="UTF-8 text file, one document per line (line numbers count every line, from 1; "
         "blank lines are never hits).",
     ),
-    index: Path | None = typer.Option(
+    index: list[Path] | None = typer.Option(
         None,
         "--index",
         metavar="DIR",
-        help="Query an index built by `bertfamily index build` instead of --corpus (the corpus "
-        "is not embedded again; the model must be the index's).",
+        help="Query an index built by `bertfamily index build` (any kind) instead of --corpus "
+        "(the corpus is not embedded again; the model must be the index's). Give it twice, a "
+        "dense or binary index and a sparse one of the same corpus, for hybrid search (--fusion).",
+        show_default=False,
+    ),
+    sparse_model: str | None = typer.Option(
+        None,
+        "--sparse-model",
+        metavar="DIR|NAME",
+        help="Hybrid search: the SPLADE model of the sparse index (--model is the dense one's).",
+    ),
+    fusion: str = typer.Option(
+        "rrf",
+        help="Hybrid search: rrf (reciprocal rank fusion, 1/(60 + rank)) or linear (0.5 · dense "
+        "+ 0.5 · sparse, each min-max normalised); over the top 100 of each index.",
+    ),
+    rescore: int = typer.Option(
+        40,
+        min=0,
+        help="A binary index: rescore this many Hamming candidates with the float vectors "
+        "(at least --top-k; 0: Hamming order, no rescoring).",
     ),
     top_k: int = typer.Option(5, "--top-k", "-k", min=1, help="Hits per query."),
     model: str | None = typer.Option(
@@ -449,16 +468,24 @@ def search(
     """Semantic search: the corpus lines closest to each query (blank lines are never hits).
     JSONL rows carry the query, its 1-based "query_number", the hit's "rank", "score", "text"
     and its "line" in the corpus (with --index: its "id", the line number for a plain text
-    corpus), all counting from 1."""
+    corpus), all counting from 1. With a sparse index, only documents sharing a vocabulary
+    entry with the query are hits; with two indexes the score is the fused one."""
     compute_threads(threads)
     device = torch_device(device)
     from ..pipelines.embed import semantic_search
 
     check_format(fmt)
-    if (corpus is None) == (index is None):
+    if (corpus is None) == (not index):
         raise InputError("give --corpus FILE or --index DIR (one of them)")
-    if index is not None:
-        _search_index(index, list(query), top_k, model, dtype, batch_size, fmt, device)
+    if index:
+        opts = dict(top_k=top_k, dtype=dtype, batch_size=batch_size, rescore=rescore, device=device)
+        if len(index) == 1:
+            results = _search_index(index[0], list(query), model, **opts)
+        elif len(index) == 2:
+            results = _search_hybrid(index, list(query), model, sparse_model, fusion, **opts)
+        else:
+            raise InputError("give --index once, or twice (a dense or binary and a sparse index)")
+        _print_hits(list(query), results, fmt, "id", lambda h: h.id)
         return
     docs = read_input_lines(corpus)
     embedder = _embedder(model, dtype, device=device)
@@ -469,15 +496,64 @@ def search(
     _print_hits(list(query), results, fmt, "line", lambda h: h.index + 1)  # lines count from 1
 
 
-def _search_index(
-    path: Path, queries: list[str], top_k, model, dtype, batch_size, fmt, device="cpu"
-) -> None:
-    from ..pipelines.index import VectorIndex
+FUSION_DEPTH = 100  # hits of each index that hybrid search fuses
 
-    index = VectorIndex.load(path)
-    embedder = _embedder(model, dtype, device=device)
-    results = index.search(embedder, queries, top_k=top_k, batch_size=batch_size)
-    _print_hits(queries, results, fmt, "id", lambda h: h.id)
+
+def _query_index(
+    index, queries: list[str], model, *, top_k, dtype, batch_size, rescore, device="cpu"
+):
+    """One opened index's hits (`IndexHit`) for ``queries``, with the model its kind needs."""
+    from .index import index_encoder, index_kind
+
+    kind = index_kind(index)
+    if kind == "sparse":
+        encoder = index_encoder(kind, model, dtype, device)
+    else:
+        encoder = _embedder(model, dtype, device=device)
+    extra = {"rescore": rescore or None} if kind == "binary" else {}
+    return index.search_texts(encoder, queries, top_k=top_k, batch_size=batch_size, **extra)
+
+
+def _search_index(path: Path, queries: list[str], model, **opts):
+    from ..pipelines.retrieval import open_index
+
+    return _query_index(open_index(path), queries, model, **opts)
+
+
+def _search_hybrid(paths, queries: list[str], model, sparse_model, fusion, *, top_k, **opts):
+    """Dense (or binary) + sparse hits fused (`retrieval.fuse`) over each index's top
+    `FUSION_DEPTH`; the two indexes must hold the same documents in the same order."""
+    from ..errors import VectorIndexError
+    from ..pipelines.index import IndexHit
+    from ..pipelines.retrieval import fuse, open_index
+    from .index import index_kind
+
+    if fusion not in ("rrf", "linear"):
+        raise InputError(f"--fusion must be rrf or linear, got {fusion!r}")
+    a, b = (open_index(p) for p in paths)
+    kinds = [index_kind(a), index_kind(b)]
+    if kinds.count("sparse") != 1:
+        raise InputError(
+            f"hybrid search takes one dense or binary index and one sparse index, got {kinds}"
+        )
+    (dense, dense_path), (sparse, sparse_path) = sorted(
+        zip((a, b), paths), key=lambda ip: index_kind(ip[0]) == "sparse"
+    )
+    if dense.ids != sparse.ids or dense.texts != sparse.texts:
+        raise VectorIndexError(
+            f"{dense_path} and {sparse_path} do not hold the same documents in the same order: "
+            "build both from the same corpus"
+        )
+    if sparse_model is None:
+        raise InputError("hybrid search: give --sparse-model (the sparse index's SPLADE model)")
+    depth = max(FUSION_DEPTH, top_k)
+    d_hits = _query_index(dense, queries, model, top_k=depth, **opts)
+    s_hits = _query_index(sparse, queries, sparse_model, top_k=depth, **opts)
+    fused = [fuse(d, s, top_k=top_k, method=fusion) for d, s in zip(d_hits, s_hits)]
+    return [
+        [IndexHit(h.index, dense.ids[h.index], h.score, dense.texts[h.index]) for h in row]
+        for row in fused
+    ]
 
 
 def _print_hits(queries: list[str], results, fmt: str, column: str, ref) -> None:

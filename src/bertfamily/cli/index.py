@@ -1,4 +1,6 @@
-"""`bertfamily index build|add`: the persisted vector index (FAISS) that `search --index` reads."""
+"""`bertfamily index build|add`: the persisted indexes that `search --index` reads: dense
+(FAISS flat or HNSW), binary (FAISS binary flat, float rescoring) and sparse (SPLADE, an
+inverted index)."""
 
 from __future__ import annotations
 
@@ -24,8 +26,8 @@ commands = App()
 
 
 index_app = App(
-    help="A persisted vector index of a corpus (FAISS): build, add; query with "
-    "`bertfamily search --index DIR`."
+    help="A persisted index of a corpus (dense FAISS flat/HNSW, binary, or sparse SPLADE): "
+    "build, add; query with `bertfamily search --index DIR`."
 )
 
 
@@ -55,10 +57,28 @@ def read_corpus(path: Path, id_column: str = "id", text_column: str = "text") ->
     return texts, ids
 
 
+KIND_HELP = (
+    "flat (exact search), hnsw (approximate, large corpora), binary (1 bit per dimension, the "
+    "best candidates rescored in float) or sparse (SPLADE vectors, an inverted index; --model "
+    "is then a SPLADE directory)."
+)
+INDEX_KINDS = ("flat", "hnsw", "binary", "sparse")
+
+
 def _index_embedder(model: str | None, dtype: str, device: str = "cpu"):
     from ..pipelines.embed import SentenceEmbedder
 
     return SentenceEmbedder(model_path(model), dtype=torch_dtype(dtype, device), device=device)
+
+
+def index_encoder(kind: str, model: str | None, dtype: str, device: str = "cpu"):
+    """The model of an index kind on ``device``: a `SparseEncoder` (SPLADE) for "sparse", else
+    a `SentenceEmbedder`."""
+    if kind != "sparse":
+        return _index_embedder(model, dtype, device)
+    from ..pipelines.sparse import SparseEncoder
+
+    return SparseEncoder(model_path(model), dtype=torch_dtype(dtype, device), device=device)
 
 
 def _with_bar(total: int, work):
@@ -88,8 +108,10 @@ def index_build(
     output: Path = typer.Option(..., "--output", "-o", metavar="DIR", help="Index directory."),
     id_column: str = ID_COLUMN,
     text_column: str = TEXT_COLUMN,
-    model: str | None = typer.Option(None, metavar="DIR|NAME", help="Embedding model."),
-    kind: str = typer.Option("flat", help="flat (exact search) or hnsw (approximate, large)."),
+    model: str | None = typer.Option(
+        None, metavar="DIR|NAME", help="Embedding model (a SPLADE directory for --kind sparse)."
+    ),
+    kind: str = typer.Option("flat", help=KIND_HELP),
     hnsw_m: int = typer.Option(32, min=1, help="HNSW: neighbours per node."),
     ef_construction: int = typer.Option(200, min=1, help="HNSW: build-time candidates."),
     ef_search: int = typer.Option(128, min=1, help="HNSW: query-time candidates."),
@@ -104,10 +126,14 @@ def index_build(
     device = torch_device(device)
     from ..pipelines.index import VectorIndex
 
+    if kind not in INDEX_KINDS:
+        raise InputError(f"--kind must be one of {', '.join(INDEX_KINDS)}, got {kind!r}")
     if (corpus is None) == (embeddings is None):
         raise InputError("give --corpus FILE or --embeddings FILE|DIR (one of them)")
     settings = dict(kind=kind, hnsw_m=hnsw_m, ef_construction=ef_construction, ef_search=ef_search)
     if embeddings is not None:
+        if kind not in ("flat", "hnsw"):
+            raise InputError(f"--embeddings builds flat or hnsw indexes, not {kind}")
         embedder = _index_embedder(model, dtype, device) if model is not None else None
         index = VectorIndex.from_embeddings(
             embeddings, embedder=embedder, id_column=id_column, text_column=text_column, **settings
@@ -116,21 +142,19 @@ def index_build(
         err.print(f"wrote {len(index)} × {index.identity.dimension} ({kind}) to {output}")
         return
     texts, ids = read_corpus(corpus, id_column, text_column)
-    embedder = _index_embedder(model, dtype, device)
-    index = _with_bar(
-        len(texts),
-        lambda progress: VectorIndex.build(
-            embedder,
-            texts,
-            ids,
-            batch_size=batch_size,
-            progress=progress,
-            kind=kind,
-            hnsw_m=hnsw_m,
-            ef_construction=ef_construction,
-            ef_search=ef_search,
-        ),
-    )
+    encoder = index_encoder(kind, model, dtype, device)
+
+    def build(progress):
+        if kind in ("flat", "hnsw"):
+            return VectorIndex.build(
+                encoder, texts, ids, batch_size=batch_size, progress=progress, **settings
+            )
+        from ..pipelines.retrieval import BinaryIndex, SparseIndex
+
+        cls = BinaryIndex if kind == "binary" else SparseIndex
+        return cls.build(encoder, texts, ids, batch_size=batch_size, progress=progress)
+
+    index = _with_bar(len(texts), build)
     index.save(output)
     err.print(f"wrote {len(index)} × {index.identity.dimension} ({kind}) to {output}")
 
@@ -142,21 +166,23 @@ def index_add(
     corpus: Path = typer.Option(..., metavar="FILE", help=CORPUS_HELP),
     id_column: str = ID_COLUMN,
     text_column: str = TEXT_COLUMN,
-    model: str | None = typer.Option(None, metavar="DIR|NAME", help="The index's model."),
+    model: str | None = typer.Option(
+        None, metavar="DIR|NAME", help="The index's model (a SPLADE directory for sparse)."
+    ),
     batch_size: int = typer.Option(32, min=1, help="Texts per forward pass."),
     dtype: str = typer.Option("auto", help=DTYPE_HELP),
     threads: int = typer.Option(0, min=0, help=THREADS_HELP),
     device: str = typer.Option("auto", help=DEVICE_HELP),
 ):
-    """Append a corpus to an index (the model must be the one that built it); the new version
-    replaces DIR atomically."""
+    """Append a corpus to an index of any kind (the model must be the one that built it); the
+    new version replaces DIR atomically."""
     compute_threads(threads)
     device = torch_device(device)
     import json
 
-    from ..pipelines.index import VectorIndex
+    from ..pipelines.retrieval import open_index
 
-    index = VectorIndex.load(index_dir)
+    index = open_index(index_dir)
     texts, ids = read_corpus(corpus, id_column, text_column)
     taken = set(map(json.dumps, index.ids))
     clash = next((i for i in ids if json.dumps(i) in taken), None)
@@ -166,10 +192,21 @@ def index_add(
             f"{corpus}: {where} {clash!r} is already an id in {index_dir} (a plain text corpus "
             'numbers its documents by line); add a .jsonl corpus whose rows give new "id"s'
         )
-    embedder = _index_embedder(model, dtype, device)
+    encoder = index_encoder(index_kind(index), model, dtype, device)
     _with_bar(
         len(texts),
-        lambda progress: index.add(embedder, texts, ids, batch_size=batch_size, progress=progress),
+        lambda progress: index.add(encoder, texts, ids, batch_size=batch_size, progress=progress),
     )
     index.save(index_dir)
     err.print(f"{index_dir}: {len(index)} rows")
+
+
+def index_kind(index) -> str:
+    """ "flat", "hnsw", "binary" or "sparse" of an opened index."""
+    from ..pipelines.retrieval import BinaryIndex, SparseIndex
+
+    if isinstance(index, BinaryIndex):
+        return "binary"
+    if isinstance(index, SparseIndex):
+        return "sparse"
+    return index.kind

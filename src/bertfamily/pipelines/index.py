@@ -13,6 +13,11 @@ vectors:
 - ``meta.json``: the format version, the index kind and its HNSW settings, the row count, and
   the model identity (`ModelIdentity`: digest of its directory's files, dimension, pooling).
 
+The binary and sparse indexes of `pipelines.retrieval` keep the same directory layout
+(``meta.json`` with their kind, ``texts.jsonl``, their own vector files) through the helpers
+here (`read_index_meta`, `read_index_rows`, `write_index_rows`, `check_new_ids`,
+`check_identity`); `retrieval.open_index` opens a directory of any kind.
+
 Every write (build, add) builds a whole new directory beside the old one and swaps it in
 (`files.atomic_directory`): a build or add killed at any moment leaves the previous index
 readable. A query with a model other than the one that built the index is refused.
@@ -33,12 +38,27 @@ from ..deps import require
 from ..errors import InputError, VectorIndexError
 from ..files import atomic_directory, directory_digest, write_text_atomic
 
-__all__ = ["VectorIndexError", "IndexHit", "ModelIdentity", "VectorIndex", "model_identity"]
+__all__ = [
+    "VectorIndexError",
+    "IndexHit",
+    "ModelIdentity",
+    "VectorIndex",
+    "check_identity",
+    "check_new_ids",
+    "model_identity",
+    "normalize_rows",
+    "read_index_meta",
+    "read_index_rows",
+    "write_index_rows",
+]
 
 log = logging.getLogger(__name__)
 
 FORMAT_VERSION = 1
 KINDS = ("flat", "hnsw")
+#: Every kind an index directory can hold: `VectorIndex`'s, then `retrieval.BinaryIndex`'s
+#: and `retrieval.SparseIndex`'s.
+ALL_KINDS = (*KINDS, "binary", "sparse")
 INDEX_FILE, TEXTS_FILE, META_FILE = "index.faiss", "texts.jsonl", "meta.json"
 
 
@@ -91,10 +111,131 @@ class IndexHit:
     text: str
 
 
-def _normalized(vectors: np.ndarray) -> np.ndarray:
+def normalize_rows(vectors: np.ndarray) -> np.ndarray:
+    """(N, D) float32 rows divided by their L2 norms (a zero row stays zero)."""
     v = np.ascontiguousarray(vectors, dtype=np.float32)
     norms = np.linalg.norm(v, axis=1, keepdims=True)
     return v / np.clip(norms, 1e-12, None)
+
+
+# --- the directory layout every index kind shares ------------------------------------------
+def check_new_ids(existing: Sequence[Any], keys: set[str] | None, ids: Sequence[Any]) -> set[str]:
+    """The JSON keys of ``existing`` ids plus ``ids`` after checking that ``ids`` are new.
+
+    Args:
+        existing: the index's ids so far.
+        keys: the keys already computed for ``existing`` (kept between calls: appends come in
+            batches), or None to compute them.
+        ids: the ids to append.
+
+    Raises:
+        InputError: an id already in the index or repeated in ``ids``.
+    """
+    seen = (
+        keys if keys is not None and len(keys) == len(existing) else set(map(json.dumps, existing))
+    )
+    new = set()
+    for i in ids:
+        key = json.dumps(i)
+        if key in seen or key in new:
+            raise InputError(f"id {i!r} is already in the index")
+        new.add(key)
+    return seen | new
+
+
+def check_identity(mine: ModelIdentity | None, theirs: ModelIdentity) -> None:
+    """Refuse a query model whose vectors are not comparable with the index's.
+
+    Raises:
+        VectorIndexError: the index records no model, or another model directory, dimension
+            or pooling; the message names both.
+    """
+    if mine is None:
+        raise VectorIndexError(
+            "this index records no model (it was made from bare vectors): search it with "
+            "vectors, or rebuild it from texts with a model"
+        )
+    if not mine.matches(theirs):
+        raise VectorIndexError(
+            f"this index was built with model {mine.name!r} (digest {mine.digest[:12]}, "
+            f"dimension {mine.dimension}, pooling {mine.pooling}); the query model is "
+            f"{theirs.name!r} (digest {theirs.digest[:12]}, dimension {theirs.dimension}, "
+            f"pooling {theirs.pooling}): query with the model that built it, or rebuild"
+        )
+
+
+def check_texts(texts: Sequence[str]) -> None:
+    """Refuse blank texts (empty or whitespace only: they would rank as hits).
+
+    Raises:
+        InputError: the first blank text, by 0-based position.
+    """
+    blank = [i for i, t in enumerate(texts) if not str(t).strip()]
+    if blank:
+        raise InputError(
+            f"text {blank[0]} (0-based) is blank; an index holds no blank texts (they "
+            "would rank as search hits)"
+        )
+
+
+def write_index_rows(directory: Path, ids: Sequence[Any], texts: Sequence[str]) -> None:
+    """``texts.jsonl`` (one ``{"id", "text"}`` a line, index order) inside a new version's
+    directory (see `files.atomic_directory`)."""
+    with open(Path(directory) / TEXTS_FILE, "w", encoding="utf-8") as fh:
+        for i, t in zip(ids, texts):
+            fh.write(json.dumps({"id": i, "text": t}, ensure_ascii=False) + "\n")
+
+
+def read_index_meta(path: str | Path) -> dict[str, Any]:
+    """An index directory's ``meta.json``, its format version and kind checked.
+
+    Raises:
+        VectorIndexError: no ``meta.json`` (not an index directory), unreadable JSON, another
+            format version, or an unknown kind.
+    """
+    path = Path(path)
+    meta_file = path / META_FILE
+    if not meta_file.is_file():
+        raise VectorIndexError(f"{path} is not an index directory (no {META_FILE})")
+    try:
+        meta = json.loads(meta_file.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise VectorIndexError(f"cannot read the index in {path}: {e}") from e
+    if not isinstance(meta, dict) or meta.get("format_version") != FORMAT_VERSION:
+        version = meta.get("format_version") if isinstance(meta, dict) else None
+        raise VectorIndexError(f"{path}: index format {version} unsupported")
+    if meta.get("kind") not in ALL_KINDS:
+        raise VectorIndexError(
+            f"{path}: unknown index kind {meta.get('kind')!r} (expected one of {ALL_KINDS})"
+        )
+    if not isinstance(meta.get("count"), int) or meta["count"] < 0:
+        raise VectorIndexError(f"{path}: {META_FILE} has no row count")
+    return meta
+
+
+def read_index_rows(path: str | Path, count: int) -> tuple[list[Any], list[str]]:
+    """(ids, texts) of an index directory's ``texts.jsonl``, every row checked.
+
+    Raises:
+        VectorIndexError: unreadable, a row that is not ``{"id", "text"}``, a repeated id, or
+            not ``count`` rows.
+    """
+    rows = _read_rows(Path(path) / TEXTS_FILE, count)
+    return [r["id"] for r in rows], [r["text"] for r in rows]
+
+
+def read_identity(path: Path, meta: dict[str, Any]) -> ModelIdentity | None:
+    """The `ModelIdentity` in ``meta`` (None when it records none).
+
+    Raises:
+        VectorIndexError: a malformed ``model`` entry.
+    """
+    if meta.get("model") is None:
+        return None
+    try:
+        return ModelIdentity(**meta["model"])
+    except TypeError as e:
+        raise VectorIndexError(f"{path}: {META_FILE} has a malformed model entry: {e}") from e
 
 
 class VectorIndex:
@@ -184,20 +325,11 @@ class VectorIndex:
             )
         if not (len(vectors) == len(texts) == len(ids)):
             raise InputError(f"{len(vectors)} vectors, {len(texts)} texts, {len(ids)} ids")
-        seen = getattr(self, "_id_keys", None)
-        if seen is None or len(seen) != len(self.ids):  # kept between calls (appends in batches)
-            seen = set(map(json.dumps, self.ids))
-        new = set()
-        for i in ids:
-            key = json.dumps(i)
-            if key in seen or key in new:
-                raise InputError(f"id {i!r} is already in the index")
-            new.add(key)
-        self.faiss_index.add(_normalized(vectors))
+        keys = check_new_ids(self.ids, getattr(self, "_id_keys", None), ids)
+        self.faiss_index.add(normalize_rows(vectors))
         self.texts.extend(texts)
         self.ids.extend(ids)
-        seen |= new
-        self._id_keys = seen
+        self._id_keys = keys
 
     @classmethod
     def build(
@@ -239,12 +371,7 @@ class VectorIndex:
             ValueError: a blank text (empty or whitespace only: it would rank as a hit).
         """
         self.check_model(embedder)
-        blank = [i for i, t in enumerate(texts) if not str(t).strip()]
-        if blank:
-            raise InputError(
-                f"text {blank[0]} (0-based) is blank; an index holds no blank texts (they "
-                "would rank as search hits)"
-            )
+        check_texts(texts)
         if ids is None:
             ids = list(range(len(self), len(self) + len(texts)))
         vectors = embedder.encode(list(texts), batch_size=batch_size, progress=progress)
@@ -322,9 +449,7 @@ class VectorIndex:
         }
         with atomic_directory(path, keep_existing=False) as tmp:
             faiss.write_index(self.faiss_index, str(tmp / INDEX_FILE))
-            with open(tmp / TEXTS_FILE, "w", encoding="utf-8") as fh:
-                for i, t in zip(self.ids, self.texts):
-                    fh.write(json.dumps({"id": i, "text": t}, ensure_ascii=False) + "\n")
+            write_index_rows(tmp, self.ids, self.texts)
             meta["files"] = {name: _file_record(tmp / name) for name in (INDEX_FILE, TEXTS_FILE)}
             write_text_atomic(tmp / META_FILE, json.dumps(meta, indent=2) + "\n")
         return path
@@ -344,27 +469,32 @@ class VectorIndex:
         """
         faiss = _faiss()
         path = Path(path)
-        meta_file = path / META_FILE
-        if not meta_file.is_file():
-            raise VectorIndexError(f"{path} is not an index directory (no {META_FILE})")
-        meta, identity = _read_meta(meta_file)
+        meta = read_index_meta(path)
+        if meta["kind"] not in KINDS:
+            raise VectorIndexError(
+                f"{path} is a {meta['kind']} index, not a dense one: open it with "
+                "pipelines.retrieval.open_index (bertfamily search --index reads every kind)"
+            )
         for name, record in meta.get("files", {}).items():
-            _check_file(path / name, record, meta_file)
-        rows = _read_rows(path / TEXTS_FILE, meta["count"])
+            _check_file(path / name, record, path / META_FILE)
+        identity = read_identity(path, meta)
+        if identity is None:
+            raise VectorIndexError(f"{path}: {META_FILE} records no model")
+        ids, texts = read_index_rows(path, meta["count"])
         try:
             index = faiss.read_index(str(path / INDEX_FILE))
-        except (OSError, RuntimeError, ValueError) as e:
-            raise VectorIndexError(f"cannot read {path / INDEX_FILE}: {e}") from e
-        if not (index.ntotal == len(rows) == meta["count"]) or index.d != identity.dimension:
+        except (OSError, ValueError, RuntimeError) as e:
+            raise VectorIndexError(f"cannot read the index in {path}: {e}") from e
+        if index.ntotal != meta["count"] or index.d != identity.dimension:
             raise VectorIndexError(
                 f"{path}: files disagree ({index.ntotal} vectors of dimension {index.d}, "
-                f"{len(rows)} texts, meta.json says {meta['count']} × {identity.dimension})"
+                f"{len(texts)} texts, meta.json says {meta['count']} × {identity.dimension})"
             )
         hnsw = meta["hnsw"]
         return cls(
             index,
-            [r["text"] for r in rows],
-            [r["id"] for r in rows],
+            texts,
+            ids,
             identity,
             meta["kind"],
             hnsw["m"],
@@ -379,14 +509,7 @@ class VectorIndex:
         Raises:
             VectorIndexError: another model directory, dimension or pooling; the message names both.
         """
-        mine, theirs = self.identity, model_identity(embedder)
-        if not mine.matches(theirs):
-            raise VectorIndexError(
-                f"this index was built with model {mine.name!r} (digest {mine.digest[:12]}, "
-                f"dimension {mine.dimension}, pooling {mine.pooling}); the query model is "
-                f"{theirs.name!r} (digest {theirs.digest[:12]}, dimension {theirs.dimension}, "
-                f"pooling {theirs.pooling}): query with the model that built it, or rebuild"
-            )
+        check_identity(self.identity, model_identity(embedder))
 
     def search_vectors(self, queries: np.ndarray, top_k: int = 5) -> list[list[IndexHit]]:
         """The ``top_k`` rows closest (cosine) to each query vector, best first.
@@ -409,7 +532,7 @@ class VectorIndex:
         k = min(top_k, len(self))
         if k == 0:
             return [[] for _ in queries]
-        scores, rows = self.faiss_index.search(_normalized(queries), k)  # (Q, k) each
+        scores, rows = self.faiss_index.search(normalize_rows(queries), k)  # (Q, k) each
         return [
             [
                 IndexHit(int(r), self.ids[r], float(s), self.texts[r])
@@ -429,6 +552,12 @@ class VectorIndex:
         """
         self.check_model(embedder)
         return self.search_vectors(embedder.encode(list(queries), batch_size=batch_size), top_k)
+
+    def search_texts(
+        self, embedder, queries: Sequence[str], top_k: int = 5, batch_size: int = 32
+    ) -> list[list[IndexHit]]:
+        """`search` under the name every index kind shares (`retrieval.open_index`)."""
+        return self.search(embedder, queries, top_k=top_k, batch_size=batch_size)
 
 
 # --- meta.json and the files it describes -----------------------------------------------------

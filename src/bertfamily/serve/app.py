@@ -809,19 +809,28 @@ def create_app(
 
     @app.post("/predict")
     async def predict(body: PredictRequest) -> list:
-        """TEI's /predict: a string, a list of strings (a batch of single texts) or a batch of
-        ``[a]`` / ``[a, b]`` (pairs only as ``[[a, b], ...]``) → labels with scores, best first
-        (one list, or one per input of a batch). A reranker answers ``[{"label", "score"}]``
-        per pair; a token-classification model answers entities ``{"type", "text", "start",
-        "end", "score"}`` (character offsets) per input instead. A self-distilled classifier
-        adds ``exit_layer`` to each label and takes ``speed``."""
+        """TEI's /predict, read as TEI reads it (its ``PredictInput``): a string is one text;
+        a list of strings is ONE input, a text ``[a]`` or a pair ``[a, b]`` (more strings:
+        422); a list of lists is a batch of texts ``[a]`` and pairs ``[a, b]``, mixed or not.
+        → labels with scores, best first: one list for one input, one list per input for a
+        batch. A reranker answers ``[{"label", "score"}]`` per pair (and refuses single
+        texts); a token-classification model answers entities ``{"type", "text", "start",
+        "end", "score"}`` (character offsets) per input instead (and refuses pairs). A
+        self-distilled classifier adds ``exit_layer`` to each label and takes ``speed``."""
         need("predict")
         raw = body.inputs
-        single = isinstance(raw, str)
-        if single:
+        single = isinstance(raw, str) or (bool(raw) and all(isinstance(x, str) for x in raw))
+        if isinstance(raw, str):
             items = [[raw]]
-        elif all(isinstance(x, str) for x in raw):
-            items = [[x] for x in raw]
+        elif single:
+            if len(raw) > 2:
+                raise ServeError(
+                    422,
+                    f"a list of strings is one input, a text [a] or a pair [a, b] (as TEI reads "
+                    f'it), got {len(raw)} strings: send a batch as [["a"], ["b"], ...] and pairs '
+                    'as [["a", "b"], ...]',
+                )
+            items = [list(raw)]
         else:
             items = [list(x) for x in raw]
         if not items or not items[0]:
@@ -829,21 +838,24 @@ def create_app(
         for i, x in enumerate(items):
             if len(x) not in (1, 2):
                 raise ServeError(
-                    422, f"input {i} has {len(x)} texts; give one text or a pair [a, b]"
+                    422, f"input {i} has {len(x)} texts; give one text [a] or a pair [a, b]"
                 )
-        pairs = {len(x) for x in items}
-        if len(pairs) > 1:
-            raise ServeError(422, "mix of single texts and pairs in one request; send them apart")
-        is_pair = pairs == {2}
-        if is_pair and isinstance(model, EntityTagger):
+        if len(items) > settings.max_client_batch_size:
+            raise ServeError(
+                413,
+                f"{len(items)} inputs in one request; the maximum is "
+                f"{settings.max_client_batch_size} (max_client_batch_size)",
+            )
+        groups = {
+            n: [i for i, x in enumerate(items) if len(x) == n] for n in (1, 2)
+        }  # row numbers of the single texts and of the pairs
+        groups = {n: rows for n, rows in groups.items() if rows}
+        if 2 in groups and isinstance(model, EntityTagger):
             raise ServeError(422, "a token-classification model takes single texts, not pairs")
-        if reranker and not is_pair:
-            raise ServeError(422, "a reranker scores pairs: send [[query, text], ...]")
-        firsts = [x[0] for x in items]
-        counts = await run_in_threadpool(
-            check_texts, firsts, body.truncate, [x[1] for x in items] if is_pair else None
-        )
-        tokens = sum(counts)
+        if reranker and 1 in groups:
+            raise ServeError(
+                422, 'a reranker scores pairs: send ["query", "text"] or [["query", "text"], ...]'
+            )
         if body.speed is not None:
             if not isinstance(model, EarlyExitClassifier):
                 raise ServeError(
@@ -851,28 +863,43 @@ def create_app(
                 )
             if not 0.0 <= body.speed <= 1.0:
                 raise ServeError(422, f"speed must lie in [0, 1], got {body.speed}")
+        out: list = [None] * len(items)
+        tokens = 0
+        for n, rows in groups.items():
+            part = [items[i] for i in rows]
+            is_pair = n == 2
+            counts = await run_in_threadpool(
+                check_texts,
+                [x[0] for x in part],
+                body.truncate,
+                [x[1] for x in part] if is_pair else None,
+            )
+            tokens += sum(counts)
+            for i, answer in zip(rows, await _predict_part(part, is_pair, sum(counts), body)):
+                out[i] = answer
+        metrics.tokens.labels("/predict").inc(tokens)
+        metrics.inputs.labels("/predict").inc(len(items))
+        return out[0] if single else out
+
+    async def _predict_part(items: list[list[str]], is_pair: bool, tokens: int, body) -> list:
+        """/predict's answers for inputs that are all single texts or all pairs."""
         if reranker:
             key = ("rerank", body.raw_scores, body.truncation_direction)
             scores = np.asarray(await submit([tuple(x) for x in items], tokens, key))
             label = model.labels[0] if model.num_labels == 1 else None
             if label is not None:
-                out = [[{"label": label, "score": float(x)}] for x in scores]
-            else:
-                out = [
-                    sorted(
-                        ({"label": n, "score": float(v)} for n, v in zip(model.labels, row)),
-                        key=lambda d: -d["score"],
-                    )
-                    for row in scores
-                ]
-        elif isinstance(model, TextClassifier):
+                return [[{"label": label, "score": float(x)}] for x in scores]
+            return [
+                sorted(
+                    ({"label": n, "score": float(v)} for n, v in zip(model.labels, row)),
+                    key=lambda d: -d["score"],
+                )
+                for row in scores
+            ]
+        if isinstance(model, TextClassifier):
             key = ("classify", body.raw_scores, is_pair, body.speed)
-            out = list(await submit(items, tokens, key))
-        else:
-            out = list(await submit(firsts, tokens, ("tokens",)))
-        metrics.tokens.labels("/predict").inc(tokens)
-        metrics.inputs.labels("/predict").inc(len(items))
-        return out[0] if single else out
+            return list(await submit(items, tokens, key))
+        return list(await submit([x[0] for x in items], tokens, ("tokens",)))
 
     app.state.digest = directory_digest(model_dir)
     return app
