@@ -177,5 +177,5 @@ def test_sparse_index_round_trip_equals_in_memory(tmp_path):
     with pytest.raises(VectorIndexError, match="cannot read the index"):  # no pickle
         SparseIndex.load(tmp_path / "sp")
     (tmp_path / "sp" / "texts.jsonl").write_text('{"id": 0, "text": "a"}\n')
-    with pytest.raises(VectorIndexError, match="1 texts, meta.json says 80 rows"):
+    with pytest.raises(VectorIndexError, match="1 rows, meta.json says 80: the files disagree"):
         SparseIndex.load(tmp_path / "sp")
