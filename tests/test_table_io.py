@@ -70,7 +70,7 @@ def test_jsonl_and_parquet_columns_and_default_ids(tmp_path):
         read_id_texts(d, text_column="body")
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"text": "ok"}\n[1, 2]\n', encoding="utf-8")
-    with pytest.raises(DataError, match="bad.jsonl: 1 rows .*line 2: not a JSON object"):
+    with pytest.raises(DataError, match="bad.jsonl: 1 row .*line 2: not a JSON object"):
         read_id_texts(bad)
 
 
