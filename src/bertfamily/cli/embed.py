@@ -358,9 +358,11 @@ def _embed_table(
 ) -> None:
     """`embed --input TABLE --output FILE.parquet`: `pipelines.bulk.embed_table`, streamed; a
     SPLADE model writes sparse_indices / sparse_values instead of vector."""
+    from ..data.table_io import check_table
     from ..pipelines.bulk import embed_table
     from ..pipelines.sentence_modules import directory_kind
 
+    check_table(input, **columns)  # bad rows refuse the table before the model loads
     path = model_path(model)
     if directory_kind(path) == "sparse":
         from ..pipelines.sparse import SparseEncoder
@@ -384,6 +386,7 @@ def _embed_table(
             batch_size=batch_size,
             precision=precision,
             progress=lambda n: bar.advance(task, n),
+            check=False,
             **columns,
         )
     if truncated:

@@ -421,6 +421,7 @@ def embed_table(
     chunk_rows: int = DEFAULT_SHARD_SIZE,
     precision: str = "float32",
     progress: Callable[[int], None] | None = None,
+    check: bool = True,
 ) -> tuple[int, int]:
     """Embed a text, JSONL or Parquet input (`data.table_io.iter_id_texts`: ids from
     ``id_column``, or 1-based line/row numbers; blank lines of a text file skipped) into one
@@ -438,6 +439,8 @@ def embed_table(
             (int8/uint8 bucket with the minimum and maximum of every row of the output, so the
             floats are written to a sibling temporary file first and quantized in a second
             read; the ranges are stored in the metadata, to quantize queries alike).
+        check: read a table through first (`table_io.check_table`); False when the caller
+            has.
 
     Returns:
         ``(rows written, texts truncated to the model's limit)``.
@@ -456,7 +459,8 @@ def embed_table(
         raise InputError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
     if sparse and precision != "float32":
         raise InputError("a sparse (SPLADE) encoder's vectors have no precision to choose")
-    check_table(input_path, id_column=id_column, text_column=text_column)
+    if check:
+        check_table(input_path, id_column=id_column, text_column=text_column)
     identity = asdict(model_identity(embedder))
     dimension = embedder.dimension
     counts = [0, 0]
