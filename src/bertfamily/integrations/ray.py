@@ -257,13 +257,9 @@ def embed_dataset(
     if not ray.is_initialized():
         ray.init(include_dashboard=False, log_to_driver=False)
     remote = {"runtime_env": runtime_env} if runtime_env else {}
-    check_dataset(
-        _read(ray, source, id_column, text_column, blocks),
-        source,
-        id_column=id_column,
-        text_column=text_column,
-    )
-    ds = _read(ray, source, id_column, text_column, blocks).map_batches(
+    ds = _read(ray, source, id_column, text_column, blocks)
+    check_dataset(ds, source, id_column=id_column, text_column=text_column)
+    ds = ds.map_batches(
         batch_class,
         fn_constructor_kwargs=dict(
             model=model,
