@@ -30,14 +30,18 @@ def replica_environment(
     dtype: str = "auto",
     quantize: str | None = None,
     threads: int = 0,
+    speed: float | None = None,
 ) -> str:
-    """The ``BERTFAMILY_SERVE_REPLICA`` value describing one replica (JSON)."""
+    """The ``BERTFAMILY_SERVE_REPLICA`` value describing one replica (JSON): what
+    `app_from_environment` needs to build the app ``bertfamily serve`` would build (the model,
+    its settings, dtype, int8 plan, threads, and a FastBERT classifier's default speed)."""
     body = {
         "model_dir": str(model_dir),
         "settings": asdict(settings),
         "dtype": dtype,
         "quantize": quantize,
         "threads": threads,
+        "speed": speed,
     }
     return json.dumps(body)
 
@@ -58,7 +62,7 @@ def app_from_environment():
     if body.get("quantize"):
         served = load_served_model(path, quantize=body["quantize"])
     else:
-        served = load_served_model(path, dtype=body.get("dtype", "auto"))
+        served = load_served_model(path, dtype=body.get("dtype", "auto"), speed=body.get("speed"))
     app = create_app(served, ServeSettings(**body["settings"]), model_dir=path)
     replica = str(os.getpid())
 
