@@ -284,7 +284,31 @@ def make_tiny(directory: Path, *, dropout: float = 0.0, seed: int = 0) -> Path:
 
 def save_tiny(path: Path, minilm_dir: Path, seed: int = 0) -> Path:
     """A tiny random BERT (H=32, L=2) with MiniLM's tokenizer, saved as a model directory."""
+    import bertfamily as bf
+
+    config = bf.EncoderConfig.from_preset(
+        "tiny-bert", vocab_size=30522, max_position_embeddings=512
+    )
+    torch.manual_seed(seed)
+    save_tiny_files(bf.build_model(config), path, minilm_dir)
+    return path
+
+
+def save_tiny_files(model, path: Path, minilm_dir: Path) -> None:
+    """``model.save_pretrained(path)`` with MiniLM's tokenizer files beside it."""
     import shutil
+
+    model.save_pretrained(path)
+    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt"):
+        if (minilm_dir / name).exists():
+            shutil.copy(minilm_dir / name, path / name)
+
+
+def save_tiny_splade(path: Path, minilm_dir: Path, seed: int = 1, bias: float = -0.3) -> Path:
+    """A tiny random SPLADE directory (BERT masked LM, H=32, L=2, MiniLM's tokenizer; then
+    max-pooled ReLU) in sentence-transformers' layout, written by us (no sentence-transformers
+    import); ``bias`` shifts the MLM output bias (about 2% of the vocabulary active at -0.3)."""
+    import json
 
     import bertfamily as bf
 
@@ -292,8 +316,19 @@ def save_tiny(path: Path, minilm_dir: Path, seed: int = 0) -> Path:
         "tiny-bert", vocab_size=30522, max_position_embeddings=512
     )
     torch.manual_seed(seed)
-    bf.build_model(config).save_pretrained(path)
-    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt"):
-        if (minilm_dir / name).exists():
-            shutil.copy(minilm_dir / name, path / name)
+    model = bf.build_model(config, ("mlm",))
+    with torch.no_grad():
+        model.mlm_head.bias += bias
+    save_tiny_files(model, path, minilm_dir)
+    entries = [("MLMTransformer", "", "mlm_transformer"), ("SpladePooling", "1_SpladePooling",
+                                                            "splade_pooling")]  # fmt: skip
+    modules = [
+        {"idx": i, "name": str(i), "path": p,
+         "type": f"sentence_transformers.sparse_encoder.modules.{m}.{c}"}
+        for i, (c, p, m) in enumerate(entries)
+    ]  # fmt: skip
+    (path / "modules.json").write_text(json.dumps(modules, indent=2), encoding="utf-8")
+    (path / "1_SpladePooling").mkdir()
+    pooling = {"pooling_strategy": "max", "activation_function": "relu"}
+    (path / "1_SpladePooling" / "config.json").write_text(json.dumps(pooling), encoding="utf-8")
     return path

@@ -51,3 +51,30 @@ def test_two_replicas_behind_one_port_answer_like_encode(tiny):
         assert len(replicas) == 2, f"one replica answered everything: {replicas}"
     finally:
         assert server.stop() == 0
+
+
+def test_a_replica_app_is_built_from_its_environment(tiny, monkeypatch):
+    """What each of `serve --workers N`'s processes builds, in process: the settings (batching,
+    limits) and the model travel in BERTFAMILY_SERVE_REPLICA; the app batches, applies the
+    limits and names itself in X-Replica."""
+    import json
+    import os
+
+    from fastapi.testclient import TestClient
+
+    from bertfamily.pipelines.embed import SentenceEmbedder
+    from bertfamily.serve.app import ServeSettings
+    from bertfamily.serve.replicas import ENV, app_from_environment, replica_environment
+
+    settings = ServeSettings(max_batch_tokens=512, batch_size=4, max_client_batch_size=3)
+    body = replica_environment(tiny, settings, dtype="fp32", speed=0.5)
+    assert json.loads(body)["speed"] == 0.5 and json.loads(body)["settings"]["batch_size"] == 4
+    monkeypatch.setenv(ENV, replica_environment(tiny, settings, dtype="fp32"))
+    want = SentenceEmbedder(tiny, dtype="fp32").encode(TEXTS[:3])
+    with TestClient(app_from_environment()) as client:
+        r = client.post("/embed", json={"inputs": TEXTS[:3]})
+        assert r.status_code == 200 and r.headers["X-Replica"] == str(os.getpid())
+        np.testing.assert_allclose(r.json(), want, rtol=0, atol=1e-5)
+        assert client.post("/embed", json={"inputs": TEXTS[:4]}).status_code == 413
+        info = client.get("/info").json()
+        assert info["max_batch_tokens"] == 512 and info["max_client_batch_size"] == 3, info

@@ -19,7 +19,7 @@ from bertfamily.data.table_io import (
     table_identity,
 )
 from bertfamily.errors import DataError
-from helpers import save_tiny
+from helpers import save_tiny, save_tiny_splade
 
 pq = pytest.importorskip("pyarrow.parquet", reason="Parquet needs pyarrow (bertfamily[parquet])")
 pa = pytest.importorskip("pyarrow")
@@ -70,7 +70,7 @@ def test_jsonl_and_parquet_columns_and_default_ids(tmp_path):
         read_id_texts(d, text_column="body")
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"text": "ok"}\n[1, 2]\n', encoding="utf-8")
-    with pytest.raises(DataError, match="bad.jsonl: 1 rows .*line 2: not a JSON object"):
+    with pytest.raises(DataError, match="bad.jsonl: 1 row .*line 2: not a JSON object"):
         read_id_texts(bad)
 
 
@@ -219,3 +219,149 @@ def test_table_errors_are_one_line(cli, tiny, tmp_path):
     assert r.exit_code == 2 and "give the model" in r.output
     r = cli("index", "build", "--embeddings", bare, "--output", tmp_path / "i", "--model", model)
     assert r.exit_code == 0, r.output
+
+
+BAD_ROWS = [  # (id, text): the one rule of table rows, local and Ray alike
+    (1, "a good row"),
+    (2, None),
+    (3, "   "),
+    (4, "another good row"),
+    (5, ""),
+    (6, "\t"),
+]
+BAD_MESSAGE = (
+    "4 rows cannot be embedded or indexed: row id 2: 'text' is null; row id 3: 'text' is "
+    "empty; row id 5: 'text' is empty (and 1 more); nothing was written"
+)
+
+
+def test_check_rows_is_the_one_rule():
+    from bertfamily.data.table_io import check_rows, text_problem
+
+    assert [text_problem(v) for v in ("a", 7, 2.5, None, float("nan"), "", " \n")] == [
+        None, None, None, "null", "null", "empty", "empty"
+    ]  # fmt: skip
+    assert text_problem(True) == "a bool, not a string"
+    assert text_problem(["a"]) == "a list, not a string"
+    assert text_problem(np.int64(3)) is None and text_problem(np.str_(" ")) == "empty"
+    ids, texts, bad = check_rows([1, 2, None, 4], ["x", None, "y", 5])
+    assert (ids, texts) == ([1, 4], ["x", "5"])
+    assert bad == ["row id 2: 'text' is null", "the row of text 'y': 'id' is null"]
+
+
+def test_bad_parquet_rows_are_counted_and_refuse_the_table_before_any_work(cli, tiny, tmp_path):
+    """Every bad row counted, the first three named, across the files of a directory; the CLI
+    refuses before it embeds (nothing written); Ray Data gives the same message
+    (test_ray.py)."""
+    model, _ = tiny
+    d = tmp_path / "rows"
+    d.mkdir()
+    ids, texts = zip(*BAD_ROWS)
+    pq.write_table(pa.table({"id": list(ids[:3]), "text": list(texts[:3])}), d / "part-0.parquet")
+    pq.write_table(pa.table({"id": list(ids[3:]), "text": list(texts[3:])}), d / "part-1.parquet")
+    with pytest.raises(DataError) as e:
+        read_id_texts(d)
+    assert str(e.value) == f"{d}: {BAD_MESSAGE}"
+    out = tmp_path / "o.parquet"
+    r = cli("embed", "--input", d, "--output", out, "--model", model)
+    assert r.exit_code == 2 and f"{d}: {BAD_MESSAGE}" in " ".join(r.output.split()), r.output
+    assert "embedding" not in r.output and not out.exists() and not list(tmp_path.glob(".o.*"))
+    one = tmp_path / "one.parquet"
+    pq.write_table(pa.table({"id": [7, 8], "text": [["a"], ["a", "list"]]}), one)
+    with pytest.raises(DataError, match=r"2 rows cannot .*: row id 7: 'text' is a list, not a"):
+        read_id_texts(one)
+
+
+@pytest.mark.parametrize("precision", ["int8", "uint8", "binary", "ubinary"])
+def test_parquet_quantized_column_equals_quantize_embeddings(tiny, tmp_path, precision):
+    """`vector_<precision>` equals `quantize_embeddings` of all the rows at once (int8/uint8:
+    ranges of every row, though the rows are embedded 7 at a time); the float vector stays,
+    so an index builds from the table as it is."""
+    from bertfamily.data.table_io import table_metadata
+    from bertfamily.pipelines.bulk import embed_table
+    from bertfamily.pipelines.index import VectorIndex
+    from bertfamily.pipelines.quantize import quantization_ranges, quantize_embeddings
+
+    _, embedder = tiny
+    ids = [f"d{i}" for i in range(len(DOCS))]
+    table = tmp_path / "docs.parquet"
+    pq.write_table(pa.table({"id": ids, "text": DOCS}), table)
+    out = tmp_path / "q.parquet"
+    rows, _ = embed_table(embedder, table, out, precision=precision, chunk_rows=7)
+    floats = embedder.encode(DOCS)
+    want = quantize_embeddings(floats, precision)
+    written = pq.read_table(out)
+    column = f"vector_{precision}"
+    assert written.column_names == ["id", "vector", column] and rows == len(DOCS)
+    assert written.column("id").to_pylist() == ids
+    got = np.stack(written.column(column).to_numpy(zero_copy_only=False))
+    assert got.dtype == want.dtype and got.shape == want.shape
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_allclose(
+        np.stack(written.column("vector").to_numpy(zero_copy_only=False)), floats, atol=1e-6
+    )
+    meta = table_metadata(out)["quantized"]
+    assert meta["precision"] == precision and meta["column"] == column
+    if precision.endswith("int8"):
+        np.testing.assert_allclose(meta["ranges"], quantization_ranges(floats), atol=1e-6)
+    else:
+        assert meta["ranges"] is None
+    assert not [p.name for p in tmp_path.iterdir() if ".tmp-" in p.name]  # no temporary left
+    index = VectorIndex.from_embeddings(out)
+    assert index.ids == ids and len(index) == len(DOCS)
+
+
+def test_cli_parquet_precision_equals_npy_precision(cli, tiny, tmp_path):
+    model, _ = tiny
+    table = write_parquet(tmp_path / "docs.parquet", list(range(len(DOCS))), DOCS)
+    columns = ("--id-column", "doc_id", "--text-column", "body", "--precision", "int8")
+    r = cli("embed", "-i", table, "-o", tmp_path / "q.parquet", "--model", model, *columns)
+    assert r.exit_code == 0 and "and vector_int8" in r.output, r.output
+    r = cli("embed", "-i", table, "-o", tmp_path / "q.npy", "--model", model, *columns)
+    assert r.exit_code == 0, r.output
+    got = np.stack(pq.read_table(tmp_path / "q.parquet").column("vector_int8").to_pylist())
+    np.testing.assert_array_equal(got, np.load(tmp_path / "q.npy"))
+    r = cli("embed", "-i", table, "-o", tmp_path / "shards", "--precision", "int8")
+    assert r.exit_code == 2 and "not for bulk shards" in r.output
+
+
+@pytest.fixture(scope="module")
+def splade_dir(minilm_dir, tmp_path_factory):
+    return save_tiny_splade(tmp_path_factory.mktemp("splade-table") / "splade", minilm_dir)
+
+
+def test_sparse_encoder_writes_sparse_columns(cli, splade_dir, tmp_path):
+    """A SPLADE model's table: sparse_indices / sparse_values equal `SparseEncoder.encode`,
+    read back by `iter_sparse_table` into a `SparseIndex` that ranks as the encoder's own;
+    `index build` (dense) refuses it by name."""
+    from bertfamily.data.table_io import iter_sparse_table, table_metadata
+    from bertfamily.pipelines.retrieval import SparseIndex
+    from bertfamily.pipelines.sparse import SparseEncoder, SparseVector
+
+    docs = DOCS[:12]
+    jl = tmp_path / "docs.jsonl"
+    jl.write_text("".join(json.dumps({"id": f"s{i}", "text": d}) + "\n" for i, d in
+                          enumerate(docs)), encoding="utf-8")  # fmt: skip
+    out = tmp_path / "sparse.parquet"
+    r = cli("embed", "-i", jl, "-o", out, "--model", splade_dir, "--dtype", "fp32", "--with-text")
+    assert r.exit_code == 0 and "(id, sparse vector) rows" in r.output, r.output
+    assert pq.read_table(out).column_names == ["id", "text", "sparse_indices", "sparse_values"]
+    encoder = SparseEncoder(splade_dir)
+    want = encoder.encode(docs)
+    ((ids, rows, texts),) = list(iter_sparse_table(out))
+    assert ids == [f"s{i}" for i in range(len(docs))] and texts == docs
+    for (indices, values), v in zip(rows, want):
+        assert 0 < len(indices) < encoder.dimension
+        np.testing.assert_array_equal(indices, v.indices)
+        np.testing.assert_allclose(values, v.values, rtol=0, atol=1e-6)
+    meta = table_metadata(out)
+    assert meta["kind"] == "sparse" and meta["model"]["dimension"] == encoder.dimension
+    assert meta["model"]["pooling"] == "splade-max-relu"
+    queries = encoder.encode([docs[3], "trains and rivers"])
+    ours = SparseIndex([SparseVector(i, v) for i, v in rows]).search(queries, top_k=3)
+    assert ours == SparseIndex(want).search(queries, top_k=3) and ours[0][0].index == 3
+    r = cli("index", "build", "--embeddings", out, "--output", tmp_path / "idx")
+    assert r.exit_code == 2 and "holds sparse vectors" in r.output, r.output
+    r = cli("embed", "-i", jl, "-o", tmp_path / "x.parquet", "--model", splade_dir,
+            "--precision", "int8")  # fmt: skip
+    assert r.exit_code == 2 and "not a SPLADE model" in r.output, r.output

@@ -122,7 +122,8 @@ def embed(
         help="UTF-8 text file, one sentence per line. Every line gives exactly one output row "
         "(an empty line gives the embedding of the empty string), so row i is line i+1. Or a "
         "table: .jsonl, .parquet or a directory of Parquet files (--id-column, --text-column; "
-        "blank texts skipped); with --output FILE.parquet a text file's ids are its line "
+        "a row whose text is null, not a string or empty refuses the table, every such row "
+        "counted); with --output FILE.parquet a text file's ids are its line "
         "numbers (blank lines skipped).",
     ),
     output: Path | None = typer.Option(
@@ -137,7 +138,8 @@ def embed(
         "size in shards of --shard-size lines (shard-00000.npy, … and manifest.json), resumes "
         "after the finished shards when run again, and splits the shards across processes "
         "under torchrun. FILE.parquet: one (id, vector) row per text, streamed (any input "
-        "kind). With --engine ray: a directory of Parquet shards written by Ray Data.",
+        "kind); a SPLADE model writes (id, sparse_indices, sparse_values). With --engine ray: "
+        "a directory of Parquet shards written by Ray Data.",
     ),
     id_column: str = typer.Option("id", "--id-column", help="Table input: column of the ids."),
     text_column: str = typer.Option(
@@ -190,7 +192,9 @@ def embed(
     precision: str = typer.Option(
         "float32",
         help="float32, int8, uint8, binary or ubinary (sentence-transformers' "
-        "quantize_embeddings; int8 ranges from these rows). Not for bulk mode.",
+        "quantize_embeddings; int8 ranges from these rows). With --output FILE.parquet: a "
+        "vector_<precision> column beside vector (ranges of every row, in the metadata). Not "
+        "for bulk shards or --engine ray.",
     ),
     threads: int = typer.Option(0, min=0, help=THREADS_HELP),
     device: str = typer.Option("auto", help=DEVICE_HELP),
@@ -216,10 +220,16 @@ def embed(
     if engine not in ("local", "ray"):
         raise InputError(f"--engine must be local or ray, got {engine!r}")
     bulk = output is not None and (output.is_dir() or output.suffix in ("", ".parquet"))
-    if (bulk or engine == "ray") and (dimensions is not None or precision != "float32"):
+    parquet = output is not None and output.suffix == ".parquet"
+    if (bulk or engine == "ray") and dimensions is not None:
         raise InputError(
-            "--dimensions and --precision are for embeddings printed or written to .npy/.jsonl, "
-            "not for bulk, Parquet or --engine ray output"
+            "--dimensions is for embeddings printed or written to .npy/.jsonl, not for bulk, "
+            "Parquet or --engine ray output"
+        )
+    if (engine == "ray" or (bulk and not parquet)) and precision != "float32":
+        raise InputError(
+            "--precision is for embeddings printed or written to .npy/.jsonl/.parquet (a "
+            "vector_<precision> column beside vector), not for bulk shards or --engine ray"
         )
     if engine == "ray" or (output is not None and output.suffix == ".parquet"):
         if sentences or input is None:
@@ -229,7 +239,16 @@ def embed(
             _embed_ray(input, output, model, batch_size, dtype, ray_args, with_text, columns)
         else:
             _embed_table(
-                input, output, model, batch_size, dtype, quantize, with_text, columns, device
+                input,
+                output,
+                model,
+                batch_size,
+                dtype,
+                quantize,
+                with_text,
+                columns,
+                precision,
+                device,
             )
         return
     if output is not None and (output.is_dir() or output.suffix == ""):
@@ -363,12 +382,35 @@ def _embed_bulk(
 
 
 def _embed_table(
-    input, output, model, batch_size, dtype, quantize, with_text, columns, device="cpu"
+    input,
+    output,
+    model,
+    batch_size,
+    dtype,
+    quantize,
+    with_text,
+    columns,
+    precision="float32",
+    device="cpu",
 ) -> None:
-    """`embed --input TABLE --output FILE.parquet`: `pipelines.bulk.embed_table`, streamed."""
+    """`embed --input TABLE --output FILE.parquet`: `pipelines.bulk.embed_table`, streamed; a
+    SPLADE model writes sparse_indices / sparse_values instead of vector."""
+    from ..data.table_io import check_table
     from ..pipelines.bulk import embed_table
+    from ..pipelines.sentence_modules import directory_kind
 
-    embedder = _embedder(model, dtype, quantize, device)
+    check_table(input, **columns)  # bad rows refuse the table before the model loads
+    path = model_path(model)
+    if directory_kind(path) == "sparse":
+        from ..pipelines.sparse import SparseEncoder
+
+        if quantize is not None or precision != "float32":
+            raise InputError(
+                "--quantize and --precision are for dense embedding models, not a SPLADE model"
+            )
+        embedder = SparseEncoder(path, dtype=torch_dtype(dtype, device), device=device)
+    else:
+        embedder = _embedder(model, dtype, quantize, device)
     with Progress(
         TextColumn("embedding"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=err
     ) as bar:
@@ -379,7 +421,9 @@ def _embed_table(
             output,
             with_text=with_text,
             batch_size=batch_size,
+            precision=precision,
             progress=lambda n: bar.advance(task, n),
+            check=False,
             **columns,
         )
     if truncated:
@@ -387,8 +431,12 @@ def _embed_table(
             f"[yellow]warning:[/] {truncated} of {rows} texts were longer than the model's "
             f"limit of {embedder.max_length} tokens and were truncated"
         )
+    what = (
+        "(id, sparse vector)" if embedder.__class__.__name__ == "SparseEncoder" else "(id, vector)"
+    )
+    extra = f" (and vector_{precision})" if precision != "float32" else ""
     err.print(
-        f"wrote {rows:,} (id, vector) rows × {embedder.dimension} to {output}", soft_wrap=True
+        f"wrote {rows:,} {what} rows × {embedder.dimension}{extra} to {output}", soft_wrap=True
     )
 
 

@@ -135,7 +135,13 @@ def serve(
         from ..serve.replicas import ENV, replica_environment
 
         os.environ[ENV] = replica_environment(
-            path, settings, dtype=dtype, quantize=quantize, threads=threads, device=device
+            path,
+            settings,
+            dtype=dtype,
+            quantize=quantize,
+            threads=threads,
+            speed=speed,
+            device=device,
         )
         err.print(f"serving {path} on http://{host}:{port} ({workers} replicas)", soft_wrap=True)
         uvicorn.run(

@@ -12,22 +12,30 @@ Reading (`iter_id_texts`, `read_id_texts`): the input's kind comes from its name
   number.
 
 Lines of a plain text file that are blank hold no document: they are skipped, never
-embedded, and their ids (line numbers) are simply absent. A JSONL or Parquet row whose text is
-null, not a string or empty is a data error: the file is refused, the bad rows counted and the
-first named (skipping them silently would hide them). Reading is by batches of at most
-``batch_rows`` rows, so memory never depends on the input's size.
+embedded, and their ids (line numbers) are simply absent. A table row (JSONL, Parquet) is
+checked by one rule, the same for every reader of tables here and for Ray Data
+(`integrations.ray`): a text that is null (or NaN), not a string or number, or empty (only
+whitespace) is a data error, and so is a null id. The input is refused with one message
+(`RowProblems`) that counts every bad row and names the first three, and nothing is written
+(skipping them silently would hide them; storing them would embed "None"). Reading is by
+batches of at most ``batch_rows`` rows, so memory never depends on the input's size.
 
 Writing (`EmbeddingTableWriter`): a Parquet file of ``id``, ``vector`` (a fixed-size list of
-float32, one per row) and optionally ``text``, appended batch by batch; the model identity
-(a dict: digest, dimension, pooling, name) is stored in the schema metadata under
-``bertfamily``. `iter_embedding_table` reads such a file, a directory of them (Ray Data's
-output, where the identity is in ``_bertfamily.json``), or any Parquet with an id column and a
-vector column (fixed-size list, list, or Ray's tensor extension type).
+float32, one per row), optionally ``text``, and optionally a quantized copy of the vectors
+(``vector_int8``, ``vector_uint8``, ``vector_binary``, ``vector_ubinary``) or, for a SPLADE
+model, ``sparse_indices`` and ``sparse_values`` instead of ``vector``; appended batch by batch.
+The model identity (a dict: digest, dimension, pooling, name), the kind (dense or sparse) and
+the quantization (precision, column, int8 ranges) are stored in the schema metadata under
+``bertfamily`` (`table_metadata`). `iter_embedding_table` reads such a file, a directory of
+them (Ray Data's output, where the identity is in ``_bertfamily.json``), or any Parquet with an
+id column and a vector column (fixed-size list, list, or Ray's tensor extension type);
+`iter_sparse_table` reads the sparse columns.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -41,11 +49,18 @@ from ..errors import DataError
 __all__ = [
     "IDENTITY_FILE",
     "EmbeddingTableWriter",
+    "RowProblems",
+    "check_rows",
+    "check_table",
     "iter_embedding_table",
     "iter_id_texts",
+    "iter_sparse_table",
+    "quantized_width",
     "read_id_texts",
     "table_identity",
+    "table_metadata",
     "table_kind",
+    "text_problem",
     "vectors_of",
 ]
 
@@ -96,17 +111,74 @@ def parquet_files(path: Path) -> list[Path]:
     return files
 
 
-def _text(value: Any, where: str, column: str) -> str:
-    """A table row's text: a string (or a number); a null, list, bool or empty text is refused
-    (it is no document, and storing it as "None" or skipping it silently would renumber)."""
-    if value is None:
-        raise DataError(f"{where}: the text (column {column!r}) is null")
-    if not isinstance(value, (str, int, float)) or isinstance(value, bool):
-        raise DataError(f"{where}: the text (column {column!r}) must be a string, got {value!r}")
-    text = str(value)
-    if not text.strip():
-        raise DataError(f"{where}: the text (column {column!r}) is empty")
-    return text
+#: Bad rows a refusal names (the others are counted).
+NAMED_PROBLEMS = 3
+
+
+def text_problem(value: Any) -> str | None:
+    """Why a table cell holds no document, or None when it holds one (the one rule of table
+    rows, see the module docstring): ``"null"`` (None, or a float NaN as pandas gives for a
+    missing value), ``"a list, not a string"`` (any type but str, int and float; a bool is
+    refused), ``"empty"`` (nothing but whitespace). A number is a text (``str(value)``)."""
+    if isinstance(value, np.generic):  # numpy scalars of a Ray "numpy" batch
+        value = value.item()
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "null"
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        return f"a {type(value).__name__}, not a string"
+    if not str(value).strip():
+        return "empty"
+    return None
+
+
+def check_rows(
+    ids: list[Any], texts: list[Any], id_column: str = "id", text_column: str = "text"
+) -> tuple[list[Any], list[str], list[str]]:
+    """``(ids, texts, problems)``: the good rows of a batch (texts as ``str``) and a
+    description of each bad one (`text_problem`; a null id), e.g. ``"row id 20: 'text' is
+    empty"``. Local table reads and Ray Data (`integrations.ray`) check rows with this."""
+    good_ids: list[Any] = []
+    good: list[str] = []
+    problems: list[str] = []
+    for i, t in zip(ids, texts):
+        what = text_problem(t)
+        if what is not None:
+            problems.append(f"row id {i!r}: {text_column!r} is {what}")
+        elif i is None or (isinstance(i, float) and math.isnan(i)):
+            problems.append(f"the row of text {str(t)[:40]!r}: {id_column!r} is null")
+        else:
+            good_ids.append(i.item() if isinstance(i, np.generic) else i)
+            good.append(str(t.item() if isinstance(t, np.generic) else t))
+    return good_ids, good, problems
+
+
+class RowProblems:
+    """The bad rows of one input: every one counted, the first `NAMED_PROBLEMS` named; `check`
+    raises the one refusal (the same message for every table reader and for Ray Data)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.named: list[str] = []
+
+    def add(self, problems: list[str], count: int | None = None) -> None:
+        """Count ``count`` (default ``len(problems)``) bad rows, described by ``problems`` (in
+        input order; only the first few are kept)."""
+        self.count += len(problems) if count is None else count
+        self.named.extend(problems[: max(0, NAMED_PROBLEMS - len(self.named))])
+
+    def message(self, source: Any, outcome: str = "nothing was written") -> str:
+        """``"SOURCE: N rows cannot be embedded or indexed: …; nothing was written"``."""
+        more = self.count - len(self.named)
+        rows = "1 row" if self.count == 1 else f"{self.count} rows"
+        return (
+            f"{source}: {rows} cannot be embedded or indexed: {'; '.join(self.named)}"
+            f"{f' (and {more} more)' if more > 0 else ''}; {outcome}"
+        )
+
+    def check(self, source: Any, outcome: str = "nothing was written") -> None:
+        """Raise `DataError` (`message`) when a bad row was counted."""
+        if self.count:
+            raise DataError(self.message(source, outcome))
 
 
 def _text_rows(path: Path) -> Iterator[tuple[int, str]]:
@@ -122,35 +194,37 @@ def _text_rows(path: Path) -> Iterator[tuple[int, str]]:
 
 
 def _jsonl_rows(
-    path: Path, id_column: str, text_column: str, problems: list[str]
+    path: Path, id_column: str, text_column: str, problems: RowProblems
 ) -> Iterator[tuple[Any, str]]:
-    """The (id, text) of each JSONL row; a row with bad JSON, no text column or a null, list,
-    bool or empty text is skipped and described in ``problems`` (the caller refuses the file)."""
+    """The (id, text) of each good JSONL row; a row with bad JSON, no text column or a bad text
+    (`text_problem`) is skipped and counted in ``problems`` (the caller refuses the file). A row
+    is named by its line number."""
     for n, line in _text_rows(path):
         if not line:
             continue
         try:
             row = json.loads(line)
         except json.JSONDecodeError as e:
-            problems.append(f"line {n}: not JSON ({e})")
+            problems.add([f"line {n}: not JSON ({e})"])
             continue
         if not isinstance(row, dict) or text_column not in row:
-            problems.append(f"line {n}: not a JSON object with {text_column!r}")
+            problems.add([f"line {n}: not a JSON object with {text_column!r}"])
             continue
-        text = row[text_column]
-        if isinstance(text, bool) or not isinstance(text, (str, int, float)):
-            what = "null" if text is None else f"a {type(text).__name__}"
-            problems.append(f"line {n}: {text_column!r} is {what}, not a string")
+        what = text_problem(row[text_column])
+        if what is not None:
+            problems.add([f"line {n}: {text_column!r} is {what}"])
             continue
-        if not str(text).strip():
-            problems.append(f"line {n}: {text_column!r} is empty")
+        i = row.get(id_column, n)
+        if i is None:
+            problems.add([f"line {n}: {id_column!r} is null"])
             continue
-        yield row.get(id_column, n), str(text)
+        yield i, str(row[text_column])
 
 
 def _parquet_batches(
-    path: Path, id_column: str, text_column: str, batch_rows: int
+    path: Path, id_column: str, text_column: str, batch_rows: int, problems: RowProblems
 ) -> Iterator[tuple[list, list[str]]]:
+    """The good rows of each Parquet batch (`check_rows`); the bad ones go to ``problems``."""
     pq = _pq()
     row = 0
     for file in parquet_files(path):
@@ -169,7 +243,9 @@ def _parquet_batches(
             else:
                 ids = list(range(row + 1, row + 1 + len(texts)))
             row += len(texts)
-            yield ids, [_text(t, f"{file} (row id {i!r})", text_column) for i, t in zip(ids, texts)]
+            ids, texts, bad = check_rows(ids, texts, id_column, text_column)
+            problems.add(bad)
+            yield ids, texts
 
 
 def iter_id_texts(
@@ -183,44 +259,56 @@ def iter_id_texts(
     input (see the module docstring); blank lines of a text file are skipped.
 
     Raises:
-        DataError: a missing or unreadable input, bytes that are not UTF-8, a JSONL line that
-            is not an object with the text column, a Parquet input without the text column, or
-            a text that is not a string or number. Messages name the file and the line or id.
+        DataError: a missing or unreadable input, bytes that are not UTF-8, a Parquet input
+            without the text column; bad rows (`check_rows`: a null, non-string or empty text,
+            a null id; a JSONL line that is not an object with the text column), counted over
+            the whole input and refused (`RowProblems`) after the last good batch (use
+            `check_table` first to refuse before any work). Messages name the file and the
+            line (JSONL) or the id (Parquet).
     """
     path = Path(path)
     kind = table_kind(path)
     if kind != "parquet" and not path.is_file():
         why = "it is a directory" if path.is_dir() else "it does not exist"
         raise DataError(f"cannot read input file {path}: {why}")
+    problems = RowProblems()
     if kind == "parquet":
-        for ids, texts in _parquet_batches(path, id_column, text_column, batch_rows):
-            kept = [(i, t) for i, t in zip(ids, texts) if t.strip()]
-            if kept:
-                yield [i for i, _ in kept], [t for _, t in kept]
-        return
-    problems: list[str] = []
-    if kind == "jsonl":
+        rows = (
+            row
+            for ids, texts in _parquet_batches(path, id_column, text_column, batch_rows, problems)
+            for row in zip(ids, texts)
+        )
+    elif kind == "jsonl":
         rows = _jsonl_rows(path, id_column, text_column, problems)
     else:
-        rows = _text_rows(path)
+        rows = ((i, t) for i, t in _text_rows(path) if t)
     ids: list[Any] = []
     texts: list[str] = []
     for i, t in rows:
-        if not t.strip():
-            continue
         ids.append(i)
         texts.append(t)
         if len(texts) == batch_rows:
             yield ids, texts
             ids, texts = [], []
-    if problems:  # every bad row counted, the first three named; the writers write nothing
-        more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
-        raise DataError(
-            f"{path}: {len(problems)} rows cannot be embedded or indexed: "
-            f"{'; '.join(problems[:3])}{more}; nothing was written"
-        )
+    problems.check(path)  # every bad row counted, the first three named; nothing written
     if texts:
         yield ids, texts
+
+
+def check_table(
+    path: str | os.PathLike[str], *, id_column: str = "id", text_column: str = "text"
+) -> None:
+    """Read a JSONL or Parquet input through once, keeping nothing, so that a bad row refuses
+    it before any work (`iter_id_texts` would refuse it only at its end); a plain text file
+    has no bad rows.
+
+    Raises:
+        DataError: see `iter_id_texts`.
+    """
+    if table_kind(path) == "text":
+        return
+    for _ in iter_id_texts(path, id_column=id_column, text_column=text_column):
+        pass
 
 
 def read_id_texts(
@@ -251,11 +339,35 @@ def _id_type(ids: list[Any]):
     raise DataError(f"ids must be all integers or all strings, got {ids[:5]!r}")
 
 
+#: Quantized precisions of an embedding table's extra column (`pipelines.quantize`'s names).
+QUANTIZED = {"int8": "int8", "uint8": "uint8", "binary": "int8", "ubinary": "uint8"}
+SPARSE_INDICES, SPARSE_VALUES = "sparse_indices", "sparse_values"
+
+
+def quantized_width(dimension: int, precision: str) -> int:
+    """Values per row of a ``precision`` column: the dimension for int8/uint8, one byte per
+    8 dimensions (rounded up) for binary/ubinary."""
+    return (dimension + 7) // 8 if precision in ("binary", "ubinary") else dimension
+
+
 class EmbeddingTableWriter:
-    """Append (id, vector[, text]) batches to one Parquet file (see the module docstring).
+    """Append batches of rows to one Parquet file (see the module docstring).
+
+    Columns: ``id`` (int64 or string, fixed by the first batch), ``text`` with ``with_text``,
+    then either ``vector`` (a fixed-size list of float32, ``dimension`` values) and, with a
+    ``precision`` other than float32, ``vector_<precision>`` (a fixed-size list of int8 for
+    int8/binary, uint8 for uint8/ubinary: `quantized_width` values, as
+    `pipelines.quantize.quantize_embeddings` returns them); or, with ``sparse``,
+    ``sparse_indices`` (list of int32: vocabulary ids, ascending) and ``sparse_values`` (list
+    of float32) of `pipelines.sparse.SparseEncoder` vectors of width ``dimension``.
+
+    The schema metadata (key ``bertfamily``) holds ``format_version``, ``model`` (the
+    identity), ``kind`` ("dense" or "sparse") and, for a quantized column, ``quantized``:
+    ``{"precision", "column", "ranges"}`` (ranges: the int8/uint8 (2, dimension) minimum and
+    maximum the values were bucketed with, else None).
 
     Use as a context manager around an open ``path`` (write to a temporary path and rename it
-    for an atomic file); the id type (int64 or string) is fixed by the first batch.
+    for an atomic file).
     """
 
     def __init__(
@@ -264,39 +376,120 @@ class EmbeddingTableWriter:
         dimension: int,
         identity: dict[str, Any] | None = None,
         with_text: bool = False,
+        *,
+        precision: str = "float32",
+        ranges: np.ndarray | None = None,
+        sparse: bool = False,
     ) -> None:
+        if precision != "float32" and precision not in QUANTIZED:
+            raise DataError(f"precision must be float32 or one of {sorted(QUANTIZED)}")
+        if sparse and precision != "float32":
+            raise DataError("sparse vectors have no quantized column")
         self.path = Path(path)
         self.dimension = dimension
         self.identity = identity
         self.with_text = with_text
+        self.precision = precision
+        self.ranges = None if ranges is None else np.asarray(ranges, dtype=np.float32)
+        self.sparse = sparse
         self.rows = 0
         self._writer = None
+
+    @property
+    def quantized_column(self) -> str | None:
+        """``vector_<precision>``, or None for float32 only."""
+        return None if self.precision == "float32" else f"vector_{self.precision}"
 
     def _schema(self, ids: list[Any]):
         pa = _pa()
         fields = [pa.field("id", _id_type(ids), nullable=False)]
         if self.with_text:
             fields.append(pa.field("text", pa.string()))
-        fields.append(pa.field("vector", pa.list_(pa.float32(), self.dimension)))
-        meta = {"format_version": FORMAT_VERSION, "model": self.identity}
+        meta: dict[str, Any] = {
+            "format_version": FORMAT_VERSION,
+            "model": self.identity,
+            "kind": "sparse" if self.sparse else "dense",
+        }
+        if self.sparse:
+            fields.append(pa.field(SPARSE_INDICES, pa.list_(pa.int32())))
+            fields.append(pa.field(SPARSE_VALUES, pa.list_(pa.float32())))
+        else:
+            fields.append(pa.field("vector", pa.list_(pa.float32(), self.dimension)))
+        if self.quantized_column:
+            width = quantized_width(self.dimension, self.precision)
+            kind = getattr(pa, QUANTIZED[self.precision])()
+            fields.append(pa.field(self.quantized_column, pa.list_(kind, width)))
+            meta["quantized"] = {
+                "precision": self.precision,
+                "column": self.quantized_column,
+                "ranges": None if self.ranges is None else self.ranges.tolist(),
+            }
         return pa.schema(fields, metadata={META_KEY: json.dumps(meta).encode()})
 
-    def write(self, ids: list[Any], vectors: np.ndarray, texts: list[str] | None = None) -> None:
-        """Append one batch: N ids, (N, dimension) vectors, N texts when ``with_text``."""
+    def write(
+        self,
+        ids: list[Any],
+        vectors: np.ndarray | None = None,
+        texts: list[str] | None = None,
+        *,
+        quantized: np.ndarray | None = None,
+        sparse: list[tuple[np.ndarray, np.ndarray]] | None = None,
+    ) -> None:
+        """Append one batch of N rows: N ids; (N, dimension) float ``vectors`` and, with a
+        precision, the (N, `quantized_width`) ``quantized`` rows; or, for a sparse table, N
+        ``(indices, values)`` pairs in ``sparse``; N texts when ``with_text``.
+
+        Raises:
+            DataError: shapes or counts that do not match the ids, the dimension or the
+                precision's dtype; sparse indices outside ``[0, dimension)``.
+        """
         pa = _pa()
-        vectors = np.ascontiguousarray(vectors, dtype=np.float32)
-        if vectors.shape != (len(ids), self.dimension):
-            raise DataError(f"{len(ids)} ids but vectors of shape {vectors.shape}")
+        n = len(ids)
         if self._writer is None:
             self._writer = _pq().ParquetWriter(self.path, self._schema(ids))
         schema = self._writer.schema
         columns = [pa.array(ids, type=schema.field("id").type)]
         if self.with_text:
             columns.append(pa.array(list(texts or []), type=pa.string()))
-        flat = pa.array(vectors.reshape(-1), type=pa.float32())
-        columns.append(pa.FixedSizeListArray.from_arrays(flat, self.dimension))
+        if self.sparse:
+            if sparse is None or len(sparse) != n:
+                raise DataError(f"{n} ids but {0 if sparse is None else len(sparse)} sparse rows")
+            columns.extend(self._sparse_columns(sparse))
+        else:
+            columns.append(self._fixed(vectors, np.float32, self.dimension, "vectors"))
+        if self.quantized_column:
+            want = np.dtype(QUANTIZED[self.precision])
+            if quantized is None or np.asarray(quantized).dtype != want:
+                raise DataError(f"{self.quantized_column} needs {want} rows (quantized=)")
+            width = quantized_width(self.dimension, self.precision)
+            columns.append(self._fixed(quantized, want, width, self.quantized_column))
         self._writer.write_table(pa.Table.from_arrays(columns, schema=schema))
-        self.rows += len(ids)
+        self.rows += n
+
+    def _fixed(self, rows, dtype, width: int, what: str):
+        """A fixed-size list array of (N, width) ``rows`` of ``dtype``."""
+        pa = _pa()
+        rows = np.ascontiguousarray(rows, dtype=dtype) if rows is not None else None
+        if rows is None or rows.ndim != 2 or rows.shape[1] != width:
+            shape = None if rows is None else rows.shape
+            raise DataError(f"{what} must be (N, {width}), got {shape}")
+        flat = pa.array(rows.reshape(-1), type=pa.from_numpy_dtype(rows.dtype))
+        return pa.FixedSizeListArray.from_arrays(flat, width)
+
+    def _sparse_columns(self, rows: list[tuple[np.ndarray, np.ndarray]]):
+        pa = _pa()
+        lengths = np.array([len(i) for i, _ in rows], dtype=np.int64)
+        offsets = pa.array(np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32))
+        indices = np.concatenate([np.asarray(i, np.int64) for i, _ in rows] or [[]])
+        values = np.concatenate([np.asarray(v, np.float32) for _, v in rows] or [[]])
+        if len(values) != len(indices) or any(len(i) != len(v) for i, v in rows):
+            raise DataError("sparse rows need as many values as indices")
+        if len(indices) and (indices.min() < 0 or indices.max() >= self.dimension):
+            raise DataError(f"sparse indices must lie in [0, {self.dimension})")
+        return [
+            pa.ListArray.from_arrays(offsets, pa.array(indices.astype(np.int32), pa.int32())),
+            pa.ListArray.from_arrays(offsets, pa.array(values.astype(np.float32), pa.float32())),
+        ]
 
     def close(self) -> None:
         """Finish the file (an empty table when nothing was written)."""
@@ -335,13 +528,13 @@ def vectors_of(column) -> np.ndarray:
     return flat.astype(np.float32, copy=False).reshape(n, flat.size // n)
 
 
-def table_identity(path: str | os.PathLike[str]) -> dict[str, Any] | None:
-    """The model identity stored with an embedding table: a directory's ``_bertfamily.json``,
-    or the first file's Parquet schema metadata; None when there is none.
+def table_metadata(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """What bertfamily stored with an embedding table (see `EmbeddingTableWriter`): a
+    directory's ``_bertfamily.json``, or the first file's Parquet schema metadata; ``{}`` when
+    there is none (a table written by another tool).
 
     Raises:
-        DataError: the identity is unreadable or not ``{digest, dimension, pooling[, name]}``
-            (naming the file).
+        DataError: the stored metadata is unreadable or not a JSON object (naming the file).
     """
     path = Path(path)
     if path.is_dir() and (path / IDENTITY_FILE).is_file():
@@ -354,12 +547,29 @@ def table_identity(path: str | os.PathLike[str]) -> dict[str, Any] | None:
         source = parquet_files(path)[0]
         meta = _pq().ParquetFile(source).schema_arrow.metadata or {}
         if META_KEY not in meta:
-            return None
+            return {}
         try:
             body = json.loads(meta[META_KEY])
         except (ValueError, RecursionError) as e:
             raise DataError(f"{source}: unreadable {META_KEY.decode()} metadata: {e}") from e
-    model = body.get("model") if isinstance(body, dict) else None
+    if not isinstance(body, dict):
+        raise DataError(f"{source}: the stored metadata is not a JSON object")
+    body.setdefault("_source", str(source))
+    return body
+
+
+def table_identity(path: str | os.PathLike[str]) -> dict[str, Any] | None:
+    """The model identity stored with an embedding table (`table_metadata`'s ``model``);
+    None when there is none.
+
+    Raises:
+        DataError: the identity is unreadable or not ``{digest, dimension, pooling[, name]}``
+            (naming the file).
+    """
+    body = table_metadata(path)
+    if not body or "model" not in body:
+        return None
+    model, source = body.get("model"), body.get("_source", str(path))
     if not (
         isinstance(model, dict)
         and not set(model) - {"digest", "dimension", "pooling", "name"}
@@ -377,6 +587,27 @@ def table_identity(path: str | os.PathLike[str]) -> dict[str, Any] | None:
     return model
 
 
+def _table_files(path, wanted: list[str], what: str):
+    """(file, ParquetFile, column names) of each file of an embedding table holding the
+    ``wanted`` columns."""
+    pq = _pq()
+    for file in parquet_files(Path(path)):
+        pf = pq.ParquetFile(file)
+        names = pf.schema_arrow.names
+        missing = [c for c in wanted if c not in names]
+        if missing:
+            hint = ""
+            if what == "dense" and SPARSE_INDICES in names:
+                hint = (
+                    " (it holds sparse vectors, a SPLADE model's: read them with "
+                    "iter_sparse_table into retrieval.SparseIndex; the vector index is dense)"
+                )
+            elif what == "sparse" and "vector" in names:
+                hint = " (it holds dense vectors: read them with iter_embedding_table)"
+            raise DataError(f"{file}: no column(s) {missing}; columns: {names}{hint}")
+        yield file, pf, names
+
+
 def iter_embedding_table(
     path: str | os.PathLike[str],
     *,
@@ -386,18 +617,14 @@ def iter_embedding_table(
     batch_rows: int = 10_000,
 ) -> Iterator[tuple[list[Any], np.ndarray, list[str] | None]]:
     """``(ids, vectors, texts or None)`` batches of a Parquet embedding table (a file or a
-    directory of shards), in file-name order.
+    directory of shards), in file-name order; vectors are (N, D) float32 (a quantized column,
+    ``vector_column="vector_int8"``, comes back as float32 of its integer values).
 
     Raises:
-        DataError: no Parquet files, or a file without the id or vector column.
+        DataError: no Parquet files, or a file without the id or vector column (a sparse
+            table is named as such).
     """
-    pq = _pq()
-    for file in parquet_files(Path(path)):
-        pf = pq.ParquetFile(file)
-        names = pf.schema_arrow.names
-        missing = [c for c in (id_column, vector_column) if c not in names]
-        if missing:
-            raise DataError(f"{file}: no column(s) {missing}; columns: {names}")
+    for _, pf, names in _table_files(path, [id_column, vector_column], "dense"):
         columns = [id_column, vector_column] + ([text_column] if text_column in names else [])
         for batch in pf.iter_batches(batch_size=batch_rows, columns=columns):
             texts = batch.column(text_column).to_pylist() if text_column in names else None
@@ -406,3 +633,36 @@ def iter_embedding_table(
                 vectors_of(batch.column(vector_column)),
                 texts,
             )
+
+
+def iter_sparse_table(
+    path: str | os.PathLike[str],
+    *,
+    id_column: str = "id",
+    text_column: str = "text",
+    batch_rows: int = 10_000,
+) -> Iterator[tuple[list[Any], list[tuple[np.ndarray, np.ndarray]], list[str] | None]]:
+    """``(ids, [(indices, values)], texts or None)`` batches of a sparse embedding table
+    (``sparse_indices``: int64 vocabulary ids, ``sparse_values``: float32 weights per row), as
+    `EmbeddingTableWriter` writes a SPLADE model's (`pipelines.sparse.SparseVector` takes
+    each pair).
+
+    Raises:
+        DataError: no Parquet files, or a file without the id or sparse columns.
+    """
+    wanted = [id_column, SPARSE_INDICES, SPARSE_VALUES]
+    for _, pf, names in _table_files(path, wanted, "sparse"):
+        columns = wanted + ([text_column] if text_column in names else [])
+        for batch in pf.iter_batches(batch_size=batch_rows, columns=columns):
+            texts = batch.column(text_column).to_pylist() if text_column in names else None
+            index_lists = batch.column(SPARSE_INDICES)
+            value_lists = batch.column(SPARSE_VALUES)
+            offsets = index_lists.offsets.to_numpy()
+            offsets = offsets - offsets[0]
+            same = value_lists.offsets.to_numpy()
+            if not np.array_equal(same - same[0], offsets):
+                raise DataError(f"{path}: rows with more sparse values than indices, or fewer")
+            indices = index_lists.flatten().to_numpy(zero_copy_only=False).astype(np.int64)
+            values = value_lists.flatten().to_numpy(zero_copy_only=False).astype(np.float32)
+            rows = [(indices[a:b], values[a:b]) for a, b in zip(offsets[:-1], offsets[1:])]
+            yield batch.column(id_column).to_pylist(), rows, texts

@@ -18,11 +18,15 @@ that is ours::
     )
     ds.write_parquet("s3://bucket/vectors/")  # columns: id, vector
 
-`embed_dataset` is that pipeline (``bertfamily embed --engine ray``). Rows whose text is blank
-are dropped (they hold no document, as everywhere in bertfamily). Output rows keep their ids
-and, with ``with_text``, their text; ``vector`` is a fixed-size list of float32, so
-`pipelines.index.VectorIndex.from_embeddings` (``bertfamily index build --embeddings DIR``)
-reads the directory as it is.
+`embed_dataset` is that pipeline (``bertfamily embed --engine ray``). Rows are checked by the
+rule of every table reader in bertfamily (`data.table_io.check_rows`: a null, non-string or
+empty text, or a null id, is a bad row): `embed_dataset` first reads the id and text columns
+through once (`check_dataset`) and refuses the input, counting every bad row and naming the
+first three in input order, with the message of a local read, before any actor starts; an
+`EmbedBatch` handed a bad row raises `DataError`, which stops the job (Ray retries a dead actor,
+not an exception). Output rows keep their ids and, with ``with_text``, their text; ``vector``
+is a fixed-size list of float32, so `pipelines.index.VectorIndex.from_embeddings`
+(``bertfamily index build --embeddings DIR``) reads the directory as it is.
 """
 
 from __future__ import annotations
@@ -34,18 +38,19 @@ from typing import Any
 
 import numpy as np
 
+from ..data.table_io import RowProblems, check_rows
 from ..deps import require
 from ..errors import InputError
 from ..files import write_text_atomic
 
-__all__ = ["EmbedBatch", "embed_dataset"]
+__all__ = ["EmbedBatch", "check_dataset", "embed_dataset"]
 
 
 class EmbedBatch:
     """Embed a batch of rows: a ``pyarrow.Table``, a ``pandas.DataFrame`` or a dict of numpy
     columns (Ray's ``batch_format`` "pyarrow", "pandas", "numpy") holding ``id_column`` and
     ``text_column``; returns the same kind of batch with ``id``, ``vector`` (and ``text`` with
-    ``with_text``), blank texts dropped.
+    ``with_text``), one row per input row.
 
     Args:
         model: model directory, resource name or cached ``org/name`` (resolved on each actor).
@@ -77,10 +82,18 @@ class EmbedBatch:
         self.batch_size, self.with_text = batch_size, with_text
 
     def embed(self, ids: list[Any], texts: list[Any]) -> tuple[list[Any], list[str], np.ndarray]:
-        """``(ids, texts, (N, dimension) float32 vectors)`` of the rows whose text is not
-        blank."""
-        kept = [(i, str(t)) for i, t in zip(ids, texts) if t is not None and str(t).strip()]
-        ids, texts = [i for i, _ in kept], [t for _, t in kept]
+        """``(ids, texts as str, (N, dimension) float32 vectors)`` of a batch of rows.
+
+        Raises:
+            DataError: a bad row (`data.table_io.check_rows`), counted and named as a local
+                read does; Ray stops the job (run `check_dataset` first to refuse the whole
+                input before any work, as `embed_dataset` does).
+        """
+        ids, texts, bad = check_rows(ids, texts, self.id_column, self.text_column)
+        if bad:
+            problems = RowProblems()
+            problems.add(bad)
+            problems.check(f"a batch of {len(ids) + len(bad)} rows", "the job stops")
         return ids, texts, self.embedder.encode(texts, batch_size=self.batch_size)
 
     def __call__(self, batch):
@@ -144,6 +157,50 @@ def _read(ray, source: str, id_column: str, text_column: str, blocks: int | None
     return ds.select_columns([id_column, text_column])
 
 
+def _batch_problems(batch, id_column: str, text_column: str):
+    """One row per Ray batch: its count of bad rows and the first few described."""
+    pa = require("pyarrow", "ray", "Ray Data batches")
+    _, _, bad = check_rows(
+        batch.column(id_column).to_pylist(),
+        batch.column(text_column).to_pylist(),
+        id_column,
+        text_column,
+    )
+    problems = RowProblems()
+    problems.add(bad)
+    return pa.table({"count": [problems.count], "named": [problems.named]})
+
+
+def check_dataset(ds, source: str, *, id_column: str = "id", text_column: str = "text") -> None:
+    """Read the id and text columns of a Ray Dataset through once (Ray tasks, in parallel;
+    one small row comes back per batch) and refuse it when a row is bad, with the message of
+    a local read (`data.table_io.RowProblems`): every bad row counted, the first three named
+    in input order (the check runs with Ray Data's ``preserve_order``).
+
+    Raises:
+        DataError: bad rows (`data.table_io.check_rows`).
+    """
+    ray = require("ray", "ray", "bertfamily embed --engine ray")
+    # a Dataset runs under the context it was made with (older Ray: the current one)
+    context = getattr(ds, "context", None) or ray.data.DataContext.get_current()
+    before = context.execution_options.preserve_order
+    context.execution_options.preserve_order = True  # the order of the named rows
+    try:
+        found = ds.select_columns([id_column, text_column]).map_batches(
+            _batch_problems,
+            fn_kwargs={"id_column": id_column, "text_column": text_column},
+            batch_format="pyarrow",
+            batch_size=None,  # one call per block
+        )
+        rows = found.take_all()
+    finally:
+        context.execution_options.preserve_order = before
+    problems = RowProblems()
+    for row in rows:
+        problems.add(list(row["named"]), int(row["count"]))
+    problems.check(source)
+
+
 def embed_dataset(
     source: str,
     output: str,
@@ -166,8 +223,10 @@ def embed_dataset(
     identity in ``output/_bertfamily.json``. Uses the running Ray instance, else
     ``ray.init()`` (which joins the cluster of ``RAY_ADDRESS`` when it is set).
 
-    A failed actor is restarted and its batch retried by Ray (Ray Data's defaults for actor
-    pools: ``max_restarts=-1``, ``max_task_retries=-1``); nothing of that is ours.
+    The id and text columns are checked first (`check_dataset`): a bad row refuses the input
+    before the model is loaded anywhere. A failed actor is restarted and its batch retried by
+    Ray (Ray Data's defaults for actor pools: ``max_restarts=-1``, ``max_task_retries=-1``);
+    nothing of that is ours.
 
     Args:
         num_cpus: CPUs each actor reserves; leave some of the cluster's free for Ray's read and
@@ -184,6 +243,7 @@ def embed_dataset(
         MissingDependency: Ray is not installed (``pip install "bertfamily[ray]"``).
         InputError: an output directory that already holds files, or a source without the id
             or text column.
+        DataError: bad rows (`check_dataset`); nothing is written.
     """
     ray = require("ray", "ray", "bertfamily embed --engine ray")
     require("ray.data", "ray", "bertfamily embed --engine ray")
@@ -198,7 +258,9 @@ def embed_dataset(
     if not ray.is_initialized():
         ray.init(include_dashboard=False, log_to_driver=False)
     remote = {"runtime_env": runtime_env} if runtime_env else {}
-    ds = _read(ray, source, id_column, text_column, blocks).map_batches(
+    ds = _read(ray, source, id_column, text_column, blocks)
+    check_dataset(ds, source, id_column=id_column, text_column=text_column)
+    ds = ds.map_batches(
         batch_class,
         fn_constructor_kwargs=dict(
             model=model,

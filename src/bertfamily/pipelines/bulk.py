@@ -466,35 +466,104 @@ def embed_table(
     with_text: bool = False,
     batch_size: int = 32,
     chunk_rows: int = DEFAULT_SHARD_SIZE,
+    precision: str = "float32",
     progress: Callable[[int], None] | None = None,
+    check: bool = True,
 ) -> tuple[int, int]:
     """Embed a text, JSONL or Parquet input (`data.table_io.iter_id_texts`: ids from
-    ``id_column``, or 1-based line/row numbers; blank texts skipped) into one Parquet file of
-    ``id``, ``vector`` (and ``text`` with ``with_text``), with the model identity in its
-    metadata. Streams ``chunk_rows`` rows at a time (memory does not grow with the input) and
-    writes atomically: the file appears whole when every row is done.
+    ``id_column``, or 1-based line/row numbers; blank lines of a text file skipped) into one
+    Parquet file (`data.table_io.EmbeddingTableWriter`) of ``id``, ``vector`` (and ``text``
+    with ``with_text``), with the model identity in its metadata. Streams ``chunk_rows`` rows
+    at a time (memory does not grow with the input) and writes atomically: the file appears
+    whole when every row is done. A table is read through once first
+    (`table_io.check_table`), so that bad rows refuse it before anything is embedded.
+
+    Args:
+        embedder: a `SentenceEmbedder`, or a `sparse.SparseEncoder` (SPLADE), whose rows are
+            written as ``sparse_indices`` / ``sparse_values`` instead of ``vector``.
+        precision: float32, or int8/uint8/binary/ubinary: a ``vector_<precision>`` column
+            beside ``vector``, equal to `quantize.quantize_embeddings` of all the rows at once
+            (int8/uint8 bucket with the minimum and maximum of every row of the output, so the
+            floats are written to a sibling temporary file first and quantized in a second
+            read; the ranges are stored in the metadata, to quantize queries alike).
+        check: read a table through first (`table_io.check_table`); False when the caller
+            has.
 
     Returns:
         ``(rows written, texts truncated to the model's limit)``.
 
     Raises:
         DataError: see `iter_id_texts`; an input with no text.
+        InputError: an unknown precision, or a precision for a sparse encoder.
     """
-    from ..data.table_io import EmbeddingTableWriter, iter_id_texts
-    from ..errors import DataError
+    from ..data.table_io import EmbeddingTableWriter, check_table, iter_embedding_table
+    from ..errors import DataError, InputError
+    from .quantize import PRECISIONS, quantize_embeddings
+    from .sparse import SparseEncoder
 
+    sparse = isinstance(embedder, SparseEncoder)
+    if precision not in PRECISIONS:
+        raise InputError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+    if sparse and precision != "float32":
+        raise InputError("a sparse (SPLADE) encoder's vectors have no precision to choose")
+    if check:
+        check_table(input_path, id_column=id_column, text_column=text_column)
     identity = asdict(model_identity(embedder))
+    dimension = embedder.dimension
     counts = [0, 0]
+    ranged = precision in ("int8", "uint8")  # bucket edges from every row: a second pass
+
+    def rows():
+        from ..data.table_io import iter_id_texts
+
+        for ids, texts in iter_id_texts(
+            input_path, id_column=id_column, text_column=text_column, batch_rows=chunk_rows
+        ):
+            if sparse:
+                vectors = embedder.encode(texts, batch_size=batch_size)
+                if progress is not None:
+                    progress(len(texts))
+            else:
+                vectors = embedder.encode(texts, batch_size=batch_size, progress=progress)
+            counts[1] += embedder.last_truncated
+            yield ids, vectors, texts if with_text else None
+
+    def one_pass(tmp: Path, batches, writer_precision: str, ranges=None) -> int:
+        with EmbeddingTableWriter(
+            tmp, dimension, identity, with_text, precision=writer_precision,
+            ranges=ranges, sparse=sparse,
+        ) as out:  # fmt: skip
+            for ids, vectors, texts in batches:
+                if sparse:
+                    out.write(ids, texts=texts, sparse=[(v.indices, v.values) for v in vectors])
+                    continue
+                quantized = None
+                if writer_precision != "float32":
+                    quantized = quantize_embeddings(vectors, writer_precision, ranges=ranges)
+                out.write(ids, vectors, texts, quantized=quantized)
+            return out.rows
 
     def write(tmp: Path) -> None:
-        with EmbeddingTableWriter(tmp, embedder.dimension, identity, with_text) as out:
-            for ids, texts in iter_id_texts(
-                input_path, id_column=id_column, text_column=text_column, batch_rows=chunk_rows
-            ):
-                vectors = embedder.encode(texts, batch_size=batch_size, progress=progress)
-                counts[1] += embedder.last_truncated
-                out.write(ids, vectors, texts if with_text else None)
-            counts[0] = out.rows
+        if not ranged:
+            counts[0] = one_pass(tmp, rows(), precision)
+        else:
+            floats = tmp.with_name(tmp.name + "-float32")  # a sibling temporary too
+            try:
+                lo = np.full(dimension, np.inf, np.float32)
+                hi = np.full(dimension, -np.inf, np.float32)
+
+                def tracked():
+                    for ids, vectors, texts in rows():
+                        np.minimum(lo, vectors.min(0), out=lo)
+                        np.maximum(hi, vectors.max(0), out=hi)
+                        yield ids, vectors, texts
+
+                if one_pass(floats, tracked(), "float32") < 2:
+                    raise InputError(f"--precision {precision} needs at least two rows")
+                again = iter_embedding_table(floats, batch_rows=chunk_rows)
+                counts[0] = one_pass(tmp, again, precision, np.stack([lo, hi]))
+            finally:
+                floats.unlink(missing_ok=True)
         if not counts[0]:
             raise DataError(f"{input_path} holds no text (every row is blank)")
 

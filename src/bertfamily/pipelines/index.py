@@ -87,14 +87,20 @@ class ModelIdentity:
 
 
 def model_identity(embedder) -> ModelIdentity:
-    """The `ModelIdentity` of a `SentenceEmbedder` (its directory is hashed once, then cached
-    on it)."""
+    """The `ModelIdentity` of a `SentenceEmbedder`, or of a `sparse.SparseEncoder` (dimension:
+    the vocabulary; pooling: ``splade-<max|sum>-<activation>``). The directory is hashed once,
+    then cached on the embedder."""
     cached = getattr(embedder, "_identity", None)
     if cached is None:
+        pooling = getattr(embedder, "pooling", None)
+        if pooling is not None:
+            modes = "+".join(pooling.modes)
+        else:  # SPLADE: its pooling and activation decide the weights
+            modes = f"splade-{embedder.spec.pooling}-{embedder.spec.activation}"
         cached = ModelIdentity(
             digest=directory_digest(embedder.path),
             dimension=embedder.dimension,
-            pooling="+".join(embedder.pooling.modes),
+            pooling=modes,
             name=Path(embedder.path).name,
         )
         embedder._identity = cached
@@ -400,11 +406,20 @@ class VectorIndex:
 
         Raises:
             VectorIndexError: no model identity in the table and no ``embedder``, an
-                ``embedder`` that is not the table's model, or vectors of another dimension.
+                ``embedder`` that is not the table's model, vectors of another dimension, or a
+                sparse table (a SPLADE model's). A quantized column beside ``vector`` is left
+                alone: the index holds the float vectors.
         """
-        from ..data.table_io import iter_embedding_table, table_identity
+        from ..data.table_io import iter_embedding_table, table_identity, table_metadata
 
-        recorded = table_identity(path)
+        meta = table_metadata(path)
+        if meta.get("kind") == "sparse":
+            raise VectorIndexError(
+                f"{path} holds sparse vectors (a SPLADE model's sparse_indices and "
+                "sparse_values); this index holds dense vectors: read them with "
+                "data.table_io.iter_sparse_table into pipelines.retrieval.SparseIndex"
+            )
+        recorded = table_identity(path)  # validated
         if recorded is None and embedder is None:
             raise VectorIndexError(
                 f"{path} does not record the model that made its vectors: give the model "

@@ -31,8 +31,11 @@ def replica_environment(
     quantize: str | None = None,
     threads: int = 0,
     device: str = "cpu",
+    speed: float | None = None,
 ) -> str:
-    """The ``BERTFAMILY_SERVE_REPLICA`` value describing one replica (JSON)."""
+    """The ``BERTFAMILY_SERVE_REPLICA`` value describing one replica (JSON): what
+    `app_from_environment` needs to build the app ``bertfamily serve`` would build (the model,
+    its settings, dtype, int8 plan, threads, and a FastBERT classifier's default speed)."""
     body = {
         "model_dir": str(model_dir),
         "settings": asdict(settings),
@@ -40,6 +43,7 @@ def replica_environment(
         "quantize": quantize,
         "threads": threads,
         "device": device,
+        "speed": speed,
     }
     return json.dumps(body)
 
@@ -61,7 +65,9 @@ def app_from_environment():
     if body.get("quantize"):
         served = load_served_model(path, quantize=body["quantize"], device=device)
     else:
-        served = load_served_model(path, dtype=body.get("dtype", "auto"), device=device)
+        served = load_served_model(
+            path, dtype=body.get("dtype", "auto"), speed=body.get("speed"), device=device
+        )
     app = create_app(served, ServeSettings(**body["settings"]), model_dir=path)
     replica = str(os.getpid())
 
