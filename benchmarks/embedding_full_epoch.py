@@ -43,6 +43,7 @@ same weights and batch, so equal up to dropout).
 from __future__ import annotations
 
 import argparse
+import fcntl
 import json
 import logging
 import math
@@ -457,10 +458,21 @@ def main() -> None:
     )
     result.setdefault("rows", {})
     commit = source_commit()
+    done: list[str] = []
 
     def save() -> None:
+        """Merge this run's rows into the JSON as it is now (another run of this script may
+        be writing other rows of the same file), under a lock, atomically."""
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(result, indent=2) + "\n")
+        with open(args.work / "json.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            now = json.loads(args.out.read_text()) if args.out.is_file() else {}
+            rows_now = {**now.get("rows", {}), **{r: result["rows"][r] for r in done}}
+            merged = {**now, **{k: v for k, v in result.items() if k != "rows"}}
+            merged["rows"] = {r: rows_now[r] for r in ROWS if r in rows_now}
+            tmp = args.out.with_suffix(".tmp")
+            tmp.write_text(json.dumps(merged, indent=2) + "\n")
+            os.replace(tmp, args.out)
 
     if "before" not in result:
         from sentence_transformers import SentenceTransformer
@@ -478,6 +490,7 @@ def main() -> None:
         rec["wall_s"] = round(time.time() - t0, 1)
         rec["commit"] = commit
         result["rows"][row] = rec
+        done.append(row)
         save()
         print(row, json.dumps(rec["after"]), flush=True)
     print(json.dumps(result, indent=2))
