@@ -88,7 +88,7 @@ def test_finetune_summary_is_the_only_stdout(tiny_dir, tmp_path):
     out = tmp_path / "a-run-directory-with-a-long-name-that-would-wrap"
     proc = run(
         "finetune", "--task", "classify", "--model", tiny_dir, "--train", tmp_path / "train.csv",
-        "-o", out, "--batch-size", 4, "--max-steps", 1, "--no-progress", "--threads", 1,
+        "-o", out, "--batch-size", 4, "--max-steps", 1, "--threads", 1,  # the bar: on stderr
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     summary = json.loads(proc.stdout)  # the whole of stdout is one JSON document

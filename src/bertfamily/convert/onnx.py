@@ -20,6 +20,7 @@ from ..deps import require
 from ..errors import InputError
 from ..files import atomic_write
 from ..model import Model
+from ..notices import silence_root_warnings
 
 log = logging.getLogger(__name__)
 
@@ -218,13 +219,17 @@ def quantize_onnx_int8(source: str | Path, path: str | Path, linears: list[str])
     path = Path(path)
 
     def write(tmp: Path) -> None:
-        quantize_dynamic(
-            str(source),
-            str(tmp),
-            per_channel=True,
-            weight_type=QuantType.QInt8,
-            nodes_to_quantize=wanted,
-        )
+        # ONNX Runtime logs advice with a URL on the root logger: run its pre-processing
+        # (shape inference, graph optimisation) first. Not needed here: its quantiser infers
+        # the shapes itself, and only the named MatMuls are quantised.
+        with silence_root_warnings("Please consider"):
+            quantize_dynamic(
+                str(source),
+                str(tmp),
+                per_channel=True,
+                weight_type=QuantType.QInt8,
+                nodes_to_quantize=wanted,
+            )
 
     atomic_write(path, write)
     return path

@@ -458,10 +458,17 @@ def cached_int8(embedder, bar: AccuracyBar = AccuracyBar()):
             return plan, OnnxRuntimeModel(graph, torch.get_num_threads()), check, graph, True
         except (ValueError, KeyError, TypeError, IndexError) as e:
             log.warning("ignoring unreadable int8 plan %s (%s); measuring again", meta, e)
-    texts, queries = austen_calibration()
-    plan = plan_int8(embedder, texts, queries, bar=bar)
-    graph.parent.mkdir(parents=True, exist_ok=True)
-    model, check = int8_onnx_model(embedder, plan, texts, queries, graph)
+    from ..notices import waiting
+
+    what = (
+        "int8: measuring each layer's error on calibration sentences (first use of this model; "
+        "the plan is cached for the next runs)"
+    )
+    with waiting(what):
+        texts, queries = austen_calibration()
+        plan = plan_int8(embedder, texts, queries, bar=bar)
+        graph.parent.mkdir(parents=True, exist_ok=True)
+        model, check = int8_onnx_model(embedder, plan, texts, queries, graph)
     data = _plan_to_json(plan) | {"onnx_agreement": dataclasses.asdict(check)}
     write_text_atomic(meta, json.dumps(data, indent=1) + "\n")
     return plan, model, check, graph, False
