@@ -10,6 +10,7 @@ tensor's values or a dynamic size, no loop whose length depends on the input).
 from __future__ import annotations
 
 import logging
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -163,16 +164,21 @@ def export_onnx(model: Model, path: str | Path, opset: int = 17) -> Path:
     try:
 
         def write(tmp: Path) -> None:
-            torch.onnx.export(
-                _OnnxWrapper(model, with_tt),
-                inputs,
-                str(tmp),
-                input_names=names_in,
-                output_names=output_names(model),
-                dynamic_axes=axes,
-                opset_version=opset,
-                dynamo=False,
-            )
+            with warnings.catch_warnings():
+                # torch's notices that the TorchScript exporter (chosen here: dynamo=False, for
+                # every family's trace-friendly paths) is the legacy one, with URLs
+                warnings.filterwarnings("ignore", "You are using the legacy TorchScript")
+                warnings.filterwarnings("ignore", "The feature will be removed")
+                torch.onnx.export(
+                    _OnnxWrapper(model, with_tt),
+                    inputs,
+                    str(tmp),
+                    input_names=names_in,
+                    output_names=output_names(model),
+                    dynamic_axes=axes,
+                    opset_version=opset,
+                    dynamo=False,
+                )
 
         atomic_write(path, write)
     finally:

@@ -67,7 +67,8 @@ def write_labelled_csv(
     Args:
         source: the CSV file (``.csv``) to read.
         dest: the file to write.
-        text_column / label_column: the source's column names of the text and the label.
+        text_column: the source's column name of the text.
+        label_column: the source's column name of the label.
 
     Returns:
         the number of rows written.
@@ -291,7 +292,8 @@ def split_file(
     Args:
         path: the input file (`read_records`).
         out_dir: created if needed; existing split files are replaced.
-        dev / test: fractions of the records, each in [0, 1), their sum below 1.
+        dev: the fraction of the records for dev, in [0, 1).
+        test: the fraction for test, in [0, 1); ``dev + test`` below 1.
         seed: the shuffle's seed.
         format: csv, tsv, jsonl, text or conll; None: from the suffix.
         label_column: the label to stratify by.
