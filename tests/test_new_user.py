@@ -97,6 +97,19 @@ def test_finetune_summary_is_the_only_stdout(tiny_dir, tmp_path):
     assert "new task head" in proc.stderr
 
 
+def test_params_and_dataflow_json_pipes_with_format_json(cli, monkeypatch):
+    """The documented ``--format json`` (docs/using.md) on params and dataflow, as on models."""
+    monkeypatch.setenv("COLUMNS", "20")
+    for args in (("params", "bert-tiny"), ("dataflow", "bert-tiny", "--no-compare")):
+        result = cli(*args, "--format", "json")
+        assert result.exit_code == 0, result.output
+        assert isinstance(json.loads(result.stdout), dict)
+    assert (
+        json.loads(cli("params", "bert-tiny", "--format", "json").stdout)["total"]
+        == (json.loads(cli("params", "bert-tiny", "--json").stdout)["total"])
+    )
+
+
 def test_no_command_prints_json_through_a_rich_console():
     """Every JSON of the CLI goes through `cli.common.write_out` (plain stdout)."""
     offenders = []

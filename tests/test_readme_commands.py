@@ -93,6 +93,12 @@ def test_the_tour_runs_as_written(cli, fresh):
 
     assert len(hits(searches[0])) == 3 and hits(searches[0]) == hits(searches[1])
     assert sorted(int(h[2]) for h in hits(searches[0])) == [1, 2, 3]
+    # the section's Python block, as written
+    (code,) = walk.blocks(walk.section("A short tour"), "python")
+    scope: dict = {}
+    exec(compile(code, "README.md", "exec"), scope)
+    batch, _, hidden = scope["out"].last_hidden_state.shape
+    assert (batch, hidden) == (2, 32)  # the tiny stand-in's H (the real model's is 384)
 
 
 def test_fine_tuning_on_real_data_runs_as_written(cli, fresh):

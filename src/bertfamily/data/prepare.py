@@ -283,9 +283,11 @@ def split_file(
     train. Stratified (for classification data: a CSV/TSV column or JSONL key
     ``label_column`` whose values are not fractional numbers): each label keeps its share of
     every split as nearly as whole records allow (Hamilton's largest-remainder method), the
-    records of a label drawn by a seeded shuffle. Each file keeps the input's order of its
-    records, the input's format (a CSV/TSV header repeated in each file; CoNLL sentences
-    separated by one empty line) and is written atomically as UTF-8, named
+    records of a label drawn by a seeded shuffle. Each file holds its records in a seeded
+    random order (as scikit-learn's and Hugging Face datasets' splits do: a file sorted by
+    label, like the fetched tweets, gives no single-label head), keeps the input's format (a
+    CSV/TSV header repeated in each file; CoNLL sentences separated by one empty line) and
+    is written atomically as UTF-8, named
     ``train.EXT`` / ``dev.EXT`` / ``test.EXT`` (EXT: the format's suffix, `SPLIT_FORMATS`); a
     split whose fraction is 0 is not written.
 
@@ -353,7 +355,7 @@ def split_file(
     for name in ("train", "dev", "test"):
         if name != "train" and not want[name]:
             continue
-        idx = sorted(assigned[name])
+        idx = [assigned[name][j] for j in rng.permutation(len(assigned[name]))]
         if rec.format in ("csv", "tsv"):
             rows = ([rec.header] if rec.header else []) + [rec.items[i] for i in idx]
             text = _csv_text(rows, "," if rec.format == "csv" else "\t")
