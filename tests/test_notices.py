@@ -14,6 +14,23 @@ from rich.console import Console
 from bertfamily import notices
 
 
+@pytest.fixture
+def shown(monkeypatch):
+    """Waits displayed, as the command line sets them."""
+    monkeypatch.setattr(notices, "_display", True)
+
+
+def test_library_code_only_logs_a_wait(monkeypatch, capsys, caplog):
+    monkeypatch.setattr(notices, "_display", False)
+    with caplog.at_level(logging.INFO, logger="bertfamily.notices"):
+        with notices.waiting("fetching x"):
+            pass
+    assert capsys.readouterr() == ("", "")
+    start, end = [r.getMessage() for r in caplog.records]
+    assert start == "fetching x…" and end.startswith("fetching x: done in ")
+
+
+@pytest.mark.usefixtures("shown")
 def test_a_wait_off_a_terminal_says_one_line_when_it_starts_and_one_when_it_ends(capsys):
     with notices.waiting("fetching x (download)"):
         print("work", end="")
@@ -24,12 +41,14 @@ def test_a_wait_off_a_terminal_says_one_line_when_it_starts_and_one_when_it_ends
     assert end.startswith("fetching x (download): done in ") and end.endswith(" s")
 
 
+@pytest.mark.usefixtures("shown")
 def test_a_failed_wait_has_no_closing_line(capsys):
     with pytest.raises(RuntimeError), notices.waiting("converting"):
         raise RuntimeError("boom")
     assert capsys.readouterr().err.splitlines() == ["converting…"]
 
 
+@pytest.mark.usefixtures("shown")
 def test_on_a_terminal_a_spinner_with_the_elapsed_time(monkeypatch):
     screen = io.StringIO()
     console = Console(file=screen, force_terminal=True, width=100, soft_wrap=True)

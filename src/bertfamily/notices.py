@@ -1,13 +1,15 @@
 """What a long wait says while it runs, and third-party notices kept off the user's screen.
 
 `waiting` wraps every wait that can take more than a second on first use (a download and
-unpack, the int8 plan's calibration, a model export or conversion): on a terminal a rich
-spinner with the elapsed time, elsewhere (a log file, a pipe, CI) one line when it starts; in
-both cases one line with its duration when it ends. Everything goes to stderr, so stdout stays
-machine output. `silence_root_warnings` drops advice that libraries log on the root logger
-(ONNX Runtime's quantiser asks for a pre-processing step with a URL) while a call runs.
+unpack, the int8 plan's calibration, a model export or conversion). Library code logs, never
+prints: by default a wait is two INFO records of this module's logger. The command line turns
+the display on (`show_progress`): then, on a terminal, a rich spinner with the elapsed time,
+elsewhere (a log file, a pipe, CI) one line when the wait starts; in both cases one line with
+its duration when it ends. Everything goes to stderr, so stdout stays machine output.
+`silence_root_warnings` drops advice that libraries log on the root logger (ONNX Runtime's
+quantiser asks for a pre-processing step with a URL) while a call runs.
 
-torch-free; rich is imported only when a wait starts.
+torch-free; rich is imported only when a wait is displayed.
 """
 
 from __future__ import annotations
@@ -18,9 +20,18 @@ import sys
 import time
 from collections.abc import Iterator
 
-__all__ = ["silence_root_warnings", "waiting"]
+__all__ = ["show_progress", "silence_root_warnings", "waiting"]
 
+log = logging.getLogger(__name__)
+
+_display = False  # set by the command line (`show_progress`)
 _active: list = []  # the rich Progress of the outermost wait on a terminal, if any
+
+
+def show_progress(on: bool = True) -> None:
+    """Display waits on stderr (the command line calls this) or only log them (the default)."""
+    global _display
+    _display = on
 
 
 def _console():
@@ -31,20 +42,27 @@ def _console():
 
 @contextlib.contextmanager
 def waiting(what: str, *, done: str = "done") -> Iterator[None]:
-    """Say on stderr that ``what`` is under way, for as long as the block runs.
+    """Say that ``what`` is under way, for as long as the block runs.
 
-    On a terminal (stderr a TTY): a transient spinner line ``what… 0:00:07`` (rich); a wait
-    inside another one replaces its text while it runs. Otherwise: the line ``what…`` once,
-    when the wait starts. Either way ``what: done in 7.2 s`` when the block ends normally
-    (nothing more when it raises: the error says why).
+    Not displayed (the default outside the command line): INFO records ``what…`` and ``what:
+    done in 7.2 s`` of this module's logger. Displayed (`show_progress`), on stderr: on a
+    terminal, a transient spinner line ``what… 0:00:07`` (rich; a wait inside another one
+    replaces its text while it runs); otherwise the line ``what…`` once, when the wait starts.
+    Either way ``what: done in 7.2 s`` when the block ends normally (nothing more when it
+    raises: the error says why).
 
     Args:
         what: what is being waited for, e.g. ``"fetching janeausten (apt-get download,
             unpacking)"``; plain text (no markup).
         done: the word of the closing line.
     """
-    console = _console()
     start = time.monotonic()
+    if not _display:
+        log.info("%s…", what)
+        yield
+        log.info("%s: %s in %.1f s", what, done, time.monotonic() - start)
+        return
+    console = _console()
     if _active:  # nested on a terminal: show the inner wait in the outer spinner
         progress, task, outer = _active[-1]
         progress.update(task, description=f"{what}…")

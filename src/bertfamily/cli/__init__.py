@@ -14,6 +14,7 @@ import logging
 
 import typer
 
+from .. import notices
 from . import (
     common,
     convert,
@@ -50,6 +51,7 @@ def _main(
     ),
 ):
     common.VERBOSE = verbose
+    notices.show_progress()  # long waits say so on stderr (library code only logs them)
     logging.basicConfig(
         level=logging.INFO if verbose else logging.WARNING,
         format="%(levelname)s %(name)s: %(message)s",
