@@ -74,6 +74,7 @@ def test_clear_errors(tmp_path):
 
 COMMANDS = (
     "fetch",
+    "data",
     "embed",
     "search",
     "rerank",

@@ -6,7 +6,6 @@ Everything runs through the real entry points: the `cli` fixture (the typer app 
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import subprocess
@@ -210,34 +209,19 @@ def test_fill_mask_gives_the_true_reason(cli, minilm_dir):
     assert "no tokenizer" not in result.output.lower()
 
 
-class _Recorder:
-    def __init__(self):
-        self.statuses = []
-
-    @contextlib.contextmanager
-    def status(self, text, **kw):
-        self.statuses.append(text)
-        yield
-
-    def print(self, *a, **kw):
-        pass
-
-
-def test_fetch_and_explore_show_progress(cli, monkeypatch, tmp_path):
-    from bertfamily.cli import common
-    from bertfamily.cli import fetch as fetch_command
+def test_explore_says_what_it_waits_for(cli, monkeypatch, tmp_path):
+    """stderr is not a terminal here: one line when the wait starts, one when it ends (a
+    download's are tested in test_fetch.py, the spinner in test_notices.py)."""
     from bertfamily.inspect import explore
-    from bertfamily.resources import cache as f
 
-    rec = _Recorder()
-    monkeypatch.setattr(fetch_command, "err", rec)
-    monkeypatch.setattr(common, "err", rec)
-    monkeypatch.setattr(f, "fetch", lambda n, **kw: tmp_path / n)
     monkeypatch.setattr(explore, "write_page", lambda path, *a, **kw: Path(path))
-    assert cli("fetch", "all-MiniLM-L6-v2").exit_code == 0
-    assert cli("explore", "-o", tmp_path / "x.html").exit_code == 0
-    assert any("fetching all-MiniLM-L6-v2" in s for s in rec.statuses)
-    assert any("explorer" in s for s in rec.statuses)
+    result = cli("explore", "-o", tmp_path / "x.html")
+    assert result.exit_code == 0, result.output
+    lines = result.stderr.splitlines()
+    assert lines[0] == "building the explorer page (tracing every model; may take minutes)…"
+    assert lines[1].startswith("building the explorer page (tracing every model; may take ")
+    assert " done in " in lines[1] and lines[1].endswith(" s")
+    assert result.stdout == ""
 
 
 MY_COMMANDS = [

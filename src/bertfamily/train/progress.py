@@ -1,5 +1,6 @@
-"""The training progress bar (rich): steps done of ``max_steps``, elapsed time, and a time left
-that never runs past the time budget."""
+"""The training progress bar (rich, on stderr): steps done of ``max_steps``, elapsed time, and a
+time left that never runs past the time budget. On a terminal it is redrawn as it goes; when
+stderr is a pipe or a file, its last state is written once, when the run ends."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ class ProgressMixin:
     def _progress(self):
         if not (self.config.progress and self.dist.is_main):
             return None
+        from rich.console import Console
         from rich.progress import (
             BarColumn,
             MofNCompleteColumn,
@@ -27,6 +29,7 @@ class ProgressMixin:
             MofNCompleteColumn(),
             TimeElapsedColumn(),
             TimeRemainingColumn(),
+            console=Console(stderr=True),  # stdout is the commands' machine output
             transient=False,
         )
         p.start()

@@ -1,0 +1,116 @@
+"""What a long wait says while it runs, and third-party notices kept off the user's screen.
+
+`waiting` wraps every wait that can take more than a second on first use (a download and
+unpack, the int8 plan's calibration, a model export or conversion). Library code logs, never
+prints: by default a wait is two INFO records of this module's logger. The command line turns
+the display on (`show_progress`): then, on a terminal, a rich spinner with the elapsed time,
+elsewhere (a log file, a pipe, CI) one line when the wait starts; in both cases one line with
+its duration when it ends. Everything goes to stderr, so stdout stays machine output.
+`silence_root_warnings` drops advice that libraries log on the root logger (ONNX Runtime's
+quantiser asks for a pre-processing step with a URL) while a call runs.
+
+torch-free; rich is imported only when a wait is displayed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import sys
+import time
+from collections.abc import Iterator
+
+__all__ = ["show_progress", "silence_root_warnings", "waiting"]
+
+log = logging.getLogger(__name__)
+
+_display = False  # set by the command line (`show_progress`)
+_active: list = []  # the rich Progress of the outermost wait on a terminal, if any
+
+
+def show_progress(on: bool = True) -> None:
+    """Display waits on stderr (the command line calls this) or only log them (the default)."""
+    global _display
+    _display = on
+
+
+def _console():
+    from rich.console import Console
+
+    return Console(file=sys.stderr, soft_wrap=True, highlight=False)
+
+
+@contextlib.contextmanager
+def waiting(what: str, *, done: str = "done") -> Iterator[None]:
+    """Say that ``what`` is under way, for as long as the block runs.
+
+    Not displayed (the default outside the command line): INFO records ``what…`` and ``what:
+    done in 7.2 s`` of this module's logger. Displayed (`show_progress`), on stderr: on a
+    terminal, a transient spinner line ``what… 0:00:07`` (rich; a wait inside another one
+    replaces its text while it runs); otherwise the line ``what…`` once, when the wait starts.
+    Either way ``what: done in 7.2 s`` when the block ends normally (nothing more when it
+    raises: the error says why).
+
+    Args:
+        what: what is being waited for, e.g. ``"fetching janeausten (apt-get download,
+            unpacking)"``; plain text (no markup).
+        done: the word of the closing line.
+    """
+    start = time.monotonic()
+    if not _display:
+        log.info("%s…", what)
+        yield
+        log.info("%s: %s in %.1f s", what, done, time.monotonic() - start)
+        return
+    console = _console()
+    if _active:  # nested on a terminal: show the inner wait in the outer spinner
+        progress, task, outer = _active[-1]
+        progress.update(task, description=f"{what}…")
+        try:
+            yield
+        finally:
+            progress.update(task, description=outer)
+        return
+    if console.is_terminal:
+        from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+        progress = Progress(
+            SpinnerColumn(),
+            TextColumn("{task.description}", markup=False),
+            TimeElapsedColumn(),
+            console=console,
+            transient=True,
+        )
+        with progress:
+            task = progress.add_task(f"{what}…", total=None)
+            _active.append((progress, task, f"{what}…"))
+            try:
+                yield
+            finally:
+                _active.pop()
+    else:
+        console.print(f"{what}…", markup=False)
+        yield
+    console.print(f"{what}: {done} in {time.monotonic() - start:.1f} s", markup=False)
+
+
+class _DropMessages(logging.Filter):
+    def __init__(self, prefixes: tuple[str, ...]) -> None:
+        super().__init__()
+        self.prefixes = prefixes
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith(self.prefixes)
+
+
+@contextlib.contextmanager
+def silence_root_warnings(*prefixes: str) -> Iterator[None]:
+    """Drop records logged on the root logger (``logging.warning(...)`` in a library) whose
+    message starts with one of ``prefixes``, while the block runs; other records pass."""
+    root = logging.getLogger()
+    drop = _DropMessages(prefixes)
+    root.addFilter(drop)
+    try:
+        yield
+    finally:
+        root.removeFilter(drop)
