@@ -240,9 +240,10 @@ def test_finetune_takes_shared_options(monkeypatch, tmp_path):
 
     seen = {}
 
-    def fake_finetune(cfg, train=None, **fields):
+    def fake_finetune(cfg, train=None, *, on_labels=None, **fields):  # finetune's signature
         from bertfamily.recipes.common import train_config
 
+        assert callable(on_labels)  # the command line prints the label set before training
         seen.update(cfg=cfg, train=train_config("finetune", train, **fields))
         return {"eval": None, "labels": ["a"], "seconds": 0.0, "train": {}}
 
