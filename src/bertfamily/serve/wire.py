@@ -75,7 +75,8 @@ class OpenAIEmbedRequest(_Body):
 
 
 class PredictRequest(_Truncation):
-    """TEI ``/predict``: a text, a list of texts (a batch) or a batch of ``[a]`` / ``[a, b]``."""
+    """TEI ``/predict``: a text, one input as a list (a text ``[a]`` or a pair ``[a, b]``), or a
+    batch of ``[a]`` / ``[a, b]`` (TEI's ``PredictInput``)."""
 
     inputs: str | list[str] | list[list[str]]
     raw_scores: bool = False
