@@ -130,19 +130,13 @@ def test_ray_data_equals_single_process_by_id_on_20000_rows(local_ray, tiny, tmp
         sl = slice(part * n // 4, (part + 1) * n // 4)
         pq.write_table(pa.table({"id": ids[sl], "text": texts[sl]}), d / f"part-{part}.parquet")
     out = tmp_path / "out"
-    result = embed_dataset(
-        str(d),
-        str(out),
-        model=str(tiny),
-        concurrency=2,
-        num_cpus=0.5,  # 2 CPUs: leave one for Ray's reads and writes
-        batch_size=BATCH,
-        rows_per_call=2000,
-        dtype="fp32",
-        blocks=4,  # one block per actor call at least: both actors work
-    )
+    r = cli("embed", "--engine", "ray", "--input", d, "--output", out, "--model", tiny,
+            "--concurrency", 2, "--actor-cpus", 0.5,  # 2 CPUs: leave one for reads and writes
+            "--batch-size", BATCH, "--dtype", "fp32")  # fmt: skip
+    assert r.exit_code == 0, r.output
+    assert f"wrote {n:,} (id, vector) rows" in r.output
     got_ids, got = shards(out)
-    assert result["rows"] == len(got_ids) == len(set(got_ids)) == n
+    assert len(got_ids) == len(set(got_ids)) == n
     assert sorted(got_ids) == sorted(ids)
     want = SentenceEmbedder(tiny, dtype="fp32").encode(texts, batch_size=BATCH)
     order = {i: k for k, i in enumerate(got_ids)}
