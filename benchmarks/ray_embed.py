@@ -5,8 +5,12 @@
 Each run is a fresh `python -m bertfamily` process. Peak memory is the largest sum of the
 resident set sizes of that process and all its descendants (Ray's raylet, GCS, workers and
 actors included), sampled every 0.1 s with psutil, so the Ray figure is the whole local
-cluster's. Rows per second is rows / wall time of the whole command, start-up included (Ray
-starts a local instance each run: on a small input that start-up dominates).
+cluster's; CPU seconds are those of the same tree (each process's last sample). Rows per
+second is rows / wall time of the whole command, start-up included (Ray starts a local
+instance each run: on a small input that start-up dominates); the marginal rate, (rows of the
+large run - rows of the small one) / (the difference of their wall times), is the steady
+throughput without the start-up. The load average is recorded around every run: on a shared
+machine the wall times move with it.
 
 The model is a tiny random BERT (H=32, L=2, MiniLM's WordPiece tokenizer): the run measures the
 data path (reading, tokenizing, scheduling, writing), not a large model. The input is a Parquet
@@ -34,6 +38,20 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
 from machine import cpu_model  # noqa: E402  (benchmarks/machine.py)
+
+FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_int8")  # what torch's CPU kernels use
+
+
+def cpu_flags() -> list[str]:
+    """The `FLAGS` this CPU has (from /proc/cpuinfo)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return []
+    line = next((x for x in text.splitlines() if x.startswith("flags")), "")
+    have = set(line.split(":", 1)[-1].split())
+    return [f for f in FLAGS if f in have]
+
 
 WORDS = (
     "the a model vector corpus shard memory file line stream token batch query index search "
@@ -73,10 +91,13 @@ def tiny_model(path: Path) -> Path:
 
 
 def run(args: list[str]) -> dict:
-    """Wall time and peak tree RSS of ``python -m bertfamily ARGS``."""
+    """Wall time, peak tree RSS, tree CPU seconds and load of ``python -m bertfamily ARGS``."""
     import psutil
 
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "RAY_ADDRESS": ""}
+    env["RAY_USAGE_STATS_ENABLED"] = "0"
+    load_before = os.getloadavg()[0]
+    cpu: dict[int, float] = {}
     start = time.perf_counter()
     proc = subprocess.Popen(
         [sys.executable, "-m", "bertfamily", *args],
@@ -93,6 +114,8 @@ def run(args: list[str]) -> dict:
             for p in tree:
                 try:
                     total += p.memory_info().rss
+                    times = p.cpu_times()
+                    cpu[p.pid] = times.user + times.system
                 except psutil.Error:
                     pass
             peak = max(peak, total)
@@ -102,7 +125,13 @@ def run(args: list[str]) -> dict:
     wall = time.perf_counter() - start
     if proc.returncode:
         raise RuntimeError(f"{args} failed: {proc.stderr.read()[-2000:]}")
-    return {"seconds": round(wall, 2), "peak_rss_mib": round(peak / 2**20, 1)}
+    return {
+        "seconds": round(wall, 2),
+        "cpu_seconds": round(sum(cpu.values()), 1),
+        "peak_rss_mib": round(peak / 2**20, 1),
+        "load_average_before": round(load_before, 2),
+        "load_average_after": round(os.getloadavg()[0], 2),
+    }
 
 
 def main() -> None:
@@ -110,6 +139,11 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--sizes", type=int, nargs=2, default=None)
     ap.add_argument("--json", type=Path, default=ROOT / "benchmarks" / "results" / "ray_embed.json")
+    ap.add_argument(
+        "--note",
+        default="a shared machine: other jobs ran at the same time (see each run's load "
+        "average); compare within this file only",
+    )
     a = ap.parse_args()
     sizes = a.sizes or ([1_000, 4_000] if a.quick else [10_000, 40_000])
     engines = ["local"] if a.quick else ["local", "ray"]
@@ -145,17 +179,25 @@ def main() -> None:
                 rows_out.append(r)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    marginal = {}
+    for engine in engines:
+        small, large = (next(r for r in rows_out if r["engine"] == engine and r["rows"] == n)
+                        for n in sizes)  # fmt: skip
+        extra = large["seconds"] - small["seconds"]
+        marginal[engine] = round((large["rows"] - small["rows"]) / extra, 1) if extra > 0 else None
     result = {
         "machine": {
             "cpu": cpu_model(),
             "cpus": os.cpu_count(),
-            "note": "shared and loaded: 2 CPU cores used by 7 engineers' test runs at once; "
-            "absolute numbers are low and noisy, compare within this file only",
+            "flags": cpu_flags(),
+            "note": a.note,
         },
         "model": "tiny random BERT (H=32, L=2), MiniLM tokenizer, fp32",
+        "sizes": sizes,
         "ray_actors": 2,
         "ray_actor_cpus": 0.5,
         "runs": rows_out,
+        "marginal_rows_per_second": marginal,
     }
     if not a.quick:
         a.json.parent.mkdir(parents=True, exist_ok=True)

@@ -1,14 +1,15 @@
 """Ray Data bulk embedding (#33 item 2) on one local Ray instance started here for the whole
 module (2 CPUs, no dashboard, loopback, no usage reporting): `embed_dataset` equals the
 single-process `SentenceEmbedder.encode` row for row by id on 20,000 rows; an actor that dies
-mid-run is restarted by Ray with every id written exactly once; bad rows refuse the input with
-the message of a local read; `EmbedBatch` takes every Ray batch format.
+mid-run (reading JSONL) is restarted by Ray with every id written exactly once; bad rows refuse
+the input with the message of a local read; `EmbedBatch` takes every Ray batch format.
 
 Skipped, with the reason, when Ray Data is not installed (the `ray` extra) or when a local Ray
 instance cannot start on this machine (under CI=true that is a failure instead)."""
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -32,6 +33,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")  # a tiny model: 1 thread is 
 TESTS = Path(__file__).resolve().parent
 WORDS = ["cats", "dogs", "rivers", "trains", "music", "coffee", "tea", "snow", "maps"]
 BATCH = 128  # texts per forward pass, the same in both engines
+CRASH_MARKER = "BERTFAMILY_TEST_CRASH_MARKER"
 
 
 def texts_of(n: int) -> list[str]:
@@ -39,13 +41,21 @@ def texts_of(n: int) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def local_ray():
+def crash_marker(tmp_path_factory) -> Path:
+    """The file CrashOnce writes when it kills its actor (in the job's environment, so that no
+    test needs a runtime environment of its own: Ray starts new workers for each)."""
+    return tmp_path_factory.mktemp("ray-crash") / "crashed"
+
+
+@pytest.fixture(scope="module")
+def local_ray(crash_marker):
     """One local Ray instance for every test of the module (starting one costs seconds); its
     workers import this module and the package (the test's CrashOnce class travels by
     reference)."""
     path = os.pathsep.join(
         [str(TESTS.parent / "src"), str(TESTS), os.environ.get("PYTHONPATH", "")]
     )
+    env = {"PYTHONPATH": path, "OMP_NUM_THREADS": "1", CRASH_MARKER: str(crash_marker)}
     saved = {k: os.environ.get(k) for k in ("PYTHONPATH", "RAY_ADDRESS", "RAY_USAGE_STATS_ENABLED")}
     os.environ["PYTHONPATH"] = path
     os.environ.pop("RAY_ADDRESS", None)  # never join a cluster this machine happens to run
@@ -60,7 +70,10 @@ def local_ray():
             log_to_driver=False,
             _node_ip_address="127.0.0.1",
             object_store_memory=256 * 2**20,
-            runtime_env={"env_vars": {"PYTHONPATH": path, "OMP_NUM_THREADS": "1"}},
+            runtime_env={"env_vars": env},
+            # keep idle workers for the next Ray Data run (default: killed after 1 s, and each
+            # new one imports Ray again: seconds of CPU apiece on a small machine)
+            _system_config={"idle_worker_killing_time_threshold_ms": 600_000},
         )
     except Exception as e:  # noqa: BLE001 (any failure to start is reported as the reason)
         for k, v in saved.items():
@@ -96,7 +109,7 @@ class CrashOnce(EmbedBatch):
     id 377, once per marker file."""
 
     def __call__(self, batch):
-        marker = Path(os.environ["BERTFAMILY_TEST_CRASH_MARKER"])
+        marker = Path(os.environ[CRASH_MARKER])
         if 377 in batch.column("id").to_pylist() and not marker.exists():
             marker.write_text(str(os.getpid()))
             os._exit(1)
@@ -117,19 +130,13 @@ def test_ray_data_equals_single_process_by_id_on_20000_rows(local_ray, tiny, tmp
         sl = slice(part * n // 4, (part + 1) * n // 4)
         pq.write_table(pa.table({"id": ids[sl], "text": texts[sl]}), d / f"part-{part}.parquet")
     out = tmp_path / "out"
-    result = embed_dataset(
-        str(d),
-        str(out),
-        model=str(tiny),
-        concurrency=2,
-        num_cpus=0.5,  # 2 CPUs: leave one for Ray's reads and writes
-        batch_size=BATCH,
-        rows_per_call=2000,
-        dtype="fp32",
-        blocks=4,  # one block per actor call at least: both actors work
-    )
+    r = cli("embed", "--engine", "ray", "--input", d, "--output", out, "--model", tiny,
+            "--concurrency", 2, "--actor-cpus", 0.5,  # 2 CPUs: leave one for reads and writes
+            "--batch-size", BATCH, "--dtype", "fp32")  # fmt: skip
+    assert r.exit_code == 0, r.output
+    assert f"wrote {n:,} (id, vector) rows" in r.output
     got_ids, got = shards(out)
-    assert result["rows"] == len(got_ids) == len(set(got_ids)) == n
+    assert len(got_ids) == len(set(got_ids)) == n
     assert sorted(got_ids) == sorted(ids)
     want = SentenceEmbedder(tiny, dtype="fp32").encode(texts, batch_size=BATCH)
     order = {i: k for k, i in enumerate(got_ids)}
@@ -141,15 +148,19 @@ def test_ray_data_equals_single_process_by_id_on_20000_rows(local_ray, tiny, tmp
 
 
 @pytest.mark.slow
-def test_a_failed_actor_is_retried_without_duplicate_or_missing_ids(local_ray, tiny, tmp_path):
+def test_a_failed_actor_is_retried_without_duplicate_or_missing_ids(
+    local_ray, crash_marker, tiny, tmp_path
+):
     from bertfamily.pipelines.embed import SentenceEmbedder
 
     n = 600
     texts = texts_of(n)
-    pq.write_table(pa.table({"id": list(range(n)), "text": texts}), tmp_path / "in.parquet")
-    marker = tmp_path / "crashed"
+    source = tmp_path / "in.jsonl"  # JSONL: Ray's read_json path (the other test reads Parquet)
+    rows = (json.dumps({"id": i, "text": t}) + "\n" for i, t in enumerate(texts))
+    source.write_text("".join(rows), encoding="utf-8")
+    marker = crash_marker
     result = embed_dataset(
-        str(tmp_path / "in.parquet"),
+        str(source),
         str(tmp_path / "out"),
         model=str(tiny),
         concurrency=2,
@@ -159,7 +170,6 @@ def test_a_failed_actor_is_retried_without_duplicate_or_missing_ids(local_ray, t
         dtype="fp32",
         batch_class=CrashOnce,
         blocks=4,
-        runtime_env={"env_vars": {"BERTFAMILY_TEST_CRASH_MARKER": str(marker)}},
     )
     assert marker.exists(), "the actor never crashed: the test tested nothing"
     got_ids, got = shards(tmp_path / "out")
@@ -187,12 +197,6 @@ def test_bad_rows_refuse_the_input_as_a_local_read_does(local_ray, tiny, tmp_pat
     lines = [" ".join(r.output.split()) for r in (ray_run, local)]
     assert lines[0].endswith(message) and lines[1].endswith(message), lines
     assert not out.exists() or not any(out.iterdir())
-    # a JSONL table: Ray names a row by its id, as for Parquet (a local read names the line)
-    jl = tmp_path / "rows.jsonl"
-    jl.write_text('{"id": "a", "text": "fine"}\n{"id": "b", "text": " "}\n', encoding="utf-8")
-    r = cli("embed", "--engine", "ray", "-i", jl, "-o", tmp_path / "out2", "--model", tiny)
-    assert r.exit_code == 2, r.output
-    assert "1 row cannot be embedded or indexed: row id 'b': 'text' is empty" in r.output
 
 
 def test_embed_batch_formats_agree_and_refuse_bad_rows(tiny):

@@ -184,6 +184,16 @@ def test_text_and_jsonl_inputs_to_parquet(cli, tiny, tmp_path):
     np.testing.assert_allclose(
         [row["embedding"] for row in rows], embedder.encode(DOCS[:5]), atol=1e-6
     )
+    # JSONL through embed -> Parquet -> index -> search: the ids stay the table's
+    jl_out, jl_idx = tmp_path / "jl.parquet", tmp_path / "jl-idx"
+    assert cli("embed", "-i", jl, "-o", jl_out, "--model", model, "--with-text").exit_code == 0
+    assert cli("index", "build", "--embeddings", jl_out, "--output", jl_idx).exit_code == 0
+    r = cli("search", DOCS[3], "--index", jl_idx, "--model", model, "--format", "jsonl", "-k", "1")
+    assert r.exit_code == 0, r.output
+    hit = json.loads(r.stdout)
+    assert (
+        hit["id"] == "d3" and hit["text"] == DOCS[3] and hit["score"] == pytest.approx(1, abs=1e-5)
+    )
     # an index from a plain text corpus: ids are line numbers
     idx = tmp_path / "idx"
     assert cli("index", "build", "--corpus", txt, "--output", idx, "--model", model).exit_code == 0
@@ -365,3 +375,23 @@ def test_sparse_encoder_writes_sparse_columns(cli, splade_dir, tmp_path):
     r = cli("embed", "-i", jl, "-o", tmp_path / "x.parquet", "--model", splade_dir,
             "--precision", "int8")  # fmt: skip
     assert r.exit_code == 2 and "not a SPLADE model" in r.output, r.output
+
+
+def test_engine_ray_gets_uris_as_given(cli, tiny, monkeypatch):
+    """`embed --engine ray` hands `embed_dataset` the input and output exactly as typed (an
+    s3:// URI as a Path would lose a slash); no Ray needed: `embed_dataset` is replaced."""
+    import bertfamily.integrations.ray as ray_integration
+
+    model, _ = tiny
+    seen = {}
+
+    def fake(source, output, **options):
+        seen.update(source=source, output=output, **options)
+        return {"rows": 3, "files": None, "dimension": 32, "model": {}}
+
+    monkeypatch.setattr(ray_integration, "embed_dataset", fake)
+    r = cli("embed", "--engine", "ray", "--input", "s3://bucket/texts/", "--output",
+            "s3://bucket/vectors/", "--model", model, "--concurrency", "3")  # fmt: skip
+    assert r.exit_code == 0, r.output
+    assert seen["source"] == "s3://bucket/texts/" and seen["output"] == "s3://bucket/vectors/"
+    assert seen["concurrency"] == 3 and seen["model"] == str(model)

@@ -114,7 +114,7 @@ def embed(
     sentences: list[str] = typer.Argument(
         None, metavar="SENTENCE", help="Sentences to embed.", show_default=False
     ),
-    input: Path | None = typer.Option(
+    input: str | None = typer.Option(
         None,
         "--input",
         "-i",
@@ -126,7 +126,7 @@ def embed(
         "counted); with --output FILE.parquet a text file's ids are its line "
         "numbers (blank lines skipped).",
     ),
-    output: Path | None = typer.Option(
+    output: str | None = typer.Option(
         None,
         "--output",
         "-o",
@@ -213,6 +213,11 @@ def embed(
     check_format(fmt)
     from ..pipelines.quantize import PRECISIONS
 
+    # as given, for Ray: a URI (s3://bucket/texts/) would lose a slash as a Path
+    uris = (str(input) if input is not None else None, str(output) if output is not None else None)
+    input = Path(input) if input is not None else None
+    output = Path(output) if output is not None else None
+
     if precision not in PRECISIONS:
         raise InputError(f"--precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
     kind = table_kind(input) if input is not None else None
@@ -236,7 +241,7 @@ def embed(
             raise InputError("Parquet output and --engine ray embed --input FILE, not SENTENCEs")
         if engine == "ray":
             ray_args = dict(concurrency=concurrency, num_cpus=actor_cpus)
-            _embed_ray(input, output, model, batch_size, dtype, ray_args, with_text, columns)
+            _embed_ray(*uris, model, batch_size, dtype, ray_args, with_text, columns)
         else:
             _embed_table(
                 input,
@@ -444,11 +449,11 @@ def _embed_ray(input, output, model, batch_size, dtype, ray_args, with_text, col
     """`embed --engine ray --input TABLE --output DIR`: `integrations.ray.embed_dataset`."""
     from ..integrations.ray import embed_dataset
 
-    if output is None or output.suffix:
+    if output is None or Path(output).suffix:
         raise InputError("--engine ray writes a directory of Parquet shards: give --output DIR")
     result = embed_dataset(
-        str(input),
-        str(output),
+        input,
+        output,
         model=model or str(model_path(None)),  # a name or path each actor resolves
         batch_size=batch_size,
         dtype=dtype,

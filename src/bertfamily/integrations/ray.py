@@ -177,6 +177,10 @@ def check_dataset(ds, source: str, *, id_column: str = "id", text_column: str = 
     a local read (`data.table_io.RowProblems`): every bad row counted, the first three named
     in input order (the check runs with Ray Data's ``preserve_order``).
 
+    Args:
+        ds: a Ray Dataset with ``id_column`` and ``text_column``.
+        source: what the message names (the input's path or URI).
+
     Raises:
         DataError: bad rows (`data.table_io.check_rows`).
     """
@@ -224,7 +228,8 @@ def embed_dataset(
     ``ray.init()`` (which joins the cluster of ``RAY_ADDRESS`` when it is set).
 
     The id and text columns are checked first (`check_dataset`): a bad row refuses the input
-    before the model is loaded anywhere. A failed actor is restarted and its batch retried by
+    before any actor starts (the driver has loaded the model once, for its identity). A
+    failed actor is restarted and its batch retried by
     Ray (Ray Data's defaults for actor pools: ``max_restarts=-1``, ``max_task_retries=-1``);
     nothing of that is ours.
 
