@@ -86,8 +86,10 @@ def test_packed_strategies_equal_padded_path(monkeypatch, strategy):
     torch.testing.assert_close(packed, reference * mask[..., None], atol=1e-5, rtol=0)
 
 
-def test_default_packed_strategy_is_bucketed():
-    assert SelfAttention.packed_strategy == "bucketed"
+def test_default_packed_strategy_is_per_sequence():
+    # "bucketed" becomes the default once benchmarks/contention.py has measured it on a quiet
+    # machine (it draws attention dropout in another order, so seeded training runs change)
+    assert SelfAttention.packed_strategy == "per_sequence"
 
 
 def test_buckets_group_by_wasted_attention_and_cover_every_token():
@@ -117,6 +119,7 @@ def test_buckets_group_by_wasted_attention_and_cover_every_token():
 def test_length_sorted_batch_attends_in_one_call_per_layer(monkeypatch):
     """A batch of similar lengths (what `embed` feeds, sorted by length) makes one SDPA call
     per layer, not one per sequence."""
+    monkeypatch.setattr(SelfAttention, "packed_strategy", "bucketed")
     calls = []
     real = attention_module.F.scaled_dot_product_attention
     monkeypatch.setattr(
