@@ -191,7 +191,7 @@ def test_the_readme_runs_in_bash(wheels, tmp_path):
         READMEWALK_WHEELS=str(plan),
     )
     proc = subprocess.run(
-        ["bash", "-c", script], cwd=work, env=env, capture_output=True, text=True, timeout=900
+        ["bash", "-c", script], cwd=work, env=env, capture_output=True, text=True, timeout=1800
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert (work / "model.onnx").is_file() and (work / "preds.jsonl").is_file()
