@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from bertfamily.deps import MissingDependency, install_command, require
+from bertfamily.runtime import MissingDependency, install_command, require
 
 ROOT = Path(__file__).resolve().parent.parent
 

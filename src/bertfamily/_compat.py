@@ -35,6 +35,7 @@ MOVED = {
     "bertfamily.precision": "bertfamily.pipelines.precision",
     "bertfamily.index": "bertfamily.pipelines.index",
     "bertfamily.recipes.tokenizer": "bertfamily.tokenization.training",
+    "bertfamily.deps": "bertfamily.runtime",
 }
 
 

@@ -1,4 +1,6 @@
-"""How many threads to compute with: never more than the cores that are free right now.
+"""What this process runs with: the cores that are free right now and the optional packages.
+
+**Threads.** Never more than the cores that are free right now.
 
 Every torch operator on CPU is a parallel region whose threads meet at a barrier when it ends.
 When another process holds one of the cores, the thread that shares it runs only part of the
@@ -10,14 +12,21 @@ free) and subtracts what other processes used on the CPUs this process may run o
 is capped by the physical cores and by a cgroup CPU quota. `choose_threads` turns a request
 (``--threads N``; 0 = automatic) into a count and the reason, and `apply_threads` sets torch's
 intra-op pool to it. Nothing here runs at import.
+
+**Optional packages.** `require` imports one or raises `MissingDependency` with the
+``pip install "bertfamily[extra]"`` that installs it.
 """
 
 from __future__ import annotations
 
+import importlib
 import math
 import os
 import time
 from pathlib import Path
+from types import ModuleType
+
+from .errors import MissingDependency
 
 
 def physical_cores() -> int:
@@ -130,3 +139,29 @@ def apply_threads(requested: int = 0, processes: int = 1) -> str:
     count, why = choose_threads(requested, processes)
     torch.set_num_threads(count)
     return f"threads: {count} torch intra-op ({why})"
+
+
+def install_command(extra: str) -> str:
+    """The pip command that installs the ``extra`` of bertfamily."""
+    return f'pip install "bertfamily[{extra}]"'
+
+
+def require(module: str, extra: str, feature: str) -> ModuleType:
+    """Import ``module`` or raise `MissingDependency` naming ``pip install "bertfamily[extra]"``.
+
+    Args:
+        module: the importable name (e.g. ``"onnx"``).
+        extra: the bertfamily extra that installs it (e.g. ``"onnx"``).
+        feature: what needs it, for the message (e.g. ``"ONNX export"``).
+    """
+    try:
+        return importlib.import_module(module)
+    except ImportError as e:
+        top = module.split(".")[0]
+        if e.name is not None and e.name != module and not module.startswith(e.name + "."):
+            raise  # the module is there but one of its own imports is broken
+        raise MissingDependency(
+            f"{feature} needs the optional package {top!r}, which is not installed; "
+            f"install it with: {install_command(extra)}",
+            name=top,
+        ) from e

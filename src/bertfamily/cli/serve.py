@@ -99,7 +99,7 @@ def serve(
     """Serve a model over HTTP: POST /embed, /v1/embeddings, /embed_all, /similarity,
     /embed_sparse, /rerank, /predict, /tokenize, /decode; GET /health, /info, /metrics
     (Prometheus). Routes and JSON as Hugging Face's text-embeddings-inference."""
-    from ..deps import require
+    from ..runtime import require
 
     for module in ("fastapi", "uvicorn", "prometheus_client"):
         require(module, "serve", "bertfamily serve")

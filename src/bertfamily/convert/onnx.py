@@ -17,11 +17,11 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from ..deps import require
 from ..errors import InputError
 from ..files import atomic_write
 from ..model import Model
 from ..notices import silence_root_warnings
+from ..runtime import require
 
 log = logging.getLogger(__name__)
 

@@ -43,8 +43,8 @@ from typing import Any
 
 import numpy as np
 
-from ..deps import require
 from ..errors import DataError
+from ..runtime import require
 
 __all__ = [
     "IDENTITY_FILE",

@@ -39,9 +39,9 @@ from typing import Any
 import numpy as np
 
 from ..data.table_io import RowProblems, check_rows
-from ..deps import require
 from ..errors import InputError
 from ..files import write_text_atomic
+from ..runtime import require
 
 __all__ = ["EmbedBatch", "check_dataset", "embed_dataset"]
 

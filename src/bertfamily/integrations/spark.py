@@ -44,7 +44,7 @@ def series_embedder(model: str, *, batch_size: int = 32, dtype: str = "auto"):
     Raises:
         MissingDependency: pandas is not installed (``pip install "bertfamily[spark]"``).
     """
-    from ..deps import require
+    from ..runtime import require
 
     pd = require("pandas", "spark", "the Spark pandas UDF")
 

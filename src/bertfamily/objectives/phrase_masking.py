@@ -25,8 +25,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ..data.corpora import Sentence
-from ..deps import require
 from ..errors import InputError
+from ..runtime import require
 
 __all__ = [
     "PHRASE_LANGUAGES",

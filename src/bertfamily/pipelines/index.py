@@ -34,9 +34,9 @@ from typing import Any
 
 import numpy as np
 
-from ..deps import require
 from ..errors import InputError, VectorIndexError
 from ..files import atomic_directory, directory_digest, write_text_atomic
+from ..runtime import require
 
 __all__ = [
     "VectorIndexError",
@@ -195,29 +195,68 @@ def write_index_rows(directory: Path, ids: Sequence[Any], texts: Sequence[str]) 
 
 
 def read_index_meta(path: str | Path) -> dict[str, Any]:
-    """An index directory's ``meta.json``, its format version and kind checked.
+    """An index directory's ``meta.json``, validated field by field (every kind).
+
+    Checks the format version, the kind, the row count, the ``files`` digests (their shape;
+    the files themselves are checked by the loader), the ``model`` identity when there is one
+    and, for a dense index, the HNSW settings (filled with the defaults when absent).
 
     Raises:
-        VectorIndexError: no ``meta.json`` (not an index directory), unreadable JSON, another
-            format version, or an unknown kind.
+        VectorIndexError: one line naming ``meta.json``: no such file (not an index directory),
+            unreadable JSON, not an object, another format version, an unknown kind, or a field
+            of the wrong type or out of range.
     """
     path = Path(path)
     meta_file = path / META_FILE
     if not meta_file.is_file():
         raise VectorIndexError(f"{path} is not an index directory (no {META_FILE})")
+
+    def bad(problem: str) -> VectorIndexError:
+        return VectorIndexError(
+            f"{meta_file}: {problem}; rebuild the index (bertfamily index build)"
+        )
+
     try:
         meta = json.loads(meta_file.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
-        raise VectorIndexError(f"cannot read the index in {path}: {e}") from e
-    if not isinstance(meta, dict) or meta.get("format_version") != FORMAT_VERSION:
-        version = meta.get("format_version") if isinstance(meta, dict) else None
-        raise VectorIndexError(f"{path}: index format {version} unsupported")
-    if meta.get("kind") not in ALL_KINDS:
+    except (OSError, ValueError, RecursionError) as e:
+        raise bad(f"not readable JSON ({e})") from None
+    if not isinstance(meta, dict):
+        raise bad(f"a JSON {type(meta).__name__}, not an object")
+    if meta.get("format_version") != FORMAT_VERSION:
         raise VectorIndexError(
-            f"{path}: unknown index kind {meta.get('kind')!r} (expected one of {ALL_KINDS})"
+            f"{meta_file}: index format {meta.get('format_version')!r} unsupported (this version "
+            f"reads {FORMAT_VERSION})"
         )
-    if not isinstance(meta.get("count"), int) or meta["count"] < 0:
-        raise VectorIndexError(f"{path}: {META_FILE} has no row count")
+    if meta.get("kind") not in ALL_KINDS:
+        raise bad(f"kind {meta.get('kind')!r} is not one of {ALL_KINDS}")
+    if not _is_int(meta.get("count"), 0):
+        raise bad(f"count {meta.get('count')!r} is not a row count")
+    if meta["kind"] in KINDS:
+        hnsw = meta.setdefault("hnsw", {"m": 32, "ef_construction": 200, "ef_search": 128})
+        if not isinstance(hnsw, dict) or not all(
+            _is_int(hnsw.get(k), 1) for k in ("m", "ef_construction", "ef_search")
+        ):
+            raise bad(f"hnsw {hnsw!r} must hold m, ef_construction and ef_search, each >= 1")
+    model = meta.get("model")
+    if model is not None and (
+        not isinstance(model, dict)
+        or set(model) - {"digest", "dimension", "pooling", "name"}
+        or not isinstance(model.get("digest"), str)
+        or not _is_int(model.get("dimension"), 1)
+        or not isinstance(model.get("pooling"), str)
+        or not isinstance(model.get("name", ""), str)
+    ):
+        raise bad(f"model {str(model)[:80]!r} is not a model identity (digest, dimension, pooling)")
+    files = meta.get("files", {})
+    if not isinstance(files, dict) or set(files) - {INDEX_FILE, TEXTS_FILE}:
+        raise bad(f"files must describe {INDEX_FILE} and {TEXTS_FILE}, got {str(files)[:80]!r}")
+    for name, record in files.items():
+        if not (
+            isinstance(record, dict)
+            and _is_int(record.get("bytes"), 0)
+            and isinstance(record.get("sha256"), str)
+        ):
+            raise bad(f"files[{name!r}] is not {{bytes, sha256}}")
     return meta
 
 
@@ -233,17 +272,11 @@ def read_index_rows(path: str | Path, count: int) -> tuple[list[Any], list[str]]
 
 
 def read_identity(path: Path, meta: dict[str, Any]) -> ModelIdentity | None:
-    """The `ModelIdentity` in ``meta`` (None when it records none).
-
-    Raises:
-        VectorIndexError: a malformed ``model`` entry.
-    """
+    """The `ModelIdentity` in ``meta`` as `read_index_meta` checked it (None when it records
+    none)."""
     if meta.get("model") is None:
         return None
-    try:
-        return ModelIdentity(**meta["model"])
-    except TypeError as e:
-        raise VectorIndexError(f"{path}: {META_FILE} has a malformed model entry: {e}") from e
+    return ModelIdentity(**meta["model"])
 
 
 class VectorIndex:
@@ -597,57 +630,6 @@ def _sha256(file: Path) -> str:
 
 def _is_int(value: Any, low: int) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= low
-
-
-def _read_meta(meta_file: Path) -> tuple[dict[str, Any], ModelIdentity]:
-    """meta.json validated field by field (`VectorIndex.load`)."""
-
-    def bad(problem: str) -> VectorIndexError:
-        return VectorIndexError(
-            f"{meta_file}: {problem}; rebuild the index (bertfamily index build)"
-        )
-
-    try:
-        meta = json.loads(meta_file.read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError) as e:
-        raise bad(f"not readable JSON ({e})") from None
-    if not isinstance(meta, dict):
-        raise bad(f"a JSON {type(meta).__name__}, not an object")
-    if meta.get("format_version") != FORMAT_VERSION:
-        raise VectorIndexError(
-            f"{meta_file}: index format {meta.get('format_version')!r} unsupported (this version "
-            f"reads {FORMAT_VERSION})"
-        )
-    if meta.get("kind") not in KINDS:
-        raise bad(f"kind {meta.get('kind')!r} is not one of {KINDS}")
-    if not _is_int(meta.get("count"), 0):
-        raise bad(f"count {meta.get('count')!r} is not a row count")
-    hnsw = meta.setdefault("hnsw", {"m": 32, "ef_construction": 200, "ef_search": 128})
-    if not isinstance(hnsw, dict) or not all(
-        _is_int(hnsw.get(k), 1) for k in ("m", "ef_construction", "ef_search")
-    ):
-        raise bad(f"hnsw {hnsw!r} must hold m, ef_construction and ef_search, each >= 1")
-    model = meta.get("model")
-    if (
-        not isinstance(model, dict)
-        or set(model) - {"digest", "dimension", "pooling", "name"}
-        or not isinstance(model.get("digest"), str)
-        or not _is_int(model.get("dimension"), 1)
-        or not isinstance(model.get("pooling"), str)
-        or not isinstance(model.get("name", ""), str)
-    ):
-        raise bad(f"model {str(model)[:80]!r} is not a model identity (digest, dimension, pooling)")
-    files = meta.get("files", {})
-    if not isinstance(files, dict) or set(files) - {INDEX_FILE, TEXTS_FILE}:
-        raise bad(f"files must describe {INDEX_FILE} and {TEXTS_FILE}, got {str(files)[:80]!r}")
-    for name, record in files.items():
-        if not (
-            isinstance(record, dict)
-            and _is_int(record.get("bytes"), 0)
-            and isinstance(record.get("sha256"), str)
-        ):
-            raise bad(f"files[{name!r}] is not {{bytes, sha256}}")
-    return meta, ModelIdentity(**model)
 
 
 def _check_file(file: Path, record: dict[str, Any], meta_file: Path) -> None:

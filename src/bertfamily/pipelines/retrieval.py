@@ -33,9 +33,9 @@ from typing import Any
 
 import numpy as np
 
-from ..deps import require
 from ..errors import InputError, VectorIndexError
 from ..files import atomic_directory, directory_digest, write_text_atomic
+from ..runtime import require
 from .index import (
     FORMAT_VERSION,
     INDEX_FILE,

@@ -57,6 +57,7 @@ from ..pipelines.sentence_modules import directory_kind, read_sentence_modules
 from ..pipelines.sparse import SparseEncoder
 from ..resources.resolve import resolve_model
 from .batcher import DynamicBatcher
+from .http import BodyLimit, error_body
 from .wire import (
     DecodeRequest,
     EmbedAllRequest,
@@ -234,100 +235,8 @@ class _Metrics:
         self.batch_inputs.observe(inputs)
 
 
-def _error_body(path: str, status: int, message: str, error_type: str) -> dict[str, Any]:
-    if path.startswith("/v1/"):
-        return {"message": message, "code": status, "type": error_type}
-    return {"error": message, "error_type": error_type}
-
-
 def _error(request: Request, status: int, message: str, error_type: str) -> JSONResponse:
-    return JSONResponse(_error_body(request.url.path, status, message, error_type), status)
-
-
-class BodyLimit:
-    """ASGI middleware: a request body over ``limit`` bytes is refused with 413 before it is
-    read: from its ``Content-Length`` when it has one, else (chunked) as soon as the bytes
-    received pass the limit, so memory per request stays under the limit."""
-
-    def __init__(self, app, limit: int) -> None:
-        self.app, self.limit = app, limit
-
-    async def _reply(self, scope, send, status: int, message: str) -> None:
-        import json
-
-        body = json.dumps(
-            _error_body(scope.get("path", ""), status, message, "Validation"), separators=(",", ":")
-        )
-        await send(
-            {
-                "type": "http.response.start",
-                "status": status,
-                "headers": [
-                    (b"content-type", b"application/json"),
-                    (b"content-length", str(len(body)).encode()),
-                    (b"connection", b"close"),
-                ],
-            }
-        )
-        await send({"type": "http.response.body", "body": body.encode()})
-
-    async def __call__(self, scope, receive, send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        declared = [v for k, v in scope.get("headers", []) if k == b"content-length"]
-        if declared:
-            try:
-                size = int(declared[0])
-            except ValueError:
-                await self._reply(scope, send, 400, "Content-Length is not a number")
-                return
-            if size > self.limit:
-                await self._reply(
-                    scope,
-                    send,
-                    413,
-                    f"request body of {size:,} bytes; the maximum is {self.limit:,} "
-                    "(max_body_bytes)",
-                )
-                return
-        # read the body here, at most `limit` bytes of it, then hand it on: a chunked body
-        # over the limit is refused as soon as it passes it (the rest is never read)
-        parts, received, more = [], 0, True
-        while more:
-            message = await receive()
-            if message["type"] != "http.request":  # the client went away
-                await self.app(scope, _replay([], message), send)
-                return
-            chunk = message.get("body", b"")
-            received += len(chunk)
-            if received > self.limit:
-                await self._reply(
-                    scope,
-                    send,
-                    413,
-                    f"request body over {self.limit:,} bytes (max_body_bytes); the rest was "
-                    "not read",
-                )
-                return
-            parts.append(chunk)
-            more = message.get("more_body", False)
-        await self.app(scope, _replay([b"".join(parts)], None, receive), send)
-
-
-def _replay(bodies: list[bytes], last: dict | None, receive=None):
-    """An ASGI ``receive`` that gives ``bodies`` as one request message, then ``last`` (or,
-    once given, waits on the real ``receive`` for the disconnect)."""
-    queue = [{"type": "http.request", "body": b, "more_body": False} for b in bodies]
-
-    async def replayed():
-        if queue:
-            return queue.pop(0)
-        if last is not None:
-            return last
-        return await receive()
-
-    return replayed
+    return JSONResponse(error_body(request.url.path, status, message, error_type), status)
 
 
 def create_app(
