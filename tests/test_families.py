@@ -333,3 +333,36 @@ def test_gte_and_nomic_components():
     assert (
         nomic.encoder.attention_inputs.dim == 8 and not nomic.encoder.attention_inputs.interleaved
     )
+
+
+@pytest.mark.parity
+@pytest.mark.parametrize(
+    "family, cls_name",
+    [("gte", "GteModel"), ("nomic_bert", "NomicBertModel"), ("modernbert", "ModernBertModel")],
+)
+def test_rotary_attention_probabilities_match_transformers(family, cls_name, hf_checkpoint):
+    """output_attentions (the need_weights path, with rotary positions and, for ModernBERT, the
+    local band): (B, N, T, S) probabilities equal transformers' eager attention at real query
+    rows, masked keys exactly zero for them, and the hidden states equal those of the fast
+    path."""
+    import transformers
+
+    from helpers import ATOL, padded_batch
+
+    path, _ = hf_checkpoint(family, cls_name)
+    ref = getattr(transformers, cls_name).from_pretrained(path, attn_implementation="eager")
+    ours = bf.from_pretrained(path)
+    ids, mask = padded_batch((9, 6, 2), pad_id=ours.config.pad_token_id)
+    real = mask.bool()
+    with torch.no_grad():
+        a = ours(ids, mask, output_attentions=True)
+        b = ref.eval()(input_ids=ids, attention_mask=mask, output_attentions=True)
+        fast = ours(ids, mask).last_hidden_state
+    assert len(a.attentions) == len(b.attentions) == ours.config.num_hidden_layers
+    for ours_p, ref_p in zip(a.attentions, b.attentions):
+        torch.testing.assert_close(
+            ours_p.transpose(1, 2)[real], ref_p.transpose(1, 2)[real], atol=ATOL, rtol=0
+        )
+        for row in range(3):  # real queries put nothing on masked keys
+            assert (ours_p[row][:, real[row]][..., ~real[row]] == 0).all()
+    torch.testing.assert_close(a.last_hidden_state[real], fast[real], atol=ATOL, rtol=0)

@@ -33,6 +33,23 @@ class AttentionOutput:
     scores: torch.Tensor | None = None
 
 
+def local_band(
+    T: int, window: int, dtype: torch.dtype, device: torch.device, memo: dict | None = None
+) -> torch.Tensor:
+    """(T, T) additive mask of a sliding window: 0 where |i - j| <= ``window``, the dtype's
+    minimum elsewhere. Built from boolean triangles (no (T, T) integer distances) and kept in
+    ``memo`` (`AttentionContext.memo`), so the local layers of one forward share one band."""
+    key = ("local_band", T, window, dtype, device)
+    if memo is not None and key in memo:
+        return memo[key]
+    far = torch.ones(T, T, dtype=torch.bool, device=device).triu(window + 1)  # j - i > window
+    far = far | far.transpose(0, 1)  # or i - j > window (out of place: ONNX export)
+    band = torch.zeros(T, T, dtype=dtype, device=device).masked_fill(far, torch.finfo(dtype).min)
+    if memo is not None:
+        memo[key] = band
+    return band
+
+
 class SelfAttention(nn.Module):
     """Scaled dot-product multi-head self-attention (Vaswani et al. 2017, eq. 1 and §3.2.2).
 
@@ -134,17 +151,13 @@ class SelfAttention(nn.Module):
             terms.append(pb[..., :length, :length] if length is not None else pb)
         if self.window:
             dtype = terms[0].dtype if terms else ctx.bias.dtype
-            device = ctx.mask.device
-            pos = torch.arange(T, device=device)
-            far = (pos[None, :] - pos[:, None]).abs() > self.window  # (T, T)
-            band = torch.zeros(T, T, dtype=dtype, device=device)
-            terms.append(band.masked_fill(far, torch.finfo(dtype).min))
+            terms.append(local_band(T, self.window, dtype, ctx.mask.device, ctx.memo))
         if not terms:
             return None
         out = terms[0]
         for t in terms[1:]:
             out = out + t.to(out.dtype)
-        if self.window:  # two minima must not overflow to -inf
+        if self.window and len(terms) > 1:  # two minima must not overflow to -inf
             out = out.clamp(min=torch.finfo(out.dtype).min)
         return out
 

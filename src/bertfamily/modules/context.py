@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -54,6 +54,9 @@ class AttentionContext:
             positions); each layer reads the table its attention names, else None.
         position_bias: (1, N, T, T) float bias added to every layer's attention scores
             (MPNet's relative position buckets), else None.
+        memo: tensors the layers of one forward derive alike from the batch, computed by the
+            first layer that needs them and reused by the others (ModernBERT's (T, T) local
+            band, one per window, length and dtype).
     """
 
     mask: torch.Tensor
@@ -68,6 +71,7 @@ class AttentionContext:
     global_tokens: GlobalTokens | None = None
     rotary: dict | None = None
     position_bias: torch.Tensor | None = None
+    memo: dict = field(default_factory=dict, repr=False)
 
     @classmethod
     def from_mask(
