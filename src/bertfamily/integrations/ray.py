@@ -227,9 +227,9 @@ def embed_dataset(
     ``ray.init()`` (which joins the cluster of ``RAY_ADDRESS`` when it is set).
 
     The id and text columns are checked first (`check_dataset`): a bad row refuses the input
-    before any actor starts (the driver has loaded the model once, for its identity). A failed actor is restarted and its batch retried by
-    Ray (Ray Data's defaults for actor pools: ``max_restarts=-1``, ``max_task_retries=-1``);
-    nothing of that is ours.
+    before any actor starts (the driver has loaded the model once, for its identity). A failed
+    actor is restarted and its batch retried by Ray (Ray Data's defaults for actor pools:
+    ``max_restarts=-1``, ``max_task_retries=-1``); nothing of that is ours.
 
     Args:
         num_cpus: CPUs each actor reserves; leave some of the cluster's free for Ray's read and
