@@ -2,7 +2,8 @@
 module (2 CPUs, no dashboard, loopback, no usage reporting): `embed_dataset` equals the
 single-process `SentenceEmbedder.encode` row for row by id on 20,000 rows; an actor that dies
 mid-run (reading JSONL) is restarted by Ray with every id written exactly once; bad rows refuse
-the input with the message of a local read; `EmbedBatch` takes every Ray batch format.
+the input with the message of a local read (`EmbedBatch` on each Ray batch format, which
+needs no Ray, is tested in test_table_io.py).
 
 Skipped, with the reason, when Ray Data is not installed (the `ray` extra) or when a local Ray
 instance cannot start on this machine (under CI=true that is a failure instead)."""
@@ -25,7 +26,6 @@ pytest.importorskip("ray.data", reason='Ray Data is optional: pip install "bertf
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
 
-from bertfamily.errors import DataError  # noqa: E402
 from bertfamily.integrations.ray import EmbedBatch, embed_dataset  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # a tiny model: 1 thread is fastest here
@@ -197,28 +197,3 @@ def test_bad_rows_refuse_the_input_as_a_local_read_does(local_ray, tiny, tmp_pat
     lines = [" ".join(r.output.split()) for r in (ray_run, local)]
     assert lines[0].endswith(message) and lines[1].endswith(message), lines
     assert not out.exists() or not any(out.iterdir())
-
-
-def test_embed_batch_formats_agree_and_refuse_bad_rows(tiny):
-    import pandas as pd
-
-    step = EmbedBatch(str(tiny), with_text=True, dtype="fp32")
-    texts = ["alpha", "beta", "gamma delta"]
-    table = step(pa.table({"id": [1, 2, 3], "text": texts}))
-    frame = step(pd.DataFrame({"id": [1, 2, 3], "text": texts}))
-    numpy = step({"id": np.array([1, 2, 3]), "text": np.array(texts, dtype=object)})
-    assert table.column("id").to_pylist() == frame["id"].tolist() == list(numpy["id"]) == [1, 2, 3]
-    assert table.column("text").to_pylist() == texts
-    vec = np.stack(table.column("vector").to_pylist())
-    np.testing.assert_array_equal(vec, np.stack(frame["vector"]))
-    np.testing.assert_array_equal(vec, numpy["vector"])
-    np.testing.assert_allclose(vec, step.embedder.encode(texts), rtol=0, atol=1e-6)
-    bad = ["alpha", "", None]
-    columns = {"id": [1, 2, 3], "text": bad}
-    for batch in (pa.table(columns), pd.DataFrame(columns)):
-        with pytest.raises(DataError) as e:
-            step(batch)
-        assert str(e.value) == (
-            "a batch of 3 rows: 2 rows cannot be embedded or indexed: row id 2: 'text' is "
-            "empty; row id 3: 'text' is null; the job stops"
-        )

@@ -395,3 +395,32 @@ def test_engine_ray_gets_uris_as_given(cli, tiny, monkeypatch):
     assert r.exit_code == 0, r.output
     assert seen["source"] == "s3://bucket/texts/" and seen["output"] == "s3://bucket/vectors/"
     assert seen["concurrency"] == 3 and seen["model"] == str(model)
+
+
+def test_embed_batch_formats_agree_and_refuse_bad_rows(tiny):
+    """Ray Data's batch class (no Ray needed to call it): every batch format gives the same
+    rows, and a bad row is refused with the one rule's message."""
+    pd = pytest.importorskip("pandas")
+    from bertfamily.integrations.ray import EmbedBatch
+
+    model, _ = tiny
+    step = EmbedBatch(str(model), with_text=True, dtype="fp32")
+    texts = ["alpha", "beta", "gamma delta"]
+    table = step(pa.table({"id": [1, 2, 3], "text": texts}))
+    frame = step(pd.DataFrame({"id": [1, 2, 3], "text": texts}))
+    numpy = step({"id": np.array([1, 2, 3]), "text": np.array(texts, dtype=object)})
+    assert table.column("id").to_pylist() == frame["id"].tolist() == list(numpy["id"]) == [1, 2, 3]
+    assert table.column("text").to_pylist() == texts
+    vec = np.stack(table.column("vector").to_pylist())
+    np.testing.assert_array_equal(vec, np.stack(frame["vector"]))
+    np.testing.assert_array_equal(vec, numpy["vector"])
+    np.testing.assert_allclose(vec, step.embedder.encode(texts), rtol=0, atol=1e-6)
+    bad = ["alpha", "", None]
+    columns = {"id": [1, 2, 3], "text": bad}
+    for batch in (pa.table(columns), pd.DataFrame(columns)):
+        with pytest.raises(DataError) as e:
+            step(batch)
+        assert str(e.value) == (
+            "a batch of 3 rows: 2 rows cannot be embedded or indexed: row id 2: 'text' is "
+            "empty; row id 3: 'text' is null; the job stops"
+        )

@@ -40,7 +40,6 @@ import numpy as np
 
 from ..data.table_io import RowProblems, check_rows
 from ..errors import InputError
-from ..files import write_text_atomic
 from ..runtime import require
 
 __all__ = ["EmbedBatch", "check_dataset", "embed_dataset"]
@@ -228,10 +227,9 @@ def embed_dataset(
     ``ray.init()`` (which joins the cluster of ``RAY_ADDRESS`` when it is set).
 
     The id and text columns are checked first (`check_dataset`): a bad row refuses the input
-    before any actor starts (the driver has loaded the model once, for its identity). A
-    failed actor is restarted and its batch retried by
-    Ray (Ray Data's defaults for actor pools: ``max_restarts=-1``, ``max_task_retries=-1``);
-    nothing of that is ours.
+    before any actor starts (the driver has loaded the model once, for its identity). A failed
+    actor is restarted and its batch retried by Ray (Ray Data's defaults for actor pools:
+    ``max_restarts=-1``, ``max_task_retries=-1``); nothing of that is ours.
 
     Args:
         num_cpus: CPUs each actor reserves; leave some of the cluster's free for Ray's read and
@@ -285,7 +283,7 @@ def embed_dataset(
     result: dict[str, Any] = {"dimension": identity.dimension, "model": asdict(identity)}
     if out is not None:
         body = {"format_version": 1, "model": asdict(identity)}
-        write_text_atomic(out / IDENTITY_FILE, json.dumps(body, indent=1) + "\n", inside=out)
+        (out / IDENTITY_FILE).write_text(json.dumps(body, indent=1) + "\n", encoding="utf-8")
         import pyarrow.parquet as pq
 
         files = parquet_files(out)
