@@ -26,7 +26,10 @@ from its own random stream). Rows:
   train pairs, labels score / 5 — 359 steps;
 - ``simcse``: unsupervised SimCSE (MNRL of each sentence with itself, two dropout masks) on
   8,192 Austen sentences of 6+ words (a seeded sample of the fetched ``janeausten``) — 128 steps;
-- ``matryoshka``: MatryoshkaLoss(CoSENT) over 384/256/128/64 dims, as ``cosent``.
+- ``matryoshka``: MatryoshkaLoss(CoSENT) over 384/256/128/64 dims, as ``cosent``;
+- ``mnrl_no_dropout``: ``mnrl`` from a copy of MiniLM whose config.json sets both dropout
+  probabilities to 0, so neither run draws random numbers: what is left between them is the
+  implementation (a diagnostic of the ``mnrl`` gap).
 
 Scores: STS-B **test** (1,379 pairs) Spearman of cosine vs gold ×100 (cross-encoder: of its
 sigmoid scores); ours with `SentenceEmbedder` / `Reranker`, theirs with its own evaluators
@@ -66,7 +69,7 @@ from bertfamily.resources.cache import fetch
 from bertfamily.train import TrainConfig
 
 HERE = Path(__file__).resolve().parent
-ROWS = ("cosent", "mnrl", "rerank", "simcse", "matryoshka")
+ROWS = ("cosent", "mnrl", "rerank", "simcse", "matryoshka", "mnrl_no_dropout")
 DIMS = (384, 256, 128, 64)
 COMMON = dict(lr=5e-5, weight_decay=0.0, adam_eps=1e-8, warmup_ratio=0.1, max_grad_norm=1.0)
 ROW_SETTINGS = {
@@ -75,6 +78,10 @@ ROW_SETTINGS = {
     "rerank": dict(loss="bce", batch_size=16, max_seq_length=128),
     "simcse": dict(loss="simcse", batch_size=64, max_seq_length=32, lr=3e-5, sentences=8192),
     "matryoshka": dict(loss="cosent", batch_size=16, max_seq_length=64, matryoshka_dims=DIMS),
+    # a diagnostic: mnrl with dropout off in both (config.json), so the runs are deterministic
+    "mnrl_no_dropout": dict(
+        loss="mnrl", batch_size=16, max_seq_length=64, min_score=0.8, dropout=0.0
+    ),  # fmt: skip
 }
 
 
@@ -363,6 +370,14 @@ def run_row(row: str, args, minilm: Path, test: PairTable, result: dict) -> dict
     start = minilm
     if row == "rerank":
         start = plain_hf_copy(minilm, work / "minilm-encoder")
+    if "dropout" in s:
+        start = work / "minilm-no-dropout"
+        if start.exists():
+            shutil.rmtree(start)
+        shutil.copytree(minilm, start)
+        cfg = json.loads((start / "config.json").read_text())
+        cfg.update(hidden_dropout_prob=s["dropout"], attention_probs_dropout_prob=s["dropout"])
+        (start / "config.json").write_text(json.dumps(cfg, indent=2))
     ours = train_ours(row, s, start, data_file, work / f"{row}-ours", args.seed)
     rec["train_cpu_s"]["bertfamily"] = ours["cpu_s"]
     rec["losses"]["bertfamily"] = loss_summary(ours["losses"])
