@@ -9,8 +9,10 @@ from pathlib import Path
 
 # Commands choose their thread count from the cores free when they start (bertfamily.runtime);
 # tests run on whatever else the machine is doing, so they fix it instead (the runtime honours
-# OMP_NUM_THREADS), before torch reads it.
-os.environ.setdefault("OMP_NUM_THREADS", str(min(2, os.cpu_count() or 1)))
+# OMP_NUM_THREADS), before torch reads it. Under pytest-xdist the cores are shared between the
+# workers (2 cores, 2 workers: one thread each), so that workers never oversubscribe them.
+_workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+os.environ.setdefault("OMP_NUM_THREADS", str(max(1, min(2, (os.cpu_count() or 1) // _workers))))
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # what `import bertfamily` sets
 
 import pytest  # noqa: E402
