@@ -250,6 +250,9 @@ class Busy:
         self.proc.wait()
 
 
+BF16_AUTO = "bf16 (dtype auto: the default here)"
+
+
 def build_systems(args, threads: int, work: Path, calibration) -> tuple[dict, dict]:
     """Every system (`System`, or a dict with "unavailable") by row name, and the int8 plan's
     facts. Each peer is built inside its own try: one that cannot run becomes its reason."""
@@ -297,6 +300,16 @@ def build_systems(args, threads: int, work: Path, calibration) -> tuple[dict, di
         systems[name] = system
 
     add("bertfamily fp32", lambda: System(with_model(fp32_model), {"engine": "bertfamily (torch)"}))
+    auto = SentenceEmbedder(model_dir)  # what `bertfamily embed` runs: --dtype auto
+    if auto.model.dtype != torch.float32:  # bf16 on a CPU with AMX-BF16 tiles
+
+        def auto_run(texts):
+            return auto.encode(texts, batch_size=bs)
+
+        add(
+            f"bertfamily {BF16_AUTO}",
+            lambda: System(auto_run, {"engine": "bertfamily (torch)", "dtype": auto.dtype_reason}),
+        )
     st = SentenceTransformer(str(model_dir), device="cpu")
     systems[REFERENCE] = System(st_run(st), {"engine": f"torch {torch.__version__}"})
     if st.max_seq_length != ours.max_length:

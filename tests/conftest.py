@@ -18,7 +18,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # what `import bertfamily` 
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from helpers import save_hf_tiny  # importing helpers also silences transformers (offline)
+from helpers import save_hf_tiny  # noqa: E402  (importing helpers also silences transformers)
 
 # The modules that compare with transformers or sentence-transformers on every family, head,
 # tokenizer kind and pipeline: their tests get the `parity` marker, and CI runs `pytest -m

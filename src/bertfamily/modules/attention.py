@@ -79,10 +79,10 @@ class SelfAttention(nn.Module):
     # "per_sequence" runs one unmasked SDPA call per sequence (attention FLOPs exactly Σn², but
     # B calls per layer: B parallel regions, each a barrier that stalls when a core is busy);
     # "padded" scatters Q/K/V to the whole (B, N, T, Dh) batch for one masked call.
-    # "bucketed" is not the default yet: it must first be measured on a quiet machine
-    # (benchmarks/contention.py), and it draws attention dropout in another order, so seeded
-    # training runs change.
-    packed_strategy = "per_sequence"
+    # "bucketed" (the default) draws attention dropout over each bucket's padded block, as the
+    # padded path and transformers draw it over the batch: a seeded run with a one-bucket batch
+    # draws the padded path's masks; "per_sequence" draws them in another order.
+    packed_strategy = "bucketed"
 
     def __init__(
         self,
