@@ -513,7 +513,7 @@ def check_pipeline_bounds(backend: tokenizers.Tokenizer, file: Path) -> None:
     growth (the product over the chain: a ``Replace`` of ``p`` by ``c`` grows ``len(c) /
     len(p)``-fold, one whose pattern can match nothing ``1 + len(c)``-fold; Unicode forms and
     byte mapping a few-fold) exceeds `MAX_NORMALIZER_EXPANSION` characters per character. A
-    chain of 16 ``Replace("a", "aa")`` rules (65,536-fold: 3.3 GB for a 44 KB text) is refused;
+    chain of 16 ``Replace("a", "aa")`` rules (65,536-fold) is refused;
     every published BERT-family tokenizer is far inside the bound.
 
     Raises:
