@@ -86,10 +86,26 @@ def test_packed_strategies_equal_padded_path(monkeypatch, strategy):
     torch.testing.assert_close(packed, reference * mask[..., None], atol=1e-5, rtol=0)
 
 
-def test_default_packed_strategy_is_per_sequence():
-    # "bucketed" becomes the default once benchmarks/contention.py has measured it on a quiet
-    # machine (it draws attention dropout in another order, so seeded training runs change)
-    assert SelfAttention.packed_strategy == "per_sequence"
+def test_auto_packed_strategy_is_per_sequence_on_one_thread_and_bucketed_on_more(monkeypatch):
+    from bertfamily.modules.unpad import Unpadded
+
+    # measured: benchmarks/results/packed_attention.json (one thread: per-sequence 1.13x)
+    assert SelfAttention.packed_strategy == "auto"
+    attn = SelfAttention(8, 2, dropout=0.0).eval()
+    x = torch.randn(7, 8)
+    mask = torch.tensor([[1, 1, 1, 1], [1, 1, 1, 0]])
+    ctx = AttentionContext.from_mask(mask, torch.float32, unpadded=Unpadded.from_mask(mask))
+    called = []
+    monkeypatch.setattr(attn, "_packed", lambda *a: called.append("per_sequence") or x)
+    monkeypatch.setattr(attn, "_packed_bucketed", lambda *a: called.append("bucketed") or x)
+    before = torch.get_num_threads()
+    try:
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            attn(x, ctx)
+    finally:
+        torch.set_num_threads(before)
+    assert called == ["per_sequence", "bucketed"]
 
 
 def test_buckets_group_by_wasted_attention_and_cover_every_token():

@@ -79,10 +79,13 @@ class SelfAttention(nn.Module):
     # "per_sequence" runs one unmasked SDPA call per sequence (attention FLOPs exactly Σn², but
     # B calls per layer: B parallel regions, each a barrier that stalls when a core is busy);
     # "padded" scatters Q/K/V to the whole (B, N, T, Dh) batch for one masked call.
-    # "bucketed" (the default) draws attention dropout over each bucket's padded block, as the
-    # padded path and transformers draw it over the batch: a seeded run with a one-bucket batch
-    # draws the padded path's masks; "per_sequence" draws them in another order.
-    packed_strategy = "bucketed"
+    # "auto" (the default) is "per_sequence" on one intra-op thread and "bucketed" on more:
+    # with one thread no barrier waits, and the 32 small calls beat a padded bucket's fused
+    # call (1.13× on MiniLM); with two, one call per layer is as fast or faster (0.97–1.0×)
+    # and a busy core cannot stall 32 barriers (benchmarks/packed_attention.py and
+    # contention.py; docs/speed.md). "bucketed" and "padded" draw attention dropout over the
+    # padded block, as transformers does; "per_sequence" per sequence.
+    packed_strategy = "auto"
 
     def __init__(
         self,
@@ -107,11 +110,14 @@ class SelfAttention(nn.Module):
         x: (total_tokens, H) with the plan in ``ctx.unpadded`` → hidden
         (total_tokens, H)."""
         if x.dim() == 2:
-            if self.packed_strategy == "padded":
+            strategy = self.packed_strategy
+            if strategy == "auto":
+                strategy = "per_sequence" if torch.get_num_threads() == 1 else "bucketed"
+            if strategy == "padded":
                 return AttentionOutput(self.out(self._packed_padded(x, ctx)))
             if self._varlen_applies(x, ctx):
                 return AttentionOutput(self.out(self._packed_varlen(x, ctx)))
-            if self.packed_strategy == "bucketed":
+            if strategy == "bucketed":
                 return AttentionOutput(self.out(self._packed_bucketed(x, ctx)))
             return AttentionOutput(self.out(self._packed(x, ctx.unpadded.lengths, ctx)))
         B, T, H = x.shape
