@@ -301,7 +301,7 @@ def build_systems(args, threads: int, work: Path, calibration) -> tuple[dict, di
 
     add("bertfamily fp32", lambda: System(with_model(fp32_model), {"engine": "bertfamily (torch)"}))
     auto = SentenceEmbedder(model_dir)  # what `bertfamily embed` runs: --dtype auto
-    if auto.model.dtype != torch.float32:  # bf16 on a CPU with AMX-BF16 tiles
+    if next(auto.model.parameters()).dtype != torch.float32:  # bf16 on a CPU with AMX-BF16 tiles
 
         def auto_run(texts):
             return auto.encode(texts, batch_size=bs)

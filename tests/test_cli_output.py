@@ -187,7 +187,7 @@ def test_params_and_dataflow_fit_80_columns(command):
 
 
 @pytest.mark.parametrize("command", ["params", "dataflow"])
-@pytest.mark.parametrize("model", ["deberta-base", "longformer-base"])
+@pytest.mark.parametrize("model", ["deberta-base"])  # the widest names (longformer: test_inspect)
 def test_nothing_is_cut_at_80_columns(command, model):
     proc = run(command, model, "--head", "mlm")
     assert proc.returncode == 0, proc.stderr

@@ -154,10 +154,19 @@ class SentenceEmbedder:
             overlap 0.95).
         config_json: the transformer directory's parsed config.json when the caller has read
             it (the server does); else it is read once here.
+        runtime: "torch" (default), or "openvino": the encoder exported to ONNX and run by
+            OpenVINO on the CPU (`convert.openvino.OpenVinoModel`; ``dtype`` "auto" = OpenVINO's
+            default precision, bf16 on a CPU with bf16 units; "fp32"/"bf16" ask for one). The
+            compiled graph must keep ``bar`` against this model's torch fp32 vectors on
+            ``calibration`` (default: the Austen sample) or the load is refused; the
+            agreement is kept in ``runtime_check``. Needs the ``openvino`` extra.
 
     Raises:
         QuantizationError: int8 asked with a dtype other than fp32 or a non-CPU device, an
-            unknown ``quantize``, or a model where no layer can be quantised within the bar.
+            unknown ``quantize``, or a model where no layer can be quantised within the bar;
+            the OpenVINO graph missing ``bar``.
+        InputError: an unknown ``runtime``, OpenVINO off the CPU, with ``quantize`` or with a
+            dtype it does not run.
         ModelNotFoundError: an id neither a local directory nor in the cache.
         SentenceModulesError: a module we cannot run, or Dense sizes that do not match.
         ModelDirectoryError / CheckpointError / TokenizerNotFoundError: see the loaders.
@@ -175,7 +184,18 @@ class SentenceEmbedder:
         calibration: tuple[Sequence[str], Sequence[str]] | None = None,
         bar: AccuracyBar = AccuracyBar(),
         config_json: dict | None = None,
+        runtime: str = "torch",
     ) -> None:
+        if runtime not in ("torch", "openvino"):
+            raise InputError(f"runtime must be 'torch' or 'openvino', got {runtime!r}")
+        ov_precision = None
+        if runtime == "openvino":
+            from ..convert.openvino import openvino_precision
+
+            if quantize is not None or torch.device(device).type != "cpu":
+                raise InputError("the OpenVINO runtime runs on the CPU, without quantize")
+            ov_precision = openvino_precision(dtype)
+            dtype = "fp32"  # the graph is exported from the fp32 model
         if quantize not in (None, "int8"):
             raise QuantizationError(f"quantize must be None or 'int8', got {quantize!r}")
         if quantize is not None and dtype == "auto":
@@ -215,6 +235,9 @@ class SentenceEmbedder:
         self.last_truncated = 0  # texts cut to max_length by the last `encode`
         self.last_truncated_rows: list[int] = []  # their positions in its texts
         self.int8_plan = self.int8_check = self.int8_graph = None
+        self.runtime, self.runtime_check = runtime, None
+        if runtime == "openvino":
+            self._use_openvino(ov_precision, calibration, bar)
         if quantize == "int8":
             if calibration is None:
                 plan, model, check, self.int8_graph, _ = cached_int8(self, bar)
@@ -228,6 +251,31 @@ class SentenceEmbedder:
                     "this CPU has no int8 dot-product units (VNNI/AMX): int8 keeps its accuracy "
                     "but was measured no faster than fp32 on such a CPU (benchmarks/embed.py)"
                 )
+
+    def _use_openvino(self, precision: str | None, calibration, bar: AccuracyBar) -> None:
+        """Swap the torch encoder for the OpenVINO graph once it keeps ``bar``."""
+        from ..convert.openvino import OpenVinoModel
+        from .precision import agreement, austen_calibration
+
+        texts, queries = calibration if calibration is not None else austen_calibration()
+        ref, ref_q = self.encode(list(texts)), self.encode(list(queries))
+        fp32 = self.model
+        self.model = OpenVinoModel(fp32, torch.get_num_threads(), precision)
+        got = agreement(ref, self.encode(list(texts)), ref_q, self.encode(list(queries)), bar.k)
+        if not got.meets(bar):
+            self.model = fp32
+            raise QuantizationError(
+                f"OpenVINO ({precision or 'its default precision'}) misses the accuracy bar on "
+                f"calibration text: min cosine {got.min_cosine:.4f}, top-{got.k} overlap "
+                f"{got.top_k_overlap:.3f} (bar {bar.min_cosine}, {bar.min_overlap}); use "
+                "--dtype fp32 or the torch runtime"
+            )
+        self.runtime_check = got
+        self.dtype_reason = (
+            f"OpenVINO {self.model.precision} ({'requested' if precision else 'its default'} "
+            f"on this CPU); min cosine {got.min_cosine:.4f} to torch fp32 on calibration text"
+        )
+        log.info("runtime %s", self.dtype_reason)
 
     @property
     def dimension(self) -> int:
