@@ -310,6 +310,13 @@ def build_systems(args, threads: int, work: Path, calibration) -> tuple[dict, di
             f"bertfamily {BF16_AUTO}",
             lambda: System(auto_run, {"engine": "bertfamily (torch)", "dtype": auto.dtype_reason}),
         )
+
+    def runtime_openvino() -> System:  # what `embed --runtime openvino` runs
+        embedder = SentenceEmbedder(model_dir, runtime="openvino")
+        info = {"engine": "bertfamily --runtime openvino", "dtype": embedder.dtype_reason}
+        return System(lambda texts: embedder.encode(texts, batch_size=bs), info)
+
+    add("bertfamily --runtime openvino (its default precision)", runtime_openvino)
     st = SentenceTransformer(str(model_dir), device="cpu")
     systems[REFERENCE] = System(st_run(st), {"engine": f"torch {torch.__version__}"})
     if st.max_seq_length != ours.max_length:
