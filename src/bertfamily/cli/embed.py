@@ -101,6 +101,8 @@ def _embedder(
     """
     from ..pipelines.embed import SentenceEmbedder
 
+    if runtime not in ("torch", "openvino"):
+        raise InputError(f"--runtime must be torch or openvino, got {runtime!r}")
     if runtime != "torch":
         if quantize is not None or device != "cpu":
             raise InputError(f"--runtime {runtime} runs on the CPU without --quantize")
