@@ -332,8 +332,11 @@ def test_time_budget_plans_the_schedule_for_the_steps_that_fit(tmp_path):
     logged = [json.loads(x) for x in (tmp_path / "a" / "metrics.jsonl").read_text().splitlines()]
     lrs = [r["lr"] for r in logged if r["split"] == "train"]
     assert lrs[:3] == pytest.approx([0.01, 0.02, 0.03])  # warm-up planned for 1000 steps
-    # from step 4 on: the plan for the steps that fit, decaying to ~0 at its end
-    assert lrs[3] > 0.5 and all(a > b for a, b in zip(lrs[3:], lrs[4:])) and lrs[-1] < 0.35
+    # from step 4 on: the plan for the steps that fit, decaying to ~0 at its end (non-increasing:
+    # on a loaded machine the steps after the plan can be faster than the first ones, and the
+    # steps past the plan's end run at its final rate, 0)
+    assert lrs[3] > 0.5 and all(a >= b for a, b in zip(lrs[3:], lrs[4:])) and lrs[-1] < 0.35
+    assert lrs[4] < lrs[3]
     # a run that stops in warm-up says so
     cfg = TrainConfig(output_dir=tmp_path / "b", max_steps=1000, max_time_s=0.5, warmup_steps=100,
                       log_every=1, progress=False, device="cpu")  # fmt: skip
