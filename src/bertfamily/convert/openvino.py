@@ -13,7 +13,6 @@ Needs the optional package ``openvino`` (``pip install "bertfamily[openvino]"``)
 from __future__ import annotations
 
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +20,7 @@ import torch
 
 from ..errors import InputError
 from ..runtime import require
+from .onnx import _Hidden  # the encoder output both exported-graph runtimes return
 
 __all__ = ["OPENVINO_PRECISIONS", "OpenVinoModel", "openvino_precision"]
 
@@ -44,11 +44,6 @@ def openvino_precision(dtype: str | torch.dtype | None) -> str | None:
             f"the OpenVINO runtime takes dtype {sorted(OPENVINO_PRECISIONS)}, got {dtype!r}"
         )
     return OPENVINO_PRECISIONS[dtype]
-
-
-@dataclass(frozen=True)
-class _Hidden:
-    last_hidden_state: torch.Tensor
 
 
 class _OpenVinoEncoder:
