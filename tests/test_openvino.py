@@ -82,3 +82,122 @@ def test_cli_embed_runtime_openvino(cli, minilm_dir, reference):
     vectors = np.array([json.loads(line)["embedding"] for line in result.stdout.splitlines()])
     np.testing.assert_allclose(vectors, reference, atol=1e-5)
     assert "runtime: OpenVINO f32" in result.stderr
+
+
+@pytest.fixture
+def own_cache(tmp_path, monkeypatch):
+    """A fresh cache directory, and a short calibration sample in place of the fetched one."""
+    from bertfamily.pipelines import precision
+
+    monkeypatch.setenv("BERTFAMILY_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(precision, "austen_calibration", lambda: (TEXTS * 3, TEXTS[:2]))
+    return tmp_path / "cache" / precision.OPENVINO_CACHE
+
+
+def test_the_graph_and_its_check_are_cached_and_used_again(
+    minilm_dir, reference, own_cache, monkeypatch
+):
+    from bertfamily.convert import onnx
+    from bertfamily.pipelines import precision
+    from bertfamily.pipelines.embed import SentenceEmbedder
+
+    first = SentenceEmbedder(minilm_dir, runtime="openvino", dtype="fp32")
+    (entry,) = own_cache.iterdir()
+    assert sorted(p.name for p in entry.iterdir()) == ["check.json", "model.bin", "model.xml"]
+    record = json.loads((entry / "check.json").read_text())
+    assert record["precision"] == "f32"
+    assert record["agreement"]["min_cosine"] == first.runtime_check.min_cosine
+
+    def no_export(*args, **kwargs):
+        raise AssertionError("exported again")
+
+    def no_measure(*args, **kwargs):
+        raise AssertionError("measured again")
+
+    monkeypatch.setattr(onnx, "export_onnx", no_export)
+    monkeypatch.setattr(precision, "swapped_agreement", no_measure)
+    again = SentenceEmbedder(minilm_dir, runtime="openvino", dtype="fp32")
+    assert again.runtime_check == first.runtime_check
+    np.testing.assert_allclose(again.encode(TEXTS), reference, atol=1e-5)
+    # another precision is another entry
+    monkeypatch.undo()
+    monkeypatch.setenv("BERTFAMILY_CACHE", str(own_cache.parent))
+    monkeypatch.setattr(precision, "austen_calibration", lambda: (TEXTS * 3, TEXTS[:2]))
+    SentenceEmbedder(minilm_dir, runtime="openvino", dtype="bf16")
+    assert len(list(own_cache.iterdir())) == 2
+
+
+def test_an_edited_cached_graph_is_built_again(minilm_dir, reference, own_cache, caplog):
+    from bertfamily.pipelines.embed import SentenceEmbedder
+
+    SentenceEmbedder(minilm_dir, runtime="openvino", dtype="fp32")
+    (entry,) = own_cache.iterdir()
+    weights = bytearray((entry / "model.bin").read_bytes())
+    weights[1000:1004] = b"\x00\x00\xc0\x7f"  # a NaN in a weight
+    (entry / "model.bin").write_bytes(bytes(weights))
+    with caplog.at_level("WARNING"):
+        embedder = SentenceEmbedder(minilm_dir, runtime="openvino", dtype="fp32")
+    assert "model.bin has sha256" in caplog.text and "building it again" in caplog.text
+    np.testing.assert_allclose(embedder.encode(TEXTS), reference, atol=1e-5)
+    json.loads((entry / "check.json").read_text())  # rebuilt whole
+
+
+def test_a_cached_check_under_the_bar_is_still_refused(minilm_dir, own_cache):
+    from bertfamily.pipelines.embed import SentenceEmbedder
+
+    SentenceEmbedder(minilm_dir, runtime="openvino", dtype="fp32")
+    (entry,) = own_cache.iterdir()
+    record = json.loads((entry / "check.json").read_text())
+    record["agreement"]["min_cosine"] = 0.5  # as if this CPU's graph had measured so
+    (entry / "check.json").write_text(json.dumps(record))
+    with pytest.raises(QuantizationError, match="min cosine 0.5000"):
+        SentenceEmbedder(minilm_dir, runtime="openvino", dtype="fp32")
+
+
+def test_index_and_search_with_the_openvino_runtime(cli, minilm_dir, tmp_path):
+    docs = tmp_path / "docs.txt"
+    docs.write_text("A cat sleeps on the sofa.\n\nStock markets fell today.\nThe train was late.\n")
+    hits = {}
+    for runtime in ("torch", "openvino"):
+        built = cli(
+            "index", "build", "--corpus", str(docs), "-o", str(tmp_path / runtime),
+            "--model", str(minilm_dir), "--runtime", runtime, "--dtype", "fp32",
+        )  # fmt: skip
+        assert built.exit_code == 0, built.output
+        found = cli(
+            "search", "a cat resting", "--index", str(tmp_path / runtime), "--model",
+            str(minilm_dir), "--runtime", runtime, "--dtype", "fp32", "--format", "jsonl",
+        )  # fmt: skip
+        assert found.exit_code == 0, found.output
+        hits[runtime] = [json.loads(line) for line in found.stdout.splitlines()]
+    ids = [h["id"] for h in hits["torch"]]
+    assert ids[0] == 1 and sorted(ids) == [1, 3, 4]  # by line; line 2 is blank
+    assert [h["id"] for h in hits["openvino"]] == ids
+    for a, b in zip(hits["openvino"], hits["torch"]):
+        assert abs(a["score"] - b["score"]) < 1e-5
+
+
+def test_bulk_embed_with_the_openvino_runtime(cli, minilm_dir, reference, tmp_path):
+    (tmp_path / "in.txt").write_text("\n".join(TEXTS) + "\n")
+    result = cli(
+        "embed", "--input", str(tmp_path / "in.txt"), "--output", str(tmp_path / "shards"),
+        "--model", str(minilm_dir), "--runtime", "openvino", "--dtype", "fp32",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "runtime: OpenVINO f32" in result.stderr
+    np.testing.assert_allclose(
+        np.load(tmp_path / "shards" / "shard-00000.npy"), reference, atol=1e-5
+    )
+
+
+def test_serve_with_the_openvino_runtime(minilm_dir, reference):
+    from fastapi.testclient import TestClient
+
+    from bertfamily.serve.app import ServeSettings, create_app, load_served_model
+
+    served = load_served_model(minilm_dir, dtype="fp32", runtime="openvino")
+    with TestClient(create_app(served, ServeSettings())) as client:
+        info = client.get("/info").json()
+        assert (info["runtime"], info["model_dtype"]) == ("openvino", "float32")
+        vectors = np.array(client.post("/embed", json={"inputs": TEXTS}).json())
+    np.testing.assert_allclose(vectors, reference, atol=1e-5)

@@ -163,6 +163,60 @@ def check_quantize(quantize: str | None, dtype: str) -> None:
         raise typer.BadParameter("--quantize int8 runs from fp32 weights; drop --dtype bf16")
 
 
+RUNTIMES = ("torch", "openvino")
+RUNTIME_HELP = (
+    "torch, or openvino: the encoder exported to ONNX and run by OpenVINO on the CPU (pip "
+    'install "bertfamily[openvino]"; --dtype auto = its default precision, bf16 on a CPU with '
+    "bf16 units), refused unless it keeps min cosine 0.99 and top-10 overlap 0.95 to torch "
+    "fp32 on a fetched Austen sample (graph and check cached per model and CPU)."
+)
+
+
+def check_runtime(runtime: str, quantize: str | None = None, device: str = "cpu") -> None:
+    """Refuse an unknown ``--runtime``, and OpenVINO with --quantize or off the CPU, before
+    anything loads.
+
+    Raises:
+        InputError: as above.
+    """
+    if runtime not in RUNTIMES:
+        raise InputError(f"--runtime must be torch or openvino, got {runtime!r}")
+    if runtime != "torch" and (quantize is not None or device != "cpu"):
+        raise InputError(f"--runtime {runtime} runs on the CPU without --quantize")
+
+
+def load_embedder(
+    model: str | None,
+    dtype: str,
+    quantize: str | None = None,
+    device: str = "cpu",
+    runtime: str = "torch",
+):
+    """The `SentenceEmbedder` of a command (embed, search, index, mine-negatives) on
+    ``device`` (a `torch_device` value), with ``--runtime`` and ``--quantize``; the dtype
+    choice, the runtime's check or the int8 plan on stderr.
+
+    Raises:
+        InputError: see `check_runtime`; int8 asked for off the CPU (its engine is ONNX
+            Runtime on the CPU).
+    """
+    from ..pipelines.embed import SentenceEmbedder
+
+    check_runtime(runtime, quantize, device)
+    if runtime != "torch":
+        embedder = SentenceEmbedder(model_path(model), dtype=dtype, runtime=runtime)
+        err.print(f"runtime: {embedder.dtype_reason}", soft_wrap=True)
+        return embedder
+    check_quantize(quantize, dtype)
+    if quantize is None:
+        return SentenceEmbedder(model_path(model), dtype=torch_dtype(dtype, device), device=device)
+    if device != "cpu":
+        raise InputError(
+            f"--quantize int8 runs on the CPU; drop it or use --device cpu, not {device}"
+        )
+    return load_int8(lambda: SentenceEmbedder(model_path(model), dtype="fp32", quantize=quantize))
+
+
 def model_overrides(
     layers: int | None,
     hidden: int | None,

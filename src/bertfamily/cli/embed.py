@@ -16,17 +16,18 @@ from .common import (
     DTYPE_HELP,
     FORMAT_HELP,
     QUANTIZE_HELP,
+    RUNTIME_HELP,
     SHOWN_CHARS,
     THREADS_HELP,
     App,
     check_format,
-    check_quantize,
+    check_runtime,
     compute_threads,
     console,
     err,
     fmt_score,
     handle_errors,
-    load_int8,
+    load_embedder,
     model_path,
     shorten,
     torch_device,
@@ -75,49 +76,6 @@ def _report_truncation(embedder, texts: list[str], what: str = "inputs") -> None
         f"{embedder.max_length} tokens and were truncated{longest}; only their first "
         f"{embedder.max_length} tokens were embedded"
     )
-
-
-RUNTIME_HELP = (
-    "torch, or openvino: the encoder exported to ONNX and run by OpenVINO on the CPU (pip "
-    'install "bertfamily[openvino]"; --dtype auto = its default precision, bf16 on a CPU with '
-    "bf16 units), refused unless it keeps min cosine 0.99 and top-10 overlap 0.95 to torch "
-    "fp32 on a fetched Austen sample."
-)
-
-
-def _embedder(
-    model: str | None,
-    dtype: str,
-    quantize: str | None = None,
-    device: str = "cpu",
-    runtime: str = "torch",
-):
-    """The `SentenceEmbedder` of a command on ``device`` (a `torch_device` value); the dtype
-    choice (and the int8 plan) on stderr.
-
-    Raises:
-        InputError: int8 asked for off the CPU (its engine is ONNX Runtime on the CPU); the
-            OpenVINO runtime with --quantize or off the CPU.
-    """
-    from ..pipelines.embed import SentenceEmbedder
-
-    if runtime not in ("torch", "openvino"):
-        raise InputError(f"--runtime must be torch or openvino, got {runtime!r}")
-    if runtime != "torch":
-        if quantize is not None or device != "cpu":
-            raise InputError(f"--runtime {runtime} runs on the CPU without --quantize")
-        err.print("runtime: compiling the OpenVINO graph and checking it on calibration text…")
-        embedder = SentenceEmbedder(model_path(model), dtype=dtype, runtime=runtime)
-        err.print(f"runtime: {embedder.dtype_reason}", soft_wrap=True)
-        return embedder
-    check_quantize(quantize, dtype)
-    if quantize is None:
-        return SentenceEmbedder(model_path(model), dtype=torch_dtype(dtype, device), device=device)
-    if device != "cpu":
-        raise InputError(
-            f"--quantize int8 runs on the CPU; drop it or use --device cpu, not {device}"
-        )
-    return load_int8(lambda: SentenceEmbedder(model_path(model), dtype="fp32", quantize=quantize))
 
 
 def _encode_with_progress(embedder, texts: list[str], batch_size: int):
@@ -236,6 +194,7 @@ def embed(
     from ..pipelines.embed import cosine_matrix
 
     check_format(fmt)
+    check_runtime(runtime, quantize, device)
     from ..pipelines.quantize import PRECISIONS
 
     # as given, for Ray: a URI (s3://bucket/texts/) would lose a slash as a Path
@@ -265,6 +224,8 @@ def embed(
         if sentences or input is None:
             raise InputError("Parquet output and --engine ray embed --input FILE, not SENTENCEs")
         if engine == "ray":
+            if runtime != "torch":
+                raise InputError("--engine ray runs the torch runtime; drop --runtime")
             ray_args = dict(concurrency=concurrency, num_cpus=actor_cpus)
             _embed_ray(*uris, model, batch_size, dtype, ray_args, with_text, columns)
         else:
@@ -279,6 +240,7 @@ def embed(
                 columns,
                 precision,
                 device,
+                runtime,
             )
         return
     if output is not None and (output.is_dir() or output.suffix == ""):
@@ -288,7 +250,16 @@ def embed(
                 "FILE.parquet, or --engine ray --output DIR"
             )
         _embed_bulk(
-            sentences, input, output, model, batch_size, dtype, shard_size, quantize, device
+            sentences,
+            input,
+            output,
+            model,
+            batch_size,
+            dtype,
+            shard_size,
+            quantize,
+            device,
+            runtime,
         )
         return
     if shard_size is not None:
@@ -309,7 +280,7 @@ def embed(
             f"--output must end in .npy or .jsonl, or be a directory (a path without a "
             f"suffix) for bulk mode, got {output.name}"
         )
-    embedder = _embedder(model, dtype, quantize, device, runtime)
+    embedder = load_embedder(model, dtype, quantize, device, runtime)
     vectors = _encode_with_progress(embedder, texts, batch_size)
     _report_truncation(embedder, texts)
     if dimensions is not None or precision != "float32":
@@ -362,7 +333,16 @@ def embed(
 
 
 def _embed_bulk(
-    sentences, input, output, model, batch_size, dtype, shard_size, quantize=None, device="cpu"
+    sentences,
+    input,
+    output,
+    model,
+    batch_size,
+    dtype,
+    shard_size,
+    quantize=None,
+    device="cpu",
+    runtime="torch",
 ) -> None:
     """`embed --input FILE --output DIR`: `pipelines.bulk.embed_file` with a progress bar."""
     from ..pipelines.bulk import DEFAULT_SHARD_SIZE, embed_file, process_slot
@@ -370,7 +350,7 @@ def _embed_bulk(
     if sentences or input is None:
         raise InputError("bulk mode (--output DIR) embeds --input FILE, not SENTENCE arguments")
     rank, world = process_slot()
-    embedder = _embedder(model, dtype, quantize, device)
+    embedder = load_embedder(model, dtype, quantize, device, runtime)
     who = f"rank {rank}/{world}: " if world > 1 else ""
     with Progress(
         TextColumn(f"{who}embedding"),
@@ -422,6 +402,7 @@ def _embed_table(
     columns,
     precision="float32",
     device="cpu",
+    runtime="torch",
 ) -> None:
     """`embed --input TABLE --output FILE.parquet`: `pipelines.bulk.embed_table`, streamed; a
     SPLADE model writes sparse_indices / sparse_values instead of vector."""
@@ -434,13 +415,14 @@ def _embed_table(
     if directory_kind(path) == "sparse":
         from ..pipelines.sparse import SparseEncoder
 
-        if quantize is not None or precision != "float32":
+        if quantize is not None or precision != "float32" or runtime != "torch":
             raise InputError(
-                "--quantize and --precision are for dense embedding models, not a SPLADE model"
+                "--quantize, --precision and --runtime are for dense embedding models, not a "
+                "SPLADE model"
             )
         embedder = SparseEncoder(path, dtype=torch_dtype(dtype, device), device=device)
     else:
-        embedder = _embedder(model, dtype, quantize, device)
+        embedder = load_embedder(model, dtype, quantize, device, runtime)
     with Progress(
         TextColumn("embedding"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=err
     ) as bar:
@@ -542,7 +524,7 @@ def search(
     fmt: str = typer.Option("table", "--format", help=FORMAT_HELP),
     threads: int = typer.Option(0, min=0, help=THREADS_HELP),
     device: str = typer.Option("auto", help=DEVICE_HELP),
-    runtime: str = typer.Option("torch", help=RUNTIME_HELP + " With --corpus."),
+    runtime: str = typer.Option("torch", help=RUNTIME_HELP + " The dense model's."),
 ):
     """Semantic search: the corpus lines closest to each query (blank lines are never hits).
     JSONL rows carry the query, its 1-based "query_number", the hit's "rank", "score", "text"
@@ -554,10 +536,12 @@ def search(
     from ..pipelines.embed import semantic_search
 
     check_format(fmt)
+    check_runtime(runtime, device=device)
     if (corpus is None) == (not index):
         raise InputError("give --corpus FILE or --index DIR (one of them)")
     if index:
-        opts = dict(top_k=top_k, dtype=dtype, batch_size=batch_size, rescore=rescore, device=device)
+        opts = dict(top_k=top_k, dtype=dtype, batch_size=batch_size, rescore=rescore)
+        opts |= dict(device=device, runtime=runtime)
         if len(index) == 1:
             results = _search_index(index[0], list(query), model, **opts)
         elif len(index) == 2:
@@ -567,7 +551,7 @@ def search(
         _print_hits(list(query), results, fmt, "id", lambda h: h.id)
         return
     docs = read_input_lines(corpus)
-    embedder = _embedder(model, dtype, device=device, runtime=runtime)
+    embedder = load_embedder(model, dtype, device=device, runtime=runtime)
     corpus_vectors = _encode_with_progress(embedder, docs, batch_size)
     _report_truncation(embedder, docs)
     results = semantic_search(embedder, query, docs, top_k=top_k, corpus_embeddings=corpus_vectors)
@@ -576,19 +560,26 @@ def search(
 
 
 FUSION_DEPTH = 100  # hits of each index that hybrid search fuses
+SPARSE_RUNTIME = {"runtime": "torch"}  # hybrid search: --runtime is the dense model's
 
 
 def _query_index(
-    index, queries: list[str], model, *, top_k, dtype, batch_size, rescore, device="cpu"
+    index,
+    queries: list[str],
+    model,
+    *,
+    top_k,
+    dtype,
+    batch_size,
+    rescore,
+    device="cpu",
+    runtime="torch",
 ):
     """One opened index's hits (`IndexHit`) for ``queries``, with the model its kind needs."""
     from .index import index_encoder, index_kind
 
     kind = index_kind(index)
-    if kind == "sparse":
-        encoder = index_encoder(kind, model, dtype, device)
-    else:
-        encoder = _embedder(model, dtype, device=device)
+    encoder = index_encoder(kind, model, dtype, device, runtime)
     extra = {"rescore": rescore or None} if kind == "binary" else {}
     return index.search_texts(encoder, queries, top_k=top_k, batch_size=batch_size, **extra)
 
@@ -627,7 +618,7 @@ def _search_hybrid(paths, queries: list[str], model, sparse_model, fusion, *, to
         raise InputError("hybrid search: give --sparse-model (the sparse index's SPLADE model)")
     depth = max(FUSION_DEPTH, top_k)
     d_hits = _query_index(dense, queries, model, top_k=depth, **opts)
-    s_hits = _query_index(sparse, queries, sparse_model, top_k=depth, **opts)
+    s_hits = _query_index(sparse, queries, sparse_model, top_k=depth, **(opts | SPARSE_RUNTIME))
     fused = [fuse(d, s, top_k=top_k, method=fusion) for d, s in zip(d_hits, s_hits)]
     return [
         [IndexHit(h.index, dense.ids[h.index], h.score, dense.texts[h.index]) for h in row]

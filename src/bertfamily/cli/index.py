@@ -12,11 +12,14 @@ from ..errors import InputError
 from .common import (
     DEVICE_HELP,
     DTYPE_HELP,
+    RUNTIME_HELP,
     THREADS_HELP,
     App,
+    check_runtime,
     compute_threads,
     err,
     handle_errors,
+    load_embedder,
     model_path,
     torch_device,
     torch_dtype,
@@ -65,17 +68,19 @@ KIND_HELP = (
 INDEX_KINDS = ("flat", "hnsw", "binary", "sparse")
 
 
-def _index_embedder(model: str | None, dtype: str, device: str = "cpu"):
-    from ..pipelines.embed import SentenceEmbedder
-
-    return SentenceEmbedder(model_path(model), dtype=torch_dtype(dtype, device), device=device)
-
-
-def index_encoder(kind: str, model: str | None, dtype: str, device: str = "cpu"):
+def index_encoder(
+    kind: str, model: str | None, dtype: str, device: str = "cpu", runtime: str = "torch"
+):
     """The model of an index kind on ``device``: a `SparseEncoder` (SPLADE) for "sparse", else
-    a `SentenceEmbedder`."""
+    a `SentenceEmbedder` (`common.load_embedder`, with ``runtime``).
+
+    Raises:
+        InputError: ``runtime`` other than torch for a sparse index (SPLADE runs in torch).
+    """
     if kind != "sparse":
-        return _index_embedder(model, dtype, device)
+        return load_embedder(model, dtype, device=device, runtime=runtime)
+    if runtime != "torch":
+        raise InputError(f"--runtime {runtime} is for dense models; a SPLADE model runs in torch")
     from ..pipelines.sparse import SparseEncoder
 
     return SparseEncoder(model_path(model), dtype=torch_dtype(dtype, device), device=device)
@@ -119,6 +124,7 @@ def index_build(
     dtype: str = typer.Option("auto", help=DTYPE_HELP),
     threads: int = typer.Option(0, min=0, help=THREADS_HELP),
     device: str = typer.Option("auto", help=DEVICE_HELP),
+    runtime: str = typer.Option("torch", help=RUNTIME_HELP),
 ):
     """Embed a corpus into a new index directory, or index the vectors of --embeddings
     (replaces DIR atomically)."""
@@ -128,13 +134,14 @@ def index_build(
 
     if kind not in INDEX_KINDS:
         raise InputError(f"--kind must be one of {', '.join(INDEX_KINDS)}, got {kind!r}")
+    check_runtime(runtime, device=device)
     if (corpus is None) == (embeddings is None):
         raise InputError("give --corpus FILE or --embeddings FILE|DIR (one of them)")
     settings = dict(kind=kind, hnsw_m=hnsw_m, ef_construction=ef_construction, ef_search=ef_search)
     if embeddings is not None:
         if kind not in ("flat", "hnsw"):
             raise InputError(f"--embeddings builds flat or hnsw indexes, not {kind}")
-        embedder = _index_embedder(model, dtype, device) if model is not None else None
+        embedder = index_encoder(kind, model, dtype, device, runtime) if model is not None else None
         index = VectorIndex.from_embeddings(
             embeddings, embedder=embedder, id_column=id_column, text_column=text_column, **settings
         )
@@ -142,7 +149,7 @@ def index_build(
         err.print(f"wrote {len(index)} × {index.identity.dimension} ({kind}) to {output}")
         return
     texts, ids = read_corpus(corpus, id_column, text_column)
-    encoder = index_encoder(kind, model, dtype, device)
+    encoder = index_encoder(kind, model, dtype, device, runtime)
 
     def build(progress):
         if kind in ("flat", "hnsw"):
@@ -173,6 +180,7 @@ def index_add(
     dtype: str = typer.Option("auto", help=DTYPE_HELP),
     threads: int = typer.Option(0, min=0, help=THREADS_HELP),
     device: str = typer.Option("auto", help=DEVICE_HELP),
+    runtime: str = typer.Option("torch", help=RUNTIME_HELP),
 ):
     """Append a corpus to an index of any kind (the model must be the one that built it); the
     new version replaces DIR atomically."""
@@ -182,6 +190,7 @@ def index_add(
 
     from ..pipelines.retrieval import open_index
 
+    check_runtime(runtime, device=device)
     index = open_index(index_dir)
     texts, ids = read_corpus(corpus, id_column, text_column)
     taken = set(map(json.dumps, index.ids))
@@ -192,7 +201,7 @@ def index_add(
             f"{corpus}: {where} {clash!r} is already an id in {index_dir} (a plain text corpus "
             'numbers its documents by line); add a .jsonl corpus whose rows give new "id"s'
         )
-    encoder = index_encoder(index_kind(index), model, dtype, device)
+    encoder = index_encoder(index_kind(index), model, dtype, device, runtime)
     _with_bar(
         len(texts),
         lambda progress: index.add(encoder, texts, ids, batch_size=batch_size, progress=progress),

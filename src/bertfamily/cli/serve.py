@@ -11,9 +11,11 @@ from .common import (
     DEVICE_HELP,
     DTYPE_HELP,
     QUANTIZE_HELP,
+    RUNTIME_HELP,
     THREADS_HELP,
     App,
     check_quantize,
+    check_runtime,
     err,
     handle_errors,
     load_int8,
@@ -75,6 +77,7 @@ def serve(
     quantize: str | None = typer.Option(
         None, metavar="int8", help=QUANTIZE_HELP + " Embedding models only."
     ),
+    runtime: str = typer.Option("torch", help=RUNTIME_HELP + " Embedding models only."),
     speed: float | None = typer.Option(
         None,
         min=0.0,
@@ -128,6 +131,7 @@ def serve(
     )
     path = model_path(model)
     check_quantize(quantize, dtype)
+    check_runtime(runtime, quantize, device)
     limits = connection_limits(settings.timeout_keep_alive)  # every replica's
     if workers > 1:
         import os
@@ -142,6 +146,7 @@ def serve(
             threads=threads,
             speed=speed,
             device=device,
+            runtime=runtime,
         )
         err.print(f"serving {path} on http://{host}:{port} ({workers} replicas)", soft_wrap=True)
         uvicorn.run(
@@ -157,8 +162,14 @@ def serve(
         return
     if quantize is None:
         served = load_served_model(
-            path, dtype=torch_dtype(dtype, device), speed=speed, device=device
+            path,
+            dtype=dtype if runtime != "torch" else torch_dtype(dtype, device),
+            speed=speed,
+            device=device,
+            runtime=runtime,
         )
+        if runtime != "torch":
+            err.print(f"runtime: {served.dtype_reason}", soft_wrap=True)
     else:
         served = load_int8(lambda: load_served_model(path, quantize=quantize, device=device))
     app = create_app(served, settings, model_dir=path)

@@ -22,7 +22,7 @@ from ..errors import InputError
 from ..runtime import require
 from .onnx import _Hidden  # the encoder output both exported-graph runtimes return
 
-__all__ = ["OPENVINO_PRECISIONS", "OpenVinoModel", "openvino_precision"]
+__all__ = ["OPENVINO_PRECISIONS", "OpenVinoModel", "openvino_precision", "save_openvino_ir"]
 
 # --dtype → OpenVINO's INFERENCE_PRECISION_HINT (None: the CPU plugin's default, bf16 where the
 # CPU has AMX-BF16 or AVX512-BF16, else f32)
@@ -46,6 +46,27 @@ def openvino_precision(dtype: str | torch.dtype | None) -> str | None:
     return OPENVINO_PRECISIONS[dtype]
 
 
+def save_openvino_ir(model, xml: str | Path) -> Path:
+    """Export ``model`` (`convert.onnx.export_onnx`) and save it as an OpenVINO IR: ``xml``
+    (the graph) and the ``.bin`` beside it (the weights, kept float32: OpenVINO's default
+    compression of weights to fp16 is turned off, so the IR computes what the ONNX graph does).
+
+    Returns:
+        ``xml`` as a Path.
+
+    Raises:
+        MissingDependency: openvino (or onnx, for the export) is not installed.
+    """
+    ov = require("openvino", "openvino", "the OpenVINO runtime")
+    from .onnx import export_onnx
+
+    xml = Path(xml)
+    with tempfile.TemporaryDirectory() as tmp:
+        graph = ov.convert_model(str(export_onnx(model, Path(tmp) / "model.onnx")))
+    ov.save_model(graph, str(xml), compress_to_fp16=False)
+    return xml
+
+
 class _OpenVinoEncoder:
     def __init__(self, compiled) -> None:
         self.request = compiled.create_infer_request()
@@ -64,10 +85,12 @@ class OpenVinoModel:
     with ``last_hidden_state`` (B, T, H) float32.
 
     Args:
-        model: the fp32 `Model` to export (left unchanged).
+        model: the fp32 `Model` to export (left unchanged); its ``config`` is kept.
         threads: OpenVINO inference threads (``INFERENCE_NUM_THREADS``; 0: its default).
         precision: ``INFERENCE_PRECISION_HINT`` ("f32", "bf16"), or None for the CPU plugin's
             default.
+        ir: an OpenVINO IR ``.xml`` saved from this model by `save_openvino_ir`, compiled
+            instead of exporting again (the caller vouches that it is this model's).
 
     Attributes:
         precision: the precision OpenVINO compiled for ("f32" or "bf16").
@@ -76,19 +99,24 @@ class OpenVinoModel:
         MissingDependency: openvino (or onnx, for the export) is not installed.
     """
 
-    def __init__(self, model, threads: int = 0, precision: str | None = None) -> None:
+    def __init__(
+        self, model, threads: int = 0, precision: str | None = None, ir: str | Path | None = None
+    ) -> None:
         ov = require("openvino", "openvino", "the OpenVINO runtime")
-        from .onnx import export_onnx
+        core = ov.Core()
+        if ir is not None:
+            graph = core.read_model(str(ir))
+        else:
+            from .onnx import export_onnx
 
-        with tempfile.TemporaryDirectory() as tmp:
-            path = export_onnx(model, Path(tmp) / "model.onnx")
-            graph = ov.convert_model(str(path))
+            with tempfile.TemporaryDirectory() as tmp:
+                graph = ov.convert_model(str(export_onnx(model, Path(tmp) / "model.onnx")))
         config: dict = {}
         if threads:
             config["INFERENCE_NUM_THREADS"] = threads
         if precision is not None:
             config["INFERENCE_PRECISION_HINT"] = precision
-        compiled = ov.Core().compile_model(graph, "CPU", config)
+        compiled = core.compile_model(graph, "CPU", config)
         self.precision = compiled.get_property("INFERENCE_PRECISION_HINT").to_string()
         self.config = model.config
         self.encoder = _OpenVinoEncoder(compiled)

@@ -253,23 +253,25 @@ class SentenceEmbedder:
                 )
 
     def _use_openvino(self, precision: str | None, calibration, bar: AccuracyBar) -> None:
-        """Swap the torch encoder for the OpenVINO graph once it keeps ``bar``."""
+        """Swap the torch encoder for the OpenVINO graph once it keeps ``bar`` (graph and
+        agreement cached per model and CPU with the default calibration:
+        `precision.cached_openvino`)."""
         from ..convert.openvino import OpenVinoModel
-        from .precision import agreement, austen_calibration
+        from .precision import cached_openvino, swapped_agreement
 
-        texts, queries = calibration if calibration is not None else austen_calibration()
-        ref, ref_q = self.encode(list(texts)), self.encode(list(queries))
-        fp32 = self.model
-        self.model = OpenVinoModel(fp32, torch.get_num_threads(), precision)
-        got = agreement(ref, self.encode(list(texts)), ref_q, self.encode(list(queries)), bar.k)
+        if calibration is None:
+            model, got, _ = cached_openvino(self, precision, bar)
+        else:
+            model = OpenVinoModel(self.model, torch.get_num_threads(), precision)
+            got = swapped_agreement(self, model, *calibration, bar.k)
         if not got.meets(bar):
-            self.model = fp32
             raise QuantizationError(
                 f"OpenVINO ({precision or 'its default precision'}) misses the accuracy bar on "
                 f"calibration text: min cosine {got.min_cosine:.4f}, top-{got.k} overlap "
                 f"{got.top_k_overlap:.3f} (bar {bar.min_cosine}, {bar.min_overlap}); use "
                 "--dtype fp32 or the torch runtime"
             )
+        self.model = model
         self.runtime_check = got
         self.dtype_reason = (
             f"OpenVINO {self.model.precision} ({'requested' if precision else 'its default'} "

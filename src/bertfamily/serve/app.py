@@ -149,6 +149,7 @@ def load_served_model(
     quantize: str | None = None,
     speed: float | None = None,
     device: str = "cpu",
+    runtime: str = "torch",
 ):
     """The pipeline that serves ``model_dir``: a `Reranker` for a cross-encoder directory
     (`sentence_modules.directory_kind`), a `SparseEncoder` for a SPLADE one, an `EntityTagger`
@@ -164,14 +165,19 @@ def load_served_model(
         quantize: None or "int8" (the embedder's accuracy-checked int8, `SentenceEmbedder`;
             CPU only).
         device: where the model runs ("cpu", "cuda", "cuda:N").
+        runtime: "torch", or "openvino" for an embedding model (`SentenceEmbedder`'s
+            accuracy-checked OpenVINO graph; CPU only).
 
     Raises:
         ModelDirectoryError: and the loaders' other errors (CheckpointError,
             SentenceModulesError, ...).
         QuantizationError: int8 asked for a classification model, or see `SentenceEmbedder`.
+        InputError: the OpenVINO runtime asked for a model other than an embedding one.
     """
     path = resolve_model(model_dir)  # the one lookup; the loaders below get the directory
     kind = directory_kind(path)
+    if runtime != "torch" and kind != "embedding":
+        raise InputError(f"--runtime {runtime} is for embedding models; this is a {kind}")
     if kind != "embedding" and quantize is not None:
         raise QuantizationError(f"--quantize int8 is for embedding models; this is a {kind}")
     if quantize is not None and device != "cpu":
@@ -185,6 +191,8 @@ def load_served_model(
     task = task_of(family_of(hf_config), hf_config)
     if quantize is not None and task in ("tokens", "classify"):
         raise QuantizationError("--quantize int8 is for embedding models; this one classifies")
+    if runtime != "torch" and task in ("tokens", "classify"):
+        raise InputError(f"--runtime {runtime} is for embedding models; this one classifies")
     if task == "tokens":
         return EntityTagger(modules.model_dir, device=device)
     if task == "classify":
@@ -195,7 +203,9 @@ def load_served_model(
         return TextClassifier(modules.model_dir, device=device)
     if quantize is not None:
         return SentenceEmbedder(path, dtype="fp32", quantize=quantize, config_json=hf_config)
-    return SentenceEmbedder(path, dtype=dtype, config_json=hf_config, device=device)
+    return SentenceEmbedder(
+        path, dtype=dtype, config_json=hf_config, device=device, runtime=runtime
+    )
 
 
 class _Metrics:
@@ -552,12 +562,17 @@ def create_app(
             }
         if getattr(model, "int8_plan", None) is not None:
             dtype = "int8"  # ONNX Runtime graph, `SentenceEmbedder(quantize="int8")`
+        elif getattr(model, "runtime", "torch") == "openvino":  # no torch parameters
+            dtype = {"f32": "float32", "bf16": "bfloat16"}.get(
+                model.model.precision, model.model.precision
+            )
         else:
             dtype = str(next(model.model.parameters()).dtype).removeprefix("torch.")
         return {
             "model_id": model_id,
             "model_sha": app.state.digest,
             "model_dtype": dtype,
+            "runtime": getattr(model, "runtime", "torch"),  # ours: torch or openvino
             "model_type": model_type,
             "dimension": model.dimension if embedding or sparse else None,
             "max_input_length": max_length,

@@ -32,6 +32,7 @@ def replica_environment(
     threads: int = 0,
     device: str = "cpu",
     speed: float | None = None,
+    runtime: str = "torch",
 ) -> str:
     """The ``BERTFAMILY_SERVE_REPLICA`` value describing one replica (JSON): what
     `app_from_environment` needs to build the app ``bertfamily serve`` would build (the model,
@@ -44,6 +45,7 @@ def replica_environment(
         "threads": threads,
         "device": device,
         "speed": speed,
+        "runtime": runtime,
     }
     return json.dumps(body)
 
@@ -66,7 +68,11 @@ def app_from_environment():
         served = load_served_model(path, quantize=body["quantize"], device=device)
     else:
         served = load_served_model(
-            path, dtype=body.get("dtype", "auto"), speed=body.get("speed"), device=device
+            path,
+            dtype=body.get("dtype", "auto"),
+            speed=body.get("speed"),
+            device=device,
+            runtime=body.get("runtime", "torch"),
         )
     app = create_app(served, ServeSettings(**body["settings"]), model_dir=path)
     replica = str(os.getpid())
