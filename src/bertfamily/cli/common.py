@@ -72,9 +72,12 @@ def model_path(model: str | None) -> Path:
 
 
 def read_lines(path: Path) -> list[str]:
-    """The non-empty, stripped lines of a UTF-8 text file."""
+    """The non-empty, stripped lines of a UTF-8 text file (lines end at ``\n`` only:
+    `data.tables.text_lines`)."""
+    from ..data.tables import read_utf8, text_lines
+
     try:
-        lines = [line.strip() for line in path.read_text(encoding="utf-8").splitlines()]
+        lines = [line.strip() for line in text_lines(read_utf8(path))]
     except (OSError, UnicodeDecodeError) as e:
         raise InputError(f"cannot read {path}: {e}") from e
     lines = [line for line in lines if line]

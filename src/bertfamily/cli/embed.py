@@ -40,20 +40,29 @@ commands = App()
 
 def read_input_lines(path: Path) -> list[str]:
     """Every line of a UTF-8 text file, stripped; an empty line stays (as ""), so line i of the
-    file is item i. Lines end at \n, \r\n or \r only (as when the file is read line by line,
-    e.g. by bulk embedding), never at the other characters `str.splitlines` breaks at (\u2028,
-    \x0c, …), which stay part of their line. A missing, unreadable or empty file is an error
-    naming it."""
+    file is item i. Lines end at \n (or \r\n) only, as `data.tables.text_lines` and every
+    other reader count them (``wc -l``, ``sed -n Np``): a lone \r, \u2028 or \x0c stays part
+    of its line. A missing, unreadable, non-UTF-8 or empty file is an error naming it, and so
+    is a table (.csv/.tsv/.jsonl/.parquet), whose rows are not lines of text.
+    """
+    from ..data.table_io import table_kind
+    from ..data.tables import read_utf8, text_lines
+
     if not path.is_file():
         why = "it is a directory" if path.is_dir() else "it does not exist"
         raise InputError(f"cannot read input file {path}: {why}")
+    kind = table_kind(path)
+    if kind != "text":
+        raise InputError(
+            f"{path} is a {kind.upper()} table, and this reads plain text, one document a "
+            "line: build an index of its text column (bertfamily index build --corpus "
+            f"{path.name} --text-column NAME) and search --index, or pass a .txt file"
+        )
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_utf8(path)
     except (OSError, UnicodeDecodeError) as e:
         raise InputError(f"cannot read {path}: {e}") from e
-    lines = [line.strip() for line in text.replace("\r\n", "\n").replace("\r", "\n").split("\n")]
-    if text.endswith(("\n", "\r")):
-        lines.pop()  # the newline that ends the last line starts no line of its own
+    lines = [line.strip() for line in text_lines(text)]
     if not any(lines):
         raise InputError(f"input file {path} is empty (no text on any line)")
     return lines
@@ -103,7 +112,8 @@ def embed(
         metavar="FILE",
         help="UTF-8 text file, one sentence per line. Every line gives exactly one output row "
         "(an empty line gives the embedding of the empty string), so row i is line i+1. Or a "
-        "table: .jsonl, .parquet or a directory of Parquet files (--id-column, --text-column; "
+        "table: .csv, .tsv, .jsonl, .parquet or a directory of Parquet files (--id-column, "
+        "--text-column; default id: the line, or the Parquet row number; "
         "a row whose text is null, not a string or empty refuses the table, every such row "
         "counted); with --output FILE.parquet a text file's ids are its line "
         "numbers (blank lines skipped).",
@@ -267,7 +277,7 @@ def embed(
             "--shard-size is for bulk mode: give --output a directory (a path without .npy/.jsonl)"
         )
     ids = None
-    if kind in ("jsonl", "parquet"):
+    if kind in ("jsonl", "csv", "tsv", "parquet"):
         ids, table_texts = read_id_texts(input, **columns)
         ids = [None] * len(sentences or []) + ids
     texts = list(sentences or []) + (
@@ -485,7 +495,8 @@ def search(
         None,
         metavar="FILE",
         help="UTF-8 text file, one document per line (line numbers count every line, from 1; "
-        "blank lines are never hits).",
+        "blank lines are never hits). A table (.csv, .jsonl, …) is refused: index its text "
+        "column with `index build` and search --index.",
     ),
     index: list[Path] | None = typer.Option(
         None,

@@ -203,8 +203,7 @@ def finetune(
             f"each epoch left out the last partial batch ({res['left_out_per_epoch']} examples, "
             "other ones every epoch: the data is reshuffled)"
         )
-    for note in res.get("notes", []):
-        err.print(f"[yellow]warning:[/] {note}", markup=True, highlight=False)
+    # res["notes"] were logged as warnings where they arose (stderr): not printed twice
     summary = {k: res.get(k) for k in ("eval", "labels", "seconds", "notes")}
     if res.get("label_notes"):
         summary["label_notes"] = res["label_notes"]

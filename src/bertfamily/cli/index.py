@@ -39,11 +39,16 @@ commands.add_typer(index_app, name="index")
 
 CORPUS_HELP = (
     "UTF-8 text file, one document per line (blank lines skipped; a document's id is its line "
-    "number, from 1), .jsonl (one object a line: --text-column and --id-column; default id: the "
-    "line number), or .parquet / a directory of Parquet files (default id: the row number)."
+    "number, from 1), .csv / .tsv (a header row) or .jsonl (one object a line), with "
+    "--text-column and --id-column (default id: the line number), or .parquet / a directory of "
+    "Parquet files (default id: the row number)."
 )
-ID_COLUMN = typer.Option("id", "--id-column", help="Column (JSON key) of the ids of a table.")
-TEXT_COLUMN = typer.Option("text", "--text-column", help="Column (JSON key) of the texts.")
+ID_COLUMN = typer.Option(
+    "id", "--id-column", help="Column (CSV header name or JSON key) of the ids of a table."
+)
+TEXT_COLUMN = typer.Option(
+    "text", "--text-column", help="Column (CSV header name or JSON key) of the texts."
+)
 
 
 def read_corpus(path: Path, id_column: str = "id", text_column: str = "text") -> tuple[list, list]:

@@ -62,6 +62,7 @@ def mine_negatives(
     from ..pipelines.embed import SentenceEmbedder
     from ..pipelines.mining import MiningOptions, mine_hard_negatives
     from .common import model_path as resolve_model
+    from .common import read_lines
 
     table = read_pairs(input)
     if len(table.columns) < 2:
@@ -70,7 +71,7 @@ def mine_negatives(
         raise typer.BadParameter("give --corpus or --index, not both")
     texts = None
     if corpus is not None:
-        texts = [t for t in corpus.read_text(encoding="utf-8").splitlines() if t.strip()]
+        texts = read_lines(corpus)  # non-blank lines, each stripped
     embedder = SentenceEmbedder(resolve_model(model), dtype="fp32", device=device)
     built = None
     if index is not None:

@@ -29,6 +29,7 @@ from pathlib import Path
 
 from ..errors import InputError
 from ..files import write_text_atomic
+from .tables import read_utf8, text_lines
 
 __all__ = [
     "Sentence",
@@ -123,7 +124,7 @@ def read_documents(
         docs = _read_dataset(path, text_field)
     elif path.suffix == ".jsonl":
         docs = []
-        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        for n, line in enumerate(text_lines(read_utf8(path)), 1):
             if not line.strip():
                 continue
             record = json.loads(line)
@@ -140,7 +141,7 @@ def read_documents(
             docs.append(pieces)
     elif path.is_file():
         docs, current = [], []
-        for line in path.read_text(encoding="utf-8").splitlines():
+        for line in text_lines(read_utf8(path)):
             if line.strip():
                 current.append(line.strip())
             elif current:
@@ -364,7 +365,7 @@ def read_peoples_daily(path: str | Path) -> list[list[list[Word]]]:
     """
     articles: list[list[list[Word]]] = []
     previous_body = True
-    for n, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
+    for n, line in enumerate(text_lines(read_utf8(path)), 1):
         paragraph = parse_tagged_line(line, f"{path}:{n}")
         if not paragraph:
             continue
@@ -570,7 +571,7 @@ def write_review_split(
     seen_label: dict[str, set[str]] = {}
     lines = 0
     for label, path in (("positive", pos), ("negative", neg)):
-        texts = [t.strip() for t in Path(path).read_text(encoding="utf-8").splitlines()]
+        texts = [t.strip() for t in text_lines(read_utf8(path))]
         lines += len(texts)
         by_label[label] = list(dict.fromkeys(t for t in texts if t))
         seen_label[label] = set(by_label[label])

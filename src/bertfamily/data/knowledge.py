@@ -37,7 +37,7 @@ from pathlib import Path
 import torch
 
 from ..errors import InputError
-from .tables import DataError
+from .tables import DataError, read_utf8, text_lines
 
 __all__ = [
     "Triple",
@@ -71,7 +71,7 @@ def read_triples_tsv(path: str | Path) -> list[Triple]:
     """
     path = Path(path)
     triples = []
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+    for n, line in enumerate(text_lines(read_utf8(path)), 1):
         if not line.strip() or line.startswith("#"):
             continue
         parts = [p.strip() for p in line.split("\t")]

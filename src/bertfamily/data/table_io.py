@@ -1,4 +1,4 @@
-"""Tables of (id, text) in and of (id, vector) out: plain text, JSONL and Parquet, streamed.
+"""Tables of (id, text) in and of (id, vector) out: plain text, CSV/TSV, JSONL and Parquet.
 
 Reading (`iter_id_texts`, `read_id_texts`): the input's kind comes from its name (`table_kind`):
 
@@ -8,8 +8,15 @@ Reading (`iter_id_texts`, `read_id_texts`): the input's kind comes from its name
   files, in name order);
 - ``.jsonl`` / ``.ndjson``: one JSON object a line; a row without ``id_column`` has its 1-based
   line number as id;
+- ``.csv`` / ``.tsv`` (``.tab``): a header row, then one row per document (RFC 4180 quoting,
+  `tables`); without an ``id_column`` in the header a row's id is the line it starts on
+  (read whole, not streamed);
 - anything else is plain UTF-8 text, one document a line; a document's id is its 1-based line
   number.
+
+Lines end at ``\n`` only (``\r\n`` too), as ``wc -l``, ``sed -n Np`` and an editor's line
+numbers count them: a lone ``\r``, U+2028 or a form feed stays inside its line
+(`tables.iter_lines`), so an id names the line the user sees.
 
 Lines of a plain text file that are blank hold no document: they are skipped, never
 embedded, and their ids (line numbers) are simply absent. A table row (JSONL, Parquet) is
@@ -45,6 +52,7 @@ import numpy as np
 
 from ..errors import DataError
 from ..runtime import require
+from .tables import _table_rows, iter_lines, read_text
 
 __all__ = [
     "IDENTITY_FILE",
@@ -82,13 +90,18 @@ def _pq():
 
 def table_kind(path: str | os.PathLike[str]) -> str:
     """``"parquet"`` (a ``.parquet`` file or a directory), ``"jsonl"`` (``.jsonl``,
-    ``.ndjson``) or ``"text"`` (anything else)."""
+    ``.ndjson``), ``"csv"`` (``.csv``), ``"tsv"`` (``.tsv``, ``.tab``) or ``"text"``
+    (anything else: one text per line)."""
     path = Path(path)
     suffix = path.suffix.lower()
     if path.is_dir() or suffix == ".parquet":
         return "parquet"
     if suffix in (".jsonl", ".ndjson"):
         return "jsonl"
+    if suffix == ".csv":
+        return "csv"
+    if suffix in (".tsv", ".tab"):
+        return "tsv"
     return "text"
 
 
@@ -182,15 +195,37 @@ class RowProblems:
 
 
 def _text_rows(path: Path) -> Iterator[tuple[int, str]]:
-    try:
-        with open(path, encoding="utf-8", newline=None) as fh:
-            n = 0
-            for n, line in enumerate(fh, 1):  # noqa: B007 (n names the failing line)
-                yield n, line.strip()
-    except UnicodeDecodeError as e:
-        raise DataError(f"{path}: not UTF-8 after line {n}: {e}") from e
-    except OSError as e:
-        raise DataError(f"cannot read {path}: {e}") from e
+    """``(line, stripped line)`` of a text file (`tables.iter_lines`: lines end at ``\n``)."""
+    for n, line in iter_lines(path):
+        yield n, line.strip()
+
+
+def _csv_rows(
+    path: Path, fmt: str, id_column: str, text_column: str, problems: RowProblems
+) -> Iterator[tuple[Any, str]]:
+    """The (id, text) of each good CSV/TSV row (`tables._table_rows`: a header, RFC 4180
+    quoting, lines ending at ``\n``); the id is the ``id_column`` field when the header has
+    it, else the row's line. A row whose text is blank is counted in ``problems``.
+
+    Raises:
+        DataError: the header has no ``text_column`` (the columns are listed), or malformed
+            CSV (the line named).
+    """
+    header, rows = _table_rows(path, read_text(path), fmt)
+    if header is None:
+        return
+    if text_column not in header:
+        raise DataError(
+            f"{path}:1: no column {text_column!r} in the header; columns: {header} (choose one "
+            "with --text-column)"
+        )
+    with_ids = id_column in header
+    for n, row in rows:
+        what = text_problem(row.get(text_column))
+        if what is not None:
+            problems.add([f"line {n}: {text_column!r} is {what}"])
+            continue
+        yield (row[id_column] if with_ids else n), row[text_column]
 
 
 def _jsonl_rows(
@@ -280,6 +315,8 @@ def iter_id_texts(
         )
     elif kind == "jsonl":
         rows = _jsonl_rows(path, id_column, text_column, problems)
+    elif kind in ("csv", "tsv"):
+        rows = _csv_rows(path, kind, id_column, text_column, problems)
     else:
         rows = ((i, t) for i, t in _text_rows(path) if t)
     ids: list[Any] = []
@@ -298,9 +335,9 @@ def iter_id_texts(
 def check_table(
     path: str | os.PathLike[str], *, id_column: str = "id", text_column: str = "text"
 ) -> None:
-    """Read a JSONL or Parquet input through once, keeping nothing, so that a bad row refuses
-    it before any work (`iter_id_texts` would refuse it only at its end); a plain text file
-    has no bad rows.
+    """Read a JSONL, CSV/TSV or Parquet input through once, keeping nothing, so that a bad
+    row refuses it before any work (`iter_id_texts` would refuse it only at its end); a
+    plain text file has no bad rows.
 
     Raises:
         DataError: see `iter_id_texts`.

@@ -6,11 +6,13 @@ Shapes: B batch, T sequence (tokens, special tokens included).
 from __future__ import annotations
 
 import bisect
+import codecs
 import csv
 import io
 import json
 import logging
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,18 +48,62 @@ def read_text(path: str | Path) -> str:
         return raw.decode("utf-8-sig")
     except UnicodeDecodeError:
         pass
-    lines, bad = [], 0
-    for line in raw.splitlines(keepends=True):
+    lines, bad = [], []
+    for n, line in enumerate(raw.split(b"\n"), 1):  # lines as `text_lines` counts them
         try:
             lines.append(line.decode("utf-8"))
         except UnicodeDecodeError:
-            bad += 1
+            bad.append(n)
             try:
                 lines.append(line.decode("cp1252"))
             except UnicodeDecodeError:
                 lines.append(line.decode("latin-1"))
-    log.info("%s: %d lines were not UTF-8 and were decoded as cp1252/latin-1", path, bad)
-    return "".join(lines).removeprefix("\ufeff")
+    first = ", ".join(map(str, bad[:3])) + (", …" if len(bad) > 3 else "")
+    log.warning(
+        "%s: %d line(s) are not UTF-8 (line %s) and were decoded as cp1252/latin-1; if this "
+        "is not a text file, its predictions mean nothing",
+        path,
+        len(bad),
+        first,
+    )
+    return "\n".join(lines).removeprefix("\ufeff")
+
+
+def read_utf8(path: str | Path) -> str:
+    """A UTF-8 file's text, a leading BOM dropped and line ends as they are (``Path.read_text``
+    would turn a lone ``\r`` into ``\n``, a line break `text_lines` does not count).
+
+    Raises:
+        OSError / UnicodeDecodeError: as ``Path.read_bytes`` / ``bytes.decode``.
+    """
+    return Path(path).read_bytes().decode("utf-8-sig")
+
+
+def iter_lines(path: str | Path) -> Iterator[tuple[int, str]]:
+    """``(line number, line)`` of a UTF-8 text file, read lazily: lines as `text_lines` counts
+    them (they end at ``\n`` only; the ``\r`` of ``\r\n`` is dropped; a lone ``\r``,
+    U+2028 or a form feed stays inside its line), numbered from 1, a leading BOM dropped.
+
+    Raises:
+        DataError: the file cannot be read, or a line that is not UTF-8 (the message names
+            the line and the byte).
+    """
+    n = 0
+    try:
+        with open(path, "rb") as fh:
+            for n, raw in enumerate(fh, 1):  # binary lines end at b"\n" only
+                if n == 1:
+                    raw = raw.removeprefix(codecs.BOM_UTF8)
+                try:
+                    line = raw.decode("utf-8")
+                except UnicodeDecodeError as e:
+                    raise DataError(
+                        f"{path}:{n}: not UTF-8 (byte {raw[e.start : e.start + 1]!r} at column "
+                        f"{e.start + 1}); save the file as UTF-8"
+                    ) from None
+                yield n, line.removesuffix("\n").removesuffix("\r")
+    except OSError as e:
+        raise DataError(f"cannot read {path}: {e}") from e
 
 
 # --- tables ---------------------------------------------------------------------------------
@@ -109,7 +155,8 @@ def _table_rows(
     # the standard dialect (RFC 4180): fields holding the delimiter, a quote or a line break
     # are quoted, a quote inside doubled; strict: a stray character after a closing quote or a
     # quote never closed is an error, not a guess
-    reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter, strict=True)
+    # lines end at \n only (`text_lines`): a lone \r inside a quoted field stays in it
+    reader = csv.reader(io.StringIO(text, newline="\n"), delimiter=delimiter, strict=True)
     start = end = 1
     try:
         header = next(reader, None)

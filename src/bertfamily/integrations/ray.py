@@ -140,6 +140,12 @@ class EmbedBatch:
 
 def _read(ray, source: str, id_column: str, text_column: str, blocks: int | None):
     """A Ray Dataset of a Parquet or JSONL source (a file, a directory, or a URI)."""
+    if source.lower().endswith((".csv", ".tsv", ".tab", ".txt")):
+        raise InputError(
+            f"{source}: Ray input is Parquet or JSONL with an id and a text column; embed a "
+            "text or CSV file with the local engine (bertfamily embed --input FILE --output "
+            "FILE.parquet), or convert it to Parquet first"
+        )
     kind = "jsonl" if source.lower().endswith((".jsonl", ".ndjson", ".json")) else "parquet"
     more = {"override_num_blocks": blocks} if blocks else {}
     if kind == "jsonl":

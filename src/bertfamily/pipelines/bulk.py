@@ -39,7 +39,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import BulkEmbedError, NonFiniteOutputError
+from ..errors import BulkEmbedError, DataError, NonFiniteOutputError
 from ..files import atomic_write, remove_stale_temporaries, write_text_atomic
 from .index import ModelIdentity, model_identity
 
@@ -212,20 +212,19 @@ def process_slot() -> tuple[int, int]:
 
 
 def _open_lines(path: Path) -> Iterator[str]:
-    """The stripped lines of ``path``, read lazily (one buffer in memory at a time).
+    """The stripped lines of ``path``, read lazily (one line in memory at a time); lines end
+    at ``\n`` only (`data.tables.iter_lines`), as every other reader of text counts them.
 
     Raises:
         BulkEmbedError: bytes that are not UTF-8 (naming the line), or an unreadable file.
     """
-    n = 0
+    from ..data.tables import iter_lines
+
     try:
-        with open(path, encoding="utf-8", newline=None) as fh:
-            for n, line in enumerate(fh, 1):  # noqa: B007 (n names the failing line)
-                yield line.strip()
-    except UnicodeDecodeError as e:
-        raise BulkEmbedError(f"{path}: not UTF-8 after line {n}: {e}") from e
-    except OSError as e:
-        raise BulkEmbedError(f"cannot read {path}: {e}") from e
+        for _, line in iter_lines(path):
+            yield line.strip()
+    except DataError as e:
+        raise BulkEmbedError(str(e)) from None
 
 
 def input_identity(path: Path) -> InputIdentity:

@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from ..data.tables import read_utf8, text_lines
 from ..errors import InputError, VectorIndexError
 from ..files import atomic_directory, directory_digest, write_text_atomic
 from ..runtime import require
@@ -652,7 +653,7 @@ def _check_file(file: Path, record: dict[str, Any], meta_file: Path) -> None:
 def _read_rows(file: Path, count: int) -> list[dict[str, Any]]:
     """The ``{"id", "text"}`` rows of texts.jsonl, each checked, ids unique."""
     try:
-        lines = file.read_text(encoding="utf-8").splitlines()
+        lines = text_lines(read_utf8(file))  # a text may hold U+2028
     except (OSError, UnicodeDecodeError) as e:
         raise VectorIndexError(f"cannot read {file}: {e}") from None
     if len(lines) != count:

@@ -23,7 +23,7 @@ import torch
 
 from ..checkpoints.io import config_from_hf, read_hf_config
 from ..data.batching import IndexedBatches
-from ..data.tables import DataError, read_table
+from ..data.tables import DataError, read_table, read_text, text_lines
 from ..data.task_data import (
     HEAD_OF_TASK,
     MODEL_INPUTS,
@@ -263,6 +263,10 @@ def _finetune(cfg: FinetuneConfig, train: TrainConfig, on_labels=None) -> dict[s
             if note:
                 log.warning(note)
                 notes.append(note)
+        note = no_entity_note(metrics) if cfg.task == "ner" else None
+        if note:
+            log.warning(note)
+            notes.append(note)
     if cfg.self_distill:
         texts = train_rows
         if cfg.distill_file is not None:
@@ -352,6 +356,18 @@ def self_distill(
                 {"speed": speed, **metrics, "mean_exit_layer": mean, "layer_fraction": mean / L}
             )
     return result
+
+
+def no_entity_note(metrics: dict[str, Any]) -> str | None:
+    """The warning for a NER model that found no entity of the eval file (entity F1 0: no
+    better than tagging every word O), or None."""
+    if metrics.get("f1") != 0.0:
+        return None
+    return (
+        "the model tagged no entity of the eval file right (entity F1 0.0): it is no better "
+        "than tagging every word O; train longer (--max-time, --epochs) or with a larger "
+        "learning rate"
+    )
 
 
 def majority_note(gold: list[int], pred: list[int], names) -> str | None:
@@ -560,11 +576,14 @@ def _predict_raw_text(task: str, model_dir, file, opts: TaskOptions) -> list[dic
         format="text",
     )
     if task == "ner":
+        # each line as it is in the file (leading spaces kept), so the offsets index the line
+        lines = text_lines(read_text(file))
+        texts = [lines[e.line - 1] for e in examples]
         tagger = EntityTagger(model_dir, max_length=opts.max_length)
-        found = tagger([e.text for e in examples], batch_size=opts.eval_batch_size)
+        found = tagger(texts, batch_size=opts.eval_batch_size)
         return [
-            {"line": e.line, "text": e.text, "entities": [dataclasses.asdict(x) for x in ents]}
-            for e, ents in zip(examples, found)
+            {"line": e.line, "text": t, "entities": [dataclasses.asdict(x) for x in ents]}
+            for e, t, ents in zip(examples, texts, found)
         ]
     qa = QuestionAnswerer(
         model_dir,
