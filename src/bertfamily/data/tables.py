@@ -48,16 +48,21 @@ def read_text(path: str | Path) -> str:
         return raw.decode("utf-8-sig")
     except UnicodeDecodeError:
         pass
-    lines, bad = [], []
-    for n, line in enumerate(raw.split(b"\n"), 1):  # lines as `text_lines` counts them
+    # decoded piece by piece (pieces end at \n, \r\n or \r: the finest unit that keeps the
+    # valid UTF-8 of a mixed line), joined back with their own ends; a bad piece is named by
+    # its line as `text_lines` counts them (\n only)
+    lines, bad, n = [], [], 1
+    for piece in raw.splitlines(keepends=True):
         try:
-            lines.append(line.decode("utf-8"))
+            lines.append(piece.decode("utf-8"))
         except UnicodeDecodeError:
-            bad.append(n)
+            if not bad or bad[-1] != n:
+                bad.append(n)
             try:
-                lines.append(line.decode("cp1252"))
+                lines.append(piece.decode("cp1252"))
             except UnicodeDecodeError:
-                lines.append(line.decode("latin-1"))
+                lines.append(piece.decode("latin-1"))
+        n += piece.endswith(b"\n")
     first = ", ".join(map(str, bad[:3])) + (", …" if len(bad) > 3 else "")
     log.warning(
         "%s: %d line(s) are not UTF-8 (line %s) and were decoded as cp1252/latin-1; if this "
@@ -66,7 +71,7 @@ def read_text(path: str | Path) -> str:
         len(bad),
         first,
     )
-    return "\n".join(lines).removeprefix("\ufeff")
+    return "".join(lines).removeprefix("\ufeff")
 
 
 def read_utf8(path: str | Path) -> str:
