@@ -206,6 +206,10 @@ class SelfAttention(nn.Module):
             and buckets[0].rows * buckets[0].length == Ntot
         ):
             return self._attend_block(qkv, buckets[0], ctx).reshape(Ntot, H)
+        if len(buckets) == 1:  # every sequence in one block: gather in, gather out
+            block = qkv.index_select(0, buckets[0].gather)
+            out = self._attend_block(block, buckets[0], ctx).reshape(-1, H)
+            return out.index_select(0, buckets[0].dest)  # src is every row, in order
         y = qkv.new_empty(Ntot, H)
         for bucket in buckets:
             b, t = bucket.rows, bucket.length
@@ -214,9 +218,7 @@ class SelfAttention(nn.Module):
                 out = self._attend_block(block, bucket, ctx).reshape(b * t, H)
                 y[bucket.start : bucket.start + b * t] = out
                 continue
-            block = qkv.new_zeros(b * t, 3 * H).index_copy_(
-                0, bucket.dest, qkv.index_select(0, bucket.src)
-            )
+            block = qkv.index_select(0, bucket.gather)  # padding rows: a real row, masked
             out = self._attend_block(block, bucket, ctx).reshape(b * t, H)
             y.index_copy_(0, bucket.src, out.index_select(0, bucket.dest))
         return y

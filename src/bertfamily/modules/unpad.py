@@ -31,6 +31,10 @@ class Bucket:
         src: (total,) int64 packed-token rows of these sequences, sequence after sequence.
         dest: (total,) int64 positions of those tokens in the flattened (b·t) padded block.
         mask: (b, 1, 1, t) bool, True at real keys; None when every length equals t.
+        gather: (b·t,) int64 packed-token row for every position of the padded block: the
+            token's own row at a real position, the bucket's first token row at padding (a
+            padding key is masked and a padding query's output dropped, so one gather builds
+            the block without zero-filling it).
         contiguous: the sequences are adjacent in the packed tensor with no padding, so
             ``src`` is the slice ``start : start + b·t`` (no gather, no scatter).
         start: first packed row when ``contiguous``.
@@ -43,6 +47,7 @@ class Bucket:
     mask: torch.Tensor | None
     contiguous: bool
     start: int
+    gather: torch.Tensor | None = None
 
 
 @dataclass
@@ -100,6 +105,8 @@ class Unpadded:
             if not same:
                 mask = (torch.arange(t)[None, :] < torch.tensor(lens)[:, None])[:, None, None, :]
                 mask = mask.to(device)
+            gather = torch.full((len(members) * t,), int(src[0]), dtype=torch.long)
+            gather[dest] = src
             buckets.append(
                 Bucket(
                     len(members),
@@ -109,6 +116,7 @@ class Unpadded:
                     mask,
                     same and adjacent,
                     starts[members[0]],
+                    gather.to(device),
                 )
             )
         self._buckets = buckets
