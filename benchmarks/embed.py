@@ -47,13 +47,12 @@ Systems (``--systems`` picks some by substring; the reference always runs):
   ``specific_model_path``, mean pooling, normalised; no download).
 A peer that cannot be installed, imported or run offline is a row with "unavailable": why.
 
-Setting up (the peers do not go into the project's venv; torch must stay the venv's build):
-``cp -a .venv /tmp/peersvenv``, then rewrite the copied scripts' first line
-(``sed -i '1s|^#!.*/python|#!/tmp/peersvenv/bin/python|' /tmp/peersvenv/bin/*``) and install
-``/tmp/peersvenv/bin/python -m pip install --only-binary :all: --no-deps -r
-benchmarks/requirements-peers.txt`` (pinned, with the light dependencies listed; ``--no-deps``
-because several peers would pull another torch, transformers or huggingface_hub). The file says
-why each pin is there.
+Setting up (the peers do not go into the project's venv, and torch must stay the venv's build):
+``cp -a .venv /tmp/peersvenv``, then ``/tmp/peersvenv/bin/python -m pip install --only-binary
+:all: --no-deps -r benchmarks/requirements-peers.txt`` (always ``python -m pip``: the copied
+``bin/pip`` still names the original venv on its first line). ``--no-deps`` because several
+peers would pull another torch, transformers or huggingface_hub; the file pins what ran
+together, lists the light dependencies by hand and says why each pin is there.
 
 Writes benchmarks/results/embed.json (``--quick``: embed_quick.json): CPU model and flags,
 threads, load average before and after each phase, versions. Run from the repository root:
@@ -288,7 +287,11 @@ def build_systems(args, threads: int, work: Path, calibration) -> tuple[dict, di
 
     systems: dict[str, System | dict] = {}
 
+    keep = [k.strip() for k in (args.systems or "").split(",") if k.strip()]
+
     def add(name: str, build: Callable[[], System]) -> None:
+        if keep and not any(k in name for k in keep):
+            return
         t0 = time.perf_counter()
         try:
             system = build()
@@ -420,9 +423,14 @@ def build_systems(args, threads: int, work: Path, calibration) -> tuple[dict, di
         "torch dynamic int8 (same plan)",
         lambda: System(with_model(apply_int8(fp32_model, plan.quantized)), torch8),
     )
-    naive = apply_int8(fp32_model, linear_layers(fp32_model), per_channel=False)
-    systems["naive int8 (all layers, per-tensor)"] = System(
-        with_model(naive), {"engine": "torch", "accuracy only": True}, timed=False
+    naive = {"engine": "torch", "accuracy only": True}
+    add(
+        "naive int8 (all layers, per-tensor)",
+        lambda: System(
+            with_model(apply_int8(fp32_model, linear_layers(fp32_model), per_channel=False)),
+            naive,
+            timed=False,
+        ),
     )
 
     ov_model: dict = {}
@@ -550,9 +558,6 @@ def build_systems(args, threads: int, work: Path, calibration) -> tuple[dict, di
         )
 
     add("fastembed (local ONNX: our export)", fastembed)
-    if args.systems:
-        keep = [s.strip() for s in args.systems.split(",") if s.strip()]
-        systems = {n: s for n, s in systems.items() if n == REFERENCE or any(k in n for k in keep)}
     facts = {
         "plan": plan,
         "plan_seconds": round(plan_s, 1),
