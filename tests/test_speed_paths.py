@@ -108,6 +108,28 @@ def test_auto_packed_strategy_is_per_sequence_on_one_thread_and_bucketed_on_more
     assert called == ["per_sequence", "bucketed"]
 
 
+def test_auto_packed_strategy_is_per_sequence_for_long_sequences(monkeypatch):
+    """Two threads: sequences averaging LONG_SEQUENCE tokens or more attend one by one."""
+    from bertfamily.modules.attention import LONG_SEQUENCE
+    from bertfamily.modules.unpad import Unpadded
+
+    attn = SelfAttention(8, 2, dropout=0.0).eval()
+    called = []
+    monkeypatch.setattr(attn, "_packed", lambda x, *a: called.append("per_sequence") or x)
+    monkeypatch.setattr(attn, "_packed_bucketed", lambda x, *a: called.append("bucketed") or x)
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        for n in (LONG_SEQUENCE - 1, LONG_SEQUENCE):
+            mask = torch.ones(2, n + 1, dtype=torch.long)
+            mask[0, -1] = mask[1, -1] = 0  # n real tokens each, padded by one
+            ctx = AttentionContext.from_mask(mask, torch.float32, unpadded=Unpadded.from_mask(mask))
+            attn(torch.randn(2 * n, 8), ctx)
+    finally:
+        torch.set_num_threads(before)
+    assert called == ["bucketed", "per_sequence"]
+
+
 def test_buckets_group_by_wasted_attention_and_cover_every_token():
     """H = 384 (budget 6·0.05·384 = 115.2 per token): 512 and 500 share a bucket (waste
     12,144 ≤ 115.2·1,012), 100 does not join them (264,288 > 115.2·1,112); 100, 90 and 3 share

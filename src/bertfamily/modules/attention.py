@@ -50,6 +50,11 @@ def local_band(
     return band
 
 
+# mean real tokens per sequence from which "auto" packed attention runs one call per sequence
+# on several threads (`SelfAttention._auto_strategy`)
+LONG_SEQUENCE = 64
+
+
 class SelfAttention(nn.Module):
     """Scaled dot-product multi-head self-attention (Vaswani et al. 2017, eq. 1 and §3.2.2).
 
@@ -79,7 +84,8 @@ class SelfAttention(nn.Module):
     # "per_sequence" runs one unmasked SDPA call per sequence (attention FLOPs exactly Σn², but
     # B calls per layer: B parallel regions, each a barrier that stalls when a core is busy);
     # "padded" scatters Q/K/V to the whole (B, N, T, Dh) batch for one masked call.
-    # "auto" (the default) is "per_sequence" on one intra-op thread and "bucketed" on more:
+    # "auto" (the default) is "per_sequence" on one intra-op thread or for sequences averaging
+    # LONG_SEQUENCE tokens or more (`_auto_strategy`), else "bucketed":
     # with one thread no barrier waits, and the 32 small calls beat a padded bucket's fused
     # call (1.13× on MiniLM); with two, one call per layer is as fast or faster (0.97–1.0×)
     # and a busy core cannot stall 32 barriers (benchmarks/packed_attention.py and
@@ -112,7 +118,7 @@ class SelfAttention(nn.Module):
         if x.dim() == 2:
             strategy = self.packed_strategy
             if strategy == "auto":
-                strategy = "per_sequence" if torch.get_num_threads() == 1 else "bucketed"
+                strategy = self._auto_strategy(x, ctx)
             if strategy == "padded":
                 return AttentionOutput(self.out(self._packed_padded(x, ctx)))
             if self._varlen_applies(x, ctx):
@@ -222,6 +228,18 @@ class SelfAttention(nn.Module):
             out = self._attend_block(block, bucket, ctx).reshape(b * t, H)
             y.index_copy_(0, bucket.src, out.index_select(0, bucket.dest))
         return y
+
+    @staticmethod
+    def _auto_strategy(x: torch.Tensor, ctx: AttentionContext) -> str:
+        """ "per_sequence" on one thread, or when the sequences average `LONG_SEQUENCE` tokens or
+        more (each call is then big enough to pay for its barrier: bert-base on 32 lengths
+        16..256, 2 threads: benchmarks/varlen_strategies.py); else "bucketed" (MiniLM on
+        short sentences, 2 threads:
+        bucketed 95.2 vs per-sequence 91.1 sentences/s, benchmarks/packed_attention.py)."""
+        if torch.get_num_threads() == 1:
+            return "per_sequence"
+        rows = sum(1 for n in ctx.unpadded.lengths if n) or 1
+        return "per_sequence" if x.shape[0] / rows >= LONG_SEQUENCE else "bucketed"
 
     def _varlen_applies(self, x: torch.Tensor, ctx: AttentionContext) -> bool:
         """Whether packed input can go to PyTorch's variable-length flash attention
