@@ -240,9 +240,18 @@ def test_two_process_fsdp_equals_one_process_and_resumes_across_kinds(tmp_path):
 
 @pytest.mark.slow
 def test_two_torchrun_nodes_on_localhost_equal_one_process(tmp_path):
-    """Two torchrun "nodes" of one process each (c10d rendezvous on localhost), FSDP."""
+    """Two torchrun "nodes" of one process each (c10d rendezvous on localhost), FSDP.
+
+    The rendezvous store is hosted here, not by one of the agents: an agent that hosts it
+    closes it when its own worker ends, and the other agent, still polling the store, then
+    fails with "Connection was likely closed" (CI, 2026-12-02). A store that outlives both
+    agents is how a cluster runs it (a separate rendezvous host).
+    """
     run(str(tmp_path / "one"), "ddp", 4)
     port = _port()
+    store = torch.distributed.TCPStore(
+        "localhost", port, is_master=True, multi_tenant=True, wait_for_workers=False
+    )
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(sys.path)}
     nodes = [
         subprocess.Popen(
@@ -256,6 +265,7 @@ def test_two_torchrun_nodes_on_localhost_equal_one_process(tmp_path):
                 "--rdzv-backend=c10d",
                 f"--rdzv-endpoint=localhost:{port}",
                 "--rdzv-id=scale-test",
+                "--rdzv-conf=is_host=false",
                 str(WORKER),
                 str(tmp_path / "nodes"),
                 "--parallel",
@@ -271,4 +281,5 @@ def test_two_torchrun_nodes_on_localhost_equal_one_process(tmp_path):
     for node in nodes:
         out, _ = node.communicate(timeout=240)
         assert node.returncode == 0, out[-3000:]
+    del store
     _assert_same_weights(tmp_path / "one", tmp_path / "nodes")
