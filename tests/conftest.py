@@ -90,7 +90,18 @@ def cli():
     from bertfamily.cli import app
 
     runner = CliRunner()
-    return lambda *args: runner.invoke(app, [str(a) for a in args])
+
+    def invoke(*args):
+        # a command sets the process's intra-op threads from the cores free when it starts
+        # (`runtime.apply_threads`); restored here so no later test runs on its choice
+        # (the packed-attention strategy, hence the last float bits, depends on it)
+        before = torch.get_num_threads()
+        try:
+            return runner.invoke(app, [str(a) for a in args])
+        finally:
+            torch.set_num_threads(before)
+
+    return invoke
 
 
 @pytest.fixture(scope="session")
