@@ -24,17 +24,19 @@ vectors (fetched resource ``stsb``, read by `data.pairs.read_pairs`, scored by
 `evaluation.metrics.evaluate_sts`: cosine vs the gold scores, as `bertfamily evaluate sts`).
 
 Systems (``--systems`` picks some by substring; the reference always runs):
-- bertfamily fp32; sentence-transformers fp32 (torch); ``backend="onnx"`` and
+- bertfamily fp32 (its linear kernel as ``linear_kernel="auto"`` picks it; where that is
+  oneDNN, also a row with BLAS linears); sentence-transformers fp32 (torch); ``backend="onnx"`` and
   ``backend="openvino"`` of sentence-transformers (their optimum exports, fp32);
 - ONNX Runtime fp32 on our export (`convert.onnx.export_onnx`), and on that export after
   ``onnxruntime.transformers.optimizer.optimize_model(model_type="bert")`` fusions (the row
   lists which fused), and int8 of the fused graph (``quantize_dynamic``: int8 weights per
   output channel, uint8 activations scaled at run time, every MatMul);
 - bertfamily int8 (what ``--quantize int8`` runs: the accuracy-checked plan of
-  `precision.cached_int8`, measured on a disjoint Austen sample, applied by ONNX Runtime's
-  per-channel quantiser to our export; the time to build it is reported); the same plan run by
-  torch's dynamic int8; and, for accuracy only, the naive plan: every Linear layer quantised
-  with one scale per tensor;
+  `precision.cached_int8_plan`, measured on a disjoint Austen sample, applied by torch's
+  dynamic int8); the same plan as ONNX Runtime's per-channel quantiser applies it to our
+  export (the ``export --quantize int8`` graph, `precision.cached_int8`; the time to build
+  plan and graph is reported); and, for accuracy only, the naive plan: every Linear layer
+  quantised with one scale per tensor;
 - OpenVINO fp32 (``openvino.convert_model`` of our ONNX export, ``INFERENCE_PRECISION_HINT``
   f32; where the CPU's default precision is not f32, also a row at that default, which is what
   OpenVINO users get), int8 by NNCF post-training quantisation (``nncf.quantize``,
@@ -90,7 +92,7 @@ from machine import cpu_model  # noqa: E402  (benchmarks/machine.py)
 from bertfamily.files import write_text_atomic  # noqa: E402
 
 REFERENCE = "sentence-transformers fp32"
-INT8 = "bertfamily int8 (--quantize int8: ONNX Runtime graph)"
+INT8 = "bertfamily int8 (--quantize int8: torch dynamic int8 of the plan)"
 PACKAGES = ("torch", "transformers", "sentence-transformers", "huggingface_hub", "onnxruntime",
             "onnx", "openvino", "nncf", "optimum", "optimum-intel", "optimum-onnx", "ctranslate2",
             "fastembed", "tokenizers", "numpy")  # fmt: skip
@@ -302,7 +304,17 @@ def build_systems(args, threads: int, work: Path, calibration) -> tuple[dict, di
         system.info["build_seconds"] = round(time.perf_counter() - t0, 1)
         systems[name] = system
 
-    add("bertfamily fp32", lambda: System(with_model(fp32_model), {"engine": "bertfamily (torch)"}))
+    kernel = {"engine": "bertfamily (torch)", "linear_kernel": ours.linear_kernel}
+    add("bertfamily fp32", lambda: System(with_model(fp32_model), kernel))
+    if ours.linear_kernel != "blas":  # auto chose oneDNN here: the BLAS kernel beside it
+        blas = SentenceEmbedder(model_dir, dtype="fp32", linear_kernel="blas")
+        add(
+            "bertfamily fp32, BLAS linears (linear_kernel='blas')",
+            lambda: System(
+                lambda texts: blas.encode(texts, batch_size=bs),
+                {"engine": "bertfamily (torch)", "linear_kernel": "blas"},
+            ),
+        )
     auto = SentenceEmbedder(model_dir)  # what `bertfamily embed` runs: --dtype auto
     if next(auto.model.parameters()).dtype != torch.float32:  # bf16 on a CPU with AMX-BF16 tiles
 
@@ -416,12 +428,12 @@ def build_systems(args, threads: int, work: Path, calibration) -> tuple[dict, di
     t0 = time.perf_counter()
     plan, ort_int8, _, _, from_cache = cached_int8(ours)
     plan_s = time.perf_counter() - t0
-    ort8 = {"engine": "onnxruntime", "pipeline": pipeline}
-    add(INT8, lambda: System(with_model(ort_int8), ort8))
     torch8 = {"engine": "torch"}
+    add(INT8, lambda: System(with_model(apply_int8(fp32_model, plan.quantized)), torch8))
+    ort8 = {"engine": "onnxruntime", "pipeline": pipeline}
     add(
-        "torch dynamic int8 (same plan)",
-        lambda: System(with_model(apply_int8(fp32_model, plan.quantized)), torch8),
+        "onnxruntime int8 of the same plan (the export --quantize int8 graph)",
+        lambda: System(with_model(ort_int8), ort8),
     )
     naive = {"engine": "torch", "accuracy only": True}
     add(

@@ -52,7 +52,12 @@ def int8_cache(tmp_path, monkeypatch):
         return "model", agreement
 
     monkeypatch.setattr(precision, "austen_calibration", lambda: (["a text"], ["a query"]))
-    monkeypatch.setattr(precision, "plan_int8", lambda *a, **k: plan)
+
+    def measure_plan(*a, **k):
+        measured.append(Path("plan"))
+        return plan
+
+    monkeypatch.setattr(precision, "plan_int8", measure_plan)
     monkeypatch.setattr(precision, "int8_onnx_model", measure)
     monkeypatch.setattr(onnx_mod, "OnnxRuntimeModel", lambda path, threads: ("onnx", Path(path)))
     return measured
@@ -62,7 +67,8 @@ def test_int8_plan_cache_uses_a_graph_only_when_its_digest_matches(embedder, int
     from bertfamily.pipelines.precision import cached_int8
 
     *_, graph, cached = cached_int8(embedder)
-    assert not cached and int8_cache == [graph]
+    assert not cached and int8_cache == [Path("plan"), graph]
+    int8_cache.remove(Path("plan"))  # the plan is cached apart: measured once below
     meta = json.loads(graph.with_suffix(".json").read_text())
     assert len(meta["graph_sha256"]) == 64 and meta["key"] == graph.stem
     assert cached_int8(embedder)[-1] is True and len(int8_cache) == 1  # used from the cache
@@ -79,6 +85,29 @@ def test_int8_plan_cache_uses_a_graph_only_when_its_digest_matches(embedder, int
     del meta["graph_sha256"]
     graph.with_suffix(".json").write_text(json.dumps(meta))
     assert cached_int8(embedder)[-1] is False and len(int8_cache) == 3
+    assert Path("plan") not in int8_cache  # the graph was rebuilt, the plan read
+
+
+def test_int8_plan_cache_is_used_only_under_its_own_key(embedder, int8_cache, caplog):
+    """What ``quantize="int8"`` reads: the plan alone (torch runs it), measured once."""
+    from bertfamily.pipelines.precision import cached_int8_plan
+    from bertfamily.resources.cache import cache_dir
+
+    plan, cached = cached_int8_plan(embedder)
+    assert not cached and int8_cache == [Path("plan")] and plan.quantized == ("a",)
+    assert cached_int8_plan(embedder) == (plan, True) and len(int8_cache) == 1
+    (meta,) = (cache_dir() / "int8-plans").glob("*.plan.json")
+    record = json.loads(meta.read_text())
+    assert record["key"] == meta.name.removesuffix(".plan.json")
+    record["key"] = "another model's key"
+    meta.write_text(json.dumps(record))
+    with caplog.at_level(logging.WARNING):
+        assert cached_int8_plan(embedder)[1] is False  # measured again
+    assert "another model's key" in caplog.text and len(int8_cache) == 2
+    meta.write_text("[1, 2]")  # not an object
+    with caplog.at_level(logging.WARNING):
+        assert cached_int8_plan(embedder)[1] is False
+    assert "not an object" in caplog.text and len(int8_cache) == 3
 
 
 # ---------------------------------------------------------------- index meta.json

@@ -147,8 +147,8 @@ def torch_dtype(name: str, device: str = "cpu"):
 
 def load_int8(build: Callable[[], Any]) -> Any:
     """Run ``build`` (a loader given quantize="int8": it measures the int8 plan, minutes the
-    first time, and says so on stderr: `precision.cached_int8`), then print the plan's summary
-    on stderr."""
+    first time, and says so on stderr: `precision.cached_int8_plan`), then print the plan's
+    summary on stderr."""
     loaded = build()
     plan = getattr(loaded, "int8_plan", None)
     if plan is not None:

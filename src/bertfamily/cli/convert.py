@@ -8,7 +8,7 @@ import typer
 
 from ..errors import InputError
 from ..notices import waiting
-from .common import App, check_quantize, err, handle_errors, load_int8
+from .common import App, check_quantize, err, handle_errors
 
 commands = App()
 convert = App(help="Convert checkpoints between families.", no_args_is_help=True)
@@ -51,18 +51,21 @@ def export(
 
 
 def _export_int8(model_dir: Path, output: Path, opset: int) -> None:
-    """`export --quantize int8`: the embedder's checked int8 graph (`precision.cached_int8`:
-    the measured plan, applied by ONNX Runtime's quantiser and checked against the bar)."""
+    """`export --quantize int8`: the checked int8 ONNX graph of the embedder's plan
+    (`precision.cached_int8`: the measured plan of `precision.cached_int8_plan`, applied by
+    ONNX Runtime's quantiser and checked against the bar)."""
     from ..files import atomic_write
     from ..pipelines.embed import SentenceEmbedder
+    from ..pipelines.precision import cached_int8
 
     if opset != 17:
         raise InputError("--quantize int8 exports at the default opset 17")
-    embedder = load_int8(lambda: SentenceEmbedder(model_dir, dtype="fp32", quantize="int8"))
-    data = embedder.int8_graph.read_bytes()
+    embedder = SentenceEmbedder(model_dir, dtype="fp32")
+    plan, model, a, graph, _ = cached_int8(embedder)
+    err.print(plan.summary(), soft_wrap=True)
+    data = graph.read_bytes()
     atomic_write(output, lambda t: t.write_bytes(data))
-    a = embedder.int8_check
-    outputs = ", ".join(o.name for o in embedder.model.encoder.session.get_outputs())
+    outputs = ", ".join(o.name for o in model.encoder.session.get_outputs())
     err.print(
         f"wrote {output} (int8 ONNX Runtime graph, outputs: {outputs}; "
         f"checked on calibration: min cosine {a.min_cosine:.4f}, top-{a.k} overlap "

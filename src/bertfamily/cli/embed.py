@@ -263,13 +263,13 @@ def embed(
             sentences,
             input,
             output,
-            model,
-            batch_size,
-            dtype,
-            shard_size,
-            quantize,
-            device,
-            runtime,
+            model=model,
+            batch_size=batch_size,
+            dtype=dtype,
+            shard_size=shard_size,
+            quantize=quantize,
+            device=device,
+            runtime=runtime,
         )
         return
     if shard_size is not None:
@@ -343,16 +343,17 @@ def embed(
 
 
 def _embed_bulk(
-    sentences,
-    input,
-    output,
-    model,
-    batch_size,
-    dtype,
-    shard_size,
-    quantize=None,
-    device="cpu",
-    runtime="torch",
+    sentences: list[str] | None,
+    input: Path | None,
+    output: Path,
+    *,
+    model: str,
+    batch_size: int,
+    dtype: str,
+    shard_size: int | None,
+    quantize: str | None = None,
+    device: str = "cpu",
+    runtime: str = "torch",
 ) -> None:
     """`embed --input FILE --output DIR`: `pipelines.bulk.embed_file` with a progress bar."""
     from ..pipelines.bulk import DEFAULT_SHARD_SIZE, embed_file, process_slot

@@ -19,6 +19,7 @@ from tokenizers import normalizers
 from ..checkpoints.io import read_hf_config
 from ..data.batching import sorted_batches
 from ..errors import InputError, NonFiniteOutputError
+from ..modules.kernels import resolve_linear_kernel, use_kernel
 from ..pretrained import model_from_directory
 from ..resources.resolve import resolve_model
 from ..tokenization.tokenizer import tokenizer_from_directory
@@ -26,9 +27,9 @@ from .batching import input_limit, token_lengths
 from .precision import (
     AccuracyBar,
     QuantizationError,
-    cached_int8,
+    apply_int8,
+    cached_int8_plan,
     cpu_int8_units,
-    int8_onnx_model,
     plan_int8,
     resolve_dtype,
 )
@@ -144,12 +145,14 @@ class SentenceEmbedder:
         revision: for a cache id, a branch, tag or commit.
         quantize: None, or "int8": dynamic int8 of the encoder's Linear layers that keep the
             accuracy bar (`precision.plan_int8`, measured at load time on ``calibration``;
-            the plan is kept in ``int8_plan``), run by ONNX Runtime (`precision.int8_onnx_model`;
-            its checked agreement in ``int8_check``; needs the ``onnx`` extra). CPU and fp32
-            only; ``model`` is then an `export.OnnxRuntimeModel`.
+            the plan is kept in ``int8_plan``, its agreement with fp32 in ``int8_check``), run
+            by torch (`precision.apply_int8`: faster than the same plan on ONNX Runtime, idle
+            and busy, on the CPUs of benchmarks/embed.py). CPU and fp32 only. The ONNX Runtime
+            graph of the plan is what ``bertfamily export --quantize int8`` writes
+            (`precision.cached_int8`).
         calibration: (sentences, queries) for the int8 measurement (default: a fetched
             Jane Austen sample, `precision.austen_calibration`, with the plan cached per model
-            content: `precision.cached_int8`, graph path in ``int8_graph``).
+            content: `precision.cached_int8_plan`).
         bar: the accuracy int8 must keep (`precision.AccuracyBar`: min cosine 0.99, top-10
             overlap 0.95).
         config_json: the transformer directory's parsed config.json when the caller has read
@@ -160,6 +163,10 @@ class SentenceEmbedder:
             compiled graph must keep ``bar`` against this model's torch fp32 vectors on
             ``calibration`` (default: the Austen sample) or the load is refused; the
             agreement is kept in ``runtime_check``. Needs the ``openvino`` extra.
+        linear_kernel: the kernel of the fp32 Linear layers on the CPU (torch runtime): "auto"
+            (default: oneDNN on CPUs that are not Intel's, where it measured faster, else
+            BLAS; `modules.kernels.resolve_linear_kernel`), "blas" or "onednn". Outputs agree
+            within 1e-6; the choice is kept in ``linear_kernel``.
 
     Raises:
         QuantizationError: int8 asked with a dtype other than fp32 or a non-CPU device, an
@@ -185,6 +192,7 @@ class SentenceEmbedder:
         bar: AccuracyBar = AccuracyBar(),
         config_json: dict | None = None,
         runtime: str = "torch",
+        linear_kernel: str = "auto",
     ) -> None:
         if runtime not in ("torch", "openvino"):
             raise InputError(f"runtime must be 'torch' or 'openvino', got {runtime!r}")
@@ -234,18 +242,25 @@ class SentenceEmbedder:
         )
         self.last_truncated = 0  # texts cut to max_length by the last `encode`
         self.last_truncated_rows: list[int] = []  # their positions in its texts
-        self.int8_plan = self.int8_check = self.int8_graph = None
+        self.int8_plan = self.int8_check = None
         self.runtime, self.runtime_check = runtime, None
+        self.linear_kernel = None  # the fp32 CPU Linear kernel of the torch model, if any
+        kernel, reason = resolve_linear_kernel(linear_kernel)  # also refuses an unknown name
+        if runtime == "torch" and self.device.type == "cpu" and dtype == torch.float32:
+            use_kernel(self.model, kernel)  # before int8: its plan is measured on this kernel
+            self.linear_kernel = kernel
+            log.info("linear kernel %s", reason)
         if runtime == "openvino":
             self._use_openvino(ov_precision, calibration, bar)
         if quantize == "int8":
             if calibration is None:
-                plan, model, check, self.int8_graph, _ = cached_int8(self, bar)
+                plan, _ = cached_int8_plan(self, bar)
             else:
                 plan = plan_int8(self, *calibration, bar=bar)
-                model, check = int8_onnx_model(self, plan, *calibration)
-            self.int8_plan, self.int8_check, self.model = plan, check, model
-            log.info("%s; ONNX Runtime graph: min cosine %.4f", plan.summary(), check.min_cosine)
+            # run by torch, the engine the plan was measured on: its agreement is the model's
+            self.model = apply_int8(self.model, plan.quantized)
+            self.int8_plan, self.int8_check = plan, plan.agreement
+            log.info("%s", plan.summary())
             if not cpu_int8_units():
                 log.warning(
                     "this CPU has no int8 dot-product units (VNNI/AMX): int8 keeps its accuracy "

@@ -16,7 +16,7 @@ import copy
 import dataclasses
 import logging
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -206,10 +206,17 @@ def apply_int8(model: nn.Module, names: Sequence[str], per_channel: bool = True)
         quantize_dynamic,
     )
 
+    from ..modules.kernels import use_kernel
+
     qconfig = per_channel_dynamic_qconfig if per_channel else default_dynamic_qconfig
+    copied = copy.deepcopy(model)
+    onednn = use_kernel(copied, "blas")  # torch.ao maps nn.Linear itself, not the subclass
     with warnings.catch_warnings():  # torch.ao's deprecation notice, once per layer
         warnings.simplefilter("ignore")
-        return quantize_dynamic(copy.deepcopy(model), {n: qconfig for n in names}, torch.qint8)
+        quantized = quantize_dynamic(copied, {n: qconfig for n in names}, torch.qint8)
+    if onednn:  # the layers kept fp32 run on the kernel they had
+        use_kernel(quantized, "onednn")
+    return quantized
 
 
 @dataclass(frozen=True)
@@ -414,6 +421,69 @@ def int8_onnx_model(embedder, plan: Int8Plan, texts, queries, path: str | Path |
     return model, got
 
 
+def int8_plan_key(embedder, bar: AccuracyBar) -> str:
+    """The cache name of ``embedder``'s int8 plan alone (`cached_int8_plan`): linear kernel,
+    model content, bar, margin, calibration and torch version (the plan is measured with
+    torch's int8)."""
+    import hashlib
+    import json
+
+    from ..files import directory_digest
+
+    parts = [
+        "plan",
+        getattr(embedder, "linear_kernel", None),
+        directory_digest(embedder.path),
+        dataclasses.asdict(bar),
+        list(PLAN_MARGIN),
+        CALIBRATION_VERSION,
+        torch.__version__,
+    ]
+    return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:32]
+
+
+def cached_int8_plan(embedder, bar: AccuracyBar = AccuracyBar()) -> tuple[Int8Plan, bool]:
+    """`plan_int8` on `austen_calibration`, measured once per `int8_plan_key` and kept as
+    ``cache_dir()/int8-plans/KEY.plan.json`` (written atomically; used only when it records its
+    own key, else logged and measured again). What ``quantize="int8"`` runs: the plan's layers
+    quantised by torch (`apply_int8`), the engine the plan is measured on.
+
+    Returns:
+        (plan, whether it came from the cache).
+
+    Raises:
+        QuantizationError / FetchError: see `plan_int8`, `austen_calibration`.
+        UnsafePathError: ``int8-plans`` is a symbolic link out of the cache.
+    """
+    import json
+
+    from ..files import check_inside, make_directory_inside, write_text_atomic
+    from ..notices import waiting
+    from ..resources.cache import cache_dir
+
+    root = cache_dir()
+    key = int8_plan_key(embedder, bar)
+    meta = root / "int8-plans" / f"{key}.plan.json"
+    try:
+        data = _verified_record(meta, key, lambda _: {}, "int8 plan", "measuring again")
+        if data is not None:
+            return _plan_from_json(data), True
+    except (ValueError, KeyError, TypeError, IndexError, AttributeError) as e:
+        log.warning("ignoring unreadable int8 plan %s (%s); measuring again", meta, e)
+    what = (
+        "int8: measuring each layer's error on calibration sentences (first use of this model; "
+        "the plan is cached for the next runs)"
+    )
+    check_inside(root, meta)  # before minutes of measuring
+    with waiting(what):
+        plan = plan_int8(embedder, *austen_calibration(), bar=bar)
+    make_directory_inside(root, meta.parent)
+    write_text_atomic(
+        meta, json.dumps(_plan_to_json(plan) | {"key": key}, indent=1) + "\n", inside=root
+    )
+    return plan, False
+
+
 def int8_cache_key(embedder, bar: AccuracyBar) -> str:
     """The cache name of ``embedder``'s int8 plan and graph: model content, bar, calibration,
     torch and onnxruntime versions."""
@@ -439,9 +509,10 @@ def int8_cache_key(embedder, bar: AccuracyBar) -> str:
 
 
 def cached_int8(embedder, bar: AccuracyBar = AccuracyBar()):
-    """`plan_int8` on `austen_calibration` and its checked ONNX Runtime graph
-    (`int8_onnx_model`), built once per `int8_cache_key` and kept under
-    ``cache_dir()/int8-plans/`` (KEY.json, KEY.onnx; written atomically, the JSON last).
+    """The plan of `cached_int8_plan` and its checked ONNX Runtime graph (`int8_onnx_model`;
+    what ``bertfamily export --quantize int8`` writes), built once per `int8_cache_key` and
+    kept under ``cache_dir()/int8-plans/`` (KEY.json, KEY.onnx; written atomically, the JSON
+    last).
 
     The cache is verified on use: KEY.json records its key (which holds the digest of the
     model directory the plan was measured on) and the SHA-256 of KEY.onnx, and a cached plan is
@@ -468,27 +539,22 @@ def cached_int8(embedder, bar: AccuracyBar = AccuracyBar()):
     key = int8_cache_key(embedder, bar)
     base = root / "int8-plans" / key
     meta, graph = base.with_suffix(".json"), base.with_suffix(".onnx")
-    if meta.is_file() and graph.is_file():
-        try:
-            data = json.loads(meta.read_text(encoding="utf-8"))
-            if not isinstance(data, dict):
-                raise TypeError(f"a JSON {type(data).__name__}, not an object")
-            problem = _cached_graph_problem(data, key, graph, sha256_file)
-            if problem is None:
-                plan, check = _plan_from_json(data), Agreement(**data["onnx_agreement"])
-                return plan, OnnxRuntimeModel(graph, torch.get_num_threads()), check, graph, True
-            log.warning("not using the cached int8 plan %s: %s; measuring again", meta, problem)
-        except (ValueError, KeyError, TypeError, IndexError, AttributeError, OSError) as e:
-            log.warning("ignoring unreadable int8 plan %s (%s); measuring again", meta, e)
+
+    def digests(data: dict) -> dict[Path, object]:  # a plan of an older bertfamily has none
+        return {graph: data.get("graph_sha256")}
+
+    try:
+        data = _verified_record(meta, key, digests, "int8 plan", "measuring again")
+        if data is not None:
+            plan, check = _plan_from_json(data), Agreement(**data["onnx_agreement"])
+            return plan, OnnxRuntimeModel(graph, torch.get_num_threads()), check, graph, True
+    except (ValueError, KeyError, TypeError, IndexError, AttributeError) as e:
+        log.warning("ignoring unreadable int8 plan %s (%s); measuring again", meta, e)
     from ..notices import waiting
 
-    what = (
-        "int8: measuring each layer's error on calibration sentences (first use of this model; "
-        "the plan is cached for the next runs)"
-    )
-    with waiting(what):
+    plan, _ = cached_int8_plan(embedder, bar)
+    with waiting("int8: building and checking the ONNX Runtime graph of the plan"):
         texts, queries = austen_calibration()
-        plan = plan_int8(embedder, texts, queries, bar=bar)
         check_inside(root, graph)
         make_directory_inside(root, graph.parent)
         model, check = int8_onnx_model(embedder, plan, texts, queries, graph)
@@ -501,17 +567,44 @@ def cached_int8(embedder, bar: AccuracyBar = AccuracyBar()):
     return plan, model, check, graph, False
 
 
-def _cached_graph_problem(data: dict, key: str, graph: Path, sha256_file) -> str | None:
-    """Why a cached plan cannot be used (None: it can): another key, no recorded digest (a
-    plan of an older bertfamily), or a graph whose SHA-256 differs from the recorded one."""
+def _verified_record(
+    meta: Path, key: str, digests: Callable[[dict], dict[Path, object]], what: str, then: str
+) -> dict | None:
+    """The JSON record of a cache entry (`cached_int8_plan`, `cached_int8`, `cached_openvino`)
+    when it can be used, else None with a warning saying why and ``then`` (what happens
+    instead): absent, not a JSON object, another ``key``, or a file of ``digests(record)``
+    (path → recorded SHA-256) missing, without a recorded digest (an entry of an older
+    bertfamily) or with another one (edited). The files are hashed once per load, not per
+    batch."""
+    import json
+
+    from ..resources.cache import sha256_file
+
+    if not meta.is_file():
+        return None
+    try:
+        data = json.loads(meta.read_text(encoding="utf-8"))
+        if not isinstance(data, dict):
+            raise TypeError(f"a JSON {type(data).__name__}, not an object")
+    except (ValueError, TypeError, OSError) as e:
+        log.warning("ignoring unreadable %s %s (%s); %s", what, meta, e, then)
+        return None
+    problem = None
     if data.get("key") != key:
-        return f"it records the key {data.get('key')!r}, not {key!r}"
-    recorded = data.get("graph_sha256")
-    if not isinstance(recorded, str):
-        return "it records no digest of its graph"
-    actual = sha256_file(graph)
-    if actual != recorded:
-        return f"{graph.name} has sha256 {actual[:12]}, the plan recorded {recorded[:12]} (edited)"
+        problem = f"it records the key {data.get('key')!r}, not {key!r}"
+    else:
+        for path, recorded in digests(data).items():
+            if not isinstance(recorded, str):
+                problem = f"it records no digest of {path.name}"
+            elif not path.is_file():
+                problem = f"{path.name} is missing"
+            elif (actual := sha256_file(path)) != recorded:
+                problem = f"{path.name} has sha256 {actual[:12]}, recorded {recorded[:12]} (edited)"
+            if problem:
+                break
+    if problem is None:
+        return data
+    log.warning("not using the cached %s %s: %s; %s", what, meta, problem, then)
     return None
 
 
@@ -539,21 +632,6 @@ def openvino_cache_key(embedder, precision: str | None, bar: AccuracyBar) -> str
         sorted(cpu_flags()),
     ]
     return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:32]
-
-
-def _cached_openvino_problem(data: dict, key: str, entry: Path, sha256_file) -> str | None:
-    """Why a cached OpenVINO entry cannot be used (None: it can): another key, or a graph or
-    weights file whose SHA-256 differs from the recorded one."""
-    if data.get("key") != key:
-        return f"it records the key {data.get('key')!r}, not {key!r}"
-    recorded = data.get("sha256")
-    if not isinstance(recorded, dict) or set(recorded) != {"model.xml", "model.bin"}:
-        return "it records no digests of model.xml and model.bin"
-    for name, digest in sorted(recorded.items()):
-        actual = sha256_file(entry / name)
-        if actual != digest:
-            return f"{name} has sha256 {actual[:12]}, the entry recorded {str(digest)[:12]}"
-    return None
 
 
 def cached_openvino(embedder, precision: str | None, bar: AccuracyBar = AccuracyBar()):
@@ -595,21 +673,20 @@ def cached_openvino(embedder, precision: str | None, bar: AccuracyBar = Accuracy
     entry = root / OPENVINO_CACHE / key
     threads = torch.get_num_threads()
     meta = entry / "check.json"
-    if meta.is_file():
-        try:
-            data = json.loads(meta.read_text(encoding="utf-8"))
-            if not isinstance(data, dict):
-                raise TypeError(f"a JSON {type(data).__name__}, not an object")
-            problem = _cached_openvino_problem(data, key, entry, sha256_file)
-            if problem is None:
-                got = Agreement(**data["agreement"])
-                model = OpenVinoModel(embedder.model, threads, precision, ir=entry / "model.xml")
-                return model, got, True
-            log.warning(
-                "not using the cached OpenVINO graph %s: %s; building it again", entry, problem
-            )
-        except (ValueError, KeyError, TypeError, AttributeError, OSError) as e:
-            log.warning("unreadable OpenVINO entry %s (%s); building it again", entry, e)
+
+    def digests(data: dict) -> dict[Path, object]:
+        recorded = data.get("sha256")
+        recorded = recorded if isinstance(recorded, dict) else {}
+        return {entry / n: recorded.get(n) for n in ("model.xml", "model.bin")}
+
+    try:
+        data = _verified_record(meta, key, digests, "OpenVINO graph", "building it again")
+        if data is not None:
+            got = Agreement(**data["agreement"])
+            model = OpenVinoModel(embedder.model, threads, precision, ir=entry / "model.xml")
+            return model, got, True
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
+        log.warning("unreadable OpenVINO entry %s (%s); building it again", entry, e)
     what = (
         "OpenVINO: exporting the graph and checking it on calibration sentences (first use of "
         "this model; the graph is cached for the next runs)"

@@ -561,7 +561,7 @@ def create_app(
                 }
             }
         if getattr(model, "int8_plan", None) is not None:
-            dtype = "int8"  # ONNX Runtime graph, `SentenceEmbedder(quantize="int8")`
+            dtype = "int8"  # torch's dynamic int8 of the plan, `SentenceEmbedder(quantize="int8")`
         elif getattr(model, "runtime", "torch") == "openvino":  # no torch parameters
             dtype = {"f32": "float32", "bf16": "bfloat16"}.get(
                 model.model.precision, model.model.precision
@@ -608,8 +608,6 @@ def create_app(
     async def embed_all(body: EmbedAllRequest) -> list[list[list[float]]]:
         """TEI's /embed_all: every token's vector (special tokens included) per input."""
         need("embed")
-        if getattr(model, "int8_plan", None) is not None:
-            raise ServeError(400, "/embed_all needs the torch model, not the int8 graph")
         key = ("embed_all", body.prompt_name, body.truncation_direction)
         rows, _ = await compute(
             "/embed_all", as_list(body.inputs), key, body.truncate, body.prompt_name

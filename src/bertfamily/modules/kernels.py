@@ -1,0 +1,112 @@
+"""Which CPU kernel runs the fp32 Linear layers at inference.
+
+PyTorch's ``F.linear`` on the CPU calls the BLAS it was built with (MKL on x86 wheels);
+oneDNN's matrix multiply (the kernel behind ``torch.ops.mkldnn._linear_pointwise``, which
+PyTorch's own compiler emits for CPU linears) was faster on a 2-core AMD EPYC (AVX2): 1.05–1.35×
+on MiniLM's three Linear shapes at 400 and 1,000 tokens, and 1.03× (Austen lines) / 1.05×
+(short queries) for the whole embedding in one interleaved run (benchmarks/embed.py →
+results/embed_epyc_kernels.json), outputs within 2e-7. On an Intel Xeon (AVX-512) it was no
+faster than MKL. So "auto" uses oneDNN on CPUs that are not Intel's.
+
+The swap changes only the forward of inference calls (no autograd, fp32, CPU): training,
+other dtypes and devices run ``nn.Linear`` as before, and the parameters, their names and the
+state dict stay the same.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..errors import InputError
+
+__all__ = ["LINEAR_KERNELS", "OneDnnLinear", "cpu_vendor", "resolve_linear_kernel", "use_kernel"]
+
+LINEAR_KERNELS = ("auto", "blas", "onednn")
+
+
+def cpu_vendor() -> str:
+    """The ``vendor_id`` of the first CPU in /proc/cpuinfo ("GenuineIntel", "AuthenticAMD",
+    …), or "" where it cannot be read (not Linux, or no such line)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.startswith("vendor_id"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return ""
+
+
+def _onednn_available() -> bool:
+    return torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+
+
+def resolve_linear_kernel(kernel: str = "auto") -> tuple[str, str]:
+    """(kernel, reason) for the fp32 CPU Linear layers: "blas" (``F.linear``) or "onednn".
+
+    "auto": oneDNN where this torch has it and the CPU is not Intel's (measured faster there,
+    see the module docstring), else BLAS.
+
+    Raises:
+        InputError: an unknown name, or "onednn" on a torch built without oneDNN.
+    """
+    if kernel not in LINEAR_KERNELS:
+        raise InputError(f"linear_kernel must be one of {', '.join(LINEAR_KERNELS)}: {kernel!r}")
+    if kernel == "onednn" and not _onednn_available():
+        raise InputError("this torch build has no oneDNN linear kernel; use 'blas'")
+    if kernel != "auto":
+        return kernel, f"{kernel} (asked)"
+    vendor = cpu_vendor()
+    if not _onednn_available():
+        return "blas", "blas (auto: this torch has no oneDNN linear kernel)"
+    if vendor in ("", "GenuineIntel"):
+        return "blas", f"blas (auto: {vendor or 'unknown CPU'}, where oneDNN measured no faster)"
+    return "onednn", f"onednn (auto: {vendor}, where it measured faster than BLAS)"
+
+
+def _exporting() -> bool:
+    """Whether the call is being traced or compiled (ONNX export, torch.jit, torch.compile):
+    there ``F.linear``, the operation every exporter knows."""
+    return torch.jit.is_tracing() or torch.onnx.is_in_onnx_export() or torch.compiler.is_compiling()
+
+
+class OneDnnLinear(nn.Linear):
+    """``nn.Linear`` whose fp32 CPU inference forward runs oneDNN's matrix multiply.
+
+    Input (..., in_features) float32 → (..., out_features) float32, y = x Wᵀ + b as
+    ``nn.Linear``; with autograd on, another dtype or device, or while traced or compiled
+    (ONNX export) it is ``F.linear``.
+    """
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """x (..., in_features) → (..., out_features)."""
+        if (
+            x.dtype == torch.float32
+            and x.device.type == "cpu"
+            and self.weight.dtype == torch.float32
+            and not (torch.is_grad_enabled() and (x.requires_grad or self.weight.requires_grad))
+            and not _exporting()
+        ):
+            flat = x.reshape(-1, x.shape[-1])
+            y = torch.ops.mkldnn._linear_pointwise(flat, self.weight, self.bias, "none", [], "")
+            return y.reshape(*x.shape[:-1], self.out_features)
+        return F.linear(x, self.weight, self.bias)
+
+
+def use_kernel(model: nn.Module, kernel: str) -> int:
+    """Run ``model``'s plain ``nn.Linear`` layers with ``kernel`` ("onednn": as `OneDnnLinear`;
+    "blas": back to ``nn.Linear``), in place (the class of each module changes, its parameters
+    do not). Subclasses of ``nn.Linear`` other than these two (int8, LoRA, …) are left alone.
+
+    Returns:
+        The number of layers switched.
+    """
+    target = OneDnnLinear if kernel == "onednn" else nn.Linear
+    count = 0
+    for module in model.modules():
+        if type(module) in (nn.Linear, OneDnnLinear) and type(module) is not target:
+            module.__class__ = target
+            count += 1
+    return count

@@ -1,0 +1,126 @@
+"""The CPU kernel of fp32 inference linears (`modules.kernels`): oneDNN equals ``nn.Linear``
+within float noise, leaves training, export and int8 as they were, and "auto" follows the CPU
+vendor; a `SentenceEmbedder` on either kernel equals sentence-transformers."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from bertfamily.errors import InputError
+from bertfamily.modules import kernels
+from bertfamily.modules.kernels import OneDnnLinear, resolve_linear_kernel, use_kernel
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+onednn = pytest.mark.skipif(
+    not kernels._onednn_available(), reason="this torch build has no oneDNN linear kernel"
+)
+
+
+@onednn
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("shape", [(7, 48), (3, 5, 48), (0, 48)])
+def test_onednn_linear_equals_nn_linear(bias, shape):
+    torch.manual_seed(0)
+    layer = nn.Linear(48, 96, bias=bias)
+    x = torch.randn(*shape)
+    with torch.inference_mode():
+        want = layer(x)
+        use_kernel(layer, "onednn")
+        assert type(layer) is OneDnnLinear
+        got = layer(x)
+    assert got.shape == want.shape == (*shape[:-1], 96)
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
+@onednn
+def test_training_and_state_dict_are_unchanged():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    assert use_kernel(model, "onednn") == 2
+    assert model.state_dict().keys() == before.keys()
+    x = torch.randn(5, 8)
+    model(x).sum().backward()  # autograd on: F.linear, so gradients flow as before
+    grads = [p.grad.clone() for p in model.parameters()]
+    assert use_kernel(model, "blas") == 2 and type(model[0]) is nn.Linear
+    model.zero_grad()
+    model(x).sum().backward()
+    for a, b in zip(grads, [p.grad for p in model.parameters()], strict=True):
+        torch.testing.assert_close(a, b)
+
+
+def test_subclasses_are_left_alone():
+    class Other(nn.Linear):
+        pass
+
+    model = nn.Sequential(Other(4, 4), nn.Linear(4, 4))
+    assert use_kernel(model, "onednn") == 1 and type(model[0]) is Other
+
+
+def test_auto_follows_the_cpu_vendor(monkeypatch):
+    monkeypatch.setattr(kernels, "_onednn_available", lambda: True)
+    monkeypatch.setattr(kernels, "cpu_vendor", lambda: "AuthenticAMD")
+    assert resolve_linear_kernel("auto")[0] == "onednn"
+    for vendor in ("GenuineIntel", ""):
+        monkeypatch.setattr(kernels, "cpu_vendor", lambda v=vendor: v)
+        kernel, reason = resolve_linear_kernel("auto")
+        assert kernel == "blas" and "no faster" in reason
+    assert resolve_linear_kernel("onednn") == ("onednn", "onednn (asked)")
+    monkeypatch.setattr(kernels, "_onednn_available", lambda: False)
+    assert resolve_linear_kernel("auto")[0] == "blas"
+    with pytest.raises(InputError, match="no oneDNN"):
+        resolve_linear_kernel("onednn")
+    with pytest.raises(InputError, match="auto, blas, onednn"):
+        resolve_linear_kernel("mkl")
+
+
+def test_cpu_vendor_reads_proc_cpuinfo(monkeypatch, tmp_path):
+    import builtins
+
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 23\n")
+    real_open = builtins.open
+    monkeypatch.setattr(
+        builtins,
+        "open",
+        lambda f, *a, **k: real_open(info if f == "/proc/cpuinfo" else f, *a, **k),
+    )
+    assert kernels.cpu_vendor() == "AuthenticAMD"
+    info.write_text("processor\t: 0\n")
+    assert kernels.cpu_vendor() == ""
+
+
+@onednn
+@pytest.mark.slow
+def test_embedder_on_either_kernel_equals_sentence_transformers(minilm_dir, tmp_path):
+    from sentence_transformers import SentenceTransformer
+
+    from bertfamily.convert.onnx import OnnxRuntimeModel, export_onnx
+    from bertfamily.pipelines.embed import SentenceEmbedder
+    from bertfamily.pipelines.precision import apply_int8, linear_layers
+
+    texts = ["A cat sat on the mat.", "short", "It is a truth universally acknowledged, " * 9]
+    want = SentenceTransformer(str(minilm_dir), device="cpu").encode(texts)
+    for kernel in ("blas", "onednn"):
+        emb = SentenceEmbedder(minilm_dir, dtype="fp32", linear_kernel=kernel)
+        assert emb.linear_kernel == kernel
+        np.testing.assert_allclose(emb.encode(texts), want, atol=1e-5)
+    with pytest.raises(InputError, match="linear_kernel"):
+        SentenceEmbedder(minilm_dir, dtype="fp32", linear_kernel="mkl")
+    # a oneDNN model still exports (F.linear while traced) and still quantises (torch.ao
+    # maps nn.Linear: apply_int8 converts its copy back)
+    graph = export_onnx(emb.model, tmp_path / "m.onnx")
+    fp32 = emb.model
+    emb.model = OnnxRuntimeModel(graph, 1)
+    np.testing.assert_allclose(emb.encode(texts), want, atol=1e-5)
+    from torch.ao.nn.quantized.dynamic import Linear as DynamicInt8Linear
+
+    layers = linear_layers(fp32)[:2]
+    int8 = apply_int8(fp32, layers)
+    quantized = {n for n, m in int8.named_modules() if isinstance(m, DynamicInt8Linear)}
+    assert quantized == set(layers)
+    assert type(dict(fp32.named_modules())[layers[0]]) is OneDnnLinear  # the original kept
