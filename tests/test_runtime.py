@@ -81,12 +81,18 @@ def test_commands_take_threads(cli, minilm_dir, tmp_path, command, monkeypatch):
     corpus.write_text("one line\nanother line\n")
     args = [a.format(m=minilm_dir, c=corpus) for a in command]
     before = torch.get_num_threads()
-    try:
-        result = cli(*args[:1], "--threads", "1", *args[1:])
-        assert result.exit_code == 0, result.output
-        assert torch.get_num_threads() == 1
-    finally:
-        torch.set_num_threads(before)
+    calls: list[int] = []
+    real = torch.set_num_threads
+
+    def record(n: int) -> None:
+        calls.append(n)
+        real(n)
+
+    monkeypatch.setattr(torch, "set_num_threads", record)
+    result = cli(*args[:1], "--threads", "1", *args[1:])
+    assert result.exit_code == 0, result.output
+    assert calls[0] == 1  # the command ran on the thread asked for
+    assert torch.get_num_threads() == before  # and the `cli` fixture gave the count back
 
 
 def test_every_computing_command_has_threads():
