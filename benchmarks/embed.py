@@ -65,6 +65,7 @@ machine; ``--quick``: 100 sentences, 30 queries, 2 rounds, 200 STS pairs, about 
 from __future__ import annotations
 
 import argparse
+import copy
 import importlib.metadata
 import json
 import logging
@@ -261,6 +262,7 @@ def build_systems(args, threads: int, work: Path, calibration) -> tuple[dict, di
     from sentence_transformers import SentenceTransformer
 
     from bertfamily.convert.onnx import OnnxRuntimeModel, export_onnx
+    from bertfamily.modules.kernels import use_kernel
     from bertfamily.pipelines.embed import SentenceEmbedder
     from bertfamily.pipelines.precision import apply_int8, cached_int8, linear_layers
     from bertfamily.resources.cache import fetch
@@ -307,14 +309,13 @@ def build_systems(args, threads: int, work: Path, calibration) -> tuple[dict, di
     kernel = {"engine": "bertfamily (torch)", "linear_kernel": ours.linear_kernel}
     add("bertfamily fp32", lambda: System(with_model(fp32_model), kernel))
     if ours.linear_kernel != "blas":  # auto chose oneDNN here: the BLAS kernel beside it
-        blas = SentenceEmbedder(model_dir, dtype="fp32", linear_kernel="blas")
-        add(
-            "bertfamily fp32, BLAS linears (linear_kernel='blas')",
-            lambda: System(
-                lambda texts: blas.encode(texts, batch_size=bs),
-                {"engine": "bertfamily (torch)", "linear_kernel": "blas"},
-            ),
-        )
+
+        def blas() -> System:
+            model = copy.deepcopy(fp32_model)
+            use_kernel(model, "blas")
+            return System(with_model(model), kernel | {"linear_kernel": "blas"})
+
+        add("bertfamily fp32, BLAS linears (linear_kernel='blas')", blas)
     auto = SentenceEmbedder(model_dir)  # what `bertfamily embed` runs: --dtype auto
     if next(auto.model.parameters()).dtype != torch.float32:  # bf16 on a CPU with AMX-BF16 tiles
 

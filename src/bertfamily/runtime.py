@@ -29,6 +29,26 @@ from types import ModuleType
 from .errors import MissingDependency
 
 
+def cpu_info_field(name: str, cpuinfo: str | None = None) -> str | None:
+    """The value of the first ``name : value`` line of /proc/cpuinfo (the first CPU's:
+    "vendor_id" → "AuthenticAMD", "flags" → "fpu vme …"), or None when there is no such
+    line or the file cannot be read (not Linux).
+
+    Args:
+        cpuinfo: the text of /proc/cpuinfo (read when None; tests pass their own).
+    """
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return None
+    for line in cpuinfo.splitlines():
+        key, sep, value = line.partition(":")
+        if sep and key.strip() == name:
+            return value.strip()
+    return None
+
+
 def physical_cores() -> int:
     """Physical cores this process may run on (hyper-threads not counted; /proc/cpuinfo when
     readable, else the logical count), capped by a cgroup v2 CPU quota (``cpu.max``)."""

@@ -20,23 +20,18 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..errors import InputError
+from ..runtime import cpu_info_field
 
 __all__ = ["LINEAR_KERNELS", "OneDnnLinear", "cpu_vendor", "resolve_linear_kernel", "use_kernel"]
 
 LINEAR_KERNELS = ("auto", "blas", "onednn")
 
 
-def cpu_vendor() -> str:
+def cpu_vendor(cpuinfo: str | None = None) -> str:
     """The ``vendor_id`` of the first CPU in /proc/cpuinfo ("GenuineIntel", "AuthenticAMD",
-    …), or "" where it cannot be read (not Linux, or no such line)."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
-            for line in f:
-                if line.startswith("vendor_id"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return ""
+    …), or "" where it cannot be read (not Linux, or no such line); ``cpuinfo``: its text
+    (read when None; `runtime.cpu_info_field`)."""
+    return cpu_info_field("vendor_id", cpuinfo) or ""
 
 
 def _onednn_available() -> bool:

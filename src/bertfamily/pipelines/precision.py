@@ -442,11 +442,14 @@ def int8_plan_key(embedder, bar: AccuracyBar) -> str:
     return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:32]
 
 
-def cached_int8_plan(embedder, bar: AccuracyBar = AccuracyBar()) -> tuple[Int8Plan, bool]:
+def cached_int8_plan(
+    embedder, bar: AccuracyBar = AccuracyBar(), key: str | None = None
+) -> tuple[Int8Plan, bool]:
     """`plan_int8` on `austen_calibration`, measured once per `int8_plan_key` and kept as
     ``cache_dir()/int8-plans/KEY.plan.json`` (written atomically; used only when it records its
     own key, else logged and measured again). What ``quantize="int8"`` runs: the plan's layers
-    quantised by torch (`apply_int8`), the engine the plan is measured on.
+    quantised by torch (`apply_int8`), the engine the plan is measured on. ``key``: its
+    `int8_plan_key` when the caller has it (the key hashes the model's files).
 
     Returns:
         (plan, whether it came from the cache).
@@ -462,7 +465,7 @@ def cached_int8_plan(embedder, bar: AccuracyBar = AccuracyBar()) -> tuple[Int8Pl
     from ..resources.cache import cache_dir
 
     root = cache_dir()
-    key = int8_plan_key(embedder, bar)
+    key = key or int8_plan_key(embedder, bar)
     meta = root / "int8-plans" / f"{key}.plan.json"
     try:
         data = _verified_record(meta, key, lambda _: {}, "int8 plan", "measuring again")
@@ -484,27 +487,18 @@ def cached_int8_plan(embedder, bar: AccuracyBar = AccuracyBar()) -> tuple[Int8Pl
     return plan, False
 
 
-def int8_cache_key(embedder, bar: AccuracyBar) -> str:
-    """The cache name of ``embedder``'s int8 plan and graph: model content, bar, calibration,
-    torch and onnxruntime versions."""
+def int8_cache_key(plan_key: str) -> str:
+    """The cache name of an int8 ONNX Runtime graph: its plan's `int8_plan_key` and the
+    onnxruntime version."""
     import hashlib
     import importlib.metadata
     import json
-
-    from ..files import directory_digest
 
     try:
         ort = importlib.metadata.version("onnxruntime")
     except importlib.metadata.PackageNotFoundError:
         ort = None
-    parts = [
-        directory_digest(embedder.path),
-        dataclasses.asdict(bar),
-        list(PLAN_MARGIN),
-        CALIBRATION_VERSION,
-        torch.__version__,
-        ort,
-    ]
+    parts = [plan_key, ort]
     return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:32]
 
 
@@ -536,7 +530,8 @@ def cached_int8(embedder, bar: AccuracyBar = AccuracyBar()):
     from ..resources.cache import cache_dir, sha256_file
 
     root = cache_dir()
-    key = int8_cache_key(embedder, bar)
+    plan_key = int8_plan_key(embedder, bar)  # hashes the model's files: once
+    key = int8_cache_key(plan_key)
     base = root / "int8-plans" / key
     meta, graph = base.with_suffix(".json"), base.with_suffix(".onnx")
 
@@ -552,7 +547,7 @@ def cached_int8(embedder, bar: AccuracyBar = AccuracyBar()):
         log.warning("ignoring unreadable int8 plan %s (%s); measuring again", meta, e)
     from ..notices import waiting
 
-    plan, _ = cached_int8_plan(embedder, bar)
+    plan, _ = cached_int8_plan(embedder, bar, plan_key)
     with waiting("int8: building and checking the ONNX Runtime graph of the plan"):
         texts, queries = austen_calibration()
         check_inside(root, graph)

@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from pathlib import Path
 
 import torch
 
 from ..errors import InputError
+from ..runtime import cpu_info_field
 
 __all__ = [
     "PRECISIONS",
@@ -47,15 +47,7 @@ def cpu_flags(cpuinfo: str | None = None) -> set[str]:
     Args:
         cpuinfo: the text of /proc/cpuinfo (read when None).
     """
-    if cpuinfo is None:
-        try:
-            cpuinfo = Path("/proc/cpuinfo").read_text()
-        except OSError:
-            return set()
-    for line in cpuinfo.splitlines():
-        if line.startswith("flags"):
-            return set(line.split(":", 1)[1].split())
-    return set()
+    return set((cpu_info_field("flags", cpuinfo) or "").split())
 
 
 def cpu_bf16_units(cpuinfo: str | None = None) -> list[str]:
