@@ -317,7 +317,8 @@ def build_systems(args, threads: int, work: Path, calibration) -> tuple[dict, di
 
         add("bertfamily fp32, BLAS linears (linear_kernel='blas')", blas)
     auto = SentenceEmbedder(model_dir)  # what `bertfamily embed` runs: --dtype auto
-    if next(auto.model.parameters()).dtype != torch.float32:  # bf16 on a CPU with AMX-BF16 tiles
+    # bf16 on a CPU with AMX-BF16 or AVX512-BF16
+    if next(auto.model.parameters()).dtype != torch.float32:
 
         def auto_run(texts):
             return auto.encode(texts, batch_size=bs)

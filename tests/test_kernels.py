@@ -53,6 +53,42 @@ def test_training_and_state_dict_are_unchanged():
         torch.testing.assert_close(a, b)
 
 
+@onednn
+@pytest.mark.parametrize(
+    ("act", "fused"),
+    [
+        (nn.GELU(), True),
+        (nn.GELU(approximate="tanh"), True),
+        (nn.ReLU(), True),
+        (nn.SiLU(), False),  # no oneDNN post-op of the same formula: two steps
+    ],
+)
+def test_feed_forward_activation_runs_as_the_products_post_op(act, fused):
+    from bertfamily.modules.ffn import FeedForward
+
+    torch.manual_seed(0)
+    ffn = FeedForward(32, 128, act).eval()
+    x = 3 * torch.randn(4, 9, 32)  # wide enough to reach GELU's tails
+    calls = []
+    act.register_forward_hook(lambda *_: calls.append(1))
+    with torch.inference_mode():
+        want = ffn(x)
+        assert len(calls) == 1
+        use_kernel(ffn, "onednn")
+        got = ffn(x)
+    assert len(calls) == 1 + (not fused)  # fused: the activation module itself never ran
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    # with autograd the activation runs on its own again and gradients equal nn.Linear's
+    x.requires_grad_(True)
+    ffn(x).sum().backward()
+    assert len(calls) == 2 + (not fused)
+    grad = x.grad.clone()
+    x.grad = None
+    use_kernel(ffn, "blas")
+    ffn(x).sum().backward()
+    torch.testing.assert_close(x.grad, grad)
+
+
 def test_subclasses_are_left_alone():
     class Other(nn.Linear):
         pass

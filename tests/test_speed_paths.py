@@ -48,19 +48,19 @@ def test_context_padded_flag():
 
 
 def test_no_padding_calls_sdpa_without_mask(monkeypatch):
-    """An all-real batch reaches SDPA with attn_mask=None; a padded one (padded path) with the
-    additive mask; both give the outputs of the padded computation."""
+    """An all-real batch reaches attention (`attention.attend`) with mask=None; a padded one
+    (padded path) with the additive mask; both give the outputs of the padded computation."""
     seen = []
-    sdpa = F.scaled_dot_product_attention
+    real = attention_module.attend
 
-    def spy(*args, **kwargs):
-        seen.append(kwargs.get("attn_mask"))
-        return sdpa(*args, **kwargs)
+    def spy(q, k, v, mask, p):
+        seen.append(mask)
+        return real(q, k, v, mask, p)
 
     model = _tiny_bert()
     ids, _ = _batch([6, 6])
     full = torch.ones_like(ids)
-    monkeypatch.setattr(attention_module.F, "scaled_dot_product_attention", spy)
+    monkeypatch.setattr(attention_module, "attend", spy)
     with torch.inference_mode():
         fast = model(ids, full).last_hidden_state
         assert len(seen) == 2 and all(m is None for m in seen)
@@ -155,21 +155,70 @@ def test_buckets_group_by_wasted_attention_and_cover_every_token():
 
 
 def test_length_sorted_batch_attends_in_one_call_per_layer(monkeypatch):
-    """A batch of similar lengths (what `embed` feeds, sorted by length) makes one SDPA call
-    per layer, not one per sequence."""
+    """A batch of similar lengths (what `embed` feeds, sorted by length) makes one attention
+    call per layer, not one per sequence."""
     monkeypatch.setattr(SelfAttention, "packed_strategy", "bucketed")
     calls = []
-    real = attention_module.F.scaled_dot_product_attention
-    monkeypatch.setattr(
-        attention_module.F,
-        "scaled_dot_product_attention",
-        lambda *a, **k: calls.append(a[0].shape) or real(*a, **k),
-    )
+    real = attention_module.attend
+    monkeypatch.setattr(attention_module, "attend", lambda *a: calls.append(a[0].shape) or real(*a))
     model = _tiny_bert()
     ids, mask = _batch([10, 10, 9, 9, 9, 8])
     with torch.inference_mode():
         model(ids, mask)
     assert len(calls) == len(model.encoder.layers) and calls[0][0] == 6
+
+
+@pytest.mark.parametrize("t", [1, 5, 32])
+@pytest.mark.parametrize("mask_kind", ["none", "keys", "full"])
+def test_short_attention_equals_sdpa(t, mask_kind):
+    """Up to SHORT_ATTENTION keys an fp32 CPU inference call is two batched products and a
+    softmax, equal to SDPA's fused kernel to float rounding (fully masked rows included)."""
+    from bertfamily.modules.attention import SHORT_ATTENTION, attend
+
+    assert t <= SHORT_ATTENTION
+    torch.manual_seed(0)
+    q, k, v = torch.randn(3, 4, t, 8), torch.randn(3, 4, t, 8), 3 * torch.randn(3, 4, t, 8)
+    mask = None
+    if mask_kind == "keys":  # (b, 1, 1, t) padding mask as the encoder builds it
+        mask = torch.zeros(3, 1, 1, t)
+        mask[1, ..., t // 2 + 1 :] = torch.finfo(torch.float32).min
+        mask[2] = torch.finfo(torch.float32).min  # a row with every key masked
+    elif mask_kind == "full":  # (1, 4, t, t) additive bias
+        mask = torch.randn(1, 4, t, t)
+    with torch.inference_mode():
+        got = attend(q, k, v, mask, 0.0)
+        want = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    assert got.shape == want.shape == (3, 4, t, 8) and got.dtype == torch.float32
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    exact = F.scaled_dot_product_attention(
+        q.double(), k.double(), v.double(), attn_mask=None if mask is None else mask.double()
+    )
+    assert (got - exact).abs().max() <= 2 * (want - exact).abs().max() + 1e-6  # as accurate
+
+
+def test_short_attention_leaves_the_other_calls_to_sdpa(monkeypatch):
+    from bertfamily.modules.attention import SHORT_ATTENTION, attend
+
+    calls = []
+    real = F.scaled_dot_product_attention
+    monkeypatch.setattr(
+        attention_module.F,
+        "scaled_dot_product_attention",
+        lambda *a, **k: calls.append(a[0].shape[-2]) or real(*a, **k),
+    )
+    q = torch.randn(2, 2, 4, 8)
+    long = torch.randn(2, 2, SHORT_ATTENTION + 1, 8)
+    bool_mask = torch.ones(2, 1, 1, 4, dtype=torch.bool)
+    with torch.inference_mode():
+        attend(q, q, q, None, 0.0)  # short fp32 inference: not SDPA
+        assert calls == []
+        attend(long, long, long, None, 0.0)  # long
+        attend(q.bfloat16(), q.bfloat16(), q.bfloat16(), None, 0.0)  # bf16
+        attend(q, q, q, bool_mask, 0.0)  # a boolean mask
+    attend(q, q, q, None, 0.1)  # dropout
+    grad = q.clone().requires_grad_(True)
+    attend(grad, grad, grad, None, 0.0).sum().backward()  # autograd
+    assert calls == [SHORT_ATTENTION + 1, 4, 4, 4, 4] and grad.grad is not None
 
 
 def test_relative_view_reads_any_layout():
@@ -197,7 +246,7 @@ def test_per_head_products_equal_broadcast_matmul():
     torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
 
 
-def test_encoder_flops_formula_matches_flop_counter():
+def test_encoder_flops_formula_matches_flop_counter(monkeypatch):
     """The benchmark's dense FLOPs, L · Σn · (8H² + 4HI), equal what torch's FLOP counter
     sees in the projections and feed-forward of an unpadded forward (so they ran on real
     tokens only); the pooler's one (H, H) product per row is the only other matmul."""
@@ -206,6 +255,7 @@ def test_encoder_flops_formula_matches_flop_counter():
     sys.path.insert(0, str(ROOT / "benchmarks"))
     from run import encoder_flops
 
+    monkeypatch.setattr(attention_module, "SHORT_ATTENTION", 0)  # SDPA: not counted as matmuls
     model = _tiny_bert()
     lengths = [5, 9, 3]
     ids, mask = _batch(lengths)

@@ -369,7 +369,11 @@ def test_sparse_encoder_writes_sparse_columns(cli, splade_dir, tmp_path):
     assert meta["model"]["pooling"] == "splade-max-relu"
     queries = encoder.encode([docs[3], "trains and rivers"])
     ours = SparseIndex([SparseVector(i, v) for i, v in rows]).search(queries, top_k=3)
-    assert ours == SparseIndex(want).search(queries, top_k=3) and ours[0][0].index == 3
+    expected = SparseIndex(want).search(queries, top_k=3)
+    assert [[h.index for h in q] for q in ours] == [[h.index for h in q] for q in expected]
+    for got, exp in zip(ours, expected, strict=True):  # the stored values agree within 1e-6
+        assert [h.score for h in got] == pytest.approx([h.score for h in exp], abs=1e-5)
+    assert ours[0][0].index == 3
     r = cli("index", "build", "--embeddings", out, "--output", tmp_path / "idx")
     assert r.exit_code == 2 and "holds sparse vectors" in r.output, r.output
     r = cli("embed", "-i", jl, "-o", tmp_path / "x.parquet", "--model", splade_dir,

@@ -87,7 +87,8 @@ def read_lines(path: Path) -> list[str]:
 
 
 DTYPE_HELP = (
-    "auto (bf16 on a GPU with bf16 or a CPU with AMX-BF16, else fp32; the choice is printed), "
+    "auto (bf16 on a GPU with bf16 or a CPU with AMX-BF16 or AVX512-BF16, else fp32; "
+    "the choice is printed), "
     "fp32 or bf16."
 )
 QUANTIZE_HELP = (

@@ -54,6 +54,49 @@ def local_band(
 # on several threads (`SelfAttention._auto_strategy`)
 LONG_SEQUENCE = 64
 
+# longest key length at which CPU inference attention runs as two batched matrix products
+# (`attend`) instead of SDPA's fused kernel
+SHORT_ATTENTION = 32
+
+
+def attend(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, dropout_p: float
+) -> torch.Tensor:
+    """softmax(q kᵀ / √Dh + mask) v (Vaswani et al. 2017, eq. 1) for (b, N, t, Dh) q, k, v and an
+    additive mask broadcastable to (b, N, t, t) (or None) → (b, N, t, Dh), in q's dtype.
+
+    SDPA's fused CPU kernel works in blocks of queries and keys split over threads, which is
+    overhead on short sequences: for t ≤ `SHORT_ATTENTION` keys, an fp32 CPU inference call
+    (no dropout, no autograd) on a batch runs as ``baddbmm`` → softmax → ``bmm`` instead
+    (MiniLM's 12 heads × 32 dims, 32 sequences of 8–32 tokens: benchmarks/short_attention.py →
+    results/short_attention.json; at 64 tokens and more SDPA is faster). The two agree to
+    float rounding (1e-5 relative). bf16, training, tracing and export use
+    `torch.nn.functional.scaled_dot_product_attention`, as do the one-sequence calls of the
+    per-sequence strategy.
+    """
+    b, n, t, d = q.shape
+    if (
+        k.shape[-2] > SHORT_ATTENTION
+        or q.device.type != "cpu"
+        or q.dtype != torch.float32
+        or dropout_p
+        or (mask is not None and mask.dtype == torch.bool)
+        or (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad))
+        or torch.jit.is_tracing()
+        or torch.onnx.is_in_onnx_export()
+        or torch.compiler.is_compiling()
+    ):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
+    s = k.shape[-2]
+    q, k, v = (x.reshape(b * n, -1, d) for x in (q, k, v))
+    scale = 1.0 / math.sqrt(d)
+    if mask is None:
+        scores = torch.bmm(q, k.transpose(1, 2)).mul_(scale)
+    else:
+        bias = mask.to(q.dtype).expand(b, n, t, s).reshape(b * n, t, s)
+        scores = torch.baddbmm(bias, q, k.transpose(1, 2), alpha=scale)
+    return torch.bmm(scores.softmax(-1), v).view(b, n, t, d)
+
 
 class SelfAttention(nn.Module):
     """Scaled dot-product multi-head self-attention (Vaswani et al. 2017, eq. 1 and §3.2.2).
@@ -140,7 +183,7 @@ class SelfAttention(nn.Module):
         else:
             mask = ctx.bias.to(q.dtype) if ctx.padded else None  # no padding: no mask
             mask = self._add_bias(mask, None, ctx, T)
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)  # (B,N,T,Dh)
+            y = attend(q, k, v, mask, p)  # (B, N, T, Dh)
         y = y.transpose(1, 2).reshape(B, T, H)  # (B, T, H)
         return AttentionOutput(self.out(y), probs, scores)
 
@@ -282,7 +325,7 @@ class SelfAttention(nn.Module):
         if mask is not None:
             mask = mask.to(q.dtype)
         p = self.dropout if self.training else 0.0
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)  # (b, N, t, Dh)
+        y = attend(q, k, v, mask, p)  # (b, N, t, Dh)
         return y.transpose(1, 2).reshape(b, t, self.num_heads * self.head_dim)
 
     def _packed_padded(self, x: torch.Tensor, ctx: AttentionContext) -> torch.Tensor:
@@ -296,5 +339,5 @@ class SelfAttention(nn.Module):
         q, k, v = self._positions(q, k, v, ctx)
         p = self.dropout if self.training else 0.0
         mask = self._add_bias(ctx.bias.to(q.dtype), None, ctx, T)
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
+        y = attend(q, k, v, mask, p)
         return y.transpose(1, 2).reshape(B * T, H).index_select(0, plan.index)  # (Ntot, H)

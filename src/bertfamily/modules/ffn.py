@@ -5,6 +5,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from .kernels import OneDnnLinear
+
 
 class FeedForward(nn.Module):
     """H → I → activation → H (Vaswani et al. 2017, eq. 2; BERT uses GELU, Devlin et al. 2019 §3).
@@ -29,6 +31,8 @@ class FeedForward(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """(..., H) float → (..., H) float: dense to I → activation → dense to H."""
+        if type(self.up) is OneDnnLinear:  # the activation as the matrix product's post-op
+            return self.down(self.up.with_activation(x, self.act))
         return self.down(self.act(self.up(x)))  # (.., H) -> (.., I) -> (.., H)
 
 

@@ -8,6 +8,11 @@ on MiniLM's three Linear shapes at 400 and 1,000 tokens, and 1.03× (Austen line
 results/embed_epyc_kernels.json), outputs within 2e-7. On an Intel Xeon (AVX-512) it was no
 faster than MKL. So "auto" uses oneDNN on CPUs that are not Intel's.
 
+oneDNN also applies an activation to the matrix product before writing it out (a "post-op"):
+the feed-forward block's H → I projection and its GELU or ReLU are one call
+(`OneDnnLinear.with_activation`), so the (tokens, I) product — the largest tensor of the
+layer — is not read back and written again by a separate GELU pass.
+
 The swap changes only the forward of inference calls (no autograd, fp32, CPU): training,
 other dtypes and devices run ``nn.Linear`` as before, and the parameters, their names and the
 state dict stay the same.
@@ -67,6 +72,16 @@ def _exporting() -> bool:
     return torch.jit.is_tracing() or torch.onnx.is_in_onnx_export() or torch.compiler.is_compiling()
 
 
+def _post_op(act: nn.Module) -> tuple[str, str] | None:
+    """oneDNN's (post-op, algorithm) for an activation module it computes the same way, or None:
+    exact (erf) GELU, tanh GELU, ReLU."""
+    if type(act) is nn.GELU:
+        return "gelu", act.approximate  # "none" (erf) or "tanh", oneDNN's names too
+    if type(act) is nn.ReLU:
+        return "relu", ""
+    return None
+
+
 class OneDnnLinear(nn.Linear):
     """``nn.Linear`` whose fp32 CPU inference forward runs oneDNN's matrix multiply.
 
@@ -75,19 +90,36 @@ class OneDnnLinear(nn.Linear):
     (ONNX export) it is ``F.linear``.
     """
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """x (..., in_features) → (..., out_features)."""
-        if (
+    def _fast(self, x: torch.Tensor) -> bool:
+        return (
             x.dtype == torch.float32
             and x.device.type == "cpu"
             and self.weight.dtype == torch.float32
             and not (torch.is_grad_enabled() and (x.requires_grad or self.weight.requires_grad))
             and not _exporting()
-        ):
-            flat = x.reshape(-1, x.shape[-1])
-            y = torch.ops.mkldnn._linear_pointwise(flat, self.weight, self.bias, "none", [], "")
-            return y.reshape(*x.shape[:-1], self.out_features)
+        )
+
+    def _onednn(self, x: torch.Tensor, post_op: str, algorithm: str) -> torch.Tensor:
+        flat = x.reshape(-1, x.shape[-1])
+        y = torch.ops.mkldnn._linear_pointwise(flat, self.weight, self.bias, post_op, [], algorithm)
+        return y.reshape(*x.shape[:-1], self.out_features)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """x (..., in_features) → (..., out_features)."""
+        if self._fast(x):
+            return self._onednn(x, "none", "")
         return F.linear(x, self.weight, self.bias)
+
+    def with_activation(self, x: torch.Tensor, act: nn.Module) -> torch.Tensor:
+        """``act(self(x))``, as one oneDNN call where ``act`` is a GELU (erf or tanh) or ReLU
+        module and the call is an fp32 CPU inference one; otherwise the two steps.
+
+        x (..., in_features) float → (..., out_features) float.
+        """
+        post = _post_op(act)
+        if post is not None and self._fast(x):
+            return self._onednn(x, *post)
+        return act(self(x))
 
 
 def use_kernel(model: nn.Module, kernel: str) -> int:

@@ -138,9 +138,9 @@ class SentenceEmbedder:
         pooling: override of the directory's pooling (mode, normalisation, token limit,
             include_prompt); its Dense layers still apply.
         dtype: encoder parameter dtype: "auto" (default: bf16 on a CUDA device with bf16 or a
-            CPU with AMX-BF16, else fp32; `precision.resolve_dtype`, its reason kept in
-            ``dtype_reason``), "fp32", "bf16" or a torch dtype. Pooling and Dense layers run in
-            float32.
+            CPU with AMX-BF16 or AVX512-BF16, else fp32; `precision.resolve_dtype`, its reason
+            kept in ``dtype_reason``), "fp32", "bf16" or a torch dtype. Pooling and Dense
+            layers run in float32.
         device: torch device.
         revision: for a cache id, a branch, tag or commit.
         quantize: None, or "int8": dynamic int8 of the encoder's Linear layers that keep the
