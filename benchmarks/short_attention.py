@@ -10,16 +10,15 @@ Run from the repository root: ``python benchmarks/short_attention.py`` (about 1 
 from __future__ import annotations
 
 import json
-import platform
 import statistics
 import time
 from pathlib import Path
 
 import torch
+from machine import cpu_flags, cpu_model  # benchmarks/machine.py
 from torch.nn import functional as F
 
 from bertfamily.modules.attention import SHORT_ATTENTION, attend
-from bertfamily.runtime import cpu_info_field
 
 HEADS, DIM = 12, 32
 
@@ -59,12 +58,8 @@ def main() -> None:
     out = Path(__file__).parent / "results" / "short_attention.json"
     result = {
         "benchmark": "short_attention",
-        "cpu": cpu_info_field("model name") or platform.processor(),
-        "cpu_flags": sorted(
-            f
-            for f in (cpu_info_field("flags") or "").split()
-            if f.startswith(("avx", "amx", "fma"))
-        ),
+        "cpu": cpu_model(),
+        "cpu_flags": cpu_flags(),
         "torch": torch.__version__,
         "short_attention": SHORT_ATTENTION,
         "rows": rows,

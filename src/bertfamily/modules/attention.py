@@ -12,6 +12,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from .context import AttentionContext
+from .kernels import _exporting
 
 
 @functools.cache
@@ -82,9 +83,7 @@ def attend(
         or dropout_p
         or (mask is not None and mask.dtype == torch.bool)
         or (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad))
-        or torch.jit.is_tracing()
-        or torch.onnx.is_in_onnx_export()
-        or torch.compiler.is_compiling()
+        or _exporting()
     ):
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
     s = k.shape[-2]
