@@ -25,7 +25,9 @@ vectors (fetched resource ``stsb``, read by `data.pairs.read_pairs`, scored by
 
 Systems (``--systems`` picks some by substring; the reference always runs):
 - bertfamily fp32 (its linear kernel as ``linear_kernel="auto"`` picks it; where that is
-  oneDNN, also a row with BLAS linears); sentence-transformers fp32 (torch); ``backend="onnx"`` and
+  oneDNN, also a row with BLAS linears and one with oneDNN on unpacked weights); bertfamily
+  bf16 where ``dtype="auto"`` picks it (and a row with ``F.linear`` beside its oneDNN
+  linears); sentence-transformers fp32 (torch); ``backend="onnx"`` and
   ``backend="openvino"`` of sentence-transformers (their optimum exports, fp32);
 - ONNX Runtime fp32 on our export (`convert.onnx.export_onnx`), and on that export after
   ``onnxruntime.transformers.optimizer.optimize_model(model_type="bert")`` fusions (the row
@@ -262,7 +264,7 @@ def build_systems(args, threads: int, work: Path, calibration) -> tuple[dict, di
     from sentence_transformers import SentenceTransformer
 
     from bertfamily.convert.onnx import OnnxRuntimeModel, export_onnx
-    from bertfamily.modules.kernels import use_kernel
+    from bertfamily.modules.kernels import OneDnnLinear, use_kernel
     from bertfamily.pipelines.embed import SentenceEmbedder
     from bertfamily.pipelines.precision import apply_int8, cached_int8, linear_layers
     from bertfamily.resources.cache import fetch
@@ -316,6 +318,18 @@ def build_systems(args, threads: int, work: Path, calibration) -> tuple[dict, di
             return System(with_model(model), kernel | {"linear_kernel": "blas"})
 
         add("bertfamily fp32, BLAS linears (linear_kernel='blas')", blas)
+
+        def unpacked(texts):  # oneDNN on the weight as stored: what packing adds
+            OneDnnLinear.pack = False
+            try:
+                return with_model(fp32_model)(texts)
+            finally:
+                OneDnnLinear.pack = True
+
+        add(
+            "bertfamily fp32, oneDNN on unpacked weights",
+            lambda: System(unpacked, kernel | {"linear_kernel": "onednn, unpacked"}),
+        )
     auto = SentenceEmbedder(model_dir)  # what `bertfamily embed` runs: --dtype auto
     # bf16 on a CPU with AMX-BF16 or AVX512-BF16
     if next(auto.model.parameters()).dtype != torch.float32:
@@ -325,8 +339,31 @@ def build_systems(args, threads: int, work: Path, calibration) -> tuple[dict, di
 
         add(
             f"bertfamily {BF16_AUTO}",
-            lambda: System(auto_run, {"engine": "bertfamily (torch)", "dtype": auto.dtype_reason}),
+            lambda: System(
+                auto_run,
+                {
+                    "engine": "bertfamily (torch)",
+                    "dtype": auto.dtype_reason,
+                    "linear_kernel": auto.linear_kernel,
+                },
+            ),
         )
+        if auto.linear_kernel != "blas":
+
+            def bf16_blas() -> System:
+                bf16_model, model = auto.model, copy.deepcopy(auto.model)
+                use_kernel(model, "blas")
+
+                def run(texts):
+                    auto.model = model
+                    try:
+                        return auto.encode(texts, batch_size=bs)
+                    finally:
+                        auto.model = bf16_model
+
+                return System(run, {"engine": "bertfamily (torch)", "linear_kernel": "F.linear"})
+
+            add("bertfamily bf16, F.linear (linear_kernel='blas')", bf16_blas)
 
     def runtime_openvino() -> System:  # what `embed --runtime openvino` runs
         embedder = SentenceEmbedder(model_dir, runtime="openvino")

@@ -89,6 +89,67 @@ def test_feed_forward_activation_runs_as_the_products_post_op(act, fused):
     torch.testing.assert_close(x.grad, grad)
 
 
+@onednn
+def test_packed_weight_follows_the_parameter():
+    torch.manual_seed(0)
+    layer = nn.Linear(48, 96)
+    x = torch.randn(10, 48)
+    use_kernel(layer, "onednn")
+    with torch.inference_mode():
+        layer(x)
+    first = layer.__dict__["_onednn_packed"][1]
+    assert first.is_mkldnn and "_onednn_packed" not in layer.state_dict()
+    with torch.inference_mode():
+        layer(x)
+    assert layer.__dict__["_onednn_packed"][1] is first  # packed once, reused
+    other = nn.Linear(48, 96)
+    edits = [
+        lambda: layer.load_state_dict(other.state_dict()),  # copy_: version counter
+        lambda: torch.no_grad()(lambda: layer.weight.mul_(-2.0))(),
+        lambda: setattr(layer, "weight", nn.Parameter(torch.randn(96, 48))),  # new storage
+    ]
+    for edit in edits:
+        edit()
+        with torch.inference_mode():
+            torch.testing.assert_close(
+                layer(x), x @ layer.weight.T + layer.bias, atol=1e-5, rtol=1e-5
+            )
+    layer.weight.data.mul_(3.0)  # unseen by the version counter: use_kernel packs again
+    use_kernel(layer, "onednn")
+    with torch.inference_mode():
+        torch.testing.assert_close(layer(x), x @ layer.weight.T + layer.bias, atol=1e-5, rtol=1e-5)
+    # copies and pickles leave the packed copy behind and pack their own
+    import copy
+
+    for twin in (copy.deepcopy(layer), torch.load(_saved(layer), weights_only=False)):
+        assert "_onednn_packed" not in twin.__dict__
+        with torch.inference_mode():
+            torch.testing.assert_close(twin(x), layer(x))
+
+
+def _saved(module: nn.Module):
+    import io
+
+    buffer = io.BytesIO()
+    torch.save(module, buffer)
+    buffer.seek(0)
+    return buffer
+
+
+@onednn
+@pytest.mark.parametrize("shape", [(7, 48), (3, 5, 48), (0, 48)])
+def test_bf16_onednn_linear_equals_nn_linear(shape):
+    torch.manual_seed(0)
+    layer = nn.Linear(48, 96).to(torch.bfloat16)
+    x = torch.randn(*shape).to(torch.bfloat16)
+    with torch.inference_mode():
+        want = layer(x)
+        use_kernel(layer, "onednn")
+        got = layer(x)
+    assert got.dtype == torch.bfloat16 and got.shape == (*shape[:-1], 96)
+    torch.testing.assert_close(got.float(), want.float(), atol=2e-2, rtol=1e-2)
+
+
 def test_subclasses_are_left_alone():
     class Other(nn.Linear):
         pass
@@ -105,8 +166,11 @@ def test_auto_follows_the_cpu_vendor(monkeypatch):
         monkeypatch.setattr(kernels, "cpu_vendor", lambda v=vendor: v)
         kernel, reason = resolve_linear_kernel("auto")
         assert kernel == "blas" and "no faster" in reason
+        # bf16 runs oneDNN on every CPU (as torch's compiler emits it)
+        assert resolve_linear_kernel("auto", torch.bfloat16)[0] == "onednn"
     assert resolve_linear_kernel("onednn") == ("onednn", "onednn (asked)")
     monkeypatch.setattr(kernels, "_onednn_available", lambda: False)
+    assert resolve_linear_kernel("auto", torch.bfloat16)[0] == "blas"
     assert resolve_linear_kernel("auto")[0] == "blas"
     with pytest.raises(InputError, match="no oneDNN"):
         resolve_linear_kernel("onednn")
@@ -137,6 +201,12 @@ def test_embedder_on_either_kernel_equals_sentence_transformers(minilm_dir, tmp_
         np.testing.assert_allclose(emb.encode(texts), want, atol=1e-5)
     with pytest.raises(InputError, match="linear_kernel"):
         SentenceEmbedder(minilm_dir, dtype="fp32", linear_kernel="mkl")
+    # bf16: oneDNN by default, within bf16's agreement of the fp32 reference
+    bf16 = SentenceEmbedder(minilm_dir, dtype="bf16")
+    assert bf16.linear_kernel == "onednn"
+    assert any(type(m) is OneDnnLinear for m in bf16.model.modules())
+    cosine = (bf16.encode(texts) * want).sum(axis=1) / np.linalg.norm(want, axis=1)
+    assert cosine.min() >= 0.999
     # a oneDNN model still exports (F.linear while traced) and still quantises (torch.ao
     # maps nn.Linear: apply_int8 converts its copy back)
     graph = export_onnx(emb.model, tmp_path / "m.onnx")

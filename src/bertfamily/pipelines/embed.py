@@ -19,7 +19,7 @@ from tokenizers import normalizers
 from ..checkpoints.io import read_hf_config
 from ..data.batching import sorted_batches
 from ..errors import InputError, NonFiniteOutputError
-from ..modules.kernels import resolve_linear_kernel, use_kernel
+from ..modules.kernels import ONEDNN_DTYPES, resolve_linear_kernel, use_kernel
 from ..pretrained import model_from_directory
 from ..resources.resolve import resolve_model
 from ..tokenization.tokenizer import tokenizer_from_directory
@@ -163,9 +163,10 @@ class SentenceEmbedder:
             compiled graph must keep ``bar`` against this model's torch fp32 vectors on
             ``calibration`` (default: the Austen sample) or the load is refused; the
             agreement is kept in ``runtime_check``. Needs the ``openvino`` extra.
-        linear_kernel: the kernel of the fp32 Linear layers on the CPU (torch runtime): "auto"
-            (default: oneDNN on CPUs that are not Intel's, where it measured faster, else
-            BLAS; `modules.kernels.resolve_linear_kernel`), "blas" or "onednn". Outputs agree
+        linear_kernel: the kernel of the fp32 and bf16 Linear layers on the CPU (torch
+            runtime): "auto" (default: oneDNN on pre-packed weights for bf16, and for fp32 on
+            CPUs that are not Intel's, where it measured faster, else BLAS;
+            `modules.kernels.resolve_linear_kernel`), "blas" or "onednn". fp32 outputs agree
             within 1e-6; the choice is kept in ``linear_kernel``.
 
     Raises:
@@ -245,8 +246,8 @@ class SentenceEmbedder:
         self.int8_plan = self.int8_check = None
         self.runtime, self.runtime_check = runtime, None
         self.linear_kernel = None  # the fp32 CPU Linear kernel of the torch model, if any
-        kernel, reason = resolve_linear_kernel(linear_kernel)  # also refuses an unknown name
-        if runtime == "torch" and self.device.type == "cpu" and dtype == torch.float32:
+        kernel, reason = resolve_linear_kernel(linear_kernel, dtype)  # refuses an unknown name
+        if runtime == "torch" and self.device.type == "cpu" and dtype in ONEDNN_DTYPES:
             use_kernel(self.model, kernel)  # before int8: its plan is measured on this kernel
             self.linear_kernel = kernel
             log.info("linear kernel %s", reason)
