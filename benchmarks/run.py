@@ -21,6 +21,7 @@ positions are work, but not useful work). The first row describes the machine.
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import os
 import platform
@@ -137,6 +138,7 @@ def bench_bert(args, rows: list[dict], peaks: dict) -> None:
     import transformers
 
     import bertfamily as bf
+    from bertfamily.modules.kernels import resolve_linear_kernel, use_kernel
 
     if args.quick:
         cfg = dict(
@@ -184,6 +186,12 @@ def bench_bert(args, rows: list[dict], peaks: dict) -> None:
             continue
         ref.to(dtype)
         ours.to(dtype)
+        # what the pipelines run on the CPU (linear_kernel="auto"), where it is not F.linear
+        kernel = resolve_linear_kernel("auto", dtype)[0]
+        fast = None
+        if kernel == "onednn":
+            fast = copy.deepcopy(ours)
+            use_kernel(fast, kernel)
         for shape_name, lengths in shapes.items():
             lengths = lengths or var
             ids, mask = make_batch(lengths, hf_config.vocab_size, 0)
@@ -198,6 +206,13 @@ def bench_bert(args, rows: list[dict], peaks: dict) -> None:
                     ref(input_ids=ids, attention_mask=mask)
 
             fns = {"bertfamily": run_ours, "transformers": run_ref}
+            if fast is not None:
+
+                def run_fast():
+                    with torch.inference_mode():
+                        fast(ids, mask)
+
+                fns["bertfamily, oneDNN linears"] = run_fast
             if ort_session is not None and dtype_name == "fp32":
                 feed = {
                     "input_ids": ids.numpy(),

@@ -220,3 +220,24 @@ def test_embedder_on_either_kernel_equals_sentence_transformers(minilm_dir, tmp_
     quantized = {n for n, m in int8.named_modules() if isinstance(m, DynamicInt8Linear)}
     assert quantized == set(layers)
     assert type(dict(fp32.named_modules())[layers[0]]) is OneDnnLinear  # the original kept
+
+
+@onednn
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+def test_every_pipeline_loader_gives_the_kernel(minilm_dir, dtype):
+    """`load_model_and_tokenizer` (classify, tag, answer, rerank, fill-mask, sparse) runs the
+    same kernel as the embedder, with the same outputs as F.linear."""
+    from bertfamily.pipelines.loading import load_model_and_tokenizer
+
+    fast = load_model_and_tokenizer(minilm_dir, dtype=dtype, linear_kernel="onednn")
+    plain = load_model_and_tokenizer(minilm_dir, dtype=dtype, linear_kernel="blas")
+    assert any(type(m) is OneDnnLinear for m in fast.model.modules())
+    assert not any(type(m) is OneDnnLinear for m in plain.model.modules())
+    batch = fast.tokenizer(["A cat sat on the mat.", "short"], padding=True)
+    with torch.inference_mode():
+        got = fast.model(batch["input_ids"], batch["attention_mask"]).last_hidden_state
+        want = plain.model(batch["input_ids"], batch["attention_mask"]).last_hidden_state
+    tol = 1e-5 if dtype == "fp32" else 0.1  # bf16: a rounding step apart in a few places
+    torch.testing.assert_close(got.float(), want.float(), atol=tol, rtol=tol)
+    with pytest.raises(InputError, match="linear_kernel"):
+        load_model_and_tokenizer(minilm_dir, linear_kernel="mkl")

@@ -1,6 +1,6 @@
 """How every pipeline loads its model: the name resolved once (`resolve_model`), config.json
-read once and shared by the model and the tokenizer, the model moved to ``device`` in ``dtype``
-and put in eval mode."""
+read once and shared by the model and the tokenizer, the model moved to ``device`` in ``dtype``,
+put in eval mode and, on the CPU, given the inference Linear kernel (`modules.kernels`)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import torch
 
 from ..checkpoints.io import read_hf_config
 from ..model import Model
+from ..modules.kernels import ONEDNN_DTYPES, resolve_linear_kernel, use_kernel
 from ..pretrained import model_from_directory
 from ..resources.resolve import resolve_model
 from ..tokenization.tokenizer import Tokenizer, tokenizer_from_directory
@@ -35,6 +36,7 @@ def load_model_and_tokenizer(
     device: str | torch.device = "cpu",
     dtype: str | torch.dtype | None = None,
     revision: str | None = None,
+    linear_kernel: str = "auto",
 ) -> LoadedModel:
     """Load the model and tokenizer of ``path`` (a directory, a resource name or a cached
     ``org/name``), resolving it once and reading its config.json once.
@@ -45,10 +47,14 @@ def load_model_and_tokenizer(
         dtype: parameter dtype: None or "fp32" (float32), "bf16", "auto" (see
             `bertfamily.pipelines.precision.resolve_dtype`) or a torch dtype.
         revision: for a cached ``org/name``: a branch, tag or commit.
+        linear_kernel: the kernel of the fp32/bf16 Linear layers at inference on the CPU
+            ("auto": oneDNN on pre-packed weights where it measured faster;
+            `bertfamily.modules.kernels.resolve_linear_kernel`); training calls are unchanged.
 
     Raises:
         ModelNotFoundError, ModelDirectoryError, CheckpointError, TokenizerNotFoundError,
         TokenizerFileError: as `bertfamily.from_pretrained` and `bertfamily.load_tokenizer`.
+        InputError: an unknown ``linear_kernel``.
     """
     from .precision import resolve_dtype
 
@@ -58,6 +64,8 @@ def load_model_and_tokenizer(
     torch_dtype, _ = resolve_dtype(dtype, device)
     model = model_from_directory(directory, config_json=config_json, dtype=torch_dtype)
     model = model.to(device).eval()
+    if device.type == "cpu" and torch_dtype in ONEDNN_DTYPES:
+        use_kernel(model, resolve_linear_kernel(linear_kernel, torch_dtype)[0])
     tokenizer = tokenizer_from_directory(directory, model_config=config_json)
     return LoadedModel(directory, model, tokenizer, device)
 
