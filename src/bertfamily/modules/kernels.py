@@ -13,7 +13,7 @@ The weight is handed to oneDNN **pre-packed**: reordered once into oneDNN's bloc
 beside the parameter, so no call reorders it again. On a 2-core AMD EPYC (Zen 5) that made the
 whole fp32 embedding 1.15× (Austen lines) / 1.17× (short queries) the unpacked oneDNN calls,
 and bf16 1.07× ``F.linear`` on Austen lines (benchmarks/embed.py). The cost is a second copy of
-each Linear weight in memory while the model runs (MiniLM: 86 MB in fp32).
+each Linear weight in memory while the model runs (MiniLM: 42 MB in fp32).
 
 oneDNN also applies an activation to the matrix product before writing it out (a "post-op"):
 the feed-forward block's H → I projection and its GELU or ReLU are one call
