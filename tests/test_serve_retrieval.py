@@ -173,7 +173,10 @@ def test_rerank_and_predict(ce_dir):
                  "truncation_direction": "Left", "unknown": 1}  # fmt: skip
         got = post(server, "/rerank", body)
         raw = ours.predict([(body["query"], t) for t in body["texts"]], raw_scores=True)
-        np.testing.assert_allclose(sorted(g["score"] for g in got), sorted(raw), atol=1e-6)
+        # raw logits (|x| ~ 2): the server's threads may sum in another order (oneDNN)
+        np.testing.assert_allclose(
+            sorted(g["score"] for g in got), sorted(raw), rtol=2e-6, atol=1e-6
+        )
         assert {g["text"] for g in got} == set(body["texts"])
         pairs = [["What is Deep Learning?", "Deep Learning is not..."], ["a", "b"]]
         got = post(server, "/predict", {"inputs": pairs})

@@ -11,8 +11,9 @@ faster than MKL. So "auto" uses oneDNN on CPUs that are not Intel's.
 The weight is handed to oneDNN **pre-packed**: reordered once into oneDNN's blocked layout
 (``torch.ops.mkldnn._reorder_linear_weight``, what torch's compiler does for CPU linears) and kept
 beside the parameter, so no call reorders it again. On a 2-core AMD EPYC (Zen 5) that made the
-whole fp32 embedding 1.15× (Austen lines) / 1.17× (short queries) the unpacked oneDNN calls,
-and bf16 1.07× ``F.linear`` on Austen lines (benchmarks/embed.py). The cost is a second copy of
+whole fp32 embedding 1.15× (Austen lines) / 1.18× (short queries) the unpacked oneDNN calls,
+and bf16 1.24× / 1.20× ``F.linear`` (benchmarks/embed.py → results/embed_zen5_no_ct2.json,
+embed_zen5_bf16_kernel.json). The cost is a second copy of
 each Linear weight in memory while the model runs (MiniLM: 42 MB in fp32).
 
 oneDNN also applies an activation to the matrix product before writing it out (a "post-op"):
@@ -68,9 +69,9 @@ def resolve_linear_kernel(
     (``F.linear``) or "onednn" (`OneDnnLinear`: oneDNN on a pre-packed weight).
 
     "auto": for bf16, oneDNN on every CPU (what torch's own compiler emits for bf16 CPU
-    linears; 1.07× the whole embedding on a Zen 5, benchmarks/embed.py); for fp32, oneDNN where
-    the CPU is not Intel's (measured faster there, see the module docstring), else BLAS; BLAS
-    where this torch has no oneDNN.
+    linears; 1.24× / 1.20× the whole embedding on a Zen 5, benchmarks/embed.py); for fp32,
+    oneDNN where the CPU is not Intel's (measured faster there, see the module docstring),
+    else BLAS; BLAS where this torch has no oneDNN.
 
     Raises:
         InputError: an unknown name, or "onednn" on a torch built without oneDNN.
