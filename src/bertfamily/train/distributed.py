@@ -107,8 +107,13 @@ def init_distributed(device: str = "auto") -> DistInfo:
 
 
 def cleanup_distributed() -> None:
-    """Destroy the process group if one is running."""
+    """Destroy the process group if one is running, once every process has reached this point
+    (a barrier first: a process that tore its group down while another's last collective was
+    still in flight aborted the other, 'terminate called without an active exception', seen
+    once in CI under load)."""
     if dist.is_initialized():
+        if dist.get_world_size() > 1:
+            dist.barrier()
         dist.destroy_process_group()
 
 
