@@ -67,13 +67,11 @@ def attend(
     additive mask broadcastable to (b, N, t, t) (or None) → (b, N, t, Dh), in q's dtype.
 
     SDPA's fused CPU kernel works in blocks of queries and keys split over threads, which is
-    overhead on short sequences: for t ≤ `SHORT_ATTENTION` keys, an fp32 or bf16 CPU
-    inference call (no dropout, no autograd) on a batch runs as ``baddbmm`` → softmax →
-    ``bmm`` instead (MiniLM's 12 heads × 32 dims, 32 sequences of 8–32 tokens:
-    benchmarks/short_attention.py → results/short_attention.json; at 64 tokens and more SDPA
-    is faster). bf16 inputs are computed in fp32 and rounded once at the end, so the result is
-    no less accurate than SDPA's bf16 kernel (tested against float64); fp32 agrees with SDPA
-    to float rounding (1e-5 relative). Other dtypes, training, tracing and export use
+    overhead on short sequences: for t ≤ `SHORT_ATTENTION` keys, an fp32 CPU inference call
+    (no dropout, no autograd) on a batch runs as ``baddbmm`` → softmax → ``bmm`` instead
+    (MiniLM's 12 heads × 32 dims, 32 sequences of 8–32 tokens: benchmarks/short_attention.py →
+    results/short_attention.json; at 64 tokens and more SDPA is faster). The two agree to
+    float rounding (1e-5 relative). bf16, training, tracing and export use
     `torch.nn.functional.scaled_dot_product_attention`, as do the one-sequence calls of the
     per-sequence strategy.
     """
@@ -81,22 +79,22 @@ def attend(
     if (
         k.shape[-2] > SHORT_ATTENTION
         or q.device.type != "cpu"
-        or q.dtype not in (torch.float32, torch.bfloat16)
+        or q.dtype != torch.float32
         or dropout_p
         or (mask is not None and mask.dtype == torch.bool)
         or (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad))
         or _exporting()
     ):
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
-    s, dtype = k.shape[-2], q.dtype
-    q, k, v = (x.reshape(b * n, -1, d).float() for x in (q, k, v))  # bf16: in fp32
+    s = k.shape[-2]
+    q, k, v = (x.reshape(b * n, -1, d) for x in (q, k, v))
     scale = 1.0 / math.sqrt(d)
     if mask is None:
         scores = torch.bmm(q, k.transpose(1, 2)).mul_(scale)
     else:
-        bias = mask.to(torch.float32).expand(b, n, t, s).reshape(b * n, t, s)
+        bias = mask.to(q.dtype).expand(b, n, t, s).reshape(b * n, t, s)
         scores = torch.baddbmm(bias, q, k.transpose(1, 2), alpha=scale)
-    return torch.bmm(scores.softmax(-1), v).view(b, n, t, d).to(dtype)
+    return torch.bmm(scores.softmax(-1), v).view(b, n, t, d)
 
 
 class SelfAttention(nn.Module):
