@@ -26,8 +26,8 @@ vectors (fetched resource ``stsb``, read by `data.pairs.read_pairs`, scored by
 Systems (``--systems`` picks some by substring; the reference always runs):
 - bertfamily fp32 (its linear kernel as ``linear_kernel="auto"`` picks it; where that is
   oneDNN, also a row with BLAS linears and one with oneDNN on unpacked weights); bertfamily
-  bf16 where ``dtype="auto"`` picks it (and rows with ``F.linear`` beside its oneDNN
-  linears and with SDPA beside its short-attention products); sentence-transformers fp32
+  bf16 where ``dtype="auto"`` picks it (and a row with ``F.linear`` beside its oneDNN
+  linears); sentence-transformers fp32
   (torch); ``backend="onnx"`` and ``backend="openvino"`` of sentence-transformers (their
   optimum exports, fp32);
 - ONNX Runtime fp32 on our export (`convert.onnx.export_onnx`), and on that export after
@@ -365,20 +365,6 @@ def build_systems(args, threads: int, work: Path, calibration) -> tuple[dict, di
                 return System(run, {"engine": "bertfamily (torch)", "linear_kernel": "F.linear"})
 
             add("bertfamily bf16, F.linear (linear_kernel='blas')", bf16_blas)
-
-        def bf16_sdpa(texts):  # short attention on SDPA's kernel: what the two products add
-            from bertfamily.modules import attention
-
-            short, attention.SHORT_ATTENTION = attention.SHORT_ATTENTION, 0
-            try:
-                return auto.encode(texts, batch_size=bs)
-            finally:
-                attention.SHORT_ATTENTION = short
-
-        add(
-            "bertfamily bf16, SDPA on short sequences",
-            lambda: System(bf16_sdpa, {"engine": "bertfamily (torch)", "attention": "SDPA"}),
-        )
 
     def runtime_openvino() -> System:  # what `embed --runtime openvino` runs
         embedder = SentenceEmbedder(model_dir, runtime="openvino")
