@@ -27,9 +27,8 @@ Systems (``--systems`` picks some by substring; the reference always runs):
 - bertfamily fp32 (its linear kernel as ``linear_kernel="auto"`` picks it; where that is
   oneDNN, also a row with BLAS linears and one with oneDNN on unpacked weights); bertfamily
   bf16 where ``dtype="auto"`` picks it (and a row with ``F.linear`` beside its oneDNN
-  linears); sentence-transformers fp32
-  (torch); ``backend="onnx"`` and ``backend="openvino"`` of sentence-transformers (their
-  optimum exports, fp32);
+  linears); sentence-transformers fp32 (torch); ``backend="onnx"`` and ``backend="openvino"``
+  of sentence-transformers (their optimum exports, fp32);
 - ONNX Runtime fp32 on our export (`convert.onnx.export_onnx`), and on that export after
   ``onnxruntime.transformers.optimizer.optimize_model(model_type="bert")`` fusions (the row
   lists which fused), and int8 of the fused graph (``quantize_dynamic``: int8 weights per

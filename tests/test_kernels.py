@@ -114,6 +114,10 @@ def test_packed_weight_follows_the_parameter():
             torch.testing.assert_close(
                 layer(x), x @ layer.weight.T + layer.bias, atol=1e-5, rtol=1e-5
             )
+    for dtype in (torch.bfloat16, torch.float32):  # .to() there and back: new storage each time
+        layer.to(dtype)
+    with torch.inference_mode():
+        torch.testing.assert_close(layer(x), x @ layer.weight.T + layer.bias, atol=1e-5, rtol=1e-5)
     layer.weight.data.mul_(3.0)  # unseen by the version counter: use_kernel packs again
     use_kernel(layer, "onednn")
     with torch.inference_mode():

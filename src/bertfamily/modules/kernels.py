@@ -137,7 +137,10 @@ class OneDnnLinear(nn.Linear):
         kept = self.__dict__.get("_onednn_packed")
         if kept is None or kept[0] != key:
             packed = torch.ops.mkldnn._reorder_linear_weight(w.detach(), PACK_ROWS_HINT)
-            kept = self.__dict__["_onednn_packed"] = (key, packed)
+            # the packed weight's source is kept alive with it: its memory cannot be freed and
+            # handed to a replacement weight (``.to()`` there and back), whose equal address
+            # and version count would otherwise pass for the old weight's
+            kept = self.__dict__["_onednn_packed"] = (key, packed, w.detach())
         return kept[1]
 
     def __getstate__(self) -> dict:
