@@ -276,13 +276,16 @@ def build_systems(args, threads: int, work: Path, calibration) -> tuple[dict, di
     export = export_onnx(fp32_model, work / "model.onnx")
     pipeline = "bertfamily SentenceEmbedder (tokenisation, length-sorted batches, pooling)"
 
-    def with_model(model) -> Callable[[list[str]], np.ndarray]:
+    def with_model(model, embedder=ours) -> Callable[[list[str]], np.ndarray]:
+        """``embedder``'s pipeline running ``model`` for the call, its own model put back."""
+        original = embedder.model
+
         def run(texts):
-            ours.model = model
+            embedder.model = model
             try:
-                return ours.encode(texts, batch_size=bs)
+                return embedder.encode(texts, batch_size=bs)
             finally:
-                ours.model = fp32_model
+                embedder.model = original
 
         return run
 
@@ -351,17 +354,10 @@ def build_systems(args, threads: int, work: Path, calibration) -> tuple[dict, di
         if auto.linear_kernel != "blas":
 
             def bf16_blas() -> System:
-                bf16_model, model = auto.model, copy.deepcopy(auto.model)
+                model = copy.deepcopy(auto.model)
                 use_kernel(model, "blas")
-
-                def run(texts):
-                    auto.model = model
-                    try:
-                        return auto.encode(texts, batch_size=bs)
-                    finally:
-                        auto.model = bf16_model
-
-                return System(run, {"engine": "bertfamily (torch)", "linear_kernel": "F.linear"})
+                info = {"engine": "bertfamily (torch)", "linear_kernel": "F.linear"}
+                return System(with_model(model, auto), info)
 
             add("bertfamily bf16, F.linear (linear_kernel='blas')", bf16_blas)
 

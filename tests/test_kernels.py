@@ -245,3 +245,15 @@ def test_every_pipeline_loader_gives_the_kernel(minilm_dir, dtype):
     torch.testing.assert_close(got.float(), want.float(), atol=tol, rtol=tol)
     with pytest.raises(InputError, match="linear_kernel"):
         load_model_and_tokenizer(minilm_dir, linear_kernel="mkl")
+
+
+def test_apply_linear_kernel_only_where_one_applies():
+    from bertfamily.modules.kernels import apply_linear_kernel
+
+    model = nn.Sequential(nn.Linear(4, 4))
+    for dtype, device in ((torch.float32, "cuda"), (torch.float16, "cpu")):
+        assert apply_linear_kernel(model, "blas", dtype, torch.device(device))[0] is None
+        with pytest.raises(InputError, match="linear_kernel"):  # refused on every device
+            apply_linear_kernel(model, "mkl", dtype, torch.device(device))
+    assert type(model[0]) is nn.Linear
+    assert apply_linear_kernel(model, "blas", torch.float32, torch.device("cpu"))[0] == "blas"

@@ -39,6 +39,7 @@ __all__ = [
     "LINEAR_KERNELS",
     "ONEDNN_DTYPES",
     "OneDnnLinear",
+    "apply_linear_kernel",
     "cpu_vendor",
     "resolve_linear_kernel",
     "use_kernel",
@@ -192,3 +193,23 @@ def use_kernel(model: nn.Module, kernel: str) -> int:
             module.__class__ = target
             count += 1
     return count
+
+
+def apply_linear_kernel(
+    model: nn.Module, kernel: str, dtype: torch.dtype, device: torch.device
+) -> tuple[str | None, str]:
+    """Give an inference ``model`` (parameters in ``dtype`` on ``device``) the Linear kernel
+    ``kernel`` resolves to (`resolve_linear_kernel`) where one applies: on the CPU, for fp32
+    and bf16 (`use_kernel`); elsewhere the model is left as it is.
+
+    Returns:
+        (the kernel now in use, or None where none applies; the reason).
+
+    Raises:
+        InputError: an unknown ``kernel`` (on every device), or "onednn" without oneDNN.
+    """
+    chosen, reason = resolve_linear_kernel(kernel, dtype)
+    if torch.device(device).type != "cpu" or dtype not in ONEDNN_DTYPES:
+        return None, f"none ({dtype} on {device})"
+    use_kernel(model, chosen)
+    return chosen, reason

@@ -19,7 +19,7 @@ from tokenizers import normalizers
 from ..checkpoints.io import read_hf_config
 from ..data.batching import sorted_batches
 from ..errors import InputError, NonFiniteOutputError
-from ..modules.kernels import ONEDNN_DTYPES, resolve_linear_kernel, use_kernel
+from ..modules.kernels import apply_linear_kernel, resolve_linear_kernel
 from ..pretrained import model_from_directory
 from ..resources.resolve import resolve_model
 from ..tokenization.tokenizer import tokenizer_from_directory
@@ -246,11 +246,14 @@ class SentenceEmbedder:
         self.int8_plan = self.int8_check = None
         self.runtime, self.runtime_check = runtime, None
         self.linear_kernel = None  # the fp32 CPU Linear kernel of the torch model, if any
-        kernel, reason = resolve_linear_kernel(linear_kernel, dtype)  # refuses an unknown name
-        if runtime == "torch" and self.device.type == "cpu" and dtype in ONEDNN_DTYPES:
-            use_kernel(self.model, kernel)  # before int8: its plan is measured on this kernel
-            self.linear_kernel = kernel
-            log.info("linear kernel %s", reason)
+        if runtime == "torch":  # before int8: its plan is measured on this kernel
+            self.linear_kernel, reason = apply_linear_kernel(
+                self.model, linear_kernel, dtype, self.device
+            )
+            if self.linear_kernel is not None:
+                log.info("linear kernel %s", reason)
+        else:
+            resolve_linear_kernel(linear_kernel, dtype)  # an unknown name is refused here too
         if runtime == "openvino":
             self._use_openvino(ov_precision, calibration, bar)
         if quantize == "int8":

@@ -12,7 +12,7 @@ import torch
 
 from ..checkpoints.io import read_hf_config
 from ..model import Model
-from ..modules.kernels import ONEDNN_DTYPES, resolve_linear_kernel, use_kernel
+from ..modules.kernels import apply_linear_kernel
 from ..pretrained import model_from_directory
 from ..resources.resolve import resolve_model
 from ..tokenization.tokenizer import Tokenizer, tokenizer_from_directory
@@ -64,8 +64,7 @@ def load_model_and_tokenizer(
     torch_dtype, _ = resolve_dtype(dtype, device)
     model = model_from_directory(directory, config_json=config_json, dtype=torch_dtype)
     model = model.to(device).eval()
-    if device.type == "cpu" and torch_dtype in ONEDNN_DTYPES:
-        use_kernel(model, resolve_linear_kernel(linear_kernel, torch_dtype)[0])
+    apply_linear_kernel(model, linear_kernel, torch_dtype, device)
     tokenizer = tokenizer_from_directory(directory, model_config=config_json)
     return LoadedModel(directory, model, tokenizer, device)
 
