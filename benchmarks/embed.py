@@ -27,7 +27,10 @@ Systems (``--systems`` picks some by substring; the reference always runs):
 - bertfamily fp32 (its linear kernel as ``linear_kernel="auto"`` picks it; where that is
   oneDNN, also a row with BLAS linears and one with oneDNN on unpacked weights); bertfamily
   bf16 where ``dtype="auto"`` picks it (and a row with ``F.linear`` beside its oneDNN
-  linears); sentence-transformers fp32 (torch); ``backend="onnx"`` and ``backend="openvino"``
+  linears); each of the two again with threads that follow the load, as the commands run it
+  (`runtime.AdaptiveThreads`, at most the benchmark's threads: with one core taken it drops
+  to one thread, which every other row keeps at the fixed count);
+  sentence-transformers fp32 (torch); ``backend="onnx"`` and ``backend="openvino"``
   of sentence-transformers (their optimum exports, fp32);
 - ONNX Runtime fp32 on our export (`convert.onnx.export_onnx`), and on that export after
   ``onnxruntime.transformers.optimizer.optimize_model(model_type="bert")`` fusions (the row
@@ -46,7 +49,10 @@ Systems (``--systems`` picks some by substring; the reference always runs):
   int8 weights only (``nncf.compress_weights``);
 - CTranslate2 fp32 and int8 (``TransformersConverter`` of the MiniLM directory, one
   ``ctranslate2.Encoder`` per compute type; mean pooling and normalisation of its
-  ``last_hidden_state`` by `SentenceEmbedder`, as the reference does);
+  ``last_hidden_state`` by `SentenceEmbedder`, as the reference does). CTranslate2 runs in a
+  worker process of its own, fed through a pipe: its wheel brings its own libgomp, which
+  slowed every torch engine of a process it was loaded in, so in one process its rows could
+  not come from the same run as the others;
 - fastembed on our local ONNX export (``TextEmbedding.add_custom_model`` + a local
   ``specific_model_path``, mean pooling, normalised; no download).
 A peer that cannot be installed, imported or run offline is a row with "unavailable": why.
@@ -67,6 +73,7 @@ machine; ``--quick``: 100 sentences, 30 queries, 2 rounds, 200 STS pairs, about 
 from __future__ import annotations
 
 import argparse
+import atexit
 import copy
 import importlib.metadata
 import json
@@ -75,6 +82,7 @@ import os
 import resource
 import shutil
 import statistics
+import struct
 import subprocess
 import sys
 import tempfile
@@ -193,18 +201,70 @@ def openvino_trunk(model, threads: int, precision: str | None) -> Trunk:
     return Trunk(forward)
 
 
-def ctranslate2_trunk(model_dir: Path, compute_type: str, threads: int) -> Trunk:
-    """A converted CTranslate2 encoder as the trunk: the padded ids with their lengths."""
-    import ctranslate2
+CT2_WORKER = r"""
+import struct, sys
+import numpy as np
+import ctranslate2
 
-    encoder = ctranslate2.Encoder(
-        str(model_dir), device="cpu", compute_type=compute_type, intra_threads=threads
+path, compute_type, threads = sys.argv[1], sys.argv[2], int(sys.argv[3])
+encoder = ctranslate2.Encoder(path, device="cpu", compute_type=compute_type, intra_threads=threads)
+read, write = sys.stdin.buffer.read, sys.stdout.buffer.write
+write(b"ready\n")
+sys.stdout.flush()
+while True:
+    head = read(8)
+    if len(head) < 8:
+        break
+    b, t = struct.unpack("<ii", head)
+    ids = np.frombuffer(read(4 * b * t), dtype=np.int32).reshape(b, t).copy()
+    lengths = np.frombuffer(read(4 * b), dtype=np.int32).copy()
+    out = encoder.forward_batch(
+        ctranslate2.StorageView.from_array(ids), ctranslate2.StorageView.from_array(lengths)
     )
+    h = np.ascontiguousarray(np.asarray(out.last_hidden_state), dtype=np.float32)
+    write(struct.pack("<iii", *h.shape) + h.tobytes())
+    sys.stdout.flush()
+"""
+
+
+def ctranslate2_convert(model_dir: Path, out_dir: Path) -> None:
+    """``TransformersConverter`` of ``model_dir`` into ``out_dir``, in a child process: importing
+    ctranslate2 loads its own libgomp, which slows the torch engines of the process it is in
+    (measured: bertfamily fp32 queries 920.6 → 597.2/s; embed_zen5_with_ct2.json)."""
+    code = (
+        "import sys; from ctranslate2.converters import TransformersConverter; "
+        "TransformersConverter(sys.argv[1]).convert(sys.argv[2], quantization=None)"
+    )
+    subprocess.run([sys.executable, "-c", code, str(model_dir), str(out_dir)], check=True)
+
+
+def ctranslate2_trunk(model_dir: Path, compute_type: str, threads: int) -> Trunk:
+    """A converted CTranslate2 encoder as the trunk, run in a worker process of its own (no
+    torch there; see `ctranslate2_convert` for why): the padded int32 ids and their lengths go
+    down a pipe, the (B, T, H) float32 last hidden state comes back (its copy is part of the
+    time; at batch 32 × 64 tokens 3 MB, about a millisecond)."""
+    worker = subprocess.Popen(
+        [sys.executable, "-c", CT2_WORKER, str(model_dir), compute_type, str(threads)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
+    if worker.stdout.readline() != b"ready\n":
+        raise RuntimeError(f"the CTranslate2 worker did not start (exit code {worker.poll()})")
+    atexit.register(worker.kill)
+
+    def read(n: int) -> bytes:
+        data = worker.stdout.read(n)
+        if len(data) != n:
+            raise RuntimeError(f"the CTranslate2 worker stopped (exit code {worker.poll()})")
+        return data
 
     def forward(input_ids, attention_mask, **_):
-        ids = ctranslate2.StorageView.from_array(input_ids.numpy().astype(np.int32))
-        lengths = ctranslate2.StorageView.from_array(attention_mask.sum(1).numpy().astype(np.int32))
-        return np.asarray(encoder.forward_batch(ids, lengths).last_hidden_state)  # (B, T, H)
+        ids = input_ids.numpy().astype(np.int32)
+        lengths = attention_mask.sum(1).numpy().astype(np.int32)
+        worker.stdin.write(struct.pack("<ii", *ids.shape) + ids.tobytes() + lengths.tobytes())
+        worker.stdin.flush()
+        shape = struct.unpack("<iii", read(12))
+        return np.frombuffer(read(4 * int(np.prod(shape))), dtype=np.float32).reshape(shape)
 
     return Trunk(forward)
 
@@ -255,6 +315,7 @@ class Busy:
 
 
 BF16_AUTO = "bf16 (dtype auto: the default here)"
+ADAPTIVE = "threads that follow the load (as the commands)"
 
 
 def build_systems(args, threads: int, work: Path, calibration) -> tuple[dict, dict]:
@@ -313,6 +374,30 @@ def build_systems(args, threads: int, work: Path, calibration) -> tuple[dict, di
 
     kernel = {"engine": "bertfamily (torch)", "linear_kernel": ours.linear_kernel}
     add("bertfamily fp32", lambda: System(with_model(fp32_model), kernel))
+
+    def adaptive(run: Callable[[list[str]], np.ndarray], info: dict) -> System:
+        """``run`` under the thread governor the commands start (`runtime.AdaptiveThreads`,
+        at most the benchmark's threads): the threads `bertfamily embed` would use. Its look
+        starts afresh with each call (`reset`): CTranslate2's worker processes ran in between,
+        and the governor would count them as a neighbour's load."""
+        from bertfamily.runtime import AdaptiveThreads
+
+        governor = AdaptiveThreads(threads)
+        used = info.setdefault("threads_per_call", [])
+
+        def governed(texts):
+            governor.reset()
+            with governor:
+                out = run(texts)
+            used.append(governor.threads)
+            return out
+
+        return System(governed, info | {"threads": f"adaptive, at most {threads}"})
+
+    add(
+        f"bertfamily fp32, {ADAPTIVE}",
+        lambda: adaptive(with_model(fp32_model), dict(kernel)),
+    )
     if ours.linear_kernel != "blas":  # auto chose oneDNN here: the BLAS kernel beside it
 
         def blas() -> System:
@@ -360,6 +445,13 @@ def build_systems(args, threads: int, work: Path, calibration) -> tuple[dict, di
                 return System(with_model(model, auto), info)
 
             add("bertfamily bf16, F.linear (linear_kernel='blas')", bf16_blas)
+
+        add(
+            f"bertfamily {BF16_AUTO}, {ADAPTIVE}",
+            lambda: adaptive(
+                auto_run, {"engine": "bertfamily (torch)", "dtype": auto.dtype_reason}
+            ),
+        )
 
     def runtime_openvino() -> System:  # what `embed --runtime openvino` runs
         embedder = SentenceEmbedder(model_dir, runtime="openvino")
@@ -541,13 +633,14 @@ def build_systems(args, threads: int, work: Path, calibration) -> tuple[dict, di
 
     def ct2(compute_type: str) -> System:
         if not ct2_dir.is_dir():
-            from ctranslate2.converters import TransformersConverter
-
-            TransformersConverter(str(model_dir)).convert(str(ct2_dir), quantization=None)
+            ctranslate2_convert(model_dir, ct2_dir)
         trunk = ctranslate2_trunk(ct2_dir, compute_type, threads)
         return System(
             with_model(trunk),
-            {"engine": f"ctranslate2 Encoder, compute_type {compute_type}", "pipeline": pipeline},
+            {
+                "engine": f"ctranslate2 Encoder, compute_type {compute_type}, in a worker process",
+                "pipeline": pipeline,
+            },
         )
 
     add("ctranslate2 fp32", lambda: ct2("float32"))

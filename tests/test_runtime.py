@@ -154,3 +154,142 @@ def test_device_option(cli, minilm_dir, monkeypatch):
                     ["rerank", "q", "d"], ["fill-mask", "a [MASK]"]):  # fmt: skip
         result = cli(command[0], "--model", minilm_dir, "--device", "cuda", *command[1:])
         assert result.exit_code == 2 and "torch sees no CUDA device" in result.output, command
+
+
+class _Clock:
+    """The governor's three readings, driven by the test: wall seconds, this process's CPU
+    seconds, and the busy CPU seconds of its CPUs (every process)."""
+
+    def __init__(self, monkeypatch, cpus=(0, 1), cores=2):
+        self.wall = self.own = self.busy = 0.0
+        monkeypatch.setattr(runtime.time, "perf_counter", lambda: self.wall)
+        monkeypatch.setattr(runtime.time, "process_time", lambda: self.own)
+        monkeypatch.setattr(runtime, "_busy_cpu_seconds", lambda cpus: self.busy)
+        monkeypatch.setattr(runtime.os, "sched_getaffinity", lambda pid: set(cpus))
+        monkeypatch.setattr(runtime, "physical_cores", lambda: cores)
+
+    def run(self, seconds: float, ours: float, others: float) -> None:
+        """``seconds`` pass with this process on ``ours`` CPUs, other processes on ``others``."""
+        self.wall += seconds
+        self.own += ours * seconds
+        self.busy += (ours + others) * seconds
+
+
+@pytest.fixture
+def threads_back():
+    before = torch.get_num_threads()
+    yield
+    while runtime.active_governor() is not None:
+        runtime.active_governor().stop()
+    torch.set_num_threads(before)
+
+
+def test_governor_follows_other_processes_not_its_own_work(monkeypatch, threads_back):
+    clock = _Clock(monkeypatch)
+    with runtime.AdaptiveThreads(2) as gov:
+        assert torch.get_num_threads() == 2
+        clock.run(1.0, ours=2.0, others=0.0)  # our own two busy threads are not "others"
+        runtime.adapt_threads()
+        assert (gov.threads, torch.get_num_threads(), gov.free) == (2, 2, pytest.approx(2.0))
+        clock.run(1.0, ours=1.3, others=0.7)  # a neighbour spins: free 1.3 < 2 - 0.5
+        runtime.adapt_threads()
+        assert (gov.threads, torch.get_num_threads()) == (1, 1)
+        assert gov.free == pytest.approx(1.3)
+        clock.run(0.3, ours=1.0, others=0.0)  # within interval_s (0.5 s): no decision
+        runtime.adapt_threads()
+        assert gov.threads == 1
+        clock.run(0.3, ours=1.0, others=1.0)  # the 0.6 s since the last look: 0.5 of others
+        runtime.adapt_threads()  # free 1.5 < 1 + 0.6: stays (no flapping at the border)
+        assert (gov.threads, gov.free) == (1, pytest.approx(1.5))
+        clock.run(1.0, ours=1.0, others=0.0)  # the neighbour ended
+        runtime.adapt_threads()
+        assert (gov.threads, torch.get_num_threads(), gov.changes) == (2, 2, 2)
+        clock.run(1.0, ours=2.0, others=0.4)  # light background: free 1.6 >= 2 - 0.5, kept
+        runtime.adapt_threads()
+        assert gov.threads == 2
+    assert runtime.active_governor() is None
+
+
+def test_governor_counts_physical_cores_and_its_cap(monkeypatch, threads_back):
+    # 4 logical CPUs on 2 cores (hyper-threads); one logical CPU's worth used by others
+    clock = _Clock(monkeypatch, cpus=(0, 1, 2, 3), cores=2)
+    gov = runtime.AdaptiveThreads(threads=1).start()
+    assert gov.max_threads == 2
+    clock.run(1.0, ours=1.0, others=0.0)
+    assert gov.update() == 2  # 2 free cores, at most max_threads
+    clock.run(1.0, ours=2.0, others=2.0)  # others on 2 logical CPUs = 1 core
+    assert (gov.update(), gov.free) == (1, pytest.approx(1.0))
+    with pytest.raises(InputError, match="threads must be >= 1"):
+        runtime.AdaptiveThreads(0)
+    with pytest.raises(InputError, match="interval_s"):
+        runtime.AdaptiveThreads(2, interval_s=0)
+
+
+def test_governor_sets_the_computing_threads_own_pool(monkeypatch, threads_back):
+    """torch's intra-op count is per thread once a thread has computed: a worker (a server's
+    batcher) that ran with 2 threads gets the governor's 1 at its next batch."""
+    import threading
+
+    clock = _Clock(monkeypatch)
+    torch.set_num_threads(2)
+    seen: list[int] = []
+    go = threading.Event()
+
+    def worker():
+        torch.ones(64, 64) @ torch.ones(64, 64)
+        go.wait()
+        runtime.adapt_threads()
+        seen.append(torch.get_num_threads())
+
+    t = threading.Thread(target=worker)
+    t.start()
+    gov = runtime.AdaptiveThreads(2).start()
+    clock.run(1.0, ours=1.0, others=1.0)
+    gov.update()  # decided on the main thread
+    go.set()
+    t.join()
+    assert seen == [1]
+
+
+def test_automatic_threads_start_a_governor_that_ends_with_the_command(
+    cli, minilm_dir, monkeypatch, threads_back
+):
+    from bertfamily.modules import encoder
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(runtime, "free_cores", lambda sample_s=0.1: 2.0)
+    line = runtime.apply_threads(0)
+    assert line.endswith("adapting while it runs)") and runtime.active_governor() is not None
+    runtime.active_governor().stop()
+    assert "adapting" not in runtime.apply_threads(1) and runtime.active_governor() is None
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    assert "adapting" not in runtime.apply_threads(0) and runtime.active_governor() is None
+
+    # a command with automatic threads: every encoder batch consults the governor, which is
+    # gone when the command returns
+    monkeypatch.delenv("OMP_NUM_THREADS")
+    calls: list[int] = []
+    real = encoder.adapt_threads
+
+    def counted():
+        calls.append(1 if runtime.active_governor() is not None else 0)
+        real()
+
+    monkeypatch.setattr(encoder, "adapt_threads", counted)
+    result = cli("embed", "--model", minilm_dir, "a b c", "d e")
+    assert result.exit_code == 0, result.output
+    assert calls and all(calls)
+    assert runtime.active_governor() is None
+
+
+def test_governor_reset_starts_a_new_look(monkeypatch, threads_back):
+    clock = _Clock(monkeypatch)
+    gov = runtime.AdaptiveThreads(2)
+    clock.run(5.0, ours=0.0, others=2.0)  # a neighbour ran before the work started
+    gov.reset()
+    with gov:
+        clock.run(1.0, ours=2.0, others=0.0)
+        assert gov.update() == 2 and gov.free == pytest.approx(2.0)
+    clock.run(5.0, ours=0.0, others=2.0)
+    with gov:  # without a reset the look spans the neighbour's run
+        assert gov.update() == 1 and torch.get_num_threads() == 1

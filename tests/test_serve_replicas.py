@@ -78,3 +78,29 @@ def test_a_replica_app_is_built_from_its_environment(tiny, monkeypatch):
         assert client.post("/embed", json={"inputs": TEXTS[:4]}).status_code == 413
         info = client.get("/info").json()
         assert info["max_batch_tokens"] == 512 and info["max_client_batch_size"] == 3, info
+
+
+def test_a_replica_with_automatic_threads_follows_the_load(tiny, monkeypatch):
+    """`serve --workers N` without --threads: each replica starts a governor capped at its
+    share of the cores (`runtime.AdaptiveThreads`); with --threads none is started."""
+    import torch
+
+    from bertfamily import runtime
+    from bertfamily.serve.app import ServeSettings
+    from bertfamily.serve.replicas import ENV, app_from_environment, replica_environment
+
+    before = torch.get_num_threads()
+    try:
+        env = replica_environment(tiny, ServeSettings(), threads=1, adaptive_max_threads=1)
+        monkeypatch.setenv(ENV, env)
+        app_from_environment()
+        gov = runtime.active_governor()
+        assert gov is not None and (gov.max_threads, gov.threads) == (1, 1)
+        gov.stop()
+        monkeypatch.setenv(ENV, replica_environment(tiny, ServeSettings(), threads=1))
+        app_from_environment()
+        assert runtime.active_governor() is None
+    finally:
+        while runtime.active_governor() is not None:
+            runtime.active_governor().stop()
+        torch.set_num_threads(before)

@@ -11,7 +11,11 @@ takes about as long as on one thread *plus* the waits. One thread per free core 
 free) and subtracts what other processes used on the CPUs this process may run on; the result
 is capped by the physical cores and by a cgroup CPU quota. `choose_threads` turns a request
 (``--threads N``; 0 = automatic) into a count and the reason, and `apply_threads` sets torch's
-intra-op pool to it. Nothing here runs at import.
+intra-op pool to it. A count chosen automatically then follows the load while the command runs:
+`AdaptiveThreads` re-decides it between batches from what other processes used since its last
+look (/proc/stat minus this process's own CPU time), so a long embedding run or a server drops a
+thread when a neighbour starts and takes it back when the neighbour ends. Nothing here runs at
+import.
 
 **Optional packages.** `require` imports one or raises `MissingDependency` with the
 ``pip install "bertfamily[extra]"`` that installs it.
@@ -19,10 +23,13 @@ intra-op pool to it. Nothing here runs at import.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import math
 import os
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
@@ -151,14 +158,191 @@ def choose_threads(requested: int = 0, processes: int = 1) -> tuple[int, str]:
     return per_process, why
 
 
-def apply_threads(requested: int = 0, processes: int = 1) -> str:
-    """Set torch's intra-op threads by `choose_threads`; returns the line that says what was
-    chosen (``"threads: 1 torch intra-op (1.0 of 2 physical cores free)"``)."""
+def threads_are_automatic(requested: int = 0) -> bool:
+    """True when `choose_threads` picks the count from the free cores: no ``requested`` count
+    and no ``OMP_NUM_THREADS``."""
+    env = os.environ.get("OMP_NUM_THREADS", "").strip()
+    return requested == 0 and not (env.isdigit() and int(env) > 0)
+
+
+def apply_threads(requested: int = 0, processes: int = 1, *, adapt: bool = True) -> str:
+    """Set torch's intra-op threads by `choose_threads`; when the count was automatic and
+    ``adapt`` is true, also start an `AdaptiveThreads` governor (for the rest of the process;
+    at most the physical cores / ``processes`` threads) that follows the load while the work
+    runs. Returns the line that says what was chosen (``"threads: 1 torch intra-op (1.0 of 2
+    physical cores free; adapting while it runs)"``)."""
     import torch
 
     count, why = choose_threads(requested, processes)
     torch.set_num_threads(count)
+    if adapt and threads_are_automatic(requested):
+        AdaptiveThreads(max(1, physical_cores() // max(1, processes)), threads=count).start()
+        why += "; adapting while it runs"
     return f"threads: {count} torch intra-op ({why})"
+
+
+def _busy_cpu_seconds(cpus: set[int]) -> float | None:
+    """CPU seconds the logical CPUs ``cpus`` have spent busy since boot (every process, this
+    one included; /proc/stat's total minus idle and iowait), or None where it cannot be read."""
+    try:
+        times = _cpu_times()
+        hz = os.sysconf("SC_CLK_TCK")
+    except (AttributeError, OSError, ValueError, IndexError):
+        return None
+    busy = [times[c][1] - times[c][0] for c in cpus if c in times]
+    return sum(busy) / hz if busy and hz > 0 else None
+
+
+class AdaptiveThreads:
+    """torch's intra-op threads kept at the cores other processes leave free while work runs.
+
+    A command picks its thread count once, when it starts (`choose_threads`); a long run (a
+    corpus to embed, a server) outlives the load it saw then. While a governor is active
+    (``with governor:``, or `start`), every encoder forward calls `adapt_threads`, which at most
+    every ``interval_s`` seconds compares the busy time of this process's CPUs (/proc/stat)
+    with this process's own CPU time (`time.process_time`, every thread) over the time since
+    the last look: the difference is what other processes used, so no sleep is needed. The
+    cores left (in physical cores) set the count, between 1 and ``max_threads``, with a
+    margin against flapping: one thread less when the free cores fall half a core below the
+    count, one more only when they are 0.6 of a core above it.
+
+    fp32 results do not depend on the count beyond float rounding (≤ 2e-7 on MiniLM's unit
+    vectors); bf16 ones may differ by ~1e-3 between counts (oneDNN and SDPA block their work
+    by thread), so a bf16 run whose load changes is not bitwise reproducible: pass
+    ``--threads N`` (or set ``OMP_NUM_THREADS``) for that.
+
+    Args:
+        max_threads: the most threads (≥ 1); default `physical_cores`.
+        threads: the count to start with; default ``max_threads``.
+        interval_s: seconds between decisions (> 0).
+
+    Raises:
+        InputError: ``max_threads`` or ``threads`` < 1, ``interval_s`` ≤ 0.
+    """
+
+    def __init__(
+        self, max_threads: int | None = None, *, threads: int | None = None, interval_s: float = 0.5
+    ) -> None:
+        from .errors import InputError
+
+        self.max_threads = physical_cores() if max_threads is None else max_threads
+        self.threads = self.max_threads if threads is None else min(threads, self.max_threads)
+        if self.max_threads < 1 or self.threads < 1:
+            raise InputError(
+                f"threads must be >= 1, got max_threads={self.max_threads}, threads={self.threads}"
+            )
+        if not interval_s > 0:
+            raise InputError(f"interval_s must be > 0, got {interval_s}")
+        self.interval_s = interval_s
+        try:
+            self.cpus = set(os.sched_getaffinity(0))
+        except (AttributeError, OSError):
+            self.cpus = set(range(os.cpu_count() or 1))
+        self.cores = physical_cores()
+        self.free: float | None = None  # the free cores seen at the last decision
+        self.changes = 0  # how many times the count changed
+        self._lock = threading.Lock()
+        self._previous: list[tuple[AdaptiveThreads | None, int]] = []
+        self._sample = self._read()
+
+    def _read(self) -> tuple[float, float, float | None]:
+        return time.perf_counter(), time.process_time(), _busy_cpu_seconds(self.cpus)
+
+    def reset(self) -> None:
+        """Start a new look now: the next decision covers only what happens from here on (for
+        a caller that knows the time since the last look is no guide, e.g. a benchmark whose
+        other engines ran in other processes meanwhile)."""
+        self._sample = self._read()
+
+    def update(self) -> int:
+        """Re-decide the count when ``interval_s`` has passed since the last decision (else
+        keep it), and, when this governor is in charge, make the calling thread's torch pool
+        that size (the intra-op count is per thread: a thread that computed before a change
+        keeps its own). Returns the count."""
+        wall = time.perf_counter()
+        if wall - self._sample[0] >= self.interval_s and self._lock.acquire(blocking=False):
+            try:
+                self._decide()
+            finally:
+                self._lock.release()
+        if _ACTIVE and _ACTIVE[-1] is self:
+            import torch
+
+            if torch.get_num_threads() != self.threads:
+                torch.set_num_threads(self.threads)
+        return self.threads
+
+    def _decide(self) -> None:
+        now = self._read()
+        (w0, own0, busy0), (w1, own1, busy1) = self._sample, now
+        self._sample = now
+        if busy0 is None or busy1 is None or w1 <= w0:
+            return
+        others = max(0.0, (busy1 - busy0) - (own1 - own0)) / (w1 - w0)  # logical CPUs
+        free = max(0.0, len(self.cpus) - others) * self.cores / max(1, len(self.cpus))
+        self.free = free
+        count = self.threads
+        if free < count - 0.5:
+            count = max(1, int(free + 0.5))
+        elif free >= count + 0.6:
+            count = min(self.max_threads, int(free + 0.4))
+        if count != self.threads:
+            self.threads = count
+            self.changes += 1
+
+    def start(self) -> AdaptiveThreads:
+        """Make this the active governor: torch's threads become its count, re-decided at
+        once when ``interval_s`` has passed since its last look. Returns itself."""
+        import torch
+
+        _ACTIVE.append(self)
+        self._previous.append(torch.get_num_threads())
+        torch.set_num_threads(self.threads)
+        self.update()
+        return self
+
+    def stop(self) -> None:
+        """Undo `start`: the governor active before (if any) and its thread count return."""
+        import torch
+
+        if self in _ACTIVE:
+            _ACTIVE.remove(self)
+        if self._previous:
+            torch.set_num_threads(self._previous.pop())
+
+    def __enter__(self) -> AdaptiveThreads:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+_ACTIVE: list[AdaptiveThreads] = []  # started governors, the last one in charge
+
+
+def adapt_threads() -> None:
+    """Let the active `AdaptiveThreads` (if any) re-decide torch's thread count; called by
+    `Encoder.begin` before every batch. Costs a list check when no governor is active."""
+    if _ACTIVE:
+        _ACTIVE[-1].update()
+
+
+def active_governor() -> AdaptiveThreads | None:
+    """The `AdaptiveThreads` in charge now, or None."""
+    return _ACTIVE[-1] if _ACTIVE else None
+
+
+@contextlib.contextmanager
+def governor_scope() -> Iterator[None]:
+    """Every `AdaptiveThreads` started inside the block (by `apply_threads`, say) is stopped
+    when it ends, its thread count given back: what one command started does not outlive it
+    in a process that runs several (tests, notebooks)."""
+    depth = len(_ACTIVE)
+    try:
+        yield
+    finally:
+        while len(_ACTIVE) > depth:
+            _ACTIVE[-1].stop()
 
 
 def install_command(extra: str) -> str:

@@ -38,12 +38,16 @@ VERBOSE = False
 def handle_errors(func: Callable[..., Any]) -> Callable[..., Any]:
     """Run a command, turning a `BertFamilyError` or `OSError` into ``error: …`` on stderr and
     exit code 2 (with its traceback too under ``-v``). Any other exception propagates: the
-    command line prints its traceback and exits with code 1."""
+    command line prints its traceback and exits with code 1. A thread governor the command
+    started (`runtime.apply_threads`) stops when it returns (`runtime.governor_scope`)."""
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from ..runtime import governor_scope
+
         try:
-            return func(*args, **kwargs)
+            with governor_scope():  # threads that followed the load end with the command
+                return func(*args, **kwargs)
         except (typer.Exit, typer.Abort):
             raise  # typer's own exits; usage errors are no library error
         except LIBRARY_ERRORS as e:
@@ -358,8 +362,8 @@ def print_summary_on_main_rank(summary: dict, keys: tuple[str, ...], device: str
 
 
 THREADS_HELP = (
-    "torch intra-op threads (0: OMP_NUM_THREADS when set, else one per core that is free when "
-    "the command starts; a core busy with another process is left to it)."
+    "torch intra-op threads (0: OMP_NUM_THREADS when set, else one per free core, re-decided "
+    "between batches while the command runs; a core busy with another process is left to it)."
 )
 
 

@@ -109,14 +109,20 @@ def serve(
     import torch
     import uvicorn
 
-    from ..runtime import choose_threads
+    from ..runtime import AdaptiveThreads, choose_threads, physical_cores, threads_are_automatic
     from ..serve.app import ServeSettings, create_app, load_served_model
     from ..serve.http import connection_limits
 
     device = torch_device(device)
+    adapt = threads_are_automatic(threads)
+    max_threads = max(1, physical_cores() // workers)
     threads, why = choose_threads(threads, workers)
+    if adapt:
+        why += "; adapting to the load between batches"
     err.print(f"threads: {threads} torch intra-op per replica ({why})", soft_wrap=True)
     torch.set_num_threads(threads)
+    if adapt and workers == 1:
+        AdaptiveThreads(max_threads, threads=threads).start()
     settings = ServeSettings(
         max_batch_tokens=max_batch_tokens,
         batch_size=batch_size,
@@ -144,6 +150,7 @@ def serve(
             dtype=dtype,
             quantize=quantize,
             threads=threads,
+            adaptive_max_threads=max_threads if adapt else 0,
             speed=speed,
             device=device,
             runtime=runtime,

@@ -10,6 +10,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from ..errors import ArgumentTypeError, InputError
+from ..runtime import adapt_threads
 from .attention import AttentionOutput
 from .context import AttentionContext
 from .unpad import Unpadded
@@ -385,6 +386,8 @@ class Encoder(nn.Module):
             )
         if not torch.jit.is_tracing():  # the ONNX exporter traces; values are checked eagerly
             device = self.embeddings.token.weight.device
+            if device.type == "cpu":
+                adapt_threads()  # a no-op unless a command follows the load (runtime)
             input_ids = as_input_tensor(input_ids, "input_ids", device)
             attention_mask = as_input_tensor(attention_mask, "attention_mask", device, False)
             token_type_ids = as_input_tensor(token_type_ids, "token_type_ids", device)

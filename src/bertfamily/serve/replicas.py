@@ -30,19 +30,23 @@ def replica_environment(
     dtype: str = "auto",
     quantize: str | None = None,
     threads: int = 0,
+    adaptive_max_threads: int = 0,
     device: str = "cpu",
     speed: float | None = None,
     runtime: str = "torch",
 ) -> str:
     """The ``BERTFAMILY_SERVE_REPLICA`` value describing one replica (JSON): what
     `app_from_environment` needs to build the app ``bertfamily serve`` would build (the model,
-    its settings, dtype, int8 plan, threads, and a FastBERT classifier's default speed)."""
+    its settings, dtype, int8 plan, threads, and a FastBERT classifier's default speed).
+    ``adaptive_max_threads`` > 0: each replica's threads follow the load
+    (`runtime.AdaptiveThreads`), at most that many."""
     body = {
         "model_dir": str(model_dir),
         "settings": asdict(settings),
         "dtype": dtype,
         "quantize": quantize,
         "threads": threads,
+        "adaptive_max_threads": adaptive_max_threads,
         "device": device,
         "speed": speed,
         "runtime": runtime,
@@ -62,6 +66,10 @@ def app_from_environment():
         import torch
 
         torch.set_num_threads(body["threads"])
+        if body.get("adaptive_max_threads"):
+            from ..runtime import AdaptiveThreads
+
+            AdaptiveThreads(body["adaptive_max_threads"], threads=body["threads"]).start()
     path = Path(body["model_dir"])
     device = body.get("device", "cpu")
     if body.get("quantize"):
