@@ -293,3 +293,18 @@ def test_governor_reset_starts_a_new_look(monkeypatch, threads_back):
     clock.run(5.0, ours=0.0, others=2.0)
     with gov:  # without a reset the look spans the neighbour's run
         assert gov.update() == 1 and torch.get_num_threads() == 1
+
+
+def test_training_threads_follow_the_load_only_when_automatic(monkeypatch, threads_back):
+    from bertfamily.cli.common import training_threads
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(runtime, "free_cores", lambda sample_s=0.1: 1.0)
+    monkeypatch.setattr(runtime, "physical_cores", lambda: 2)
+    with training_threads(0) as line:
+        gov = runtime.active_governor()
+        assert gov is not None and (gov.threads, gov.max_threads) == (1, 2)
+        assert "adapting while it runs" in line and torch.get_num_threads() == 1
+    assert runtime.active_governor() is None
+    with training_threads(2) as line:
+        assert runtime.active_governor() is None and "adapting" not in line

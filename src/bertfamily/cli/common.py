@@ -253,13 +253,14 @@ def training_threads(requested: int = 0) -> Iterator[str]:
     otherwise fight over the same cores. torch's intra-op threads: ``requested`` when > 0, else
     ``OMP_NUM_THREADS`` when that is set, else the cores free right now (`runtime.free_cores`:
     never more threads than free cores) divided by the processes on this node
-    (``LOCAL_WORLD_SIZE`` under torchrun).
+    (``LOCAL_WORLD_SIZE`` under torchrun), then kept at the free cores while the run goes on
+    (`runtime.AdaptiveThreads`, re-decided between steps).
     """
     import os
 
     import torch
 
-    from ..runtime import choose_threads
+    from ..runtime import AdaptiveThreads, choose_threads, physical_cores, threads_are_automatic
 
     before_threads, before_env = torch.get_num_threads(), os.environ.get("TOKENIZERS_PARALLELISM")
     tokenizers = ""
@@ -272,12 +273,18 @@ def training_threads(requested: int = 0) -> Iterator[str]:
         procs = 1
     count, why = choose_threads(requested, procs)
     torch.set_num_threads(count)
+    governor = None
+    if threads_are_automatic(requested):
+        governor = AdaptiveThreads(max(1, physical_cores() // procs), threads=count).start()
+        why += "; adapting while it runs"
     line = f"threads: {torch.get_num_threads()} torch intra-op ({why}){tokenizers}"
     if is_main_process():
         err.print(line, markup=False, highlight=False)
     try:
         yield line
     finally:
+        if governor is not None:
+            governor.stop()
         torch.set_num_threads(before_threads)
         if before_env is None:
             os.environ.pop("TOKENIZERS_PARALLELISM", None)
