@@ -242,7 +242,7 @@ class AdaptiveThreads:
         self.free: float | None = None  # the free cores seen at the last decision
         self.changes = 0  # how many times the count changed
         self._lock = threading.Lock()
-        self._previous: list[tuple[AdaptiveThreads | None, int]] = []
+        self._previous: list[int] = []  # torch thread counts before each start
         self._sample = self._read()
 
     def _read(self) -> tuple[float, float, float | None]:
