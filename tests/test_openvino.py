@@ -6,6 +6,7 @@ run with `pip install -e ".[test,openvino]"`)."""
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -19,6 +20,12 @@ TEXTS = [
     "A man is eating a piece of bread.",
     "The girl is carrying a baby.",
     "Un homme mange du pain.",
+]
+HELD_OUT = [
+    "It is a truth universally acknowledged.",
+    "She walked to the village in the rain.",
+    "The letter arrived a day too late.",
+    "Music was playing in the next room.",
 ]
 
 
@@ -66,7 +73,7 @@ def test_a_graph_that_misses_the_bar_is_refused(minilm_dir):
     [
         (dict(runtime="onnx"), "runtime must be 'torch' or 'openvino'"),
         (dict(runtime="openvino", dtype="fp16"), "OpenVINO runtime takes dtype"),
-        (dict(runtime="openvino", quantize="int8"), "on the CPU, without quantize"),
+        (dict(runtime="openvino", device="meta"), "runs on the CPU"),
     ],
 )
 def test_refusals(minilm_dir, kwargs, words):
@@ -74,6 +81,8 @@ def test_refusals(minilm_dir, kwargs, words):
 
     with pytest.raises(InputError, match=words):
         SentenceEmbedder(minilm_dir, **kwargs)
+    with pytest.raises(QuantizationError, match="quantize must be None or 'int8'"):
+        SentenceEmbedder(minilm_dir, runtime="openvino", quantize="int4")
 
 
 def test_cli_embed_runtime_openvino(cli, minilm_dir, reference):
@@ -90,8 +99,13 @@ def own_cache(tmp_path, monkeypatch):
     from bertfamily.pipelines import precision
 
     monkeypatch.setenv("BERTFAMILY_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr(precision, "austen_calibration", lambda: (TEXTS * 3, TEXTS[:2]))
+    monkeypatch.setattr(precision, "austen_calibration", _short_calibration)
     return tmp_path / "cache" / precision.OPENVINO_CACHE
+
+
+def _short_calibration(*args, held_out: bool = False):
+    """Stands for `austen_calibration`: the texts, and others for the held-out check."""
+    return (HELD_OUT * 3, HELD_OUT[:2]) if held_out else (TEXTS * 3, TEXTS[:2])
 
 
 def test_the_graph_and_its_check_are_cached_and_used_again(
@@ -122,7 +136,7 @@ def test_the_graph_and_its_check_are_cached_and_used_again(
     # another precision is another entry
     monkeypatch.undo()
     monkeypatch.setenv("BERTFAMILY_CACHE", str(own_cache.parent))
-    monkeypatch.setattr(precision, "austen_calibration", lambda: (TEXTS * 3, TEXTS[:2]))
+    monkeypatch.setattr(precision, "austen_calibration", _short_calibration)
     SentenceEmbedder(minilm_dir, runtime="openvino", dtype="bf16")
     assert len(list(own_cache.iterdir())) == 2
 
@@ -201,3 +215,94 @@ def test_serve_with_the_openvino_runtime(minilm_dir, reference):
         assert (info["runtime"], info["model_dtype"]) == ("openvino", "float32")
         vectors = np.array(client.post("/embed", json={"inputs": TEXTS}).json())
     np.testing.assert_allclose(vectors, reference, atol=1e-5)
+
+
+@pytest.fixture
+def real_calibration_cache(tmp_path, monkeypatch):
+    """A fresh cache directory; the real Austen calibration (NNCF's activation scales need
+    more than a few sentences: on 12 even the last step misses the bar)."""
+    from bertfamily.pipelines import precision
+
+    monkeypatch.setenv("BERTFAMILY_CACHE", str(tmp_path / "cache"))
+    return tmp_path / "cache" / precision.OPENVINO_CACHE
+
+
+def test_int8_graph_keeps_the_bar_on_held_out_text_and_is_cached(
+    minilm_dir, reference, real_calibration_cache, monkeypatch
+):
+    """`runtime="openvino", quantize="int8"`: NNCF's int8, calibrated on one sample and
+    checked on another (held out), the step that met the bar named and cached."""
+    pytest.importorskip("nncf")
+    from bertfamily.convert import openvino
+    from bertfamily.pipelines import precision
+    from bertfamily.pipelines.embed import SentenceEmbedder
+
+    own_cache = real_calibration_cache
+    held_out = precision.austen_calibration(held_out=True)[0]
+    assert not set(held_out) & set(precision.austen_calibration()[0])
+
+    checked: list[list[str]] = []
+    real = precision.swapped_agreement
+
+    def spy(embedder, model, texts, queries, k=10):
+        checked.append(list(texts))
+        return real(embedder, model, texts, queries, k)
+
+    monkeypatch.setattr(precision, "swapped_agreement", spy)
+    embedder = SentenceEmbedder(minilm_dir, runtime="openvino", quantize="int8")
+    assert checked and all(t == held_out for t in checked)  # never its calibration text
+    got = embedder.runtime_check
+    assert got.min_cosine >= 0.99 and got.top_k_overlap >= 0.95
+    steps = [step for step, _ in openvino.INT8_STEPS]
+    assert embedder.model.quantized in steps
+    assert embedder.dtype_reason.startswith(f"OpenVINO int8 in {embedder.model.quantized}")
+    cosines = (embedder.encode(TEXTS) * reference).sum(1)
+    assert cosines.min() > 0.99, cosines
+    (entry,) = own_cache.iterdir()
+    assert json.loads((entry / "check.json").read_text())["int8"] == embedder.model.quantized
+    assert sorted(p.name for p in entry.iterdir()) == ["check.json", "model.bin", "model.xml"]
+    # used again without quantising or measuring
+    monkeypatch.setattr(openvino, "quantize_openvino_ir", lambda *a, **k: 1 / 0)
+    monkeypatch.setattr(precision, "swapped_agreement", lambda *a, **k: 1 / 0)
+    again = SentenceEmbedder(minilm_dir, runtime="openvino", quantize="int8")
+    assert again.model.quantized == embedder.model.quantized
+    np.testing.assert_allclose(again.encode(TEXTS), embedder.encode(TEXTS), atol=1e-6)
+
+
+def test_int8_steps_keep_more_in_float_until_the_bar_is_met(minilm_dir, monkeypatch):
+    """The ladder: an impossible bar tries every step and is refused, naming the last."""
+    pytest.importorskip("nncf")
+    from bertfamily.convert import openvino
+    from bertfamily.pipelines.embed import SentenceEmbedder
+    from bertfamily.pipelines.precision import AccuracyBar
+
+    tried: list[tuple[str, ...]] = []
+    real = openvino.quantize_openvino_ir
+
+    def spy(xml, out, batches, keep=()):
+        tried.append(keep)
+        return real(xml, out, batches, keep)
+
+    monkeypatch.setattr(openvino, "quantize_openvino_ir", spy)
+    impossible = AccuracyBar(min_cosine=1.01)
+    last = openvino.INT8_STEPS[-1][0]
+    words = re.escape(f"OpenVINO int8 ({last})") + ".* misses the accuracy"
+    with pytest.raises(QuantizationError, match=words):
+        SentenceEmbedder(
+            minilm_dir,
+            runtime="openvino",
+            quantize="int8",
+            bar=impossible,
+            calibration=(TEXTS + HELD_OUT, TEXTS[:2] + HELD_OUT[:2]),
+        )
+    assert tried == [keep for _, keep in openvino.INT8_STEPS]
+
+
+def test_cli_embed_openvino_int8(cli, minilm_dir, reference, real_calibration_cache):
+    pytest.importorskip("nncf")
+    args = ("--runtime", "openvino", "--quantize", "int8", "--format", "jsonl")
+    result = cli("embed", *TEXTS, *args)
+    assert result.exit_code == 0, result.output
+    vectors = np.array([json.loads(line)["embedding"] for line in result.stdout.splitlines()])
+    assert (vectors * reference).sum(1).min() > 0.99
+    assert "runtime: OpenVINO int8 in" in result.stderr

@@ -35,7 +35,7 @@ def _loads_nothing(monkeypatch):
     "args, words",
     [
         (["embed", "hi", "--runtime", "onnx"], "--runtime must be torch or openvino"),
-        (["embed", "hi", "--runtime", "openvino", "--quantize", "int8"], "without --quantize"),
+        (["embed", "hi", "--runtime", "openvino", "--quantize", "int4"], "int8 or none"),
         (["search", "q", "--corpus", "{root}/docs.txt", "--runtime", "tvm"], "must be torch"),
         (
             ["index", "build", "--corpus", "{root}/docs.txt", "-o", "{root}/i", "--runtime", "x"],

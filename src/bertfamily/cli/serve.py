@@ -167,13 +167,14 @@ def serve(
             **limits,
         )
         return
-    if quantize is None:
+    if quantize is None or runtime != "torch":
         served = load_served_model(
             path,
             dtype=dtype if runtime != "torch" else torch_dtype(dtype, device),
             speed=speed,
             device=device,
             runtime=runtime,
+            quantize=quantize,
         )
         if runtime != "torch":
             err.print(f"runtime: {served.dtype_reason}", soft_wrap=True)

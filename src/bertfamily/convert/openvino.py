@@ -12,6 +12,8 @@ Needs the optional package ``openvino`` (``pip install "bertfamily[openvino]"``)
 
 from __future__ import annotations
 
+import contextlib
+import sys
 import tempfile
 from pathlib import Path
 
@@ -22,7 +24,14 @@ from ..errors import InputError
 from ..runtime import require
 from .onnx import _Hidden  # the encoder output both exported-graph runtimes return
 
-__all__ = ["OPENVINO_PRECISIONS", "OpenVinoModel", "openvino_precision", "save_openvino_ir"]
+__all__ = [
+    "INT8_STEPS",
+    "OPENVINO_PRECISIONS",
+    "OpenVinoModel",
+    "openvino_precision",
+    "quantize_openvino_ir",
+    "save_openvino_ir",
+]
 
 # --dtype → OpenVINO's INFERENCE_PRECISION_HINT (None: the CPU plugin's default, bf16 where the
 # CPU has AMX-BF16 or AVX512-BF16, else f32)
@@ -65,6 +74,64 @@ def save_openvino_ir(model, xml: str | Path) -> Path:
         graph = ov.convert_model(str(export_onnx(model, Path(tmp) / "model.onnx")))
     ov.save_model(graph, str(xml), compress_to_fp16=False)
     return xml
+
+
+# int8 by NNCF post-training quantisation, tried in this order until the graph keeps the
+# accuracy bar: the matrix products left in float are named by patterns on our export's node
+# names (every family's feed-forward is `ffn.up` → `ffn.down`). On all-MiniLM-L6-v2, 200
+# held-out Austen lines: every MatMul int8 min cosine 0.980, top-10 overlap 0.922 (misses the
+# bar); without the feed-forward output 0.996 / 0.954; without the feed-forward 0.998 / 0.974.
+INT8_STEPS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("every matrix product", ()),
+    ("every matrix product but the feed-forward output", (r".*/ffn/down/MatMul",)),
+    ("the attention products (the feed-forward in float)", (r".*/ffn/.*/MatMul",)),
+)
+
+
+def quantize_openvino_ir(
+    xml: str | Path,
+    out: str | Path,
+    batches: list[dict[str, np.ndarray]],
+    keep: tuple[str, ...] = (),
+) -> Path:
+    """int8 of an IR by NNCF's post-training quantisation (``nncf.quantize``,
+    ``ModelType.TRANSFORMER``: int8 weights per output channel and int8 activations with scales
+    from ``batches``; Softmax, LayerNorm and GELU stay in float), saved at ``out``.
+
+    Args:
+        xml: the fp32 IR (`save_openvino_ir`).
+        out: where to save the int8 IR (``.xml``, its ``.bin`` beside it).
+        batches: calibration inputs, each {"input_ids", "attention_mask"[, "token_type_ids"]}
+            → (B, T) int64 arrays.
+        keep: regular expressions of node names left in float (NNCF ``IgnoredScope``).
+
+    Returns:
+        ``out`` as a Path.
+
+    Raises:
+        MissingDependency: openvino or nncf is not installed.
+    """
+    ov = require("openvino", "openvino", "the OpenVINO runtime")
+    nncf = require("nncf", "openvino", "OpenVINO int8")
+    import logging
+
+    nncf.set_log_level(logging.ERROR)
+    graph = ov.Core().read_model(str(xml))
+    names = {i.get_any_name() for i in graph.inputs}
+    data = [{k: v for k, v in b.items() if k in names} for b in batches]
+    ignored = nncf.IgnoredScope(patterns=list(keep), validate=False) if keep else None
+    # NNCF draws its progress bars on stdout, which carries a command's output (--format jsonl)
+    with contextlib.redirect_stdout(sys.stderr):
+        quantized = nncf.quantize(
+            graph,
+            nncf.Dataset(data),
+            model_type=nncf.ModelType.TRANSFORMER,
+            subset_size=len(data),
+            ignored_scope=ignored,
+        )
+    out = Path(out)
+    ov.save_model(quantized, str(out), compress_to_fp16=False)
+    return out
 
 
 class _OpenVinoEncoder:

@@ -11,6 +11,7 @@ import logging
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -162,7 +163,11 @@ class SentenceEmbedder:
             default precision, bf16 on a CPU with bf16 units; "fp32"/"bf16" ask for one). The
             compiled graph must keep ``bar`` against this model's torch fp32 vectors on
             ``calibration`` (default: the Austen sample) or the load is refused; the
-            agreement is kept in ``runtime_check``. Needs the ``openvino`` extra.
+            agreement is kept in ``runtime_check``. Needs the ``openvino`` extra. With
+            ``quantize="int8"``: NNCF post-training int8 of the graph
+            (`precision.openvino_int8`), the fewest products kept in float that meet ``bar``
+            on text held out from its calibration (default: `austen_calibration`'s held-out
+            lines; a given ``calibration`` is split in halves), cached per model and CPU.
         linear_kernel: the kernel of the fp32 and bf16 Linear layers on the CPU (torch
             runtime): "auto" (default: oneDNN on pre-packed weights for bf16, and for fp32 on
             CPUs that are not Intel's, where it measured faster, else BLAS;
@@ -197,14 +202,17 @@ class SentenceEmbedder:
     ) -> None:
         if runtime not in ("torch", "openvino"):
             raise InputError(f"runtime must be 'torch' or 'openvino', got {runtime!r}")
-        ov_precision = None
+        ov_precision = ov_quantize = None
         if runtime == "openvino":
             from ..convert.openvino import openvino_precision
 
-            if quantize is not None or torch.device(device).type != "cpu":
-                raise InputError("the OpenVINO runtime runs on the CPU, without quantize")
+            if torch.device(device).type != "cpu":
+                raise InputError("the OpenVINO runtime runs on the CPU")
+            if quantize not in (None, "int8"):
+                raise QuantizationError(f"quantize must be None or 'int8', got {quantize!r}")
             ov_precision = openvino_precision(dtype)
             dtype = "fp32"  # the graph is exported from the fp32 model
+            ov_quantize, quantize = quantize, None  # int8 by NNCF, in `_use_openvino`
         if quantize not in (None, "int8"):
             raise QuantizationError(f"quantize must be None or 'int8', got {quantize!r}")
         if quantize is not None and dtype == "auto":
@@ -255,7 +263,7 @@ class SentenceEmbedder:
         else:
             resolve_linear_kernel(linear_kernel, dtype)  # an unknown name is refused here too
         if runtime == "openvino":
-            self._use_openvino(ov_precision, calibration, bar)
+            self._use_openvino(ov_precision, calibration, bar, ov_quantize)
         if quantize == "int8":
             if calibration is None:
                 plan, _ = cached_int8_plan(self, bar)
@@ -271,30 +279,48 @@ class SentenceEmbedder:
                     "but was measured no faster than fp32 on such a CPU (benchmarks/embed.py)"
                 )
 
-    def _use_openvino(self, precision: str | None, calibration, bar: AccuracyBar) -> None:
+    def _use_openvino(
+        self, precision: str | None, calibration, bar: AccuracyBar, quantize: str | None = None
+    ) -> None:
         """Swap the torch encoder for the OpenVINO graph once it keeps ``bar`` (graph and
         agreement cached per model and CPU with the default calibration:
-        `precision.cached_openvino`)."""
-        from ..convert.openvino import OpenVinoModel
-        from .precision import cached_openvino, swapped_agreement
+        `precision.cached_openvino`; int8: `precision.openvino_int8`, calibrated on the first
+        half of a given ``calibration`` and checked on the second)."""
+        import tempfile
+
+        from ..convert.openvino import OpenVinoModel, save_openvino_ir
+        from .precision import cached_openvino, openvino_int8, swapped_agreement
 
         if calibration is None:
-            model, got, _ = cached_openvino(self, precision, bar)
-        else:
+            model, got, _ = cached_openvino(self, precision, bar, quantize)
+        elif quantize is None:
             model = OpenVinoModel(self.model, torch.get_num_threads(), precision)
             got = swapped_agreement(self, model, *calibration, bar.k)
+        else:
+            texts, queries = list(calibration[0]), list(calibration[1])
+            fit = (texts[: len(texts) // 2], queries[: len(queries) // 2])
+            check = (texts[len(texts) // 2 :], queries[len(queries) // 2 :])
+            with tempfile.TemporaryDirectory() as tmp:
+                fp32 = save_openvino_ir(self.model, Path(tmp) / "fp32.xml")
+                model, got, _ = openvino_int8(
+                    self, fp32, Path(tmp) / "int8.xml", fit, check, bar, precision
+                )  # compiled: the files may go
+        what = f"OpenVINO int8 ({model.quantized})" if quantize else "OpenVINO"
         if not got.meets(bar):
             raise QuantizationError(
-                f"OpenVINO ({precision or 'its default precision'}) misses the accuracy bar on "
+                f"{what} ({precision or 'its default precision'}) misses the accuracy bar on "
                 f"calibration text: min cosine {got.min_cosine:.4f}, top-{got.k} overlap "
                 f"{got.top_k_overlap:.3f} (bar {bar.min_cosine}, {bar.min_overlap}); use "
-                "--dtype fp32 or the torch runtime"
+                + ("the OpenVINO runtime without --quantize" if quantize else "--dtype fp32")
+                + " or the torch runtime"
             )
         self.model = model
         self.runtime_check = got
+        int8 = f"int8 in {model.quantized}, else " if quantize else ""
         self.dtype_reason = (
-            f"OpenVINO {self.model.precision} ({'requested' if precision else 'its default'} "
-            f"on this CPU); min cosine {got.min_cosine:.4f} to torch fp32 on calibration text"
+            f"OpenVINO {int8}{self.model.precision} ("
+            f"{'requested' if precision else 'its default'} on this CPU); min cosine "
+            f"{got.min_cosine:.4f} to torch fp32 on calibration text"
         )
         log.info("runtime %s", self.dtype_reason)
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import logging
+import shutil
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -38,6 +39,7 @@ __all__ = [
     "austen_calibration",
     "cached_int8",
     "cached_openvino",
+    "openvino_int8",
     "int8_onnx_model",
     "cpu_bf16_units",
     "cpu_int8_units",
@@ -320,9 +322,13 @@ def plan_int8(
     return Int8Plan(tuple(order[:lo]), tuple(order[lo:]), errors, best, bar)
 
 
-def austen_calibration(sentences: int = 64, queries: int = 32) -> tuple[list[str], list[str]]:
+def austen_calibration(
+    sentences: int = 64, queries: int = 32, *, held_out: bool = False
+) -> tuple[list[str], list[str]]:
     """Real calibration text: every k-th line of Jane Austen's novels (fetched resource
     ``janeausten``) of 3–64 words, and short lines (4–10 words) as queries; deterministic.
+    ``held_out``: other lines (offsets 11 / 13), disjoint from the default ones, for checking
+    what was calibrated on them.
 
     Raises:
         FetchError: the resource cannot be fetched.
@@ -332,10 +338,12 @@ def austen_calibration(sentences: int = 64, queries: int = 32) -> tuple[list[str
     lines = (fetch("janeausten") / "austen.txt").read_text(encoding="utf-8").splitlines()
     lines = [x.strip() for x in lines if 3 <= len(x.split()) <= 64 and not x.isupper()]
     short = [x for x in lines if 4 <= len(x.split()) <= 10]
-    # offset 3 / 5: disjoint from the benchmark's slices (offset 0)
-    return lines[3 :: len(lines) // sentences][:sentences], short[5 :: len(short) // queries][
-        :queries
-    ]
+    # offset 3 / 5: disjoint from the benchmark's slices (offset 0); 11 / 13 held out
+    first, second = (11, 13) if held_out else (3, 5)
+    return (
+        lines[first :: len(lines) // sentences][:sentences],
+        short[second :: len(short) // queries][:queries],
+    )
 
 
 CALIBRATION_VERSION = "austen-64x32-v1"  # names `austen_calibration`'s output in plan cache keys
@@ -605,10 +613,13 @@ def _verified_record(
 OPENVINO_CACHE = "openvino-graphs"  # under cache_dir(): one directory per `openvino_cache_key`
 
 
-def openvino_cache_key(embedder, precision: str | None, bar: AccuracyBar) -> str:
+def openvino_cache_key(
+    embedder, precision: str | None, bar: AccuracyBar, quantize: str | None = None
+) -> str:
     """The cache name of ``embedder``'s OpenVINO graph and its measured agreement: model
-    content, precision hint, bar, calibration, torch and openvino versions, and this CPU's
-    instruction-set flags (OpenVINO's default precision and kernels follow them)."""
+    content, precision hint, bar, calibration, torch and openvino versions (and nncf's for
+    int8), and this CPU's instruction-set flags (OpenVINO's default precision and kernels
+    follow them)."""
     import hashlib
     import importlib.metadata
     import json
@@ -625,10 +636,54 @@ def openvino_cache_key(embedder, precision: str | None, bar: AccuracyBar) -> str
         importlib.metadata.version("openvino"),
         sorted(cpu_flags()),
     ]
+    if quantize is not None:  # the fp32/bf16 graphs keep their old keys
+        parts += [quantize, importlib.metadata.version("nncf")]
     return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:32]
 
 
-def cached_openvino(embedder, precision: str | None, bar: AccuracyBar = AccuracyBar()):
+def openvino_int8(
+    embedder, xml: Path, out: Path, calibration, check, bar: AccuracyBar, precision: str | None
+):
+    """The int8 OpenVINO graph of ``embedder``'s fp32 IR ``xml`` that keeps ``bar``: NNCF
+    post-training quantisation calibrated on ``calibration`` ((sentences, queries), tokenised
+    by ``embedder``, batches of 32), each step of `convert.openvino.INT8_STEPS` in turn (fewer
+    products in int8 at each) until the graph's agreement with torch fp32 on ``check`` (text
+    disjoint from the calibration) meets ``bar``. ``precision``: OpenVINO's precision hint for
+    what stays in float (None: its default).
+
+    Returns:
+        (`OpenVinoModel` of the graph saved at ``out``, its `Agreement` on ``check``, the step's
+        description), or the last step's when none meets the bar (the caller refuses it).
+
+    Raises:
+        MissingDependency: openvino or nncf is not installed.
+    """
+    import numpy as np
+
+    from ..convert.openvino import INT8_STEPS, OpenVinoModel, quantize_openvino_ir
+
+    texts = list(calibration[0]) + list(calibration[1])
+    rows = embedder.tokenize(texts).rows
+    batches = []
+    for i in range(0, len(texts), 32):
+        chunk = {k: v[i : i + 32] for k, v in rows.items()}
+        padded = embedder.tokenizer.pad_rows(chunk, max(len(r) for r in chunk["input_ids"]))
+        batches.append({k: np.asarray(v, dtype=np.int64) for k, v in padded.items()})
+    threads = torch.get_num_threads()
+    for step, keep in INT8_STEPS:
+        quantize_openvino_ir(xml, out, batches, keep)
+        model = OpenVinoModel(embedder.model, threads, precision, ir=out)
+        got = swapped_agreement(embedder, model, *check, bar.k)
+        log.info("OpenVINO int8, %s: %s", step, got)
+        if got.meets(bar):
+            break
+    model.quantized = step
+    return model, got, step
+
+
+def cached_openvino(
+    embedder, precision: str | None, bar: AccuracyBar = AccuracyBar(), quantize: str | None = None
+):
     """``embedder``'s fp32 model as an OpenVINO graph (`convert.openvino.OpenVinoModel`) and
     its `Agreement` with torch fp32 on `austen_calibration`, measured once per
     `openvino_cache_key` and kept under ``cache_dir()/openvino-graphs/KEY/`` (model.xml,
@@ -641,11 +696,16 @@ def cached_openvino(embedder, precision: str | None, bar: AccuracyBar = Accuracy
     again. The caller decides what the agreement allows (`SentenceEmbedder` refuses a graph
     under its bar).
 
+    With ``quantize="int8"`` the graph is `openvino_int8`'s: calibrated on `austen_calibration`
+    and checked on its held-out lines (``austen_calibration(held_out=True)``); check.json names
+    the step that kept the bar.
+
     Args:
         embedder: a `SentenceEmbedder` with its torch fp32 model (left in place).
         precision: OpenVINO's ``INFERENCE_PRECISION_HINT`` ("f32", "bf16") or None (its
             default).
         bar: part of the key (its ``k`` is the overlap's neighbour count).
+        quantize: None, or "int8" (NNCF post-training quantisation; needs nncf).
 
     Returns:
         (`OpenVinoModel`, `Agreement`, whether it came from the cache).
@@ -663,7 +723,7 @@ def cached_openvino(embedder, precision: str | None, bar: AccuracyBar = Accuracy
     from ..resources.cache import cache_dir, sha256_file
 
     root = cache_dir()
-    key = openvino_cache_key(embedder, precision, bar)
+    key = openvino_cache_key(embedder, precision, bar, quantize)
     entry = root / OPENVINO_CACHE / key
     threads = torch.get_num_threads()
     meta = entry / "check.json"
@@ -678,24 +738,38 @@ def cached_openvino(embedder, precision: str | None, bar: AccuracyBar = Accuracy
         if data is not None:
             got = Agreement(**data["agreement"])
             model = OpenVinoModel(embedder.model, threads, precision, ir=entry / "model.xml")
+            model.quantized = data.get("int8")
             return model, got, True
     except (ValueError, KeyError, TypeError, AttributeError) as e:
         log.warning("unreadable OpenVINO entry %s (%s); building it again", entry, e)
     what = (
-        "OpenVINO: exporting the graph and checking it on calibration sentences (first use of "
-        "this model; the graph is cached for the next runs)"
+        "OpenVINO: exporting the graph"
+        + (", quantising it to int8 (NNCF)" if quantize else "")
+        + " and checking it on calibration sentences (first use of this model; the graph is "
+        "cached for the next runs)"
     )
     with waiting(what):
         texts, queries = austen_calibration()
         check_inside(root, entry)
         make_directory_inside(root, entry.parent)
         with atomic_directory(entry, keep_existing=False, inside=root) as tmp:
-            xml = save_openvino_ir(embedder.model, tmp / "model.xml")
-            model = OpenVinoModel(embedder.model, threads, precision, ir=xml)
-            got = swapped_agreement(embedder, model, texts, queries, bar.k)
+            if quantize is None:
+                xml = save_openvino_ir(embedder.model, tmp / "model.xml")
+                model = OpenVinoModel(embedder.model, threads, precision, ir=xml)
+                got = swapped_agreement(embedder, model, texts, queries, bar.k)
+                model.quantized = None
+            else:
+                (tmp / "fp32").mkdir()
+                fp32 = save_openvino_ir(embedder.model, tmp / "fp32" / "model.xml")
+                check = austen_calibration(held_out=True)
+                model, got, _ = openvino_int8(
+                    embedder, fp32, tmp / "model.xml", (texts, queries), check, bar, precision
+                )
+                shutil.rmtree(tmp / "fp32")
             record = {
                 "key": key,
                 "precision": model.precision,
+                "int8": model.quantized,
                 "agreement": dataclasses.asdict(got),
                 "sha256": {n: sha256_file(tmp / n) for n in ("model.xml", "model.bin")},
             }

@@ -201,10 +201,15 @@ def load_served_model(
                 modules.model_dir, speed=0.0 if speed is None else speed, device=device
             )
         return TextClassifier(modules.model_dir, device=device)
-    if quantize is not None:
+    if quantize is not None and runtime == "torch":
         return SentenceEmbedder(path, dtype="fp32", quantize=quantize, config_json=hf_config)
     return SentenceEmbedder(
-        path, dtype=dtype, config_json=hf_config, device=device, runtime=runtime
+        path,
+        dtype=dtype,
+        config_json=hf_config,
+        device=device,
+        runtime=runtime,
+        quantize=quantize,
     )
 
 

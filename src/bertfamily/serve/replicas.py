@@ -73,7 +73,13 @@ def app_from_environment():
     path = Path(body["model_dir"])
     device = body.get("device", "cpu")
     if body.get("quantize"):
-        served = load_served_model(path, quantize=body["quantize"], device=device)
+        served = load_served_model(
+            path,
+            quantize=body["quantize"],
+            device=device,
+            runtime=body.get("runtime", "torch"),
+            dtype=body.get("dtype", "auto"),
+        )
     else:
         served = load_served_model(
             path,
