@@ -306,3 +306,20 @@ def test_cli_embed_openvino_int8(cli, minilm_dir, reference, real_calibration_ca
     vectors = np.array([json.loads(line)["embedding"] for line in result.stdout.splitlines()])
     assert (vectors * reference).sum(1).min() > 0.99
     assert "runtime: OpenVINO int8 in" in result.stderr
+
+
+def test_serve_openvino_int8(minilm_dir, reference, real_calibration_cache):
+    """`serve --runtime openvino --quantize int8`: the int8 graph, named in /info (not torch's
+    dynamic int8, which `--quantize int8` alone gives)."""
+    pytest.importorskip("nncf")
+    from fastapi.testclient import TestClient
+
+    from bertfamily.serve.app import ServeSettings, create_app, load_served_model
+
+    served = load_served_model(minilm_dir, runtime="openvino", quantize="int8")
+    assert served.int8_plan is None and served.model.quantized is not None
+    with TestClient(create_app(served, ServeSettings())) as client:
+        info = client.get("/info").json()
+        assert info["runtime"] == "openvino" and info["model_dtype"].startswith("int8+")
+        vectors = np.array(client.post("/embed", json={"inputs": TEXTS}).json())
+    assert (vectors * reference).sum(1).min() > 0.99

@@ -161,6 +161,8 @@ class OpenVinoModel:
 
     Attributes:
         precision: the precision OpenVINO compiled for ("f32" or "bf16").
+        quantized: for an int8 graph, which products are int8 (a step of `INT8_STEPS`, set by
+            `pipelines.precision.openvino_int8` or read from its cache); None otherwise.
 
     Raises:
         MissingDependency: openvino (or onnx, for the export) is not installed.
@@ -185,6 +187,7 @@ class OpenVinoModel:
             config["INFERENCE_PRECISION_HINT"] = precision
         compiled = core.compile_model(graph, "CPU", config)
         self.precision = compiled.get_property("INFERENCE_PRECISION_HINT").to_string()
+        self.quantized: str | None = None
         self.config = model.config
         self.encoder = _OpenVinoEncoder(compiled)
 

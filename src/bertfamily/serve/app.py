@@ -571,6 +571,8 @@ def create_app(
             dtype = {"f32": "float32", "bf16": "bfloat16"}.get(
                 model.model.precision, model.model.precision
             )
+            if getattr(model.model, "quantized", None):  # NNCF int8, the rest in `dtype`
+                dtype = f"int8+{dtype}"
         else:
             dtype = str(next(model.model.parameters()).dtype).removeprefix("torch.")
         return {
