@@ -323,3 +323,41 @@ def test_serve_openvino_int8(minilm_dir, reference, real_calibration_cache):
         assert info["runtime"] == "openvino" and info["model_dtype"].startswith("int8+")
         vectors = np.array(client.post("/embed", json={"inputs": TEXTS}).json())
     assert (vectors * reference).sum(1).min() > 0.99
+
+
+def test_an_edited_check_record_is_built_again(minilm_dir, own_cache, caplog):
+    """check.json is not covered by the files' digests: a value edited into a string, NaN, or
+    an int8 step that does not exist is read as a broken entry and built again."""
+    from bertfamily.pipelines.embed import SentenceEmbedder
+
+    SentenceEmbedder(minilm_dir, runtime="openvino", dtype="fp32")
+    (entry,) = own_cache.iterdir()
+    record = json.loads((entry / "check.json").read_text())
+    for field, bad in (("min_cosine", "0.5"), ("min_cosine", float("nan")), ("int8", "<b>x</b>")):
+        edited = json.loads(json.dumps(record))
+        if field == "int8":
+            edited["int8"] = bad
+        else:
+            edited["agreement"][field] = bad
+        (entry / "check.json").write_text(json.dumps(edited))
+        caplog.clear()
+        with caplog.at_level("WARNING"):
+            embedder = SentenceEmbedder(minilm_dir, runtime="openvino", dtype="fp32")
+        assert "building it again" in caplog.text, field
+        assert embedder.runtime_check.min_cosine > 0.9999
+
+
+def test_a_graph_is_compiled_for_the_governors_most_threads(minilm_dir, own_cache):
+    """A compiled graph cannot follow the thread governor: compiled for the count of a busy
+    moment it would keep a server on one thread for good, so it gets the governor's most."""
+    import torch
+
+    from bertfamily.pipelines.embed import SentenceEmbedder
+    from bertfamily.runtime import AdaptiveThreads
+
+    before = torch.get_num_threads()
+    with AdaptiveThreads(2, threads=1):
+        assert torch.get_num_threads() == 1
+        embedder = SentenceEmbedder(minilm_dir, runtime="openvino", dtype="fp32")
+    assert embedder.model.threads == 2 and "2 threads" in embedder.dtype_reason
+    assert torch.get_num_threads() == before

@@ -219,10 +219,63 @@ def test_governor_counts_physical_cores_and_its_cap(monkeypatch, threads_back):
     assert gov.update() == 2  # 2 free cores, at most max_threads
     clock.run(1.0, ours=2.0, others=2.0)  # others on 2 logical CPUs = 1 core
     assert (gov.update(), gov.free) == (1, pytest.approx(1.0))
-    with pytest.raises(InputError, match="threads must be >= 1"):
-        runtime.AdaptiveThreads(0)
-    with pytest.raises(InputError, match="interval_s"):
-        runtime.AdaptiveThreads(2, interval_s=0)
+
+
+@pytest.mark.parametrize(
+    "kwargs, words",
+    [
+        (dict(max_threads=0), "between 1 and"),
+        (dict(max_threads=-3), "between 1 and"),
+        (dict(max_threads=10**6), "between 1 and"),  # libgomp crashed the process on this
+        (dict(max_threads=2**40), "between 1 and"),
+        (dict(max_threads=2.5), "whole number"),
+        (dict(max_threads=True), "whole number"),
+        (dict(max_threads=float("nan")), "whole number"),
+        (dict(max_threads="2"), "whole number"),
+        (dict(threads=0), "between 1 and"),
+        (dict(threads=1.5), "whole number"),
+        (dict(interval_s=0), "interval_s must be > 0"),
+        (dict(interval_s=float("nan")), "interval_s must be > 0"),
+        (dict(interval_s="0.5"), "number of seconds"),
+        (dict(interval_s=None), "number of seconds"),
+    ],
+)
+def test_governor_refuses_bad_counts_before_touching_torch(kwargs, words, threads_back):
+    before = torch.get_num_threads()
+    with pytest.raises(InputError, match=words):
+        runtime.AdaptiveThreads(**kwargs)
+    assert runtime.active_governor() is None and torch.get_num_threads() == before
+    with pytest.raises(InputError, match="threads must be at most"):
+        runtime.choose_threads(10**6)
+
+
+def test_governors_stopped_in_any_order_give_back_the_first_count(monkeypatch, threads_back):
+    _Clock(monkeypatch)
+    torch.set_num_threads(2)
+    a, b = runtime.AdaptiveThreads(1), runtime.AdaptiveThreads(2)
+    a.start()
+    b.start()
+    assert torch.get_num_threads() == 2
+    a.stop()  # b still in charge
+    assert runtime.active_governor() is b and torch.get_num_threads() == 2
+    b.stop()
+    assert runtime.active_governor() is None and torch.get_num_threads() == 2
+    a.stop()  # twice: nothing
+    runtime.AdaptiveThreads(2).stop()  # never started: nothing
+    assert torch.get_num_threads() == 2
+
+
+def test_a_start_that_fails_leaves_no_governor(monkeypatch, threads_back):
+    gov = runtime.AdaptiveThreads(2)
+
+    def refuse(n):
+        raise RuntimeError("set_num_threads refused")
+
+    monkeypatch.setattr(torch, "set_num_threads", refuse)
+    with pytest.raises(RuntimeError, match="refused"):
+        gov.start()
+    monkeypatch.undo()
+    assert runtime.active_governor() is None
 
 
 def test_governor_sets_the_computing_threads_own_pool(monkeypatch, threads_back):

@@ -108,6 +108,16 @@ def test_int8_plan_cache_is_used_only_under_its_own_key(embedder, int8_cache, ca
     with caplog.at_level(logging.WARNING):
         assert cached_int8_plan(embedder)[1] is False
     assert "not an object" in caplog.text and len(int8_cache) == 3
+    # a recorded agreement edited into a string, NaN or an impossible value: measured again
+    # (a string once reached the accuracy check and ended in a TypeError traceback)
+    for bad in ("0.5", float("nan"), 1.5):
+        record = json.loads(meta.read_text())
+        record["agreement"]["min_cosine"] = bad
+        meta.write_text(json.dumps(record))
+        before = len(int8_cache)
+        with caplog.at_level(logging.WARNING):
+            assert cached_int8_plan(embedder)[1] is False
+        assert len(int8_cache) == before + 1
 
 
 # ---------------------------------------------------------------- index meta.json

@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import math
+import numbers
 import os
 import threading
 import time
@@ -137,12 +138,18 @@ def choose_threads(requested: int = 0, processes: int = 1) -> tuple[int, str]:
     (`free_cores`, rounded to the nearest whole core, at least 1) divided by ``processes``.
 
     Raises:
-        InputError: ``requested`` < 0.
+        InputError: ``requested`` < 0 or above `max_thread_count`.
     """
     if requested < 0:
         from .errors import InputError
 
         raise InputError(f"threads must be >= 0 (0 = automatic), got {requested}")
+    if requested > max_thread_count():
+        from .errors import InputError
+
+        raise InputError(
+            f"threads must be at most {max_thread_count()} (4 per logical CPU), got {requested}"
+        )
     if requested > 0:
         return requested, "--threads"
     env = os.environ.get("OMP_NUM_THREADS", "").strip()
@@ -217,7 +224,8 @@ class AdaptiveThreads:
         interval_s: seconds between decisions (> 0).
 
     Raises:
-        InputError: ``max_threads`` or ``threads`` < 1, ``interval_s`` ≤ 0.
+        InputError: ``max_threads`` or ``threads`` not a whole number in 1..`max_thread_count`,
+            ``interval_s`` not a number > 0.
     """
 
     def __init__(
@@ -225,15 +233,23 @@ class AdaptiveThreads:
     ) -> None:
         from .errors import InputError
 
-        self.max_threads = physical_cores() if max_threads is None else max_threads
-        self.threads = self.max_threads if threads is None else min(threads, self.max_threads)
-        if self.max_threads < 1 or self.threads < 1:
-            raise InputError(
-                f"threads must be >= 1, got max_threads={self.max_threads}, threads={self.threads}"
-            )
+        limit = max_thread_count()
+        for name, value in (("max_threads", max_threads), ("threads", threads)):
+            if value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+                raise InputError(f"{name} must be a whole number, got {value!r}")
+            if not 1 <= value <= limit:
+                raise InputError(
+                    f"{name} must be between 1 and {limit} (4 per logical CPU), got {value}"
+                )
+        self.max_threads = physical_cores() if max_threads is None else int(max_threads)
+        self.threads = self.max_threads if threads is None else min(int(threads), self.max_threads)
+        if isinstance(interval_s, bool) or not isinstance(interval_s, numbers.Real):
+            raise InputError(f"interval_s must be a number of seconds, got {interval_s!r}")
         if not interval_s > 0:
             raise InputError(f"interval_s must be > 0, got {interval_s}")
-        self.interval_s = interval_s
+        self.interval_s = float(interval_s)
         try:
             self.cpus = set(os.sched_getaffinity(0))
         except (AttributeError, OSError):
@@ -242,7 +258,6 @@ class AdaptiveThreads:
         self.free: float | None = None  # the free cores seen at the last decision
         self.changes = 0  # how many times the count changed
         self._lock = threading.Lock()
-        self._previous: list[int] = []  # torch thread counts before each start
         self._sample = self._read()
 
     def _read(self) -> tuple[float, float, float | None]:
@@ -295,20 +310,34 @@ class AdaptiveThreads:
         once when ``interval_s`` has passed since its last look. Returns itself."""
         import torch
 
-        _ACTIVE.append(self)
-        self._previous.append(torch.get_num_threads())
-        torch.set_num_threads(self.threads)
-        self.update()
+        global _BASE
+        with _STACK_LOCK:
+            if not _ACTIVE:
+                _BASE = torch.get_num_threads()  # given back when the last governor stops
+            _ACTIVE.append(self)
+        try:
+            torch.set_num_threads(self.threads)
+            self.update()
+        except BaseException:
+            self.stop()
+            raise
         return self
 
     def stop(self) -> None:
-        """Undo `start`: the governor active before (if any) and its thread count return."""
+        """Undo `start`: the governor still active (if any) takes over, else torch gets back
+        the thread count it had before the first one started, whatever the order of stops.
+        (torch's count is per thread once a thread has computed: this sets the calling
+        thread's and the default of new threads; a worker thread that computed under the
+        governor keeps its count until it next computes under one.)"""
         import torch
 
-        if self in _ACTIVE:
+        with _STACK_LOCK:
+            if self not in _ACTIVE:
+                return
             _ACTIVE.remove(self)
-        if self._previous:
-            torch.set_num_threads(self._previous.pop())
+            count = _ACTIVE[-1].threads if _ACTIVE else _BASE
+        if count is not None:
+            torch.set_num_threads(count)
 
     def __enter__(self) -> AdaptiveThreads:
         return self.start()
@@ -318,6 +347,14 @@ class AdaptiveThreads:
 
 
 _ACTIVE: list[AdaptiveThreads] = []  # started governors, the last one in charge
+_BASE: int | None = None  # torch's thread count before the first of them started
+_STACK_LOCK = threading.Lock()
+
+
+def max_thread_count() -> int:
+    """The most intra-op threads a count may ask for: 4 per logical CPU (libgomp fails, and
+    the process can crash, when asked for far more threads than the system allows)."""
+    return 4 * (os.cpu_count() or 1)
 
 
 def adapt_threads() -> None:

@@ -28,6 +28,7 @@ __all__ = [
     "INT8_STEPS",
     "OPENVINO_PRECISIONS",
     "OpenVinoModel",
+    "inference_threads",
     "openvino_precision",
     "quantize_openvino_ir",
     "save_openvino_ir",
@@ -134,6 +135,17 @@ def quantize_openvino_ir(
     return out
 
 
+def inference_threads() -> int:
+    """The threads to compile a graph with: a command's thread governor's most when one is
+    active (`runtime.AdaptiveThreads`: a compiled graph cannot follow it, and compiling with
+    the count of a busy moment would keep a long run or a server on it for good; OpenVINO's
+    own scheduler shares the cores out), else torch's count."""
+    from ..runtime import active_governor
+
+    governor = active_governor()
+    return governor.max_threads if governor is not None else torch.get_num_threads()
+
+
 class _OpenVinoEncoder:
     def __init__(self, compiled) -> None:
         self.request = compiled.create_infer_request()
@@ -161,6 +173,7 @@ class OpenVinoModel:
 
     Attributes:
         precision: the precision OpenVINO compiled for ("f32" or "bf16").
+        threads: the inference threads it compiled for.
         quantized: for an int8 graph, which products are int8 (a step of `INT8_STEPS`, set by
             `pipelines.precision.openvino_int8` or read from its cache); None otherwise.
 
@@ -187,6 +200,7 @@ class OpenVinoModel:
             config["INFERENCE_PRECISION_HINT"] = precision
         compiled = core.compile_model(graph, "CPU", config)
         self.precision = compiled.get_property("INFERENCE_PRECISION_HINT").to_string()
+        self.threads = int(compiled.get_property("INFERENCE_NUM_THREADS"))
         self.quantized: str | None = None
         self.config = model.config
         self.encoder = _OpenVinoEncoder(compiled)

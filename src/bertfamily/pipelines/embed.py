@@ -288,13 +288,13 @@ class SentenceEmbedder:
         half of a given ``calibration`` and checked on the second)."""
         import tempfile
 
-        from ..convert.openvino import OpenVinoModel, save_openvino_ir
+        from ..convert.openvino import OpenVinoModel, inference_threads, save_openvino_ir
         from .precision import cached_openvino, openvino_int8, swapped_agreement
 
         if calibration is None:
             model, got, _ = cached_openvino(self, precision, bar, quantize)
         elif quantize is None:
-            model = OpenVinoModel(self.model, torch.get_num_threads(), precision)
+            model = OpenVinoModel(self.model, inference_threads(), precision)
             got = swapped_agreement(self, model, *calibration, bar.k)
         else:
             texts, queries = list(calibration[0]), list(calibration[1])
@@ -319,8 +319,8 @@ class SentenceEmbedder:
         int8 = f"int8 in {model.quantized}, else " if quantize else ""
         self.dtype_reason = (
             f"OpenVINO {int8}{self.model.precision} ("
-            f"{'requested' if precision else 'its default'} on this CPU); min cosine "
-            f"{got.min_cosine:.4f} to torch fp32 on calibration text"
+            f"{'requested' if precision else 'its default'} on this CPU, {model.threads} "
+            f"threads); min cosine {got.min_cosine:.4f} to torch fp32 on calibration text"
         )
         log.info("runtime %s", self.dtype_reason)
 

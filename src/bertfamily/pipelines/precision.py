@@ -364,7 +364,7 @@ def _plan_from_json(data: dict) -> Int8Plan:
         tuple(data["quantized"]),
         tuple(data["kept"]),
         {k: (v[0], v[1]) for k, v in data["layer_errors"].items()},
-        Agreement(**data["agreement"]),
+        _recorded_agreement(data["agreement"]),
         AccuracyBar(**data["bar"]),
     )
 
@@ -548,7 +548,7 @@ def cached_int8(embedder, bar: AccuracyBar = AccuracyBar()):
     try:
         data = _verified_record(meta, key, digests, "int8 plan", "measuring again")
         if data is not None:
-            plan, check = _plan_from_json(data), Agreement(**data["onnx_agreement"])
+            plan, check = _plan_from_json(data), _recorded_agreement(data["onnx_agreement"])
             return plan, OnnxRuntimeModel(graph, torch.get_num_threads()), check, graph, True
     except (ValueError, KeyError, TypeError, IndexError, AttributeError) as e:
         log.warning("ignoring unreadable int8 plan %s (%s); measuring again", meta, e)
@@ -660,7 +660,12 @@ def openvino_int8(
     """
     import numpy as np
 
-    from ..convert.openvino import INT8_STEPS, OpenVinoModel, quantize_openvino_ir
+    from ..convert.openvino import (
+        INT8_STEPS,
+        OpenVinoModel,
+        inference_threads,
+        quantize_openvino_ir,
+    )
 
     texts = list(calibration[0]) + list(calibration[1])
     rows = embedder.tokenize(texts).rows
@@ -669,7 +674,7 @@ def openvino_int8(
         chunk = {k: v[i : i + 32] for k, v in rows.items()}
         padded = embedder.tokenizer.pad_rows(chunk, max(len(r) for r in chunk["input_ids"]))
         batches.append({k: np.asarray(v, dtype=np.int64) for k, v in padded.items()})
-    threads = torch.get_num_threads()
+    threads = inference_threads()
     for step, keep in INT8_STEPS:
         quantize_openvino_ir(xml, out, batches, keep)
         model = OpenVinoModel(embedder.model, threads, precision, ir=out)
@@ -679,6 +684,32 @@ def openvino_int8(
             break
     model.quantized = step
     return model, got, step
+
+
+def _recorded_agreement(fields: dict) -> Agreement:
+    """An `Agreement` read back from a cache record, its numbers checked (finite; cosines and
+    overlap in [-1, 1] and [0, 1]).
+
+    Raises:
+        ValueError / TypeError / KeyError: a field missing, of the wrong type or out of range
+            (the caller builds the entry again).
+    """
+    import math
+
+    got = Agreement(**fields)
+    for name in ("max_abs_diff", "min_cosine", "mean_cosine", "top_k_overlap"):
+        value = getattr(got, name)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise TypeError(f"{name} is {value!r}, not a number")
+        if not math.isfinite(value):
+            raise ValueError(f"{name} is {value}")
+    if not (-1.0 <= got.min_cosine <= got.mean_cosine <= 1.0 + 1e-6):
+        raise ValueError(f"cosines out of range: {got.min_cosine}, {got.mean_cosine}")
+    if not 0.0 <= got.top_k_overlap <= 1.0 or got.max_abs_diff < 0:
+        raise ValueError("overlap or difference out of range")
+    if isinstance(got.k, bool) or not isinstance(got.k, int) or got.k < 1:
+        raise TypeError(f"k is {got.k!r}")
+    return got
 
 
 def cached_openvino(
@@ -717,7 +748,7 @@ def cached_openvino(
     """
     import json
 
-    from ..convert.openvino import OpenVinoModel, save_openvino_ir
+    from ..convert.openvino import INT8_STEPS, OpenVinoModel, inference_threads, save_openvino_ir
     from ..files import atomic_directory, check_inside, make_directory_inside
     from ..notices import waiting
     from ..resources.cache import cache_dir, sha256_file
@@ -725,7 +756,7 @@ def cached_openvino(
     root = cache_dir()
     key = openvino_cache_key(embedder, precision, bar, quantize)
     entry = root / OPENVINO_CACHE / key
-    threads = torch.get_num_threads()
+    threads = inference_threads()
     meta = entry / "check.json"
 
     def digests(data: dict) -> dict[Path, object]:
@@ -736,9 +767,14 @@ def cached_openvino(
     try:
         data = _verified_record(meta, key, digests, "OpenVINO graph", "building it again")
         if data is not None:
-            got = Agreement(**data["agreement"])
+            got = _recorded_agreement(data["agreement"])
+            step = data.get("int8")
+            if step not in {None} | {name for name, _ in INT8_STEPS}:
+                raise ValueError(f"unknown int8 step {step!r}")
+            if (step is None) != (quantize is None):
+                raise ValueError("the record does not match the quantisation asked for")
             model = OpenVinoModel(embedder.model, threads, precision, ir=entry / "model.xml")
-            model.quantized = data.get("int8")
+            model.quantized = step
             return model, got, True
     except (ValueError, KeyError, TypeError, AttributeError) as e:
         log.warning("unreadable OpenVINO entry %s (%s); building it again", entry, e)
