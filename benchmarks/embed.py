@@ -246,7 +246,8 @@ def ctranslate2_trunk(model_dir: Path, compute_type: str, threads: int) -> Trunk
     """A converted CTranslate2 encoder as the trunk, run in a worker process of its own (no
     torch there; see `ctranslate2_convert` for why): the padded int32 ids and their lengths go
     down a pipe, the (B, T, H) float32 last hidden state comes back (its copy is part of the
-    time; at batch 32 × 64 tokens 3 MB, about a millisecond)."""
+    time: 32 × 64 × 384 floats, 3.1 MB, went through a pipe there and back in 2.3 ms on the
+    Zen 5, so about 1 ms a batch, under 1 % of a batch's encoding)."""
     worker = subprocess.Popen(
         [sys.executable, "-c", CT2_WORKER, str(model_dir), compute_type, str(threads)],
         stdin=subprocess.PIPE,
