@@ -152,9 +152,9 @@ def choose_threads(requested: int = 0, processes: int = 1) -> tuple[int, str]:
         )
     if requested > 0:
         return requested, "--threads"
-    env = os.environ.get("OMP_NUM_THREADS", "").strip()
-    if env.isdigit() and int(env) > 0:
-        return int(env), f"OMP_NUM_THREADS={env}"
+    env = _omp_num_threads()
+    if env is not None:
+        return env, f"OMP_NUM_THREADS={env}"
     cores = physical_cores()
     free = free_cores()
     usable = max(1, min(cores, int(free + 0.5)))
@@ -165,11 +165,22 @@ def choose_threads(requested: int = 0, processes: int = 1) -> tuple[int, str]:
     return per_process, why
 
 
+def _omp_num_threads() -> int | None:
+    """``OMP_NUM_THREADS`` when it is a count > 0, else None (unset or not a count)."""
+    env = os.environ.get("OMP_NUM_THREADS", "").strip()
+    return int(env) if env.isdigit() and int(env) > 0 else None
+
+
 def threads_are_automatic(requested: int = 0) -> bool:
     """True when `choose_threads` picks the count from the free cores: no ``requested`` count
     and no ``OMP_NUM_THREADS``."""
-    env = os.environ.get("OMP_NUM_THREADS", "").strip()
-    return requested == 0 and not (env.isdigit() and int(env) > 0)
+    return requested == 0 and _omp_num_threads() is None
+
+
+def max_threads_per_process(processes: int = 1) -> int:
+    """The most threads a governor of one of ``processes`` processes may use: the physical
+    cores shared out, at least 1."""
+    return max(1, physical_cores() // max(1, processes))
 
 
 def apply_threads(requested: int = 0, processes: int = 1, *, adapt: bool = True) -> str:
@@ -183,7 +194,7 @@ def apply_threads(requested: int = 0, processes: int = 1, *, adapt: bool = True)
     count, why = choose_threads(requested, processes)
     torch.set_num_threads(count)
     if adapt and threads_are_automatic(requested):
-        AdaptiveThreads(max(1, physical_cores() // max(1, processes)), threads=count).start()
+        AdaptiveThreads(max_threads_per_process(processes), threads=count).start()
         why += "; adapting while it runs"
     return f"threads: {count} torch intra-op ({why})"
 
@@ -243,7 +254,8 @@ class AdaptiveThreads:
                 raise InputError(
                     f"{name} must be between 1 and {limit} (4 per logical CPU), got {value}"
                 )
-        self.max_threads = physical_cores() if max_threads is None else int(max_threads)
+        self.cores = physical_cores()
+        self.max_threads = self.cores if max_threads is None else int(max_threads)
         self.threads = self.max_threads if threads is None else min(int(threads), self.max_threads)
         if isinstance(interval_s, bool) or not isinstance(interval_s, numbers.Real):
             raise InputError(f"interval_s must be a number of seconds, got {interval_s!r}")
@@ -254,7 +266,6 @@ class AdaptiveThreads:
             self.cpus = set(os.sched_getaffinity(0))
         except (AttributeError, OSError):
             self.cpus = set(range(os.cpu_count() or 1))
-        self.cores = physical_cores()
         self.free: float | None = None  # the free cores seen at the last decision
         self.changes = 0  # how many times the count changed
         self._lock = threading.Lock()

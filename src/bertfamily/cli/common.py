@@ -265,7 +265,7 @@ def training_threads(requested: int = 0) -> Iterator[str]:
 
     import torch
 
-    from ..runtime import AdaptiveThreads, choose_threads, physical_cores, threads_are_automatic
+    from ..runtime import apply_threads, governor_scope
 
     before_threads, before_env = torch.get_num_threads(), os.environ.get("TOKENIZERS_PARALLELISM")
     tokenizers = ""
@@ -276,20 +276,13 @@ def training_threads(requested: int = 0) -> Iterator[str]:
         procs = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
     except ValueError:
         procs = 1
-    count, why = choose_threads(requested, procs)
-    torch.set_num_threads(count)
-    governor = None
-    if threads_are_automatic(requested):
-        governor = AdaptiveThreads(max(1, physical_cores() // procs), threads=count).start()
-        why += "; adapting while it runs"
-    line = f"threads: {torch.get_num_threads()} torch intra-op ({why}){tokenizers}"
-    if is_main_process():
-        err.print(line, markup=False, highlight=False)
     try:
-        yield line
+        with governor_scope():  # the governor apply_threads starts ends with the block
+            line = apply_threads(requested, procs) + tokenizers
+            if is_main_process():
+                err.print(line, markup=False, highlight=False)
+            yield line
     finally:
-        if governor is not None:
-            governor.stop()
         torch.set_num_threads(before_threads)
         if before_env is None:
             os.environ.pop("TOKENIZERS_PARALLELISM", None)

@@ -109,13 +109,18 @@ def serve(
     import torch
     import uvicorn
 
-    from ..runtime import AdaptiveThreads, choose_threads, physical_cores, threads_are_automatic
+    from ..runtime import (
+        AdaptiveThreads,
+        choose_threads,
+        max_threads_per_process,
+        threads_are_automatic,
+    )
     from ..serve.app import ServeSettings, create_app, load_served_model
     from ..serve.http import connection_limits
 
     device = torch_device(device)
     adapt = threads_are_automatic(threads)
-    max_threads = max(1, physical_cores() // workers)
+    max_threads = max_threads_per_process(workers)
     threads, why = choose_threads(threads, workers)
     if adapt:
         why += "; adapting to the load between batches"

@@ -302,7 +302,7 @@ class SentenceEmbedder:
             check = (texts[len(texts) // 2 :], queries[len(queries) // 2 :])
             with tempfile.TemporaryDirectory() as tmp:
                 fp32 = save_openvino_ir(self.model, Path(tmp) / "fp32.xml")
-                model, got, _ = openvino_int8(
+                model, got = openvino_int8(
                     self, fp32, Path(tmp) / "int8.xml", fit, check, bar, precision
                 )  # compiled: the files may go
         what = f"OpenVINO int8 ({model.quantized})" if quantize else "OpenVINO"

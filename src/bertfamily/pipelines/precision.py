@@ -652,8 +652,9 @@ def openvino_int8(
     what stays in float (None: its default).
 
     Returns:
-        (`OpenVinoModel` of the graph saved at ``out``, its `Agreement` on ``check``, the step's
-        description), or the last step's when none meets the bar (the caller refuses it).
+        (`OpenVinoModel` of the graph saved at ``out``, its ``quantized`` the step's
+        description; its `Agreement` on ``check``), or the last step's when none meets the bar
+        (the caller refuses it).
 
     Raises:
         MissingDependency: openvino or nncf is not installed.
@@ -683,7 +684,7 @@ def openvino_int8(
         if got.meets(bar):
             break
     model.quantized = step
-    return model, got, step
+    return model, got
 
 
 def _recorded_agreement(fields: dict) -> Agreement:
@@ -798,7 +799,7 @@ def cached_openvino(
                 (tmp / "fp32").mkdir()
                 fp32 = save_openvino_ir(embedder.model, tmp / "fp32" / "model.xml")
                 check = austen_calibration(held_out=True)
-                model, got, _ = openvino_int8(
+                model, got = openvino_int8(
                     embedder, fp32, tmp / "model.xml", (texts, queries), check, bar, precision
                 )
                 shutil.rmtree(tmp / "fp32")
