@@ -50,8 +50,8 @@ from bertfamily.data.task_data import TaskOptions
 from bertfamily.evaluation.metrics import classification_metrics
 from bertfamily.files import write_text_atomic
 from bertfamily.objectives.masking import MaskingConfig
-from bertfamily.pipelines.fill_mask import FillMask
-from bertfamily.pipelines.ner import EntityTagger
+from bertfamily.pipelines.tasks.fill_mask import FillMask
+from bertfamily.pipelines.tasks.ner import EntityTagger
 from bertfamily.recipes.finetune import FinetuneConfig, finetune, predict
 from bertfamily.recipes.pretrain import PretrainConfig, pretrain
 from bertfamily.resources.cache import fetch

@@ -91,7 +91,7 @@ def worker(args) -> None:
     if args.job == "embed":
         if args.engine == "bertfamily":
             from bertfamily.modules.attention import SelfAttention
-            from bertfamily.pipelines.embed import SentenceEmbedder
+            from bertfamily.pipelines.embedding.embed import SentenceEmbedder
 
             if args.strategy:
                 SelfAttention.packed_strategy = args.strategy

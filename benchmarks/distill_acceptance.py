@@ -137,7 +137,7 @@ def run_baseline(out: Path, seconds: float, device: str, max_length: int) -> dic
 
 
 def evaluate(out: Path) -> dict:
-    from bertfamily.pipelines.embed import SentenceEmbedder
+    from bertfamily.pipelines.embedding.embed import SentenceEmbedder
     from bertfamily.resources.cache import fetch
 
     data = json.loads((out / "heldout.json").read_text())

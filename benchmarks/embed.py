@@ -330,9 +330,9 @@ def build_systems(args, threads: int, work: Path, calibration) -> tuple[dict, di
     from sentence_transformers import SentenceTransformer
 
     from bertfamily.convert.onnx import OnnxRuntimeModel, export_onnx
+    from bertfamily.inference.precision import apply_int8, cached_int8, linear_layers
     from bertfamily.modules.kernels import OneDnnLinear, use_kernel
-    from bertfamily.pipelines.embed import SentenceEmbedder
-    from bertfamily.pipelines.precision import apply_int8, cached_int8, linear_layers
+    from bertfamily.pipelines.embedding.embed import SentenceEmbedder
     from bertfamily.resources.cache import fetch
 
     bs = args.batch_size
@@ -781,7 +781,7 @@ def main() -> None:
 
     from bertfamily.data.pairs import read_pairs
     from bertfamily.evaluation.metrics import evaluate_sts
-    from bertfamily.pipelines.precision import agreement, austen_calibration
+    from bertfamily.inference.precision import agreement, austen_calibration
 
     threads = int(os.environ.get("OMP_NUM_THREADS", min(2, os.cpu_count() or 1)))
     torch.set_num_threads(threads)

@@ -63,8 +63,8 @@ from machine import cpu_flags, cpu_model  # benchmarks/machine.py
 
 from bertfamily.data.pairs import PairTable, read_pairs
 from bertfamily.evaluation.metrics import regression_metrics, similarity_metrics
-from bertfamily.pipelines.embed import SentenceEmbedder
-from bertfamily.pipelines.rerank import Reranker
+from bertfamily.pipelines.embedding.embed import SentenceEmbedder
+from bertfamily.pipelines.reranking.rerank import Reranker
 from bertfamily.resources.cache import fetch
 from bertfamily.train import TrainConfig
 

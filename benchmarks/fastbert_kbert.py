@@ -40,7 +40,7 @@ from machine import cpu_model  # noqa: E402
 from bertfamily.data.tables import read_table  # noqa: E402
 from bertfamily.data.task_data import TaskData, TaskOptions, forward_rows  # noqa: E402
 from bertfamily.heads.early_exit import load_students  # noqa: E402
-from bertfamily.pipelines.early_exit import EarlyExitModel  # noqa: E402
+from bertfamily.pipelines.tasks.early_exit import EarlyExitModel  # noqa: E402
 from bertfamily.pretrained import from_pretrained  # noqa: E402
 from bertfamily.recipes.finetune import FinetuneConfig, finetune  # noqa: E402
 from bertfamily.resources.cache import fetch  # noqa: E402

@@ -185,7 +185,7 @@ def main():
     try:
         from sentence_transformers import SentenceTransformer
 
-        from bertfamily.pipelines.embed import SentenceEmbedder
+        from bertfamily.pipelines.embedding.embed import SentenceEmbedder
         from bertfamily.resources.cache import fetch
 
         model_dir = fetch("all-MiniLM-L6-v2")

@@ -1,6 +1,7 @@
-"""HNSW against exact search in `bertfamily.pipelines.index.VectorIndex`: 100,000 random unit
-vectors (d=32; seeded), 200 queries; build time, query latency per query (one batch of 200,
-and one at a time), recall@10 against brute force, for the settings `tests/test_index.py` checks.
+"""HNSW against exact search in `bertfamily.pipelines.retrieval.dense.VectorIndex`: 100,000
+random unit vectors (d=32; seeded), 200 queries; build time, query latency per query (one
+batch of 200, and one at a time), recall@10 against brute force, for the settings
+`tests/test_index.py` checks.
 
 Writes benchmarks/results/index_hnsw.json with the CPU model and thread count.
 Run from the repository root: ``python benchmarks/index_hnsw.py``.
@@ -22,7 +23,7 @@ sys.path.insert(0, str(ROOT / "src"))
 from machine import cpu_model  # noqa: E402  (benchmarks/machine.py)
 
 from bertfamily.files import write_text_atomic  # noqa: E402
-from bertfamily.pipelines.index import ModelIdentity, VectorIndex  # noqa: E402
+from bertfamily.pipelines.retrieval.dense import ModelIdentity, VectorIndex  # noqa: E402
 
 N, D, Q, K = 100_000, 32, 200, 10
 

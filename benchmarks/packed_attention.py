@@ -39,7 +39,7 @@ def main() -> None:
     args = p.parse_args()
 
     from bertfamily.modules.attention import SelfAttention
-    from bertfamily.pipelines.embed import SentenceEmbedder
+    from bertfamily.pipelines.embedding.embed import SentenceEmbedder
     from bertfamily.resources.cache import fetch
 
     lines = (fetch("janeausten") / "austen.txt").read_text(encoding="utf-8").splitlines()

@@ -50,9 +50,9 @@ from machine import cpu_model  # noqa: E402  (benchmarks/machine.py)
 from retrieval_models import train_cross_encoder, train_splade  # noqa: E402
 
 from bertfamily.files import write_text_atomic  # noqa: E402
-from bertfamily.pipelines.embed import SentenceEmbedder  # noqa: E402
-from bertfamily.pipelines.retrieval import BinaryIndex, Hit, SparseIndex, fuse  # noqa: E402
-from bertfamily.pipelines.sparse import SparseVector  # noqa: E402
+from bertfamily.pipelines.embedding.embed import SentenceEmbedder  # noqa: E402
+from bertfamily.pipelines.embedding.sparse import SparseVector  # noqa: E402
+from bertfamily.pipelines.retrieval.indexes import BinaryIndex, Hit, SparseIndex, fuse  # noqa: E402
 
 K = 10
 MODELS_DIR = Path("/tmp/bertfamily-retrieval-models")
@@ -173,7 +173,7 @@ def main() -> None:
     result["bm25"] = "BM25-weighted WordPiece (k1=0.9, b=0.4) in SparseIndex"
     sparse_rows(result, "bm25", sdocs, squeries, dense_hits, relevant)
 
-    from bertfamily.pipelines.sparse import SparseEncoder
+    from bertfamily.pipelines.embedding.sparse import SparseEncoder
 
     if args.splade:
         result["splade"] = {"model": str(args.splade), "trained_here": False}
@@ -188,7 +188,7 @@ def main() -> None:
     result["splade"]["encode_seconds"] = round(time.perf_counter() - t, 2)
     sparse_rows(result, "splade", sdocs, squeries, dense_hits, relevant)
 
-    from bertfamily.pipelines.rerank import Reranker
+    from bertfamily.pipelines.reranking.rerank import Reranker
 
     if args.cross_encoder:
         result["cross_encoder"] = {"model": str(args.cross_encoder), "trained_here": False}

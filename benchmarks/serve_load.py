@@ -34,7 +34,7 @@ sys.path.insert(0, str(ROOT / "src"))
 from machine import cpu_model  # noqa: E402  (benchmarks/machine.py)
 
 from bertfamily.files import write_text_atomic  # noqa: E402
-from bertfamily.pipelines.embed import SentenceEmbedder  # noqa: E402
+from bertfamily.pipelines.embedding.embed import SentenceEmbedder  # noqa: E402
 from bertfamily.resources.cache import fetch  # noqa: E402
 
 WORDS = (

@@ -35,7 +35,7 @@ from machine import cpu_model
 
 from bertfamily.data.pairs import read_pairs
 from bertfamily.evaluation.metrics import evaluate_sts
-from bertfamily.pipelines.embed import SentenceEmbedder
+from bertfamily.pipelines.embedding.embed import SentenceEmbedder
 from bertfamily.recipes.embedding import EmbeddingConfig, train_embedding
 from bertfamily.resources.cache import fetch
 from bertfamily.train import TrainConfig

@@ -276,7 +276,7 @@ def make_tiny(directory: Path, *, dropout: float = 0.0, seed: int = 0) -> Path:
     )
     torch.manual_seed(seed)
     transformers.BertModel(cfg).save_pretrained(directory)
-    from bertfamily.pipelines.bi_encoder import BiEncoder
+    from bertfamily.pipelines.embedding.bi_encoder import BiEncoder
 
     BiEncoder.from_directory(directory, max_seq_length=32).save(directory)
     return directory

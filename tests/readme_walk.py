@@ -84,7 +84,7 @@ def tiny_sentence_model(directory: Path) -> Path:
     import torch
 
     import bertfamily as bf
-    from bertfamily.pipelines.bi_encoder import BiEncoder
+    from bertfamily.pipelines.embedding.bi_encoder import BiEncoder
     from helpers import _tiny_vocab
 
     directory.mkdir(parents=True, exist_ok=True)

@@ -181,8 +181,8 @@ def test_every_loader_resolves_names_through_one_resolver(graph):
     for loader in (
         "bertfamily.pretrained",
         "bertfamily.tokenization.tokenizer",
-        "bertfamily.pipelines.embed",
-        "bertfamily.pipelines.loading",
+        "bertfamily.pipelines.embedding.embed",
+        "bertfamily.inference.loading",
         "bertfamily.serve.app",
         "bertfamily.cli.common",  # model_path: every --model / --teacher / MODEL option
     ):

@@ -295,7 +295,7 @@ def test_ten_megabyte_line_is_bounded_in_memory(minilm_dir):
 
 
 def test_token_lengths_of_pipelines_are_bounded(minilm_tokenizer):
-    from bertfamily.pipelines.batching import token_lengths
+    from bertfamily.inference.limits import token_lengths
 
     start = time.perf_counter()
     lengths = token_lengths(minilm_tokenizer, ["a b c", "word " * 2_000_000], max_length=256)
@@ -305,10 +305,10 @@ def test_token_lengths_of_pipelines_are_bounded(minilm_tokenizer):
 
 
 def test_embedder_reports_truncated_texts(minilm_dir, caplog):
-    from bertfamily.pipelines.embed import SentenceEmbedder
+    from bertfamily.pipelines.embedding.embed import SentenceEmbedder
 
     emb = SentenceEmbedder(minilm_dir)
-    with caplog.at_level("INFO", logger="bertfamily.pipelines.embed"):
+    with caplog.at_level("INFO", logger="bertfamily.pipelines.embedding.embed"):
         vectors = emb.encode(["short", "word " * 100_000, "also short"])
     assert vectors.shape == (3, emb.dimension)
     assert emb.last_truncated == 1
@@ -358,12 +358,12 @@ def test_vocab_read_like_the_library(wordpiece_dir, minilm_tokenizer):
     [
         ("tokenizer.json", "{not json", r"tokenizer\.json is not a tokenizer"),
         ("tokenizer.json", '{"version": "1.0"}', r"tokenizer\.json is not a tokenizer"),
-        ("tokenizer_config.json", "{", r"tokenizer_config\.json is not readable JSON"),
+        ("tokenizer_config.json", "{", r"tokenizer_config\.json is not valid JSON"),
         ("tokenizer_config.json", "[1, 2]", r"tokenizer_config\.json must hold a JSON object"),
         ("tokenizer_config.json", '{"model_max_length": "long"}', r"tokenizer_config\.json: "),
         ("tokenizer_config.json", '{"model_max_length": -3}', r"tokenizer_config\.json: "),
         ("tokenizer_config.json", '{"cls_token": 7}', r"tokenizer_config\.json: cls_token"),
-        ("special_tokens_map.json", "\xff\xfe", r"special_tokens_map\.json is not readable"),
+        ("special_tokens_map.json", "\xff\xfe", r"special_tokens_map\.json is not valid JSON"),
         ("special_tokens_map.json", '{"pad_token": {"id": 0}}', r"special_tokens_map\.json: pad"),
         ("config.json", '{"type_vocab_size": "two"}', r"config\.json: type_vocab_size"),
         ("vocab.txt", b"\xff\xfe\x00a", r"vocab\.txt is not readable UTF-8"),

@@ -22,7 +22,7 @@ def test_sorted_batches_cover_every_index_longest_first():
 
 
 def test_classifier_pipeline_keeps_input_order(minilm_dir, tmp_path):
-    from bertfamily.pipelines.classify import TextClassifier
+    from bertfamily.pipelines.tasks.classify import TextClassifier
 
     model = bf.from_pretrained(
         minilm_dir, heads=["classify"], new_heads=True, label_names=("neg", "pos")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from bertfamily.pipelines.embed import SentenceEmbedder
+from bertfamily.pipelines.embedding.embed import SentenceEmbedder
 
 SENTENCES = [
     "A man is eating food.",

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import bertfamily as bf
-from bertfamily.pipelines.bulk import BulkEmbedError, embed_file, load_shards
+from bertfamily.pipelines.embedding.bulk import BulkEmbedError, embed_file, load_shards
 from helpers import save_tiny
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # bitwise comparisons across processes
@@ -32,7 +32,7 @@ SHARD = 7  # 5 shards: 7, 7, 7, 7, 5 lines
 
 @pytest.fixture(scope="module")
 def models(minilm_dir, tmp_path_factory):
-    from bertfamily.pipelines.embed import SentenceEmbedder
+    from bertfamily.pipelines.embedding.embed import SentenceEmbedder
 
     base = tmp_path_factory.mktemp("bulk-models")
     a, b = save_tiny(base / "a", minilm_dir, 0), save_tiny(base / "b", minilm_dir, 1)
@@ -88,7 +88,7 @@ import os, signal, sys
 import numpy as np, torch
 torch.set_num_threads(1)
 from bertfamily.pipelines import bulk
-from bertfamily.pipelines.embed import SentenceEmbedder
+from bertfamily.pipelines.embedding.embed import SentenceEmbedder
 
 calls = []
 real_save = np.save

@@ -313,7 +313,7 @@ def test_entity_tagger_offsets_on_raw_chinese(tmp_path, daily, vocab_dir):
     same characters read as CoNLL words (so character index = word index)."""
     torch = pytest.importorskip("torch")
     from bertfamily.data.task_data import TaskOptions
-    from bertfamily.pipelines.ner import EntityTagger, bio_spans
+    from bertfamily.pipelines.tasks.ner import EntityTagger, bio_spans
     from bertfamily.recipes.finetune import FinetuneConfig, finetune, predict
     from bertfamily.train import TrainConfig
 

@@ -18,7 +18,7 @@ from bertfamily.heads.early_exit import (
     save_students,
 )
 from bertfamily.objectives.self_distillation import SelfDistillation, self_distillation_loss
-from bertfamily.pipelines.early_exit import early_exit_forward
+from bertfamily.pipelines.tasks.early_exit import early_exit_forward
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -253,7 +253,7 @@ def test_finetune_self_distill_saves_students_and_evaluates_speeds(distilled):
 
 
 def test_predict_speed_cli_and_pipeline(distilled, cli, tmp_path):
-    from bertfamily.pipelines.early_exit import EarlyExitClassifier
+    from bertfamily.pipelines.tasks.early_exit import EarlyExitClassifier
     from bertfamily.recipes.finetune import predict
 
     res, best, path, rows = distilled

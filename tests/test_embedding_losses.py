@@ -17,8 +17,8 @@ from bertfamily.objectives.contrastive import (
     MultipleNegativesRanking,
     build_loss,
 )
-from bertfamily.pipelines.bi_encoder import BiEncoder
-from bertfamily.pipelines.embed import PoolingSpec
+from bertfamily.pipelines.embedding.bi_encoder import BiEncoder
+from bertfamily.pipelines.embedding.embed import PoolingSpec
 from bertfamily.train.config import TrainConfig
 from bertfamily.train.loop import Trainer
 from helpers import make_tiny

@@ -18,9 +18,9 @@ from bertfamily.cli import app
 from bertfamily.data.pairs import read_pairs, read_sts
 from bertfamily.errors import DataError
 from bertfamily.evaluation.metrics import evaluate_sts, similarity_metrics
-from bertfamily.pipelines.bi_encoder import BiEncoder
-from bertfamily.pipelines.embed import SentenceEmbedder
-from bertfamily.pipelines.rerank import Reranker
+from bertfamily.pipelines.embedding.bi_encoder import BiEncoder
+from bertfamily.pipelines.embedding.embed import SentenceEmbedder
+from bertfamily.pipelines.reranking.rerank import Reranker
 from helpers import make_tiny
 
 st = pytest.importorskip("sentence_transformers")
@@ -261,7 +261,7 @@ def test_evaluate_retrieval_and_mine_negatives(tiny, tmp_path):
 
 
 def test_mining_order_range_and_margin():
-    from bertfamily.pipelines.mining import MiningOptions, mine_hard_negatives
+    from bertfamily.pipelines.retrieval.mining import MiningOptions, mine_hard_negatives
 
     vecs = {"a": [1, 0], "p": [0.9, 0.1], "x": [0.8, 0.2], "y": [0.5, 0.5], "z": [0, 1]}
     embed = lambda texts: np.array([vecs[t] for t in texts], float)  # noqa: E731

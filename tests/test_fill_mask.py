@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from bertfamily.cli import app
 from bertfamily.objectives.masking import MaskingConfig
-from bertfamily.pipelines.fill_mask import FillMask
+from bertfamily.pipelines.tasks.fill_mask import FillMask
 from bertfamily.recipes.pretrain import PretrainConfig, load_for_continued_pretraining, pretrain
 from bertfamily.tokenization.training import train_tokenizer
 from bertfamily.train import TrainConfig

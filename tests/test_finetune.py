@@ -26,7 +26,7 @@ from bertfamily.evaluation.metrics import (
     squad_metrics,
     token_f1,
 )
-from bertfamily.pipelines.ner import bio_spans
+from bertfamily.pipelines.tasks.ner import bio_spans
 
 
 # --- readers -----------------------------------------------------------------------------------
@@ -151,7 +151,7 @@ def tiny_dir(minilm_dir, tmp_path_factory):
 @pytest.mark.slow
 def test_tiny_model_learns_separable_task(tiny_dir, tmp_path):
     from bertfamily.data.task_data import TaskOptions
-    from bertfamily.pipelines.classify import TextClassifier
+    from bertfamily.pipelines.tasks.classify import TextClassifier
     from bertfamily.recipes.finetune import FinetuneConfig, finetune, predict
     from bertfamily.train import TrainConfig
 
@@ -233,7 +233,7 @@ def test_tiny_model_learns_separable_task(tiny_dir, tmp_path):
 @pytest.mark.slow
 def test_tiny_model_learns_toy_ner(tiny_dir, tmp_path):
     from bertfamily.data.task_data import TaskOptions
-    from bertfamily.pipelines.ner import EntityTagger
+    from bertfamily.pipelines.tasks.ner import EntityTagger
     from bertfamily.recipes.finetune import FinetuneConfig, finetune
     from bertfamily.train import TrainConfig
 
@@ -268,7 +268,7 @@ def test_tiny_model_learns_toy_ner(tiny_dir, tmp_path):
 def test_qa_pipeline_offsets_over_windows(tiny_dir, tmp_path):
     import torch
 
-    from bertfamily.pipelines.qa import QuestionAnswerer
+    from bertfamily.pipelines.tasks.qa import QuestionAnswerer
 
     torch.manual_seed(1)
     model = bf.from_pretrained(tiny_dir, heads=["qa"], new_heads=True)

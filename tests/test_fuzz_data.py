@@ -157,7 +157,7 @@ def test_jsonl_rows_give_strings_or_a_documented_error(tmp_path_factory, rows):
 def client(minilm_dir, tmp_path_factory):
     from fastapi.testclient import TestClient
 
-    from bertfamily.pipelines.embed import SentenceEmbedder
+    from bertfamily.pipelines.embedding.embed import SentenceEmbedder
     from bertfamily.serve.app import ServeSettings, create_app
     from helpers import save_tiny
 

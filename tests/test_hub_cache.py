@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 import bertfamily as bf
 from bertfamily.checkpoints.io import ModelDirectoryError
 from bertfamily.cli import app
-from bertfamily.pipelines.embed import SentenceEmbedder
+from bertfamily.pipelines.embedding.embed import SentenceEmbedder
 from bertfamily.resources.resolve import (
     ModelNotFoundError,
     hub_cache_dir,

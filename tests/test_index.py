@@ -17,7 +17,7 @@ import pytest
 
 pytest.importorskip("faiss")
 
-from bertfamily.pipelines.index import ModelIdentity, VectorIndex, VectorIndexError  # noqa: E402
+from bertfamily.pipelines.retrieval.dense import ModelIdentity, VectorIndex, VectorIndexError  # noqa: E402
 from test_serve import tiny_dir  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -80,7 +80,7 @@ def test_bad_vectors_and_ids_are_refused():
 
 @pytest.fixture(scope="module")
 def tiny_models(minilm_dir, tmp_path_factory):
-    from bertfamily.pipelines.embed import SentenceEmbedder
+    from bertfamily.pipelines.embedding.embed import SentenceEmbedder
 
     base = tmp_path_factory.mktemp("tiny-index")
     a = tiny_dir(base / "a", minilm_dir)
@@ -96,7 +96,7 @@ DOCS = [
 
 
 def test_built_index_matches_semantic_search_and_refuses_another_model(tiny_models, tmp_path):
-    from bertfamily.pipelines.embed import semantic_search
+    from bertfamily.pipelines.embedding.embed import semantic_search
 
     _, _, emb_a, emb_b = tiny_models
     index = VectorIndex.build(emb_a, DOCS)
@@ -136,7 +136,7 @@ def test_interrupted_save_leaves_the_previous_index(tiny_models, tmp_path, monke
 
 KILLED_SAVE = """
 import sys, numpy as np
-from bertfamily.pipelines.index import ModelIdentity, VectorIndex
+from bertfamily.pipelines.retrieval.dense import ModelIdentity, VectorIndex
 index = VectorIndex.load(sys.argv[1])
 v = np.random.default_rng(0).standard_normal((50_000, 64)).astype("float32")
 index.add_vectors(v, ["x" * 50] * len(v), list(range(1000, 1000 + len(v))))
@@ -203,7 +203,7 @@ def test_cli_build_add_search(cli, tiny_models, tmp_path):
 
 @pytest.fixture(scope="module")
 def tiny_splade(minilm_dir, tmp_path_factory):
-    from bertfamily.pipelines.sparse import SparseEncoder
+    from bertfamily.pipelines.embedding.sparse import SparseEncoder
     from retrieval_dirs import splade
 
     path = splade(tmp_path_factory.mktemp("tiny-splade") / "splade", minilm_dir, bias=-0.7)
@@ -230,8 +230,8 @@ def _same(got, want, ids, **tol) -> None:
 
 
 def test_cli_binary_sparse_and_hybrid_indexes(cli, tiny_models, tiny_splade, tmp_path):
-    from bertfamily.pipelines.embed import SentenceEmbedder
-    from bertfamily.pipelines.retrieval import BinaryIndex, SparseIndex, fuse
+    from bertfamily.pipelines.embedding.embed import SentenceEmbedder
+    from bertfamily.pipelines.retrieval.indexes import BinaryIndex, SparseIndex, fuse
 
     a = tiny_models[0]
     emb_a = SentenceEmbedder(a, dtype="fp32")  # the commands below run in fp32 (auto: bf16)
@@ -265,7 +265,7 @@ def test_cli_binary_sparse_and_hybrid_indexes(cli, tiny_models, tiny_splade, tmp
     got = search("--index", tmp_path / "sparse", "--model", splade_dir)
     _same(got, s_want, ids, rtol=1e-5, atol=1e-6)
 
-    from bertfamily.pipelines.index import VectorIndex
+    from bertfamily.pipelines.retrieval.dense import VectorIndex
 
     dense = VectorIndex.build(emb_a, texts)
     d_hits = dense.search(emb_a, queries, top_k=100)

@@ -65,7 +65,7 @@ def test_bad_input_ids_get_one_line(tiny, ids, message):
 
 @pytest.fixture(scope="module")
 def embedder(minilm_dir):
-    from bertfamily.pipelines.embed import SentenceEmbedder
+    from bertfamily.pipelines.embedding.embed import SentenceEmbedder
 
     return SentenceEmbedder(minilm_dir, dtype="fp32")
 
@@ -114,7 +114,7 @@ def test_truncation_warning_names_rows_without_retokenising(cli, minilm_dir, tmp
     r = cli("embed", "-i", src, "-o", tmp_path / "o.npy", "--model", minilm_dir, "--dtype", "fp32")
     assert r.exit_code == 0, r.output
     assert "1 of 3 inputs were longer" in r.output
-    from bertfamily.pipelines.embed import SentenceEmbedder
+    from bertfamily.pipelines.embedding.embed import SentenceEmbedder
 
     emb = SentenceEmbedder(minilm_dir, dtype="fp32")
     emb.encode(["short", "word " * 2000, "other", "word " * 300])

@@ -194,8 +194,8 @@ def test_embedder_on_either_kernel_equals_sentence_transformers(minilm_dir, tmp_
     from sentence_transformers import SentenceTransformer
 
     from bertfamily.convert.onnx import OnnxRuntimeModel, export_onnx
-    from bertfamily.pipelines.embed import SentenceEmbedder
-    from bertfamily.pipelines.precision import apply_int8, linear_layers
+    from bertfamily.inference.precision import apply_int8, linear_layers
+    from bertfamily.pipelines.embedding.embed import SentenceEmbedder
 
     texts = ["A cat sat on the mat.", "short", "It is a truth universally acknowledged, " * 9]
     want = SentenceTransformer(str(minilm_dir), device="cpu").encode(texts)
@@ -231,7 +231,7 @@ def test_embedder_on_either_kernel_equals_sentence_transformers(minilm_dir, tmp_
 def test_every_pipeline_loader_gives_the_kernel(minilm_dir, dtype):
     """`load_model_and_tokenizer` (classify, tag, answer, rerank, fill-mask, sparse) runs the
     same kernel as the embedder, with the same outputs as F.linear."""
-    from bertfamily.pipelines.loading import load_model_and_tokenizer
+    from bertfamily.inference.loading import load_model_and_tokenizer
 
     fast = load_model_and_tokenizer(minilm_dir, dtype=dtype, linear_kernel="onednn")
     plain = load_model_and_tokenizer(minilm_dir, dtype=dtype, linear_kernel="blas")

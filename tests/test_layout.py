@@ -121,7 +121,7 @@ def test_python_loaders_take_the_names_the_cli_takes(minilm_dir, count_loads):
     """`bertfamily embed x --model all-MiniLM-L6-v2` worked, `from_pretrained` of the same name
     did not; now every loader takes it, resolving it once and reading config.json once."""
     import bertfamily as bf
-    from bertfamily.pipelines.embed import SentenceEmbedder
+    from bertfamily.pipelines.embedding.embed import SentenceEmbedder
 
     model, lookups, reads = count_loads(lambda: bf.from_pretrained("all-MiniLM-L6-v2"))
     assert (lookups, reads) == (1, 1)
@@ -151,11 +151,11 @@ def test_serving_a_model_resolves_and_parses_once(minilm_dir, count_loads):
 def test_every_pipeline_takes_device_and_dtype_the_same_way():
     import inspect
 
-    from bertfamily.pipelines.classify import TextClassifier
-    from bertfamily.pipelines.embed import SentenceEmbedder
-    from bertfamily.pipelines.fill_mask import FillMask
-    from bertfamily.pipelines.ner import EntityTagger
-    from bertfamily.pipelines.qa import QuestionAnswerer
+    from bertfamily.pipelines.embedding.embed import SentenceEmbedder
+    from bertfamily.pipelines.tasks.classify import TextClassifier
+    from bertfamily.pipelines.tasks.fill_mask import FillMask
+    from bertfamily.pipelines.tasks.ner import EntityTagger
+    from bertfamily.pipelines.tasks.qa import QuestionAnswerer
 
     for cls in (TextClassifier, EntityTagger, QuestionAnswerer, FillMask, SentenceEmbedder):
         params = inspect.signature(cls.__init__).parameters

@@ -64,8 +64,8 @@ def test_search_names_a_hit_by_the_line_sed_prints(cli, tiny, tmp_path, source):
 def test_an_index_whose_texts_hold_u2028_opens(tiny, tmp_path):
     """The instance: texts.jsonl holds U+2028 raw inside a JSON string; reading it with
     str.splitlines saw one row too many and refused the index."""
-    from bertfamily.pipelines.embed import SentenceEmbedder
-    from bertfamily.pipelines.index import VectorIndex
+    from bertfamily.pipelines.embedding.embed import SentenceEmbedder
+    from bertfamily.pipelines.retrieval.dense import VectorIndex
 
     embedder = SentenceEmbedder(tiny, dtype="fp32")
     texts = ["A cat sleeps\u2028on the sofa.", "Stock markets\x0cfell.", "The train\x85 was late."]
@@ -113,7 +113,7 @@ def test_embed_and_index_read_a_csv_as_a_table(cli, tiny, tmp_path):
     built = cli("index", "build", "--corpus", str(table), "--text-column", "sentence",
                 "-o", str(tmp_path / "idx"), "--model", str(tiny))  # fmt: skip
     assert built.exit_code == 0, built.output
-    from bertfamily.pipelines.index import VectorIndex
+    from bertfamily.pipelines.retrieval.dense import VectorIndex
 
     index = VectorIndex.load(tmp_path / "idx")
     assert index.texts == ["hello there", "bad, very bad"] and index.ids == [2, 3]

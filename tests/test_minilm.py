@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import bertfamily as bf
-from bertfamily.pipelines.embed import SentenceEmbedder, cosine_matrix, semantic_search
+from bertfamily.pipelines.embedding.embed import SentenceEmbedder, cosine_matrix, semantic_search
 
 SENTENCES = [
     "A man is eating food.",

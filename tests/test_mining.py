@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from bertfamily.errors import InputError
-from bertfamily.pipelines.embed import SentenceEmbedder
-from bertfamily.pipelines.mining import MiningOptions, mine_hard_negatives
+from bertfamily.pipelines.embedding.embed import SentenceEmbedder
+from bertfamily.pipelines.retrieval.mining import MiningOptions, mine_hard_negatives
 from helpers import make_tiny
 
 pytest.importorskip("faiss")
@@ -80,7 +80,7 @@ def test_index_equals_exact_search_and_sentence_transformers(setup, case):
 
 
 def test_a_built_index_gives_the_same_rows(setup, tmp_path, cli):
-    from bertfamily.pipelines.index import VectorIndex
+    from bertfamily.pipelines.retrieval.dense import VectorIndex
 
     model_dir, rows, corpus, _ = setup
     emb = SentenceEmbedder(model_dir, dtype="fp32")

@@ -15,7 +15,7 @@ import torch
 
 import bertfamily as bf
 from bertfamily.data.tables import tokenizer_words
-from bertfamily.pipelines.ner import EntityTagger
+from bertfamily.pipelines.tasks.ner import EntityTagger
 
 LABELS = ("O", "B-PER", "I-PER", "B-LOC", "I-LOC")
 TAG_OF = {"李": "B-PER", "四": "I-PER", "深": "B-LOC", "圳": "I-LOC", "john": "B-PER"}

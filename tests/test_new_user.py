@@ -131,7 +131,7 @@ def _jsonl(result) -> list[dict]:
 
 
 def test_predict_classify_reads_a_text_file(cli, classifier, tmp_path):
-    from bertfamily.pipelines.classify import TextClassifier
+    from bertfamily.pipelines.tasks.classify import TextClassifier
 
     (tmp_path / "sentences.txt").write_text("good film number 9\n\nbad film\n", encoding="utf-8")
     rows = _jsonl(cli("predict", "--task", "classify", "--model", classifier,
@@ -181,7 +181,7 @@ def tagger_dir(tiny_dir, tmp_path_factory):
 
 
 def test_predict_ner_tags_raw_sentences(cli, tagger_dir, tmp_path):
-    from bertfamily.pipelines.ner import EntityTagger
+    from bertfamily.pipelines.tasks.ner import EntityTagger
 
     model, conll = tagger_dir
     text = "we  flew to rome today"
@@ -217,7 +217,7 @@ def test_ner_offsets_index_the_line_as_it_is_in_the_file(cli, tagger_dir, tmp_pa
 
 def test_predict_qa_and_choice_read_tab_separated_text(cli, tiny_dir, tmp_path):
     import bertfamily as bf
-    from bertfamily.pipelines.qa import QuestionAnswerer
+    from bertfamily.pipelines.tasks.qa import QuestionAnswerer
 
     for head in ("qa", "choice"):
         bf.from_pretrained(tiny_dir, heads=[head], new_heads=True).save_pretrained(tmp_path / head)
@@ -270,7 +270,7 @@ def test_search_corpus_and_index_number_a_hit_by_its_line(cli, minilm_dir, tmp_p
 
 
 def test_semantic_search_api_never_returns_blank_entries(minilm_dir):
-    from bertfamily.pipelines.embed import SentenceEmbedder, semantic_search
+    from bertfamily.pipelines.embedding.embed import SentenceEmbedder, semantic_search
 
     emb = SentenceEmbedder(minilm_dir)
     (hits,) = semantic_search(emb, ["cats"], ["", "a cat", " \t", "stocks"], top_k=4)
@@ -281,10 +281,10 @@ def test_semantic_search_api_never_returns_blank_entries(minilm_dir):
 def test_pipelines_take_their_limits_from_a_64_position_model(tiny_dir, tmp_path):
     """tiny_dir: 64 positions, a tokenizer whose model_max_length is MiniLM's 512."""
     import bertfamily as bf
-    from bertfamily.pipelines.classify import TextClassifier
-    from bertfamily.pipelines.fill_mask import FillMask
-    from bertfamily.pipelines.ner import EntityTagger
-    from bertfamily.pipelines.qa import QuestionAnswerer
+    from bertfamily.pipelines.tasks.classify import TextClassifier
+    from bertfamily.pipelines.tasks.fill_mask import FillMask
+    from bertfamily.pipelines.tasks.ner import EntityTagger
+    from bertfamily.pipelines.tasks.qa import QuestionAnswerer
 
     tok = bf.load_tokenizer(tiny_dir)
     assert tok.model_max_length == 512

@@ -39,7 +39,7 @@ def reference(minilm_dir):
 
 
 def test_fp32_graph_equals_sentence_transformers(minilm_dir, reference):
-    from bertfamily.pipelines.embed import SentenceEmbedder
+    from bertfamily.pipelines.embedding.embed import SentenceEmbedder
 
     embedder = SentenceEmbedder(minilm_dir, runtime="openvino", dtype="fp32")
     assert embedder.dtype_reason.startswith("OpenVINO f32")
@@ -48,7 +48,7 @@ def test_fp32_graph_equals_sentence_transformers(minilm_dir, reference):
 
 
 def test_default_precision_keeps_the_bar(minilm_dir, reference):
-    from bertfamily.pipelines.embed import SentenceEmbedder
+    from bertfamily.pipelines.embedding.embed import SentenceEmbedder
 
     embedder = SentenceEmbedder(minilm_dir, runtime="openvino")  # bf16 where the CPU has it
     assert embedder.runtime_check.min_cosine >= 0.99
@@ -58,8 +58,8 @@ def test_default_precision_keeps_the_bar(minilm_dir, reference):
 
 
 def test_a_graph_that_misses_the_bar_is_refused(minilm_dir):
-    from bertfamily.pipelines.embed import SentenceEmbedder
-    from bertfamily.pipelines.precision import AccuracyBar
+    from bertfamily.inference.precision import AccuracyBar
+    from bertfamily.pipelines.embedding.embed import SentenceEmbedder
 
     impossible = AccuracyBar(min_cosine=1.01)
     with pytest.raises(QuantizationError, match="OpenVINO .* misses the accuracy bar"):
@@ -77,7 +77,7 @@ def test_a_graph_that_misses_the_bar_is_refused(minilm_dir):
     ],
 )
 def test_refusals(minilm_dir, kwargs, words):
-    from bertfamily.pipelines.embed import SentenceEmbedder
+    from bertfamily.pipelines.embedding.embed import SentenceEmbedder
 
     with pytest.raises(InputError, match=words):
         SentenceEmbedder(minilm_dir, **kwargs)
@@ -96,11 +96,11 @@ def test_cli_embed_runtime_openvino(cli, minilm_dir, reference):
 @pytest.fixture
 def own_cache(tmp_path, monkeypatch):
     """A fresh cache directory, and a short calibration sample in place of the fetched one."""
-    from bertfamily.pipelines import precision
+    from bertfamily.inference import caches
 
     monkeypatch.setenv("BERTFAMILY_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr(precision, "austen_calibration", _short_calibration)
-    return tmp_path / "cache" / precision.OPENVINO_CACHE
+    monkeypatch.setattr(caches, "austen_calibration", _short_calibration)
+    return tmp_path / "cache" / caches.OPENVINO_CACHE
 
 
 def _short_calibration(*args, held_out: bool = False):
@@ -112,13 +112,13 @@ def test_the_graph_and_its_check_are_cached_and_used_again(
     minilm_dir, reference, own_cache, monkeypatch
 ):
     from bertfamily.convert import onnx
-    from bertfamily.pipelines import precision
-    from bertfamily.pipelines.embed import SentenceEmbedder
+    from bertfamily.inference import caches
+    from bertfamily.pipelines.embedding.embed import SentenceEmbedder
 
     first = SentenceEmbedder(minilm_dir, runtime="openvino", dtype="fp32")
     (entry,) = own_cache.iterdir()
-    assert sorted(p.name for p in entry.iterdir()) == ["check.json", "model.bin", "model.xml"]
-    record = json.loads((entry / "check.json").read_text())
+    assert sorted(p.name for p in entry.iterdir()) == ["model.bin", "model.xml", "record.json"]
+    record = json.loads((entry / "record.json").read_text())["data"]
     assert record["precision"] == "f32"
     assert record["agreement"]["min_cosine"] == first.runtime_check.min_cosine
 
@@ -129,20 +129,20 @@ def test_the_graph_and_its_check_are_cached_and_used_again(
         raise AssertionError("measured again")
 
     monkeypatch.setattr(onnx, "export_onnx", no_export)
-    monkeypatch.setattr(precision, "swapped_agreement", no_measure)
+    monkeypatch.setattr(caches, "swapped_agreement", no_measure)
     again = SentenceEmbedder(minilm_dir, runtime="openvino", dtype="fp32")
     assert again.runtime_check == first.runtime_check
     np.testing.assert_allclose(again.encode(TEXTS), reference, atol=1e-5)
     # another precision is another entry
     monkeypatch.undo()
     monkeypatch.setenv("BERTFAMILY_CACHE", str(own_cache.parent))
-    monkeypatch.setattr(precision, "austen_calibration", _short_calibration)
+    monkeypatch.setattr(caches, "austen_calibration", _short_calibration)
     SentenceEmbedder(minilm_dir, runtime="openvino", dtype="bf16")
     assert len(list(own_cache.iterdir())) == 2
 
 
 def test_an_edited_cached_graph_is_built_again(minilm_dir, reference, own_cache, caplog):
-    from bertfamily.pipelines.embed import SentenceEmbedder
+    from bertfamily.pipelines.embedding.embed import SentenceEmbedder
 
     SentenceEmbedder(minilm_dir, runtime="openvino", dtype="fp32")
     (entry,) = own_cache.iterdir()
@@ -151,19 +151,29 @@ def test_an_edited_cached_graph_is_built_again(minilm_dir, reference, own_cache,
     (entry / "model.bin").write_bytes(bytes(weights))
     with caplog.at_level("WARNING"):
         embedder = SentenceEmbedder(minilm_dir, runtime="openvino", dtype="fp32")
-    assert "model.bin has sha256" in caplog.text and "building it again" in caplog.text
+    assert "model.bin: sha256 is" in caplog.text and "building it again" in caplog.text
     np.testing.assert_allclose(embedder.encode(TEXTS), reference, atol=1e-5)
-    json.loads((entry / "check.json").read_text())  # rebuilt whole
+    json.loads((entry / "record.json").read_text())  # rebuilt whole
+
+
+def _reseal(record_file, edit) -> None:
+    """Edit the data of a cache record and write it back with its own digest matching (as
+    the cache itself would write such a measurement)."""
+    from bertfamily.resources.cache import sha256_json
+
+    body = json.loads(record_file.read_text())
+    edit(body["data"])
+    del body["sha256"]
+    record_file.write_text(json.dumps(body | {"sha256": sha256_json(body)}))
 
 
 def test_a_cached_check_under_the_bar_is_still_refused(minilm_dir, own_cache):
-    from bertfamily.pipelines.embed import SentenceEmbedder
+    from bertfamily.pipelines.embedding.embed import SentenceEmbedder
 
     SentenceEmbedder(minilm_dir, runtime="openvino", dtype="fp32")
     (entry,) = own_cache.iterdir()
-    record = json.loads((entry / "check.json").read_text())
-    record["agreement"]["min_cosine"] = 0.5  # as if this CPU's graph had measured so
-    (entry / "check.json").write_text(json.dumps(record))
+    # as if this CPU's graph had measured so
+    _reseal(entry / "record.json", lambda d: d["agreement"].update(min_cosine=0.5))
     with pytest.raises(QuantizationError, match="min cosine 0.5000"):
         SentenceEmbedder(minilm_dir, runtime="openvino", dtype="fp32")
 
@@ -221,10 +231,10 @@ def test_serve_with_the_openvino_runtime(minilm_dir, reference):
 def real_calibration_cache(tmp_path, monkeypatch):
     """A fresh cache directory; the real Austen calibration (NNCF's activation scales need
     more than a few sentences: on 12 even the last step misses the bar)."""
-    from bertfamily.pipelines import precision
+    from bertfamily.inference import caches
 
     monkeypatch.setenv("BERTFAMILY_CACHE", str(tmp_path / "cache"))
-    return tmp_path / "cache" / precision.OPENVINO_CACHE
+    return tmp_path / "cache" / caches.OPENVINO_CACHE
 
 
 def test_int8_graph_keeps_the_bar_on_held_out_text_and_is_cached(
@@ -234,21 +244,22 @@ def test_int8_graph_keeps_the_bar_on_held_out_text_and_is_cached(
     checked on another (held out), the step that met the bar named and cached."""
     pytest.importorskip("nncf")
     from bertfamily.convert import openvino
-    from bertfamily.pipelines import precision
-    from bertfamily.pipelines.embed import SentenceEmbedder
+    from bertfamily.inference import caches, int8_graphs
+    from bertfamily.inference.agreement import austen_calibration, swapped_agreement
+    from bertfamily.pipelines.embedding.embed import SentenceEmbedder
 
     own_cache = real_calibration_cache
-    held_out = precision.austen_calibration(held_out=True)[0]
-    assert not set(held_out) & set(precision.austen_calibration()[0])
+    held_out = austen_calibration(held_out=True)[0]
+    assert not set(held_out) & set(austen_calibration()[0])
 
     checked: list[list[str]] = []
-    real = precision.swapped_agreement
+    real = swapped_agreement
 
     def spy(embedder, model, texts, queries, k=10):
         checked.append(list(texts))
         return real(embedder, model, texts, queries, k)
 
-    monkeypatch.setattr(precision, "swapped_agreement", spy)
+    monkeypatch.setattr(int8_graphs, "swapped_agreement", spy)
     embedder = SentenceEmbedder(minilm_dir, runtime="openvino", quantize="int8")
     assert checked and all(t == held_out for t in checked)  # never its calibration text
     got = embedder.runtime_check
@@ -259,11 +270,13 @@ def test_int8_graph_keeps_the_bar_on_held_out_text_and_is_cached(
     cosines = (embedder.encode(TEXTS) * reference).sum(1)
     assert cosines.min() > 0.99, cosines
     (entry,) = own_cache.iterdir()
-    assert json.loads((entry / "check.json").read_text())["int8"] == embedder.model.quantized
-    assert sorted(p.name for p in entry.iterdir()) == ["check.json", "model.bin", "model.xml"]
+    record = json.loads((entry / "record.json").read_text())
+    assert record["data"]["int8"] == embedder.model.quantized
+    assert sorted(p.name for p in entry.iterdir()) == ["model.bin", "model.xml", "record.json"]
     # used again without quantising or measuring
     monkeypatch.setattr(openvino, "quantize_openvino_ir", lambda *a, **k: 1 / 0)
-    monkeypatch.setattr(precision, "swapped_agreement", lambda *a, **k: 1 / 0)
+    monkeypatch.setattr(int8_graphs, "swapped_agreement", lambda *a, **k: 1 / 0)
+    monkeypatch.setattr(caches, "swapped_agreement", lambda *a, **k: 1 / 0)
     again = SentenceEmbedder(minilm_dir, runtime="openvino", quantize="int8")
     assert again.model.quantized == embedder.model.quantized
     np.testing.assert_allclose(again.encode(TEXTS), embedder.encode(TEXTS), atol=1e-6)
@@ -273,8 +286,8 @@ def test_int8_steps_keep_more_in_float_until_the_bar_is_met(minilm_dir, monkeypa
     """The ladder: an impossible bar tries every step and is refused, naming the last."""
     pytest.importorskip("nncf")
     from bertfamily.convert import openvino
-    from bertfamily.pipelines.embed import SentenceEmbedder
-    from bertfamily.pipelines.precision import AccuracyBar
+    from bertfamily.inference.precision import AccuracyBar
+    from bertfamily.pipelines.embedding.embed import SentenceEmbedder
 
     tried: list[tuple[str, ...]] = []
     real = openvino.quantize_openvino_ir
@@ -326,23 +339,30 @@ def test_serve_openvino_int8(minilm_dir, reference, real_calibration_cache):
 
 
 def test_an_edited_check_record_is_built_again(minilm_dir, own_cache, caplog):
-    """check.json is not covered by the files' digests: a value edited into a string, NaN, or
-    an int8 step that does not exist is read as a broken entry and built again."""
-    from bertfamily.pipelines.embed import SentenceEmbedder
+    """The record carries its own digest: an edit of what it measured is seen and the entry
+    built again; a record whose digest matches is still held to its claims (a value edited
+    into a string, NaN, or an int8 step that does not exist)."""
+    from bertfamily.pipelines.embedding.embed import SentenceEmbedder
 
     SentenceEmbedder(minilm_dir, runtime="openvino", dtype="fp32")
     (entry,) = own_cache.iterdir()
-    record = json.loads((entry / "check.json").read_text())
+    record = json.loads((entry / "record.json").read_text())
+    edited = json.loads(json.dumps(record))
+    edited["data"]["agreement"]["min_cosine"] = 0.123  # refused by the embedder, if read
+    (entry / "record.json").write_text(json.dumps(edited))
+    with caplog.at_level("WARNING"):
+        SentenceEmbedder(minilm_dir, runtime="openvino", dtype="fp32")
+    assert "(altered)" in caplog.text and "building it again" in caplog.text
     for field, bad in (("min_cosine", "0.5"), ("min_cosine", float("nan")), ("int8", "<b>x</b>")):
-        edited = json.loads(json.dumps(record))
-        if field == "int8":
-            edited["int8"] = bad
-        else:
-            edited["agreement"][field] = bad
-        (entry / "check.json").write_text(json.dumps(edited))
+
+        def edit(data, field=field, bad=bad):
+            (data if field == "int8" else data["agreement"])[field] = bad
+
+        _reseal(entry / "record.json", edit)
         caplog.clear()
         with caplog.at_level("WARNING"):
             embedder = SentenceEmbedder(minilm_dir, runtime="openvino", dtype="fp32")
+        assert "its record does not hold" in caplog.text, field
         assert "building it again" in caplog.text, field
         assert embedder.runtime_check.min_cosine > 0.9999
 
@@ -352,7 +372,7 @@ def test_a_graph_is_compiled_for_the_governors_most_threads(minilm_dir, own_cach
     moment it would keep a server on one thread for good, so it gets the governor's most."""
     import torch
 
-    from bertfamily.pipelines.embed import SentenceEmbedder
+    from bertfamily.pipelines.embedding.embed import SentenceEmbedder
     from bertfamily.runtime import AdaptiveThreads
 
     before = torch.get_num_threads()

@@ -11,8 +11,7 @@ import pytest
 import torch
 
 from bertfamily.convert.onnx import OnnxRuntimeModel, onnx_node_name
-from bertfamily.pipelines.embed import SentenceEmbedder
-from bertfamily.pipelines.precision import (
+from bertfamily.inference.precision import (
     AccuracyBar,
     QuantizationError,
     agreement,
@@ -24,6 +23,7 @@ from bertfamily.pipelines.precision import (
     plan_int8,
     resolve_dtype,
 )
+from bertfamily.pipelines.embedding.embed import SentenceEmbedder
 
 AMX = "processor\t: 0\nflags\t\t: fpu avx2 avx512f avx512_bf16 amx_bf16 amx_tile\n"
 AVX512_BF16 = "flags\t\t: fpu avx2 avx512f avx512_bf16\n"
@@ -45,18 +45,21 @@ def test_cpu_int8_units_read_from_cpuinfo():
     assert cpu_int8_units(AVX2) == [] and cpu_int8_units("no flags here") == []
 
 
-def test_auto_picks_bf16_only_with_bf16_units():
-    dtype, reason = resolve_dtype("auto", "cpu", AMX)
+def test_auto_is_fp32_on_every_cpu_and_fastest_picks_bf16_only_with_bf16_units():
+    for cpu in (AMX, AVX512_BF16, AVX2):  # the faithful default, whatever the CPU (issue 42)
+        dtype, reason = resolve_dtype("auto", "cpu", cpu)
+        assert dtype == torch.float32 and reason.startswith("fp32 (auto: the faithful default")
+    dtype, reason = resolve_dtype("fastest", "cpu", AMX)
     assert dtype == torch.bfloat16 and "AMX-BF16" in reason
-    dtype, reason = resolve_dtype("auto", "cpu", AVX512_BF16)  # AMD Zen 4: measured 1.64x fp32
+    dtype, reason = resolve_dtype("fastest", "cpu", AVX512_BF16)  # Zen 4: measured 1.64x fp32
     assert dtype == torch.bfloat16 and "AVX512-BF16" in reason
-    dtype, reason = resolve_dtype("auto", "cpu", AVX2)
+    dtype, reason = resolve_dtype("fastest", "cpu", AVX2)
     assert dtype == torch.float32 and "no bf16 matrix units" in reason
     # an explicit choice is obeyed whatever the CPU
     assert resolve_dtype("bf16", "cpu", AVX2)[0] == torch.bfloat16
     assert resolve_dtype(torch.float32)[0] == torch.float32
     assert resolve_dtype(None)[0] == torch.float32
-    with pytest.raises(ValueError, match="auto or one of"):
+    with pytest.raises(ValueError, match="auto, fastest or one of"):
         resolve_dtype("fp8")
 
 
@@ -110,7 +113,7 @@ def test_int8_meets_the_bar_where_naive_int8_fails(minilm_dir, austen_slice, cap
     assert not naive.meets(bar), naive
     assert naive.min_cosine < 0.97
 
-    with caplog.at_level(logging.WARNING, logger="bertfamily.pipelines.embed"):
+    with caplog.at_level(logging.WARNING, logger="bertfamily.pipelines.embedding.embed"):
         int8 = SentenceEmbedder(minilm_dir, quantize="int8", calibration=(texts, queries))
     # without VNNI/AMX int8 is no faster than fp32 (measured): the user is told
     warned = "no int8 dot-product units" in caplog.text
@@ -155,8 +158,8 @@ def test_int8_refuses_what_it_cannot_run(minilm_dir):
 def test_default_dtype_is_auto_and_says_why(minilm_dir):
     emb = SentenceEmbedder(minilm_dir)
     want, reason = resolve_dtype("auto", "cpu")
-    assert next(emb.model.parameters()).dtype == want
-    assert emb.dtype_reason == reason and reason.startswith(("fp32 (auto", "bf16 (auto"))
+    assert next(emb.model.parameters()).dtype == want == torch.float32
+    assert emb.dtype_reason == reason and reason.startswith("fp32 (auto")
 
 
 def test_embed_command_prints_the_dtype_choice(cli, minilm_dir):
@@ -165,3 +168,32 @@ def test_embed_command_prints_the_dtype_choice(cli, minilm_dir):
     assert "dtype: " + resolve_dtype("auto", "cpu")[1] in " ".join(result.output.split())
     bad = cli("embed", "a cat", "--model", minilm_dir, "--quantize", "int4")
     assert bad.exit_code == 2 and "int8" in bad.output
+
+
+OLD_NAMES = (  # what `pipelines/precision.py` exported before it was split (issue 42)
+    "DTYPE_NAMES Agreement AccuracyBar Int8Plan QuantizationError agreement apply_int8 "
+    "austen_calibration cached_int8 cached_int8_plan cached_openvino openvino_int8 "
+    "int8_onnx_model cpu_bf16_units cpu_int8_units fastest_dtype layer_errors linear_layers "
+    "plan_int8 resolve_dtype swapped_agreement int8_plan_key int8_cache_key openvino_cache_key "
+    "OPENVINO_CACHE PLAN_MARGIN CALIBRATION_VERSION"
+).split()
+
+
+def test_every_old_precision_name_is_the_engine_module_s_own():
+    """`inference.precision` (and the old `pipelines.precision`) re-export each name of the
+    modules it was split into: the same objects, so a patch goes where the name is looked up."""
+    import importlib
+    import warnings
+
+    from bertfamily.inference import agreement, caches, dtype, int8, int8_graphs, precision
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        old = importlib.import_module("bertfamily.pipelines.precision")
+    homes = (dtype, agreement, int8, int8_graphs, caches)
+    for name in OLD_NAMES:
+        assert getattr(old, name) is getattr(precision, name), name
+        if name not in ("QuantizationError", "cpu_bf16_units", "cpu_int8_units"):
+            (home,) = [m for m in homes if name in vars(m) and name in m.__all__]
+            assert getattr(home, name) is getattr(precision, name), name
+    assert set(OLD_NAMES) <= set(precision.__all__)

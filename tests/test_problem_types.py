@@ -79,7 +79,7 @@ TEXTS = ["the cat is red", "dog", "a very blue and green dog", "b c"]
 def test_pipeline_scores_match_transformers(saved, kind):
     import transformers
 
-    from bertfamily.pipelines.classify import TextClassifier
+    from bertfamily.pipelines.tasks.classify import TextClassifier
 
     path = saved(kind)
     hf_model = transformers.AutoModelForSequenceClassification.from_pretrained(path)
@@ -118,7 +118,7 @@ def test_pipeline_scores_match_transformers(saved, kind):
 
 def test_multi_label_pipeline_is_sigmoid_not_softmax(saved):
     """Issue 14.3: a multi-label checkpoint scored labels with a softmax (summing to 1)."""
-    from bertfamily.pipelines.classify import TextClassifier
+    from bertfamily.pipelines.tasks.classify import TextClassifier
 
     path = saved("multi_label_classification")
     clf = TextClassifier(path)
@@ -355,7 +355,7 @@ def test_multi_label_training_predict_and_cli(base_dir_no_dropout, tmp_path, cli
 
 
 def test_regression_inferred_training_and_predict(base_dir, tmp_path):
-    from bertfamily.pipelines.classify import TextClassifier
+    from bertfamily.pipelines.tasks.classify import TextClassifier
     from bertfamily.recipes.finetune import predict
 
     value = {"red": 0.5, "blue": 2.0, "green": 3.5}

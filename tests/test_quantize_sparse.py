@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from bertfamily.errors import InputError
-from bertfamily.pipelines.quantize import PRECISIONS, quantize_embeddings
+from bertfamily.pipelines.embedding.quantize import PRECISIONS, quantize_embeddings
 from retrieval_dirs import splade
 
 st = pytest.importorskip("sentence_transformers")
@@ -20,7 +20,7 @@ TEXTS = ["The cat sat on the mat.", "a", "Dynamic batching", "the quick brown fo
 
 @pytest.fixture(scope="module")
 def minilm(minilm_dir):
-    from bertfamily.pipelines.embed import SentenceEmbedder
+    from bertfamily.pipelines.embedding.embed import SentenceEmbedder
 
     return SentenceEmbedder(minilm_dir, dtype="fp32"), st.SentenceTransformer(str(minilm_dir))
 
@@ -86,8 +86,8 @@ def splade_dirs(tmp_path_factory, minilm_dir):
 
 @pytest.mark.parametrize("kind", [("max", "relu"), ("sum", "relu"), ("max", "log1p_relu")])
 def test_sparse_equals_sparse_encoder(splade_dirs, kind):
-    from bertfamily.pipelines.sentence_modules import directory_kind
-    from bertfamily.pipelines.sparse import SparseEncoder, to_dense
+    from bertfamily.pipelines.embedding.sentence_modules import directory_kind
+    from bertfamily.pipelines.embedding.sparse import SparseEncoder, to_dense
 
     d = splade_dirs[kind]
     ours = SparseEncoder(d)

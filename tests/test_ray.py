@@ -118,8 +118,8 @@ class CrashOnce(EmbedBatch):
 
 @pytest.mark.slow
 def test_ray_data_equals_single_process_by_id_on_20000_rows(local_ray, tiny, tmp_path, cli):
-    from bertfamily.pipelines.embed import SentenceEmbedder
-    from bertfamily.pipelines.index import VectorIndex
+    from bertfamily.pipelines.embedding.embed import SentenceEmbedder
+    from bertfamily.pipelines.retrieval.dense import VectorIndex
 
     n = 20_000
     texts = texts_of(n)
@@ -151,7 +151,7 @@ def test_ray_data_equals_single_process_by_id_on_20000_rows(local_ray, tiny, tmp
 def test_a_failed_actor_is_retried_without_duplicate_or_missing_ids(
     local_ray, crash_marker, tiny, tmp_path
 ):
-    from bertfamily.pipelines.embed import SentenceEmbedder
+    from bertfamily.pipelines.embedding.embed import SentenceEmbedder
 
     n = 600
     texts = texts_of(n)

@@ -157,7 +157,7 @@ def test_the_onnx_snippet_runs_and_gives_the_embedders_vectors(cli, fresh):
     assert code in walk.blocks(using, "python")
     scope: dict = {"print": lambda *a: None}
     exec(compile(code, "README.md", "exec"), scope)
-    from bertfamily.pipelines.embed import SentenceEmbedder
+    from bertfamily.pipelines.embedding.embed import SentenceEmbedder
 
     ref = SentenceEmbedder("all-MiniLM-L6-v2", dtype="fp32").encode(
         ["A cat sat.", "Stock markets fell."]

@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from bertfamily.errors import InputError
-from bertfamily.pipelines.rerank import Reranker
-from bertfamily.pipelines.sentence_modules import SentenceModulesError, directory_kind
+from bertfamily.pipelines.embedding.sentence_modules import SentenceModulesError, directory_kind
+from bertfamily.pipelines.reranking.rerank import Reranker
 from retrieval_dirs import classic_cross_encoder, st6_cross_encoder
 
 st = pytest.importorskip("sentence_transformers")
@@ -94,7 +94,7 @@ def test_errors(dirs, minilm_dir):
     with pytest.raises(SentenceModulesError, match="one Transformer module"):
         Reranker(minilm_dir)
     assert directory_kind(minilm_dir) == "embedding"
-    from bertfamily.pipelines.sentence_modules import read_sentence_modules
+    from bertfamily.pipelines.embedding.sentence_modules import read_sentence_modules
 
     with pytest.raises(SentenceModulesError, match="Reranker"):
         read_sentence_modules(dirs["st6"])

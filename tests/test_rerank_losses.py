@@ -15,8 +15,8 @@ import torch
 
 from bertfamily.data.pairs import PairTable
 from bertfamily.errors import InputError
+from bertfamily.inference.loading import load_model_and_tokenizer
 from bertfamily.objectives.ranking import MODEL_INPUTS, build_rerank_loss
-from bertfamily.pipelines.loading import load_model_and_tokenizer
 from bertfamily.train.config import TrainConfig
 from bertfamily.train.loop import Trainer
 from retrieval_dirs import classic_cross_encoder

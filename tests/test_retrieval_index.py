@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from bertfamily.errors import InputError
-from bertfamily.pipelines.retrieval import BinaryIndex, Hit, SparseIndex, fuse
-from bertfamily.pipelines.sparse import SparseVector, to_dense
+from bertfamily.pipelines.embedding.sparse import SparseVector, to_dense
+from bertfamily.pipelines.retrieval.indexes import BinaryIndex, Hit, SparseIndex, fuse
 
 pytest.importorskip("faiss")
 
@@ -62,7 +62,7 @@ def test_fuse():
 
 # --- persistence: binary and sparse index directories ----------------------------------------
 def _identity(dimension: int, pooling: str = "mean"):
-    from bertfamily.pipelines.index import ModelIdentity
+    from bertfamily.pipelines.retrieval.dense import ModelIdentity
 
     return ModelIdentity("d" * 64, dimension, pooling, "m")
 
@@ -82,8 +82,8 @@ def test_binary_index_round_trip_equals_in_memory(tmp_path):
     import json
 
     from bertfamily.errors import VectorIndexError
-    from bertfamily.pipelines.index import VectorIndex
-    from bertfamily.pipelines.retrieval import open_index
+    from bertfamily.pipelines.retrieval.dense import VectorIndex
+    from bertfamily.pipelines.retrieval.indexes import open_index
 
     docs, queries = _unit(200, 44, 2), _unit(6, 44, 3)
     ids = [f"doc-{i}" for i in range(200)]
@@ -129,7 +129,7 @@ def test_binary_index_round_trip_equals_in_memory(tmp_path):
 
 def test_sparse_index_round_trip_equals_in_memory(tmp_path):
     from bertfamily.errors import VectorIndexError
-    from bertfamily.pipelines.retrieval import open_index
+    from bertfamily.pipelines.retrieval.indexes import open_index
 
     vecs, queries = _random_sparse(80, 300, 6), _random_sparse(5, 300, 7)
     index = SparseIndex(vecs, texts=[f"t{i}" for i in range(80)], identity=_identity(300, "s"))

@@ -307,7 +307,7 @@ def test_governor_sets_the_computing_threads_own_pool(monkeypatch, threads_back)
 def test_automatic_threads_start_a_governor_that_ends_with_the_command(
     cli, minilm_dir, monkeypatch, threads_back
 ):
-    from bertfamily.modules import encoder
+    from bertfamily.data import batching as batches
 
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     monkeypatch.setattr(runtime, "free_cores", lambda sample_s=0.1: 2.0)
@@ -318,17 +318,17 @@ def test_automatic_threads_start_a_governor_that_ends_with_the_command(
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     assert "adapting" not in runtime.apply_threads(0) and runtime.active_governor() is None
 
-    # a command with automatic threads: every encoder batch consults the governor, which is
-    # gone when the command returns
+    # a command with automatic threads: every engine batch consults the governor (the one
+    # place it looks: data.batching.run_batches), which is gone when the command returns
     monkeypatch.delenv("OMP_NUM_THREADS")
     calls: list[int] = []
-    real = encoder.adapt_threads
+    real = batches.adapt_threads
 
     def counted():
         calls.append(1 if runtime.active_governor() is not None else 0)
         real()
 
-    monkeypatch.setattr(encoder, "adapt_threads", counted)
+    monkeypatch.setattr(batches, "adapt_threads", counted)
     result = cli("embed", "--model", minilm_dir, "a b c", "d e")
     assert result.exit_code == 0, result.output
     assert calls and all(calls)
@@ -361,3 +361,84 @@ def test_training_threads_follow_the_load_only_when_automatic(monkeypatch, threa
     assert runtime.active_governor() is None
     with training_threads(2) as line:
         assert runtime.active_governor() is None and "adapting" not in line
+
+
+# --- OMP_NUM_THREADS: one parser with --threads, never a crash (issue 42, item 5) -------------
+@pytest.mark.parametrize(
+    "value, expected, words",
+    [
+        ("3", 3, None),
+        (" 3 ", 3, None),
+        ("+3", 3, None),
+        ("3,1", 3, None),  # OpenMP's nested list: the top level's count
+        ("", None, None),
+        ("1000000", "max", "asks for more than"),
+        ("99999999999999999999", "max", "asks for more than"),
+        ("abc", None, "not a thread count"),
+        ("0", None, "not a thread count"),
+        ("-3", None, "not a thread count"),
+        ("2.5", None, "not a thread count"),
+    ],
+)
+def test_environment_count_is_capped_or_ignored_never_raised(
+    monkeypatch, caplog, value, expected, words
+):
+    monkeypatch.setenv("OMP_NUM_THREADS", value)
+    monkeypatch.setattr(runtime, "_WARNED", set())
+    expected = runtime.max_thread_count() if expected == "max" else expected
+    with caplog.at_level("WARNING", logger="bertfamily.runtime"):
+        assert runtime.env_threads() == expected
+        assert runtime.env_threads() == expected  # asked twice: warned once
+    warnings = [r.getMessage() for r in caplog.records]
+    if words is None:
+        assert warnings == []
+    else:
+        assert len(warnings) == 1 and words in warnings[0] and "OMP_NUM_THREADS" in warnings[0]
+    assert runtime.threads_are_automatic(0) == (expected is None)
+
+
+def test_a_capped_environment_count_is_what_choose_threads_gives(monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "99999999999999999999")
+    limit = runtime.max_thread_count()
+    assert runtime.choose_threads(0) == (limit, f"OMP_NUM_THREADS={limit}")
+    assert runtime.choose_threads(1) == (1, "--threads")  # the flag still wins
+
+
+@pytest.mark.parametrize("value", [10**20, -1, 1.5, True, "2"])
+def test_the_flag_and_arguments_share_one_check(value):
+    with pytest.raises(InputError, match="threads must be"):
+        runtime.thread_count(value)
+    with pytest.raises(InputError, match="threads must be"):
+        runtime.choose_threads(value)
+
+
+@pytest.mark.parametrize(
+    "value, words",
+    [
+        ("1000000", "asks for more than"),
+        ("99999999999999999999", "asks for more than"),
+        ("abc", "not a thread count"),
+    ],  # fmt: skip
+)
+def test_commands_run_with_any_environment_count(minilm_dir, value, words):
+    """Before: 1000000 segfaulted the process in torch.set_num_threads, 10**20 raised
+    "Overflow when unpacking long long". Plain torch runs with either; so do we."""
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, OMP_NUM_THREADS=value)
+    help_run = subprocess.run(
+        [sys.executable, "-m", "bertfamily", "embed", "--help"],
+        env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert help_run.returncode == 0 and "--threads" in help_run.stdout
+    run = subprocess.run(
+        [sys.executable, "-m", "bertfamily", "embed", "--model", str(minilm_dir),
+         "--format", "jsonl", "a b c"],
+        env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert '"line": 1' in run.stdout
+    warnings = [line for line in run.stderr.splitlines() if "bertfamily.runtime" in line]
+    assert len(warnings) == 1 and words in warnings[0], run.stderr

@@ -22,7 +22,7 @@ def dirs(tmp_path_factory, minilm_dir):
 
 def _loads_nothing(monkeypatch):
     """Make any model load fail loudly: a refusal must come first."""
-    from bertfamily.pipelines import embed, sparse
+    from bertfamily.pipelines.embedding import embed, sparse
 
     def boom(*args, **kwargs):
         raise AssertionError("a model was loaded before the refusal")

@@ -15,8 +15,8 @@ import torch
 from typer.testing import CliRunner
 
 from bertfamily.cli import app
-from bertfamily.pipelines.embed import PoolingSpec, SentenceEmbedder, pool
-from bertfamily.pipelines.sentence_modules import POOLING_MODES, SentenceModulesError
+from bertfamily.pipelines.embedding.embed import PoolingSpec, SentenceEmbedder, pool
+from bertfamily.pipelines.embedding.sentence_modules import POOLING_MODES, SentenceModulesError
 
 st = pytest.importorskip("sentence_transformers")
 stm = pytest.importorskip("sentence_transformers.sentence_transformer.modules")

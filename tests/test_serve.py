@@ -111,7 +111,7 @@ def minilm_server(minilm_dir):
 
 @pytest.fixture(scope="module")
 def embedder(minilm_dir):
-    from bertfamily.pipelines.embed import SentenceEmbedder
+    from bertfamily.pipelines.embedding.embed import SentenceEmbedder
 
     return SentenceEmbedder(minilm_dir, dtype="fp32")
 
@@ -269,8 +269,8 @@ def test_api_key_required_and_no_work_done(minilm_server):
 
 @pytest.mark.slow
 def test_predict_classifier_and_tagger(minilm_dir, tmp_path):
-    from bertfamily.pipelines.classify import TextClassifier
-    from bertfamily.pipelines.ner import EntityTagger
+    from bertfamily.pipelines.tasks.classify import TextClassifier
+    from bertfamily.pipelines.tasks.ner import EntityTagger
 
     clf_dir = tiny_dir(tmp_path / "clf", minilm_dir, ["classify"], ("neg", "pos", "mixed"))
     server = Server(clf_dir)
@@ -443,7 +443,7 @@ def test_one_embed_request_is_tokenized_once(minilm_dir, embedder):
     come from that one tokenization) and answers what `encode` answers."""
     from fastapi.testclient import TestClient
 
-    from bertfamily.pipelines.embed import SentenceEmbedder
+    from bertfamily.pipelines.embedding.embed import SentenceEmbedder
     from bertfamily.serve.app import ServeSettings, create_app
     from bertfamily.tokenization.tokenizer import Tokenizer
 

@@ -28,7 +28,7 @@ def server(minilm_dir, tmp_path_factory):
     and refuses texts holding "POISON" (as a token id outside the vocabulary is refused)."""
     import uvicorn
 
-    from bertfamily.pipelines.embed import SentenceEmbedder
+    from bertfamily.pipelines.embedding.embed import SentenceEmbedder
     from bertfamily.serve.app import ServeSettings, create_app
     from bertfamily.serve.http import connection_limits
 

@@ -27,7 +27,7 @@ def tiny(minilm_dir, tmp_path_factory):
 @pytest.mark.slow
 @pytest.mark.long
 def test_two_replicas_behind_one_port_answer_like_encode(tiny):
-    from bertfamily.pipelines.embed import SentenceEmbedder
+    from bertfamily.pipelines.embedding.embed import SentenceEmbedder
 
     want = SentenceEmbedder(tiny, dtype="fp32").encode(TEXTS)
     server = Server(tiny, "--workers", "2", "--dtype", "fp32")
@@ -62,7 +62,7 @@ def test_a_replica_app_is_built_from_its_environment(tiny, monkeypatch):
 
     from fastapi.testclient import TestClient
 
-    from bertfamily.pipelines.embed import SentenceEmbedder
+    from bertfamily.pipelines.embedding.embed import SentenceEmbedder
     from bertfamily.serve.app import ServeSettings
     from bertfamily.serve.replicas import ENV, app_from_environment, replica_environment
 
@@ -81,25 +81,30 @@ def test_a_replica_app_is_built_from_its_environment(tiny, monkeypatch):
 
 
 def test_a_replica_with_automatic_threads_follows_the_load(tiny, monkeypatch):
-    """`serve --workers N` without --threads: each replica starts a governor capped at its
-    share of the cores (`runtime.AdaptiveThreads`); with --threads none is started."""
+    """`serve --workers N` without --threads: each replica applies the one thread policy
+    (`runtime.apply_threads`): its share of the free cores, and a governor capped at its share
+    of the physical cores (`runtime.AdaptiveThreads`); with --threads none is started."""
     import torch
 
     from bertfamily import runtime
     from bertfamily.serve.app import ServeSettings
     from bertfamily.serve.replicas import ENV, app_from_environment, replica_environment
 
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(runtime, "physical_cores", lambda: 4)
+    monkeypatch.setattr(runtime, "free_cores", lambda sample_s=0.1: 3.0)
     before = torch.get_num_threads()
     try:
-        env = replica_environment(tiny, ServeSettings(), threads=1, adaptive_max_threads=1)
+        env = replica_environment(tiny, ServeSettings(), threads=0, processes=2)
         monkeypatch.setenv(ENV, env)
         app_from_environment()
         gov = runtime.active_governor()
-        assert gov is not None and (gov.max_threads, gov.threads) == (1, 1)
+        assert gov is not None and (gov.max_threads, gov.threads) == (2, 1)  # 4 // 2, 3 // 2
+        assert torch.get_num_threads() == 1
         gov.stop()
-        monkeypatch.setenv(ENV, replica_environment(tiny, ServeSettings(), threads=1))
+        monkeypatch.setenv(ENV, replica_environment(tiny, ServeSettings(), threads=1, processes=2))
         app_from_environment()
-        assert runtime.active_governor() is None
+        assert runtime.active_governor() is None and torch.get_num_threads() == 1
     finally:
         while runtime.active_governor() is not None:
             runtime.active_governor().stop()

@@ -47,7 +47,7 @@ def embed_server(prompted_minilm):
 
 @pytest.fixture(scope="module")
 def embedder(prompted_minilm):
-    from bertfamily.pipelines.embed import SentenceEmbedder
+    from bertfamily.pipelines.embedding.embed import SentenceEmbedder
 
     return SentenceEmbedder(prompted_minilm, dtype="fp32")
 
@@ -156,7 +156,7 @@ def ce_dir(tmp_path_factory, minilm_dir):
 
 
 def test_rerank_and_predict(ce_dir):
-    from bertfamily.pipelines.rerank import Reranker
+    from bertfamily.pipelines.reranking.rerank import Reranker
 
     ours = Reranker(ce_dir)
     server = Server(ce_dir)
@@ -203,7 +203,7 @@ def test_rerank_and_predict(ce_dir):
 
 
 def test_embed_sparse(tmp_path, minilm_dir):
-    from bertfamily.pipelines.sparse import SparseEncoder
+    from bertfamily.pipelines.embedding.sparse import SparseEncoder
 
     d = splade(tmp_path / "splade", minilm_dir, bias=-0.7)
     server = Server(d)

@@ -22,7 +22,7 @@ def tiny(minilm_dir, tmp_path_factory):
 
 def test_the_udf_body_embeds_like_encode(tiny, monkeypatch):
     from bertfamily.integrations import spark
-    from bertfamily.pipelines.embed import SentenceEmbedder
+    from bertfamily.pipelines.embedding.embed import SentenceEmbedder
 
     loads = []
     real = SentenceEmbedder.__init__

@@ -32,7 +32,7 @@ DOCS = [f"document {i} about {TOPICS[i % 6]}" + " and more" * (i % 4) for i in r
 
 @pytest.fixture(scope="module")
 def tiny(minilm_dir, tmp_path_factory):
-    from bertfamily.pipelines.embed import SentenceEmbedder
+    from bertfamily.pipelines.embedding.embed import SentenceEmbedder
 
     path = save_tiny(tmp_path_factory.mktemp("table-io") / "tiny", minilm_dir)
     return path, SentenceEmbedder(path)
@@ -154,7 +154,7 @@ def test_embed_parquet_index_search_keeps_ids(cli, tiny, tmp_path):
         model,
     )
     assert r.exit_code == 0, r.output
-    from bertfamily.pipelines.index import VectorIndex
+    from bertfamily.pipelines.retrieval.dense import VectorIndex
 
     a, b = VectorIndex.load(idx), VectorIndex.load(idx2)
     assert a.ids == b.ids == ids and a.texts == b.texts == DOCS
@@ -197,7 +197,7 @@ def test_text_and_jsonl_inputs_to_parquet(cli, tiny, tmp_path):
     # an index from a plain text corpus: ids are line numbers
     idx = tmp_path / "idx"
     assert cli("index", "build", "--corpus", txt, "--output", idx, "--model", model).exit_code == 0
-    from bertfamily.pipelines.index import VectorIndex
+    from bertfamily.pipelines.retrieval.dense import VectorIndex
 
     assert VectorIndex.load(idx).ids == [1, 3, 5]
 
@@ -288,9 +288,9 @@ def test_parquet_quantized_column_equals_quantize_embeddings(tiny, tmp_path, pre
     ranges of every row, though the rows are embedded 7 at a time); the float vector stays,
     so an index builds from the table as it is."""
     from bertfamily.data.table_io import table_metadata
-    from bertfamily.pipelines.bulk import embed_table
-    from bertfamily.pipelines.index import VectorIndex
-    from bertfamily.pipelines.quantize import quantization_ranges, quantize_embeddings
+    from bertfamily.pipelines.embedding.bulk import embed_table
+    from bertfamily.pipelines.embedding.quantize import quantization_ranges, quantize_embeddings
+    from bertfamily.pipelines.retrieval.dense import VectorIndex
 
     _, embedder = tiny
     ids = [f"d{i}" for i in range(len(DOCS))]
@@ -345,8 +345,8 @@ def test_sparse_encoder_writes_sparse_columns(cli, splade_dir, tmp_path):
     read back by `iter_sparse_table` into a `SparseIndex` that ranks as the encoder's own;
     `index build` (dense) refuses it by name."""
     from bertfamily.data.table_io import iter_sparse_table, table_metadata
-    from bertfamily.pipelines.retrieval import SparseIndex
-    from bertfamily.pipelines.sparse import SparseEncoder, SparseVector
+    from bertfamily.pipelines.embedding.sparse import SparseEncoder, SparseVector
+    from bertfamily.pipelines.retrieval.indexes import SparseIndex
 
     docs = DOCS[:12]
     jl = tmp_path / "docs.jsonl"

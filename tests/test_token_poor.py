@@ -105,7 +105,7 @@ def test_nothing_to_cut_after_the_prefix_is_not_reported_truncated(minilm_tokeni
 @pytest.mark.slow
 def test_embeddings_after_a_token_poor_prefix_match_sentence_transformers(minilm_dir):
     st = pytest.importorskip("sentence_transformers")
-    from bertfamily.pipelines.embed import SentenceEmbedder
+    from bertfamily.pipelines.embedding.embed import SentenceEmbedder
 
     texts = [TEXTS["spaces"], TEXTS["hex blob"], TEXTS["DNA"], REAL]
     ours = SentenceEmbedder(minilm_dir, dtype="fp32").encode(texts)

@@ -1,8 +1,10 @@
-"""Caches are verified on use and manifests are validated (#34 item 5): the int8-plan cache
-carries the digest of its graph (and the key of the model it was measured on), an index's
-meta.json records the size and SHA-256 of its files, and bulk-embedding manifests are checked
-field by field; each failure is one clear error (or, for a cache, a rebuild), never a
-traceback, a ``ZeroDivisionError`` or a partial result reported complete.
+"""Caches are verified on use and manifests are validated (#34 item 5, #43): the engine's
+caches (`inference.caches.VerifiedEntry`: int8 plans, int8 ONNX Runtime graphs, OpenVINO
+graphs) carry the digest of their files and of their own record and their key, and what they
+claim is checked against the model and the bar before use; an index's meta.json records the
+size and SHA-256 of its files, and bulk-embedding manifests are checked field by field; each
+failure is one clear error (or, for a cache, a rebuild), never a traceback, a
+``ZeroDivisionError`` or a partial result reported complete.
 
 (The fetched-resource cache, hashed at first use in every process, is tested in
 ``test_fetch.py``: ``test_same_size_same_mtime_edit_is_caught``.)"""
@@ -24,53 +26,76 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 @pytest.fixture(scope="module")
 def embedder(tmp_path_factory, minilm_dir):
-    from bertfamily.pipelines.embed import SentenceEmbedder
+    from bertfamily.pipelines.embedding.embed import SentenceEmbedder
     from helpers import save_tiny
 
     return SentenceEmbedder(save_tiny(tmp_path_factory.mktemp("caches") / "tiny", minilm_dir))
 
 
-# ---------------------------------------------------------------- the int8-plan cache
+# ---------------------------------------------------------------- the verified caches
+
+
+def _plan(embedder):
+    """A plan of ``embedder``'s real Linear layers as `plan_int8` would make it: the first
+    half quantised (the least damaging by their recorded errors), meeting the default bar."""
+    from bertfamily.inference.agreement import AccuracyBar, Agreement
+    from bertfamily.inference.int8 import Int8Plan, linear_layers
+
+    layers = linear_layers(embedder.model)
+    half = len(layers) // 2
+    errors = {n: (0.999 - 0.001 * i, 0.9995 - 0.001 * i) for i, n in enumerate(layers)}
+    good = Agreement(0.01, 0.995, 0.998, 1.0, 10)
+    return Int8Plan(tuple(layers[:half]), tuple(layers[half:]), errors, good, AccuracyBar())
 
 
 @pytest.fixture
-def int8_cache(tmp_path, monkeypatch):
+def int8_cache(tmp_path, monkeypatch, embedder):
     """`cached_int8` with its measuring parts replaced by recorders (no ONNX Runtime needed):
-    returns the list of graphs it measured."""
+    returns the list of what it measured ("plan", or the graph's path)."""
     from bertfamily.convert import onnx as onnx_mod
-    from bertfamily.pipelines import precision
+    from bertfamily.inference import caches
 
     monkeypatch.setenv("BERTFAMILY_CACHE", str(tmp_path / "cache"))
-    agreement = precision.Agreement(0.01, 0.995, 0.998, 1.0, 10)
-    plan = precision.Int8Plan(("a",), ("b",), {"a": (0.99, 0.995)}, agreement,
-                              precision.AccuracyBar())  # fmt: skip
+    plan = _plan(embedder)
     measured: list[Path] = []
 
     def measure(embedder, plan, texts, queries, path):
         measured.append(Path(path))
         Path(path).write_bytes(b"int8 graph measured for this model")
-        return "model", agreement
-
-    monkeypatch.setattr(precision, "austen_calibration", lambda: (["a text"], ["a query"]))
+        return "model", plan.agreement
 
     def measure_plan(*a, **k):
         measured.append(Path("plan"))
         return plan
 
-    monkeypatch.setattr(precision, "plan_int8", measure_plan)
-    monkeypatch.setattr(precision, "int8_onnx_model", measure)
+    monkeypatch.setattr(caches, "austen_calibration", lambda: (["a text"], ["a query"]))
+    monkeypatch.setattr(caches, "plan_int8", measure_plan)
+    monkeypatch.setattr(caches, "int8_onnx_model", measure)
     monkeypatch.setattr(onnx_mod, "OnnxRuntimeModel", lambda path, threads: ("onnx", Path(path)))
     return measured
 
 
+def _reseal(record: Path, edit) -> None:
+    """Apply ``edit`` to the data of the cache record at ``record`` and write it back with a
+    matching own digest, as a careful hand would: only the claims can reject it then."""
+    from bertfamily.resources.cache import sha256_json
+
+    body = json.loads(record.read_text())
+    edit(body["data"])
+    del body["sha256"]
+    record.write_text(json.dumps(body | {"sha256": sha256_json(body)}))
+
+
 def test_int8_plan_cache_uses_a_graph_only_when_its_digest_matches(embedder, int8_cache, caplog):
-    from bertfamily.pipelines.precision import cached_int8
+    from bertfamily.inference.caches import cached_int8
 
     *_, graph, cached = cached_int8(embedder)
-    assert not cached and int8_cache == [Path("plan"), graph]
+    assert not cached and int8_cache[0] == Path("plan") and int8_cache[1].name == "model.onnx"
+    assert graph.name == "model.onnx" and graph.parent.parent.name == "int8-onnx"
     int8_cache.remove(Path("plan"))  # the plan is cached apart: measured once below
-    meta = json.loads(graph.with_suffix(".json").read_text())
-    assert len(meta["graph_sha256"]) == 64 and meta["key"] == graph.stem
+    record = json.loads((graph.parent / "record.json").read_text())
+    assert record["key"] == graph.parent.name and list(record["files"]) == ["model.onnx"]
+    assert len(record["files"]["model.onnx"]) == 64 and len(record["sha256"]) == 64
     assert cached_int8(embedder)[-1] is True and len(int8_cache) == 1  # used from the cache
     # the issue's instance: an edited graph (same size) was used (cosine 0.227)
     data = bytearray(graph.read_bytes())
@@ -78,46 +103,219 @@ def test_int8_plan_cache_uses_a_graph_only_when_its_digest_matches(embedder, int
     graph.write_bytes(bytes(data))
     with caplog.at_level(logging.WARNING):
         assert cached_int8(embedder)[-1] is False  # measured again
-    assert "(edited)" in caplog.text and len(int8_cache) == 2
-    assert cached_int8(embedder)[-1] is True
-    # a plan of an older bertfamily (no digest) is measured again too
-    meta = json.loads(graph.with_suffix(".json").read_text())
-    del meta["graph_sha256"]
-    graph.with_suffix(".json").write_text(json.dumps(meta))
-    assert cached_int8(embedder)[-1] is False and len(int8_cache) == 3
+    assert "model.onnx: sha256 is" in caplog.text and "(altered)" in caplog.text
+    assert len(int8_cache) == 2 and cached_int8(embedder)[-1] is True
+    # a file added to the entry, or a record of an older bertfamily: built again too
+    (graph.parent / "extra.bin").write_bytes(b"x")
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        assert cached_int8(embedder)[-1] is False
+    assert "extra.bin is not in its record (added)" in caplog.text
+    assert not (graph.parent / "extra.bin").exists() and len(int8_cache) == 3
+    (graph.parent / "record.json").write_text(json.dumps({"key": graph.parent.name}))
+    assert cached_int8(embedder)[-1] is False and len(int8_cache) == 4
     assert Path("plan") not in int8_cache  # the graph was rebuilt, the plan read
+    # a graph whose (resealed) agreement misses the bar is not used
+    _reseal(graph.parent / "record.json", lambda d: d["onnx_agreement"].update(min_cosine=0.9))
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        assert cached_int8(embedder)[-1] is False
+    assert "misses the bar" in caplog.text
+
+
+def _plan_record(cache: Path) -> Path:
+    (entry,) = (cache / "int8-plans").iterdir()
+    return entry / "record.json"
 
 
 def test_int8_plan_cache_is_used_only_under_its_own_key(embedder, int8_cache, caplog):
     """What ``quantize="int8"`` reads: the plan alone (torch runs it), measured once."""
-    from bertfamily.pipelines.precision import cached_int8_plan
+    from bertfamily.inference.caches import cached_int8_plan
     from bertfamily.resources.cache import cache_dir
 
     plan, cached = cached_int8_plan(embedder)
-    assert not cached and int8_cache == [Path("plan")] and plan.quantized == ("a",)
+    assert not cached and int8_cache == [Path("plan")] and plan == _plan(embedder)
     assert cached_int8_plan(embedder) == (plan, True) and len(int8_cache) == 1
-    (meta,) = (cache_dir() / "int8-plans").glob("*.plan.json")
+    meta = _plan_record(cache_dir())
     record = json.loads(meta.read_text())
-    assert record["key"] == meta.name.removesuffix(".plan.json")
+    assert record["key"] == meta.parent.name and record["files"] == {}
+    good = meta.read_text()
     record["key"] = "another model's key"
     meta.write_text(json.dumps(record))
     with caplog.at_level(logging.WARNING):
         assert cached_int8_plan(embedder)[1] is False  # measured again
     assert "another model's key" in caplog.text and len(int8_cache) == 2
-    meta.write_text("[1, 2]")  # not an object
-    with caplog.at_level(logging.WARNING):
-        assert cached_int8_plan(embedder)[1] is False
-    assert "not an object" in caplog.text and len(int8_cache) == 3
-    # a recorded agreement edited into a string, NaN or an impossible value: measured again
-    # (a string once reached the accuracy check and ended in a TypeError traceback)
-    for bad in ("0.5", float("nan"), 1.5):
-        record = json.loads(meta.read_text())
-        record["agreement"]["min_cosine"] = bad
-        meta.write_text(json.dumps(record))
-        before = len(int8_cache)
+    for bad, words in (
+        ("[1, 2]", "must hold a cache record, got list"),
+        ("[" * 100_000 + "]" * 100_000, "record"),  # issue 43: a RecursionError once
+        ("{oops", "not valid JSON"),
+    ):
+        meta.write_text(bad)
+        caplog.clear()
         with caplog.at_level(logging.WARNING):
             assert cached_int8_plan(embedder)[1] is False
-        assert len(int8_cache) == before + 1
+        assert words in caplog.text and "measuring again" in caplog.text
+    assert len(int8_cache) == 5 and meta.read_text() == good  # the same plan measured again
+
+
+def _quantise_everything(data: dict) -> None:
+    data["quantized"] += data["kept"]
+    data["kept"] = []
+
+
+PLAN_EDITS = {  # edits of a plan's claims, resealed; each contradicts the model, itself or the bar
+    "a layer this model lacks": (
+        lambda d: d.update(
+            quantized=["encoder.layers.9.ffn.up"],
+            layer_errors={
+                "encoder.layers.9.ffn.up": [0.999, 0.9995],
+                **{n: v for n, v in d["layer_errors"].items() if n in d["kept"]},
+            },
+        ),
+        "not this model's",
+    ),  # fmt: skip
+    "a damaging layer quantised": (
+        lambda d: d.update(quantized=d["kept"][-1:], kept=d["quantized"] + d["kept"][:-1]),
+        "a kept layer is less damaging than a quantised one",
+    ),
+    "under its bar": (lambda d: d["agreement"].update(min_cosine=0.979), "misses its bar"),
+    "another bar": (lambda d: d["bar"].update(min_cosine=0.9), "was measured for"),
+    "a cosine as a string": (lambda d: d["agreement"].update(min_cosine="0.5"), "not a number"),
+    "NaN": (lambda d: d["agreement"].update(min_cosine=float("nan")), "outside"),
+    "nothing quantised": (
+        lambda d: d.update(quantized=[], kept=d["quantized"] + d["kept"]),
+        "quantises no layer",
+    ),
+    "a layer twice": (lambda d: d.update(kept=d["kept"] + d["quantized"][:1]), "twice"),
+}
+
+
+def test_an_edited_plan_quantising_every_layer_is_measured_again(embedder, int8_cache, caplog):
+    """Issue 43: "an edited int8 plan file quantising every layer is used with rc 0 at cosine
+    0.979 against the 0.99 gate". The record's own digest sees the edit: the plan is measured
+    again, and what runs is the measured plan."""
+    from bertfamily.inference.caches import cached_int8_plan
+    from bertfamily.resources.cache import cache_dir
+
+    plan, _ = cached_int8_plan(embedder)
+    meta = _plan_record(cache_dir())
+    record = json.loads(meta.read_text())
+    _quantise_everything(record["data"])
+    record["data"]["agreement"]["min_cosine"] = 0.979
+    meta.write_text(json.dumps(record, indent=1))
+    with caplog.at_level(logging.WARNING):
+        again, cached = cached_int8_plan(embedder)
+    assert not cached and again == plan and again.kept, again
+    assert "record.json is not the record that was written (altered)" in caplog.text
+    assert "measuring again" in caplog.text and int8_cache == [Path("plan")] * 2
+
+
+@pytest.mark.parametrize("edit", list(PLAN_EDITS))
+def test_a_resealed_plan_is_held_to_its_claims(embedder, int8_cache, caplog, edit):
+    from bertfamily.inference.caches import cached_int8_plan
+    from bertfamily.resources.cache import cache_dir
+
+    plan, _ = cached_int8_plan(embedder)
+    change, words = PLAN_EDITS[edit]
+    _reseal(_plan_record(cache_dir()), change)
+    with caplog.at_level(logging.WARNING):
+        assert cached_int8_plan(embedder) == (plan, False)
+    assert words in caplog.text and "measuring again" in caplog.text
+    assert cached_int8_plan(embedder) == (plan, True)
+
+
+def test_cache_entries_are_written_with_the_umask(embedder, int8_cache):
+    import os
+    import stat
+
+    from bertfamily.inference.caches import cached_int8
+
+    old = os.umask(0o027)
+    try:
+        *_, graph, _ = cached_int8(embedder)
+    finally:
+        os.umask(old)
+    for path, mode in (
+        (graph.parent, 0o750),
+        (graph, 0o640),
+        (graph.parent / "record.json", 0o640),
+    ):
+        assert stat.S_IMODE(path.stat().st_mode) == mode, path
+    assert sorted(p.name for p in graph.parent.parent.iterdir()) == [graph.parent.name]
+
+
+def test_a_linked_cache_directory_is_refused(embedder, int8_cache, tmp_path):
+    from bertfamily.errors import UnsafePathError
+    from bertfamily.inference.caches import cached_int8_plan
+
+    (tmp_path / "cache").mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "cache" / "int8-plans").symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(UnsafePathError):
+        cached_int8_plan(embedder)
+    assert int8_cache == [] and not any((tmp_path / "elsewhere").iterdir())  # before measuring
+
+
+@pytest.fixture
+def openvino_cache(tmp_path, monkeypatch):
+    """`cached_openvino` with OpenVINO replaced by a recorder (the package is optional):
+    returns the list of graphs it built; each measures the agreement in ``AGREEMENT``."""
+    from bertfamily.convert import openvino as ov
+    from bertfamily.inference import caches
+    from bertfamily.inference.agreement import Agreement
+
+    monkeypatch.setenv("BERTFAMILY_CACHE", str(tmp_path / "cache"))
+    built: list[Path] = []
+
+    class Graph:
+        def __init__(self, model, threads, precision, ir):
+            self.ir, self.threads, self.precision = Path(ir), threads, precision or "f32"
+            self.quantized = "not set"
+
+    def save(model, xml):
+        built.append(Path(xml))
+        Path(xml).write_text("<net/>")
+        Path(xml).with_suffix(".bin").write_bytes(b"\x00" * 16)
+        return Path(xml)
+
+    monkeypatch.setattr(ov, "OpenVinoModel", Graph)
+    monkeypatch.setattr(ov, "save_openvino_ir", save)
+    monkeypatch.setattr(ov, "inference_threads", lambda: 2)
+    monkeypatch.setattr(caches, "austen_calibration", lambda: (["a text"], ["a query"]))
+    agreement = Agreement(1e-6, 0.99999, 0.999995, 1.0, 10)
+    monkeypatch.setattr(caches, "swapped_agreement", lambda *a: agreement)
+    return built
+
+
+def test_openvino_graph_cache_is_verified_on_use(embedder, openvino_cache, caplog):
+    from bertfamily.inference.caches import cached_openvino
+    from bertfamily.resources.cache import cache_dir
+
+    model, got, cached = cached_openvino(embedder, "f32")
+    (entry,) = (cache_dir() / "openvino-graphs").iterdir()
+    assert not cached and len(openvino_cache) == 1 and model.quantized is None
+    assert sorted(p.name for p in entry.iterdir()) == ["model.bin", "model.xml", "record.json"]
+    again, same, cached = cached_openvino(embedder, "f32")
+    assert cached and same == got and again.ir == entry / "model.xml" and again.threads == 2
+    # an edited weight file, an edited record, an int8 entry asked as float: built again
+    (entry / "model.bin").write_bytes(b"\x01" * 16)
+    with caplog.at_level(logging.WARNING):
+        assert cached_openvino(embedder, "f32")[-1] is False
+    assert "model.bin: sha256 is" in caplog.text and "building it again" in caplog.text
+    record = json.loads((entry / "record.json").read_text())
+    record["data"]["agreement"]["min_cosine"] = 1.0
+    (entry / "record.json").write_text(json.dumps(record))
+    assert cached_openvino(embedder, "f32")[-1] is False
+    _reseal(entry / "record.json", lambda d: d.update(int8="every matrix product"))
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        assert cached_openvino(embedder, "f32")[-1] is False
+    assert "does not match the quantisation asked for" in caplog.text
+    assert len(openvino_cache) == 4
+    # a record under the bar, as written: returned as it is (the embedder refuses it)
+    _reseal(entry / "record.json", lambda d: d["agreement"].update(min_cosine=0.5))
+    _, got, cached = cached_openvino(embedder, "f32")
+    assert cached and got.min_cosine == 0.5
 
 
 # ---------------------------------------------------------------- index meta.json
@@ -126,7 +324,7 @@ def test_int8_plan_cache_is_used_only_under_its_own_key(embedder, int8_cache, ca
 @pytest.fixture(scope="module")
 def saved_index(embedder, tmp_path_factory):
     pytest.importorskip("faiss")
-    from bertfamily.pipelines.index import VectorIndex
+    from bertfamily.pipelines.retrieval.dense import VectorIndex
 
     path = tmp_path_factory.mktemp("index") / "idx"
     texts = ["a cat sat", "a dog ran", "rivers flow", "trains run late"]
@@ -195,7 +393,7 @@ INDEX_CORRUPTIONS = {
 
 @pytest.mark.parametrize("corruption", list(INDEX_CORRUPTIONS))
 def test_index_meta_and_files_are_validated_with_one_clear_error(saved_index, tmp_path, corruption):
-    from bertfamily.pipelines.index import VectorIndex
+    from bertfamily.pipelines.retrieval.dense import VectorIndex
 
     corrupt, words = INDEX_CORRUPTIONS[corruption]
     path = tmp_path / "idx"
@@ -222,7 +420,7 @@ def test_cli_search_of_an_edited_index_is_one_line(cli, saved_index, embedder, t
 
 @pytest.fixture(scope="module")
 def bulk_run(embedder, tmp_path_factory):
-    from bertfamily.pipelines.bulk import embed_file
+    from bertfamily.pipelines.embedding.bulk import embed_file
 
     base = tmp_path_factory.mktemp("bulk")
     corpus = base / "corpus.txt"
@@ -263,7 +461,7 @@ MANIFEST_CORRUPTIONS = {
 
 @pytest.mark.parametrize("corruption", list(MANIFEST_CORRUPTIONS))
 def test_bulk_manifest_is_validated_with_one_clear_error(embedder, bulk_run, tmp_path, corruption):
-    from bertfamily.pipelines.bulk import embed_file, load_shards
+    from bertfamily.pipelines.embedding.bulk import embed_file, load_shards
 
     corpus, out = bulk_run
     path = tmp_path / "out"
@@ -283,7 +481,7 @@ def test_bulk_manifest_is_validated_with_one_clear_error(embedder, bulk_run, tmp
 def test_a_consistent_but_edited_manifest_is_refused_on_resume(embedder, bulk_run, tmp_path):
     """A hand-made manifest consistent with itself (20 lines, 1 shard) over a 50-line input
     with the same SHA-256: resuming would report 20 rows complete."""
-    from bertfamily.pipelines.bulk import BulkPlan, InputIdentity, embed_file
+    from bertfamily.pipelines.embedding.bulk import BulkPlan, InputIdentity, embed_file
 
     corpus, out = bulk_run
     path = tmp_path / "out"

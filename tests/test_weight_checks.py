@@ -170,7 +170,7 @@ TEXTS = ["a cat", "a zebra", "the dog", "zebra zebra", "fine"]
 
 
 def test_encode_refuses_non_finite_rows_naming_them(poisoned):
-    from bertfamily.pipelines.embed import SentenceEmbedder
+    from bertfamily.pipelines.embedding.embed import SentenceEmbedder
 
     emb = SentenceEmbedder(poisoned, dtype="fp32")
     with pytest.raises(NonFiniteOutputError, match=r"for 2 of 5 texts \(rows 1, 3, counting") as e:

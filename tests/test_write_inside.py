@@ -174,7 +174,7 @@ def st_dir(tmp_path_factory, minilm_dir):
 
 
 def test_sentence_transformers_export_refuses_a_linked_module_directory(st_dir, tmp_path):
-    from bertfamily.pipelines.bi_encoder import BiEncoder
+    from bertfamily.pipelines.embedding.bi_encoder import BiEncoder
 
     out, files = _outside(tmp_path)
     target = tmp_path / "export"
@@ -204,8 +204,8 @@ def test_tokenizer_save_replaces_a_linked_file_never_writes_through_it(st_dir, t
 
 
 def test_bulk_stale_cleanup_removes_only_its_own_temporaries(st_dir, tmp_path):
-    from bertfamily.pipelines.bulk import embed_file
-    from bertfamily.pipelines.embed import SentenceEmbedder
+    from bertfamily.pipelines.embedding.bulk import embed_file
+    from bertfamily.pipelines.embedding.embed import SentenceEmbedder
 
     out, files = _outside(tmp_path)
     corpus = tmp_path / "corpus.txt"
@@ -227,8 +227,8 @@ def test_bulk_stale_cleanup_removes_only_its_own_temporaries(st_dir, tmp_path):
 
 def test_index_save_refuses_a_linked_index_directory(st_dir, tmp_path):
     pytest.importorskip("faiss")
-    from bertfamily.pipelines.embed import SentenceEmbedder
-    from bertfamily.pipelines.index import VectorIndex
+    from bertfamily.pipelines.embedding.embed import SentenceEmbedder
+    from bertfamily.pipelines.retrieval.dense import VectorIndex
 
     out, files = _outside(tmp_path)
     (tmp_path / "idx").symlink_to(out, target_is_directory=True)

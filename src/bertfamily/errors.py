@@ -4,27 +4,34 @@ Each class also derives from the built-in exception users already catch for that
 problem (`ValueError` for bad input, files and configs; `OSError`-free by design: a file that
 cannot be read raises the built-in `OSError` itself; `RuntimeError` for a failed download;
 `ModuleNotFoundError` for a missing optional package), so ``except ValueError`` keeps working.
-The command line turns a `BertFamilyError` (and an `OSError`) into a one-line ``error: …``
-message with exit code 2; anything else is a bug and shows its traceback.
+The library boundary (`as_user_error`) also turns the third-party exceptions a user's input
+or machine causes (a file the system refuses, a full disk, bytes that are not UTF-8, input
+nested too deeply, faiss's and Ray's errors) into one-line `BertFamilyError`s, the original
+kept as the cause. The command line prints that as ``error: …`` with exit code 2 (the cause's
+traceback too under ``-v``); anything else is a bug and shows its traceback.
 
-This module imports nothing (floor 0): every floor may raise these.
+This module imports nothing of ours (floor 0): every floor may raise these.
 """
 
 from __future__ import annotations
 
+import errno
 from pathlib import Path
 
 __all__ = [
     "ArgumentTypeError",
     "BertFamilyError",
     "InputError",
+    "JSONFileError",
     "UnknownNameError",
     "BulkEmbedError",
     "CacheCorruptError",
     "CheckpointError",
     "ConfigError",
+    "DataEngineError",
     "DataError",
     "FetchError",
+    "FileAccessError",
     "MissingDependency",
     "ModelDirectoryError",
     "ModelNotFoundError",
@@ -37,6 +44,7 @@ __all__ = [
     "TokenizerNotFoundError",
     "UnsafePathError",
     "VectorIndexError",
+    "as_user_error",
 ]
 
 
@@ -169,8 +177,30 @@ def refetch_hint(name: str) -> str:
     )
 
 
+class FileAccessError(BertFamilyError, OSError):
+    """The operating system refused a file or device: missing, a directory where a file
+    belongs, permission denied, the disk full, a read-only file system. An `OSError` (``errno``
+    and ``filename`` are the refused call's); the message names the path and, where there is
+    one, the fix."""
+
+    def __str__(self) -> str:  # OSError would print "[Errno N] strerror: filename"
+        return str(self.args[0]) if self.args else ""
+
+
+class DataEngineError(BertFamilyError, RuntimeError):
+    """A data engine (Ray, Spark) failed for a reason of its own: a worker died, the object
+    store is full, a timeout; the message is the engine's first line, its error the cause."""
+
+
 class DataError(BertFamilyError, ValueError):
     """A data file is missing, malformed or lacks a named column."""
+
+
+class JSONFileError(BertFamilyError, ValueError):
+    """A JSON metadata file (`files.read_json`) is missing, a directory, unreadable, too large,
+    not UTF-8, not JSON, nested too deep, or holds the wrong kind of value; the message names
+    the file. Readers of model directories, tokenizers, indexes and run directories raise their
+    own class (`ModelDirectoryError`, `TokenizerFileError`, …) for the same problems."""
 
 
 class MissingDependency(BertFamilyError, ModuleNotFoundError, RuntimeError):
@@ -220,3 +250,94 @@ class ServeError(BertFamilyError):
         super().__init__(message)
         self.status = status
         self.error_type = error_type
+
+
+# --- the library boundary: third-party exceptions as one-line errors ---------------------------
+_OS_PROBLEMS = {
+    errno.ENOSPC: "no space left on the device (the disk is full: free some space or write "
+    "elsewhere)",
+    errno.EDQUOT: "disk quota exceeded (free some space or write elsewhere)",
+    errno.EROFS: "the file system is read-only (write elsewhere)",
+    errno.EACCES: "permission denied",
+    errno.EPERM: "operation not permitted",
+    errno.EISDIR: "it is a directory, where a file belongs",
+    errno.ENOTDIR: "a part of the path is a file, where a directory belongs",
+    errno.ENOENT: "no such file or directory",
+    errno.EMFILE: "too many open files (raise the limit: ulimit -n)",
+}
+
+
+def _first_line(text: str, limit: int = 300) -> str:
+    line = next((x.strip() for x in text.splitlines() if x.strip()), "")
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def _raised_in(exc: BaseException, package: str) -> bool:
+    """Whether ``exc`` comes from ``package``: its class was defined there, or a frame of its
+    traceback runs that package's Python code (faiss raises the built-in RuntimeError)."""
+    if any(c.__module__.split(".")[0] == package for c in type(exc).__mro__):
+        return True
+    tb = exc.__traceback__
+    while tb is not None:
+        if str(tb.tb_frame.f_globals.get("__name__", "")).split(".")[0] == package:
+            return True
+        tb = tb.tb_next
+    return False
+
+
+def _os_error(exc: OSError) -> FileAccessError:
+    where = " -> ".join(str(f) for f in (exc.filename, exc.filename2) if f is not None)
+    problem = _OS_PROBLEMS.get(exc.errno) or exc.strerror or _first_line(str(exc))
+    out = FileAccessError(f"{where}: {problem}" if where else f"{problem} ({type(exc).__name__})")
+    out.errno, out.strerror, out.filename = exc.errno, exc.strerror, exc.filename
+    return out
+
+
+def as_user_error(exc: BaseException) -> BertFamilyError | None:
+    """The one-line `BertFamilyError` a user should see for ``exc``, or None when ``exc`` is a
+    bug (its traceback should be shown). The one mapping of the library boundary: the command
+    line's ``handle_errors`` uses it, and so can the server's exception handlers.
+
+    - a Ray error (``ray.exceptions``) that wraps another (a task's exception): that one,
+      mapped again (a `BertFamilyError` raised in a Ray worker comes back as itself, not as
+      Ray's multi-line traceback; a bug stays a bug); one that wraps nothing (a worker died,
+      the object store full, a timeout): a `DataEngineError` with its first line;
+    - a `BertFamilyError`: itself;
+    - an `OSError` (missing file, directory, permission, disk full ``ENOSPC``, read-only):
+      a `FileAccessError` naming the path and the problem;
+    - `UnicodeDecodeError`: a `DataError` (bytes that are not UTF-8: the byte and offset);
+    - `RecursionError`: an `InputError` (input nested too deeply to process);
+    - a RuntimeError raised by faiss: a `VectorIndexError` with faiss's first line.
+
+    A new error's ``__cause__`` is ``exc`` (shown with ``-v``); ``exc`` itself is unchanged.
+    """
+    if _raised_in(exc, "ray"):
+        cause = getattr(exc, "cause", None)
+        if isinstance(cause, BaseException) and cause is not exc:
+            return as_user_error(cause)
+        if not isinstance(exc, BertFamilyError):
+            return _caused(DataEngineError(f"Ray: {_first_line(str(exc))}"), exc)
+    if isinstance(exc, BertFamilyError):
+        return exc
+    out: BertFamilyError | None = None
+    if isinstance(exc, OSError):
+        out = _os_error(exc)
+    elif isinstance(exc, UnicodeDecodeError):
+        bad = exc.object[exc.start : exc.start + 1]
+        out = DataError(
+            f"input is not UTF-8 text: byte {bad!r} at offset {exc.start} cannot be decoded "
+            "as UTF-8; save it as UTF-8"
+        )
+    elif isinstance(exc, RecursionError):
+        out = InputError(
+            "input nested too deeply to process (Python's recursion limit was reached); "
+            "check that it is what you meant to give"
+        )
+    elif isinstance(exc, RuntimeError) and _raised_in(exc, "faiss"):
+        out = VectorIndexError(f"faiss: {_first_line(str(exc))}")
+    return None if out is None else _caused(out, exc)
+
+
+def _caused(out: BertFamilyError, cause: BaseException) -> BertFamilyError:
+    out.__cause__ = cause
+    return out

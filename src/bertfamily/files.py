@@ -1,5 +1,5 @@
 """Atomic writes of files and whole directories, shared by checkpoints, tokenizers, run outputs
-and the CLI (torch-free).
+and the CLI, and the one bounded reader of JSON metadata files (`read_json`) (torch-free).
 
 A file write goes to a temporary file beside the target and is renamed onto it; a directory
 save is built in a sibling temporary directory and swapped in. Readers see the old content or
@@ -16,6 +16,7 @@ its temporaries, owned by the user, never through a link (`remove_inside`).
 from __future__ import annotations
 
 import contextvars
+import json
 import logging
 import os
 import re
@@ -26,8 +27,9 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
-from .errors import UnsafePathError
+from .errors import JSONFileError, UnsafePathError
 
 log = logging.getLogger(__name__)
 
@@ -346,3 +348,93 @@ def directory_digest(path: Path) -> str:
         outer.update(file.relative_to(path).as_posix().encode() + b"\0")
         outer.update(inner.digest())
     return outer.hexdigest()
+
+
+# --- bounded JSON: every metadata file bertfamily reads ---------------------------------------
+MAX_JSON_BYTES = 64 * 2**20  # config.json, tokenizer_config.json, index meta: far above real ones
+MAX_JSON_DEPTH = 64  # real metadata nests a handful of levels; json recurses in C per level
+_REQUIRED = object()
+
+
+def read_json(
+    path: str | os.PathLike[str],
+    *,
+    what: str = "a JSON object",
+    kind: type | tuple[type, ...] | None = dict,
+    max_bytes: int = MAX_JSON_BYTES,
+    max_depth: int = MAX_JSON_DEPTH,
+    error: Callable[[str], Exception] = JSONFileError,
+    missing: Any = _REQUIRED,
+) -> Any:
+    """The JSON value of a metadata file, read within bounds: the one reader of config.json,
+    tokenizer_config.json, modules.json, sentence-transformers module configs, index and cache
+    records and run-directory state.
+
+    Args:
+        path: the file (UTF-8, a leading BOM allowed).
+        what: what the file must hold, for the message ("a JSON object of model settings").
+        kind: the type(s) the top-level value must have (None: any JSON value).
+        max_bytes: the largest file accepted.
+        max_depth: the deepest nesting of arrays and objects accepted.
+        error: the exception class raised, called with the one-line message: the caller's
+            own `BertFamilyError` subclass (`ModelDirectoryError` for a model directory), or a
+            function of the message that returns one.
+        missing: returned when the file does not exist (by default that is an error).
+
+    Raises:
+        ``error`` (default `JSONFileError`): the file is missing, a directory or unreadable
+            (permissions), larger than ``max_bytes``, not UTF-8, not JSON (or a number too
+            long to parse), nested deeper than ``max_depth``, or its top-level value is not
+            ``kind``. One line naming the file; the underlying exception is its cause.
+    """
+    path = Path(path)
+    try:
+        with open(path, "rb") as fh:
+            size = os.fstat(fh.fileno()).st_size
+            raw = fh.read(max_bytes + 1) if size <= max_bytes else b""
+    except FileNotFoundError as e:
+        if missing is not _REQUIRED:
+            return missing
+        raise error(f"{path} does not exist (it should hold {what})") from e
+    except IsADirectoryError as e:
+        raise error(f"{path} is a directory, not a JSON file") from e
+    except OSError as e:
+        raise error(f"{path} cannot be read: {e.strerror or e}") from e
+    size = max(size, len(raw))
+    if size > max_bytes:
+        raise error(f"{path} is {size:,} bytes; a JSON file here is at most {max_bytes:,}")
+    try:
+        data = json.loads(raw.decode("utf-8-sig"))
+    except UnicodeDecodeError as e:
+        bad = raw[e.start : e.start + 1]
+        raise error(
+            f"{path} is not valid JSON: not UTF-8 text (byte {bad!r} at offset {e.start})"
+        ) from e
+    except RecursionError as e:
+        raise error(f"{path} is not valid JSON: nested deeper than Python can parse") from e
+    except ValueError as e:  # JSONDecodeError, and ints longer than Python converts
+        raise error(f"{path} is not valid JSON: {e}") from e
+    if json_depth(data) > max_depth:
+        raise error(f"{path} is not valid JSON here: nested deeper than {max_depth} levels")
+    if kind is not None and not isinstance(data, kind):
+        shown = repr(data)
+        shown = shown if len(shown) <= 60 else shown[:57] + "..."
+        raise error(f"{path} must hold {what}, got {type(data).__name__} ({shown})")
+    return data
+
+
+def json_depth(value: Any) -> int:
+    """The nesting depth of a parsed JSON value (0 for a scalar, 1 for ``[]`` or ``{"a": 1}``),
+    found without recursion."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, dict):
+            children = node.values()
+        elif isinstance(node, list):
+            children = node
+        else:
+            continue
+        deepest = max(deepest, depth)
+        stack.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
+    return deepest

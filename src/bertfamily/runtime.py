@@ -11,11 +11,14 @@ takes about as long as on one thread *plus* the waits. One thread per free core 
 free) and subtracts what other processes used on the CPUs this process may run on; the result
 is capped by the physical cores and by a cgroup CPU quota. `choose_threads` turns a request
 (``--threads N``; 0 = automatic) into a count and the reason, and `apply_threads` sets torch's
-intra-op pool to it. A count chosen automatically then follows the load while the command runs:
-`AdaptiveThreads` re-decides it between batches from what other processes used since its last
-look (/proc/stat minus this process's own CPU time), so a long embedding run or a server drops a
-thread when a neighbour starts and takes it back when the neighbour ends. Nothing here runs at
-import.
+intra-op pool to it. One parser reads every count: `thread_count` checks a requested one (a
+whole number up to `max_thread_count`, else `InputError`), and `env_threads` reads
+``OMP_NUM_THREADS`` without ever failing (too large: capped, with a warning; not a count:
+ignored, with a warning), as plain torch runs with any value of it. A count chosen
+automatically then follows the load while the command runs: `AdaptiveThreads` re-decides it
+between batches from what other processes used since its last look (/proc/stat minus this
+process's own CPU time), so a long embedding run or a server drops a thread when a neighbour
+starts and takes it back when the neighbour ends. Nothing here runs at import.
 
 **Optional packages.** `require` imports one or raises `MissingDependency` with the
 ``pip install "bertfamily[extra]"`` that installs it.
@@ -25,9 +28,11 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import logging
 import math
 import numbers
 import os
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -134,25 +139,19 @@ def free_cores(sample_s: float = 0.1) -> float:
 def choose_threads(requested: int = 0, processes: int = 1) -> tuple[int, str]:
     """The intra-op thread count for one of ``processes`` processes on this machine and why.
 
-    ``requested`` > 0 wins; else ``OMP_NUM_THREADS`` when set; else the free cores
-    (`free_cores`, rounded to the nearest whole core, at least 1) divided by ``processes``.
+    ``requested`` > 0 wins; else ``OMP_NUM_THREADS`` when it holds a usable count
+    (`env_threads`: one above `max_thread_count` is capped, garbage ignored, each with a
+    warning); else the free cores (`free_cores`, rounded to the nearest whole core, at least 1)
+    divided by ``processes``.
 
     Raises:
-        InputError: ``requested`` < 0 or above `max_thread_count`.
+        InputError: ``requested`` not a whole number in 0..`max_thread_count`
+            (`thread_count`).
     """
-    if requested < 0:
-        from .errors import InputError
-
-        raise InputError(f"threads must be >= 0 (0 = automatic), got {requested}")
-    if requested > max_thread_count():
-        from .errors import InputError
-
-        raise InputError(
-            f"threads must be at most {max_thread_count()} (4 per logical CPU), got {requested}"
-        )
+    requested = thread_count(requested, "threads")
     if requested > 0:
         return requested, "--threads"
-    env = _omp_num_threads()
+    env = env_threads()
     if env is not None:
         return env, f"OMP_NUM_THREADS={env}"
     cores = physical_cores()
@@ -165,16 +164,93 @@ def choose_threads(requested: int = 0, processes: int = 1) -> tuple[int, str]:
     return per_process, why
 
 
+# --- the one parser of thread counts: --threads, threads= arguments, OMP_NUM_THREADS ---------
+# A count far above the CPUs makes torch segfault (torch.set_num_threads(10**6)) or raise
+# "Overflow when unpacking long long" (10**20); plain torch ignores such a variable, so we must
+# never do worse. OpenMP's own syntax for the variable: a whole number, optionally signed "+",
+# optionally followed by the nested levels' counts ("4,2": 4 at the top level).
+_OMP_COUNT = re.compile(r"\s*\+?([0-9]+)\s*(?:,[0-9,\s]*)?")
+_WARNED: set[str] = set()  # environment values already warned about (one line each)
+
+
+def thread_count(value: object, source: str = "threads", *, minimum: int = 0) -> int:
+    """``value`` as a thread count: a whole number from ``minimum`` (0 = automatic, where the
+    caller allows it) to `max_thread_count`. The one check of every count a user gives: the
+    ``--threads`` flag, ``threads=`` arguments, `AdaptiveThreads`.
+
+    Args:
+        value: an int (not a bool; a str is refused too: parse the environment with
+            `env_threads`).
+        source: what the value was, for the message ("threads", "max_threads").
+        minimum: the smallest count allowed (0 or 1).
+
+    Raises:
+        InputError: not a whole number, or outside ``minimum``..`max_thread_count`; the
+            message names ``source`` and the range.
+    """
+    from .errors import InputError
+
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise InputError(f"{source} must be a whole number, got {value!r}")
+    count, limit = int(value), max_thread_count()
+    if minimum == 0 and count < 0:
+        raise InputError(f"{source} must be >= 0 (0 = automatic), got {count}")
+    if count < minimum or count > limit:
+        span = f"at most {limit}" if count > limit and minimum == 0 else f"between 1 and {limit}"
+        raise InputError(f"{source} must be {span} (4 per logical CPU), got {_short_int(count)}")
+    return count
+
+
+def env_threads(name: str = "OMP_NUM_THREADS") -> int | None:
+    """The thread count the environment variable ``name`` asks for, or None (unset, blank or
+    unusable). Never raises: plain torch runs whatever the variable holds, so bertfamily does
+    too. A count above `max_thread_count` is capped to it; a value that is not a count >= 1
+    (``abc``, ``0``, ``-3``, ``2.5``) is ignored, the count then chosen as without the
+    variable. Each says so in one warning line (logger ``bertfamily.runtime``), once per value
+    and process. OpenMP's list form (``4,2``) gives its first count."""
+    raw = os.environ.get(name)
+    if raw is None or not raw.strip():
+        return None
+    match = _OMP_COUNT.fullmatch(raw)
+    count = int(match.group(1)) if match else 0
+    if count < 1:
+        _warn_once(
+            f"{name}={raw}",
+            f"{name}={raw!r} is not a thread count >= 1; ignored (threads chosen as if unset)",
+        )
+        return None
+    limit = max_thread_count()
+    if count > limit:
+        _warn_once(
+            f"{name}={raw}",
+            f"{name}={_short_int(count)} asks for more than {limit} threads (4 per logical "
+            f"CPU); using {limit}",
+        )
+        return limit
+    return count
+
+
+def _warn_once(key: str, message: str) -> None:
+    if key not in _WARNED:
+        _WARNED.add(key)
+        logging.getLogger(__name__).warning(message)
+
+
+def _short_int(n: int) -> str:
+    """``n`` in decimal, its middle elided past 24 digits (a message stays one short line)."""
+    text = str(n)
+    return text if len(text) <= 24 else f"{text[:10]}…{text[-4:]} ({len(text)} digits)"
+
+
 def _omp_num_threads() -> int | None:
-    """``OMP_NUM_THREADS`` when it is a count > 0, else None (unset or not a count)."""
-    env = os.environ.get("OMP_NUM_THREADS", "").strip()
-    return int(env) if env.isdigit() and int(env) > 0 else None
+    """The old name of `env_threads` (kept for callers)."""
+    return env_threads()
 
 
 def threads_are_automatic(requested: int = 0) -> bool:
     """True when `choose_threads` picks the count from the free cores: no ``requested`` count
     and no ``OMP_NUM_THREADS``."""
-    return requested == 0 and _omp_num_threads() is None
+    return requested == 0 and env_threads() is None
 
 
 def max_threads_per_process(processes: int = 1) -> int:
@@ -244,16 +320,9 @@ class AdaptiveThreads:
     ) -> None:
         from .errors import InputError
 
-        limit = max_thread_count()
         for name, value in (("max_threads", max_threads), ("threads", threads)):
-            if value is None:
-                continue
-            if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-                raise InputError(f"{name} must be a whole number, got {value!r}")
-            if not 1 <= value <= limit:
-                raise InputError(
-                    f"{name} must be between 1 and {limit} (4 per logical CPU), got {value}"
-                )
+            if value is not None:
+                thread_count(value, name, minimum=1)
         self.cores = physical_cores()
         self.max_threads = self.cores if max_threads is None else int(max_threads)
         self.threads = self.max_threads if threads is None else min(int(threads), self.max_threads)

@@ -26,14 +26,20 @@ from safetensors.torch import load_file, save_file
 
 from ..config import ConfigError, EncoderConfig
 from ..errors import ModelDirectoryError
-from ..files import atomic_directory, atomic_write, recover_directory, remove_inside
+from ..files import (
+    MAX_JSON_BYTES,
+    atomic_directory,
+    atomic_write,
+    read_json,
+    recover_directory,
+    remove_inside,
+)
 from .convert import CheckpointError, LoadReport, ours_to_hf
 from .keymaps import FAMILIES, HF_ACTIVATIONS, OUR_ACTIVATIONS_TO_HF, FamilyMap
 
 log = logging.getLogger(__name__)
 
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
-MAX_JSON_BYTES = 64 * 2**20  # config.json and index files: far above any real one
 MAX_SAFETENSORS_HEADER = 100 * 2**20  # the safetensors format's own limit
 MAX_LABELS = 1_000_000  # num_labels without id2label
 
@@ -111,33 +117,13 @@ def _recover(path: Path) -> None:
 
 # --- config.json ---------------------------------------------------------------------------------
 def read_json_file(file: Path, what: str = "a JSON object") -> dict[str, Any]:
-    """A bounded JSON object from ``file``.
+    """A bounded JSON object from ``file`` (`files.read_json`, at most `MAX_JSON_BYTES`).
 
     Raises:
         ModelDirectoryError: the file is missing, too large, not UTF-8, not JSON, nested too
             deep, or not a JSON object; the message names the file.
     """
-    try:
-        size = file.stat().st_size
-        if size > MAX_JSON_BYTES:
-            raise ModelDirectoryError(
-                f"{file} is {size:,} bytes; a JSON file here is at most {MAX_JSON_BYTES:,}"
-            )
-        text = file.read_bytes().decode("utf-8")
-        data = json.loads(text)
-    except ModelDirectoryError:
-        raise
-    except OSError as e:
-        raise ModelDirectoryError(f"{file} cannot be read: {e}") from e
-    except UnicodeDecodeError as e:
-        raise ModelDirectoryError(f"{file} is not valid JSON (not UTF-8 text): {e}") from e
-    except (ValueError, RecursionError) as e:  # JSONDecodeError, too-long ints, deep nesting
-        raise ModelDirectoryError(f"{file} is not valid JSON: {e}") from e
-    if not isinstance(data, dict):
-        raise ModelDirectoryError(
-            f"{file} must hold {what}, got {type(data).__name__} ({_short(data)})"
-        )
-    return data
+    return read_json(file, what=what, max_bytes=MAX_JSON_BYTES, error=ModelDirectoryError)
 
 
 def _short(value: Any, limit: int = 60) -> str:
@@ -757,9 +743,10 @@ def _drop_other_weights(directory: Path) -> None:
     index = directory / "model.safetensors.index.json"
     if index.is_file() and not index.is_symlink():
         try:
-            weight_map = json.loads(index.read_text()).get("weight_map") or {}
+            weight_map = read_json_file(index, "a JSON object with a weight_map")
+            weight_map = weight_map.get("weight_map") or {}
             shards = set(weight_map.values()) if isinstance(weight_map, dict) else set()
-        except (OSError, ValueError, AttributeError) as e:
+        except (ModelDirectoryError, AttributeError, TypeError) as e:
             log.warning("could not read the shards named by %s: %s", index, e)
             shards = set()
         for shard in sorted(s for s in shards if isinstance(s, str)):

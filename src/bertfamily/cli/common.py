@@ -14,32 +14,37 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import click
 import typer
 from rich.console import Console
 from rich.markup import escape
 from typer.core import TyperCommand
 
-from ..errors import BertFamilyError, InputError
+from ..errors import BertFamilyError, InputError, as_user_error
 
 console = Console()
 err = Console(stderr=True, soft_wrap=True)  # messages name paths: never broken mid-path
 
 #: What a command reports as a one-line ``error: …`` (exit code 2): the errors bertfamily raises
 #: on purpose (`bertfamily.errors`) and the operating system's (a file that cannot be read or
-#: written). Anything else is a bug: its traceback is shown.
+#: written); third-party exceptions too, where `errors.as_user_error` maps them (Unicode
+#: decoding, RecursionError, faiss, Ray). Anything else is a bug: its traceback is shown.
 LIBRARY_ERRORS = (BertFamilyError, OSError)
 
-DTYPES = ("auto", "fp32", "bf16")
+DTYPES = ("auto", "fp32", "bf16", "fastest")
 
 #: Set by ``bertfamily -v``: tracebacks of library errors too.
 VERBOSE = False
 
 
 def handle_errors(func: Callable[..., Any]) -> Callable[..., Any]:
-    """Run a command, turning a `BertFamilyError` or `OSError` into ``error: …`` on stderr and
-    exit code 2 (with its traceback too under ``-v``). Any other exception propagates: the
-    command line prints its traceback and exits with code 1. A thread governor the command
-    started (`runtime.apply_threads`) stops when it returns (`runtime.governor_scope`)."""
+    """Run a command, turning an exception `errors.as_user_error` maps (a `BertFamilyError`;
+    an `OSError` such as a missing file, permission denied or a full disk; bytes that are not
+    UTF-8; a RecursionError; faiss's and Ray's errors) into ``error: …`` on stderr and exit
+    code 2; under ``-v`` the traceback comes first, the original exception (the
+    cause) included. Any other exception propagates: the command line prints its traceback
+    and exits with code 1. A thread governor the command started (`runtime.apply_threads`)
+    stops when it returns (`runtime.governor_scope`)."""
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -48,12 +53,15 @@ def handle_errors(func: Callable[..., Any]) -> Callable[..., Any]:
         try:
             with governor_scope():  # threads that followed the load end with the command
                 return func(*args, **kwargs)
-        except (typer.Exit, typer.Abort):
-            raise  # typer's own exits; usage errors are no library error
-        except LIBRARY_ERRORS as e:
+        except (typer.Exit, typer.Abort, click.ClickException):
+            raise  # typer's own exits and usage errors are no library error
+        except Exception as e:
+            user = as_user_error(e)
+            if user is None:
+                raise  # a bug: its traceback
             if VERBOSE:
-                err.print_exception()
-            err.print("[bold red]error:[/]", escape(str(e)))
+                err.print_exception()  # e's traceback, with its own causes
+            err.print("[bold red]error:[/]", escape(str(user)))
             raise typer.Exit(code=2) from None
 
     return wrapper
@@ -75,25 +83,23 @@ def model_path(model: str | None) -> Path:
     return resolve_model(model, must_exist=True)
 
 
-def read_lines(path: Path) -> list[str]:
-    """The non-empty, stripped lines of a UTF-8 text file (lines end at ``\n`` only:
-    `data.tables.text_lines`)."""
-    from ..data.tables import read_utf8, text_lines
+def read_lines(path: Path | str, what: str = "input file") -> list[str]:
+    """The non-blank, stripped lines of a UTF-8 text file, or of standard input for ``-``
+    (`data.text_input.read_text_lines`, the one reader of text inputs).
 
-    try:
-        lines = [line.strip() for line in text_lines(read_utf8(path))]
-    except (OSError, UnicodeDecodeError) as e:
-        raise InputError(f"cannot read {path}: {e}") from e
-    lines = [line for line in lines if line]
-    if not lines:
-        raise InputError(f"{path} holds no non-empty lines")
-    return lines
+    Raises:
+        DataError: missing, a directory, unreadable, not UTF-8, or no text on any line.
+    """
+    from ..data.text_input import read_text_lines
+
+    return read_text_lines(path, blank="skip", what=what)
 
 
 DTYPE_HELP = (
-    "auto (bf16 on a GPU with bf16 or a CPU with AMX-BF16 or AVX512-BF16, else fp32; "
-    "the choice is printed), "
-    "fp32 or bf16."
+    "auto (= fp32, the faithful default: the reference's numbers, the same vector for a text "
+    "whatever its batch), fp32, bf16, or fastest (bf16 on a GPU with bf16 or a CPU with "
+    "AMX-BF16 or AVX512-BF16, else fp32; faster, agrees to min cosine ~0.999). The choice is "
+    "printed."
 )
 QUANTIZE_HELP = (
     "int8: dynamic int8 of the Linear layers that keep min cosine >= 0.99 and top-10 overlap "
@@ -135,7 +141,7 @@ def torch_device(name: str) -> str:
 def torch_dtype(name: str, device: str = "cpu"):
     """The torch dtype of a `--dtype` value (auto, fp32, bf16), printing the choice on stderr;
     warns when bf16 is asked for and would be emulated."""
-    from ..pipelines.precision import resolve_dtype
+    from ..inference.precision import resolve_dtype
     from ..train.mixed_precision import bf16_native
 
     if name not in DTYPES:
@@ -143,7 +149,7 @@ def torch_dtype(name: str, device: str = "cpu"):
     if name == "bf16" and not bf16_native():
         err.print(
             "[yellow]warning:[/] this CPU has no native bf16 matrix units; bf16 runs emulated "
-            "and is slower than fp32 here (--dtype auto picks fp32)"
+            "and is slower than fp32 here (--dtype fastest picks fp32)"
         )
     dtype, reason = resolve_dtype(name, device)
     err.print(f"dtype: {reason}", soft_wrap=True)
@@ -174,9 +180,10 @@ def check_quantize(quantize: str | None, dtype: str) -> None:
 RUNTIMES = ("torch", "openvino")
 RUNTIME_HELP = (
     "torch, or openvino: the encoder exported to ONNX and run by OpenVINO on the CPU (pip "
-    'install "bertfamily[openvino]"; --dtype auto = its default precision, bf16 on a CPU with '
-    "bf16 units), refused unless it keeps min cosine 0.99 and top-10 overlap 0.95 to torch "
-    "fp32 on a fetched Austen sample (graph and check cached per model and CPU). With "
+    'install "bertfamily[openvino]"; --dtype auto = fp32, --dtype fastest = its default '
+    "precision, bf16 on a CPU with bf16 units), refused unless it keeps min cosine 0.99 and "
+    "top-10 overlap 0.95 to torch fp32 on a fetched Austen sample (graph and check cached per "
+    "model and CPU). With "
     "--quantize int8: NNCF's int8 of the graph, the fewest products kept in float that meet "
     "the same bar on held-out lines."
 )
@@ -212,7 +219,7 @@ def load_embedder(
         InputError: see `check_runtime`; int8 asked for off the CPU (its engine is ONNX
             Runtime on the CPU).
     """
-    from ..pipelines.embed import SentenceEmbedder
+    from ..pipelines.embedding.embed import SentenceEmbedder
 
     check_runtime(runtime, quantize, device)
     if runtime != "torch":
@@ -368,7 +375,9 @@ def print_summary_on_main_rank(summary: dict, keys: tuple[str, ...], device: str
 
 THREADS_HELP = (
     "torch intra-op threads (0: OMP_NUM_THREADS when set, else one per free core, re-decided "
-    "between batches while the command runs; a core busy with another process is left to it)."
+    "between batches while the command runs; a core busy with another process is left to it). "
+    "At most 4 per logical CPU; an OMP_NUM_THREADS above that is capped, one that is not a "
+    "count ignored, each with a warning."
 )
 
 

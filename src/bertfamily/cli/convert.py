@@ -55,8 +55,8 @@ def _export_int8(model_dir: Path, output: Path, opset: int) -> None:
     (`precision.cached_int8`: the measured plan of `precision.cached_int8_plan`, applied by
     ONNX Runtime's quantiser and checked against the bar)."""
     from ..files import atomic_write
-    from ..pipelines.embed import SentenceEmbedder
-    from ..pipelines.precision import cached_int8
+    from ..inference.precision import cached_int8
+    from ..pipelines.embedding.embed import SentenceEmbedder
 
     if opset != 17:
         raise InputError("--quantize int8 exports at the default opset 17")

@@ -46,11 +46,9 @@ def read_input_lines(path: Path) -> list[str]:
     is a table (.csv/.tsv/.jsonl/.parquet), whose rows are not lines of text.
     """
     from ..data.table_io import table_kind
-    from ..data.tables import read_utf8, text_lines
+    from ..data.text_input import check_input_file, read_text_lines
 
-    if not path.is_file():
-        why = "it is a directory" if path.is_dir() else "it does not exist"
-        raise InputError(f"cannot read input file {path}: {why}")
+    check_input_file(path)  # a file, or standard input (-)
     kind = table_kind(path)
     if kind != "text":
         raise InputError(
@@ -58,14 +56,7 @@ def read_input_lines(path: Path) -> list[str]:
             "line: build an index of its text column (bertfamily index build --corpus "
             f"{path.name} --text-column NAME) and search --index, or pass a .txt file"
         )
-    try:
-        text = read_utf8(path)
-    except (OSError, UnicodeDecodeError) as e:
-        raise InputError(f"cannot read {path}: {e}") from e
-    lines = [line.strip() for line in text_lines(text)]
-    if not any(lines):
-        raise InputError(f"input file {path} is empty (no text on any line)")
-    return lines
+    return read_text_lines(path, blank="keep")  # the one reader (data.text_input)
 
 
 def _report_truncation(embedder, texts: list[str], what: str = "inputs") -> None:
@@ -99,95 +90,108 @@ def _encode_with_progress(embedder, texts: list[str], batch_size: int):
         )
 
 
+# embed's options that take more than a line, declared once here to keep its signature short
+SENTENCES_ARGUMENT = typer.Argument(
+    None, metavar="SENTENCE", help="Sentences to embed.", show_default=False
+)
+INPUT_OPTION = typer.Option(
+    None,
+    "--input",
+    "-i",
+    metavar="FILE",
+    help="UTF-8 text file, one sentence per line. Every line gives exactly one output row "
+    "(an empty line gives the embedding of the empty string), so row i is line i+1. Or a "
+    "table: .csv, .tsv, .jsonl, .parquet or a directory of Parquet files (--id-column, "
+    "--text-column; default id: the line, or the Parquet row number; "
+    "a row whose text is null, not a string or empty refuses the table, every such row "
+    "counted); with --output FILE.parquet a text file's ids are its line "
+    "numbers (blank lines skipped).",
+)
+OUTPUT_OPTION = typer.Option(
+    None,
+    "--output",
+    "-o",
+    metavar="FILE|DIR",
+    help="Write embeddings to FILE.npy (rows in input order) or FILE.jsonl "
+    '({"line", "text", "embedding"} a line, "line" counting from 1); or, with --input, to a '
+    "directory (a path without .npy/.jsonl, or an existing directory): bulk mode, which "
+    "streams a file of any "
+    "size in shards of --shard-size lines (shard-00000.npy, … and manifest.json), resumes "
+    "after the finished shards when run again, and splits the shards across processes "
+    "under torchrun. FILE.parquet: one (id, vector) row per text, streamed (any input "
+    "kind); a SPLADE model writes (id, sparse_indices, sparse_values). With --engine ray: "
+    "a directory of Parquet shards written by Ray Data.",
+)
+TEXT_COLUMN_OPTION = typer.Option("text", "--text-column", help="Table input: column of the texts.")
+WITH_TEXT_OPTION = typer.Option(
+    False, "--with-text", help="Parquet output: keep a text column beside id and vector."
+)
+ENGINE_OPTION = typer.Option(
+    "local",
+    help="local (this process) or ray (Ray Data: --input a Parquet/JSONL table, local or "
+    's3://…, --output DIR; needs pip install "bertfamily[ray]"; joins a running cluster '
+    "when RAY_ADDRESS is set, else starts one on this machine).",
+)
+CONCURRENCY_OPTION = typer.Option(
+    2, min=1, help="--engine ray: embedding actors (each loads the model once)."
+)
+ACTOR_CPUS_OPTION = typer.Option(
+    1.0,
+    "--actor-cpus",
+    min=0.01,
+    help="--engine ray: CPUs each actor reserves (leave some free for Ray's read and write "
+    "tasks: actors holding every CPU starve them).",
+)
+MODEL_OPTION = typer.Option(
+    None,
+    metavar="DIR|NAME",
+    help="Model directory, resource name (default: all-MiniLM-L6-v2, fetched on first use), "
+    "or org/name of a model in the local Hugging Face cache.",
+)
+SHARD_SIZE_OPTION = typer.Option(
+    None,
+    "--shard-size",
+    min=1,
+    metavar="LINES",
+    help="Bulk mode (--output DIR): lines per shard; memory grows with it, not with the "
+    "file  [default: 10000]",
+    show_default=False,
+)
+DIMENSIONS_OPTION = typer.Option(
+    None,
+    min=1,
+    help="Keep the first N coordinates, renormalised (Matryoshka models).",
+    show_default=False,
+)
+PRECISION_OPTION = typer.Option(
+    "float32",
+    help="float32, int8, uint8, binary or ubinary (sentence-transformers' "
+    "quantize_embeddings; int8 ranges from these rows). With --output FILE.parquet: a "
+    "vector_<precision> column beside vector (ranges of every row, in the metadata). Not "
+    "for bulk shards or --engine ray.",
+)
+
+
 @commands.command()
 @handle_errors
 def embed(
-    sentences: list[str] = typer.Argument(
-        None, metavar="SENTENCE", help="Sentences to embed.", show_default=False
-    ),
-    input: str | None = typer.Option(
-        None,
-        "--input",
-        "-i",
-        metavar="FILE",
-        help="UTF-8 text file, one sentence per line. Every line gives exactly one output row "
-        "(an empty line gives the embedding of the empty string), so row i is line i+1. Or a "
-        "table: .csv, .tsv, .jsonl, .parquet or a directory of Parquet files (--id-column, "
-        "--text-column; default id: the line, or the Parquet row number; "
-        "a row whose text is null, not a string or empty refuses the table, every such row "
-        "counted); with --output FILE.parquet a text file's ids are its line "
-        "numbers (blank lines skipped).",
-    ),
-    output: str | None = typer.Option(
-        None,
-        "--output",
-        "-o",
-        metavar="FILE|DIR",
-        help="Write embeddings to FILE.npy (rows in input order) or FILE.jsonl "
-        '({"line", "text", "embedding"} a line, "line" counting from 1); or, with --input, to a '
-        "directory (a path without .npy/.jsonl, or an existing directory): bulk mode, which "
-        "streams a file of any "
-        "size in shards of --shard-size lines (shard-00000.npy, … and manifest.json), resumes "
-        "after the finished shards when run again, and splits the shards across processes "
-        "under torchrun. FILE.parquet: one (id, vector) row per text, streamed (any input "
-        "kind); a SPLADE model writes (id, sparse_indices, sparse_values). With --engine ray: "
-        "a directory of Parquet shards written by Ray Data.",
-    ),
+    sentences: list[str] = SENTENCES_ARGUMENT,
+    input: str | None = INPUT_OPTION,
+    output: str | None = OUTPUT_OPTION,
     id_column: str = typer.Option("id", "--id-column", help="Table input: column of the ids."),
-    text_column: str = typer.Option(
-        "text", "--text-column", help="Table input: column of the texts."
-    ),
-    with_text: bool = typer.Option(
-        False, "--with-text", help="Parquet output: keep a text column beside id and vector."
-    ),
-    engine: str = typer.Option(
-        "local",
-        help="local (this process) or ray (Ray Data: --input a Parquet/JSONL table, local or "
-        's3://…, --output DIR; needs pip install "bertfamily[ray]"; joins a running cluster '
-        "when RAY_ADDRESS is set, else starts one on this machine).",
-    ),
-    concurrency: int = typer.Option(
-        2, min=1, help="--engine ray: embedding actors (each loads the model once)."
-    ),
-    actor_cpus: float = typer.Option(
-        1.0,
-        "--actor-cpus",
-        min=0.01,
-        help="--engine ray: CPUs each actor reserves (leave some free for Ray's read and write "
-        "tasks: actors holding every CPU starve them).",
-    ),
-    model: str | None = typer.Option(
-        None,
-        metavar="DIR|NAME",
-        help="Model directory, resource name (default: all-MiniLM-L6-v2, fetched on first use), "
-        "or org/name of a model in the local Hugging Face cache.",
-    ),
+    text_column: str = TEXT_COLUMN_OPTION,
+    with_text: bool = WITH_TEXT_OPTION,
+    engine: str = ENGINE_OPTION,
+    concurrency: int = CONCURRENCY_OPTION,
+    actor_cpus: float = ACTOR_CPUS_OPTION,
+    model: str | None = MODEL_OPTION,
     batch_size: int = typer.Option(32, min=1, help="Texts per forward pass."),
     dtype: str = typer.Option("auto", help=DTYPE_HELP),
     quantize: str | None = typer.Option(None, metavar="int8", help=QUANTIZE_HELP),
     fmt: str = typer.Option("table", "--format", help=FORMAT_HELP),
-    shard_size: int | None = typer.Option(
-        None,
-        "--shard-size",
-        min=1,
-        metavar="LINES",
-        help="Bulk mode (--output DIR): lines per shard; memory grows with it, not with the "
-        "file  [default: 10000]",
-        show_default=False,
-    ),
-    dimensions: int | None = typer.Option(
-        None,
-        min=1,
-        help="Keep the first N coordinates, renormalised (Matryoshka models).",
-        show_default=False,
-    ),
-    precision: str = typer.Option(
-        "float32",
-        help="float32, int8, uint8, binary or ubinary (sentence-transformers' "
-        "quantize_embeddings; int8 ranges from these rows). With --output FILE.parquet: a "
-        "vector_<precision> column beside vector (ranges of every row, in the metadata). Not "
-        "for bulk shards or --engine ray.",
-    ),
+    shard_size: int | None = SHARD_SIZE_OPTION,
+    dimensions: int | None = DIMENSIONS_OPTION,
+    precision: str = PRECISION_OPTION,
     threads: int = typer.Option(0, min=0, help=THREADS_HELP),
     device: str = typer.Option("auto", help=DEVICE_HELP),
     runtime: str = typer.Option("torch", help=RUNTIME_HELP),
@@ -197,25 +201,77 @@ def embed(
     With --input FILE --output DIR it embeds a file of any size in resumable shards."""
     compute_threads(threads)
     device = torch_device(device)
-    import numpy as np
-
-    from ..data.table_io import read_id_texts, table_kind
-    from ..files import atomic_write
-    from ..pipelines.embed import cosine_matrix
+    from ..data.table_io import table_kind
 
     check_format(fmt)
     check_runtime(runtime, quantize, device)
-    from ..pipelines.quantize import PRECISIONS
-
     # as given, for Ray: a URI (s3://bucket/texts/) would lose a slash as a Path
     uris = (str(input) if input is not None else None, str(output) if output is not None else None)
     input = Path(input) if input is not None else None
     output = Path(output) if output is not None else None
+    kind = table_kind(input) if input is not None else None
+    columns = dict(id_column=id_column, text_column=text_column)
+    _check_output_options(output, engine, dimensions, precision)
+    if engine == "ray" or (output is not None and output.suffix == ".parquet"):
+        if sentences or input is None:
+            raise InputError("Parquet output and --engine ray embed --input FILE, not SENTENCEs")
+        if engine == "ray":
+            if runtime != "torch":
+                raise InputError("--engine ray runs the torch runtime; drop --runtime")
+            ray_args = dict(concurrency=concurrency, num_cpus=actor_cpus)
+            _embed_ray(*uris, model, batch_size, dtype, ray_args, with_text, columns)
+        else:
+            _embed_table(
+                input, output, model, batch_size, dtype, quantize, with_text, columns,
+                precision, device, runtime,
+            )  # fmt: skip
+        return
+    if output is not None and (output.is_dir() or output.suffix == ""):
+        if kind != "text":
+            raise InputError(
+                f"--output DIR shards a plain text file; for the table {input} give --output "
+                "FILE.parquet, or --engine ray --output DIR"
+            )
+        _embed_bulk(
+            sentences, input, output, model=model, batch_size=batch_size, dtype=dtype,
+            shard_size=shard_size, quantize=quantize, device=device, runtime=runtime,
+        )  # fmt: skip
+        return
+    if shard_size is not None:
+        raise InputError(
+            "--shard-size is for bulk mode: give --output a directory (a path without .npy/.jsonl)"
+        )
+    ids, texts = _gather_texts(sentences, input, kind, columns)
+    if output is not None and output.suffix not in (".npy", ".jsonl"):
+        raise InputError(
+            f"--output must end in .npy or .jsonl, or be a directory (a path without a "
+            f"suffix) for bulk mode, got {output.name}"
+        )
+    embedder = load_embedder(model, dtype, quantize, device, runtime)
+    vectors = _encode_with_progress(embedder, texts, batch_size)
+    _report_truncation(embedder, texts)
+    if dimensions is not None or precision != "float32":
+        from ..pipelines.embedding.quantize import quantize_embeddings, truncate_dimensions
+
+        vectors = truncate_dimensions(vectors, dimensions, embedder.pooling.normalize)
+        vectors = quantize_embeddings(vectors, precision)
+    if output is not None:
+        _write_vectors(output, vectors, texts, ids)
+    elif fmt == "jsonl":
+        write_out(_jsonl(vectors, texts, ids))
+    else:
+        _print_similarities(embedder, model, vectors, texts)
+
+
+def _check_output_options(
+    output: Path | None, engine: str, dimensions: int | None, precision: str
+) -> None:
+    """Refuse an unknown --precision or --engine, and --dimensions or --precision where the
+    output cannot take them (bulk shards, Parquet, --engine ray)."""
+    from ..pipelines.embedding.quantize import PRECISIONS
 
     if precision not in PRECISIONS:
         raise InputError(f"--precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
-    kind = table_kind(input) if input is not None else None
-    columns = dict(id_column=id_column, text_column=text_column)
     if engine not in ("local", "ray"):
         raise InputError(f"--engine must be local or ray, got {engine!r}")
     bulk = output is not None and (output.is_dir() or output.suffix in ("", ".parquet"))
@@ -230,52 +286,15 @@ def embed(
             "--precision is for embeddings printed or written to .npy/.jsonl/.parquet (a "
             "vector_<precision> column beside vector), not for bulk shards or --engine ray"
         )
-    if engine == "ray" or (output is not None and output.suffix == ".parquet"):
-        if sentences or input is None:
-            raise InputError("Parquet output and --engine ray embed --input FILE, not SENTENCEs")
-        if engine == "ray":
-            if runtime != "torch":
-                raise InputError("--engine ray runs the torch runtime; drop --runtime")
-            ray_args = dict(concurrency=concurrency, num_cpus=actor_cpus)
-            _embed_ray(*uris, model, batch_size, dtype, ray_args, with_text, columns)
-        else:
-            _embed_table(
-                input,
-                output,
-                model,
-                batch_size,
-                dtype,
-                quantize,
-                with_text,
-                columns,
-                precision,
-                device,
-                runtime,
-            )
-        return
-    if output is not None and (output.is_dir() or output.suffix == ""):
-        if kind != "text":
-            raise InputError(
-                f"--output DIR shards a plain text file; for the table {input} give --output "
-                "FILE.parquet, or --engine ray --output DIR"
-            )
-        _embed_bulk(
-            sentences,
-            input,
-            output,
-            model=model,
-            batch_size=batch_size,
-            dtype=dtype,
-            shard_size=shard_size,
-            quantize=quantize,
-            device=device,
-            runtime=runtime,
-        )
-        return
-    if shard_size is not None:
-        raise InputError(
-            "--shard-size is for bulk mode: give --output a directory (a path without .npy/.jsonl)"
-        )
+
+
+def _gather_texts(
+    sentences: list[str] | None, input: Path | None, kind: str | None, columns: dict
+) -> tuple[list | None, list[str]]:
+    """The SENTENCE arguments, then the --input file's lines or table rows; the ids (None for
+    the arguments) when the input is a table, else None."""
+    from ..data.table_io import read_id_texts
+
     ids = None
     if kind in ("jsonl", "csv", "tsv", "parquet"):
         ids, table_texts = read_id_texts(input, **columns)
@@ -285,43 +304,42 @@ def embed(
     )
     if not texts:
         raise InputError("give sentences as arguments or --input FILE")
-    if output is not None and output.suffix not in (".npy", ".jsonl"):
-        raise InputError(
-            f"--output must end in .npy or .jsonl, or be a directory (a path without a "
-            f"suffix) for bulk mode, got {output.name}"
-        )
-    embedder = load_embedder(model, dtype, quantize, device, runtime)
-    vectors = _encode_with_progress(embedder, texts, batch_size)
-    _report_truncation(embedder, texts)
-    if dimensions is not None or precision != "float32":
-        from ..pipelines.quantize import quantize_embeddings, truncate_dimensions
+    return ids, texts
 
-        vectors = truncate_dimensions(vectors, dimensions, embedder.pooling.normalize)
-        vectors = quantize_embeddings(vectors, precision)
 
-    def jsonl() -> str:  # "line": 1-based (SENTENCE arguments first, then the input's rows)
-        rows = (
-            {"line": i, **({"id": ids[i - 1]} if ids else {}), "text": t, "embedding": v.tolist()}
-            for i, (t, v) in enumerate(zip(texts, vectors), 1)
-        )
-        return "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
+def _jsonl(vectors, texts: list[str], ids: list | None) -> str:
+    """One JSON object a text: "line" 1-based (SENTENCE arguments first, then the input's
+    rows), "id" for a table's rows, "text", "embedding"."""
+    rows = (
+        {"line": i, **({"id": ids[i - 1]} if ids else {}), "text": t, "embedding": v.tolist()}
+        for i, (t, v) in enumerate(zip(texts, vectors), 1)
+    )
+    return "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
 
-    if output is not None:
-        if output.suffix == ".npy":
 
-            def save(tmp: Path) -> None:
-                with open(tmp, "wb") as fh:
-                    np.save(fh, vectors)
+def _write_vectors(output: Path, vectors, texts: list[str], ids: list | None) -> None:
+    """--output FILE.npy (the rows in input order) or FILE.jsonl, written atomically."""
+    import numpy as np
 
-            atomic_write(output, save)
-        else:
-            body = jsonl()
-            atomic_write(output, lambda tmp: tmp.write_text(body, encoding="utf-8"))
-        err.print(f"wrote {len(texts)} × {vectors.shape[1]} embeddings to {output}", soft_wrap=True)
-        return
-    if fmt == "jsonl":
-        write_out(jsonl())
-        return
+    from ..files import atomic_write
+
+    if output.suffix == ".npy":
+
+        def save(tmp: Path) -> None:
+            with open(tmp, "wb") as fh:
+                np.save(fh, vectors)
+
+        atomic_write(output, save)
+    else:
+        body = _jsonl(vectors, texts, ids)
+        atomic_write(output, lambda tmp: tmp.write_text(body, encoding="utf-8"))
+    err.print(f"wrote {len(texts)} × {vectors.shape[1]} embeddings to {output}", soft_wrap=True)
+
+
+def _print_similarities(embedder, model: str | None, vectors, texts: list[str]) -> None:
+    """The cosine-similarity matrix of up to 12 texts as a table (for more, just the count)."""
+    from ..pipelines.embedding.embed import cosine_matrix
+
     sims = cosine_matrix(vectors, vectors)
     if len(texts) > 12:
         console.print(
@@ -356,7 +374,7 @@ def _embed_bulk(
     runtime: str = "torch",
 ) -> None:
     """`embed --input FILE --output DIR`: `pipelines.bulk.embed_file` with a progress bar."""
-    from ..pipelines.bulk import DEFAULT_SHARD_SIZE, embed_file, process_slot
+    from ..pipelines.embedding.bulk import DEFAULT_SHARD_SIZE, embed_file, process_slot
 
     if sentences or input is None:
         raise InputError("bulk mode (--output DIR) embeds --input FILE, not SENTENCE arguments")
@@ -418,13 +436,13 @@ def _embed_table(
     """`embed --input TABLE --output FILE.parquet`: `pipelines.bulk.embed_table`, streamed; a
     SPLADE model writes sparse_indices / sparse_values instead of vector."""
     from ..data.table_io import check_table
-    from ..pipelines.bulk import embed_table
-    from ..pipelines.sentence_modules import directory_kind
+    from ..pipelines.embedding.bulk import embed_table
+    from ..pipelines.embedding.sentence_modules import directory_kind
 
     check_table(input, **columns)  # bad rows refuse the table before the model loads
     path = model_path(model)
     if directory_kind(path) == "sparse":
-        from ..pipelines.sparse import SparseEncoder
+        from ..pipelines.embedding.sparse import SparseEncoder
 
         if quantize is not None or precision != "float32" or runtime != "torch":
             raise InputError(
@@ -545,7 +563,7 @@ def search(
     entry with the query are hits; with two indexes the score is the fused one."""
     compute_threads(threads)
     device = torch_device(device)
-    from ..pipelines.embed import semantic_search
+    from ..pipelines.embedding.embed import semantic_search
 
     check_format(fmt)
     check_runtime(runtime, device=device)
@@ -597,7 +615,7 @@ def _query_index(
 
 
 def _search_index(path: Path, queries: list[str], model, **opts):
-    from ..pipelines.retrieval import open_index
+    from ..pipelines.retrieval.indexes import open_index
 
     return _query_index(open_index(path), queries, model, **opts)
 
@@ -606,8 +624,8 @@ def _search_hybrid(paths, queries: list[str], model, sparse_model, fusion, *, to
     """Dense (or binary) + sparse hits fused (`retrieval.fuse`) over each index's top
     `FUSION_DEPTH`; the two indexes must hold the same documents in the same order."""
     from ..errors import VectorIndexError
-    from ..pipelines.index import IndexHit
-    from ..pipelines.retrieval import fuse, open_index
+    from ..pipelines.retrieval.dense import IndexHit
+    from ..pipelines.retrieval.indexes import fuse, open_index
     from .index import index_kind
 
     if fusion not in ("rrf", "linear"):

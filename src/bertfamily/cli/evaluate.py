@@ -57,7 +57,7 @@ def evaluate(
     if kind == "retrieval":
         from ..data.pairs import read_retrieval
         from ..evaluation.metrics import evaluate_retrieval
-        from ..pipelines.embed import SentenceEmbedder
+        from ..pipelines.embedding.embed import SentenceEmbedder
 
         queries, corpus, qrels = read_retrieval(data)
         embedder = SentenceEmbedder(path, dtype="fp32", device=device)
@@ -78,7 +78,7 @@ def evaluate(
     if table.labels is None or len(table.columns) != 2:
         raise typer.BadParameter(f"{data}: needs two text columns and a score column")
     if kind == "sts":
-        from ..pipelines.embed import SentenceEmbedder
+        from ..pipelines.embedding.embed import SentenceEmbedder
 
         embedder = SentenceEmbedder(path, dtype="fp32", device=device)
         result = evaluate_sts(
@@ -88,7 +88,7 @@ def evaluate(
             table.labels,
         )
     else:
-        from ..pipelines.rerank import Reranker
+        from ..pipelines.reranking.rerank import Reranker
 
         scores = Reranker(path, device=device).predict(
             list(zip(table.column(0), table.column(1))), batch_size=batch_size

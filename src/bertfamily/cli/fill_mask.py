@@ -41,7 +41,7 @@ def fill_mask(
     """The most likely tokens at each mask."""
     compute_threads(threads)
     device = torch_device(device)
-    from ..pipelines.fill_mask import FillMask
+    from ..pipelines.tasks.fill_mask import FillMask
 
     pipe = FillMask(model_path(model), device=device)
     for t in text:

@@ -55,95 +55,113 @@ NULL_HELP = (
 )
 
 
+# finetune's options that take more than a line, declared once here to keep its signature short
+MODEL_OPTION = typer.Option(
+    None,
+    help="Pretrained model: directory, resource or cached org/name (default all-MiniLM-L6-v2).",
+)
+EVAL_OPTION = typer.Option(None, help="Evaluation file: best checkpoint, early stopping, metrics.")
+OUTPUT_OPTION = typer.Option(
+    Path("runs/finetune"),
+    "--output",
+    "-o",
+    help="Run directory: metrics.jsonl, loss.png, model/ (and best/ with --eval).",
+)
+EPOCHS_OPTION = typer.Option(
+    3.0, min=0.01, help="Passes over the data (when --max-steps is not given)."
+)
+PROBLEM_TYPE_OPTION = typer.Option(
+    None,
+    help="classify/pair: single_label_classification, multi_label_classification (labels "
+    "as a JSON list or joined by --label-separator) or regression; default: inferred "
+    "from the labels.",
+)
+THRESHOLD_OPTION = typer.Option(
+    0.5, min=0.0, max=1.0, help="Multi-label: a label is predicted over this sigmoid score."
+)
+SELF_DISTILL_OPTION = typer.Option(
+    False,
+    help="classify/pair: then train FastBERT's per-layer students by KL to the fine-tuned "
+    "head on unlabeled text (for predict --speed).",
+)
+DISTILL_FILE_OPTION = typer.Option(
+    None, help="--self-distill: unlabeled texts (default: the training texts)."
+)
+DISTILL_STEPS_OPTION = typer.Option(
+    None, min=1, help="--self-distill: optimizer steps (default: as many as fine-tuning)."
+)
+LOSS_OPTION = typer.Option(
+    None,
+    help="embedding: mnrl | mnrl_symmetric | cached_mnrl | cosent | cosine | simcse "
+    "(default mnrl); rerank: bce (default) | listnet (listwise, rows grouped by query) | "
+    "mnrl (in-batch negatives).",
+)
+MATRYOSHKA_OPTION = typer.Option(
+    None, help="embedding: wrap the loss in Matryoshka over these dims, e.g. 384,256,128,64."
+)
+MIN_SCORE_OPTION = typer.Option(
+    None, help="embedding: keep only rows with a label >= this (e.g. STS pairs as positives)."
+)
+MAX_SEQ_LENGTH_OPTION = typer.Option(
+    None, min=8, help="embedding/rerank: tokens per text (default: the model's)."
+)
+SCALE_OPTION = typer.Option(
+    None,
+    min=1e-6,
+    help="embedding MNRL/CoSENT similarity scale (default 20); rerank mnrl: the scale of "
+    "the sigmoid scores (default 10).",
+)
+NUM_NEGATIVES_OPTION = typer.Option(
+    4,
+    min=1,
+    help="rerank mnrl: in-batch negatives sampled per query (all of them when the batch "
+    "has no more).",
+)
+SHUFFLE_OPTION = typer.Option(
+    True,
+    help="embedding/rerank: reshuffle the rows every epoch (--no-shuffle: the file's order).",
+)
+TRAIN_FORMAT_OPTION = typer.Option(
+    None, help="embedding/rerank: 'sts' for STS Benchmark TSV files (stsb:SPLIT implies it)."
+)
+
+
 @commands.command()
 @handle_errors
 # weight decay None: the recipe's (finetune 0.01; embedding/rerank 0, as sentence-transformers)
 @training_options("finetune", max_steps=None, eval_every=None, log_every=None, weight_decay=None)
 def finetune(
     task: str = typer.Option(..., help=TASK_HELP),
-    model: str | None = typer.Option(
-        None,
-        help="Pretrained model: directory, resource or cached org/name (default all-MiniLM-L6-v2).",
-    ),
+    model: str | None = MODEL_OPTION,
     train: Path = typer.Option(..., help="Training file (CSV/TSV/JSONL, CoNLL, SQuAD JSON)."),
-    eval: Path | None = typer.Option(
-        None, help="Evaluation file: best checkpoint, early stopping, metrics."
-    ),
-    output: Path = typer.Option(
-        Path("runs/finetune"),
-        "--output",
-        "-o",
-        help="Run directory: metrics.jsonl, loss.png, model/ (and best/ with --eval).",
-    ),
+    eval: Path | None = EVAL_OPTION,
+    output: Path = OUTPUT_OPTION,
     text_column: str = typer.Option("text", help=TEXT_HELP),
     text_pair_column: str | None = typer.Option(None, help=PAIR_HELP),
     label_column: str = typer.Option("label", help=LABEL_HELP),
     max_length: int = typer.Option(128, min=8, help=LENGTH_HELP),
-    epochs: float = typer.Option(
-        3.0, min=0.01, help="Passes over the data (when --max-steps is not given)."
-    ),
+    epochs: float = EPOCHS_OPTION,
     training: TrainOptions = None,
     patience: int | None = typer.Option(None, min=1, help="Early-stopping patience (evals)."),
     regression: bool = typer.Option(False, help="Same as --problem-type regression."),
-    problem_type: str | None = typer.Option(
-        None,
-        help="classify/pair: single_label_classification, multi_label_classification (labels "
-        "as a JSON list or joined by --label-separator) or regression; default: inferred "
-        "from the labels.",
-    ),
+    problem_type: str | None = PROBLEM_TYPE_OPTION,
     label_separator: str = typer.Option("|", help="Joins the labels of a multi-label cell."),
-    threshold: float = typer.Option(
-        0.5, min=0.0, max=1.0, help="Multi-label: a label is predicted over this sigmoid score."
-    ),
+    threshold: float = THRESHOLD_OPTION,
     null_threshold: float | None = typer.Option(None, help=NULL_HELP),
-    self_distill: bool = typer.Option(
-        False,
-        help="classify/pair: then train FastBERT's per-layer students by KL to the fine-tuned "
-        "head on unlabeled text (for predict --speed).",
-    ),
-    distill_file: Path | None = typer.Option(
-        None, help="--self-distill: unlabeled texts (default: the training texts)."
-    ),
-    distill_steps: int | None = typer.Option(
-        None, min=1, help="--self-distill: optimizer steps (default: as many as fine-tuning)."
-    ),
+    self_distill: bool = SELF_DISTILL_OPTION,
+    distill_file: Path | None = DISTILL_FILE_OPTION,
+    distill_steps: int | None = DISTILL_STEPS_OPTION,
     knowledge: str | None = typer.Option(None, help=KNOWLEDGE_HELP),
     fmt: str | None = typer.Option(None, "--format", help=FORMAT_HELP),
-    loss: str | None = typer.Option(
-        None,
-        help="embedding: mnrl | mnrl_symmetric | cached_mnrl | cosent | cosine | simcse "
-        "(default mnrl); rerank: bce (default) | listnet (listwise, rows grouped by query) | "
-        "mnrl (in-batch negatives).",
-    ),
-    matryoshka_dims: str | None = typer.Option(
-        None, help="embedding: wrap the loss in Matryoshka over these dims, e.g. 384,256,128,64."
-    ),
-    min_score: float | None = typer.Option(
-        None, help="embedding: keep only rows with a label >= this (e.g. STS pairs as positives)."
-    ),
-    max_seq_length: int | None = typer.Option(
-        None, min=8, help="embedding/rerank: tokens per text (default: the model's)."
-    ),
+    loss: str | None = LOSS_OPTION,
+    matryoshka_dims: str | None = MATRYOSHKA_OPTION,
+    min_score: float | None = MIN_SCORE_OPTION,
+    max_seq_length: int | None = MAX_SEQ_LENGTH_OPTION,
     mini_batch_size: int = typer.Option(32, min=1, help="cached_mnrl: rows per mini-batch."),
-    scale: float | None = typer.Option(
-        None,
-        min=1e-6,
-        help="embedding MNRL/CoSENT similarity scale (default 20); rerank mnrl: the scale of "
-        "the sigmoid scores (default 10).",
-    ),
-    num_negatives: int = typer.Option(
-        4,
-        min=1,
-        help="rerank mnrl: in-batch negatives sampled per query (all of them when the batch "
-        "has no more).",
-    ),
-    shuffle: bool = typer.Option(
-        True,
-        help="embedding/rerank: reshuffle the rows every epoch (--no-shuffle: the file's order).",
-    ),
-    train_format: str | None = typer.Option(
-        None, help="embedding/rerank: 'sts' for STS Benchmark TSV files (stsb:SPLIT implies it)."
-    ),
+    scale: float | None = SCALE_OPTION,
+    num_negatives: int = NUM_NEGATIVES_OPTION,
+    shuffle: bool = SHUFFLE_OPTION,
+    train_format: str | None = TRAIN_FORMAT_OPTION,
 ):
     """Fine-tune an encoder on a task; writes metrics.jsonl, best/, model/, confusion PNG.
 
@@ -188,14 +206,19 @@ def finetune(
         distill_steps=distill_steps,
         knowledge=knowledge,
     )
-
-    def show_labels(counts: dict[str, int], notes: list[str]) -> None:
-        """The label set, before training starts (the notes are logged as warnings)."""
-        listed = ", ".join(f"{name} ({n:,})" for name, n in counts.items())
-        err.print(f"labels ({len(counts)}): {listed}", markup=False, highlight=False)
-
     with training_threads(training.threads):
-        res = run(cfg, output_dir=output, on_labels=show_labels, **fields)
+        res = run(cfg, output_dir=output, on_labels=_show_labels, **fields)
+    _report_finetune(res, output, eval)
+
+
+def _show_labels(counts: dict[str, int], notes: list[str]) -> None:
+    """The label set, before training starts (the notes are logged as warnings)."""
+    listed = ", ".join(f"{name} ({n:,})" for name, n in counts.items())
+    err.print(f"labels ({len(counts)}): {listed}", markup=False, highlight=False)
+
+
+def _report_finetune(res: dict, output: Path, eval: Path | None) -> None:
+    """A finished fine-tuning run: its notes on stderr, its summary as JSON on stdout."""
     if res.get("new_head"):
         err.print(f"new task head: initialised {res['new_head']} (normal for fine-tuning)")
     if res.get("left_out_per_epoch"):

@@ -86,7 +86,7 @@ def index_encoder(
         return load_embedder(model, dtype, device=device, runtime=runtime)
     if runtime != "torch":
         raise InputError(f"--runtime {runtime} is for dense models; a SPLADE model runs in torch")
-    from ..pipelines.sparse import SparseEncoder
+    from ..pipelines.embedding.sparse import SparseEncoder
 
     return SparseEncoder(model_path(model), dtype=torch_dtype(dtype, device), device=device)
 
@@ -135,7 +135,7 @@ def index_build(
     (replaces DIR atomically)."""
     compute_threads(threads)
     device = torch_device(device)
-    from ..pipelines.index import VectorIndex
+    from ..pipelines.retrieval import KIND_CLASSES, VectorIndex
 
     if kind not in INDEX_KINDS:
         raise InputError(f"--kind must be one of {', '.join(INDEX_KINDS)}, got {kind!r}")
@@ -143,6 +143,7 @@ def index_build(
     if (corpus is None) == (embeddings is None):
         raise InputError("give --corpus FILE or --embeddings FILE|DIR (one of them)")
     settings = dict(kind=kind, hnsw_m=hnsw_m, ef_construction=ef_construction, ef_search=ef_search)
+    kind_settings = settings if kind in ("flat", "hnsw") else {}  # binary and sparse: none
     if embeddings is not None:
         if kind not in ("flat", "hnsw"):
             raise InputError(f"--embeddings builds flat or hnsw indexes, not {kind}")
@@ -157,14 +158,9 @@ def index_build(
     encoder = index_encoder(kind, model, dtype, device, runtime)
 
     def build(progress):
-        if kind in ("flat", "hnsw"):
-            return VectorIndex.build(
-                encoder, texts, ids, batch_size=batch_size, progress=progress, **settings
-            )
-        from ..pipelines.retrieval import BinaryIndex, SparseIndex
-
-        cls = BinaryIndex if kind == "binary" else SparseIndex
-        return cls.build(encoder, texts, ids, batch_size=batch_size, progress=progress)
+        return KIND_CLASSES[kind].build(
+            encoder, texts, ids, batch_size=batch_size, progress=progress, **kind_settings
+        )
 
     index = _with_bar(len(texts), build)
     index.save(output)
@@ -216,11 +212,5 @@ def index_add(
 
 
 def index_kind(index) -> str:
-    """ "flat", "hnsw", "binary" or "sparse" of an opened index."""
-    from ..pipelines.retrieval import BinaryIndex, SparseIndex
-
-    if isinstance(index, BinaryIndex):
-        return "binary"
-    if isinstance(index, SparseIndex):
-        return "sparse"
+    """ "flat", "hnsw", "binary" or "sparse" of an opened index (`retrieval.Index.kind`)."""
     return index.kind

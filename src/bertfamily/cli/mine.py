@@ -59,8 +59,8 @@ def mine_negatives(
     device = torch_device(device)
     from ..data.pairs import read_pairs
     from ..files import write_text_atomic
-    from ..pipelines.embed import SentenceEmbedder
-    from ..pipelines.mining import MiningOptions, mine_hard_negatives
+    from ..pipelines.embedding.embed import SentenceEmbedder
+    from ..pipelines.retrieval.mining import MiningOptions, mine_hard_negatives
     from .common import model_path as resolve_model
     from .common import read_lines
 
@@ -75,7 +75,7 @@ def mine_negatives(
     embedder = SentenceEmbedder(resolve_model(model), dtype="fp32", device=device)
     built = None
     if index is not None:
-        from ..pipelines.index import VectorIndex
+        from ..pipelines.retrieval.dense import VectorIndex
 
         built = VectorIndex.load(index)
         built.check_model(embedder)

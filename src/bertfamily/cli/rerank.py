@@ -62,7 +62,7 @@ def rerank(
     JSONL rows carry "rank", "index" (0-based, in the order given), "score" and "text"."""
     compute_threads(threads)
     device = torch_device(device)
-    from ..pipelines.rerank import Reranker
+    from ..pipelines.reranking.rerank import Reranker
 
     check_format(fmt)
     docs = list(documents or []) + (read_lines(input) if input is not None else [])

@@ -19,8 +19,8 @@ import torch
 
 from ..build import build_model
 from ..checkpoints.io import ModelDirectoryError, config_from_hf, read_hf_config
-from ..errors import InputError
-from ..files import atomic_write
+from ..errors import InputError, TokenizerFileError
+from ..files import atomic_write, read_json
 from ..pretrained import from_pretrained
 
 log = logging.getLogger(__name__)
@@ -142,7 +142,7 @@ def _copy_tokenizer(source: Path, target: Path, max_positions: int) -> None:
         if (source / name).is_file():
             atomic_write(target / name, lambda tmp, s=source / name: shutil.copyfile(s, tmp))
     if (source / "tokenizer_config.json").is_file():
-        data = json.loads((source / "tokenizer_config.json").read_text())
+        data = read_json(source / "tokenizer_config.json", error=TokenizerFileError)
         data["model_max_length"] = max_positions
         text = json.dumps(data, indent=2) + "\n"
         atomic_write(target / "tokenizer_config.json", lambda tmp: tmp.write_text(text))

@@ -34,19 +34,21 @@ __all__ = [
     "save_openvino_ir",
 ]
 
-# --dtype → OpenVINO's INFERENCE_PRECISION_HINT (None: the CPU plugin's default, bf16 where the
-# CPU has AMX-BF16 or AVX512-BF16, else f32)
-OPENVINO_PRECISIONS = {"auto": None, "fp32": "f32", "bf16": "bf16"}
+# --dtype → OpenVINO's INFERENCE_PRECISION_HINT ("auto" is fp32, the faithful default, as on the
+# torch runtime; "fastest" and None: the CPU plugin's default, bf16 where the CPU has AMX-BF16
+# or AVX512-BF16, else f32)
+OPENVINO_PRECISIONS = {"auto": "f32", "fastest": None, "fp32": "f32", "bf16": "bf16"}
 
 
 def openvino_precision(dtype: str | torch.dtype | None) -> str | None:
-    """The precision hint for a ``dtype`` request ("auto"/None: OpenVINO's default).
+    """The precision hint for a ``dtype`` request ("auto" and None: f32; "fastest": OpenVINO's
+    default).
 
     Raises:
         InputError: a dtype OpenVINO is not asked to run (fp16 and others).
     """
     if dtype is None:
-        return None
+        return "f32"
     if isinstance(dtype, torch.dtype):
         dtype = {torch.float32: "fp32", torch.bfloat16: "bf16"}.get(dtype, str(dtype))
     if dtype not in OPENVINO_PRECISIONS:

@@ -16,16 +16,26 @@ from __future__ import annotations
 import inspect
 import itertools
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
 import torch
 
 from ..errors import ArgumentTypeError, InputError
+from ..runtime import adapt_threads
 
 IGNORE_INDEX = -100  # label of positions that carry no loss (sub-tokens, special tokens)
 
-__all__ = ["BatchSource", "IndexedBatches", "as_batch_source", "default_collate", "sorted_batches"]
+__all__ = [
+    "BatchSource",
+    "IndexedBatches",
+    "TokenRows",
+    "as_batch_source",
+    "default_collate",
+    "run_batches",
+    "sorted_batches",
+]
 
 
 class BatchSource(Protocol):
@@ -177,3 +187,112 @@ def sorted_batches(
         chunk.append(i)
     if chunk:
         yield chunk
+
+
+@dataclass
+class TokenRows:
+    """Texts (or text pairs) tokenized once, unpadded.
+
+    Attributes:
+        rows: ``input_ids``, ``attention_mask`` and, for models with segments,
+            ``token_type_ids`` (and any other per-token field a pipeline keeps, such as
+            ``offset_mapping``): one list per text, ints.
+        truncated: per text, whether it was cut to the length limit.
+        skip: leading tokens (a prompt) left out of the pooling; embedding only.
+        extra: per-text data a pipeline keeps beside the rows (word ids, windows, ...).
+    """
+
+    rows: dict[str, list[list[Any]]]
+    truncated: list[bool]
+    skip: int = 0
+    extra: dict[str, list[Any]] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.rows["input_ids"])
+
+    @property
+    def lengths(self) -> list[int]:
+        """Tokens per text (special tokens included)."""
+        return [len(r) for r in self.rows["input_ids"]]
+
+    def take(self, positions: Sequence[int]) -> TokenRows:
+        """The rows at ``positions`` (in that order), with their ``truncated`` flags and
+        ``extra`` data: a request's rows split off, or rows gathered for one model call."""
+        return TokenRows(
+            {k: [v[i] for i in positions] for k, v in self.rows.items()},
+            [self.truncated[i] for i in positions],
+            self.skip,
+            {k: [v[i] for i in positions] for k, v in self.extra.items()},
+        )
+
+    @classmethod
+    def join(cls, parts: Sequence[TokenRows]) -> TokenRows:
+        """The rows of ``parts`` one after the other (``rows``, ``truncated``, ``extra``).
+
+        Raises:
+            InputError: no parts, or parts with different fields or prompt lengths (``skip``).
+        """
+        if not parts:
+            raise InputError("cannot join zero TokenRows")
+        first = parts[0]
+        for part in parts[1:]:
+            if set(part.rows) != set(first.rows) or set(part.extra) != set(first.extra):
+                raise InputError("cannot join TokenRows with different fields")
+            if part.skip != first.skip:
+                raise InputError(f"cannot join TokenRows of prompts {first.skip} and {part.skip}")
+        return cls(
+            {k: [r for p in parts for r in p.rows[k]] for k in first.rows},
+            [t for p in parts for t in p.truncated],
+            first.skip,
+            {k: [x for p in parts for x in p.extra[k]] for k in first.extra},
+        )
+
+
+def run_batches(
+    tokens: TokenRows,
+    step: Callable[[dict[str, torch.Tensor]], Any],
+    *,
+    pad: Callable[[dict[str, list[list[Any]]], int], dict[str, list[list[Any]]]],
+    batch_size: int = 32,
+    max_batch_tokens: int | None = None,
+    device: str | torch.device = "cpu",
+    keys: Sequence[str] | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> Iterator[tuple[list[int], Any]]:
+    """Run ``step`` over length-sorted batches of ``tokens``, padded per batch.
+
+    Rows of similar length share a batch (`data.batching.sorted_batches`, longest first), so
+    little padding is computed. Before each batch the active thread governor (if a command or
+    an embedder started one: `runtime.AdaptiveThreads`) may re-decide torch's thread count;
+    this is the one place it looks.
+
+    Args:
+        tokens: the rows (`tokenize_rows`).
+        step: (padded batch of (B, T) int64 tensors) → the batch's output (anything).
+        pad: right-pads lists of rows to a length (``Tokenizer.pad_rows``).
+        batch_size: rows per batch (≥ 1).
+        max_batch_tokens: also cap each batch's padded size (rows × longest) at this many
+            tokens, as text-embeddings-inference's ``--max-batch-tokens``.
+        device: where the tensors go.
+        keys: the fields of ``tokens.rows`` given to ``step`` (default: all).
+        progress: called with the number of rows done after each batch.
+
+    Yields:
+        (positions of the batch's rows in ``tokens``, ``step``'s output), batch by batch.
+
+    Raises:
+        InputError: ``batch_size`` or ``max_batch_tokens`` < 1.
+    """
+    lengths = tokens.lengths
+    names = list(tokens.rows) if keys is None else [k for k in keys if k in tokens.rows]
+    for idx in sorted_batches(lengths, batch_size, max_batch_tokens):
+        adapt_threads()  # the governor's look between batches (a no-op without one)
+        rows = {k: [tokens.rows[k][i] for i in idx] for k in names}
+        padded = pad(rows, max(lengths[i] for i in idx))
+        batch = {
+            k: v.to(device) if isinstance(v, torch.Tensor) else torch.tensor(v, device=device)
+            for k, v in padded.items()
+        }
+        yield idx, step(batch)
+        if progress is not None:
+            progress(len(idx))

@@ -27,9 +27,10 @@ from collections.abc import Iterable, Iterator
 from functools import lru_cache
 from pathlib import Path
 
-from ..errors import InputError
+from ..errors import DataError, InputError
 from ..files import write_text_atomic
 from .tables import read_utf8, text_lines
+from .text_input import is_stdin, read_input_text
 
 __all__ = [
     "Sentence",
@@ -94,8 +95,9 @@ def _annotated_pieces(text: str, pieces: list[str], entities, words=()) -> list[
 
 @lru_cache(maxsize=4)
 def _segmenter(language: str):
-    import pysbd
+    from ..runtime import require
 
+    pysbd = require("pysbd", "corpora", "sentence splitting (pysbd)")
     return pysbd.Segmenter(language=language, clean=False)
 
 
@@ -120,15 +122,18 @@ def read_documents(
             text at all.
     """
     path = Path(path)
-    if path.is_dir():
+    if path.is_dir() and not is_stdin(path):
         docs = _read_dataset(path, text_field)
     elif path.suffix == ".jsonl":
         docs = []
-        for n, line in enumerate(text_lines(read_utf8(path)), 1):
+        for n, line in enumerate(text_lines(read_input_text(path, what="corpus")), 1):
             if not line.strip():
                 continue
-            record = json.loads(line)
-            if text_field not in record:
+            try:
+                record = json.loads(line)
+            except (ValueError, RecursionError) as e:  # bad JSON, too-long ints, too deep
+                raise DataError(f"{path}:{n}: not JSON ({e})") from None
+            if not isinstance(record, dict) or text_field not in record:
                 raise InputError(f"{path}:{n} has no field {text_field!r}")
             text = str(record[text_field])
             pieces = [x.strip() for x in text.splitlines() if x.strip()]
@@ -139,9 +144,9 @@ def read_documents(
                     text, pieces, record.get("entities") or (), record.get("words") or ()
                 )
             docs.append(pieces)
-    elif path.is_file():
+    else:  # plain text (or standard input, -): the one reader's checks and messages
         docs, current = [], []
-        for line in text_lines(read_utf8(path)):
+        for line in text_lines(read_input_text(path, what="corpus")):
             if line.strip():
                 current.append(line.strip())
             elif current:
@@ -149,8 +154,6 @@ def read_documents(
                 current = []
         if current:
             docs.append(current)
-    else:
-        raise InputError(f"corpus {path} does not exist")
     if split and path.suffix != ".jsonl":
         docs = [[s for line in doc for s in split_sentences(line, language)] for doc in docs]
     docs = [d for d in docs if d]
@@ -273,7 +276,9 @@ def wiki_xml_to_documents(path: Path) -> Iterator[tuple[str, Document]]:
     links and keeps link text; redirects and non-article namespaces are skipped."""
     import xml.etree.ElementTree as ET
 
-    import mwparserfromhell
+    from ..runtime import require
+
+    mwparserfromhell = require("mwparserfromhell", "corpora", "reading Wikipedia XML dumps")
 
     opener = bz2.open if path.suffix == ".bz2" else open
     with opener(path, "rb") as f:

@@ -196,7 +196,7 @@ def read_records(path: str | Path, format: str | None = None, label_column: str 
                 continue
             try:
                 row = json.loads(line)
-            except json.JSONDecodeError as e:
+            except (ValueError, RecursionError) as e:  # bad JSON, too-long ints, too deep
                 raise DataError(f"{path}:{n}: not valid JSON: {e}") from e
             if not isinstance(row, dict):
                 raise DataError(f"{path}:{n}: expected a JSON object, got {line[:80]!r}")

@@ -49,7 +49,7 @@ def read_squad(path: str | Path) -> list[QAExample]:
     """
     try:
         data = json.loads(read_text(path))["data"]
-    except (json.JSONDecodeError, KeyError, TypeError) as e:
+    except (ValueError, KeyError, TypeError, RecursionError) as e:  # RecursionError: too deep
         raise DataError(f"{path} is not SQuAD-format JSON: {e}") from e
     out = []
     where = "data"

@@ -51,8 +51,10 @@ from typing import Any
 import numpy as np
 
 from ..errors import DataError
+from ..files import read_json
 from ..runtime import require
 from .tables import _table_rows, iter_lines, read_text
+from .text_input import check_input_file
 
 __all__ = [
     "IDENTITY_FILE",
@@ -239,7 +241,7 @@ def _jsonl_rows(
             continue
         try:
             row = json.loads(line)
-        except json.JSONDecodeError as e:
+        except (ValueError, RecursionError) as e:  # bad JSON, too-long ints, too deep
             problems.add([f"line {n}: not JSON ({e})"])
             continue
         if not isinstance(row, dict) or text_column not in row:
@@ -303,9 +305,8 @@ def iter_id_texts(
     """
     path = Path(path)
     kind = table_kind(path)
-    if kind != "parquet" and not path.is_file():
-        why = "it is a directory" if path.is_dir() else "it does not exist"
-        raise DataError(f"cannot read input file {path}: {why}")
+    if kind != "parquet":
+        check_input_file(path)  # a file, or standard input (``-``)
     problems = RowProblems()
     if kind == "parquet":
         rows = (
@@ -576,10 +577,7 @@ def table_metadata(path: str | os.PathLike[str]) -> dict[str, Any]:
     path = Path(path)
     if path.is_dir() and (path / IDENTITY_FILE).is_file():
         source = path / IDENTITY_FILE
-        try:
-            body = json.loads(source.read_text(encoding="utf-8"))
-        except (OSError, ValueError, RecursionError) as e:
-            raise DataError(f"cannot read {source}: {e}") from e
+        body = read_json(source, what="a JSON object", kind=None, error=DataError)
     else:
         source = parquet_files(path)[0]
         meta = _pq().ParquetFile(source).schema_arrow.metadata or {}

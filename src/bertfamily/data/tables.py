@@ -6,7 +6,6 @@ Shapes: B batch, T sequence (tokens, special tokens included).
 from __future__ import annotations
 
 import bisect
-import codecs
 import csv
 import io
 import json
@@ -19,6 +18,7 @@ from typing import Any
 
 from ..errors import DataError, InputError
 from .batching import IGNORE_INDEX
+from .text_input import iter_input_lines, text_lines  # noqa: F401  (text_lines: re-exported)
 
 log = logging.getLogger(__name__)
 
@@ -85,30 +85,14 @@ def read_utf8(path: str | Path) -> str:
 
 
 def iter_lines(path: str | Path) -> Iterator[tuple[int, str]]:
-    """``(line number, line)`` of a UTF-8 text file, read lazily: lines as `text_lines` counts
-    them (they end at ``\n`` only; the ``\r`` of ``\r\n`` is dropped; a lone ``\r``,
-    U+2028 or a form feed stays inside its line), numbered from 1, a leading BOM dropped.
+    """``(line number, line)`` of a UTF-8 text file (or standard input, ``-``), read lazily:
+    `text_input.iter_input_lines`, the one line reader (lines end at ``\n`` only).
 
     Raises:
         DataError: the file cannot be read, or a line that is not UTF-8 (the message names
             the line and the byte).
     """
-    n = 0
-    try:
-        with open(path, "rb") as fh:
-            for n, raw in enumerate(fh, 1):  # binary lines end at b"\n" only
-                if n == 1:
-                    raw = raw.removeprefix(codecs.BOM_UTF8)
-                try:
-                    line = raw.decode("utf-8")
-                except UnicodeDecodeError as e:
-                    raise DataError(
-                        f"{path}:{n}: not UTF-8 (byte {raw[e.start : e.start + 1]!r} at column "
-                        f"{e.start + 1}); save the file as UTF-8"
-                    ) from None
-                yield n, line.removesuffix("\n").removesuffix("\r")
-    except OSError as e:
-        raise DataError(f"cannot read {path}: {e}") from e
+    return iter_input_lines(path)
 
 
 # --- tables ---------------------------------------------------------------------------------
@@ -121,15 +105,6 @@ class Example:
     text_pair: str | None = None
     label: Any = None
     line: int | None = None
-
-
-def text_lines(text: str) -> list[str]:
-    """Lines as an editor counts them: split at ``\\n`` only (``str.splitlines`` would also
-    split at U+2028, form feeds and others, which JSON strings may hold), ``\\r`` stripped."""
-    lines = text.split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()
-    return [line.removesuffix("\r") for line in lines]
 
 
 def _table_rows(
@@ -150,7 +125,7 @@ def _table_rows(
                 continue
             try:
                 row = json.loads(line)
-            except json.JSONDecodeError as e:
+            except (ValueError, RecursionError) as e:  # bad JSON, too-long ints, too deep
                 raise DataError(f"{path}:{n}: not valid JSON: {e}") from e
             if not isinstance(row, dict):
                 raise DataError(f"{path}:{n}: expected a JSON object, got {line[:80]!r}")

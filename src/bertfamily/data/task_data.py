@@ -27,7 +27,7 @@ from ..evaluation.metrics import (
     regression_metrics,
     squad_metrics,
 )
-from .batching import IGNORE_INDEX, sorted_batches
+from .batching import IGNORE_INDEX, TokenRows, run_batches
 from .squad import postprocess, prepare_windows, read_squad
 from .tables import (
     DataError,
@@ -219,7 +219,8 @@ def pad_batch(rows: list[dict[str, Any]], pad_id: int) -> dict[str, torch.Tensor
 
 
 def forward_rows(model, rows: list[dict], size: int, pad_id: int) -> list[SimpleNamespace]:
-    """Forward every row (no grad), in length-sorted batches of ``size`` (little padding).
+    """Forward every row (no grad), in length-sorted batches of ``size`` (little padding): the
+    engine's one batch loop (`data.batching.run_batches`, what `inference.batches` re-exports).
 
     Args:
         model: a `Model` with a task head (put it in eval mode first).
@@ -234,12 +235,18 @@ def forward_rows(model, rows: list[dict], size: int, pad_id: int) -> list[Simple
     Raises:
         ValueError: size < 1.
     """
-    lengths = [len(r["input_ids"]) for r in rows]
     per_row: list = [None] * len(rows)
+    keys = [k for k in MODEL_INPUTS if rows and k in rows[0]]
+    tokens = TokenRows({k: [r[k] for r in rows] for k in keys}, [False] * len(rows))
+    if not rows:
+        return per_row
+
+    def pad(fields: dict[str, list], target: int) -> dict[str, torch.Tensor]:
+        n = len(fields["input_ids"])
+        return pad_batch([{k: fields[k][i] for k in fields} for i in range(n)], pad_id)
+
     with torch.no_grad():
-        for idx in sorted_batches(lengths, size):
-            batch = pad_batch([rows[i] for i in idx], pad_id)
-            out = model(**{k: v for k, v in batch.items() if k in MODEL_INPUTS})
+        for idx, out in run_batches(tokens, lambda batch: model(**batch), pad=pad, batch_size=size):
             for j, i in enumerate(idx):
                 per_row[i] = SimpleNamespace(
                     **{
@@ -419,7 +426,7 @@ class TaskData:
                 continue
             try:
                 r = json.loads(line)
-            except json.JSONDecodeError as e:
+            except (ValueError, RecursionError) as e:  # bad JSON, too-long ints, too deep
                 raise DataError(f"{path}:{n}: not valid JSON: {e}") from e
             if not isinstance(r, dict):
                 raise DataError(f"{path}:{n}: expected a JSON object, got {line[:80]!r}")

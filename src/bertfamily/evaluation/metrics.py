@@ -13,6 +13,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from ..errors import InputError
+from ..runtime import require
 
 
 def classification_metrics(
@@ -24,17 +25,18 @@ def classification_metrics(
 
     Raises:
         ValueError: empty or unequal-length inputs.
+        MissingDependency: scikit-learn is not installed (the ``train`` extra).
     """
-    from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
+    sk = require("sklearn.metrics", "train", "classification metrics (scikit-learn)")
 
     _check_sizes(len(y_true), len(y_pred))
     with warnings.catch_warnings():  # one class present: MCC is undefined, reported as 0.0
         warnings.simplefilter("ignore")
-        mcc = float(matthews_corrcoef(y_true, y_pred))
+        mcc = float(sk.matthews_corrcoef(y_true, y_pred))
     return {
-        "accuracy": float(accuracy_score(y_true, y_pred)),
+        "accuracy": float(sk.accuracy_score(y_true, y_pred)),
         "macro_f1": float(
-            f1_score(y_true, y_pred, labels=labels, average="macro", zero_division=0)
+            sk.f1_score(y_true, y_pred, labels=labels, average="macro", zero_division=0)
         ),
         "mcc": _finite(mcc),
     }
@@ -121,15 +123,16 @@ def entity_metrics(
 
     Raises:
         ValueError: unknown scheme.
+        MissingDependency: seqeval is not installed (the ``train`` extra).
     """
-    from seqeval.metrics import f1_score, precision_score, recall_score
+    feature = "entity-level NER metrics (seqeval)"
+    sq = require("seqeval.metrics", "train", feature)
+    f1_score, precision_score, recall_score = sq.f1_score, sq.precision_score, sq.recall_score
 
     if scheme == "BIO":
         kw: dict = {}
     elif scheme == "BIOES":
-        from seqeval.scheme import IOBES
-
-        kw = {"mode": "strict", "scheme": IOBES}
+        kw = {"mode": "strict", "scheme": require("seqeval.scheme", "train", feature).IOBES}
     else:
         raise InputError(f"scheme must be 'BIO' or 'BIOES', got {scheme!r}")
     return {

@@ -25,7 +25,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from ..errors import InputError, ModelDirectoryError
-from ..files import atomic_write, write_text_atomic
+from ..files import atomic_write, read_json, write_text_atomic
 from ..modules.skeleton import storage_free
 
 
@@ -167,7 +167,7 @@ def load_students(directory: str | Path) -> StudentClassifiers:
     weights = directory / STUDENTS_WEIGHTS
     names = ("num_layers", "hidden_size", "num_labels", "width", "num_heads")
     try:
-        meta = json.loads((directory / STUDENTS_CONFIG).read_text(encoding="utf-8"))
+        meta = read_json(directory / STUDENTS_CONFIG, what="the students' sizes")
         sizes = {k: int(meta[k]) for k in names}
         with storage_free():  # shapes first: the sizes must match the file before allocating
             want = {k: tuple(v.shape) for k, v in StudentClassifiers(**sizes).state_dict().items()}

@@ -103,13 +103,13 @@ def plot_attention(
 
     Raises:
         ValueError: ``output`` does not end in .png, or probs does not have T rows.
+        MissingDependency: matplotlib is not installed (the ``plots`` extra).
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    from matplotlib import pyplot as plt
-
     from ..files import atomic_write
+    from ..runtime import require
+
+    require("matplotlib", "plots", "attention heatmaps").use("Agg")
+    plt = require("matplotlib.pyplot", "plots", "attention heatmaps")
 
     output = Path(output)
     if output.suffix.lower() != ".png":
@@ -154,7 +154,15 @@ def attention_heatmap(
     layer: int = -1,
     head: int = 0,
 ) -> Path:
-    """`attention_weights` then `plot_attention`; returns the PNG path."""
+    """`attention_weights` then `plot_attention`; returns the PNG path.
+
+    Raises:
+        MissingDependency: matplotlib is not installed (the ``plots`` extra), before the model
+            loads.
+    """
+    from ..runtime import require
+
+    require("matplotlib", "plots", "attention heatmaps")
     tokens, probs, band = _attention(text, model, layer, head)
     name = Path(str(model)).name if model else "all-MiniLM-L6-v2"
     kind = f", band of {probs.shape[1]} keys" if band else ""

@@ -146,95 +146,132 @@ def parameter_table(
     heads = list(heads)
     full = meta_model(config, heads, teacher_hidden_size=teacher_hidden_size)
     shapes = _shape_trace(config, heads, teacher_hidden_size)
-    modules = dict(full.named_modules())
-    counted: set[int] = set()
-    rows: list[ParamRow] = []
+    builder = _RowBuilder(full, shapes)
+    for index, (top, children) in enumerate(builder.blocks):
+        if not top.trunk:
+            builder.head_block(index, top, children)
+        elif top.key.endswith("layers.*"):
+            builder.layer_steps(top, children, config.layer_schedule)
+        else:
+            builder.emit(top.key.removeprefix("encoder."), top, children, _same)
+    _tied_rows(full, builder.rows, builder.modules)
+    builder.leftover_rows()
+    return ParamTable(
+        name=name, config=config, heads=heads, rows=builder.rows, symbols=symbol_table(config, 0, 0)
+    )
 
-    def count(module: nn.Module, recurse: bool = True) -> int:
-        new = [p for p in module.parameters(recurse=recurse) if id(p) not in counted]
-        counted.update(id(p) for p in new)
+
+def _same(key: str) -> str:
+    """A traced step's key is its module path (no layer index to fill in)."""
+    return key
+
+
+def _symbols(step: Any) -> str:
+    """A traced step's symbolic output shape, "" when it has none."""
+    return step.output_symbols[0] if step.output_symbols else ""
+
+
+class _RowBuilder:
+    """The rows of one table, built block by block in dataflow order; each parameter is
+    counted on the first row that reaches it (shared tensors once)."""
+
+    def __init__(self, full: nn.Module, shapes: Trace) -> None:
+        self.full = full
+        self.modules = dict(full.named_modules())
+        self.counted: set[int] = set()
+        self.rows: list[ParamRow] = []
+        steps = [s for s in shapes.steps if s.block != "inputs" and not s.kind.startswith("op:")]
+        self.blocks: list[tuple[Any, list[Any]]] = []  # (top-level step, its depth-1 children)
+        for s in steps:
+            if s.depth == 0:
+                self.blocks.append((s, []))
+            elif s.depth == 1 and self.blocks:
+                self.blocks[-1][1].append(s)
+        # Modules that run as top-level steps of their own, or only inside a head: a parent's
+        # leftover count skips them (DeBERTa's encoder.embeddings.position, run only by the
+        # enhanced mask decoder).
+        self.run_alone = {top.key for top, _ in self.blocks if "*" not in top.key} | {
+            s.key
+            for s in steps
+            if not s.trunk and "*" not in s.key and s.key.startswith("encoder.")
+        }
+
+    def count(self, module: nn.Module, recurse: bool = True) -> int:
+        """Parameters of ``module`` not counted yet (now counted)."""
+        new = [p for p in module.parameters(recurse=recurse) if id(p) not in self.counted]
+        self.counted.update(id(p) for p in new)
         return sum(p.numel() for p in new)
 
-    steps = [s for s in shapes.steps if s.block != "inputs" and not s.kind.startswith("op:")]
-    blocks: list[tuple[Any, list[Any]]] = []  # (top-level step, its depth-1 children)
-    for s in steps:
-        if s.depth == 0:
-            blocks.append((s, []))
-        elif s.depth == 1 and blocks:
-            blocks[-1][1].append(s)
-    # Modules that run as top-level steps of their own, or only inside a head: a parent's
-    # leftover count skips them (DeBERTa's encoder.embeddings.position, run only by the
-    # enhanced mask decoder).
-    run_alone = {top.key for top, _ in blocks if "*" not in top.key} | {
-        s.key for s in steps if not s.trunk and "*" not in s.key and s.key.startswith("encoder.")
-    }
-
-    def emit(block: str, top, children, path_of, part: str = "trunk", note: str = "") -> None:
-        top_module = modules.get(path_of(top.key))
+    def emit(self, block: str, top, children, path_of, part: str = "trunk", note: str = "") -> None:
+        """The rows of one top-level step: itself when it has no traced children, else one row
+        a child, its own direct parameters and what it holds that the forward did not run."""
+        top_module = self.modules.get(path_of(top.key))
         if top_module is None:
             return
         if not children:
-            rows.append(
+            count = self.count(top_module)
+            self.rows.append(
                 ParamRow(
-                    block,
-                    path_of(top.key),
-                    top.kind,
-                    top.output_symbols[0] if top.output_symbols else "",
-                    count(top_module),
-                    note=note,
-                    part=part,
+                    block, path_of(top.key), top.kind, _symbols(top), count, note=note, part=part
                 )
             )
             return
         for c in children:
-            m = modules.get(path_of(c.key))
+            m = self.modules.get(path_of(c.key))
             if m is not None:
                 borrowed = part == "head" and c.key.startswith("encoder.")
-                rows.append(
+                self.rows.append(
                     ParamRow(
                         block,
                         path_of(c.key),
                         c.kind,
-                        c.output_symbols[0] if c.output_symbols else "",
-                        count(m),
+                        _symbols(c),
+                        self.count(m),
                         part=part,
                         note=_borrowed(block) if borrowed else "",
                     )
                 )
         own = [
-            (n, p) for n, p in top_module.named_parameters(recurse=False) if id(p) not in counted
+            (n, p)
+            for n, p in top_module.named_parameters(recurse=False)
+            if id(p) not in self.counted
         ]
         for n, p in own:
-            counted.add(id(p))
-            rows.append(
+            self.counted.add(id(p))
+            self.rows.append(
                 ParamRow(
                     block,
                     f"{path_of(top.key)}.{n}",
                     "Parameter",
-                    top.output_symbols[0] if top.output_symbols else "",
+                    _symbols(top),
                     p.numel(),
                     part=part,
                 )
             )
-        # Whatever the block owns that the traced forward did not run (kept for checkpoints),
-        # except submodules that run as steps of their own elsewhere.
+        self._not_run_row(block, top, top_module, path_of, part)
+
+    def _not_run_row(self, block: str, top, top_module: nn.Module, path_of, part: str) -> None:
+        """Whatever the block owns that the traced forward did not run (kept for checkpoints),
+        except submodules that run as steps of their own elsewhere."""
         prefix = path_of(top.key) + "."
         elsewhere = (
             {
                 id(p)
-                for key in run_alone
+                for key in self.run_alone
                 if key.startswith(prefix)
-                for p in modules[key].parameters()
+                for p in self.modules[key].parameters()
             }
-            if run_alone
+            if self.run_alone
             else set()
         )
         rest = [
-            p for p in top_module.parameters() if id(p) not in counted and id(p) not in elsewhere
+            p
+            for p in top_module.parameters()
+            if id(p) not in self.counted and id(p) not in elsewhere
         ]
-        counted.update(id(p) for p in rest)
+        self.counted.update(id(p) for p in rest)
         if rest:
-            rows.append(
+            self.rows.append(
                 ParamRow(
                     block,
                     f"{path_of(top.key)} (not run in this forward)",
@@ -245,67 +282,60 @@ def parameter_table(
                 )
             )
 
-    def consumer(index: int) -> str:
+    def consumer(self, index: int) -> str:
         """The first later top-level step outside the encoder: the head that runs a trunk
         module outside the trunk's forward."""
-        later = (t.key for t, _ in blocks[index + 1 :] if not t.key.startswith("encoder."))
+        later = (t.key for t, _ in self.blocks[index + 1 :] if not t.key.startswith("encoder."))
         return next(later, "head")
 
-    schedule = config.layer_schedule
-    for index, (top, children) in enumerate(blocks):
-        if not top.trunk:
-            if top.key.startswith("encoder."):  # a trunk module that only a head runs
-                head = consumer(index)
-                emit(head, top, children, lambda key: key, "head", _borrowed(head))
-            else:
-                emit(
-                    top.key,
-                    top,
-                    children,
-                    lambda key: key,
-                    "head",
-                    top.operation if not children and not top.params else "",
-                )
-            continue
-        if top.key.endswith("layers.*"):
-            first_use: dict[int, int] = {}
-            for i, u in enumerate(schedule):
-                sub = lambda key, u=u: key.replace("*", str(u), 1)  # noqa: E731
-                if u in first_use:
-                    rows.append(
-                        ParamRow(
-                            f"layer {i}",
-                            sub(top.key),
-                            top.kind,
-                            top.output_symbols[0],
-                            0,
-                            shared=True,
-                            note=f"runs the weights of layer step {first_use[u]} (shared)",
-                        )
-                    )
-                    continue
-                first_use[u] = i
-                emit(f"layer {i}", top, children, sub)
+    def head_block(self, index: int, top, children) -> None:
+        """A top-level step outside the trunk's forward: a head, or a trunk module that only a
+        head runs (counted with that head)."""
+        if top.key.startswith("encoder."):  # a trunk module that only a head runs
+            head = self.consumer(index)
+            self.emit(head, top, children, _same, "head", _borrowed(head))
         else:
-            emit(top.key.removeprefix("encoder."), top, children, lambda key: key)
-    _tied_rows(full, rows, modules)
-    leftover = [(n, p) for n, p in full.named_parameters() if id(p) not in counted]
-    for n, p in leftover:  # parameters of modules no forward step reached
-        counted.add(id(p))
-        rows.append(
-            ParamRow(
-                n.split(".")[0],
-                n,
-                "Parameter",
-                "",
-                p.numel(),
-                note="not run in this forward",
-                part="trunk" if n.startswith("encoder.") else "head",
+            note = top.operation if not children and not top.params else ""
+            self.emit(top.key, top, children, _same, "head", note)
+
+    def layer_steps(self, top, children, schedule) -> None:
+        """One block per layer step; a step that reruns an earlier step's weights (ALBERT's
+        sharing) gets one zero-count row."""
+        first_use: dict[int, int] = {}
+        for i, u in enumerate(schedule):
+            sub = lambda key, u=u: key.replace("*", str(u), 1)  # noqa: E731
+            if u in first_use:
+                self.rows.append(
+                    ParamRow(
+                        f"layer {i}",
+                        sub(top.key),
+                        top.kind,
+                        top.output_symbols[0],
+                        0,
+                        shared=True,
+                        note=f"runs the weights of layer step {first_use[u]} (shared)",
+                    )
+                )
+                continue
+            first_use[u] = i
+            self.emit(f"layer {i}", top, children, sub)
+
+    def leftover_rows(self) -> None:
+        """A row for each parameter of modules no forward step reached."""
+        leftover = [(n, p) for n, p in self.full.named_parameters() if id(p) not in self.counted]
+        for n, p in leftover:
+            self.counted.add(id(p))
+            self.rows.append(
+                ParamRow(
+                    n.split(".")[0],
+                    n,
+                    "Parameter",
+                    "",
+                    p.numel(),
+                    note="not run in this forward",
+                    part="trunk" if n.startswith("encoder.") else "head",
+                )
             )
-        )
-    return ParamTable(
-        name=name, config=config, heads=heads, rows=rows, symbols=symbol_table(config, 0, 0)
-    )
 
 
 def _tied_rows(model: nn.Module, rows: list[ParamRow], modules: dict[str, nn.Module]) -> None:

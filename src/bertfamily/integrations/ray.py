@@ -54,9 +54,10 @@ class EmbedBatch:
     Args:
         model: model directory, resource name or cached ``org/name`` (resolved on each actor).
         batch_size: texts per forward pass (Ray's ``batch_size`` is rows per call).
-        dtype: run precision, as `SentenceEmbedder` takes it ("auto", "fp32", "bf16").
-        threads: torch intra-op threads of this actor (default: as Ray sets them, the actor's
-            CPUs).
+        dtype: run precision, as `SentenceEmbedder` takes it ("auto" = fp32, "fp32", "bf16",
+            "fastest").
+        threads: torch intra-op threads of this actor while it embeds (default: as Ray sets
+            them, the actor's CPUs; the engine's thread policy, `inference.threads`).
     """
 
     def __init__(
@@ -70,13 +71,11 @@ class EmbedBatch:
         with_text: bool = False,
         threads: int | None = None,
     ) -> None:
-        from ..pipelines.embed import SentenceEmbedder
+        from ..pipelines.embedding.embed import SentenceEmbedder
 
-        if threads:
-            import torch
-
-            torch.set_num_threads(threads)
-        self.embedder = SentenceEmbedder(model, dtype=dtype)
+        # the engine's thread policy (`inference.threads.ThreadPolicy`): N exactly, or
+        # automatic (Ray sets OMP_NUM_THREADS to the actor's CPUs, which then decides)
+        self.embedder = SentenceEmbedder(model, dtype=dtype, threads=threads or 0)
         self.id_column, self.text_column = id_column, text_column
         self.batch_size, self.with_text = batch_size, with_text
 
@@ -257,8 +256,8 @@ def embed_dataset(
     ray = require("ray", "ray", "bertfamily embed --engine ray")
     require("ray.data", "ray", "bertfamily embed --engine ray")
     from ..data.table_io import IDENTITY_FILE, parquet_files
-    from ..pipelines.embed import SentenceEmbedder
-    from ..pipelines.index import model_identity
+    from ..pipelines.embedding.embed import SentenceEmbedder
+    from ..pipelines.retrieval.dense import model_identity
 
     out = Path(output) if "://" not in output else None
     if out is not None and out.exists() and (not out.is_dir() or any(out.iterdir())):

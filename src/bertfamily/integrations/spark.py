@@ -27,7 +27,7 @@ _MODELS: dict[tuple, Any] = {}  # one SentenceEmbedder per (model, dtype) and Py
 def _embedder(model: str, dtype: str):
     key = (model, dtype)
     if key not in _MODELS:
-        from ..pipelines.embed import SentenceEmbedder
+        from ..pipelines.embedding.embed import SentenceEmbedder
 
         _MODELS[key] = SentenceEmbedder(model, dtype=dtype)
     return _MODELS[key]

@@ -10,7 +10,6 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from ..errors import ArgumentTypeError, InputError
-from ..runtime import adapt_threads
 from .attention import AttentionOutput
 from .context import AttentionContext
 from .unpad import Unpadded
@@ -129,6 +128,10 @@ class Encoder(nn.Module):
         # Unpadded execution (see modules/unpad.py): on by default where it applies; set False to
         # always run the padded batch.
         self.unpad = True
+        # Batch-invariant execution (`modules.kernels.make_batch_invariant`, set by the
+        # inference engine): every batch runs packed, even one without padding, so a sequence
+        # is computed the same way whatever its batch neighbours.
+        self.batch_invariant = False
         # Activation checkpointing (Chen et al. 2016, "Training Deep Nets with Sublinear Memory
         # Cost"): when True, in training with gradients on, each layer step keeps only its
         # input and recomputes its activations during backward (torch.utils.checkpoint,
@@ -249,7 +252,9 @@ class Encoder(nn.Module):
         """An unpadding plan when it applies: switched on, a right-padded batch with padding,
         no attention weights requested, no per-sequence condition, and attention components
         that support packed sequences (``supports_unpadded``)."""
-        if not self.unpad or not ctx.padded or ctx.need_weights or ctx.condition is not None:
+        if not self.unpad or ctx.need_weights or ctx.condition is not None:
+            return None
+        if not ctx.padded and not self.batch_invariant:
             return None
         if attention_mask.dim() == 3:  # per-query visibility: packed rows cannot express it
             return None
@@ -257,7 +262,7 @@ class Encoder(nn.Module):
             return None
         if self.first_layer_branch is not None:  # it convolves the padded (B, T, H) layout
             return None
-        return Unpadded.from_mask(attention_mask)
+        return Unpadded.from_mask(attention_mask, always=self.batch_invariant)
 
     @property
     def forward_inputs(self) -> tuple[str, ...]:
@@ -386,8 +391,6 @@ class Encoder(nn.Module):
             )
         if not torch.jit.is_tracing():  # the ONNX exporter traces; values are checked eagerly
             device = self.embeddings.token.weight.device
-            if device.type == "cpu":
-                adapt_threads()  # a no-op unless a command follows the load (runtime)
             input_ids = as_input_tensor(input_ids, "input_ids", device)
             attention_mask = as_input_tensor(attention_mask, "attention_mask", device, False)
             token_type_ids = as_input_tensor(token_type_ids, "token_type_ids", device)

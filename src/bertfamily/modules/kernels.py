@@ -28,6 +28,8 @@ names and the state dict stay the same.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -36,10 +38,13 @@ from ..errors import InputError
 from ..runtime import cpu_info_field
 
 __all__ = [
+    "INVARIANT_ROWS",
     "LINEAR_KERNELS",
     "ONEDNN_DTYPES",
     "OneDnnLinear",
+    "RowBlockedLinear",
     "apply_linear_kernel",
+    "make_batch_invariant",
     "cpu_vendor",
     "resolve_linear_kernel",
     "use_kernel",
@@ -50,6 +55,10 @@ ONEDNN_DTYPES = (torch.float32, torch.bfloat16)
 # The row count the packed layout is chosen for (oneDNN's "batch size" hint, what torch's compiler
 # passes for dynamic shapes); any row count runs on it. 64 and the real count measured alike.
 PACK_ROWS_HINT = 64
+# Rows of every matrix product of a batch-invariant inference linear (`row_blocked`): a BLAS
+# picks its code path by the row count (on a Xeon with MKL: one path for 1 row, another for
+# 2..15, a third from 16), so a row's result depends on how many rows share its call.
+INVARIANT_ROWS = 64
 
 
 def cpu_vendor(cpuinfo: str | None = None) -> str:
@@ -97,6 +106,105 @@ def _exporting() -> bool:
     """Whether the call is being traced or compiled (ONNX export, torch.jit, torch.compile):
     there ``F.linear``, the operation every exporter knows."""
     return torch.jit.is_tracing() or torch.onnx.is_in_onnx_export() or torch.compiler.is_compiling()
+
+
+def row_blocked(
+    flat: torch.Tensor, matmul: Callable[[torch.Tensor], torch.Tensor], out_features: int
+) -> torch.Tensor:
+    """``matmul`` applied to ``flat`` (M, in_features) in blocks of exactly `INVARIANT_ROWS`
+    rows (the last one zero-padded): every product has the same shape whatever M, so each
+    row's result depends on that row alone, not on how many rows its batch has or where the
+    row sits (fp32 and bf16 on the CPU; tests/test_faithful.py). Returns (M, out_features)."""
+    n = flat.shape[0]
+    if n == 0:
+        return flat.new_zeros(0, out_features)
+    pad = (-n) % INVARIANT_ROWS
+    if pad:
+        flat = torch.cat([flat, flat.new_zeros(pad, flat.shape[1])])
+    blocks = [matmul(flat[i : i + INVARIANT_ROWS]) for i in range(0, len(flat), INVARIANT_ROWS)]
+    return torch.cat(blocks)[:n]
+
+
+def _invariant(module: nn.Linear, x: torch.Tensor) -> bool:
+    """Whether ``module``'s call on ``x`` runs row-blocked: switched on for it, a CPU inference
+    call (no autograd), not traced or compiled."""
+    return (
+        module.__dict__.get("row_blocks", False)
+        and x.device.type == "cpu"
+        and not (torch.is_grad_enabled() and (x.requires_grad or module.weight.requires_grad))
+        and not _exporting()
+    )
+
+
+class RowBlockedLinear(nn.Linear):
+    """``nn.Linear`` (BLAS) whose CPU inference calls run in fixed blocks of `INVARIANT_ROWS`
+    rows (`row_blocked`) when its ``row_blocks`` attribute is set: (..., in_features) →
+    (..., out_features), y = x Wᵀ + b, each row's bits independent of its neighbours."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """x (..., in_features) → (..., out_features)."""
+        if not _invariant(self, x):
+            return F.linear(x, self.weight, self.bias)
+        flat = x.reshape(-1, x.shape[-1])
+        return blas_row_blocked(flat, self.weight, self.bias).reshape(
+            *x.shape[:-1], self.out_features
+        )
+
+
+def blas_row_blocked(
+    flat: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
+) -> torch.Tensor:
+    """`row_blocked` for BLAS: (M, in) → (M, out), each block of `INVARIANT_ROWS` rows one
+    ``addmm`` written into its slice of the output (no concatenation); the last, partial block
+    computed zero-padded to the full size. The same products as `row_blocked` of ``F.linear``
+    in shape, so each row's bits depend on that row alone."""
+    n, rows = flat.shape[0], INVARIANT_ROWS
+    wt = weight.t()
+    b = bias if bias is not None else flat.new_zeros(weight.shape[0])
+    out = flat.new_empty(n, weight.shape[0])
+    full = n - n % rows
+    for i in range(0, full, rows):
+        torch.addmm(b, flat[i : i + rows], wt, out=out[i : i + rows])
+    if full < n:
+        tail = flat.new_zeros(rows, flat.shape[1])
+        tail[: n - full] = flat[full:]
+        out[full:] = torch.addmm(b, tail, wt)[: n - full]
+    return out
+
+
+def make_batch_invariant(model: nn.Module, on: bool = True) -> int:
+    """Make ``model``'s CPU inference give each sequence the same result, bit for bit, whatever
+    else is in its batch (issue 42: a text's vector must not depend on its batch neighbours,
+    its batch size or the server's request interleaving), in place:
+
+    - its encoders run every batch packed (`modules.unpad`), even one without padding;
+    - packed attention runs one call per sequence on that sequence alone
+      (``packed_strategy = "per_sequence"``);
+    - every Linear layer (BLAS or oneDNN) multiplies in fixed blocks of `INVARIANT_ROWS` rows
+      (`row_blocked`).
+
+    What still changes a result: the thread count (fp32 differs by ≤ 2e-7 between counts) and
+    attention kinds that cannot run packed (disentangled, windowed), which keep the padded
+    batch. ``on=False`` undoes it.
+
+    Returns:
+        The number of Linear layers switched.
+    """
+    count = 0
+    for module in model.modules():
+        if hasattr(module, "batch_invariant"):  # an Encoder (not imported: no cycle)
+            module.batch_invariant = on
+        if hasattr(module, "packed_strategy") and hasattr(module, "supports_unpadded"):
+            if on:
+                module.packed_strategy = "per_sequence"
+            else:
+                module.__dict__.pop("packed_strategy", None)
+        if type(module) in (nn.Linear, RowBlockedLinear):
+            module.__class__ = RowBlockedLinear if on else nn.Linear
+        if isinstance(module, nn.Linear) and type(module) in (RowBlockedLinear, OneDnnLinear):
+            module.__dict__["row_blocks"] = on
+            count += 1
+    return count
 
 
 def _post_op(act: nn.Module) -> tuple[str, str] | None:
@@ -153,7 +261,13 @@ class OneDnnLinear(nn.Linear):
     def _onednn(self, x: torch.Tensor, post_op: str, algorithm: str) -> torch.Tensor:
         flat = x.reshape(-1, x.shape[-1])
         weight = self._packed_weight() if self.pack and flat.shape[0] > 0 else self.weight
-        y = torch.ops.mkldnn._linear_pointwise(flat, weight, self.bias, post_op, [], algorithm)
+
+        def matmul(rows: torch.Tensor) -> torch.Tensor:
+            return torch.ops.mkldnn._linear_pointwise(
+                rows, weight, self.bias, post_op, [], algorithm
+            )
+
+        y = row_blocked(flat, matmul, self.out_features) if _invariant(self, x) else matmul(flat)
         return y.reshape(*x.shape[:-1], self.out_features)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -185,11 +299,17 @@ def use_kernel(model: nn.Module, kernel: str) -> int:
     Returns:
         The number of layers switched.
     """
-    target = OneDnnLinear if kernel == "onednn" else nn.Linear
     count = 0
     for module in model.modules():
         module.__dict__.pop("_onednn_packed", None)  # packed again from the weight as it is now
-        if type(module) in (nn.Linear, OneDnnLinear) and type(module) is not target:
+        blocked = type(module) is RowBlockedLinear or module.__dict__.get("row_blocks", False)
+        target = (
+            OneDnnLinear if kernel == "onednn" else (RowBlockedLinear if blocked else nn.Linear)
+        )
+        if (
+            type(module) in (nn.Linear, OneDnnLinear, RowBlockedLinear)
+            and type(module) is not target
+        ):
             module.__class__ = target
             count += 1
     return count

@@ -123,12 +123,13 @@ class Unpadded:
         return buckets
 
     @classmethod
-    def from_mask(cls, attention_mask: torch.Tensor) -> Unpadded | None:
+    def from_mask(cls, attention_mask: torch.Tensor, always: bool = False) -> Unpadded | None:
         """Plan for a (B, T) 0/1 mask, or None when unpadding does not apply: no padding at
-        all, or a row that is not right-padded (real tokens must form a prefix of each row so
-        that position 0, which the pooler reads, is a real token)."""
+        all (unless ``always``: then every row is one whole sequence), or a row that is not
+        right-padded (real tokens must form a prefix of each row so that position 0, which the
+        pooler reads, is a real token)."""
         mask = attention_mask.bool()
-        if bool(mask.all()):
+        if bool(mask.all()) and not always:
             return None
         if mask.shape[1] > 1 and bool((mask[:, 1:] & ~mask[:, :-1]).any()):
             return None  # a real token after padding: left padding or holes

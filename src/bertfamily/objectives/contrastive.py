@@ -3,7 +3,7 @@ name (`tests/test_embedding_losses.py` checks the first training steps against i
 
 A batch is ``{"features": [column 0, column 1, ...], "labels": (B,) float (optional)}``, each
 column the tokenizer's tensors for B texts; ``encode(column) -> (B, D)`` is the model (a
-`pipelines.bi_encoder.BiEncoder`, or its DDP wrapper). Every loss is a callable
+`pipelines.embedding.embed.SentenceEmbedder`, or its DDP wrapper). Every loss is a callable
 ``loss(encode, batch) -> (loss, parts)`` built on ``from_embeddings(embeddings, labels)``.
 
 - `MultipleNegativesRanking` (MNRL, in-batch negatives; van den Oord et al. 2018 InfoNCE;

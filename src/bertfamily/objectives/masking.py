@@ -163,8 +163,9 @@ def chinese_word_ids(
     """
     owner = np.full(len(text) + 1, -1, dtype=np.int64)
     if words is None:
-        import jieba
+        from ..runtime import require
 
+        jieba = require("jieba", "chinese", "Chinese whole-word masking (jieba words)")
         pos = 0
         words = []
         for piece in jieba.lcut(text):

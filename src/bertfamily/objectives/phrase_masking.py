@@ -92,9 +92,9 @@ def chinese_phrases(text: str, words: Sequence[str] | None = None) -> list[tuple
         ValueError: ``words`` that do not spell ``text``.
     """
     if words is None:
-        import jieba
+        from ..runtime import require
 
-        words = jieba.lcut(text)
+        words = require("jieba", "chinese", "Chinese phrase masking (jieba words)").lcut(text)
     where, end = _align(text, words, contiguous=True)
     if any(s is None for s in where) or text[end:].strip():
         raise InputError("the gold words do not spell the text, in order")

@@ -1,6 +1,6 @@
 """`train_embedding()`: a sentence-embedding model trained with a contrastive or similarity
 loss (`objectives.contrastive`) on the shared `Trainer`, saved as whole sentence-transformers
-directories (`pipelines.bi_encoder.BiEncoder.save`).
+directories (`SentenceEmbedder.save`).
 
 Data: a pair table (`data.pairs.read_pairs`: ``anchor, positive[, negative...]`` rows for the
 MNRL losses, ``sentence1, sentence2, score`` for CoSENT / cosine; ``stsb:train`` etc. for the
@@ -33,7 +33,8 @@ from ..errors import InputError
 from ..evaluation.metrics import evaluate_sts
 from ..files import write_text_atomic
 from ..objectives.contrastive import LOSSES, EmbeddingLoss, build_loss, simcse_columns
-from ..pipelines.bi_encoder import BiEncoder, model_card
+from ..pipelines.embedding.embed import SentenceEmbedder
+from ..pipelines.embedding.saving import model_card
 from ..resources.resolve import resolve_model
 from ..train.distributed import init_distributed
 from ..train.loop import TrainConfig, Trainer, unwrap
@@ -106,7 +107,7 @@ def _prepare_table(cfg: EmbeddingConfig, table: PairTable, loss: EmbeddingLoss) 
 
 def pair_batches(
     table: PairTable,
-    model: BiEncoder,
+    model: SentenceEmbedder,
     batch_size: int,
     *,
     seed: int = 0,
@@ -123,7 +124,7 @@ def pair_batches(
         del rng
         rows = [table.rows[i] for i in idx]
         batch: dict[str, Any] = {
-            "features": [model.tokenize([r[j] for r in rows]) for j in range(len(table.columns))]
+            "features": [model.features([r[j] for r in rows]) for j in range(len(table.columns))]
         }
         if table.labels is not None:
             batch["labels"] = torch.tensor([table.labels[i] for i in idx], dtype=torch.float32)
@@ -173,8 +174,7 @@ def _train_embedding(cfg: EmbeddingConfig, train: TrainConfig) -> dict[str, Any]
         matryoshka_dims=cfg.matryoshka_dims,
     )
     table = _prepare_table(cfg, read_pairs(cfg.train_file, format=cfg.train_format), loss)
-    model = BiEncoder.from_directory(cfg.model, max_seq_length=cfg.max_seq_length)
-    model.train()
+    model = SentenceEmbedder.for_training(cfg.model, max_seq_length=cfg.max_seq_length)
     eval_pairs = read_pairs(cfg.eval_file) if cfg.eval_file is not None else None
     if eval_pairs is not None and (eval_pairs.labels is None or len(eval_pairs.columns) != 2):
         raise InputError(f"{cfg.eval_file}: STS evaluation needs two text columns and a score")

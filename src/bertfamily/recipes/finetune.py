@@ -37,7 +37,7 @@ from ..data.task_data import (
 from ..errors import InputError
 from ..files import atomic_write, write_text_atomic
 from ..heads.losses import task_counts, task_loss
-from ..pipelines.batching import input_limit
+from ..inference.limits import input_limit
 from ..pretrained import from_pretrained
 from ..tokenization.tokenizer import load_tokenizer
 from ..train.loop import TrainConfig, Trainer
@@ -188,6 +188,8 @@ def _finetune(cfg: FinetuneConfig, train: TrainConfig, on_labels=None) -> dict[s
         eval_rows = eval_data.load(cfg.eval_file)
     head = HEAD_OF_TASK[cfg.task]
     problem_type = data.problem_type if head == "classify" else None
+    if eval_data is not None:
+        _require_eval_packages(cfg.task, problem_type)
     overrides: dict[str, Any] = {"label_names": data.label_names}
     if head == "classify":
         overrides["problem_type"] = problem_type
@@ -319,7 +321,7 @@ def self_distill(
     """
     from ..heads.early_exit import StudentClassifiers, save_students
     from ..objectives.self_distillation import SelfDistillation
-    from ..pipelines.early_exit import EarlyExitModel
+    from ..pipelines.tasks.early_exit import EarlyExitModel
 
     L = len(model.encoder.schedule)
     students = StudentClassifiers(L, model.config.hidden_size, model.config.num_labels)
@@ -387,6 +389,24 @@ def majority_note(gold: list[int], pred: list[int], names) -> str | None:
     )
 
 
+def _require_eval_packages(task: str, problem_type: str | None) -> None:
+    """Fail before training, not at the first evaluation, when a package that the task's eval
+    metrics or its confusion-matrix plot import is missing.
+
+    Raises:
+        MissingDependency: scikit-learn, seqeval or matplotlib (the ``train`` extra).
+    """
+    from ..runtime import require
+
+    feature = f"evaluating --task {task} (--eval)"
+    if task == "ner":
+        require("seqeval.metrics", "train", feature)
+    elif task == "choice" or problem_type == "single_label_classification":
+        require("sklearn.metrics", "train", feature)
+        if task != "choice":  # confusion_matrix.png
+            require("matplotlib", "train", feature)
+
+
 def confusion_png(gold: list[int], pred: list[int], names, path: Path) -> Path:
     """Write the confusion matrix (rows: gold, columns: predicted) as a PNG, atomically.
 
@@ -394,13 +414,15 @@ def confusion_png(gold: list[int], pred: list[int], names, path: Path) -> Path:
         gold / pred: class ids, one per example; names: the C class names.
 
     Raises:
-        ImportError: matplotlib or scikit-learn is not installed.
+        MissingDependency: matplotlib or scikit-learn is not installed (the ``train`` extra;
+            an `ImportError`).
     """
-    import matplotlib
+    from ..runtime import require
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from sklearn.metrics import confusion_matrix
+    feature = "the confusion-matrix plot"
+    confusion_matrix = require("sklearn.metrics", "train", feature).confusion_matrix
+    require("matplotlib", "train", feature).use("Agg")
+    plt = require("matplotlib.pyplot", "train", feature)
 
     cm = confusion_matrix(gold, pred, labels=list(range(len(names))))
     fig, ax = plt.subplots(figsize=(1.2 * len(names) + 2, 1.2 * len(names) + 1.5))
@@ -479,7 +501,7 @@ def predict(
     runner = model
     if speed is not None:
         from ..heads.early_exit import load_students
-        from ..pipelines.early_exit import EarlyExitModel
+        from ..pipelines.tasks.early_exit import EarlyExitModel
 
         if task not in ("classify", "pair"):
             raise InputError(f"--speed (early exit) is for classify/pair, not {task!r}")
@@ -566,8 +588,8 @@ def _classify_rows(data: TaskData, logits: torch.Tensor, kind: str | None, opts:
 
 def _predict_raw_text(task: str, model_dir, file, opts: TaskOptions) -> list[dict]:
     """NER or QA predictions on a plain text file (see `predict`), through the pipelines."""
-    from ..pipelines.ner import EntityTagger
-    from ..pipelines.qa import QuestionAnswerer
+    from ..pipelines.tasks.ner import EntityTagger
+    from ..pipelines.tasks.qa import QuestionAnswerer
 
     examples = read_table(
         file,

@@ -30,8 +30,8 @@ from ..data.pairs import PairTable, read_pairs, resolve_pair_file
 from ..errors import InputError
 from ..evaluation.metrics import regression_metrics
 from ..objectives.ranking import MODEL_INPUTS, RERANK_LOSSES, build_rerank_loss
-from ..pipelines.cross_encoder import pair_logits
-from ..pipelines.sentence_modules import read_sentence_modules
+from ..pipelines.embedding.sentence_modules import read_sentence_modules
+from ..pipelines.reranking.cross_encoder import pair_logits
 from ..pretrained import from_pretrained
 from ..tokenization.tokenizer import load_tokenizer
 from ..train.distributed import init_distributed

@@ -26,6 +26,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import shutil
 import stat
 import tempfile
@@ -34,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from ..errors import CacheCorruptError, FetchError
-from ..files import write_text_atomic
+from ..files import read_json, write_text_atomic
 from ..notices import waiting
 from .registry import (
     DEFAULT_MODEL,
@@ -54,9 +55,11 @@ __all__ = [
     "Resource",
     "cache_dir",
     "cached",
+    "digest_problem",
     "fetch",
     "ready_paths",
     "sha256_file",
+    "sha256_json",
     "verify",
 ]
 
@@ -96,6 +99,39 @@ def sha256_file(path: str | os.PathLike[str], chunk_size: int = 1 << 20) -> str:
         while chunk := f.read(chunk_size):
             digest.update(chunk)
     return digest.hexdigest()
+
+
+def sha256_json(data: object) -> str:
+    """Hex sha256 of JSON data in one canonical spelling (sorted keys, no spaces, ASCII): the
+    digest a record keeps of its own content, so that an edit of the record is seen.
+
+    Raises:
+        TypeError: ``data`` holds something JSON cannot spell.
+    """
+    text = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return hashlib.sha256(text.encode("ascii")).hexdigest()
+
+
+def digest_problem(path: Path, expected: object) -> str | None:
+    """Why the file at ``path`` is not the one whose sha256 ``expected`` was recorded (one
+    phrase for a message), or None when it is: no sha256 recorded, the file missing, not a
+    regular file (a link or directory: never followed), or another sha256 (altered). Shared by
+    the fetched resources (`fetch`) and the engine's verified caches."""
+    if not isinstance(expected, str) or not _SHA256.fullmatch(expected.lower()):
+        return f"no sha256 is recorded for it ({str(expected)[:20]!r})"
+    try:
+        st = path.lstat()
+    except FileNotFoundError:
+        return "the file is missing"
+    if not stat.S_ISREG(st.st_mode):
+        return "not a regular file (a link or directory)"
+    actual = sha256_file(path)
+    if actual != expected.lower():
+        return f"sha256 is {actual}, expected {expected} (altered)"
+    return None
+
+
+_SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
 # --------------------------------------------------------------------------- fetch
@@ -174,14 +210,15 @@ def _read_manifest(entry: Path, resource: Resource) -> dict[str, _FileRecord] | 
     def corrupt(problem: str) -> CacheCorruptError:
         return CacheCorruptError(resource.name, entry, MANIFEST, problem)
 
-    try:
-        text = (entry / MANIFEST).read_text(encoding="utf-8")
-    except FileNotFoundError:
+    data = read_json(  # bounded (files.read_json); its fields are checked below
+        entry / MANIFEST,
+        kind=None,
+        missing=None,
+        error=lambda problem: corrupt(f"the manifest cannot be read ({problem})"),
+    )
+    if data is None:
         return None
-    except (OSError, UnicodeDecodeError) as e:
-        raise corrupt(f"the manifest cannot be read ({e})") from e
     try:
-        data = json.loads(text)
         if data["format"] != MANIFEST_FORMAT:
             raise corrupt(f"unknown manifest format {data['format']!r}")
         if (data["resource"], data["archive_sha256"]) != (resource.name, resource.sha256):
@@ -200,7 +237,7 @@ def _read_manifest(entry: Path, resource: Resource) -> dict[str, _FileRecord] | 
         }
     except CacheCorruptError:
         raise
-    except (ValueError, KeyError, TypeError, AttributeError) as e:
+    except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as e:
         raise corrupt(f"the manifest is not valid ({type(e).__name__}: {e})") from e
     for rel in records:
         try:
@@ -236,14 +273,10 @@ def _adopt_unverified(entry: Path, resource: Resource) -> dict[str, _FileRecord]
     records = {}
     for rel, pinned in sorted(resource.files.items()):
         path = entry.joinpath(*_plain_relative(rel).parts)  # no symlinks: all files are pinned
-        if not path.is_file() or path.is_symlink():
-            raise CacheCorruptError(resource.name, entry, rel, "the file is missing")
-        actual = sha256_file(path)
-        if actual != pinned.lower():
-            raise CacheCorruptError(
-                resource.name, entry, rel, f"sha256 is {actual}, expected {pinned} (altered)"
-            )
-        records[rel] = _record(path, actual)
+        problem = digest_problem(path, pinned)
+        if problem is not None:
+            raise CacheCorruptError(resource.name, entry, rel, problem)
+        records[rel] = _record(path, pinned.lower())
     try:
         _write_manifest(entry, resource, records)
         logger.info("verified %s against its pinned sha256s and wrote its manifest", entry)
@@ -294,11 +327,9 @@ def _verify_entry(entry: Path, resource: Resource, *, full: bool) -> None:
                 "(truncated or changed)",
             )
         if full or seen.get(rel) != _snapshot(st):
-            actual = sha256_file(path)
-            if actual != rec.sha256:
-                raise CacheCorruptError(
-                    name, entry, rel, f"sha256 is {actual}, expected {rec.sha256} (altered)"
-                )
+            problem = digest_problem(path, rec.sha256)
+            if problem is not None:
+                raise CacheCorruptError(name, entry, rel, problem)
             if st.st_mtime_ns != rec.mtime_ns:
                 refreshed[rel] = _FileRecord(rec.sha256, st.st_size, st.st_mtime_ns)
         verified[rel] = _snapshot(st)

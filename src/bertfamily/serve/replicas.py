@@ -16,6 +16,7 @@ import os
 from dataclasses import asdict
 from pathlib import Path
 
+from ..runtime import apply_threads
 from .app import ServeSettings, create_app, load_served_model
 
 __all__ = ["ENV", "app_from_environment", "replica_environment"]
@@ -30,23 +31,23 @@ def replica_environment(
     dtype: str = "auto",
     quantize: str | None = None,
     threads: int = 0,
-    adaptive_max_threads: int = 0,
+    processes: int = 1,
     device: str = "cpu",
     speed: float | None = None,
     runtime: str = "torch",
 ) -> str:
     """The ``BERTFAMILY_SERVE_REPLICA`` value describing one replica (JSON): what
     `app_from_environment` needs to build the app ``bertfamily serve`` would build (the model,
-    its settings, dtype, int8 plan, threads, and a FastBERT classifier's default speed).
-    ``adaptive_max_threads`` > 0: each replica's threads follow the load
-    (`runtime.AdaptiveThreads`), at most that many."""
+    its settings, dtype, int8 plan, a FastBERT classifier's default speed) and its threads:
+    ``threads`` as ``--threads`` gave it (0 = automatic) and the ``processes`` (replicas) the
+    free cores are shared among (`runtime.apply_threads`)."""
     body = {
         "model_dir": str(model_dir),
         "settings": asdict(settings),
         "dtype": dtype,
         "quantize": quantize,
         "threads": threads,
-        "adaptive_max_threads": adaptive_max_threads,
+        "processes": processes,
         "device": device,
         "speed": speed,
         "runtime": runtime,
@@ -56,38 +57,24 @@ def replica_environment(
 
 def app_from_environment():
     """The FastAPI app of one replica, as ``BERTFAMILY_SERVE_REPLICA`` describes it (uvicorn's
-    ``--factory`` entry point: ``bertfamily.serve.replicas:app_from_environment``).
+    ``--factory`` entry point: ``bertfamily.serve.replicas:app_from_environment``). Its threads
+    follow the one thread policy (`runtime.apply_threads`): ``--threads`` when given (or
+    ``OMP_NUM_THREADS``), else its share of the free cores, kept there while it serves.
 
     Raises:
         KeyError: the variable is not set.
     """
     body = json.loads(os.environ[ENV])
-    if body.get("threads"):
-        import torch
-
-        torch.set_num_threads(body["threads"])
-        if body.get("adaptive_max_threads"):
-            from ..runtime import AdaptiveThreads
-
-            AdaptiveThreads(body["adaptive_max_threads"], threads=body["threads"]).start()
+    apply_threads(body.get("threads", 0), body.get("processes", 1))
     path = Path(body["model_dir"])
-    device = body.get("device", "cpu")
-    if body.get("quantize"):
-        served = load_served_model(
-            path,
-            quantize=body["quantize"],
-            device=device,
-            runtime=body.get("runtime", "torch"),
-            dtype=body.get("dtype", "auto"),
-        )
-    else:
-        served = load_served_model(
-            path,
-            dtype=body.get("dtype", "auto"),
-            speed=body.get("speed"),
-            device=device,
-            runtime=body.get("runtime", "torch"),
-        )
+    served = load_served_model(
+        path,
+        dtype=body.get("dtype", "auto"),
+        quantize=body.get("quantize"),
+        speed=body.get("speed"),
+        device=body.get("device", "cpu"),
+        runtime=body.get("runtime", "torch"),
+    )
     app = create_app(served, ServeSettings(**body["settings"]), model_dir=path)
     replica = str(os.getpid())
 

@@ -17,6 +17,7 @@ import tokenizers
 from tokenizers import AddedToken, decoders, models, normalizers, pre_tokenizers, processors
 
 from ..errors import InputError, TokenizerFileError
+from ..files import read_json
 from . import spm
 
 # tokenizer_config.json fields that change how transformers rebuilds the backend; kept so
@@ -248,14 +249,7 @@ def _read_json(path: Path) -> dict[str, Any]:
     """
     if not path.is_file():
         return {}
-    try:
-        with open(path, encoding="utf-8") as f:
-            value = json.load(f)
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise TokenizerFileError(f"{path} is not readable JSON: {e}") from None
-    if not isinstance(value, dict):
-        raise TokenizerFileError(f"{path} must hold a JSON object, got {type(value).__name__}")
-    return value
+    return read_json(path, error=TokenizerFileError)  # bounded: size, depth, UTF-8, an object
 
 
 def _specials_from(path: Path, config: Mapping[str, Any]) -> dict[str, AddedToken]:

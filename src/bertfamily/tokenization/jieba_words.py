@@ -8,7 +8,7 @@ other word is split as BERT would (each CJK character alone, then at whitespace)
 normaliser therefore leaves CJK characters together (``handle_chinese_chars=False``).
 
 The segmenter is rjieba (jieba-rs, what transformers imports) when it is installed
-(``pip install rjieba``), else jieba (a dependency of bertfamily), whose precise mode gives the
+(``pip install rjieba``), else jieba (the ``chinese`` extra), whose precise mode gives the
 same words from the same dictionary. A custom pre-tokenizer cannot be serialised:
 ``tokenizer.json`` stores BERT's pre-tokenizer in its place and ``tokenizer_config.json`` names
 ``RoFormerTokenizer``, which puts jieba back (transformers does the same).
@@ -34,8 +34,9 @@ def jieba_segmenter() -> tuple[str, Segmenter]:
     try:
         import rjieba
     except ImportError:
-        import jieba
+        from ..runtime import require
 
+        jieba = require("jieba", "chinese", "RoFormer's tokenizer (jieba word pre-tokenisation)")
         jieba.setLogLevel(logging.WARNING)  # its dictionary-loading lines
         return "jieba", lambda text: jieba.tokenize(text, HMM=False)
     return "rjieba", lambda text: iter(rjieba.tokenize(text, hmm=False))

@@ -27,7 +27,7 @@ import threading
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import tokenizers
@@ -37,6 +37,16 @@ from ..errors import ArgumentTypeError, InputError, TokenizerFileError, Tokenize
 from ..files import atomic_directory, write_text_atomic
 from ..resources.resolve import resolve_model
 from . import spm
+from .call_options import (
+    _UNSUPPORTED_HF_ARGUMENTS,
+    Padding,
+    ReturnTensors,
+    Truncation,
+    _call_strategy,
+    _int_list,
+    _to_tensors,
+    _windows,
+)
 from .cutting import (
     prefix_at_whitespace,
     remap_offsets,
@@ -91,32 +101,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-
-Padding = bool | Literal["longest", "max_length", "do_not_pad"]
-Truncation = bool | Literal["longest_first", "only_first", "only_second", "do_not_truncate"]
-_TRUNCATION_STRATEGIES: dict[bool | str, str | None] = {
-    True: "longest_first",
-    "longest_first": "longest_first",
-    "only_first": "only_first",
-    "only_second": "only_second",
-    False: None,
-    "do_not_truncate": None,
-}
-# transformers' __call__ arguments this tokenizer does not take (a TypeError names them).
-_UNSUPPORTED_HF_ARGUMENTS = frozenset(
-    {
-        "is_split_into_words",
-        "pad_to_multiple_of",
-        "padding_side",
-        "text_target",
-        "text_pair_target",
-        "return_attention_masks",
-        "verbose",
-        "split_special_tokens",
-    }
-)
-ReturnTensors = Literal["pt", "np"] | None
-
 
 # Truncating a long text: it is first cut by characters, so that time and memory per input
 # are bounded by the length limit, not by the text (a 10 MB line would otherwise be tokenised
@@ -405,37 +389,8 @@ class Tokenizer:
             TypeError: an argument this tokenizer does not take (a misspelling, or one of
                 transformers' that it does not support, such as ``is_split_into_words``).
         """
-        if unsupported:
-            names = sorted(unsupported)
-            known = [n for n in names if n in _UNSUPPORTED_HF_ARGUMENTS]
-            raise ArgumentTypeError(
-                f"Tokenizer.__call__() got unexpected keyword argument(s) {names}"
-                + (f"; {known} (transformers) are not supported" if known else "")
-            )
-        texts = [text] if isinstance(text, str) else list(text)
-        if not texts:
-            raise InputError("cannot encode an empty batch")
-        if text_pair is None:
-            inputs: list[Any] = texts
-        else:
-            pairs = [text_pair] if isinstance(text_pair, str) else list(text_pair)
-            if len(pairs) != len(texts):
-                raise InputError(f"got {len(texts)} texts but {len(pairs)} text pairs")
-            inputs = list(zip(texts, pairs))
-        if padding not in (True, False, "longest", "max_length", "do_not_pad"):
-            raise InputError(f"unknown padding {padding!r}")
-        if return_tensors not in ("pt", "np", None):
-            raise InputError(f"unknown return_tensors {return_tensors!r}; use 'pt', 'np' or None")
-        if truncation not in _TRUNCATION_STRATEGIES:
-            raise InputError(
-                f"unknown truncation {truncation!r}; use True, False, 'longest_first', "
-                "'only_first', 'only_second' or 'do_not_truncate'"
-            )
-        strategy = _TRUNCATION_STRATEGIES[truncation]
-        if truncation_side not in ("right", "left"):
-            raise InputError(f"truncation_side must be 'right' or 'left', got {truncation_side!r}")
-        if isinstance(stride, bool) or not isinstance(stride, int) or stride < 0:
-            raise InputError(f"stride must be a non-negative integer, got {stride!r}")
+        inputs = self._batch_inputs(text, text_pair, unsupported)
+        strategy = _call_strategy(padding, return_tensors, truncation, truncation_side, stride)
         return_offsets_mapping = return_offsets_mapping or return_offsets
         if return_token_type_ids is None:
             return_token_type_ids = self.has_token_type_ids
@@ -450,24 +405,7 @@ class Tokenizer:
         encodings = self._encode(
             inputs, limit, strategy, stride, add_special_tokens, truncation_side
         )
-
-        rows: list[tokenizers.Encoding] = []
-        sample: list[int] = []
-        was_cut: list[int] = []  # per input
-        for i, enc in enumerate(encodings):
-            overflowing = enc.overflowing  # built anew on every access: read it once
-            was_cut.append(int(cut[i] or bool(overflowing)))
-            windows = [enc] + (overflowing if return_overflowing_tokens else [])
-            rows += windows
-            sample += [i] * len(windows)
-        truncated = [was_cut[i] for i in sample]
-        if any(was_cut):
-            logger.debug(
-                "%d of %d inputs were longer than %s tokens and were truncated",
-                sum(was_cut),
-                len(encodings),
-                limit,
-            )
+        rows, sample, truncated = _windows(encodings, cut, return_overflowing_tokens, limit)
 
         fields: dict[str, list[list[Any]]] = {"input_ids": [e.ids for e in rows]}
         if return_token_type_ids:
@@ -484,7 +422,61 @@ class Tokenizer:
         if return_special_tokens_mask:
             fields["special_tokens_mask"] = [e.special_tokens_mask for e in rows]
 
-        lengths = [len(e.ids) for e in rows]
+        fields, lengths = self._padded(fields, padding, limit, return_tensors)
+        out = _to_tensors(fields, return_tensors)
+        flat = {}
+        if return_overflowing_tokens:
+            flat["overflow_to_sample_mapping"] = sample
+        if return_length:
+            flat["length"] = lengths
+        if return_truncated:
+            flat["truncated"] = truncated
+        for key, values in flat.items():
+            out[key] = _to_tensors({key: [values]}, return_tensors)[key][0]
+        return out
+
+    @staticmethod
+    def _batch_inputs(
+        text: str | Sequence[str], text_pair: str | Sequence[str] | None, unsupported: dict
+    ) -> list[Any]:
+        """`__call__`'s inputs as a batch: B strings, or B (text, text_pair) tuples.
+
+        Raises:
+            TypeError: ``unsupported`` keyword arguments were given.
+            ValueError: an empty batch, or ``text`` and ``text_pair`` of different lengths.
+        """
+        if unsupported:
+            names = sorted(unsupported)
+            known = [n for n in names if n in _UNSUPPORTED_HF_ARGUMENTS]
+            raise ArgumentTypeError(
+                f"Tokenizer.__call__() got unexpected keyword argument(s) {names}"
+                + (f"; {known} (transformers) are not supported" if known else "")
+            )
+        texts = [text] if isinstance(text, str) else list(text)
+        if not texts:
+            raise InputError("cannot encode an empty batch")
+        if text_pair is None:
+            return texts
+        pairs = [text_pair] if isinstance(text_pair, str) else list(text_pair)
+        if len(pairs) != len(texts):
+            raise InputError(f"got {len(texts)} texts but {len(pairs)} text pairs")
+        return list(zip(texts, pairs))
+
+    def _padded(
+        self,
+        fields: dict[str, list[list[Any]]],
+        padding: Padding,
+        limit: int | None,
+        return_tensors: ReturnTensors,
+    ) -> tuple[dict[str, list[list[Any]]], list[int]]:
+        """``fields`` padded as ``padding`` asks, and the tokens per row (padding included,
+        as transformers counts).
+
+        Raises:
+            ValueError: ``padding="max_length"`` without a length, or rows of unequal lengths
+                with tensors asked for.
+        """
+        lengths = [len(ids) for ids in fields["input_ids"]]
         if padding in (True, "longest", "max_length"):
             target = max(lengths)
             if padding == "max_length":
@@ -498,17 +490,7 @@ class Tokenizer:
                 f"sequences have different lengths {sorted(set(lengths))} after padding="
                 f"{padding!r}; pass padding=True, truncation, or return_tensors=None"
             )
-        out = _to_tensors(fields, return_tensors)
-        flat = {}
-        if return_overflowing_tokens:
-            flat["overflow_to_sample_mapping"] = sample
-        if return_length:
-            flat["length"] = lengths
-        if return_truncated:
-            flat["truncated"] = truncated
-        for key, values in flat.items():
-            out[key] = _to_tensors({key: [values]}, return_tensors)[key][0]
-        return out
+        return fields, lengths
 
     def _encode(
         self,
@@ -869,23 +851,3 @@ def tokenizer_from_directory(
     )
     logger.debug("loaded %r from %s/%s", tokenizer, directory, source)
     return tokenizer
-
-
-# --------------------------------------------------------------------------- helpers
-
-
-def _int_list(ids: Any) -> list[int]:
-    if hasattr(ids, "tolist"):  # numpy array or torch tensor
-        ids = ids.tolist()
-    return [int(i) for i in ids]
-
-
-def _to_tensors(fields: dict[str, list[list[Any]]], return_tensors: ReturnTensors) -> dict:
-    if return_tensors is None:
-        return fields
-    arrays = {key: np.asarray(rows, dtype=np.int64) for key, rows in fields.items()}
-    if return_tensors == "np":
-        return arrays
-    import torch  # deferred: tokenisation alone does not need torch
-
-    return {key: torch.from_numpy(a) for key, a in arrays.items()}

@@ -60,17 +60,13 @@ _SPECIALS = {
 
 def check_corpus_files(files: Iterable[str | Path]) -> None:
     """Raise `ValueError` (naming the file) unless every one of ``files`` exists, is a readable
-    UTF-8 file and holds some text: a mistyped path must never be learnt from as a string."""
+    UTF-8 file and holds some text: a mistyped path must never be learnt from as a string
+    (`data.text_input.iter_input_lines`: a `DataError` naming the file and the bad line)."""
+    from ..data.text_input import iter_input_lines  # the one reader of text inputs
+
     for f in files:
         path = Path(f)
-        if not path.is_file():
-            why = "it is a directory" if path.is_dir() else "it does not exist"
-            raise InputError(f"cannot read corpus file {path}: {why}")
-        try:
-            with open(path, encoding="utf-8") as fh:
-                has_text = any(line.strip() for line in fh)
-        except (OSError, UnicodeDecodeError) as e:
-            raise InputError(f"cannot read corpus file {path}: {e}") from e
+        has_text = any(line.strip() for _, line in iter_input_lines(path, what="corpus file"))
         if not has_text:
             raise InputError(f"corpus file {path} is empty (no text on any line)")
 

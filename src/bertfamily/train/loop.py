@@ -83,6 +83,7 @@ from ..data.batching import as_batch_source
 from ..errors import ArgumentTypeError, InputError
 from ..modules.encoder import Encoder
 from ..objectives.units import denominators_of_step
+from ..runtime import adapt_threads
 from .checkpoint import CheckpointMixin, _rng_state, _set_rng_state
 from .config import (
     CHECKPOINT_FILE,
@@ -380,6 +381,7 @@ class Trainer(CheckpointMixin, ProgressMixin):
         ranks, each (at least 1) divided by the number of ranks."""
         totals: dict[str, float] = {}
         for batch in batches:
+            adapt_threads()
             counts = self.count_fn(batch)
             keys = sorted(counts)
             if self._count_keys is None:
@@ -404,6 +406,7 @@ class Trainer(CheckpointMixin, ProgressMixin):
         """One optimizer step over ``grad_accum_steps`` micro-batches; returns the step's loss
         and components (this rank: the mean over micro-batches, or with ``count_fn`` the sum
         of their shares, which the mean over ranks turns into the global per-unit mean)."""
+        adapt_threads()  # the thread governor's look between steps (a no-op without one)
         cfg, k = self.config, self.config.grad_accum_steps
         sums: dict[str, float] = {}
         self._step_start = (self.state.epoch, self.state.batch_in_epoch, _rng_state())

@@ -17,13 +17,13 @@ def plot_metrics(metrics_path: str | Path, png_path: str | Path) -> Path | None:
     """Plot train ``loss`` (and ``eval_loss`` when logged) against ``step`` from a
     ``metrics.jsonl`` (a torn line is skipped); written atomically. Returns the path, or None
     when matplotlib is not installed or there is nothing to plot."""
-    try:
-        import matplotlib
+    from ..runtime import require
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        logger.info("matplotlib not installed; no loss curve")
+    try:
+        require("matplotlib", "train", "the loss curve (loss.png)").use("Agg")
+        plt = require("matplotlib.pyplot", "train", "the loss curve (loss.png)")
+    except ImportError as e:  # MissingDependency names the extra
+        logger.info("no loss curve: %s", e)
         return None
 
     records = read_metrics(metrics_path)

@@ -243,7 +243,7 @@ def clean_run_directory(output_dir: str | Path, subdirs: tuple[str, ...] = ()) -
 def _parse(line: bytes) -> dict | None:
     try:
         record = json.loads(line)
-    except ValueError:  # JSONDecodeError, UnicodeDecodeError
+    except (ValueError, RecursionError):  # JSONDecodeError, UnicodeDecodeError, too deep
         return None
     return record if isinstance(record, dict) else None
 

@@ -1,0 +1,63 @@
+"""The engine's batching: texts tokenized once (`tokenize_rows` → `TokenRows`) and the one
+batch loop (`run_batches`: length-sorted, per-batch padded batches, results handed back with
+the rows' positions so the caller puts them in input order). The loop itself lives in
+`data.batching` (floor 0), so the training evaluation (`data.task_data.forward_rows`) runs on
+it too; it is re-exported here.
+
+Every pipeline (embedding, sparse, reranking, classification, NER, QA, fill-mask, early
+exit) and the server's dynamic batcher run their batches through `run_batches`; none keeps a
+loop of its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from ..data.batching import TokenRows, run_batches
+
+__all__ = ["FEATURE_KEYS", "TokenRows", "run_batches", "tokenize_rows"]  # the loop: data.batching
+
+#: The tokenizer outputs an encoder reads.
+FEATURE_KEYS = ("input_ids", "attention_mask", "token_type_ids")
+
+
+def tokenize_rows(
+    tokenizer,
+    texts: Sequence[str],
+    pairs: Sequence[str] | None = None,
+    *,
+    max_length: int,
+    truncation_side: str = "right",
+    keys: Sequence[str] = FEATURE_KEYS,
+    **options: Any,
+) -> TokenRows:
+    """The one tokenization of an inference call: ``texts`` (with ``pairs``, as pairs) cut to
+    ``max_length`` tokens, unpadded (the tokenizer cuts a huge text by characters first, so
+    its cost is bounded by ``max_length``).
+
+    Args:
+        tokenizer: a `tokenization.Tokenizer`.
+        texts: N strings; ``pairs``: N second segments, or None.
+        max_length: tokens per row, special tokens included.
+        truncation_side: "right" or "left".
+        keys: the tokenizer outputs kept in ``rows`` (those it gives).
+        options: further tokenizer keywords (``return_offsets_mapping``, ...).
+
+    Returns:
+        `TokenRows` of N rows (none for N = 0: the tokenizer is not called).
+    """
+    if not len(texts):
+        return TokenRows({k: [] for k in ("input_ids", "attention_mask")}, [])
+    enc = tokenizer(
+        list(texts),
+        list(pairs) if pairs is not None else None,
+        max_length=max_length,
+        padding=False,
+        return_tensors=None,
+        return_truncated=True,
+        truncation_side=truncation_side,
+        **options,
+    )
+    rows = {k: [list(r) for r in enc[k]] for k in keys if k in enc}
+    return TokenRows(rows, [bool(x) for x in enc["truncated"]])

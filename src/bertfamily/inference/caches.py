@@ -1,0 +1,461 @@
+"""The verified caches of measured precision plans: what took minutes to measure (an int8 plan,
+an int8 ONNX Runtime graph, an OpenVINO graph and its agreement with fp32) is kept per model
+content and used again only once it is checked.
+
+Each cache is one kind of `VerifiedEntry`: a directory ``cache_dir()/KIND/KEY/`` holding the
+entry's files and ``record.json`` (its key, the SHA-256 of each file, what was measured, and the
+SHA-256 of the record itself), written all at once. An entry is used only when its record is
+readable, names its own key, is unedited (its own digest), lists exactly the files present with
+their digests (`resources.cache.digest_problem`, what fetched resources are checked with) and
+when what it claims holds (`Int8Plan.from_record`, `Agreement.from_record`: a plan that names
+this model's layers, quantises its least damaging ones and meets its bar). Anything else is
+logged and measured again. (The record's own digest sees an edit, not a forgery: whoever can
+write the cache can also write a consistent record, as they can edit the model.)
+
+- `cached_int8_plan`: ``int8-plans/KEY/``, the record alone (`plan_int8` on
+  `austen_calibration`);
+- `cached_int8`: ``int8-onnx/KEY/model.onnx`` (`int8_onnx_model` of that plan);
+- `cached_openvino`: ``openvino-graphs/KEY/model.xml`` and ``model.bin``
+  (`convert.openvino.save_openvino_ir`, or `openvino_int8`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import importlib.metadata
+import json
+import logging
+import shutil
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeVar
+
+import torch
+
+from ..errors import BertFamilyError
+from ..files import (
+    atomic_directory,
+    check_inside,
+    directory_digest,
+    make_directory_inside,
+    write_text_atomic,
+)
+from ..notices import waiting
+from ..resources.cache import cache_dir, digest_problem, sha256_file, sha256_json
+from .agreement import (
+    CALIBRATION_VERSION,
+    AccuracyBar,
+    Agreement,
+    austen_calibration,
+    swapped_agreement,
+)
+from .int8 import PLAN_MARGIN, Int8Plan, linear_layers, plan_int8
+from .int8_graphs import int8_onnx_model, openvino_int8
+
+__all__ = [
+    "INT8_ONNX_CACHE",
+    "OPENVINO_CACHE",
+    "PLAN_CACHE",
+    "RECORD",
+    "VerifiedEntry",
+    "cached_int8",
+    "cached_int8_plan",
+    "cached_openvino",
+    "int8_cache_key",
+    "int8_plan_key",
+    "openvino_cache_key",
+]
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+RECORD = "record.json"  # in every entry: key, files' digests, what was measured, own digest
+RECORD_FORMAT = 1
+PLAN_CACHE = "int8-plans"  # under cache_dir(): one directory per `int8_plan_key`
+INT8_ONNX_CACHE = "int8-onnx"  # one directory per `int8_cache_key`
+OPENVINO_CACHE = "openvino-graphs"  # one directory per `openvino_cache_key`
+
+
+class _Unusable(Exception):
+    """Why a cache entry cannot be used (`VerifiedEntry.read` logs it)."""
+
+
+_CLAIMS = (ValueError, TypeError, KeyError, IndexError, AttributeError)
+
+
+@dataclass(frozen=True)
+class VerifiedEntry:
+    """One entry of a verified cache: the directory ``root/kind/key/``, its files, and
+    ``record.json``::
+
+        {"format": 1, "key": KEY, "files": {name: sha256}, "data": {...}, "sha256": own digest}
+
+    ``data`` is what the caller measured; ``sha256`` is `resources.cache.sha256_json` of the
+    rest of the record, so an edited record is seen like an edited file.
+
+    Attributes:
+        kind: the cache's directory under ``root`` (``"int8-plans"``).
+        key: the entry's name: a digest of everything the measurement depends on.
+        what: the entry in warnings ("int8 plan").
+        then: what happens instead of using a bad entry ("measuring again").
+        root: the cache (`resources.cache.cache_dir`); writes stay inside it.
+    """
+
+    kind: str
+    key: str
+    what: str
+    then: str
+    root: Path = dataclasses.field(default_factory=cache_dir)
+
+    @property
+    def path(self) -> Path:
+        """The entry's directory."""
+        return self.root / self.kind / self.key
+
+    def read(self, claims: Callable[[dict], T]) -> T | None:
+        """The entry's measurement when the entry can be used, else None, with a warning that
+        says why and what happens instead (``then``): absent (no warning), a link, an
+        unreadable, foreign or edited record, a file missing, added, not regular or altered,
+        or ``claims(data)`` raising. The files are hashed once per call (once per load, not
+        per batch).
+
+        Args:
+            claims: reads the record's ``data`` back and checks what it claims (against the
+                bar, the model); raises ValueError / TypeError / KeyError when a claim fails.
+        """
+        if not (self.path / RECORD).is_file() and not self.path.is_symlink():
+            return None
+        try:
+            return claims(self._checked_record()["data"])
+        except _Unusable as e:
+            problem = str(e)
+        except RecursionError:
+            problem = "its record is nested too deep"
+        except BertFamilyError as e:  # an unreadable record; the message names it
+            problem = str(e)
+        except _CLAIMS as e:
+            problem = f"its record does not hold ({type(e).__name__}: {e})"
+        log.warning("not using the cached %s %s: %s; %s", self.what, self.path, problem, self.then)
+        return None
+
+    def _checked_record(self) -> dict:
+        """The entry's record once it and the files check out.
+
+        Raises:
+            _Unusable: why the entry cannot be used.
+            BertFamilyError: the record is unreadable (`checkpoints.io.read_json_file`).
+        """
+        from ..checkpoints.io import read_json_file  # bounded: size, depth, an object
+
+        if self.path.is_symlink():
+            raise _Unusable("the entry is a symbolic link")
+        record = read_json_file(self.path / RECORD, "a cache record")
+        if record.get("format") != RECORD_FORMAT:
+            raise _Unusable(
+                f"its record is of format {record.get('format')!r}, not {RECORD_FORMAT}"
+            )
+        if record.get("key") != self.key:
+            raise _Unusable(f"it records the key {record.get('key')!r}, not {self.key!r}")
+        if record.get("sha256") != sha256_json({k: v for k, v in record.items() if k != "sha256"}):
+            raise _Unusable(f"{RECORD} is not the record that was written (altered)")
+        files = record.get("files")
+        if not isinstance(files, dict) or not isinstance(record.get("data"), dict):
+            raise _Unusable(f"{RECORD} lists no files or no data")
+        for name in sorted({p.name for p in self.path.iterdir()} - files.keys() - {RECORD}):
+            raise _Unusable(f"{name} is not in its record (added)")
+        for name, digest in sorted(files.items()):
+            if not name or name.startswith(".") or Path(name).name != name:
+                raise _Unusable(f"its record names {name!r}, not a plain file name")
+            problem = digest_problem(self.path / name, digest)
+            if problem is not None:
+                raise _Unusable(f"{name}: {problem}")
+        return record
+
+    def write(self, make: Callable[[Path], tuple[Mapping, R]]) -> R:
+        """Build the entry all at once and return what ``make`` returned beside its data.
+
+        ``make(directory)`` writes the entry's files into ``directory`` (a new sibling of the
+        entry) and returns (data, result); the files are hashed, the record written last, and
+        the directory swapped in (`files.atomic_directory`: a reader sees the old entry or the
+        new one; modes follow the umask). An exception leaves the old entry as it was.
+
+        Raises:
+            UnsafePathError: the write would leave the cache (a linked ``kind`` directory),
+                checked before ``make`` runs.
+            whatever ``make`` raises.
+        """
+        check_inside(self.root, self.path)
+        make_directory_inside(self.root, self.path.parent)
+        with atomic_directory(self.path, keep_existing=False, inside=self.root) as tmp:
+            data, result = make(tmp)
+            files = {}
+            for path in sorted(tmp.iterdir()):
+                if path.is_symlink() or not path.is_file():
+                    raise TypeError(f"a cache entry holds plain files only, not {path.name}")
+                files[path.name] = sha256_file(path)
+            body = {"format": RECORD_FORMAT, "key": self.key, "files": files, "data": dict(data)}
+            record = body | {"sha256": sha256_json(body)}
+            write_text_atomic(tmp / RECORD, json.dumps(record, indent=1) + "\n", inside=tmp)
+        return result
+
+
+def _version(package: str) -> str | None:
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _key(parts: list) -> str:
+    return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:32]
+
+
+# ---------------------------------------------------------------- the int8 plan (torch runs it)
+
+
+def int8_plan_key(embedder, bar: AccuracyBar) -> str:
+    """The cache name of ``embedder``'s int8 plan alone (`cached_int8_plan`): linear kernel,
+    model content, bar, margin, calibration and torch version (the plan is measured with
+    torch's int8)."""
+    return _key(
+        [
+            "plan",
+            getattr(embedder, "linear_kernel", None),
+            directory_digest(embedder.path),
+            dataclasses.asdict(bar),
+            list(PLAN_MARGIN),
+            CALIBRATION_VERSION,
+            torch.__version__,
+        ]
+    )
+
+
+def _plan_claims(embedder, bar: AccuracyBar) -> Callable[[Mapping], Int8Plan]:
+    """Reads a recorded plan back (`Int8Plan.from_record`: this model's layers, the least
+    damaging quantised, its agreement meeting its bar) measured for ``bar``."""
+    layers = linear_layers(embedder.model)
+
+    def claims(data: Mapping) -> Int8Plan:
+        plan = Int8Plan.from_record(data, layers)
+        if plan.bar != bar:
+            raise ValueError(f"it was measured for {plan.bar}, not {bar}")
+        return plan
+
+    return claims
+
+
+def cached_int8_plan(
+    embedder, bar: AccuracyBar = AccuracyBar(), key: str | None = None
+) -> tuple[Int8Plan, bool]:
+    """`plan_int8` on `austen_calibration`, measured once per `int8_plan_key` and kept under
+    ``cache_dir()/int8-plans/KEY/`` (a `VerifiedEntry`: an edited, foreign or inconsistent
+    plan is logged and measured again). What ``quantize="int8"`` runs: the plan's layers
+    quantised by torch (`apply_int8`), the engine the plan is measured on.
+
+    Args:
+        embedder: a `SentenceEmbedder` with its fp32 model on the CPU (left unchanged).
+        bar: the accuracy to keep.
+        key: its `int8_plan_key` when the caller has it (the key hashes the model's files).
+
+    Returns:
+        (plan, whether it came from the cache).
+
+    Raises:
+        QuantizationError / FetchError: see `plan_int8`, `austen_calibration`.
+        UnsafePathError: ``int8-plans`` is a symbolic link out of the cache.
+    """
+    entry = VerifiedEntry(
+        PLAN_CACHE, key or int8_plan_key(embedder, bar), "int8 plan", "measuring again"
+    )
+    plan = entry.read(_plan_claims(embedder, bar))
+    if plan is not None:
+        return plan, True
+
+    def make(directory: Path) -> tuple[dict, Int8Plan]:
+        what = (
+            "int8: measuring each layer's error on calibration sentences (first use of this "
+            "model; the plan is cached for the next runs)"
+        )
+        with waiting(what):
+            plan = plan_int8(embedder, *austen_calibration(), bar=bar)
+        return plan.to_record(), plan
+
+    return entry.write(make), False
+
+
+# ---------------------------------------------------------------- the int8 ONNX Runtime graph
+
+
+def int8_cache_key(plan_key: str) -> str:
+    """The cache name of an int8 ONNX Runtime graph: its plan's `int8_plan_key` and the
+    onnxruntime version."""
+    return _key([plan_key, _version("onnxruntime")])
+
+
+def cached_int8(embedder, bar: AccuracyBar = AccuracyBar()):
+    """The plan of `cached_int8_plan` and its checked ONNX Runtime graph (`int8_onnx_model`;
+    what ``bertfamily export --quantize int8`` writes), built once per `int8_cache_key` and
+    kept under ``cache_dir()/int8-onnx/KEY/`` (``model.onnx`` and its `VerifiedEntry` record:
+    the plan and the graph's agreement, which must meet ``bar``). An edited, truncated or
+    foreign graph, or an edited or inconsistent record, is logged and built again.
+
+    Returns:
+        (plan, `convert.onnx.OnnxRuntimeModel`, ONNX Runtime `Agreement` on calibration, path
+        of the graph, whether it came from the cache).
+
+    Raises:
+        QuantizationError / FetchError / MissingDependency: see `plan_int8`,
+            `int8_onnx_model`, `austen_calibration`.
+        UnsafePathError: ``int8-onnx`` is a symbolic link out of the cache.
+    """
+    from ..convert.onnx import OnnxRuntimeModel
+
+    plan_key = int8_plan_key(embedder, bar)  # hashes the model's files: once
+    entry = VerifiedEntry(
+        INT8_ONNX_CACHE, int8_cache_key(plan_key), "int8 ONNX Runtime graph", "building it again"
+    )
+    graph = entry.path / "model.onnx"
+    plan_claims = _plan_claims(embedder, bar)
+
+    def claims(data: Mapping) -> tuple[Int8Plan, Agreement]:
+        plan, check = plan_claims(data["plan"]), Agreement.from_record(data["onnx_agreement"])
+        if not check.meets(bar):
+            raise ValueError(f"the graph's agreement {check} misses the bar {bar}")
+        return plan, check
+
+    found = entry.read(claims)
+    if found is not None:
+        plan, check = found
+        return plan, OnnxRuntimeModel(graph, torch.get_num_threads()), check, graph, True
+    plan, _ = cached_int8_plan(embedder, bar, plan_key)
+
+    def make(directory: Path):
+        with waiting("int8: building and checking the ONNX Runtime graph of the plan"):
+            texts, queries = austen_calibration()
+            model, check = int8_onnx_model(embedder, plan, texts, queries, directory / "model.onnx")
+        data = {"plan": plan.to_record(), "onnx_agreement": dataclasses.asdict(check)}
+        return data, (model, check)
+
+    model, check = entry.write(make)
+    return plan, model, check, graph, False
+
+
+# ---------------------------------------------------------------- the OpenVINO graph
+
+
+def openvino_cache_key(
+    embedder, precision: str | None, bar: AccuracyBar, quantize: str | None = None
+) -> str:
+    """The cache name of ``embedder``'s OpenVINO graph and its measured agreement: model
+    content, precision hint, bar, calibration, torch and openvino versions (and nncf's for
+    int8), and this CPU's instruction-set flags (OpenVINO's default precision and kernels
+    follow them)."""
+    from ..train.mixed_precision import cpu_flags
+
+    parts = [
+        directory_digest(embedder.path),
+        precision,
+        dataclasses.asdict(bar),
+        CALIBRATION_VERSION,
+        torch.__version__,
+        _version("openvino"),
+        sorted(cpu_flags()),
+    ]
+    if quantize is not None:
+        parts += [quantize, _version("nncf")]
+    return _key(parts)
+
+
+def cached_openvino(
+    embedder, precision: str | None, bar: AccuracyBar = AccuracyBar(), quantize: str | None = None
+):
+    """``embedder``'s fp32 model as an OpenVINO graph (`convert.openvino.OpenVinoModel`) and
+    its `Agreement` with torch fp32 on `austen_calibration`, measured once per
+    `openvino_cache_key` and kept under ``cache_dir()/openvino-graphs/KEY/`` (model.xml,
+    model.bin: the IR of `convert.openvino.save_openvino_ir`, and the `VerifiedEntry` record:
+    the agreement, the precision, the int8 step).
+
+    A later load reads the IR and the recorded agreement instead of exporting, converting and
+    encoding the calibration text twice (13.8 → ~4 s for all-MiniLM-L6-v2 on a loaded 2-core
+    Xeon). An edited file or record is logged and built again. The caller decides what the
+    agreement allows (`SentenceEmbedder` refuses a graph under its bar).
+
+    With ``quantize="int8"`` the graph is `openvino_int8`'s: calibrated on `austen_calibration`
+    and checked on its held-out lines (``austen_calibration(held_out=True)``); the record names
+    the step that kept the bar.
+
+    Args:
+        embedder: a `SentenceEmbedder` with its torch fp32 model (left in place).
+        precision: OpenVINO's ``INFERENCE_PRECISION_HINT`` ("f32", "bf16") or None (its
+            default).
+        bar: part of the key (its ``k`` is the overlap's neighbour count).
+        quantize: None, or "int8" (NNCF post-training quantisation; needs nncf).
+
+    Returns:
+        (`OpenVinoModel`, `Agreement`, whether it came from the cache).
+
+    Raises:
+        MissingDependency: openvino / onnx (/ nncf) are not installed.
+        FetchError: the calibration text cannot be fetched.
+        UnsafePathError: ``openvino-graphs`` is a symbolic link out of the cache.
+    """
+    from ..convert.openvino import INT8_STEPS, OpenVinoModel, inference_threads, save_openvino_ir
+
+    entry = VerifiedEntry(
+        OPENVINO_CACHE,
+        openvino_cache_key(embedder, precision, bar, quantize),
+        "OpenVINO graph",
+        "building it again",
+    )
+    threads = inference_threads()
+
+    def claims(data: Mapping) -> tuple[Agreement, str | None]:
+        step = data["int8"]
+        if step is not None and step not in {name for name, _ in INT8_STEPS}:
+            raise ValueError(f"unknown int8 step {step!r}")
+        if (step is None) != (quantize is None):
+            raise ValueError("the record does not match the quantisation asked for")
+        return Agreement.from_record(data["agreement"]), step
+
+    found = entry.read(claims)
+    if found is not None:
+        got, step = found
+        model = OpenVinoModel(embedder.model, threads, precision, ir=entry.path / "model.xml")
+        model.quantized = step
+        return model, got, True
+
+    def make(directory: Path):
+        what = (
+            "OpenVINO: exporting the graph"
+            + (", quantising it to int8 (NNCF)" if quantize else "")
+            + " and checking it on calibration sentences (first use of this model; the graph "
+            "is cached for the next runs)"
+        )
+        with waiting(what):
+            texts, queries = austen_calibration()
+            if quantize is None:
+                xml = save_openvino_ir(embedder.model, directory / "model.xml")
+                model = OpenVinoModel(embedder.model, threads, precision, ir=xml)
+                got = swapped_agreement(embedder, model, texts, queries, bar.k)
+                model.quantized = None
+            else:
+                (directory / "fp32").mkdir()
+                fp32 = save_openvino_ir(embedder.model, directory / "fp32" / "model.xml")
+                check = austen_calibration(held_out=True)
+                model, got = openvino_int8(
+                    embedder, fp32, directory / "model.xml", (texts, queries), check, bar, precision
+                )
+                shutil.rmtree(directory / "fp32")
+        data = {
+            "precision": model.precision,
+            "int8": model.quantized,
+            "agreement": dataclasses.asdict(got),
+        }
+        return data, (model, got)
+
+    model, got = entry.write(make)
+    return model, got, False

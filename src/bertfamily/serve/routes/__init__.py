@@ -1,0 +1,14 @@
+"""The server's routes, grouped by kind: `common` (every model), `embedding`, `sparse`,
+`reranking` and `tasks` (/predict). Each module holds one `APIRouter` whose handlers read
+the app's `state.ServeState` and stay short: admission lives in `admission`, the model's
+side in `adapters`."""
+
+from .common import router as common
+from .embedding import router as embedding
+from .reranking import router as reranking
+from .sparse import router as sparse
+from .tasks import router as tasks
+
+ROUTERS = (common, embedding, sparse, reranking, tasks)
+
+__all__ = ["ROUTERS"]

@@ -1,0 +1,104 @@
+"""The routes of an embedding model (`adapters.EmbeddingModel`): TEI's ``/embed``,
+``/embed_all``, ``/similarity`` and OpenAI's ``/v1/embeddings``."""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+import numpy as np
+from fastapi import APIRouter, Depends
+from starlette.concurrency import run_in_threadpool
+
+from ...pipelines.embedding.quantize import truncate_dimensions
+from ..adapters import EmbeddingModel, split_rows
+from ..admission import as_list, check_dimensions
+from ..state import ServeState, serving
+from ..wire import EmbedAllRequest, EmbedRequest, OpenAIEmbedRequest, SimilarityRequest
+
+__all__ = ["embed_texts", "router"]
+
+router = APIRouter()
+
+
+async def embed_texts(
+    state: ServeState,
+    route: str,
+    texts: list[str],
+    truncate: bool | None,
+    normalize: bool,
+    prompt_name: str | None,
+    side: str = "right",
+    dimensions: int | None = None,
+) -> tuple[np.ndarray, int]:
+    """(N, dimensions or the model's width) float32 vectors of ``texts`` and the tokens they
+    took (prompt and special tokens included, after truncation). Every refusal comes before
+    the model runs: the kind, ``dimensions``, the prompt, then the limits as the request is
+    tokenized, once, on a worker thread; its token rows go through the batcher.
+
+    Raises:
+        ServeError: 400 not an embedding model; 413/422 as `admission`.
+    """
+    model = state.need(EmbeddingModel)
+    check_dimensions(dimensions, model.dimension)
+    model.prompt_text(prompt_name)  # an unknown prompt_name: 422 before any work
+    encoded = await run_in_threadpool(model.tokenize, texts, truncate, prompt_name, side)
+    tokens = sum(encoded.lengths)
+    key = (model.embed, normalize, encoded.skip)
+    vectors = await state.submit(split_rows(encoded), tokens, key)
+    state.metrics.computed(route, len(texts), tokens)
+    return truncate_dimensions(np.asarray(vectors), dimensions, normalize), tokens
+
+
+@router.post("/embed")
+async def embed(body: EmbedRequest, state: ServeState = Depends(serving)) -> list[list[float]]:
+    """TEI's /embed: one vector per input, in input order (``dimensions``: the first
+    coordinates, renormalised when ``normalize``)."""
+    vectors, _ = await embed_texts(
+        state, "/embed", as_list(body.inputs), body.truncate, body.normalize,
+        body.prompt_name, body.truncation_direction, body.dimensions,
+    )  # fmt: skip
+    return vectors.tolist()
+
+
+@router.post("/embed_all")
+async def embed_all(
+    body: EmbedAllRequest, state: ServeState = Depends(serving)
+) -> list[list[list[float]]]:
+    """TEI's /embed_all: every token's vector (special tokens included) per input."""
+    model = state.need(EmbeddingModel)
+    key = (model.embed_tokens, body.prompt_name, body.truncation_direction)
+    texts = as_list(body.inputs)
+    rows, _ = await state.compute("/embed_all", texts, key, body.truncate, body.prompt_name)
+    return [r.tolist() for r in rows]
+
+
+@router.post("/similarity")
+async def similarity(body: SimilarityRequest, state: ServeState = Depends(serving)) -> list:
+    """TEI's /similarity: the cosine of ``source_sentence`` with each of ``sentences``."""
+    texts = [body.inputs.source_sentence, *body.inputs.sentences]
+    vectors, _ = await embed_texts(
+        state, "/similarity", texts, body.truncate, True, body.prompt_name,
+        body.truncation_direction,
+    )  # fmt: skip
+    return (vectors[1:] @ vectors[0]).astype(float).tolist()
+
+
+@router.post("/v1/embeddings")
+async def openai_embeddings(body: OpenAIEmbedRequest, state: ServeState = Depends(serving)):
+    """OpenAI's embeddings API (as TEI serves it): ``data`` in input order, ``usage`` the
+    input tokens (prompt and special tokens included, after truncation); ``dimensions``
+    wider than the model is refused (422) before the model runs."""
+    vectors, tokens = await embed_texts(
+        state, "/v1/embeddings", as_list(body.input), None, True, None,
+        dimensions=body.dimensions,
+    )  # fmt: skip
+    data = []
+    for i, v in enumerate(vectors):
+        if body.encoding_format == "base64":  # little-endian float32 bytes, as OpenAI's
+            emb: Any = base64.b64encode(v.astype("<f4").tobytes()).decode()
+        else:
+            emb = v.tolist()
+        data.append({"object": "embedding", "embedding": emb, "index": i})
+    usage = {"prompt_tokens": tokens, "total_tokens": tokens}
+    return {"object": "list", "data": data, "model": state.model_id, "usage": usage}

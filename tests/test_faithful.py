@@ -1,0 +1,168 @@
+"""Faithful by default (issue 42): the default dtype is fp32 on every CPU, a
+sentence-transformers directory with a Dense layer equals sentence-transformers within 1e-5,
+and a text's vector is the same, bit for bit, whatever else is in its batch — alone, among
+other texts, at any batch size, in any order, in the server under concurrent clients. The one
+documented exception: a change of the thread count moves fp32 results by float rounding.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from bertfamily.inference.precision import resolve_dtype
+from bertfamily.modules.kernels import INVARIANT_ROWS, RowBlockedLinear, row_blocked
+from bertfamily.pipelines.embedding.embed import SentenceEmbedder
+from test_sentence_transformers import _minilm_with_dense
+
+st = pytest.importorskip("sentence_transformers")
+pytestmark = pytest.mark.parity
+
+AMX = "flags\t\t: fpu avx2 avx512f avx512_bf16 amx_bf16 amx_tile\n"
+AVX512_BF16 = "flags\t\t: fpu avx2 avx512f avx512_bf16\n"
+AVX2 = "flags\t\t: fpu avx2 fma\n"
+# short and long texts, one over MiniLM's 256-token limit, and duplicates
+TEXTS = [
+    "A man is eating food.",
+    "a",
+    "The girl is carrying a baby. " * 3,
+    "Stock markets fell sharply today after the announcement. " * 2,
+    "word " * 300,
+    "A man is eating food.",
+    "Un homme mange du pain.",
+]
+
+
+@pytest.fixture(scope="module")
+def minilm(minilm_dir):
+    return SentenceEmbedder(minilm_dir)  # every default
+
+
+def test_the_default_dtype_is_fp32_on_every_cpu_kind():
+    for cpu in (AMX, AVX512_BF16, AVX2):
+        assert resolve_dtype("auto", "cpu", cpu)[0] == torch.float32
+        assert resolve_dtype(None, "cpu", cpu)[0] == torch.float32
+    assert resolve_dtype("fastest", "cpu", AMX)[0] == torch.bfloat16
+
+
+@pytest.mark.slow
+def test_default_embedder_with_a_dense_layer_equals_sentence_transformers(minilm_dir, tmp_path):
+    d, _, _ = _minilm_with_dense(minilm_dir, tmp_path / "dense")
+    ours = SentenceEmbedder(d)  # the defaults, on whatever CPU this is
+    assert next(ours.model.parameters()).dtype == torch.float32
+    ref = st.SentenceTransformer(str(d), device="cpu").encode(TEXTS, convert_to_numpy=True)
+    got = ours.encode(TEXTS)
+    assert got.shape == (len(TEXTS), 16)
+    np.testing.assert_allclose(got, ref, atol=1e-5, rtol=0)
+    # the ubinary bits of sentence-transformers' quantize_embeddings agree too
+    from sentence_transformers.quantization import quantize_embeddings
+
+    np.testing.assert_array_equal(
+        ours.encode(TEXTS, precision="ubinary"), quantize_embeddings(ref, "ubinary")
+    )
+
+
+def test_a_text_gets_the_same_bits_in_any_batch(minilm):
+    alone = np.stack([minilm.encode([t])[0] for t in TEXTS])
+    assert (alone[0] == alone[5]).all()  # duplicates, computed apart
+    for batch_size in (1, 2, 3, 32):
+        got = minilm.encode(TEXTS, batch_size=batch_size)
+        np.testing.assert_array_equal(got, alone)
+    order = [4, 2, 6, 0, 3, 1, 5]
+    np.testing.assert_array_equal(minilm.encode([TEXTS[i] for i in order]), alone[order])
+    # among many other texts, with a token budget that reshapes the batches
+    crowd = [f"filler sentence number {i} " * (1 + i % 7) for i in range(40)]
+    got = minilm.encode(crowd + TEXTS, batch_size=16, max_batch_tokens=900)[len(crowd) :]
+    np.testing.assert_array_equal(got, alone)
+    # the token rows a server hands over give the same bits
+    np.testing.assert_array_equal(minilm.encode_tokenized(minilm.tokenize(TEXTS)), alone)
+
+
+def test_row_blocked_products_do_not_depend_on_the_other_rows():
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(48, 40)
+    x = torch.randn(3 * INVARIANT_ROWS + 5, 48)
+    ref = row_blocked(x[:1], lambda b: torch.nn.functional.linear(b, lin.weight, lin.bias), 40)
+    for rows in (1, 2, 15, 16, INVARIANT_ROWS, INVARIANT_ROWS + 1, len(x)):
+        mixed = torch.cat([x[1:rows], x[:1]])  # the row last, after rows - 1 others
+        y = row_blocked(mixed, lambda b: torch.nn.functional.linear(b, lin.weight, lin.bias), 40)
+        assert torch.equal(y[-1], ref[0]) and y.shape == (rows, 40)
+    np.testing.assert_allclose(y.detach().numpy(), lin(mixed).detach().numpy(), atol=1e-5)
+    assert row_blocked(x[:0], lin, 40).shape == (0, 40)
+
+
+def test_training_keeps_plain_linears_and_gradients(minilm_dir):
+    model = SentenceEmbedder.for_training(minilm_dir, max_seq_length=16)
+    assert model.training and model.max_seq_length == 16
+    assert not any(type(m) is RowBlockedLinear for m in model.modules())
+    feats = model.features(["a cat", "a dog on a mat"])
+    model(**feats).sum().backward()
+    assert model.model.encoder.layers[0].attention.qkv.weight.grad is not None
+
+
+def test_one_limit_rule_for_inference_and_training(minilm_dir, tmp_path):
+    """On a 512-position directory without sentence_bert_config.json both forms cut at the
+    tokenizer's 512 (sentence-transformers' rule); a custom PoolingSpec keeps the limit."""
+    from bertfamily.pipelines.embedding.sentence_modules import PoolingSpec
+
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    for f in minilm_dir.iterdir():
+        if f.is_file() and f.name not in ("sentence_bert_config.json", "modules.json"):
+            (plain / f.name).symlink_to(f)
+    assert SentenceEmbedder(plain).max_length == 512
+    assert SentenceEmbedder.for_training(plain).max_seq_length == 512
+    assert st.SentenceTransformer(str(plain), device="cpu").max_seq_length == 512
+    custom = SentenceEmbedder(minilm_dir, pooling=PoolingSpec(mode="cls"))
+    assert custom.max_length == 256  # the directory's, not dropped by the pooling override
+    assert SentenceEmbedder(minilm_dir, max_seq_length=32).max_length == 32
+    with pytest.warns(DeprecationWarning, match="max_seq_length"):
+        old = SentenceEmbedder(minilm_dir, pooling=PoolingSpec(max_seq_length=24))
+    assert old.max_length == 24
+
+
+def test_thread_count_is_the_documented_exception(minilm):
+    """fp32 results may move by float rounding when the thread count changes (the governor
+    changes it under load); they stay within 1e-6 of each other."""
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = SentenceEmbedder.encode(minilm, TEXTS)
+        torch.set_num_threads(2)
+        two = SentenceEmbedder.encode(minilm, TEXTS)
+    finally:
+        torch.set_num_threads(before)
+    np.testing.assert_allclose(one, two, atol=1e-6, rtol=0)
+
+
+@pytest.mark.slow
+def test_server_under_eight_clients_gives_the_bits_of_encode_alone(minilm_dir):
+    from test_serve import Server, httpx
+
+    server = Server(Path(minilm_dir))  # the server's defaults (dtype auto = fp32), 1 thread
+    minilm = SentenceEmbedder(minilm_dir, threads=1)  # the same thread count
+    try:
+        texts = [f"client {i} asks about item {i * 7 % 11} " * (1 + i % 5) for i in range(16)]
+        texts += TEXTS
+        got: dict[int, np.ndarray] = {}
+
+        def client(k: int) -> None:
+            for i in range(k, len(texts), 8):
+                r = httpx.post(
+                    server.url + "/embed", json={"inputs": texts[i], "truncate": True}, timeout=60
+                )
+                got[i] = np.array(r.json()[0], dtype=np.float32)
+
+        threads = [threading.Thread(target=client, args=(k,)) for k in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        for i, text in enumerate(texts):
+            np.testing.assert_array_equal(got[i], minilm.encode([text])[0])
+    finally:
+        server.stop()
