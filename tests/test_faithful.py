@@ -166,3 +166,38 @@ def test_server_under_eight_clients_gives_the_bits_of_encode_alone(minilm_dir):
             np.testing.assert_array_equal(got[i], minilm.encode([text])[0])
     finally:
         server.stop()
+
+
+def test_a_fixed_count_reaches_the_thread_that_computes(monkeypatch):
+    """A server started with --threads 1 computes on its batcher thread: torch's count is per
+    thread, so the engine sets the process's fixed count there (a fresh server once ran its
+    first requests on the default count, and their bits differed from encode())."""
+    from bertfamily import runtime
+    from bertfamily.inference.threads import ThreadPolicy
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    seen: list[int] = []
+    with runtime.governor_scope():
+        runtime.apply_threads(1, adapt=False)
+        assert runtime.fixed_threads() == 1
+
+        def worker() -> None:
+            with ThreadPolicy(0).scope():
+                seen.append(torch.get_num_threads())
+
+        t = threading.Thread(target=worker)
+        t.start()
+        t.join()
+    assert seen == [1] and runtime.fixed_threads() is None
+
+
+def test_texts_are_checked_once_for_every_pipeline(minilm):
+    from bertfamily.errors import InputError
+
+    for bad in (None, b"bytes", [None], 5):
+        with pytest.raises(InputError, match="string"):
+            minilm.encode(bad)
+    assert minilm.features("one text")["input_ids"].shape[0] == 1  # never 8 one-char texts
+    np.testing.assert_array_equal(minilm.encode("a cat"), minilm.encode(["a cat"])[0])
+    with pytest.raises(InputError, match="max_seq_length must be >= 1"):
+        SentenceEmbedder(minilm.path, max_seq_length=0)

@@ -98,3 +98,20 @@ def test_sparse_equals_sparse_encoder(splade_dirs, kind):
     assert directory_kind(d) == "sparse"
     top = ours.encode(TEXTS, max_active_dims=5)
     assert all(len(v.indices) <= 5 for v in top)
+
+
+def test_splade_pooling_with_the_older_dimension_key_loads(minilm_dir, tmp_path):
+    """Older sentence-transformers wrote ``word_embedding_dimension`` in the SpladePooling
+    config (6.x renames it on load); such a directory loads and encodes as the new one."""
+    import json
+
+    from bertfamily.pipelines.embedding.sparse import SparseEncoder
+    from helpers import save_tiny_splade
+
+    d = save_tiny_splade(tmp_path / "splade", minilm_dir)
+    new = SparseEncoder(d).encode_dense(["a cat sat", "stocks fell"])
+    cfg_file = d / "1_SpladePooling" / "config.json"
+    cfg = json.loads(cfg_file.read_text())
+    cfg["word_embedding_dimension"] = 30522
+    cfg_file.write_text(json.dumps(cfg))
+    np.testing.assert_array_equal(SparseEncoder(d).encode_dense(["a cat sat", "stocks fell"]), new)

@@ -267,12 +267,26 @@ def apply_threads(requested: int = 0, processes: int = 1, *, adapt: bool = True)
     physical cores free; adapting while it runs)"``)."""
     import torch
 
+    global _FIXED
     count, why = choose_threads(requested, processes)
     torch.set_num_threads(count)
+    _FIXED = count  # what every thread of the process computes on (`fixed_threads`)
     if adapt and threads_are_automatic(requested):
+        _FIXED = None
         AdaptiveThreads(max_threads_per_process(processes), threads=count).start()
         why += "; adapting while it runs"
     return f"threads: {count} torch intra-op ({why})"
+
+
+_FIXED: int | None = None  # the count a command fixed by `apply_threads`, if any
+
+
+def fixed_threads() -> int | None:
+    """The intra-op count a command or server fixed for the whole process (`apply_threads`
+    with ``--threads N``, ``OMP_NUM_THREADS`` or ``adapt=False``), or None. torch's count is
+    per thread: a worker thread (the server's batcher) sets it from here before it computes
+    (`inference.threads.ThreadPolicy`)."""
+    return _FIXED
 
 
 def _busy_cpu_seconds(cpus: set[int]) -> float | None:
@@ -454,10 +468,12 @@ def governor_scope() -> Iterator[None]:
     """Every `AdaptiveThreads` started inside the block (by `apply_threads`, say) is stopped
     when it ends, its thread count given back: what one command started does not outlive it
     in a process that runs several (tests, notebooks)."""
-    depth = len(_ACTIVE)
+    global _FIXED
+    depth, fixed = len(_ACTIVE), _FIXED
     try:
         yield
     finally:
+        _FIXED = fixed
         while len(_ACTIVE) > depth:
             _ACTIVE[-1].stop()
 

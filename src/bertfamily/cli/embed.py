@@ -133,14 +133,27 @@ ENGINE_OPTION = typer.Option(
     "when RAY_ADDRESS is set, else starts one on this machine).",
 )
 CONCURRENCY_OPTION = typer.Option(
-    2, min=1, help="--engine ray: embedding actors (each loads the model once)."
+    None,
+    min=1,
+    help="--engine ray: embedding actors, each loads the model once  [default: sized from the "
+    "cluster: one per CPU, less one CPU left to Ray's read tasks; 2 CPUs: 1]",
+    show_default=False,
 )
 ACTOR_CPUS_OPTION = typer.Option(
-    1.0,
+    None,
     "--actor-cpus",
     min=0.01,
-    help="--engine ray: CPUs each actor reserves (leave some free for Ray's read and write "
-    "tasks: actors holding every CPU starve them).",
+    help="--engine ray: CPUs each actor reserves; a setting whose actors leave Ray's read tasks "
+    "no CPU is refused  [default: sized from the cluster: 1, or 0.5 on a 1-CPU cluster]",
+    show_default=False,
+)
+STALL_TIMEOUT_OPTION = typer.Option(
+    300.0,
+    "--stall-timeout",
+    min=1.0,
+    metavar="SECONDS",
+    help="--engine ray: stop with an error (naming the stalled Ray Data operator) when no batch "
+    "of rows has finished for this long.",
 )
 MODEL_OPTION = typer.Option(
     None,
@@ -182,8 +195,9 @@ def embed(
     text_column: str = TEXT_COLUMN_OPTION,
     with_text: bool = WITH_TEXT_OPTION,
     engine: str = ENGINE_OPTION,
-    concurrency: int = CONCURRENCY_OPTION,
-    actor_cpus: float = ACTOR_CPUS_OPTION,
+    concurrency: int | None = CONCURRENCY_OPTION,
+    actor_cpus: float | None = ACTOR_CPUS_OPTION,
+    stall_timeout: float = STALL_TIMEOUT_OPTION,
     model: str | None = MODEL_OPTION,
     batch_size: int = typer.Option(32, min=1, help="Texts per forward pass."),
     dtype: str = typer.Option("auto", help=DTYPE_HELP),
@@ -218,7 +232,9 @@ def embed(
         if engine == "ray":
             if runtime != "torch":
                 raise InputError("--engine ray runs the torch runtime; drop --runtime")
-            ray_args = dict(concurrency=concurrency, num_cpus=actor_cpus)
+            ray_args = dict(
+                concurrency=concurrency, num_cpus=actor_cpus, stall_timeout=stall_timeout
+            )
             _embed_ray(*uris, model, batch_size, dtype, ray_args, with_text, columns)
         else:
             _embed_table(
@@ -497,9 +513,11 @@ def _embed_ray(input, output, model, batch_size, dtype, ray_args, with_text, col
         **ray_args,
         **columns,
     )
+    actors, cpus = result.get("concurrency"), result.get("num_cpus")
+    plan = f", {actors} Ray actors × {cpus:g} CPUs" if actors and cpus else ""
     err.print(
         f"wrote {result['rows']:,} (id, vector) rows × {result['dimension']} to {output} "
-        f"({result['files']} Parquet files, {ray_args['concurrency']} Ray actors)",
+        f"({result['files']} Parquet files{plan})",
         soft_wrap=True,
     )
 

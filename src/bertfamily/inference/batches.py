@@ -15,8 +15,15 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..data.batching import TokenRows, run_batches
+from ..errors import InputError
 
-__all__ = ["FEATURE_KEYS", "TokenRows", "run_batches", "tokenize_rows"]  # the loop: data.batching
+__all__ = [
+    "FEATURE_KEYS",
+    "TokenRows",
+    "run_batches",
+    "text_list",
+    "tokenize_rows",
+]  # the loop: data.batching
 
 #: The tokenizer outputs an encoder reads.
 FEATURE_KEYS = ("input_ids", "attention_mask", "token_type_ids")
@@ -61,3 +68,27 @@ def tokenize_rows(
     )
     rows = {k: [list(r) for r in enc[k]] for k in keys if k in enc}
     return TokenRows(rows, [bool(x) for x in enc["truncated"]])
+
+
+def text_list(texts: Any, what: str = "texts") -> list[str]:
+    """The texts of an inference call as a list, checked once for every pipeline: a bare
+    string is one text (never N one-character texts); every item must be a ``str``.
+
+    Raises:
+        InputError: ``texts`` is None or not a sequence of strings (names the first bad item
+            and its position, counting from 0).
+    """
+    if isinstance(texts, str):
+        return [texts]
+    if texts is None or isinstance(texts, bytes | bytearray) or not hasattr(texts, "__iter__"):
+        raise InputError(
+            f"{what} must be a string or a list of strings, got {type(texts).__name__}"
+        )
+    out = list(texts)
+    for i, t in enumerate(out):
+        if not isinstance(t, str):
+            raise InputError(
+                f"{what}[{i}] is {type(t).__name__} ({str(t)[:40]!r}), not a string; give "
+                "every text as a str"
+            )
+    return out

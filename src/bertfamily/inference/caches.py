@@ -185,8 +185,7 @@ class VerifiedEntry:
 
         Raises:
             UnsafePathError: the write would leave the cache (a linked ``kind`` directory),
-                checked before ``make`` runs.
-            whatever ``make`` raises.
+                checked before ``make`` runs. Any exception of ``make`` is raised as it is.
         """
         check_inside(self.root, self.path)
         make_directory_inside(self.root, self.path.parent)

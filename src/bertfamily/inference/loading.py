@@ -60,10 +60,10 @@ def load_model_and_tokenizer(
             `bertfamily.modules.kernels.resolve_linear_kernel`); training calls are unchanged.
 
     Raises:
-        ModelNotFoundError, ModelDirectoryError, CheckpointError, TokenizerNotFoundError,
-        TokenizerFileError: as `bertfamily.from_pretrained` and `bertfamily.load_tokenizer`.
-        InputError: an unknown ``linear_kernel``.
-        InputError: an unknown ``dtype`` name.
+        ModelNotFoundError: as `bertfamily.from_pretrained`; so are ModelDirectoryError and
+            CheckpointError, and TokenizerNotFoundError / TokenizerFileError as
+            `bertfamily.load_tokenizer`.
+        InputError: an unknown ``linear_kernel`` or ``dtype`` name.
     """
     directory = resolve_model(path, revision)
     config_json = read_hf_config(directory)

@@ -1,8 +1,10 @@
 """The thread policy of inference, one place for the Python API, the command line and the
 server: how many torch intra-op threads a computation runs on.
 
-- A count given (``threads=N`` / ``--threads N``) is used exactly.
-- ``OMP_NUM_THREADS`` set: torch already runs that count; nothing changes.
+- A count given (``threads=N`` / ``--threads N``, or fixed for the process by a command or
+  server: `runtime.fixed_threads`) is used exactly, in whatever thread computes (torch's
+  count is per thread: the server's batcher thread would otherwise run the default).
+- ``OMP_NUM_THREADS`` set: that count.
 - Otherwise an `runtime.AdaptiveThreads` governor follows the load while the work runs: the
   command line and each server replica start one for the whole process
   (`runtime.apply_threads`); a Python caller gets one per call of an embedder or pipeline
@@ -22,6 +24,8 @@ from ..errors import InputError
 from ..runtime import (
     AdaptiveThreads,
     active_governor,
+    env_threads,
+    fixed_threads,
     max_thread_count,
     max_threads_per_process,
     threads_are_automatic,
@@ -57,16 +61,19 @@ class ThreadPolicy:
         """The block runs under the policy; torch's count is given back after it."""
         import torch
 
-        if self.threads:
+        count = self.threads
+        if not count and active_governor() is None:
+            count = fixed_threads() or env_threads() or 0  # a command's count, or the variable
+        if count:  # set in the calling thread: torch's count is per thread (a server worker)
             before = torch.get_num_threads()
-            torch.set_num_threads(self.threads)
+            torch.set_num_threads(count)
             try:
                 yield
             finally:
                 torch.set_num_threads(before)
             return
         if active_governor() is not None or not threads_are_automatic():
-            yield  # a command or server governs already, or OMP_NUM_THREADS decides
+            yield  # a command or server governs already (the batch loop follows it)
             return
         if self._governor is None:
             self._governor = AdaptiveThreads(max_threads_per_process())

@@ -18,15 +18,22 @@ that is ours::
     )
     ds.write_parquet("s3://bucket/vectors/")  # columns: id, vector
 
-`embed_dataset` is that pipeline (``bertfamily embed --engine ray``). Rows are checked by the
-rule of every table reader in bertfamily (`data.table_io.check_rows`: a null, non-string or
-empty text, or a null id, is a bad row): `embed_dataset` first reads the id and text columns
-through once (`check_dataset`) and refuses the input, counting every bad row and naming the
-first three in input order, with the message of a local read, before any actor starts; an
-`EmbedBatch` handed a bad row raises `DataError`, which stops the job (Ray retries a dead actor,
-not an exception). Output rows keep their ids and, with ``with_text``, their text; ``vector``
-is a fixed-size list of float32, so `pipelines.index.VectorIndex.from_embeddings`
-(``bertfamily index build --embeddings DIR``) reads the directory as it is.
+`embed_dataset` (``bertfamily embed --engine ray``) runs that pipeline so that it never
+hangs: its actors are sized from ``ray.cluster_resources()`` to leave a CPU to Ray Data's read
+tasks (`plan_actors`; a setting that would starve them is refused before any job starts); each
+actor writes its own shards (`WriteShards`) and hands the driver one small ``(file, rows)``
+row per batch, so a job with no finished batch for ``stall_timeout`` seconds stops with a
+`DataEngineError` naming the stalled operator; the model identity ``_bertfamily.json`` is
+written last, after every shard. The columns are checked in the source's metadata and the
+rows counted from what was written. Rows are checked by the rule of every table reader in
+bertfamily (`data.table_io.check_rows`: a null, non-string or empty text, or a null id, is a
+bad row): `embed_dataset` first reads the id and text columns through once (`check_dataset`)
+and refuses the input, counting every bad row and naming the first three in input order, with
+the message of a local read, before any actor starts; an `EmbedBatch` handed a bad row raises
+`DataError`, which stops the job (Ray retries a dead actor, not an exception). Output rows keep
+their ids and, with ``with_text``, their text; ``vector`` is a fixed-size list of float32, so
+`pipelines.index.VectorIndex.from_embeddings` (``bertfamily index build --embeddings DIR``)
+reads the directory as it is.
 """
 
 from __future__ import annotations
@@ -39,10 +46,18 @@ from typing import Any
 import numpy as np
 
 from ..data.table_io import RowProblems, check_rows
-from ..errors import InputError
+from ..errors import DataEngineError, InputError
 from ..runtime import require
 
-__all__ = ["EmbedBatch", "check_dataset", "embed_dataset"]
+__all__ = [
+    "DEFAULT_STALL_TIMEOUT",
+    "EmbedBatch",
+    "WriteShards",
+    "check_dataset",
+    "embed_dataset",
+    "plan_actors",
+    "read_reserve",
+]
 
 
 class EmbedBatch:
@@ -137,8 +152,102 @@ class EmbedBatch:
             raise InputError(f"the rows have no column(s) {missing}; columns: {names}")
 
 
-def _read(ray, source: str, id_column: str, text_column: str, blocks: int | None):
-    """A Ray Dataset of a Parquet or JSONL source (a file, a directory, or a URI)."""
+DEFAULT_STALL_TIMEOUT = 300.0  # seconds without a finished batch before a job is stopped
+SHARD_PREFIX = "part-"  # the shards' names: part-<32 hex digits>.parquet
+
+
+def read_reserve(cluster_cpus: float) -> float:
+    """CPUs an embedding job leaves free for Ray Data's read tasks: one CPU, or half the
+    cluster when it has fewer than two (the read tasks then ask for that fraction)."""
+    return 1.0 if cluster_cpus >= 2 else cluster_cpus / 2
+
+
+def plan_actors(
+    cluster_cpus: float, concurrency: int | None = None, num_cpus: float | None = None
+) -> tuple[int, float]:
+    """The embedding actors of a job on a cluster of ``cluster_cpus`` CPUs: ``(concurrency,
+    CPUs per actor)``, whose product leaves `read_reserve` CPUs free (actors holding every
+    CPU starve Ray Data's read tasks, and the job waits forever).
+
+    Left out, both are sized from the cluster: one actor per whole free CPU (2 CPUs: one
+    actor of 1 CPU), or one actor of the free fraction on a cluster under 2 CPUs (1 CPU: one
+    actor of 0.5 CPU). Given, ``concurrency`` alone gets ``min(1, free / concurrency)`` CPUs
+    per actor, and ``num_cpus`` alone as many actors as fit.
+
+    Raises:
+        InputError: a setting that would starve the read tasks (or a cluster with no CPU),
+            in one line: the cluster's CPUs, what was asked, a setting that works.
+    """
+    reserve = read_reserve(cluster_cpus)
+    room = cluster_cpus - reserve
+    if room <= 0:
+        raise InputError(f"the Ray cluster reports {cluster_cpus:g} CPUs: nothing to embed on")
+    fit_one = min(1.0, room)
+    if concurrency is None and num_cpus is None:
+        concurrency, num_cpus = max(1, int(room // fit_one)), fit_one
+    elif num_cpus is None:
+        num_cpus = min(1.0, room / concurrency)
+    elif concurrency is None:
+        concurrency = max(1, int(room // num_cpus))
+    if concurrency * num_cpus > room + 1e-9:
+        works = max(1, int(room // min(num_cpus, fit_one)))
+        raise InputError(
+            f"{concurrency} Ray actors × {num_cpus:g} CPUs (--concurrency × --actor-cpus) "
+            f"leave {max(0.0, cluster_cpus - concurrency * num_cpus):g} of the cluster's "
+            f"{cluster_cpus:g} CPUs for Ray Data's read tasks, which need {reserve:g}: the job "
+            f"would wait forever; use --concurrency {works} --actor-cpus "
+            f"{min(num_cpus, fit_one):g}, or leave both out to size them from the cluster"
+        )
+    return int(concurrency), float(num_cpus)
+
+
+def _output_fs(output: str):
+    """``(pyarrow filesystem, path)`` of a local directory or a URI (``s3://…``)."""
+    from pyarrow import fs
+
+    return fs.FileSystem.from_uri(output if "://" in output else str(Path(output).resolve()))
+
+
+class WriteShards:
+    """A Ray Data actor that embeds a batch with ``batch_class`` (`EmbedBatch` or a subclass)
+    and writes it itself, as one Parquet shard ``part-<hex>.parquet`` of ``output``; it
+    returns one small row per batch, ``(file, rows)``, so the driver sees every finished batch
+    (the stall watchdog) and counts the rows from what was written."""
+
+    def __init__(self, output: str, batch_class: type, embed_kwargs: dict[str, Any]) -> None:
+        self.embed = batch_class(**embed_kwargs)
+        self.fs, self.path = _output_fs(output)
+
+    def __call__(self, batch):
+        """A pyarrow batch of (id, text) rows in; ``(file, rows)`` of its shard out."""
+        import uuid
+
+        pa = require("pyarrow", "ray", "Ray Data batches")
+        import pyarrow.parquet as pq
+
+        table = self.embed(batch)
+        name = f"{SHARD_PREFIX}{uuid.uuid4().hex}.parquet"
+        pq.write_table(table, f"{self.path}/{name}", filesystem=self.fs)
+        return pa.table({"file": [name], "rows": [table.num_rows]})
+
+
+def _source_columns(ray, source: str, kind: str) -> list[str]:
+    """The column names of a Parquet or JSONL source from its metadata (Parquet footers, the
+    first block of a JSONL file), without reading its rows."""
+    try:
+        import pyarrow.dataset as pads
+
+        return list(
+            pads.dataset(source, format="parquet" if kind == "parquet" else "json").schema.names
+        )
+    except (ImportError, OSError, ValueError, TypeError):  # a filesystem pyarrow lacks: ask Ray
+        reader = ray.data.read_json if kind == "jsonl" else ray.data.read_parquet
+        return list(reader(source).schema().names)
+
+
+def _read(ray, source: str, id_column: str, text_column: str, blocks: int | None, cpus: float):
+    """A Ray Dataset of a Parquet or JSONL source (a file, a directory, or a URI), the id and
+    text columns checked in its metadata; its read tasks ask for ``cpus`` when under 1."""
     if source.lower().endswith((".csv", ".tsv", ".tab", ".txt")):
         raise InputError(
             f"{source}: Ray input is Parquet or JSONL with an id and a text column; embed a "
@@ -146,19 +255,18 @@ def _read(ray, source: str, id_column: str, text_column: str, blocks: int | None
             "FILE.parquet), or convert it to Parquet first"
         )
     kind = "jsonl" if source.lower().endswith((".jsonl", ".ndjson", ".json")) else "parquet"
-    more = {"override_num_blocks": blocks} if blocks else {}
-    if kind == "jsonl":
-        ds = ray.data.read_json(source, **more)
-    else:
-        ds = ray.data.read_parquet(source, **more)
-    names = ds.schema().names
+    names = _source_columns(ray, source, kind)
     missing = [c for c in (id_column, text_column) if c not in names]
     if missing:
         raise InputError(
             f"{source}: no column(s) {missing} (columns: {names}); Ray reads the table in "
             "parallel pieces, so rows need an id column (--id-column) and a text column"
         )
-    return ds.select_columns([id_column, text_column])
+    more: dict[str, Any] = {"override_num_blocks": blocks} if blocks else {}
+    if cpus < 1:
+        more["ray_remote_args"] = {"num_cpus": cpus}
+    reader = ray.data.read_json if kind == "jsonl" else ray.data.read_parquet
+    return reader(source, **more).select_columns([id_column, text_column])
 
 
 def _batch_problems(batch, id_column: str, text_column: str):
@@ -209,92 +317,217 @@ def check_dataset(ds, source: str, *, id_column: str = "id", text_column: str = 
     problems.check(source)
 
 
+def _executor_of(pipeline, before: set[int]):
+    """The Ray Data executor running ``pipeline`` (a thread Ray started after ``before``), or
+    None where this Ray version hides it."""
+    import threading
+
+    found = getattr(pipeline, "_current_executor", None)
+    if found is not None:
+        return found
+    for thread in threading.enumerate():
+        if type(thread).__name__ == "StreamingExecutor" and id(thread) not in before:
+            return thread
+    return None
+
+
+def _operator_states(executor) -> tuple[str, str]:
+    """``(the stalled operator, every operator's state)`` as Ray's executor reports them: the
+    first operator in pipeline order that has not finished (best effort: Ray's private
+    executor state, ``("", "")`` where this Ray version lays it out otherwise)."""
+    stalled, states = "", []
+    try:
+        for op, state in (getattr(executor, "_topology", None) or {}).items():
+            done = getattr(op, "has_completed", None) or op.completed
+            if done():
+                states.append(f"{op.name}: done")
+                continue
+            stalled = stalled or op.name
+            info = op.get_actor_info() if hasattr(op, "get_actor_info") else None
+            running = getattr(info, "running", 0) + getattr(info, "pending", 0)
+            states.append(
+                f"{op.name}: {op.num_active_tasks()} tasks submitted"
+                + (f", {info.running} actors running, {info.pending} pending" if running else "")
+                + f", {state.total_enqueued_input_blocks()} blocks waiting"
+            )
+    except Exception:  # noqa: BLE001 (private state of Ray's executor: best effort only)
+        return stalled, "; ".join(states)
+    return stalled, "; ".join(states)
+
+
+def _stall_error(ray, executor, stall_timeout: float, rows: int, plan: str) -> DataEngineError:
+    """The error of a job with no finished batch for ``stall_timeout`` seconds."""
+    stalled, states = _operator_states(executor) if executor is not None else ("", "")
+    stalled = f"operator {stalled}" if stalled else "the read or the embedding stage"
+    total = ray.cluster_resources().get("CPU", 0.0)
+    free = ray.available_resources().get("CPU", 0.0)
+    return DataEngineError(
+        f"Ray Data made no progress for {stall_timeout:g} s ({rows:,} rows written): "
+        f"{stalled} is stalled ({states or 'operators not reported'}); Ray reports {free:g} of "
+        f"{total:g} CPUs free with {plan}; nothing is kept (raise --stall-timeout for a slow "
+        "model, or give the cluster more CPUs)"
+    )
+
+
+def _watched(ray, pipeline, stall_timeout: float, plan: str):
+    """The ``(file, rows)`` reports of ``pipeline``, read on a thread; a gap of
+    ``stall_timeout`` seconds between two of them stops Ray's executor and raises
+    `DataEngineError` (the stall error); an error of the job is raised as it is."""
+    import queue
+    import threading
+
+    reports: queue.Queue = queue.Queue()
+    before = {id(t) for t in threading.enumerate()}
+
+    def consume() -> None:
+        try:
+            for batch in pipeline.iter_batches(batch_size=None, batch_format="pyarrow"):
+                reports.put(batch)
+        except BaseException as e:  # noqa: BLE001 (handed to the caller's thread)
+            reports.put(e)
+            return
+        reports.put(None)
+
+    threading.Thread(target=consume, name="bertfamily-ray-reports", daemon=True).start()
+    rows = 0
+    while True:
+        try:
+            item = reports.get(timeout=stall_timeout)
+        except queue.Empty:
+            executor = _executor_of(pipeline, before)
+            error = _stall_error(ray, executor, stall_timeout, rows, plan)
+            if executor is not None:
+                executor.shutdown(force=True)  # its actors and tasks end; CPUs come back
+            raise error from None
+        if item is None:
+            return
+        if isinstance(item, BaseException):
+            raise item
+        rows += sum(item.column("rows").to_pylist())
+        yield item
+
+
+def _remove_shards(output: str, keep: set[str] = frozenset()) -> None:
+    """Delete the ``part-*.parquet`` shards of ``output`` not in ``keep`` (a failed job's,
+    or a dead actor's before Ray retried its batch)."""
+    from pyarrow import fs as pafs
+
+    fs, path = _output_fs(output)
+    for info in fs.get_file_info(pafs.FileSelector(path, allow_not_found=True)):
+        name = info.base_name
+        if name.startswith(SHARD_PREFIX) and name.endswith(".parquet") and name not in keep:
+            fs.delete_file(info.path)
+
+
 def embed_dataset(
     source: str,
     output: str,
     *,
     model: str,
-    concurrency: int = 2,
+    concurrency: int | None = None,
     batch_size: int = 32,
     rows_per_call: int = 1024,
     dtype: str = "auto",
     with_text: bool = False,
     id_column: str = "id",
     text_column: str = "text",
-    num_cpus: float = 1,
+    num_cpus: float | None = None,
     blocks: int | None = None,
     runtime_env: dict[str, Any] | None = None,
     batch_class: type = EmbedBatch,
+    stall_timeout: float = DEFAULT_STALL_TIMEOUT,
 ) -> dict[str, Any]:
-    """Read ``source`` with Ray Data, embed it with ``concurrency`` `EmbedBatch` actors and
-    write Parquet shards (id, vector[, text]) to the directory ``output``, with the model
-    identity in ``output/_bertfamily.json``. Uses the running Ray instance, else
-    ``ray.init()`` (which joins the cluster of ``RAY_ADDRESS`` when it is set).
+    """Read ``source`` with Ray Data, embed it with ``concurrency`` `EmbedBatch` actors, each
+    writing its batches as Parquet shards ``part-<hex>.parquet`` (id, vector[, text]) to the
+    directory ``output``, and write the model identity ``output/_bertfamily.json`` last, once
+    every shard is written. Uses the running Ray instance, else ``ray.init()`` (which joins
+    the cluster of ``RAY_ADDRESS`` when it is set).
 
-    The id and text columns are checked first (`check_dataset`): a bad row refuses the input
+    The actors are sized from ``ray.cluster_resources()`` (`plan_actors`: they leave a CPU, or
+    half of a smaller cluster, to Ray Data's read tasks). The id and text columns are checked
+    in the source's metadata, then every row (`check_dataset`): a bad row refuses the input
     before any actor starts (the driver has loaded the model once, for its identity). A failed
-    actor is restarted and its batch retried by Ray (Ray Data's defaults for actor pools:
-    ``max_restarts=-1``, ``max_task_retries=-1``); nothing of that is ours.
+    actor is restarted and its batch retried by Ray (Ray Data's defaults for actor pools); a
+    shard it left is deleted at the end. The row count is the sum of the shards written.
 
     Args:
-        num_cpus: CPUs each actor reserves; leave some of the cluster's free for Ray's read and
-            write tasks (actors holding every CPU starve them and the run stalls).
+        concurrency: embedding actors (default: sized from the cluster).
+        num_cpus: CPUs each actor reserves (default: sized from the cluster).
         blocks: read the source in this many blocks (``override_num_blocks``; default Ray's
             choice, which for one small file is one block, i.e. one busy actor).
         runtime_env: the actors' Ray runtime environment (environment variables, …).
         batch_class: `EmbedBatch` or a subclass.
+        stall_timeout: seconds without a finished batch of ``rows_per_call`` rows after which
+            the job is stopped (`DataEngineError`).
 
     Returns:
-        ``{"rows", "files", "dimension", "model"}`` of the written shards.
+        ``{"rows", "files", "dimension", "model", "concurrency", "num_cpus"}`` of the job.
 
     Raises:
         MissingDependency: Ray is not installed (``pip install "bertfamily[ray]"``).
-        InputError: an output directory that already holds files, or a source without the id
-            or text column.
+        InputError: an output directory that already holds files, a source without the id or
+            text column, or actors that would starve the read tasks (`plan_actors`).
         DataError: bad rows (`check_dataset`); nothing is written.
+        DataEngineError: no progress for ``stall_timeout`` seconds (the message names the
+            stalled operator and the CPUs Ray reports), or a failure of Ray's; the shards
+            written so far are deleted and no ``_bertfamily.json`` is written.
     """
     ray = require("ray", "ray", "bertfamily embed --engine ray")
     require("ray.data", "ray", "bertfamily embed --engine ray")
-    from ..data.table_io import IDENTITY_FILE, parquet_files
+    from ..data.table_io import IDENTITY_FILE
     from ..pipelines.embedding.embed import SentenceEmbedder
     from ..pipelines.retrieval.dense import model_identity
 
+    if not stall_timeout > 0:
+        raise InputError(
+            f"the stall timeout must be a positive number of seconds, got {stall_timeout!r}"
+        )
     out = Path(output) if "://" not in output else None
     if out is not None and out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise InputError(f"--output {output} already exists and is not an empty directory")
     identity = model_identity(SentenceEmbedder(model, dtype="fp32"))  # fail fast, on the driver
     if not ray.is_initialized():
         ray.init(include_dashboard=False, log_to_driver=False)
-    remote = {"runtime_env": runtime_env} if runtime_env else {}
-    ds = _read(ray, source, id_column, text_column, blocks)
+    cluster_cpus = float(ray.cluster_resources().get("CPU", 0.0))
+    concurrency, num_cpus = plan_actors(cluster_cpus, concurrency, num_cpus)
+    ds = _read(ray, source, id_column, text_column, blocks, read_reserve(cluster_cpus))
     check_dataset(ds, source, id_column=id_column, text_column=text_column)
-    ds = ds.map_batches(
-        batch_class,
-        fn_constructor_kwargs=dict(
-            model=model,
-            id_column=id_column,
-            text_column=text_column,
-            batch_size=batch_size,
-            dtype=dtype,
-            with_text=with_text,
-        ),
+    embed_kwargs = dict(
+        model=model, id_column=id_column, text_column=text_column, batch_size=batch_size,
+        dtype=dtype, with_text=with_text,
+    )  # fmt: skip
+    fs, path = _output_fs(output)
+    fs.create_dir(path, recursive=True)
+    pipeline = ds.map_batches(
+        WriteShards,
+        fn_constructor_kwargs={
+            "output": output,
+            "batch_class": batch_class,
+            "embed_kwargs": embed_kwargs,
+        },
         batch_size=rows_per_call,
         batch_format="pyarrow",
         concurrency=concurrency,
         num_cpus=num_cpus,
-        **remote,
+        **({"runtime_env": runtime_env} if runtime_env else {}),
     )
-    ds.write_parquet(output)
-    result: dict[str, Any] = {"dimension": identity.dimension, "model": asdict(identity)}
-    if out is not None:
-        body = {"format_version": 1, "model": asdict(identity)}
-        (out / IDENTITY_FILE).write_text(json.dumps(body, indent=1) + "\n", encoding="utf-8")
-        import pyarrow.parquet as pq
-
-        files = parquet_files(out)
-        result["files"] = len(files)
-        result["rows"] = sum(pq.ParquetFile(f).metadata.num_rows for f in files)
-    else:  # a URI: the identity file is the caller's to place; count from what Ray wrote
-        result["files"] = None
-        result["rows"] = ray.data.read_parquet(output).count()
-    return result
+    plan = f"{concurrency} embedding actors × {num_cpus:g} CPUs"
+    files: dict[str, int] = {}
+    try:
+        for report in _watched(ray, pipeline, stall_timeout, plan):
+            files.update(zip(report.column("file").to_pylist(), report.column("rows").to_pylist()))
+    except BaseException:
+        _remove_shards(output)  # nothing half-written is left looking like a result
+        raise
+    _remove_shards(output, keep=set(files))  # a dead actor's shard, written before its retry
+    body = {"format_version": 1, "model": asdict(identity)}
+    with fs.open_output_stream(f"{path}/{IDENTITY_FILE}") as f:  # last: the job is complete
+        f.write((json.dumps(body, indent=1) + "\n").encode("utf-8"))
+    return {
+        "rows": sum(files.values()),
+        "files": len(files),
+        "dimension": identity.dimension,
+        "model": asdict(identity),
+        "concurrency": concurrency,
+        "num_cpus": num_cpus,
+    }

@@ -21,7 +21,7 @@ from torch import nn
 
 from ...checkpoints.io import read_hf_config
 from ...errors import InputError, NonFiniteOutputError
-from ...inference.batches import FEATURE_KEYS, TokenRows, run_batches, tokenize_rows
+from ...inference.batches import FEATURE_KEYS, TokenRows, run_batches, text_list, tokenize_rows
 from ...inference.limits import input_limit
 from ...inference.precision import (
     AccuracyBar,
@@ -276,7 +276,9 @@ class SentenceEmbedder(nn.Module):
         # the one limit rule (sentence-transformers' max_seq_length decides, capped by the
         # position table), for inference and training alike
         self.max_length = input_limit(
-            self.model.config, self.tokenizer, max_seq_length or modules.max_seq_length
+            self.model.config,
+            self.tokenizer,
+            modules.max_seq_length if max_seq_length is None else max_seq_length,
         )
         self.last_truncated = 0  # texts cut to max_length by the last `encode`
         self.last_truncated_rows: list[int] = []  # their positions in its texts
@@ -457,13 +459,7 @@ class SentenceEmbedder(nn.Module):
                 precision=precision,
                 truncation_side=truncation_side,
             )[0]
-        texts = list(texts)
-        for i, t in enumerate(texts):
-            if not isinstance(t, str):
-                raise InputError(
-                    f"texts[{i}] is {type(t).__name__} ({str(t)[:40]!r}), not a string; give "
-                    "every text as a str"
-                )
+        texts = text_list(texts)
         from .quantize import quantize_embeddings, truncate_dimensions
 
         if dimensions is not None:  # checked before any work
@@ -507,7 +503,7 @@ class SentenceEmbedder(nn.Module):
         prefix = self._prompt(prompt, prompt_name)
         tokens = tokenize_rows(
             self.tokenizer,
-            [prefix + t for t in texts],
+            [prefix + t for t in text_list(texts)],
             max_length=self.max_length,
             truncation_side=truncation_side,
         )
@@ -652,7 +648,7 @@ class SentenceEmbedder(nn.Module):
         """The encoder inputs of ``texts`` for a training step: (B, T) int64 ``input_ids``,
         ``attention_mask`` (and ``token_type_ids``), padded to the longest, cut at
         ``max_seq_length``; no prompt."""
-        batch = self.tokenizer(list(texts), max_length=self.max_length)
+        batch = self.tokenizer(text_list(texts), max_length=self.max_length)
         return {k: v for k, v in batch.items() if k in FEATURE_KEYS}
 
     def forward(

@@ -579,7 +579,7 @@ def read_splade(path: str | Path) -> SpladeSpec:
             f"{file}: activation_function must be one of {SPLADE_ACTIVATIONS}"
         )
     unknown = sorted(set(cfg) - {"pooling_strategy", "activation_function", "embedding_dimension",
-                                  "chunk_size"})  # fmt: skip
+                                  "word_embedding_dimension", "chunk_size"})  # fmt: skip
     if unknown:
         raise SentenceModulesError(f"{file}: unsupported settings {unknown}")
     max_len, lower = _settings(dirs[0])

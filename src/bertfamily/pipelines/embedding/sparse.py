@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from ...errors import InputError
-from ...inference.batches import FEATURE_KEYS, TokenRows, run_batches, tokenize_rows
+from ...inference.batches import FEATURE_KEYS, TokenRows, run_batches, text_list, tokenize_rows
 from ...inference.loading import load_model_and_tokenizer
 from ...resources.resolve import resolve_model
 from .sentence_modules import read_splade
@@ -135,7 +135,7 @@ class SparseEncoder:
         prefix = self.prompt(prompt_name)
         return tokenize_rows(
             self.tokenizer,
-            [prefix + t for t in texts],
+            [prefix + t for t in text_list(texts)],
             max_length=self.max_length,
             truncation_side=truncation_side,
         )

@@ -29,7 +29,8 @@ def fuse(
     """One query's dense and sparse hits fused, best first (ties: the lower row first).
 
     Args:
-        dense, sparse: the hits of the two indexes (rows of the same documents), best first.
+        dense: the dense index's hits, best first.
+        sparse: the sparse index's hits (rows of the same documents), best first.
         method: "rrf" (Σ 1/(k + rank), rank from 1; a list a document is missing from adds
             nothing) or "linear" (``weight`` · dense + (1 - weight) · sparse, each list's
             scores min-max normalised to [0, 1]; missing = 0).

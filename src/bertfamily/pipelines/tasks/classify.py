@@ -8,7 +8,7 @@ from pathlib import Path
 import torch
 
 from ...errors import InputError
-from ...inference.batches import FEATURE_KEYS, TokenRows, run_batches, tokenize_rows
+from ...inference.batches import FEATURE_KEYS, TokenRows, run_batches, text_list, tokenize_rows
 from ...inference.limits import checked_max_length, input_limit
 from ...inference.loading import load_model_and_tokenizer
 
@@ -88,7 +88,7 @@ class TextClassifier:
             InputError: ``texts`` and ``text_pairs`` of different lengths, or an unknown
                 ``truncation_side``.
         """
-        texts = [texts] if isinstance(texts, str) else list(texts)
+        texts = text_list(texts)
         pairs = [text_pairs] if isinstance(text_pairs, str) else text_pairs
         return tokenize_rows(
             self.tokenizer,

@@ -10,7 +10,7 @@ import torch
 
 from ...data.tables import repair_bio, tokenizer_words, word_ids_from_offsets, word_predictions
 from ...errors import InputError
-from ...inference.batches import FEATURE_KEYS, TokenRows, run_batches, tokenize_rows
+from ...inference.batches import FEATURE_KEYS, TokenRows, run_batches, text_list, tokenize_rows
 from ...inference.limits import checked_max_length, input_limit
 from ...inference.loading import load_model_and_tokenizer
 
@@ -100,7 +100,7 @@ class EntityTagger:
         Raises:
             InputError: an unknown ``truncation_side``.
         """
-        texts = [texts] if isinstance(texts, str) else list(texts)
+        texts = text_list(texts)
         tokens = tokenize_rows(
             self.tokenizer,
             texts,

@@ -66,7 +66,8 @@ class QuestionAnswerer:
         and `QAExample` ride along in ``extra["features"]`` and ``extra["examples"]``.
 
         Args:
-            question, context: one string each, or N strings each.
+            question: one string, or N strings.
+            context: one string, or N strings (one per question).
 
         Returns:
             `TokenRows` of one row per window (F ≥ N rows).
