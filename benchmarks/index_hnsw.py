@@ -1,7 +1,7 @@
 """HNSW against exact search in `bertfamily.pipelines.retrieval.dense.VectorIndex`: 100,000
 random unit vectors (d=32; seeded), 200 queries; build time, query latency per query (one
 batch of 200, and one at a time), recall@10 against brute force, for the settings
-`tests/test_index.py` checks.
+`tests/pipelines/test_index.py` checks.
 
 Writes benchmarks/results/index_hnsw.json with the CPU model and thread count.
 Run from the repository root: ``python benchmarks/index_hnsw.py``.

@@ -3,7 +3,7 @@
 "padded" (one masked call on the whole padded batch), on the real all-MiniLM-L6-v2 and real
 Austen lines, with 1 and 2 threads, in one process with interleaved rounds.
 
-All three give the same vectors (within 1e-5, tests/test_unpad.py); only the time differs.
+All three give the same vectors (within 1e-5, tests/core/test_unpad.py); only the time differs.
 `SelfAttention.packed_strategy` picks one; the default is the fastest measured here.
 
     python benchmarks/packed_attention.py            # ~2 min on an idle 2-core machine

@@ -15,6 +15,17 @@ _workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
 os.environ.setdefault("OMP_NUM_THREADS", str(max(1, min(2, (os.cpu_count() or 1) // _workers))))
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # what `import bertfamily` sets
 
+import sys  # noqa: E402
+
+# The tests live in folders that mirror the package's wings (core, tokenization, data, training,
+# inference, pipelines, serve, integrations, interface); the shared modules (helpers, the
+# reference implementations, workers) stay here, and one test module may import another's
+# fixtures across folders (``from test_serve import Server``).
+_TESTS = Path(__file__).resolve().parent
+for _wing in sorted(p for p in _TESTS.iterdir() if p.is_dir() and any(p.glob("test_*.py"))):
+    if str(_wing) not in sys.path:
+        sys.path.insert(1, str(_wing))
+
 import pytest  # noqa: E402
 import torch  # noqa: E402
 

@@ -7,8 +7,9 @@ column, CRLF line ends and latin-1 bytes; WNUT's tab-only separator lines; a tin
 as a sentence-transformers directory for all-MiniLM-L6-v2). Everything after the
 download (sha256 checks, unpacking, the ready files, the manifest) is the real code.
 
-Used in process by tests/test_readme_commands.py, and as the ``bertfamily`` program of a bash
-run of the README (`main`, with ``READMEWALK_WHEELS`` naming the JSON that `write_plan` wrote).
+Used in process by tests/interface/test_readme_commands.py, and as the ``bertfamily`` program
+of a bash run of the README (`main`, with ``READMEWALK_WHEELS`` naming the JSON that
+`write_plan` wrote).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""One training run of a tiny MLM model for the scale tests (tests/test_scale.py): the same
+"""One training run of a tiny MLM model for the scale tests (tests/training/test_scale.py): the same
 model, data and global batch whatever the number of processes, so runs on 1 or 2 processes, DDP
 or FSDP, must end with the same weights.
 

@@ -114,7 +114,8 @@ def row_blocked(
     """``matmul`` applied to ``flat`` (M, in_features) in blocks of exactly `INVARIANT_ROWS`
     rows (the last one zero-padded): every product has the same shape whatever M, so each
     row's result depends on that row alone, not on how many rows its batch has or where the
-    row sits (fp32 and bf16 on the CPU; tests/test_faithful.py). Returns (M, out_features)."""
+    row sits (fp32 and bf16 on the CPU; tests/inference/test_faithful.py). Returns
+    (M, out_features)."""
     n = flat.shape[0]
     if n == 0:
         return flat.new_zeros(0, out_features)

@@ -1,5 +1,5 @@
 """Objectives of embedding models: each equal to the sentence-transformers loss of the same
-name (`tests/test_embedding_losses.py` checks the first training steps against it).
+name (`tests/training/test_embedding_losses.py` checks the first training steps against it).
 
 A batch is ``{"features": [column 0, column 1, ...], "labels": (B,) float (optional)}``, each
 column the tokenizer's tensors for B texts; ``encode(column) -> (B, D)`` is the model (a

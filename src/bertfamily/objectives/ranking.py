@@ -1,6 +1,6 @@
 """Objectives of rerankers (cross-encoders: query and passage read as one input, one relevance
 logit per pair), each equal to the sentence-transformers 6 cross-encoder loss of the same name
-(`tests/test_rerank_losses.py` checks the first training steps against it).
+(`tests/training/test_rerank_losses.py` checks the first training steps against it).
 
 Every loss builds its own batches from a pair table (`batches`) and is a callable
 ``loss(model, batch) -> (loss, parts)``; ``model(**features).logits`` is (pairs, 1).

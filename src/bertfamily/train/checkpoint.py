@@ -16,6 +16,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from ..checkpoints.io import check_stored_tensors
+from ..errors import ModelDirectoryError
 from ..files import atomic_directory, atomic_write
 from .config import (
     _CHECKPOINT_KEYS,
@@ -229,9 +231,20 @@ class CheckpointMixin:
 
     def _check_model_state(self, saved: Any, path: Path) -> None:
         """Check that ``saved`` (read from ``path``) names the model's tensors with the same
-        (full, unsharded) shapes; raises `RunDirectoryError` otherwise."""
+        (full, unsharded) shapes, and that they pass the one check of stored weights that model
+        directories pass too (`checkpoints.io.check_stored_tensors`: stored dtypes, every value
+        finite); raises `RunDirectoryError` otherwise."""
         if not isinstance(saved, dict):
             raise RunDirectoryError(f"{path}: the model state is a {type(saved).__name__}")
+        floats = {
+            k: v.float()
+            for k, v in saved.items()
+            if isinstance(v, torch.Tensor) and v.is_floating_point()
+        }
+        try:
+            check_stored_tensors(floats, path)  # the finite and dtype check, nothing converted
+        except ModelDirectoryError as e:
+            raise RunDirectoryError(str(e)) from e
         own = self.model.state_dict()
         missing = [k for k in own if k not in saved]
         unexpected = [k for k in saved if k not in own]

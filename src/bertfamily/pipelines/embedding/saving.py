@@ -1,7 +1,7 @@
 """`save_directory` (what `SentenceEmbedder.save` runs) writes a sentence-embedding model as a
 whole sentence-transformers directory that sentence-transformers'
 ``SentenceTransformer``, our `SentenceEmbedder`, ``serve`` and ``index`` load with equal
-vectors (`tests/test_embedding_train.py`).
+vectors (`tests/training/test_embedding_train.py`).
 
 The directory: the encoder's Hugging Face files and the tokenizer at the root (the
 Transformer module, ``sentence_bert_config.json`` with ``max_seq_length`` and

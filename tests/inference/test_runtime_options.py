@@ -1,6 +1,6 @@
 """``--runtime`` on every command that embeds (embed, search, index build/add, serve): refused
 before anything loads where it cannot apply, never silently dropped. These run without the
-``openvino`` package (the runs with it are in tests/test_openvino.py)."""
+``openvino`` package (the runs with it are in tests/inference/test_openvino.py)."""
 
 from __future__ import annotations
 

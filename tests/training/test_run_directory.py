@@ -202,6 +202,20 @@ def test_checkpoint_of_another_model(tmp_path, other):
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
 
 
+def test_checkpoint_weights_pass_the_same_check_as_model_directories(tmp_path):
+    """A training checkpoint with a NaN weight is refused on resume with the message a model
+    directory gets (one weight check: `checkpoints.io.check_stored_tensors`)."""
+    run = tmp_path / "run"
+    train(run, max_steps=1)
+    payload = torch.load(run / "checkpoint.pt", weights_only=True)
+    model_state = payload["model"]
+    name = next(k for k, v in model_state.items() if v.is_floating_point() and v.dim() == 2)
+    model_state[name][0, 1] = float("nan")
+    torch.save(payload, run / "checkpoint.pt")
+    with pytest.raises(RunDirectoryError, match=rf"{name}.*non-finite.*not loaded"):
+        train(run, max_steps=2, resume=True)
+
+
 def test_wrong_layout_is_refused_before_training(tmp_path):
     run = tmp_path / "run"
     (run / "checkpoint.pt").mkdir(parents=True)

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import typer
 
-SRC = str(Path(__file__).resolve().parents[1] / "src")
+SRC = str(Path(__file__).resolve().parents[2] / "src")
 
 
 def run(*args: str, columns: int = 80) -> subprocess.CompletedProcess:

@@ -26,8 +26,8 @@ import readme_walk as walk
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
-SRC = Path(__file__).resolve().parents[1] / "src"
-TESTS = Path(__file__).resolve().parent
+SRC = Path(__file__).resolve().parents[2] / "src"
+TESTS = Path(__file__).resolve().parents[1]
 LEFT_OUT = ("bertfamily serve ",)
 # traced on full-size models (seconds each), and run as written by test_new_user's item-9 test
 # (python -m bertfamily dataflow albert-base) and the long bash walk: not again in process
@@ -153,7 +153,7 @@ def test_the_onnx_snippet_runs_and_gives_the_embedders_vectors(cli, fresh):
     (export,) = walk.commands(text)
     _ok(walk.run_in_process(cli, export, work))
     (code,) = walk.blocks(text, "python")
-    using = (Path(__file__).resolve().parents[1] / "docs" / "using.md").read_text(encoding="utf-8")
+    using = (Path(__file__).resolve().parents[2] / "docs" / "using.md").read_text(encoding="utf-8")
     assert code in walk.blocks(using, "python")
     scope: dict = {"print": lambda *a: None}
     exec(compile(code, "README.md", "exec"), scope)

@@ -187,7 +187,7 @@ def test_benchmark_quick_runs():
     from pathlib import Path
 
     spec = importlib.util.spec_from_file_location(
-        "bench_deberta", Path(__file__).parents[1] / "benchmarks" / "deberta.py"
+        "bench_deberta", Path(__file__).parents[2] / "benchmarks" / "deberta.py"
     )
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)

@@ -1,5 +1,5 @@
 """The families of issue 30 (RoFormer, ERNIE, MPNet, ModernBERT, GTE, NomicBERT) beyond the
-parity sweep of tests/test_parity.py (which covers every family × head from the key tables):
+parity sweep of tests/core/test_parity.py (which covers every family × head from the key tables):
 their components in the views (`params`, `dataflow`, `models`), ONNX export, and their
 tokenizer directories. Tiny presets only."""
 

@@ -11,7 +11,7 @@ import pytest
 
 from bertfamily.runtime import MissingDependency
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 # the import name, the pip name, the extras that install it
 OPTIONAL = [

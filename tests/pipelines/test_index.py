@@ -20,7 +20,7 @@ pytest.importorskip("faiss")
 from bertfamily.pipelines.retrieval.dense import ModelIdentity, VectorIndex, VectorIndexError  # noqa: E402
 from test_serve import tiny_dir  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def unit_vectors(n: int, d: int, seed: int) -> np.ndarray:

@@ -29,7 +29,7 @@ import bertfamily as bf  # noqa: E402
 from bertfamily.data.batching import sorted_batches  # noqa: E402
 from bertfamily.serve.batcher import DynamicBatcher  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 KEY = "s3cret-key"
 AUTH = {"Authorization": f"Bearer {KEY}"}
 TEXTS = ["The cat sat on the mat.", "a", "Dynamic batching answers each request in its order."]

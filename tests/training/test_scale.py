@@ -25,7 +25,7 @@ from scale_worker import dataset, loss_fn, run, spawn_entry, tiny_model
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # conftest.py
 
-WORKER = Path(__file__).with_name("scale_worker.py")
+WORKER = Path(__file__).resolve().parents[1] / "scale_worker.py"
 #: |loss_bf16 - loss_fp32| at every one of 100 steps of tiny-bert (loss 4.61 -> 4.10). Measured
 #: on the 2-core AMD EPYC (bf16 emulated): max 4.5e-4, mean 1.2e-4; the bound leaves ~4x
 #: headroom and stays well below the loss's own step-to-step change (median 0.034), so a bf16

@@ -13,7 +13,7 @@ import pytest
 
 from bertfamily.runtime import MissingDependency, install_command, require
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 # Runs `bertfamily ARGS` in a fresh interpreter, then reports on stderr whether torch was imported.
 PROBE = (

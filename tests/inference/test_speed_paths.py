@@ -16,7 +16,7 @@ from bertfamily.modules.attention import SelfAttention
 from bertfamily.modules.attention_disentangled import _per_head_products, _relative_view
 from bertfamily.modules.context import AttentionContext
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _tiny_bert(**overrides):

@@ -113,7 +113,7 @@ def _run(*args: str) -> subprocess.CompletedProcess:
     )
 
 
-SRC = Path(__file__).resolve().parents[1] / "src"
+SRC = Path(__file__).resolve().parents[2] / "src"
 
 
 @pytest.mark.parametrize("module", ["bertfamily", "bertfamily.cli"])

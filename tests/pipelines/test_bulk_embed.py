@@ -22,7 +22,7 @@ from helpers import save_tiny
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # bitwise comparisons across processes
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 WORDS = ["cats", "dogs", "rivers", "trains", "music", "coffee", "a much longer line of words"]
 # 33 lines, one empty (its row is the embedding of ""), lengths varied so batches pad
 LINES = [f"line {i} is about {WORDS[i % 7]}" + " again" * (i % 5) for i in range(33)]

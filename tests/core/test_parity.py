@@ -35,7 +35,7 @@ VARIANTS = {
         "clipped": dict(max_relative_positions=4),
     },
     # ELECTRA: embedding_size E = 16 < H with `embeddings_project`, E = H without it (the
-    # generator's fixed GELU under another hidden_act: tests/test_electra.py).
+    # generator's fixed GELU under another hidden_act: tests/core/test_electra.py).
     "electra": {"E<H": {}, "E=H": dict(embedding_size=32)},
     # DeBERTa-v2: shared attention keys on/off × log buckets off/on (8 buckets with k = 8,
     # so at T = 11 distances beyond ±4 are bucketed and the farthest clipped), the last also

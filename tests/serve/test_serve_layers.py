@@ -22,7 +22,7 @@ from helpers import save_tiny  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 SETTINGS = ServeSettings(max_client_batch_size=3, max_input_chars=10)
-SOURCE = Path(__file__).resolve().parents[1] / "src" / "bertfamily"
+SOURCE = Path(__file__).resolve().parents[2] / "src" / "bertfamily"
 
 
 def status_of(call, *args) -> tuple[int, str]:

@@ -380,7 +380,7 @@ def test_chinese_bert_benchmark_quick(tmp_path, daily):
     import sys
     from pathlib import Path
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     out = tmp_path / "result.json"
     subprocess.run(
         [sys.executable, str(root / "benchmarks" / "chinese_bert.py"), "--quick",

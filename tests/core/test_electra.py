@@ -1,4 +1,4 @@
-"""ELECTRA beyond the parity sweep (tests/test_parity.py): the replaced-token-detection loss
+"""ELECTRA beyond the parity sweep (tests/core/test_parity.py): the replaced-token-detection loss
 by hand, the generator's and the discriminator's structure, the config fields we refuse, and
 XLM-RoBERTa / CamemBERT class names on save. Tiny sizes: E = 16, H = 32, V = 99."""
 

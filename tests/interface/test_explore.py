@@ -13,7 +13,7 @@ import pytest
 from bertfamily.inspect.explore import write_page
 from bertfamily.presets import FAMILY, PRESETS
 
-ARTIFACTS = Path(__file__).resolve().parent.parent / "artifacts"
+ARTIFACTS = Path(__file__).resolve().parents[2] / "artifacts"
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 DRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
 SMALL_V = 1009

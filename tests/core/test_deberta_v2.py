@@ -67,7 +67,7 @@ def test_log_buckets_by_hand():
     assert rows[-1].item() == 15 and rows[0].item() == 0  # d = ±10: clipped to the table
 
 
-# attention probabilities of every variant: tests/test_parity.py (with DeBERTa v1)
+# attention probabilities of every variant: tests/core/test_parity.py (with DeBERTa v1)
 
 
 def test_components_change_the_output(hf_checkpoint):

@@ -24,7 +24,7 @@ from bertfamily import ConfigError, EncoderConfig, ModelDirectoryError, build_mo
 from bertfamily.checkpoints.convert import CheckpointError
 from bertfamily.config import MAX_PARAMETERS_ENV
 
-SRC = Path(__file__).resolve().parents[1] / "src"
+SRC = Path(__file__).resolve().parents[2] / "src"
 
 
 def _tiny(seed: int, **overrides):

@@ -185,7 +185,7 @@ def test_conditional_model_cannot_be_saved_as_hugging_face(tmp_path):
 
 
 def test_docs_example_runs(tmp_path, monkeypatch):
-    page = (Path(__file__).parents[1] / "docs" / "albert.md").read_text()
+    page = (Path(__file__).parents[2] / "docs" / "albert.md").read_text()
     section = page.split("## Conditional LayerNorm", 1)[1]
     code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
     monkeypatch.chdir(tmp_path)
