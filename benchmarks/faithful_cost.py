@@ -4,9 +4,10 @@ rows) against the same embedder without it, and sentence-transformers fp32, in o
 interleaved rounds, medians. Also checks the invariance itself: the vectors of texts embedded
 alone against the same texts in the benchmark's batches (rows that differ, bitwise).
 
-    python benchmarks/faithful_cost.py [--rounds 3] [--threads 2]
+    python benchmarks/faithful_cost.py [--rounds 3] [--threads 2] [--busy --output F]
 
-Writes benchmarks/results/faithful_cost.json with the CPU model and thread count.
+Writes benchmarks/results/faithful_cost.json (``--busy``: one core kept busy by a spinning
+process; faithful_cost_busy.json) with the CPU model, thread count and load.
 """
 
 from __future__ import annotations
@@ -38,10 +39,27 @@ def timed(fn) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=2, help="0: the default thread policy")
     ap.add_argument("--lines", type=int, default=512)
+    ap.add_argument("--busy", action="store_true", help="keep one core busy while it runs")
+    ap.add_argument("--output", type=Path, default=OUT)
     args = ap.parse_args()
-    torch.set_num_threads(args.threads)
+    if args.busy:  # a spinning process on one core, as a neighbour would be
+        import subprocess
+        import sys
+
+        spin = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        run(args)
+    finally:
+        if args.busy:
+            spin.kill()
+
+
+def run(args: argparse.Namespace) -> None:
+    """The interleaved rounds and the invariance check; writes ``args.output``."""
+    if args.threads:  # 0: each engine as it runs by default (ours: the load governor)
+        torch.set_num_threads(args.threads)
     sentences, queries = austen_calibration()
     sets = {"austen": list(sentences)[: args.lines], "queries": list(queries)[: args.lines]}
     ours = SentenceEmbedder("all-MiniLM-L6-v2", threads=args.threads)
@@ -85,6 +103,7 @@ def main() -> None:
         "threads": args.threads,
         "rounds": args.rounds,
         "lines": args.lines,
+        "one_core_busy": args.busy,
         "rows": rows,
         "invariant_vs_off": {
             s: round(
@@ -98,8 +117,8 @@ def main() -> None:
         "max_abs_diff_to_sentence_transformers": float(np.abs(batched - ref).max()),
         "load_average": list(np.round(np.array(__import__("os").getloadavg()), 2)),
     }
-    OUT.parent.mkdir(exist_ok=True)
-    OUT.write_text(json.dumps(result, indent=2) + "\n")
+    args.output.parent.mkdir(exist_ok=True)
+    args.output.write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result, indent=2))
 
 
