@@ -61,7 +61,7 @@ def test_run_batches_input_order_batch_size_and_token_budget():
     assert sizes == [3, 3, 1]
     with pytest.raises(InputError, match="batch_size"):
         next(run_batches(tokens, lambda b: None, pad=_pad, batch_size=0))
-    with pytest.raises(InputError, match="max_tokens"):
+    with pytest.raises(InputError, match="max_batch_tokens"):
         next(run_batches(tokens, lambda b: None, pad=_pad, max_batch_tokens=0))
 
 

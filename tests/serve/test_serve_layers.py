@@ -267,3 +267,39 @@ def test_a_long_input_is_refused_from_its_one_tokenization(predictors):
         assert f"input 1 has {model.max_length + 14} tokens" in r.json()["error"]
         r = client.post("/rerank", json={"query": "q", "texts": ["short", long], "truncate": True})
         assert r.status_code == 200 and len(r.json()) == 2
+
+
+@pytest.mark.parametrize("route", ["/embed", "/embed_all"])
+def test_embedding_routes_tokenize_each_request_once(tiny, route):
+    """/embed and /embed_all tokenize a request once (its limits, metrics and the model's
+    input come from that one tokenization) and answer what the embedder answers."""
+    import numpy as np
+
+    from bertfamily.pipelines.embedding.embed import SentenceEmbedder
+    from bertfamily.serve.app import create_app
+    from bertfamily.tokenization.tokenizer import Tokenizer
+
+    embedder = SentenceEmbedder(tiny)
+    texts = ["a cat sat", "b", "c d e f"]
+    calls = []
+    real = Tokenizer.__call__
+
+    def counting(self, *a, **k):
+        calls.append(len(a[0]) if a and isinstance(a[0], list) else 1)
+        return real(self, *a, **k)
+
+    with TestClient(create_app(embedder, ServeSettings(), model_dir=tiny)) as client:
+        Tokenizer.__call__ = counting
+        try:
+            r = client.post(route, json={"inputs": texts})
+        finally:
+            Tokenizer.__call__ = real
+    assert r.status_code == 200, r.text
+    assert calls == [3]
+    if route == "/embed":
+        np.testing.assert_array_equal(np.array(r.json(), np.float32), embedder.encode(texts))
+    else:
+        want = embedder.encode_tokens(texts)
+        assert [np.array(x, np.float32).shape for x in r.json()] == [w.shape for w in want]
+        for got, w in zip(r.json(), want):
+            np.testing.assert_array_equal(np.array(got, np.float32), w)

@@ -283,6 +283,8 @@ def run_batches(
     Raises:
         InputError: ``batch_size`` or ``max_batch_tokens`` < 1.
     """
+    if max_batch_tokens is not None and max_batch_tokens < 1:
+        raise InputError(f"max_batch_tokens must be >= 1, got {max_batch_tokens}")
     lengths = tokens.lengths
     names = list(tokens.rows) if keys is None else [k for k in keys if k in tokens.rows]
     for idx in sorted_batches(lengths, batch_size, max_batch_tokens):

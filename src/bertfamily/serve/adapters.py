@@ -259,14 +259,10 @@ class EmbeddingModel(ServedModel):
         prompt tokens left out of the pooling, is the same for all: it is in their key)."""
         return self.pipeline.encode_tokenized(join_rows(rows), normalize=normalize, **self.sizes)
 
-    def embed_tokens(self, texts: list[str], prompt_name: str | None, side: str) -> list:
-        """Every token's (T_i, H) float32 vectors of each text (TEI's /embed_all)."""
-        return self.pipeline.encode_tokens(
-            texts,
-            prompt_name=prompt_name,
-            truncation_side=side,
-            batch_size=self.sizes["batch_size"],
-        )
+    def embed_tokens(self, rows: list[TokenRows]) -> list:
+        """Every token's (T_i, H) float32 vectors of gathered token rows (TEI's /embed_all;
+        `split_rows` of `tokenize`: each request tokenized once)."""
+        return self.pipeline.token_states(join_rows(rows), **self.sizes)
 
 
 class SparseModel(ServedModel):

@@ -582,7 +582,6 @@ class SentenceEmbedder(nn.Module):
             bad.tolist(),
         )
 
-    @torch.inference_mode()
     def encode_tokens(
         self,
         texts: Sequence[str],
@@ -592,8 +591,17 @@ class SentenceEmbedder(nn.Module):
         truncation_side: str = "right",
     ) -> list[np.ndarray]:
         """The encoder's last hidden state of every token of each text (prompt and special
-        tokens included; TEI's ``/embed_all``): one (T_i, H) float32 array per text."""
+        tokens included; TEI's ``/embed_all``): one (T_i, H) float32 array per text;
+        `token_states` of `tokenize`."""
         tokens = self.tokenize(texts, prompt_name=prompt_name, truncation_side=truncation_side)
+        return self.token_states(tokens, batch_size=batch_size)
+
+    @torch.inference_mode()
+    def token_states(
+        self, tokens: TokenRows, *, batch_size: int = 32, max_batch_tokens: int | None = None
+    ) -> list[np.ndarray]:
+        """One (T_i, H) float32 array of token states per row of already tokenized texts
+        (`tokenize`), in their order, through the engine's batch loop."""
         hidden_size = self.model.config.hidden_size
         out: list[np.ndarray] = [np.zeros((0, hidden_size), np.float32)] * len(tokens)
         lengths = tokens.lengths
@@ -607,6 +615,7 @@ class SentenceEmbedder(nn.Module):
                 step,
                 pad=self.tokenizer.pad_rows,
                 batch_size=batch_size,
+                max_batch_tokens=max_batch_tokens,
                 device=self.device,
                 keys=FEATURE_KEYS,
             ):

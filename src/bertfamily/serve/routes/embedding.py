@@ -67,9 +67,14 @@ async def embed_all(
 ) -> list[list[list[float]]]:
     """TEI's /embed_all: every token's vector (special tokens included) per input."""
     model = state.need(EmbeddingModel)
-    key = (model.embed_tokens, body.prompt_name, body.truncation_direction)
+    model.prompt_text(body.prompt_name)  # an unknown prompt_name: 422 before any work
     texts = as_list(body.inputs)
-    rows, _ = await state.compute("/embed_all", texts, key, body.truncate, body.prompt_name)
+    encoded = await run_in_threadpool(
+        model.tokenize, texts, body.truncate, body.prompt_name, body.truncation_direction
+    )
+    tokens = sum(encoded.lengths)
+    rows = await state.submit(split_rows(encoded), tokens, (model.embed_tokens,))
+    state.metrics.computed("/embed_all", len(texts), tokens)
     return [r.tolist() for r in rows]
 
 
