@@ -285,7 +285,7 @@ def fixed_threads() -> int | None:
     """The intra-op count a command or server fixed for the whole process (`apply_threads`
     with ``--threads N``, ``OMP_NUM_THREADS`` or ``adapt=False``), or None. torch's count is
     per thread: a worker thread (the server's batcher) sets it from here before it computes
-    (`inference.threads.ThreadPolicy`)."""
+    (`ThreadPolicy`)."""
     return _FIXED
 
 
@@ -476,6 +476,75 @@ def governor_scope() -> Iterator[None]:
         _FIXED = fixed
         while len(_ACTIVE) > depth:
             _ACTIVE[-1].stop()
+
+
+class ThreadPolicy:
+    """torch's intra-op thread count while inference computes (the one batch loop,
+    `data.batching.run_batches`, runs every batch under one):
+
+        - a count given (``threads=N``, or fixed for the process by a command or server:
+          `fixed_threads`) is used exactly, in whatever thread computes (torch's count is per
+          thread: a server's batcher thread would otherwise run the default);
+        - ``OMP_NUM_THREADS`` set: that count;
+        - else an `AdaptiveThreads` governor follows the load while the work runs, unless one is
+          active already (the command line and each server replica start one for the process).
+
+        Args:
+            threads: 0 = automatic (a governor that follows the load, see the module docstring);
+                N in 1..`runtime.max_thread_count` = exactly N.
+
+        Raises:
+            InputError: ``threads`` not a whole number in 0..`runtime.max_thread_count`.
+    """
+
+    def __init__(self, threads: int = 0) -> None:
+        from .errors import InputError
+
+        if isinstance(threads, bool) or not isinstance(threads, numbers.Integral):
+            raise InputError(f"threads must be a whole number (0 = automatic), got {threads!r}")
+        if not 0 <= threads <= max_thread_count():
+            raise InputError(
+                f"threads must be between 0 (automatic) and {max_thread_count()} "
+                f"(4 per logical CPU), got {threads}"
+            )
+        self.threads = int(threads)
+        self._governor: AdaptiveThreads | None = None
+
+    @contextlib.contextmanager
+    def scope(self) -> Iterator[None]:
+        """The block runs under the policy; torch's count is given back after it."""
+        import torch
+
+        count = self.threads
+        if not count and active_governor() is None:
+            count = fixed_threads() or env_threads() or 0  # a command's count, or the variable
+        if count:  # set in the calling thread: torch's count is per thread (a server worker)
+            before = torch.get_num_threads()
+            torch.set_num_threads(count)
+            try:
+                yield
+            finally:
+                torch.set_num_threads(before)
+            return
+        if active_governor() is not None or not threads_are_automatic():
+            yield  # a command or server governs already (the batch loop follows it)
+            return
+        if self._governor is None:
+            self._governor = AdaptiveThreads(max_threads_per_process())
+        with self._governor:
+            yield
+
+
+_DEFAULT_POLICY: ThreadPolicy | None = None
+
+
+def default_policy() -> ThreadPolicy:
+    """The automatic `ThreadPolicy` shared by every inference call that names no count (one
+    governor, so its look at the load carries over from call to call)."""
+    global _DEFAULT_POLICY
+    if _DEFAULT_POLICY is None:
+        _DEFAULT_POLICY = ThreadPolicy(0)
+    return _DEFAULT_POLICY
 
 
 def install_command(extra: str) -> str:

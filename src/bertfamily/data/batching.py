@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from ..errors import ArgumentTypeError, InputError
-from ..runtime import adapt_threads
+from ..runtime import ThreadPolicy, adapt_threads, default_policy
 
 IGNORE_INDEX = -100  # label of positions that carry no loss (sub-tokens, special tokens)
 
@@ -258,13 +258,14 @@ def run_batches(
     device: str | torch.device = "cpu",
     keys: Sequence[str] | None = None,
     progress: Callable[[int], None] | None = None,
+    threads: ThreadPolicy | None = None,
 ) -> Iterator[tuple[list[int], Any]]:
     """Run ``step`` over length-sorted batches of ``tokens``, padded per batch.
 
     Rows of similar length share a batch (`data.batching.sorted_batches`, longest first), so
-    little padding is computed. Before each batch the active thread governor (if a command or
-    an embedder started one: `runtime.AdaptiveThreads`) may re-decide torch's thread count;
-    this is the one place it looks.
+    little padding is computed. The batches run under the thread policy (`runtime.ThreadPolicy`)
+    in the thread that computes; before each batch the active governor (if any:
+    `runtime.AdaptiveThreads`) may re-decide torch's thread count — the one place it looks.
 
     Args:
         tokens: the rows (`tokenize_rows`).
@@ -276,6 +277,7 @@ def run_batches(
         device: where the tensors go.
         keys: the fields of ``tokens.rows`` given to ``step`` (default: all).
         progress: called with the number of rows done after each batch.
+        threads: the caller's thread policy (default `runtime.default_policy`: automatic).
 
     Yields:
         (positions of the batch's rows in ``tokens``, ``step``'s output), batch by batch.
@@ -285,16 +287,17 @@ def run_batches(
     """
     if max_batch_tokens is not None and max_batch_tokens < 1:
         raise InputError(f"max_batch_tokens must be >= 1, got {max_batch_tokens}")
-    lengths = tokens.lengths
-    names = list(tokens.rows) if keys is None else [k for k in keys if k in tokens.rows]
-    for idx in sorted_batches(lengths, batch_size, max_batch_tokens):
-        adapt_threads()  # the governor's look between batches (a no-op without one)
-        rows = {k: [tokens.rows[k][i] for i in idx] for k in names}
-        padded = pad(rows, max(lengths[i] for i in idx))
-        batch = {
-            k: v.to(device) if isinstance(v, torch.Tensor) else torch.tensor(v, device=device)
-            for k, v in padded.items()
-        }
-        yield idx, step(batch)
-        if progress is not None:
-            progress(len(idx))
+    with (threads or default_policy()).scope():
+        lengths = tokens.lengths
+        names = list(tokens.rows) if keys is None else [k for k in keys if k in tokens.rows]
+        for idx in sorted_batches(lengths, batch_size, max_batch_tokens):
+            adapt_threads()  # the governor's look between batches (a no-op without one)
+            rows = {k: [tokens.rows[k][i] for i in idx] for k in names}
+            padded = pad(rows, max(lengths[i] for i in idx))
+            batch = {
+                k: v.to(device) if isinstance(v, torch.Tensor) else torch.tensor(v, device=device)
+                for k, v in padded.items()
+            }
+            yield idx, step(batch)
+            if progress is not None:
+                progress(len(idx))

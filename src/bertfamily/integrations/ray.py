@@ -88,7 +88,7 @@ class EmbedBatch:
     ) -> None:
         from ..pipelines.embedding.embed import SentenceEmbedder
 
-        # the engine's thread policy (`inference.threads.ThreadPolicy`): N exactly, or
+        # the engine's thread policy (`ThreadPolicy`): N exactly, or
         # automatic (Ray sets OMP_NUM_THREADS to the actor's CPUs, which then decides)
         self.embedder = SentenceEmbedder(model, dtype=dtype, threads=threads or 0)
         self.id_column, self.text_column = id_column, text_column

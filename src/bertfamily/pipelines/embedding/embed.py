@@ -32,10 +32,10 @@ from ...inference.precision import (
     plan_int8,
     resolve_dtype,
 )
-from ...inference.threads import ThreadPolicy
 from ...modules.kernels import apply_linear_kernel, make_batch_invariant, resolve_linear_kernel
 from ...pretrained import model_from_directory
 from ...resources.resolve import resolve_model
+from ...runtime import ThreadPolicy
 from ...tokenization.tokenizer import tokenizer_from_directory
 from .sentence_modules import POOLING_MODES, PoolingSpec, read_sentence_modules
 
@@ -182,7 +182,7 @@ class SentenceEmbedder(nn.Module):
             `modules.kernels.resolve_linear_kernel`), "blas" or "onednn". fp32 outputs agree
             within 1e-6; the choice is kept in ``linear_kernel``.
         threads: torch intra-op threads while this embedder computes: 0 (default) = the
-            engine's thread policy (`inference.threads.ThreadPolicy`: a governor that follows
+            engine's thread policy (`runtime.ThreadPolicy`: a governor that follows
             the load, as on the command line, unless ``OMP_NUM_THREADS`` is set or a command
             already governs), N = exactly N.
 
@@ -541,18 +541,18 @@ class SentenceEmbedder(nn.Module):
         was_training = self.training
         self.eval()
         try:
-            with self.threads.scope():
-                for idx, vec in run_batches(
-                    encoded,
-                    step,
-                    pad=self.tokenizer.pad_rows,
-                    batch_size=batch_size,
-                    max_batch_tokens=max_batch_tokens,
-                    device=self.device,
-                    keys=FEATURE_KEYS,
-                    progress=progress,
-                ):
-                    out[idx] = vec.float().cpu().numpy()
+            for idx, vec in run_batches(
+                encoded,
+                step,
+                pad=self.tokenizer.pad_rows,
+                batch_size=batch_size,
+                max_batch_tokens=max_batch_tokens,
+                device=self.device,
+                keys=FEATURE_KEYS,
+                progress=progress,
+                threads=self.threads,
+            ):
+                out[idx] = vec.float().cpu().numpy()
         finally:
             self.train(was_training)
         self._check_finite(out)
@@ -609,18 +609,18 @@ class SentenceEmbedder(nn.Module):
         def step(batch: dict[str, torch.Tensor]) -> np.ndarray:
             return self.model.encoder(**batch).last_hidden_state.float().cpu().numpy()
 
-        with self.threads.scope():
-            for idx, hidden in run_batches(
-                tokens,
-                step,
-                pad=self.tokenizer.pad_rows,
-                batch_size=batch_size,
-                max_batch_tokens=max_batch_tokens,
-                device=self.device,
-                keys=FEATURE_KEYS,
-            ):
-                for row, i in enumerate(idx):
-                    out[i] = hidden[row, : lengths[i]]
+        for idx, hidden in run_batches(
+            tokens,
+            step,
+            pad=self.tokenizer.pad_rows,
+            batch_size=batch_size,
+            max_batch_tokens=max_batch_tokens,
+            device=self.device,
+            keys=FEATURE_KEYS,
+            threads=self.threads,
+        ):
+            for row, i in enumerate(idx):
+                out[i] = hidden[row, : lengths[i]]
         return out
 
     # --- training: the same class with gradients -------------------------------------------
