@@ -316,3 +316,22 @@ def test_pipelines_default_to_fp32(dirs):
         assert next(pipe.model.parameters()).dtype == torch.float32, kind
     for cls in (FillMask, QuestionAnswerer):
         assert inspect.signature(cls.__init__).parameters["dtype"].default == "auto"
+
+
+def test_every_task_pipeline_refuses_a_model_with_another_head(minilm_dir, tmp_path):
+    """One check in the loader (`load_model_and_tokenizer(head=...)`) for every task pipeline:
+    a model without their head is refused with one line, before its tokenizer is read."""
+    from bertfamily.errors import InputError
+    from bertfamily.pipelines.tasks.classify import TextClassifier
+    from bertfamily.pipelines.tasks.ner import EntityTagger
+    from bertfamily.pipelines.tasks.qa import QuestionAnswerer
+    from test_serve import tiny_dir
+
+    plain = tiny_dir(tmp_path / "plain", minilm_dir)  # an encoder with no task head
+    for cls, what in [
+        (TextClassifier, "a sequence classifier"),
+        (EntityTagger, "a token classifier"),
+        (QuestionAnswerer, "extractive QA"),
+    ]:  # (a Reranker refuses it earlier: no *ForSequenceClassification architecture)
+        with pytest.raises(InputError, match=rf"holds a None head, not {what}$"):
+            cls(plain)

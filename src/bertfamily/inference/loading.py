@@ -13,6 +13,7 @@ from pathlib import Path
 import torch
 
 from ..checkpoints.io import read_hf_config
+from ..errors import InputError
 from ..model import Model
 from ..modules.kernels import apply_linear_kernel
 from ..pretrained import model_from_directory
@@ -43,6 +44,7 @@ def load_model_and_tokenizer(
     dtype: str | torch.dtype | None = "auto",
     revision: str | None = None,
     linear_kernel: str = "auto",
+    head: tuple[str, str] | None = None,
 ) -> LoadedModel:
     """Load the model and tokenizer of ``path`` (a directory, a resource name or a cached
     ``org/name``), resolving it once and reading its config.json once.
@@ -63,13 +65,17 @@ def load_model_and_tokenizer(
         ModelNotFoundError: as `bertfamily.from_pretrained`; so are ModelDirectoryError and
             CheckpointError, and TokenizerNotFoundError / TokenizerFileError as
             `bertfamily.load_tokenizer`.
-        InputError: an unknown ``linear_kernel`` or ``dtype`` name.
+        InputError: an unknown ``linear_kernel`` or ``dtype`` name; with ``head`` = (task,
+            what the pipeline runs), a model whose head is another task ("DIR holds a 'tokens'
+            head, not a sequence classifier"), before the tokenizer is read.
     """
     directory = resolve_model(path, revision)
     config_json = read_hf_config(directory)
     device = torch.device(device)
     torch_dtype, reason = resolve_dtype(dtype, device)
     model = model_from_directory(directory, config_json=config_json, dtype=torch_dtype)
+    if head is not None and model.task != head[0]:
+        raise InputError(f"{path} holds a {model.task!r} head, not {head[1]}")
     model = model.to(device).eval()
     apply_linear_kernel(model, linear_kernel, torch_dtype, device)
     tokenizer = tokenizer_from_directory(directory, model_config=config_json)

@@ -119,8 +119,9 @@ class ServedModel:
     @classmethod
     def load(cls, path: Path, hf_config: dict | None, **options: Any) -> Any:
         """The pipeline of this kind for the directory ``path`` (options as
-        `app.load_served_model`)."""
-        raise NotImplementedError
+        `app.load_served_model`): ``pipeline_class`` on ``device`` in ``dtype``; kinds with
+        more options override it."""
+        return cls.pipeline_class(path, device=options["device"], dtype=options["dtype"])
 
     @property
     def directory(self) -> Path | None:
@@ -272,10 +273,6 @@ class SparseModel(ServedModel):
     describe = "a sparse model: use /embed_sparse"
     refusal = "this is a sparse"
 
-    @classmethod
-    def load(cls, path, hf_config, *, dtype, device, **_):  # noqa: D102
-        return SparseEncoder(path, device=device, dtype=dtype)
-
     @property
     def dimension(self) -> int:  # noqa: D102
         return self.pipeline.dimension
@@ -352,10 +349,6 @@ class RerankerModel(PredictingModel):
     refusal = "this is a cross-encoder"
     info_kind = "reranker"
 
-    @classmethod
-    def load(cls, path, hf_config, *, dtype, device, **_):  # noqa: D102
-        return Reranker(path, device=device, dtype=dtype)
-
     def tokenize_group(self, texts, pairs, side) -> TokenRows:  # noqa: D102
         return self.pipeline.tokenize(list(zip(texts, pairs or [])), truncation_side=side)
 
@@ -393,10 +386,6 @@ class ClassifierModel(PredictingModel):
     pipeline_class = TextClassifier
     describe = "a classifier: use /predict"
     refusal = "this one classifies"
-
-    @classmethod
-    def load(cls, path, hf_config, *, dtype, device, **_):  # noqa: D102
-        return TextClassifier(path, device=device, dtype=dtype)
 
     def tokenize_group(self, texts, pairs, side) -> TokenRows:  # noqa: D102
         return self.pipeline.tokenize(texts, pairs, truncation_side=side)
@@ -440,10 +429,6 @@ class TaggerModel(PredictingModel):
     describe = "a classifier: use /predict"
     refusal = "this one classifies"
     info_kind = "token_classifier"
-
-    @classmethod
-    def load(cls, path, hf_config, *, dtype, device, **_):  # noqa: D102
-        return EntityTagger(path, device=device, dtype=dtype)
 
     def tokenize_group(self, texts, pairs, side) -> TokenRows:  # noqa: D102
         return self.pipeline.tokenize(texts, truncation_side=side)

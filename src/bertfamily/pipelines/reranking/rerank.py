@@ -69,11 +69,11 @@ class Reranker:
     ) -> None:
         self.path = resolve_model(path, revision)
         self.spec = read_cross_encoder(self.path)
-        loaded = load_model_and_tokenizer(self.spec.model_dir, device=device, dtype=dtype)
+        loaded = load_model_and_tokenizer(
+            self.spec.model_dir, device=device, dtype=dtype, head=("classify", "a cross-encoder")
+        )
         self.model, self.tokenizer, self.device = loaded.model, loaded.tokenizer, loaded.device
         self.dtype_reason = loaded.dtype_reason
-        if self.model.task != "classify":
-            raise InputError(f"{path} holds a {self.model.task!r} head, not a cross-encoder")
         self.labels = self.model.config.label_names
         self.num_labels = len(self.labels)
         self.activation = self.spec.activation_module(self.num_labels)

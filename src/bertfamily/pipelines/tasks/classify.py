@@ -55,12 +55,12 @@ class TextClassifier:
         device: str | torch.device = "cpu",
         dtype: str | torch.dtype | None = "auto",
     ) -> None:
-        loaded = load_model_and_tokenizer(path, device=device, dtype=dtype)
+        loaded = load_model_and_tokenizer(
+            path, device=device, dtype=dtype, head=("classify", "a sequence classifier")
+        )
         self.model, self.tokenizer, self.device = loaded.model, loaded.tokenizer, loaded.device
         self.dtype_reason = loaded.dtype_reason
         self.directory = loaded.directory
-        if self.model.task != "classify":
-            raise InputError(f"{path} holds a {self.model.task!r} head, not a sequence classifier")
         self.max_length = checked_max_length(
             max_length, input_limit(self.model.config, self.tokenizer)
         )

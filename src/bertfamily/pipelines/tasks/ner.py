@@ -9,7 +9,6 @@ from pathlib import Path
 import torch
 
 from ...data.tables import repair_bio, tokenizer_words, word_ids_from_offsets, word_predictions
-from ...errors import InputError
 from ...inference.batches import FEATURE_KEYS, TokenRows, run_batches, text_list, tokenize_rows
 from ...inference.limits import checked_max_length, input_limit
 from ...inference.loading import load_model_and_tokenizer
@@ -74,11 +73,11 @@ class EntityTagger:
         device: str | torch.device = "cpu",
         dtype: str | torch.dtype | None = "auto",
     ) -> None:
-        loaded = load_model_and_tokenizer(path, device=device, dtype=dtype)
+        loaded = load_model_and_tokenizer(
+            path, device=device, dtype=dtype, head=("tokens", "a token classifier")
+        )
         self.model, self.tokenizer, self.device = loaded.model, loaded.tokenizer, loaded.device
         self.dtype_reason = loaded.dtype_reason
-        if self.model.task != "tokens":
-            raise InputError(f"{path} holds a {self.model.task!r} head, not a token classifier")
         self.max_length = checked_max_length(
             max_length, input_limit(self.model.config, self.tokenizer)
         )

@@ -45,11 +45,11 @@ class QuestionAnswerer:
         device: str | torch.device = "cpu",
         dtype: str | torch.dtype | None = "auto",
     ) -> None:
-        loaded = load_model_and_tokenizer(path, device=device, dtype=dtype)
+        loaded = load_model_and_tokenizer(
+            path, device=device, dtype=dtype, head=("qa", "extractive QA")
+        )
         self.model, self.tokenizer, self.device = loaded.model, loaded.tokenizer, loaded.device
         self.dtype_reason = loaded.dtype_reason
-        if self.model.task != "qa":
-            raise InputError(f"{path} holds a {self.model.task!r} head, not extractive QA")
         limit = input_limit(self.model.config, self.tokenizer)
         max_length = checked_max_length(max_length, limit) if max_length else min(384, limit)
         doc_stride = max_length // 3 if doc_stride is None else doc_stride
