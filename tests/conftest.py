@@ -11,8 +11,12 @@ from pathlib import Path
 # tests run on whatever else the machine is doing, so they fix it instead (the runtime honours
 # OMP_NUM_THREADS), before torch reads it. Under pytest-xdist the cores are shared between the
 # workers (2 cores, 2 workers: one thread each), so that workers never oversubscribe them.
+# A count the user set is kept; the one the xdist controller set here (for itself: one
+# "worker") is replaced in each worker, which inherits it (_BERTFAMILY_TESTS_SET_OMP marks it).
 _workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
-os.environ.setdefault("OMP_NUM_THREADS", str(max(1, min(2, (os.cpu_count() or 1) // _workers))))
+if "OMP_NUM_THREADS" not in os.environ or os.environ.get("_BERTFAMILY_TESTS_SET_OMP"):
+    os.environ["OMP_NUM_THREADS"] = str(max(1, min(2, (os.cpu_count() or 1) // _workers)))
+    os.environ["_BERTFAMILY_TESTS_SET_OMP"] = "1"
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # what `import bertfamily` sets
 
 import sys  # noqa: E402
@@ -46,6 +50,7 @@ PARITY_MODULES = {
     "test_electra.py",
     "test_longformer.py",
     "test_minilm.py",
+    "test_real_models.py",
     "test_sentence_transformers.py",
     "test_tokenization.py",
     "test_tokenizer_parity.py",

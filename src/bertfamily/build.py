@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from torch import nn
 
-from .config import EncoderConfig, check_parameter_budget
+from .config import EncoderConfig, as_config, check_parameter_budget
 from .errors import InputError
 from .heads.enhanced_mask_decoder import EnhancedMaskDecoder
 from .heads.global_attention import HEAD_DEFAULTS, TaskGlobalAttention
@@ -230,7 +230,9 @@ def build_layer(config: EncoderConfig, index: int = 0) -> EncoderLayer:
 
 def build_encoder(config: EncoderConfig, position_table: bool | None = None) -> Encoder:
     """The trunk. ``position_table``: keep the absolute position table even when it is not added
-    at the input (DeBERTa's enhanced mask decoder reads it); None = only when it is added."""
+    at the input (DeBERTa's enhanced mask decoder reads it); None = only when it is added.
+    ``config``: as `build_model` takes it (`config.as_config`)."""
+    config = as_config(config)
     E = config.embedding_size
     if position_table is None:
         position_table = config.position_biased_input
@@ -272,6 +274,7 @@ def build_task_head(config: EncoderConfig, task: str) -> nn.Module:
     Raises:
         ValueError: unknown task, or a pooled-output head on a config without a pooler.
     """
+    config = as_config(config)
     dropout = (
         config.classifier_dropout
         if config.classifier_dropout is not None
@@ -318,7 +321,7 @@ def _task_transform(config: EncoderConfig) -> nn.Module | None:
 
 
 def build_model(
-    config: EncoderConfig, heads: Iterable[str] = (), *, max_parameters: int | None = None
+    config: EncoderConfig | str, heads: Iterable[str] = (), *, max_parameters: int | None = None
 ) -> Model:
     """A randomly initialised `Model` with the chosen heads: pretraining heads ("mlm",
     "pair"; or "rtd", ELECTRA's replaced-token detection) or one fine-tuning head
@@ -330,16 +333,18 @@ def build_model(
     "choice" heads whose pooling is "pooler". Masked LM, token classification, QA and
     first-token classifiers get none (the returned model's ``config.use_pooler`` is False).
 
-    ``max_parameters``: the largest model to allocate (the config's closed-form estimate is
-    checked first); None = ``BERTFAMILY_MAX_PARAMETERS`` or 2·10^10.
+    ``config``: an `EncoderConfig`, a preset name (``"mpnet-base"``) or a dict of its fields
+    (`config.as_config`). ``max_parameters``: the largest model to allocate (the config's
+    closed-form estimate is checked first); None = ``BERTFAMILY_MAX_PARAMETERS`` or 2·10^10.
 
     Raises:
+        UnknownNameError / ArgumentTypeError: ``config`` is no preset name, or of another type.
         ValueError: an unknown head name, "pair" for a config whose ``pair_head`` is None
             or without a pooler, more than one task head, a task head with "mlm"/"pair", or
             "rtd" with "mlm" (both give ``logits``).
         ConfigError (a ValueError): the model would exceed ``max_parameters``.
     """
-    heads = tuple(heads)
+    heads, config = tuple(heads), as_config(config)
     check_parameter_budget(config, max_parameters, heads)
     unknown = set(heads) - set(HEADS)
     if unknown:

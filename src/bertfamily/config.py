@@ -13,12 +13,25 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
-import os
 from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import ArgumentTypeError, ConfigError, InputError, UnknownNameError
+
+# the bounds and field kinds, re-exported: the public bounds are read from config
+from .presets import (  # noqa: F401
+    _BOOLS,
+    _FLOATS,
+    _INTS,
+    _POSITIVE_INTS,
+    _STRINGS,
+    DEFAULT_MAX_PARAMETERS,
+    MAX_LAYER_STEPS,
+    MAX_PARAMETERS_ENV,
+    SIZE_LIMITS,
+    _is_int,
+    _is_number,
+)
 
 NORM_SITES = ("embeddings", "attention", "ffn", "mlm")  # where a norm can be conditional
 ACTIVATIONS = ("gelu", "gelu_tanh", "gelu_sigmoid", "relu", "silu")
@@ -28,92 +41,6 @@ POSITION_SCHEMES = ("absolute", "absolute_from_padding")
 POSITION_EMBEDDING_TYPES = ("absolute", "rotary")  # a learned table at the input; RoPE per layer
 FFN_KINDS = ("mlp", "geglu", "swiglu")  # BERT's; gated linear units (Shazeer 2020)
 NORM_POSITIONS = ("post", "pre")  # BERT's post-LN; pre-LN with a final norm (ModernBERT)
-
-#: Default largest model `check_parameter_budget` lets `build_model` / `from_pretrained`
-#: allocate (2·10^10 parameters, 80 GB in float32); raise it with the ``max_parameters``
-#: keyword or the ``BERTFAMILY_MAX_PARAMETERS`` environment variable.
-DEFAULT_MAX_PARAMETERS = 2 * 10**10
-MAX_PARAMETERS_ENV = "BERTFAMILY_MAX_PARAMETERS"
-#: Most layer steps (num_hidden_layers × inner_group_num) a config may describe: every step is a
-#: Python module call (and, unshared, a set of modules), whatever its parameter count.
-MAX_LAYER_STEPS = 10_000
-
-
-# field -> kind, checked for every EncoderConfig before any other rule (types first, so the
-# range rules below never compare a string with a number).
-_POSITIVE_INTS = (
-    "vocab_size",
-    "hidden_size",
-    "num_hidden_layers",
-    "num_attention_heads",
-    "intermediate_size",
-    "embedding_size",
-    "max_position_embeddings",
-    "inner_group_num",
-    "num_hidden_groups",
-)
-_INTS = (
-    "type_vocab_size",
-    "pad_token_id",
-    "max_relative_positions",
-    "emd_layers",
-    "position_buckets",
-    "conv_kernel_size",
-    "conv_groups",
-    "relative_attention_buckets",
-    "task_type_vocab_size",
-    "local_attention",
-    "global_attention_every",
-)
-_BOOLS = (
-    "attention_bias",
-    "relative_attention",
-    "position_biased_input",
-    "use_pooler",
-    "share_att_key",
-    "key_bias",
-    "rotary_interleaved",
-    "rotary_value",
-    "rotary_table",
-    "use_task_id",
-    "first_attention_norm",
-    "norm_bias",
-    "mlp_bias",
-    "mlp_up_bias",
-    "base_pooler",
-    "task_transform",
-    "head_bias",
-)
-_STRINGS = (
-    "position_scheme",
-    "attention_kind",
-    "hidden_act",
-    "norm_rel_ebd",
-    "conv_act",
-    "classifier_pooling",
-    "choice_pooling",
-    "classifier_activation",
-    "model_type",
-    "position_embedding_type",
-    "ffn_kind",
-    "norm_position",
-)
-_FLOATS = (
-    "layer_norm_eps",
-    "hidden_dropout_prob",
-    "attention_probs_dropout_prob",
-    "initializer_range",
-    "rotary_base",
-    "local_rope_theta",
-)
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 # The losses of a sequence-classification head, under transformers' names (config.json's
@@ -296,6 +223,7 @@ class EncoderConfig:
         if self.embedding_size is None:
             object.__setattr__(self, "embedding_size", self.hidden_size)
         self._check_types()
+        self._check_sizes()
         steps = self.num_hidden_layers * self.inner_group_num
         if steps > MAX_LAYER_STEPS:
             raise ConfigError(
@@ -428,6 +356,20 @@ class EncoderConfig:
             )
         if not isinstance(self.extra, dict):
             raise ConfigError(f"extra must be a dict, got {type(self.extra).__name__}")
+
+    def _check_sizes(self) -> None:
+        """The one bound check of every size field (`SIZE_LIMITS`), for every family, after the
+        types and before any rule or module uses a size."""
+        for name, limit in SIZE_LIMITS.items():
+            value = getattr(self, name)
+            values = value if isinstance(value, (list, tuple)) else (value,)
+            big = max((v for v in values if _is_int(v)), default=None)
+            if big is not None and big > limit:
+                raise ConfigError(
+                    f"{name}={big} exceeds the limit of {limit:,} (no BERT-family model comes "
+                    f"near it; a size like this would only allocate memory). If the model is "
+                    f"real, raise bertfamily.config.SIZE_LIMITS[{name!r}] before loading it"
+                )
 
     def _check_conditional_norms(self) -> None:
         if isinstance(self.conditional_norms, str):
@@ -815,6 +757,32 @@ class EncoderConfig:
         return json.dumps(self.to_dict(), indent=2, sort_keys=True)
 
 
+def as_config(config: Any, what: str = "config") -> EncoderConfig:
+    """``config`` as an `EncoderConfig`: the one coercion of every public function that takes
+    a config (`build.build_model`, `check_parameter_budget`, the builders of `build`, ...).
+
+    Args:
+        config: an `EncoderConfig`; a preset name (``"mpnet-base"``, `presets.PRESETS`); or
+            a mapping of EncoderConfig fields (what `EncoderConfig.to_dict` gives).
+        what: the argument's name, for the message.
+
+    Raises:
+        UnknownNameError: a string that is no preset (the message lists them).
+        ArgumentTypeError: any other type, or a mapping with keys that are no field.
+        ConfigError: a mapping with a value the field refuses.
+    """
+    if isinstance(config, EncoderConfig):
+        return config
+    if isinstance(config, str):
+        return EncoderConfig.from_preset(config)
+    if isinstance(config, dict):
+        return EncoderConfig().replace(**config)
+    raise ArgumentTypeError(
+        f"{what} must be an EncoderConfig, a preset name or a dict of EncoderConfig fields, "
+        f"got {type(config).__name__}"
+    )
+
+
 def max_parameters_limit(max_parameters: int | None = None) -> int:
     """The parameter budget: ``max_parameters`` when given, else the ``BERTFAMILY_MAX_PARAMETERS``
     environment variable, else `DEFAULT_MAX_PARAMETERS`.
@@ -823,13 +791,12 @@ def max_parameters_limit(max_parameters: int | None = None) -> int:
         ConfigError: the keyword or the variable is not a positive integer.
     """
     if max_parameters is None:
-        raw = os.environ.get(MAX_PARAMETERS_ENV)
-        if raw is None or not raw.strip():
-            return DEFAULT_MAX_PARAMETERS
+        from .runtime import env_int  # the one parser of numeric environment variables
+
         try:
-            max_parameters = int(float(raw)) if "e" in raw.lower() else int(raw)
-        except ValueError:
-            raise ConfigError(f"{MAX_PARAMETERS_ENV}={raw!r} is not a positive integer") from None
+            max_parameters = env_int(MAX_PARAMETERS_ENV, DEFAULT_MAX_PARAMETERS, minimum=1)
+        except InputError as e:
+            raise ConfigError(str(e)) from None
     if not _is_int(max_parameters) or max_parameters <= 0:
         raise ConfigError(f"max_parameters must be a positive integer, got {max_parameters!r}")
     return max_parameters
@@ -849,6 +816,7 @@ def check_parameter_budget(
         ConfigError: the estimate exceeds the limit (`max_parameters_limit`); the message names
             the largest contributing fields and how to raise the limit.
     """
+    config = as_config(config)
     limit = max_parameters_limit(max_parameters)
     count = config.estimated_parameters(heads)
     if count > limit:

@@ -267,6 +267,10 @@ _OS_PROBLEMS = {
 }
 
 
+# how torch reports a failed allocation (CPU allocator; CUDA's OutOfMemoryError is a RuntimeError)
+_ALLOCATION_FAILURES = ("can't allocate memory", "out of memory", "Cannot allocate memory")
+
+
 def _first_line(text: str, limit: int = 300) -> str:
     line = next((x.strip() for x in text.splitlines() if x.strip()), "")
     return line if len(line) <= limit else line[: limit - 1] + "…"
@@ -307,7 +311,9 @@ def as_user_error(exc: BaseException) -> BertFamilyError | None:
       a `FileAccessError` naming the path and the problem;
     - `UnicodeDecodeError`: a `DataError` (bytes that are not UTF-8: the byte and offset);
     - `RecursionError`: an `InputError` (input nested too deeply to process);
-    - a RuntimeError raised by faiss: a `VectorIndexError` with faiss's first line.
+    - a RuntimeError raised by faiss: a `VectorIndexError` with faiss's first line;
+    - `MemoryError`, or torch's failed allocation (a RuntimeError, CUDA's out of memory): an
+      `InputError` saying so, with the sizes to lower.
 
     A new error's ``__cause__`` is ``exc`` (shown with ``-v``); ``exc`` itself is unchanged.
     """
@@ -333,8 +339,15 @@ def as_user_error(exc: BaseException) -> BertFamilyError | None:
             "input nested too deeply to process (Python's recursion limit was reached); "
             "check that it is what you meant to give"
         )
-    elif isinstance(exc, RuntimeError) and _raised_in(exc, "faiss"):
+    elif isinstance(exc, RuntimeError) and (_raised_in(exc, "faiss") or "faiss::" in str(exc)):
         out = VectorIndexError(f"faiss: {_first_line(str(exc))}")
+    elif isinstance(exc, MemoryError) or (
+        isinstance(exc, RuntimeError) and any(m in str(exc) for m in _ALLOCATION_FAILURES)
+    ):
+        out = InputError(
+            f"not enough memory ({_first_line(str(exc), 160) or type(exc).__name__}): use "
+            "smaller batches (--batch-size), shorter inputs (--max-length) or a smaller model"
+        )
     return None if out is None else _caused(out, exc)
 
 

@@ -1,5 +1,6 @@
 """Atomic writes of files and whole directories, shared by checkpoints, tokenizers, run outputs
-and the CLI, and the one bounded reader of JSON metadata files (`read_json`) (torch-free).
+and the CLI, and the one bounded reader of JSON metadata files (`read_json`; `parse_json` for
+JSON text, `json_field` for a field's type and range) (torch-free).
 
 A file write goes to a temporary file beside the target and is renamed onto it; a directory
 save is built in a sibling temporary directory and swapped in. Readers see the old content or
@@ -403,24 +404,98 @@ def read_json(
     size = max(size, len(raw))
     if size > max_bytes:
         raise error(f"{path} is {size:,} bytes; a JSON file here is at most {max_bytes:,}")
+    return parse_json(raw, source=str(path), what=what, kind=kind, max_depth=max_depth, error=error)
+
+
+def parse_json(
+    text: str | bytes,
+    *,
+    source: str = "the input",
+    what: str = "a JSON object",
+    kind: type | tuple[type, ...] | None = dict,
+    max_depth: int = MAX_JSON_DEPTH,
+    error: Callable[[str], Exception] = JSONFileError,
+) -> Any:
+    """The JSON value of ``text`` (a file's content, one JSON Lines row, a metadata string),
+    parsed within the bounds of `read_json` (which reads files with it): the one parser of
+    JSON that bertfamily did not write itself.
+
+    Args:
+        text: the JSON text; bytes are decoded as UTF-8 (a leading BOM allowed).
+        source: where it comes from, for the message (``"rows.jsonl:12"``).
+        what, kind, max_depth, error: as for `read_json`.
+
+    Raises:
+        ``error`` (default `JSONFileError`): not UTF-8, not JSON (or a number too long to
+            parse), nested deeper than ``max_depth``, or a top-level value that is not
+            ``kind``; one line naming ``source``, the underlying exception its cause.
+    """
     try:
-        data = json.loads(raw.decode("utf-8-sig"))
+        data = json.loads(text.decode("utf-8-sig") if isinstance(text, bytes) else text)
     except UnicodeDecodeError as e:
-        bad = raw[e.start : e.start + 1]
+        bad = e.object[e.start : e.start + 1]
         raise error(
-            f"{path} is not valid JSON: not UTF-8 text (byte {bad!r} at offset {e.start})"
+            f"{source} is not valid JSON: not UTF-8 text (byte {bad!r} at offset {e.start})"
         ) from e
     except RecursionError as e:
-        raise error(f"{path} is not valid JSON: nested deeper than Python can parse") from e
+        raise error(f"{source} is not valid JSON: nested deeper than Python can parse") from e
     except ValueError as e:  # JSONDecodeError, and ints longer than Python converts
-        raise error(f"{path} is not valid JSON: {e}") from e
+        raise error(f"{source} is not valid JSON: {e}") from e
     if json_depth(data) > max_depth:
-        raise error(f"{path} is not valid JSON here: nested deeper than {max_depth} levels")
+        raise error(f"{source} is not valid JSON here: nested deeper than {max_depth} levels")
     if kind is not None and not isinstance(data, kind):
-        shown = repr(data)
-        shown = shown if len(shown) <= 60 else shown[:57] + "..."
-        raise error(f"{path} must hold {what}, got {type(data).__name__} ({shown})")
+        raise error(f"{source} must hold {what}, got {type(data).__name__} ({_shown(data)})")
     return data
+
+
+def _shown(value: Any, limit: int = 60) -> str:
+    shown = repr(value)
+    return shown if len(shown) <= limit else shown[: limit - 3] + "..."
+
+
+_TYPE_NAMES = {int: "an integer", float: "a number", str: "a string", dict: "an object",
+               list: "a list", bool: "true or false"}  # fmt: skip
+
+
+def json_field(
+    data: dict[str, Any],
+    name: str,
+    kind: type | tuple[type, ...],
+    *,
+    source: str,
+    low: float | None = None,
+    high: float | None = None,
+    error: Callable[[str], Exception] = JSONFileError,
+) -> Any:
+    """``data[name]`` checked against its schema: the one type and range check of a parsed
+    metadata field (``True`` is no int here, as it is not in JSON's schema).
+
+    Args:
+        data: a parsed JSON object; name: the field (``"a.b"`` reads ``data["a"]["b"]``).
+        kind: the type(s) the value must have (``int``, ``str``, ``(int, float)``, ``dict``).
+        source: the file, for the message ("" when ``error`` names it). low, high: the
+            inclusive range of a number.
+        error: the exception class raised, called with the one-line message.
+
+    Raises:
+        ``error``: the field is absent, of another type, or out of range; the message names
+            the file, the field and the value.
+    """
+    where = f"{source}: " if source else ""
+    value: Any = data
+    for part in name.split("."):
+        value = value.get(part, _REQUIRED) if isinstance(value, dict) else _REQUIRED
+    if value is _REQUIRED:
+        raise error(f"{where}{name} is missing")
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
+        names = " or ".join(_TYPE_NAMES.get(k, k.__name__) for k in kinds)
+        raise error(f"{where}{name} is {_shown(value)}, not {names}")
+    if low is not None and value < low:
+        raise error(f"{where}{name} is {_shown(value)}, below {low}")
+    if high is not None and value > high:
+        raise error(f"{where}{name} is {_shown(value)}, above {high:,}")
+    return value
 
 
 def json_depth(value: Any) -> int:

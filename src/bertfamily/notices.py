@@ -4,8 +4,9 @@
 unpack, the int8 plan's calibration, a model export or conversion). Library code logs, never
 prints: by default a wait is two INFO records of this module's logger. The command line turns
 the display on (`show_progress`): then, on a terminal, a rich spinner with the elapsed time,
-elsewhere (a log file, a pipe, CI) one line when the wait starts; in both cases one line with
-its duration when it ends. Everything goes to stderr, so stdout stays machine output.
+elsewhere (a log file, a pipe, CI) one line when the wait starts and one every
+`PROGRESS_EVERY_S` seconds while it runs; in both cases one line with its duration when it
+ends. Everything goes to stderr, so stdout stays machine output.
 `silence_root_warnings` drops advice that libraries log on the root logger (ONNX Runtime's
 quantiser asks for a pre-processing step with a URL) while a call runs.
 
@@ -90,8 +91,36 @@ def waiting(what: str, *, done: str = "done") -> Iterator[None]:
                 _active.pop()
     else:
         console.print(f"{what}…", markup=False)
-        yield
+        with _heartbeat(console, what, start):
+            yield
     console.print(f"{what}: {done} in {time.monotonic() - start:.1f} s", markup=False)
+
+
+#: Seconds between the lines that say a wait is still running when stderr is not a terminal.
+PROGRESS_EVERY_S = 10.0
+
+
+@contextlib.contextmanager
+def _heartbeat(console, what: str, start: float, every: float | None = None) -> Iterator[None]:
+    """While the block runs, a line ``what… still running, 20 s`` every ``every`` seconds
+    (default `PROGRESS_EVERY_S`), from a daemon thread: a log or a pipe shows that a long
+    wait is alive without a redrawn bar."""
+    import threading
+
+    every = PROGRESS_EVERY_S if every is None else every
+    stop = threading.Event()
+
+    def beat() -> None:
+        while not stop.wait(every):
+            console.print(f"{what}… still running, {time.monotonic() - start:.0f} s", markup=False)
+
+    thread = threading.Thread(target=beat, name="bertfamily-heartbeat", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
 
 
 class _DropMessages(logging.Filter):

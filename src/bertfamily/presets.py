@@ -6,6 +6,7 @@ The parameter count in the comment is the base model plus pooler, as transformer
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 # Task-head variants (heads/tasks.py). RoBERTa: RobertaClassificationHead (first token, dense,
@@ -483,6 +484,22 @@ PUBLISHED_PARAMETERS: dict[str, int] = {
     "nomic-bert": 136_731_648,
 }
 
+# The rounded size each model is known by, as the source documents state it (the seeds'
+# comparison table; BERT: Devlin et al. 2019 §3; ALBERT: Lan et al. 2020 Table 1; TinyBERT:
+# Jiao et al. 2020 §4.1), shown by `bertfamily models` beside the exact counts above.
+STATED_PARAMETERS: dict[str, str] = {
+    "bert-base": "110M",
+    "bert-large": "340M",
+    "roberta-base": "125M",
+    "albert-base": "12M",
+    "distilbert-base": "66M",
+    "spanbert-base": "110M",
+    "deberta-base": "140M",
+    "longformer-base": "149M",
+    "tinybert-4l": "14.5M",
+    "bert-tiny": "4.4M",
+}
+
 # The full-size models of the family, in the order of the source documents (then later additions).
 FAMILY = [
     "bert-base",
@@ -511,3 +528,124 @@ FAMILY = [
 def preset_names(include_tiny: bool = True) -> list[str]:
     """Names of the available presets (the family models first, then the tiny test presets)."""
     return [n for n in PRESETS if include_tiny or not n.startswith("tiny-")]
+
+
+# --- the bounds and field kinds of config.EncoderConfig (data; config re-exports them) ---
+
+#: Default largest model `check_parameter_budget` lets `build_model` / `from_pretrained`
+#: allocate (2·10^10 parameters, 80 GB in float32); raise it with the ``max_parameters``
+#: keyword or the ``BERTFAMILY_MAX_PARAMETERS`` environment variable.
+DEFAULT_MAX_PARAMETERS = 2 * 10**10
+MAX_PARAMETERS_ENV = "BERTFAMILY_MAX_PARAMETERS"
+#: Most layer steps (num_hidden_layers × inner_group_num) a config may describe: every step is a
+#: Python module call (and, unshared, a set of modules), whatever its parameter count.
+MAX_LAYER_STEPS = 10_000
+#: The largest value each size field may take, checked for every config of every family on
+#: creation (`EncoderConfig._check_sizes`), before any tensor is sized by it: a config.json
+#: is user input, and a size far beyond every real encoder would only ever ask for memory
+#: (a rotary model's position limit cuts no text, a window or relative table is allocated at
+#: that size). Positions: 16 times ModernBERT's 8,192, the longest of the family; the others
+#: far above the largest real checkpoints (XLM-R's 250,002 tokens, 4,096-wide xxl models).
+#: A program that needs more may raise an entry before it builds or loads the config.
+SIZE_LIMITS: dict[str, int] = {
+    "vocab_size": 2**22,
+    "hidden_size": 2**16,
+    "embedding_size": 2**16,
+    "intermediate_size": 2**18,
+    "num_attention_heads": 2**10,
+    "type_vocab_size": 2**16,
+    "task_type_vocab_size": 2**16,
+    "condition_size": 2**16,
+    "conv_kernel_size": 2**10,
+    # every length a config sets: the input limit of every family (learned table or rotary,
+    # `max_sequence_length`), DeBERTa's relative span and buckets (a (2k, H) table), MPNet's
+    # buckets (an (R, N) table), Longformer's windows, ModernBERT's local window
+    "max_position_embeddings": 2**17,
+    "max_relative_positions": 2**17,
+    "position_buckets": 2**17,
+    "relative_attention_buckets": 2**17,
+    "attention_window": 2**17,
+    "local_attention": 2**17,
+}
+
+
+# field -> kind, checked for every EncoderConfig before any other rule (types first, so the
+# range rules below never compare a string with a number).
+_POSITIVE_INTS = (
+    "vocab_size",
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "intermediate_size",
+    "embedding_size",
+    "max_position_embeddings",
+    "inner_group_num",
+    "num_hidden_groups",
+)
+_INTS = (
+    "type_vocab_size",
+    "pad_token_id",
+    "max_relative_positions",
+    "emd_layers",
+    "position_buckets",
+    "conv_kernel_size",
+    "conv_groups",
+    "relative_attention_buckets",
+    "task_type_vocab_size",
+    "local_attention",
+    "global_attention_every",
+)
+_BOOLS = (
+    "attention_bias",
+    "relative_attention",
+    "position_biased_input",
+    "use_pooler",
+    "share_att_key",
+    "key_bias",
+    "rotary_interleaved",
+    "rotary_value",
+    "rotary_table",
+    "use_task_id",
+    "first_attention_norm",
+    "norm_bias",
+    "mlp_bias",
+    "mlp_up_bias",
+    "base_pooler",
+    "task_transform",
+    "head_bias",
+)
+_STRINGS = (
+    "position_scheme",
+    "attention_kind",
+    "hidden_act",
+    "norm_rel_ebd",
+    "conv_act",
+    "classifier_pooling",
+    "choice_pooling",
+    "classifier_activation",
+    "model_type",
+    "position_embedding_type",
+    "ffn_kind",
+    "norm_position",
+)
+_FLOATS = (
+    "layer_norm_eps",
+    "hidden_dropout_prob",
+    "attention_probs_dropout_prob",
+    "initializer_range",
+    "rotary_base",
+    "local_rope_theta",
+)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an int too large for a float (10**400 from JSON)
+        return False

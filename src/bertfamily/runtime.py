@@ -204,10 +204,11 @@ def thread_count(value: object, source: str = "threads", *, minimum: int = 0) ->
 def env_threads(name: str = "OMP_NUM_THREADS") -> int | None:
     """The thread count the environment variable ``name`` asks for, or None (unset, blank or
     unusable). Never raises: plain torch runs whatever the variable holds, so bertfamily does
-    too. A count above `max_thread_count` is capped to it; a value that is not a count >= 1
-    (``abc``, ``0``, ``-3``, ``2.5``) is ignored, the count then chosen as without the
-    variable. Each says so in one warning line (logger ``bertfamily.runtime``), once per value
-    and process. OpenMP's list form (``4,2``) gives its first count."""
+    too. A count above the logical CPUs is capped to them (libgomp and torch accept at most
+    `max_thread_count`; more threads than CPUs only wait at each barrier); a value that is not
+    a count >= 1 (``abc``, ``0``, ``-3``, ``2.5``) is ignored, the count then chosen as without
+    the variable. Each says so in one warning line (logger ``bertfamily.runtime``), once per
+    value and process. OpenMP's list form (``4,2``) gives its first count."""
     raw = os.environ.get(name)
     if raw is None or not raw.strip():
         return None
@@ -219,15 +220,77 @@ def env_threads(name: str = "OMP_NUM_THREADS") -> int | None:
             f"{name}={raw!r} is not a thread count >= 1; ignored (threads chosen as if unset)",
         )
         return None
-    limit = max_thread_count()
-    if count > limit:
+    cpus = os.cpu_count() or 1
+    if count > max_thread_count():
         _warn_once(
             f"{name}={raw}",
-            f"{name}={_short_int(count)} asks for more than {limit} threads (4 per logical "
-            f"CPU); using {limit}",
+            f"{name}={_short_int(count)} asks for more than {max_thread_count()} threads (4 per "
+            f"logical CPU); using {cpus} (the logical CPUs)",
         )
-        return limit
+        return cpus
     return count
+
+
+def env_int(name: str, default: int, *, minimum: int = 0, maximum: int | None = None) -> int:
+    """The whole number the environment variable ``name`` holds, or ``default`` when it is unset
+    or blank. The one parser of every numeric variable bertfamily reads other than thread
+    counts (`env_threads`): ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``,
+    ``BERTFAMILY_MAX_PARAMETERS``. Digits (an optional sign, surrounding blanks), optionally
+    times a power of ten (``1e9``); ``1_000``, ``2.5`` or ``1e400`` are refused.
+
+    Args:
+        minimum, maximum: the bounds, inclusive (``maximum`` None: no upper bound).
+
+    Raises:
+        InputError: not a whole number, or outside the bounds; one line naming the variable,
+            its value (long values elided) and the range.
+    """
+    from .errors import InputError
+
+    raw = os.environ.get(name)
+    if raw is None or not raw.strip():
+        return default
+    match = _ENV_INT.fullmatch(raw)
+    span = f">= {minimum}" if maximum is None else f"between {minimum} and {maximum}"
+    if match is None:
+        shown = raw if len(raw) <= 40 else raw[:37] + "..."
+        raise InputError(f"environment variable {name}={shown!r} must be a whole number {span}")
+    value = int(match.group(1)) * 10 ** int(match.group(2) or 0)
+    if value < minimum or (maximum is not None and value > maximum):
+        raise InputError(
+            f"environment variable {name}={_short_int(value)} must be a whole number {span}"
+        )
+    return value
+
+
+MAX_PROCESSES = 1 << 20  # the bound of RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE
+# digits with an optional power of ten ("1e9": 10**9; at most 10**99, so never a float's inf)
+_ENV_INT = re.compile(r"\s*([+-]?[0-9]{1,30})(?:[eE]\+?([0-9]{1,2}))?\s*")
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")  # read by libgomp / MKL at torch load
+
+
+def sanitize_thread_environment() -> dict[str, str | None]:
+    """Rewrite ``OMP_NUM_THREADS`` and ``MKL_NUM_THREADS`` to what `env_threads` makes of them,
+    so that libgomp and MKL (which read them once, when torch loads) and every child process
+    see a sane count: a count above `max_thread_count` becomes the logical CPUs, a value that
+    is not a count >= 1 is removed; each with the one warning line of `env_threads`. A valid
+    value is left exactly as written. Called by the command line before anything imports
+    torch; a library user's environment is theirs. Returns ``{name: new value or None}`` for
+    the variables it changed."""
+    changed: dict[str, str | None] = {}
+    for name in THREAD_VARIABLES:
+        raw = os.environ.get(name)
+        if raw is None or not raw.strip():
+            continue
+        count = env_threads(name)
+        match = _OMP_COUNT.fullmatch(raw)
+        if count is None:
+            del os.environ[name]
+            changed[name] = None
+        elif match is None or int(match.group(1)) != count:
+            os.environ[name] = str(count)
+            changed[name] = str(count)
+    return changed
 
 
 def _warn_once(key: str, message: str) -> None:
@@ -478,6 +541,27 @@ def governor_scope() -> Iterator[None]:
             _ACTIVE[-1].stop()
 
 
+_FORKED = False  # true in a child made by os.fork (see `forked_child`)
+
+
+def _note_fork() -> None:
+    global _FORKED
+    _FORKED = True
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_note_fork)
+
+
+def forked_child() -> bool:
+    """True in a process made by ``os.fork`` from one that imported bertfamily. GNU OpenMP
+    (libgomp, torch's CPU pool) is not fork-safe: a child whose parent already ran a parallel
+    region on two or more threads hangs in its first parallel region on more than one thread.
+    So in such a child the automatic `ThreadPolicy` keeps torch's count as it found it (as
+    ``torch.utils.data`` workers do) instead of starting a governor that raises it."""
+    return _FORKED
+
+
 class ThreadPolicy:
     """torch's intra-op thread count while inference computes (the one batch loop,
     `data.batching.run_batches`, runs every batch under one):
@@ -485,6 +569,8 @@ class ThreadPolicy:
         - a count given (``threads=N``, or fixed for the process by a command or server:
           `fixed_threads`) is used exactly, in whatever thread computes (torch's count is per
           thread: a server's batcher thread would otherwise run the default);
+        - in a process made by ``os.fork``: torch's count as it is (`forked_child`: OpenMP
+          is not fork-safe, so nothing automatic raises it there);
         - ``OMP_NUM_THREADS`` set: that count;
         - else an `AdaptiveThreads` governor follows the load while the work runs, unless one is
           active already (the command line and each server replica start one for the process).
@@ -516,6 +602,8 @@ class ThreadPolicy:
         import torch
 
         count = self.threads
+        if not count and forked_child():
+            count = torch.get_num_threads()  # nothing raises it after a fork (`forked_child`)
         if not count and active_governor() is None:
             count = fixed_threads() or env_threads() or 0  # a command's count, or the variable
         if count:  # set in the calling thread: torch's count is per thread (a server worker)
@@ -571,3 +659,30 @@ def require(module: str, extra: str, feature: str) -> ModuleType:
             f"install it with: {install_command(extra)}",
             name=top,
         ) from e
+
+
+def require_extra(module: str, extra: str, feature: str) -> None:
+    """Check that ``module`` is installed, without importing it (cheap: a command calls this
+    before its model loads, so a missing optional package costs no wait).
+
+    Args:
+        module: the importable name; only its top-level package is looked up.
+        extra: the bertfamily extra that installs it.
+        feature: what needs it, for the message.
+
+    Raises:
+        MissingDependency: not installed; the message names ``pip install "bertfamily[extra]"``.
+    """
+    import importlib.util
+
+    top = module.split(".")[0]
+    try:
+        found = importlib.util.find_spec(top) is not None
+    except (ImportError, ValueError):  # a broken or half-removed package
+        found = False
+    if not found:
+        raise MissingDependency(
+            f"{feature} needs the optional package {top!r}, which is not installed; "
+            f"install it with: {install_command(extra)}",
+            name=top,
+        )

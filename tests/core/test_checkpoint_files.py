@@ -408,7 +408,7 @@ def test_config_fields_are_checked(saved, field, value):
 def test_huge_configs_are_refused_before_allocating(saved, field, value, monkeypatch):
     path, _ = saved
     _edit_config(path, **{field: value})
-    limit = "layer steps" if field == "num_hidden_layers" else "max_parameters"
+    limit = "layer steps" if field == "num_hidden_layers" else "SIZE_LIMITS"
     with pytest.raises(ModelDirectoryError, match=rf"config.json.*{field}={value}.*{limit}"):
         bf.from_pretrained(path)
     with pytest.raises(ConfigError, match=f"{field}={value}"):

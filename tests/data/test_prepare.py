@@ -121,3 +121,22 @@ def test_the_ready_writers_read_mixed_encodings_and_tab_separators(tmp_path):
     ner.write_bytes(b"a\tO\nParis\tB-loc\n\t\n-DOCSTART-\tO\n\nb\tO  \n")
     assert normalise_conll(ner, tmp_path / "n.conll") == 2
     assert (tmp_path / "n.conll").read_text() == "a\tO\nParis\tB-loc\n\nb\tO\n\n"
+
+
+def test_the_tweet_csvs_mangled_bytes_become_text_not_mojibake(tmp_path):
+    """Issue 46: the fetched tweet CSV's quotes, stored as lossy Mac code page runs, were
+    decoded as cp1252 into "Itäó»s" / "GoogleÕ¢_ŠÎ_†¢s"."""
+    raw = tmp_path / "raw.csv"
+    raw.write_bytes(
+        b"sentiment,confidence,text\r\n"
+        b"neg,0.5,It\xe4\xf3\xbbs \xe4\xf3\xecsad\xe4\xf3\x9d and "
+        b"Google\xd5\xa2_\x8a\xce_\x86\xa2s\r\n"
+        b"pos,0.9,\xd5\xa2_\x8a\xce\x81\xd0@user: fun \xf4\xd6\x89_\xf4\xd6\x89 ok \xe4\xf3_\r\n"
+        b"pos,0.7,plain caf\xc3\xa9 stays\r\n"
+    )
+    write_labelled_csv(raw, tmp_path / "t.csv", text_column="text", label_column="sentiment")
+    assert [r.text for r in read_table(tmp_path / "t.csv")] == [
+        "It\u2019s \u201csad\u201d and Google\u2019s",
+        "\u201c@user: fun  ok \u2026",  # the lost emoji run is dropped
+        "plain café stays",
+    ]

@@ -154,3 +154,45 @@ def test_export_cli(minilm_dir, tmp_path):
     result = CliRunner().invoke(app, ["export", str(minilm_dir), str(tmp_path / "m.onnx")])
     assert result.exit_code == 0, result.output
     assert "pooler_output" in result.output and (tmp_path / "m.onnx").stat().st_size > 80e6
+
+
+def test_export_directory_is_what_optimum_and_sentence_transformers_load(minilm_dir, tmp_path):
+    """`bertfamily export MODEL DIR` (issue 44): config, tokenizer and sentence-transformers'
+    module files beside one model.onnx (no other weights), which sentence-transformers' ONNX
+    backend finds without exporting again, and whose outputs pooled as the directory says
+    equal our embedder. optimum itself (optimum-onnx 0.1.0) does not install beside
+    transformers 5, so the graph is run here with ONNX Runtime directly."""
+    import warnings
+
+    import onnxruntime as ort
+    import transformers
+
+    from bertfamily.cli import app
+    from bertfamily.pipelines.embedding.embed import SentenceEmbedder
+
+    out = tmp_path / "minilm-onnx"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", torch.jit.TracerWarning)  # none points at our source
+        result = CliRunner().invoke(app, ["export", str(minilm_dir), str(out)])
+    assert result.exit_code == 0, result.output
+    names = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file())
+    for name in ("config.json", "tokenizer.json", "modules.json", "1_Pooling/config.json",
+                 "config_sentence_transformers.json", "model.onnx"):  # fmt: skip
+        assert name in names, names
+    assert not [n for n in names if n.endswith((".safetensors", ".bin", ".pt"))], names
+    st_utils = pytest.importorskip("sentence_transformers.backend.utils")
+    export, kwargs = st_utils.backend_should_export(out, True, {}, "model.onnx", "*.onnx", "ONNX")
+    assert export is False and kwargs.get("subfolder") is None  # found, at the root
+    assert transformers.AutoConfig.from_pretrained(out).model_type == "bert"
+    tok = transformers.AutoTokenizer.from_pretrained(out)
+    texts = ["A man is eating food.", "a cat", ""]
+    enc = tok(texts, padding=True, return_tensors="np")
+    session = ort.InferenceSession(str(out / "model.onnx"))
+    feeds = {i.name: enc[i.name].astype(np.int64) for i in session.get_inputs()}
+    hidden = session.run(["last_hidden_state"], feeds)[0]  # (B, T, H)
+    mask = enc["attention_mask"][..., None]
+    mean = (hidden * mask).sum(1) / mask.sum(1)
+    mean /= np.linalg.norm(mean, axis=1, keepdims=True)
+    np.testing.assert_allclose(mean, SentenceEmbedder(minilm_dir).encode(texts), atol=1e-5)
+    bare = CliRunner().invoke(app, ["export", str(minilm_dir), str(tmp_path / "m.onnx")])
+    assert bare.exit_code == 0 and "cannot load it" in " ".join(bare.output.split())

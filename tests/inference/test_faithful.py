@@ -192,6 +192,39 @@ def test_a_fixed_count_reaches_the_thread_that_computes(monkeypatch):
     assert seen == [1] and runtime.fixed_threads() == before  # given back with the scope
 
 
+def test_a_forked_child_keeps_torchs_count(monkeypatch):
+    """GNU OpenMP is not fork-safe: a child of a process that ran a parallel region on two
+    threads hung in its first parallel region once the automatic policy raised its count (a
+    fine-tune's first evaluation in a forked child, the resume test). In a forked child the
+    automatic policy keeps torch's count as it is, and no governor starts."""
+    import os
+
+    from bertfamily import runtime
+    from bertfamily.inference.threads import ThreadPolicy
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")  # not even the variable raises it
+    monkeypatch.setattr(runtime, "threads_are_automatic", lambda requested=0: True)
+    before = torch.get_num_threads()
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report (count seen in the scope, governor active) and leave
+        code = 1
+        try:
+            torch.set_num_threads(1)
+            with ThreadPolicy(0).scope():
+                seen = torch.get_num_threads(), runtime.active_governor() is not None
+            os.write(write, f"{seen[0]} {int(seen[1])}".encode())
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(write)
+    _, status = os.waitpid(pid, 0)
+    answer = os.read(read, 64).decode()
+    os.close(read)
+    assert status == 0 and answer == "1 0", (status, answer)
+    assert not runtime.forked_child() and torch.get_num_threads() == before
+
+
 def test_texts_are_checked_once_for_every_pipeline(minilm):
     from bertfamily.errors import InputError
 

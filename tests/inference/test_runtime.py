@@ -3,6 +3,8 @@ compute."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 
@@ -385,7 +387,7 @@ def test_environment_count_is_capped_or_ignored_never_raised(
 ):
     monkeypatch.setenv("OMP_NUM_THREADS", value)
     monkeypatch.setattr(runtime, "_WARNED", set())
-    expected = runtime.max_thread_count() if expected == "max" else expected
+    expected = (os.cpu_count() or 1) if expected == "max" else expected  # capped to the CPUs
     with caplog.at_level("WARNING", logger="bertfamily.runtime"):
         assert runtime.env_threads() == expected
         assert runtime.env_threads() == expected  # asked twice: warned once
@@ -399,7 +401,7 @@ def test_environment_count_is_capped_or_ignored_never_raised(
 
 def test_a_capped_environment_count_is_what_choose_threads_gives(monkeypatch):
     monkeypatch.setenv("OMP_NUM_THREADS", "99999999999999999999")
-    limit = runtime.max_thread_count()
+    limit = os.cpu_count() or 1
     assert runtime.choose_threads(0) == (limit, f"OMP_NUM_THREADS={limit}")
     assert runtime.choose_threads(1) == (1, "--threads")  # the flag still wins
 
@@ -442,3 +444,79 @@ def test_commands_run_with_any_environment_count(minilm_dir, value, words):
     assert '"line": 1' in run.stdout
     warnings = [line for line in run.stderr.splitlines() if "bertfamily.runtime" in line]
     assert len(warnings) == 1 and words in warnings[0], run.stderr
+
+
+# --- every numeric environment variable through one parser with bounds (issue 43, kind 2) ----
+@pytest.mark.parametrize(
+    "value, expected",
+    [("3", 3), (" +3 ", 3), ("1e3", 1000), ("", 7), ("abc", None), ("2.5", None),
+     ("1_000", None), ("-1", None), ("1e400", None), ("99999999999999999999", None)],
+)  # fmt: skip
+def test_env_int_is_the_one_bounded_parser(monkeypatch, value, expected):
+    monkeypatch.setenv("BF_TEST_COUNT", value)
+    if expected is None:
+        with pytest.raises(InputError, match="BF_TEST_COUNT=.* must be a whole number between 0"):
+            runtime.env_int("BF_TEST_COUNT", 7, maximum=10**6)
+    else:
+        assert runtime.env_int("BF_TEST_COUNT", 7, maximum=10**6) == expected
+
+
+@pytest.mark.parametrize(
+    "variable, value",
+    [("WORLD_SIZE", "0"), ("WORLD_SIZE", "99999999999999999999"), ("RANK", "x"),
+     ("LOCAL_RANK", "-2")],
+)  # fmt: skip
+def test_process_variables_are_refused_in_one_line(monkeypatch, variable, value):
+    from bertfamily.train.distributed import init_distributed
+
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(InputError, match=f"environment variable {variable}="):
+        init_distributed("cpu")
+
+
+def test_the_parameter_budget_variable_shares_the_parser(monkeypatch):
+    from bertfamily.config import ConfigError, max_parameters_limit
+
+    monkeypatch.setenv("BERTFAMILY_MAX_PARAMETERS", "1e400")  # was int(float("inf")): OverflowError
+    with pytest.raises(ConfigError, match="BERTFAMILY_MAX_PARAMETERS='1e400'"):
+        max_parameters_limit()
+    monkeypatch.setenv("BERTFAMILY_MAX_PARAMETERS", "2e9")
+    assert max_parameters_limit() == 2 * 10**9
+
+
+@pytest.mark.parametrize(
+    "raw, after",
+    [("4", "4"), ("4,2", "4,2"), ("1000000", "cpus"), ("99999999999999999999", "cpus"),
+     ("abc", None), ("0", None)],
+)  # fmt: skip
+def test_the_command_line_sanitizes_what_libgomp_and_mkl_read(monkeypatch, raw, after):
+    monkeypatch.setattr(runtime, "_WARNED", set())
+    for name in runtime.THREAD_VARIABLES:
+        monkeypatch.setenv(name, raw)
+    runtime.sanitize_thread_environment()
+    after = str(os.cpu_count() or 1) if after == "cpus" else after
+    for name in runtime.THREAD_VARIABLES:
+        assert os.environ.get(name) == after
+
+
+@pytest.mark.parametrize("value", ["1000000", "99999999999999999999", "abc"])
+def test_plain_torch_and_our_command_agree_on_any_mkl_count(value):
+    """libgomp and MKL read the variables when torch loads: plain torch runs with these values
+    (libgomp prints "Invalid value" for the overflowing one); the command line rewrites them
+    before torch loads, so torch sees a sane count and says nothing raw."""
+    import subprocess
+    import sys
+
+    env = dict(os.environ, OMP_NUM_THREADS=value, MKL_NUM_THREADS=value)
+    code = (
+        "from bertfamily.cli import app; import sys; sys.argv=['bertfamily','models','--help'];"
+        "from bertfamily import runtime; runtime.sanitize_thread_environment();"
+        "import torch; print(torch.get_num_threads(), float(torch.ones(3) @ torch.ones(3)))"
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    threads, dot = run.stdout.split()
+    assert 1 <= int(threads) <= (os.cpu_count() or 1) and float(dot) == 3.0
+    assert "libgomp" not in run.stderr and "Traceback" not in run.stderr

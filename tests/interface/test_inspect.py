@@ -393,6 +393,12 @@ def test_longformer_positions_note_names_the_conversion():
     result = CliRunner().invoke(app, ["dataflow", "longformer-base", "--json"])
     assert result.exit_code == 0, result.output
     assert text in json.loads(result.output)["differences"]["notes"]
+    # issue 46: a long input is compared with bert-base at its own longest, not refused
+    result = CliRunner().invoke(app, ["dataflow", "longformer-base", "--seq-len", "1100", "--json"])
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.output)
+    assert out["symbols"]["T"] == 1100
+    assert out["differences"]["notes"][0].startswith("bert-base traced at T=512")
 
 
 # --- objective heads: SBO and the distillation projections --------------------------------------
@@ -457,3 +463,36 @@ def test_head_distill_shows_tinybert_projections():
     result = runner.invoke(app, ["params", "tinybert-4l", "--head", "distill", "--json"])
     assert result.exit_code == 0, result.output
     assert json.loads(result.output)["head_total"] == 480_768
+
+
+def test_models_shows_the_stated_rounded_size_beside_the_exact_count():
+    """Issue 46: the rounded figures of the source documents, beside the exact counts."""
+    result = CliRunner().invoke(app, ["models", "--format", "json"])
+    rows = {r["model"]: r for r in json.loads(result.output)}
+    stated = {m: rows[m]["stated"] for m in rows if rows[m]["stated"]}
+    assert stated == {
+        "bert-base": "110M", "bert-large": "340M", "roberta-base": "125M", "albert-base": "12M",
+        "distilbert-base": "66M", "spanbert-base": "110M", "deberta-base": "140M",
+        "longformer-base": "149M", "tinybert-4l": "14.5M", "bert-tiny": "4.4M",
+    }  # fmt: skip
+    for name, text in stated.items():  # each rounds the exact count (within 5%)
+        exact = rows[name]["parameters"]
+        assert abs(float(text[:-1]) * 1e6 - exact) / exact < 0.05, name
+    folded = CliRunner().invoke(app, ["models"]).output  # not a terminal: one block a model
+    assert "bert-tiny: 4,385,920 parameters (published 4,385,920), stated 4.4M" in folded
+
+
+def test_a_head_output_is_named_from_the_trace_not_by_matching_numbers():
+    """Issue 46: bert-tiny has 2 heads and its NSP head 2 classes; its output was labelled
+    (B, N) by the value 2, and the comparison with bert-base called that structural."""
+    from bertfamily.inspect.trace import trace
+
+    tiny = trace("bert-tiny", heads=["nsp"], batch=3, seq_len=7)
+    steps = {s.key: s for s in tiny.steps}
+    assert tiny.symbols["N"] == 2
+    assert steps["pair_head"].output_symbols == ["(B, 2)"]
+    assert steps["pair_head.classifier"].output_symbols == ["(B, 2)"]
+    assert steps["encoder.layers.*.attention:matmul(B,N,T,T)#0"].output_symbols == ["(B, N, T, T)"]
+    base = trace("bert-base", heads=["nsp"], batch=3, seq_len=7)
+    diff = diff_traces(base, tiny)
+    assert all(not d["structural"] for d in diff.to_dict()["steps"].values())

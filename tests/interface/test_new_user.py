@@ -198,6 +198,13 @@ def test_predict_ner_tags_raw_sentences(cli, tagger_dir, tmp_path):
     # CoNLL: predictions, and metrics only with --labelled
     rows = _jsonl(cli("predict", "--task", "ner", "--model", model, "-i", conll))
     assert "gold" in rows[0] and all("f1" not in r for r in rows)
+    # by content whatever the name: CoNLL as .tsv, raw sentences as .tsv
+    (tmp_path / "conll.tsv").write_bytes(conll.read_bytes())
+    assert _jsonl(cli("predict", "--task", "ner", "--model", model, "-i",
+                      tmp_path / "conll.tsv")) == rows  # fmt: skip
+    (tmp_path / "raw.tsv").write_text(f"{text}\n", encoding="utf-8")
+    (raw,) = _jsonl(cli("predict", "--task", "ner", "--model", model, "-i", tmp_path / "raw.tsv"))
+    assert [e["text"] for e in raw["entities"]] == ["rome"]
     result = cli("predict", "--task", "ner", "--model", model, "-i", conll, "--labelled")
     assert result.exit_code == 0 and '"f1": 1.0' in result.output
 
@@ -236,6 +243,16 @@ def test_predict_qa_and_choice_read_tab_separated_text(cli, tiny_dir, tmp_path):
                       "-i", tmp_path / "c.txt"))  # fmt: skip
     assert [r["line"] for r in rows] == [1, 3]
     assert all(r["label"] in (0, 1) and 0.5 <= r["score"] <= 1 for r in rows)
+    # any name: read by its content (issue 46: a .tsv was taken for SQuAD JSON)
+    for name in ("qa.tsv", "qa.text", "questions"):
+        (tmp_path / name).write_text(f"where is the cat?\t{context}\n", encoding="utf-8")
+        (same,) = _jsonl(cli("predict", "--task", "qa", "--model", tmp_path / "qa",
+                             "-i", tmp_path / name))  # fmt: skip
+        assert same == row
+    (tmp_path / "bad.tsv").write_text("no tab on this line\n", encoding="utf-8")
+    bad = cli("predict", "--task", "qa", "--model", tmp_path / "qa", "-i", tmp_path / "bad.tsv")
+    assert bad.exit_code == 2 and "Traceback" not in bad.output
+    assert "SQuAD JSON" in bad.output and "question TAB context" in bad.output
 
 
 # -- 4. one numbering ---------------------------------------------------------------------------
@@ -337,11 +354,12 @@ def test_time_budget_plans_the_schedule_for_the_steps_that_fit(tmp_path):
         time.sleep(0.15)
         return m(batch).pow(2).mean(), {}
 
-    cfg = TrainConfig(output_dir=tmp_path / "a", max_steps=1000, max_time_s=1.5, learning_rate=1.0,
+    # the budget is the whole run's (issue 46): 1 s of it is kept for loss.png (`PLOT_S`)
+    cfg = TrainConfig(output_dir=tmp_path / "a", max_steps=1000, max_time_s=2.5, learning_rate=1.0,
                       warmup_ratio=0.1, log_every=1, progress=False, device="cpu")  # fmt: skip
     summary = Trainer(model, slow_loss, [torch.ones(1, 2)], cfg).train()
     assert summary["stopped"] == "time"
-    assert 6 <= summary["planned_steps"] <= 14, summary  # ~ 1.5 s / 0.15 s, not 1000
+    assert 6 <= summary["planned_steps"] <= 14, summary  # ~ (2.5 - 1) s / 0.15 s, not 1000
     logged = [json.loads(x) for x in (tmp_path / "a" / "metrics.jsonl").read_text().splitlines()]
     lrs = [r["lr"] for r in logged if r["split"] == "train"]
     assert lrs[:3] == pytest.approx([0.01, 0.02, 0.03])  # warm-up planned for 1000 steps
@@ -351,7 +369,7 @@ def test_time_budget_plans_the_schedule_for_the_steps_that_fit(tmp_path):
     assert lrs[3] > 0.5 and all(a >= b for a, b in zip(lrs[3:], lrs[4:])) and lrs[-1] < 0.35
     assert lrs[4] < lrs[3]
     # a run that stops in warm-up says so
-    cfg = TrainConfig(output_dir=tmp_path / "b", max_steps=1000, max_time_s=0.5, warmup_steps=100,
+    cfg = TrainConfig(output_dir=tmp_path / "b", max_steps=1000, max_time_s=1.5, warmup_steps=100,
                       log_every=1, progress=False, device="cpu")  # fmt: skip
     summary = Trainer(torch.nn.Linear(2, 1), slow_loss, [torch.ones(1, 2)], cfg).train()
     assert summary["stopped"] == "time" and summary["step"] < 10
@@ -366,11 +384,14 @@ def test_finetune_with_a_time_budget_and_a_model_that_learnt_nothing(cli, tiny_d
     proc = run(
         "finetune", "--task", "classify", "--model", tiny_dir, "--train", tmp_path / "train.csv",
         "--eval", tmp_path / "dev.csv", "-o", tmp_path / "run", "--batch-size", 4,
-        "--max-time", 2, "--lr", 1e-9, "--no-progress", "--threads", 1,
+        "--max-time", 4, "--lr", 1e-9, "--no-progress", "--threads", 1,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     summary = json.loads(proc.stdout)
-    assert summary["planned_steps"] < 300  # 3 epochs of 100 steps did not fit in 2 s
+    # 3 epochs of 100 steps did not fit in 4 s in all: planned for fewer, or (on a busy
+    # machine, the budget spent before the speed was measured) stopped by the clock
+    assert summary["steps"] < 300
+    assert summary["planned_steps"] < 300 or summary["stopped"] == "time", summary
     assert any("no better than always predicting the majority class 'pos'" in n
                for n in summary["notes"])  # fmt: skip
     stderr = " ".join(proc.stderr.split())

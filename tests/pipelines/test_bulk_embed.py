@@ -108,7 +108,8 @@ bulk.embed_file(SentenceEmbedder(model), corpus, out, shard_size=int(shard))
 
 
 @pytest.mark.slow
-def test_killed_run_resumes_to_the_uninterrupted_result(models, corpus, tmp_path):
+def test_killed_run_resumes_to_the_uninterrupted_result(models, corpus, tmp_path, monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # the threads of the child processes: same bits
     a, _, emb_a, _ = models
     out = tmp_path / "killed"
     proc = subprocess.run(
@@ -134,7 +135,8 @@ def test_killed_run_resumes_to_the_uninterrupted_result(models, corpus, tmp_path
 
 
 @pytest.mark.slow
-def test_two_processes_equal_one(models, corpus, tmp_path):
+def test_two_processes_equal_one(models, corpus, tmp_path, monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # the threads of the child processes: same bits
     a, _, emb_a, _ = models
     out = tmp_path / "two"
     procs = [

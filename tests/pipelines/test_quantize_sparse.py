@@ -75,6 +75,61 @@ def test_cli_embed_dimensions_precision(cli, minilm, minilm_dir, tmp_path):
     assert got.shape == (len(TEXTS), 8)
 
 
+@pytest.mark.parametrize("precision", ["int8", "uint8", "binary", "ubinary"])
+def test_equal_texts_keep_their_vector_in_every_precision(
+    cli, minilm, minilm_dir, tmp_path, precision
+):
+    """Issue 43: `embed --precision int8` of equal texts gave -128 in every coordinate (the
+    calibration range min = max). An empty range is bucketed over [-A, A] now: each row keeps
+    the float vector's direction."""
+    ours, _ = minilm
+    out = tmp_path / "v.npy"
+    r = cli("embed", "same text", "same text", "same text", "--model", minilm_dir,
+            "--precision", precision, "-o", out)  # fmt: skip
+    assert r.exit_code == 0, r.output
+    got = np.load(out)
+    assert (got == got[0]).all() and len(set(got[0].tolist())) > 2  # not one value
+    floats = ours.encode(["same text"])[0]
+    if precision.endswith("int8"):
+        codes = got[0].astype(np.float64) - (128 if precision == "uint8" else 0)
+        assert codes @ floats / np.linalg.norm(codes) / np.linalg.norm(floats) > 0.999
+        assert np.array_equal(np.sign(codes[np.abs(floats) > 0.02]),
+                              np.sign(floats[np.abs(floats) > 0.02]))  # fmt: skip
+    else:
+        np.testing.assert_array_equal(got[0], quantize_embeddings(floats[None], precision)[0])
+
+
+def test_an_empty_range_is_widened_other_dimensions_match_sentence_transformers():
+    from sentence_transformers.quantization import quantize_embeddings as st_quantize
+
+    rng = np.random.default_rng(0)
+    vectors = rng.normal(size=(6, 8)).astype(np.float32)
+    vectors[:, 3] = 0.25  # one dimension constant over the calibration
+    got = quantize_embeddings(vectors, "int8")
+    with np.errstate(divide="ignore", invalid="ignore"):
+        want = st_quantize(vectors, precision="int8")
+    keep = [d for d in range(8) if d != 3]
+    np.testing.assert_array_equal(got[:, keep], want[:, keep])
+    a = np.abs(vectors).max()
+    assert (got[:, 3] == int(np.floor((0.25 + a) / (2 * a / 255))) - 128).all()
+
+
+@pytest.mark.parametrize(
+    "vectors, ranges, words",
+    [
+        ([[np.nan, 1.0], [0.0, 1.0]], None, "NaN or infinity .first: row 0"),
+        ([[1.0, 2.0], [0.0, np.inf]], None, "NaN or infinity .first: row 1"),
+        ([[1.0, 2.0], [0.0, 1.0]], [[0, 0, 0], [1, 1, 1]], r"shape \(2, 2\)"),
+        ([[1.0, 2.0], [0.0, 1.0]], [[0, 2], [1, 1]], "minimum <= its maximum"),
+        ([[1.0, 2.0], [0.0, 1.0]], [[0, np.nan], [1, 1]], "finite"),
+    ],
+)
+def test_quantize_refuses_non_finite_input_and_bad_ranges(vectors, ranges, words):
+    for precision in ("int8", "ubinary") if ranges is None else ("int8",):
+        with pytest.raises(InputError, match=words):
+            quantize_embeddings(np.array(vectors), precision, ranges=ranges)
+
+
 @pytest.fixture(scope="module")
 def splade_dirs(tmp_path_factory, minilm_dir):
     root = tmp_path_factory.mktemp("splade")

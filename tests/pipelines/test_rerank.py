@@ -68,6 +68,16 @@ def test_rank_equals_cross_encoder(dirs, name):
     assert scores == sorted(scores, reverse=True) and len(set(scores)) == 3
     everything = Reranker(dirs[name]).rank(QUERY, DOCS)
     assert sorted(d.corpus_id for d in everything) == list(range(len(DOCS)))
+    # sentence-transformers' dicts: the same keys (no "text" unless asked), indexable
+    bare = st.CrossEncoder(str(dirs[name])).rank(QUERY, DOCS)
+    assert (
+        [set(d) for d in everything]
+        == [set(d) for d in bare]
+        == [{"corpus_id", "score"}] * len(DOCS)
+    )
+    assert [d["corpus_id"] for d in everything] == [d["corpus_id"] for d in bare]
+    assert ours[0] == {"corpus_id": ours[0].corpus_id, "score": ours[0].score, "text": ours[0].text}
+    assert everything[0].text is None and isinstance(ours[0], dict)
 
 
 def test_left_truncation_equals_transformers(dirs):
@@ -102,13 +112,22 @@ def test_errors(dirs, minilm_dir):
 
 def test_cli_rerank(cli, dirs, tmp_path):
     docs = tmp_path / "docs.txt"
-    docs.write_text("\n".join(DOCS[:3]) + "\n")
+    # a blank line counts (line numbers as an editor shows them) and is never ranked
+    docs.write_text(DOCS[0] + "\n\n" + "\n".join(DOCS[1:3]) + "\n")
     result = cli("rerank", QUERY, "--input", docs, "--model", dirs["st6"], "--format", "jsonl")
     assert result.exit_code == 0, result.output
     rows = [json.loads(line) for line in result.stdout.splitlines()]
     want = Reranker(dirs["st6"]).rank(QUERY, DOCS[:3], return_documents=True)
-    assert [r["index"] for r in rows] == [d.corpus_id for d in want]
+    assert [r["line"] for r in rows] == [[1, 3, 4][d.corpus_id] for d in want]
+    assert {r["line"] for r in rows} == {1, 3, 4} and "index" not in rows[0]
     assert [r["rank"] for r in rows] == [1, 2, 3]
+    # nothing requested: the default says so (issue 46: it said "fp32 (requested)")
+    assert "dtype: fp32 (auto" in result.stderr and "requested" not in result.stderr
+    # DOCUMENT arguments come first, numbered from 1; the file's lines follow them
+    both = cli("rerank", QUERY, DOCS[3], "--input", docs, "--model", dirs["st6"], "--format",
+               "jsonl")  # fmt: skip
+    lines = {json.loads(x)["text"]: json.loads(x)["line"] for x in both.stdout.splitlines()}
+    assert lines == {DOCS[3]: 1, DOCS[0]: 2, DOCS[1]: 4, DOCS[2]: 5}
     np.testing.assert_allclose([r["score"] for r in rows], [d.score for d in want], atol=1e-6)
     table = cli("rerank", QUERY, *DOCS[:2], "--model", dirs["classic"], "-k", "1")
     assert table.exit_code == 0 and "rank" in table.stdout

@@ -403,3 +403,70 @@ def test_newer_trunks_equal_sentence_transformers(family, tmp_path):
     for name in TRUNKS[family][3]:  # every prompt of the directory
         prompted = _assert_same(d, prompt_name=name)
         assert np.abs(prompted - plain).max() > 1e-3
+
+
+def test_sentence_transformers_encode_keywords(tiny_hf, tmp_path):
+    """encode takes sentence-transformers' keywords and returns its shapes (issue 44)."""
+    d = _save(tiny_hf, tmp_path / "m", include_prompt=False, normalize=True)
+    ref, ours = st.SentenceTransformer(str(d), device="cpu"), SentenceEmbedder(d, dtype="fp32")
+    for kw in (
+        dict(truncate_dim=8),  # cut, not renormalised (the Normalize module ran before)
+        dict(truncate_dim=8, normalize_embeddings=True),
+        dict(normalize_embeddings=True, prompt_name="query"),
+        dict(precision="ubinary", truncate_dim=16),
+    ):
+        want = ref.encode(TEXTS, batch_size=3, **kw)
+        got = ours.encode(TEXTS, batch_size=2, show_progress_bar=False, **kw)
+        assert got.shape == want.shape and got.dtype == want.dtype, kw
+        np.testing.assert_allclose(got, want, atol=1e-5, rtol=0, err_msg=str(kw))
+    cut = ours.encode(TEXTS, truncate_dim=8)
+    assert np.linalg.norm(cut, axis=1).max() < 0.999  # really not renormalised
+    tensor = ours.encode(TEXTS, convert_to_tensor=True)
+    assert isinstance(tensor, torch.Tensor) and tensor.shape == (len(TEXTS), H)
+    torch.testing.assert_close(tensor, ref.encode(TEXTS, convert_to_tensor=True), atol=1e-5, rtol=0)
+    rows = ours.encode(TEXTS, convert_to_numpy=False)
+    assert isinstance(rows, list) and len(rows) == len(TEXTS) and rows[0].shape == (H,)
+    one = ours.encode("the cat sat.", convert_to_tensor=True)
+    assert one.shape == (H,)
+    tokens = ours.encode(TEXTS[:3], output_value="token_embeddings", prompt_name="query")
+    theirs = ref.encode(TEXTS[:3], output_value="token_embeddings", prompt_name="query")
+    assert [t.shape for t in tokens] == [t.shape for t in theirs]
+    for a, b in zip(tokens, theirs):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=0)
+
+
+def test_encode_query_and_document_use_the_prompts(tiny_hf, tmp_path):
+    d = _save(tiny_hf, tmp_path / "m", include_prompt=False)
+    ref, ours = st.SentenceTransformer(str(d), device="cpu"), SentenceEmbedder(d, dtype="fp32")
+    q, p = ours.encode_query(TEXTS), ours.encode_document(TEXTS)
+    np.testing.assert_allclose(q, ref.encode_query(TEXTS), atol=1e-5, rtol=0)
+    np.testing.assert_allclose(p, ref.encode_document(TEXTS), atol=1e-5, rtol=0)
+    np.testing.assert_allclose(q, ours.encode(TEXTS, prompt="query: "), atol=0, rtol=0)
+    assert ours.prompts["document"] == ""  # sentence-transformers saves empty query/document
+    np.testing.assert_allclose(p, ours.encode(TEXTS, prompt=""), atol=0, rtol=0)
+    assert np.abs(q - p).max() > 1e-3
+    del ours.prompts["document"], ref.prompts["document"]  # then "passage" is next
+    p = ours.encode_document(TEXTS)
+    np.testing.assert_allclose(p, ref.encode_document(TEXTS), atol=1e-5, rtol=0)
+    np.testing.assert_allclose(p, ours.encode(TEXTS, prompt="passage: "), atol=0, rtol=0)
+    # an explicit prompt wins over the query prompt
+    np.testing.assert_allclose(ours.encode_query(TEXTS, prompt=""), ours.encode(TEXTS), atol=0)
+
+
+@pytest.mark.parametrize(
+    "kw,message",
+    [
+        (dict(device="cuda"), "'device'.*chosen when the model is loaded"),
+        (dict(normalise=True), "'normalise'.*not a keyword"),
+        (dict(normalize=False, normalize_embeddings=True), "contradicts"),
+        (dict(dimensions=8, truncate_dim=8), "not both"),
+        (dict(output_value=None), "output_value must be"),
+        (dict(truncate_dim=H + 1), "more than"),
+    ],
+)
+def test_encode_refuses_unknown_keywords(tiny_hf, tmp_path, kw, message):
+    from bertfamily.errors import InputError
+
+    ours = SentenceEmbedder(_save(tiny_hf, tmp_path / "m"), dtype="fp32")
+    with pytest.raises(InputError, match=message):
+        ours.encode(TEXTS, **kw)

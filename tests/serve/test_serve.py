@@ -53,10 +53,14 @@ class Server:
         self.proc = subprocess.Popen(
             cmd, env=environ, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
         )
+        self.lines: list[str] = []  # its output, drained (the access log must never block it)
+        self._drain = threading.Thread(target=self._read, daemon=True)
+        self._drain.start()
         deadline = time.monotonic() + 120
         while True:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"server exited: {self.proc.stdout.read()}")
+                self._drain.join(5)
+                raise RuntimeError(f"server exited: {''.join(self.lines)}")
             try:
                 if httpx.get(self.url + "/health", timeout=1).status_code == 200:
                     break
@@ -66,6 +70,10 @@ class Server:
                 self.stop()
                 raise RuntimeError("server did not become healthy in 120 s")
             time.sleep(0.2)
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            self.lines.append(line)
 
     def stop(self) -> int:
         if self.proc.poll() is None:
@@ -247,7 +255,8 @@ def test_truncate_and_openai_error_shape(minilm_server, embedder):
     np.testing.assert_allclose(r.json(), embedder.encode([long]), atol=1e-6, rtol=0)
     r = httpx.post(minilm_server.url + "/v1/embeddings", json={"input": [long]}, headers=AUTH)
     assert r.status_code == 413
-    assert r.json()["code"] == 413 and "302 tokens" in r.json()["message"]
+    error = r.json()["error"]  # OpenAI's error object
+    assert error["type"] == "invalid_request_error" and "302 tokens" in error["message"]
     r = httpx.post(minilm_server.url + "/predict", json={"inputs": "x"}, headers=AUTH)
     assert r.status_code == 400 and "/embed" in r.json()["error"]
 

@@ -72,7 +72,11 @@ def test_admission_of_dimensions_predict_speed_and_ids():
     assert "self-distilled" in status_of(admission.check_speed, 0.5, False)[1]
     assert "[0, 1]" in status_of(admission.check_speed, 1.5, True)[1]
     assert admission.check_ids([1, 2], 10) == [[1, 2]]
-    assert status_of(admission.check_ids, [[1, 10]], 10) == (422, "ids must be in [0, 10)")
+    assert status_of(admission.check_ids, [[1, 10]], 10) == (
+        422,
+        "input 0: token id 10 at position 1 is outside this model's vocabulary, ids must be "
+        "in [0, 10)",
+    )
 
 
 @pytest.fixture(scope="module")
@@ -117,13 +121,16 @@ def test_dimensions_wider_than_the_model_are_refused_before_it_runs(tiny):
         model.tokenize = must_not_run
         r = client.post("/v1/embeddings", json={"input": ["a", "b"], "dimensions": 33})
         assert r.status_code == 422
-        assert r.json() == {
-            "message": "dimensions=33 is more than the model's 32",
-            "code": 422,
-            "type": "Validation",
+        assert r.json() == {  # OpenAI's error object on OpenAI's wire
+            "error": {
+                "message": "dimensions=33 is more than the model's 32",
+                "type": "invalid_request_error",
+                "param": None,
+                "code": "validation",
+            }
         }
         r = client.post("/v1/embeddings", json={"input": "a", "dimensions": 0})
-        assert r.status_code == 422 and r.json()["code"] == 422
+        assert r.status_code == 422 and r.json()["error"]["type"] == "invalid_request_error"
         r = client.post("/embed", json={"inputs": "a", "dimensions": 1000})
         assert r.status_code == 422 and "more than the model's 32" in r.json()["error"]
     assert calls == []

@@ -40,15 +40,23 @@ def test_two_replicas_behind_one_port_answer_like_encode(tiny):
                 return i % len(TEXTS), r.headers["X-Replica"], r.json()[0]
 
         replicas: set[str] = set()
+        sent = 0
         for _ in range(10):  # the kernel spreads connections; both replicas answer soon
             with ThreadPoolExecutor(8) as pool:
                 answers = list(pool.map(call, range(48)))
+            sent += 48
             for i, replica, vector in answers:
                 np.testing.assert_allclose(vector, want[i], atol=1e-5)
                 replicas.add(replica)
             if len(replicas) == 2:
                 break
         assert len(replicas) == 2, f"one replica answered everything: {replicas}"
+        # /metrics adds up every replica's series (prometheus_client's multiprocess mode),
+        # whichever replica answers the scrape
+        for _ in range(4):
+            text = httpx.get(server.url + "/metrics").text
+            counts = [line for line in text.splitlines() if line.startswith("te_request_count{")]
+            assert sum(float(line.split()[-1]) for line in counts) == sent, counts
     finally:
         assert server.stop() == 0
 

@@ -149,3 +149,43 @@ def test_training_options_carry_trainconfig_names(cli):
         text = cli(command, "--help").output
         for option in ("--learning-rate", "--grad-accum-steps", "--warmup-ratio", "--max-time-s"):
             assert option in text, (command, option)
+
+
+def test_finetune_shows_every_phase_when_stderr_is_not_a_terminal(cli, tiny_dir, tmp_path,
+                                                                 monkeypatch):  # fmt: skip
+    """Issue 46: finetune was silent for minutes before its first metrics line and while it
+    evaluated and saved. In a pipe each phase says so, and a line comes every
+    `notices.PROGRESS_EVERY_S` seconds while one runs (0 here: every step)."""
+    from bertfamily import notices
+
+    monkeypatch.setattr(notices, "PROGRESS_EVERY_S", 0.0)
+    rows = ["text,label"] + [f"{'good' if i % 2 else 'bad'} movie {i},{i % 2}" for i in range(40)]
+    (tmp_path / "train.csv").write_text("\n".join(rows) + "\n")
+    result = cli(
+        "finetune", "--task", "classify", "--model", tiny_dir, "--train", tmp_path / "train.csv",
+        "--eval", tmp_path / "train.csv", "-o", tmp_path / "run", "--batch-size", 8,
+        "--max-steps", 4, "--eval-every", 2, "--threads", 1,
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    text = result.output
+    for phase in ("reading and tokenizing train.csv…", f"loading {tiny_dir.name}…",
+                  "evaluating at step 2…", "evaluating at step 4…",
+                  "saving the checkpoint and the model to"):  # fmt: skip
+        assert phase in text, phase
+    assert "training: step 1/4 (25%), loss " in text and "training: step 4/4 (100%)" in text
+    assert text.index("reading and tokenizing") < text.index("training: step 1/4")
+
+
+def test_a_wait_says_it_is_alive_every_few_seconds_in_a_pipe(monkeypatch, capsys):
+    import time
+
+    from bertfamily import notices
+
+    monkeypatch.setattr(notices, "PROGRESS_EVERY_S", 0.05)
+    monkeypatch.setattr(notices, "_display", True)
+    with notices.waiting("crunching"):
+        time.sleep(0.3)
+    err = capsys.readouterr().err
+    assert err.startswith("crunching…\n") and err.rstrip().endswith("s")
+    assert 3 <= err.count("crunching… still running") <= 7
+    assert "crunching: done in 0.3 s" in err

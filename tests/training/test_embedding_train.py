@@ -59,15 +59,42 @@ def files(tmp_path_factory) -> dict[str, Path]:
 
 
 def _run(args: list[str]) -> str:
+    """The command's stdout (its progress lines go to stderr)."""
     res = CliRunner().invoke(app, args, catch_exceptions=False)
     assert res.exit_code == 0, res.output
-    return res.output
+    return res.stdout
 
 
 def _assert_same_vectors(directory: Path) -> None:
     ours = SentenceEmbedder(directory, dtype="fp32").encode(TEXTS)
     theirs = st.SentenceTransformer(str(directory), device="cpu").encode(TEXTS)
     np.testing.assert_allclose(ours, theirs, atol=1e-5, rtol=0)
+
+
+CARD_SECTIONS = [
+    "## Usage",
+    "## Training Details",
+    "### Training Hyperparameters",
+    "### Framework Versions",
+    "- **Base model:** tiny",
+    "- **Maximum sequence length:**",
+    "| learning_rate |",
+    "- torch: ",
+    "- transformers: ",
+    "- bertfamily: ",
+]
+
+
+def _assert_card_and_one_copy(directory: Path, sections: list[str]) -> None:
+    """The model card has sentence-transformers' sections and no path of this machine; the
+    weights are stored once (issue 44)."""
+    card = (directory / "README.md").read_text()
+    for section in CARD_SECTIONS + sections:
+        assert section in card, (section, card)
+    for root in {str(directory.parents[2]), str(Path.home()), "/tmp/", "/root/"}:
+        assert root not in card, root
+    weights = [p.name for p in directory.rglob("*") if p.suffix in (".pt", ".bin", ".safetensors")]
+    assert weights == ["model.safetensors"], weights
 
 
 def test_cli_trains_a_sentence_transformers_directory_and_keeps_the_best(tiny, files, tmp_path):
@@ -86,6 +113,7 @@ def test_cli_trains_a_sentence_transformers_directory_and_keeps_the_best(tiny, f
         _assert_same_vectors(d)
         assert json.loads((d / "sentence_bert_config.json").read_text())["max_seq_length"] == 32
         assert "mnrl" in (d / "README.md").read_text()
+        _assert_card_and_one_copy(d, ["## Model Details", "### Full Model Architecture"])
     evals = [
         json.loads(line)
         for line in (out / "metrics.jsonl").read_text().splitlines()
@@ -174,6 +202,9 @@ def test_rerank_trains_a_directory_cross_encoder_loads(tiny, files, tmp_path):
         ]
     )  # fmt: skip
     pairs = [("the cat sat", "a cat sat"), ("red car", "big small tree"), ("a", "")]
+    for sub in ("model", "best"):
+        _assert_card_and_one_copy(out / sub, ["CrossEncoder(", "pipeline_tag: text-ranking"])
+    assert "| spearman |" in (out / "best" / "README.md").read_text()
     ours = Reranker(out / "best").predict(pairs)
     from sentence_transformers import CrossEncoder
 

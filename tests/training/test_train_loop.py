@@ -221,3 +221,64 @@ def test_two_process_ddp_equals_one_process(tmp_path):
         ddp["encoder.embeddings.token.weight"],
         tiny_model(0.0).state_dict()["encoder.embeddings.token.weight"],
     )
+
+
+# --- issue 46: --max-time is the whole run's budget; a run that makes the model worse --------
+def _slow_eval_trainer(tmp_path, max_time_s, eval_s=0.4, step_s=0.03, **kw):
+    import time
+
+    from bertfamily.train import TrainConfig, Trainer
+
+    model = torch.nn.Linear(2, 1)
+
+    def loss_fn(m, batch):
+        time.sleep(step_s)
+        return m(batch).pow(2).mean(), {}
+
+    def eval_fn(m):
+        time.sleep(eval_s)
+        return {"loss": float(m(torch.ones(1, 2)).pow(2).mean())}
+
+    cfg = TrainConfig(output_dir=tmp_path, max_steps=10_000, max_time_s=max_time_s,
+                      learning_rate=1e-3, log_every=0, progress=False, device="cpu",
+                      metric_for_best="loss", eval_at_start=True, **kw)  # fmt: skip
+    return Trainer(model, loss_fn, [torch.ones(1, 2)], cfg, eval_fn), model
+
+
+def test_max_time_is_the_whole_runs_budget_with_the_final_evaluation_planned_in(tmp_path):
+    import time
+
+    trainer, _ = _slow_eval_trainer(tmp_path, max_time_s=2.0)
+    began = time.monotonic()
+    summary = trainer.train()
+    took = time.monotonic() - began
+    assert summary["stopped"] == "time" and summary["step"] > 5
+    # the loop left room for the last evaluation (0.4 s) and saving: the whole call fits
+    assert took <= 2.0 + 0.3, took  # before issue 46: ~3.9 s (the loop alone used 2 s)
+    assert trainer.reserve_s() == pytest.approx(0.4 + 1.0, abs=0.15)  # evaluation, loss.png
+
+
+def test_a_run_that_makes_the_model_worse_keeps_the_start_as_best(tmp_path, caplog):
+    from bertfamily.train import TrainConfig, Trainer
+
+    model = torch.nn.Linear(2, 1, bias=False)
+    with torch.no_grad():
+        model.weight.zero_()  # the best possible model for the eval below: output 0
+    start = model.weight.detach().clone()
+
+    def loss_fn(m, batch):  # trains the output towards 5: worse for the eval
+        return (m(batch) - 5).pow(2).mean(), {}
+
+    def eval_fn(m):
+        return {"loss": float(m(torch.ones(1, 2)).pow(2).mean())}
+
+    cfg = TrainConfig(output_dir=tmp_path, max_steps=6, eval_every=3, learning_rate=0.1,
+                      log_every=0, progress=False, device="cpu", metric_for_best="loss",
+                      load_best_at_end=True, eval_at_start=True)  # fmt: skip
+    with caplog.at_level("WARNING", logger="bertfamily.train.loop"):
+        summary = Trainer(model, loss_fn, [torch.ones(1, 2)], cfg, eval_fn).train()
+    assert summary["best_step"] == 0 and summary["best_metric"] == 0.0
+    assert "evaluates worse than the starting model" in caplog.text
+    torch.testing.assert_close(model.weight.detach(), start)  # the start, loaded at the end
+    evals = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in evals if r["split"] == "eval"] == [0, 3, 6]

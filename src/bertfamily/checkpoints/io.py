@@ -24,16 +24,18 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 
-from ..config import ConfigError, EncoderConfig
+from ..config import ConfigError, EncoderConfig, as_config
 from ..errors import ModelDirectoryError
 from ..files import (
     MAX_JSON_BYTES,
     atomic_directory,
     atomic_write,
+    parse_json,
     read_json,
     recover_directory,
     remove_inside,
 )
+from ..modules.stored import INTEGER_BUFFERS, check_stored_tensors  # noqa: F401 (its old home)
 from .convert import CheckpointError, LoadReport, ours_to_hf
 from .keymaps import FAMILIES, HF_ACTIVATIONS, OUR_ACTIVATIONS_TO_HF, FamilyMap
 
@@ -322,13 +324,14 @@ def task_of(fmap: FamilyMap, hf_config: dict[str, Any]) -> str | None:
 
 
 def config_to_hf(config: EncoderConfig, architecture: str) -> dict[str, Any]:
-    """A Hugging Face config.json dict for our config.
+    """A Hugging Face config.json dict for our config (an `EncoderConfig` or a preset name).
 
     Raises:
         CheckpointError: the config differs from a value every checkpoint of its family has
             (``FamilyMap.config_fixed``, e.g. a DistilBERT with a pooler or an ELECTRA whose
             classifier uses tanh): transformers would run the saved model differently.
     """
+    config = as_config(config)
     fmap = FAMILIES[config.model_type]
     differ = {
         name: (getattr(config, name), value)
@@ -431,12 +434,7 @@ def check_safetensors(file: Path) -> dict[str, Any]:
             raw = f.read(n)
     except OSError as e:
         raise ModelDirectoryError(f"{file} cannot be read: {e}") from e
-    try:
-        header = json.loads(raw.decode("utf-8"))
-    except (ValueError, RecursionError) as e:
-        raise bad(f"header is not JSON ({e})") from e
-    if not isinstance(header, dict):
-        raise bad(f"header is {type(header).__name__}, not an object")
+    header = parse_json(raw, source="its header", what="an object of tensors", error=bad)
     entries = {k: v for k, v in header.items() if k != "__metadata__"}
     meta = header.get("__metadata__")
     if meta is not None and not (
@@ -483,70 +481,6 @@ def check_safetensors(file: Path) -> dict[str, Any]:
             f"({'truncated' if end > data_size else 'trailing bytes'}?)"
         )
     return entries
-
-
-# integer buffers some checkpoints store (transformers' position/segment id buffers): kept as
-# they are (the key tables drop them); every other tensor must be floating point
-INTEGER_BUFFERS = ("position_ids", "token_type_ids")
-_WIDENED = (torch.float16, torch.bfloat16)  # converted to float32 exactly
-
-
-def check_stored_tensors(state: dict[str, torch.Tensor], file: Path) -> dict[str, torch.Tensor]:
-    """Check every tensor of a weight file before it is used, and return the state with
-    float16/bfloat16 tensors converted to float32 (exact; reported with a warning) and
-    float64 tensors too where the conversion is exact.
-
-    One pass over each tensor (``torch.isfinite``), about a millisecond per million weights.
-
-    Raises:
-        ModelDirectoryError: naming the file and the tensor: a dtype the family does not store
-            (integer, bool, uint8, float8, complex; an integer is allowed only for the
-            ``position_ids``/``token_type_ids`` buffers), float64 values float32 cannot hold
-            exactly, or NaN/±inf values (with their count and the first position).
-    """
-    out: dict[str, torch.Tensor] = {}
-    widened: dict[str, int] = {}
-    for name, tensor in state.items():
-        dtype = tensor.dtype
-        if not dtype.is_floating_point or dtype.itemsize == 1:  # ints, bool, uint8, float8
-            if name.rsplit(".", 1)[-1] in INTEGER_BUFFERS and not dtype.is_floating_point:
-                out[name] = tensor
-                continue
-            raise ModelDirectoryError(
-                f"{file}: tensor {name!r} is stored as {str(dtype).replace('torch.', '')}; "
-                "the BERT family stores weights as float32, float16 or bfloat16 (refused, "
-                "not cast)"
-            )
-        if dtype in _WIDENED:
-            kind = str(dtype).replace("torch.", "")
-            widened[kind] = widened.get(kind, 0) + 1
-            tensor = tensor.float()
-        elif dtype == torch.float64:
-            narrow = tensor.float()
-            if not torch.equal(narrow.double(), tensor) and bool(torch.isfinite(tensor).all()):
-                raise ModelDirectoryError(
-                    f"{file}: tensor {name!r} is stored as float64 with values float32 cannot "
-                    "hold exactly; convert the checkpoint to float32 first"
-                )
-            tensor = narrow
-        finite = torch.isfinite(tensor)
-        if not bool(finite.all()):
-            bad = (~finite).nonzero()
-            first = tuple(int(i) for i in bad[0])
-            value = float(tensor[first]) if first else float(tensor)
-            raise ModelDirectoryError(
-                f"{file}: tensor {name!r} {tuple(tensor.shape)} holds {len(bad):,} non-finite "
-                f"values (first: {value} at {list(first)}); the checkpoint is corrupt or "
-                "diverged, it is not loaded"
-            )
-        out[name] = tensor
-    if widened:
-        log.warning(
-            "%s: converted %s tensors to float32 (exact)",
-            file,
-            ", ".join(f"{n} {kind}" for kind, n in sorted(widened.items())),
-        )
-    return out
 
 
 def read_safetensors(file: Path) -> dict[str, torch.Tensor]:

@@ -14,7 +14,7 @@ import logging
 
 import typer
 
-from .. import notices
+from .. import notices, runtime
 from . import (
     common,
     convert,
@@ -44,10 +44,26 @@ app = typer.Typer(
 )
 
 
+def _print_version(value: bool) -> None:
+    """``--version``: print ``bertfamily X.Y.Z`` and exit (before any command runs)."""
+    if value:
+        from .. import __version__
+
+        typer.echo(f"bertfamily {__version__}")
+        raise typer.Exit()
+
+
 @app.callback()
 def _main(
     verbose: bool = typer.Option(
         False, "--verbose", "-v", help="Log at INFO level; show the traceback of every error."
+    ),
+    version: bool = typer.Option(
+        False,
+        "--version",
+        is_eager=True,
+        callback=_print_version,
+        help="Print the version (bertfamily X.Y.Z) and exit.",
     ),
 ):
     common.VERBOSE = verbose
@@ -56,6 +72,8 @@ def _main(
         level=logging.INFO if verbose else logging.WARNING,
         format="%(levelname)s %(name)s: %(message)s",
     )
+    # before any command imports torch: libgomp and MKL read these once, when torch loads
+    runtime.sanitize_thread_environment()
 
 
 for _area in (

@@ -189,12 +189,19 @@ RUNTIME_HELP = (
 )
 
 
-def check_runtime(runtime: str, quantize: str | None = None, device: str = "cpu") -> None:
+def check_runtime(
+    runtime: str, quantize: str | None = None, device: str = "cpu", *, packages: bool = True
+) -> None:
     """Refuse an unknown ``--runtime``, OpenVINO off the CPU, and an unknown ``--quantize``
-    with it, before anything loads (OpenVINO takes ``--quantize int8``: NNCF's int8).
+    with it, before anything loads (OpenVINO takes ``--quantize int8``: NNCF's int8); with
+    ``packages``, check that the runtime's packages are installed (`require_extras`). A
+    command whose other options may still contradict ``--runtime`` (SPLADE models, Ray)
+    passes ``packages=False`` and leaves the package check to `load_embedder`, so the
+    contradiction is what the user reads, not a package to install for nothing.
 
     Raises:
         InputError: as above.
+        MissingDependency: openvino (or nncf for int8) is not installed.
     """
     if runtime not in RUNTIMES:
         raise InputError(f"--runtime must be torch or openvino, got {runtime!r}")
@@ -202,6 +209,41 @@ def check_runtime(runtime: str, quantize: str | None = None, device: str = "cpu"
         raise InputError(f"--runtime {runtime} runs on the CPU")
     if runtime != "torch" and quantize not in (None, "int8"):
         raise InputError(f"--runtime {runtime} takes --quantize int8 or none, got {quantize!r}")
+    if runtime == "openvino" and packages:
+        require_extras("openvino", *(("nncf",) if quantize == "int8" else ()))
+
+
+# What each optional feature of the commands imports: need -> (module, extra, feature).
+EXTRA_NEEDS = {
+    "faiss": ("faiss", "index", "the vector index (FAISS: index build/add, search --index)"),
+    "parquet": ("pyarrow", "parquet", "Parquet tables"),
+    "ray": ("ray", "ray", "bertfamily embed --engine ray"),
+    "openvino": ("openvino", "openvino", "--runtime openvino"),
+    "nncf": ("nncf", "openvino", "OpenVINO int8 (--runtime openvino --quantize int8)"),
+    "onnx": ("onnx", "onnx", "ONNX export"),
+    "onnxruntime": ("onnxruntime", "onnx", "ONNX Runtime"),
+    "plots": ("matplotlib", "plots", "plots (PNG)"),
+    "phrases": ("textblob", "phrases", "English phrase masking"),
+    "jieba": ("jieba", "chinese", "Chinese word segmentation (jieba)"),
+}
+
+
+def require_extras(*needs: str, tables: tuple = ()) -> None:
+    """The one check of optional packages at a command's start, before any model loads or
+    any text is read: each of ``needs`` (keys of `EXTRA_NEEDS`), and pyarrow for each of
+    ``tables`` (input or output paths; None skipped) that is Parquet (`table_kind`).
+    Nothing is imported (`runtime.require_extra`), so the check costs milliseconds.
+
+    Raises:
+        MissingDependency: the first package missing, with its ``pip install`` command.
+    """
+    from ..data.table_io import table_kind
+    from ..runtime import require_extra
+
+    if any(t is not None and table_kind(t) == "parquet" for t in tables):
+        needs = (*needs, "parquet")
+    for need in needs:
+        require_extra(*EXTRA_NEEDS[need])
 
 
 def load_embedder(
@@ -279,10 +321,9 @@ def training_threads(requested: int = 0) -> Iterator[str]:
     if "TOKENIZERS_PARALLELISM" not in os.environ:
         os.environ["TOKENIZERS_PARALLELISM"] = "false"
         tokenizers = "; TOKENIZERS_PARALLELISM=false"
-    try:
-        procs = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
-    except ValueError:
-        procs = 1
+    from ..runtime import MAX_PROCESSES, env_int
+
+    procs = env_int("LOCAL_WORLD_SIZE", 1, minimum=1, maximum=MAX_PROCESSES)
     try:
         with governor_scope():  # the governor apply_threads starts ends with the block
             line = apply_threads(requested, procs) + tokenizers

@@ -19,7 +19,12 @@ commands.add_typer(convert, name="convert")
 @handle_errors
 def export(
     model: str = typer.Argument(..., help="Model: directory, resource name or cached org/name."),
-    output: Path = typer.Argument(..., help="Output file (.onnx)."),
+    output: Path = typer.Argument(
+        ...,
+        help="Output directory: model.onnx beside the model's config and tokenizer files, "
+        "which optimum and sentence-transformers' ONNX backend load. A path ending in .onnx "
+        "writes the bare graph only.",
+    ),
     format: str = typer.Option("onnx", "--format", help="Export format (onnx)."),
     opset: int = typer.Option(17, help="ONNX opset version."),
     quantize: str | None = typer.Option(
@@ -30,15 +35,24 @@ def export(
         "and top-10 overlap >= 0.95 to fp32 on the calibration sentences.",
     ),
 ):
-    """Export a model to ONNX with dynamic batch and sequence axes."""
-    from ..convert.onnx import export_onnx, output_names
+    """Export a model to ONNX with dynamic batch and sequence axes: a directory that optimum
+    and sentence-transformers' ONNX backend load (config, tokenizer, model.onnx), or with an
+    OUTPUT ending in .onnx the bare graph."""
+    from ..convert.onnx import ONNX_FILE, export_onnx, export_onnx_directory, output_names
     from ..pretrained import from_pretrained
-    from .common import model_path
+    from .common import model_path, require_extras
 
     if format != "onnx":
         raise InputError(f"unsupported format {format!r}; supported: onnx")
-    if output.suffix.lower() != ".onnx":
-        raise InputError(f"the output of an ONNX export must end in .onnx, got {output}")
+    one_file = output.suffix.lower() == ".onnx"
+    if not one_file and output.suffix and not output.is_dir():
+        raise InputError(
+            f"OUTPUT {output}: give a directory (no suffix, or an existing directory) or a "
+            "file ending in .onnx"
+        )
+    if quantize is not None and not one_file:
+        raise InputError("--quantize int8 writes one .onnx file; give an OUTPUT ending in .onnx")
+    require_extras("onnx", *(("onnxruntime",) if quantize is not None else ()))
     if quantize is not None:
         check_quantize(quantize, "fp32")
         _export_int8(model_path(model), output, opset)
@@ -46,8 +60,21 @@ def export(
     directory = model_path(model)
     with waiting(f"exporting {directory.name} to ONNX (tracing the model, opset {opset})"):
         m = from_pretrained(directory)
-        export_onnx(m, output, opset=opset)
-    err.print(f"wrote {output} (outputs: {', '.join(output_names(m))})")
+        if one_file:
+            export_onnx(m, output, opset=opset)
+        else:
+            export_onnx_directory(directory, output, opset=opset, model=m)
+    names = ", ".join(output_names(m))
+    if not one_file:
+        err.print(f"wrote {output}/{ONNX_FILE} (outputs: {names}) with the model's config and "
+                  "tokenizer files")  # fmt: skip
+        return
+    err.print(f"wrote {output} (outputs: {names})")
+    err.print(
+        "[yellow]note:[/] a bare .onnx file has no config or tokenizer: optimum and "
+        "sentence-transformers' ONNX backend cannot load it. Give an OUTPUT directory (no "
+        ".onnx suffix) for one they load."
+    )
 
 
 def _export_int8(model_dir: Path, output: Path, opset: int) -> None:

@@ -29,6 +29,7 @@ from .common import (
     handle_errors,
     load_embedder,
     model_path,
+    require_extras,
     shorten,
     torch_device,
     torch_dtype,
@@ -99,8 +100,9 @@ INPUT_OPTION = typer.Option(
     "--input",
     "-i",
     metavar="FILE",
-    help="UTF-8 text file, one sentence per line. Every line gives exactly one output row "
-    "(an empty line gives the embedding of the empty string), so row i is line i+1. Or a "
+    help="UTF-8 text file, one sentence per line (- or /dev/stdin: standard input). Every "
+    "line gives exactly one output row (an empty line gives the embedding of the empty "
+    "string), so row i is line i+1. Or a "
     "table: .csv, .tsv, .jsonl, .parquet or a directory of Parquet files (--id-column, "
     "--text-column; default id: the line, or the Parquet row number; "
     "a row whose text is null, not a string or empty refuses the table, every such row "
@@ -218,7 +220,9 @@ def embed(
     from ..data.table_io import table_kind
 
     check_format(fmt)
-    check_runtime(runtime, quantize, device)
+    check_runtime(runtime, quantize, device, packages=False)  # packages: load_embedder
+    parquet_out = output if output is not None and Path(output).suffix == ".parquet" else None
+    require_extras(*(("ray",) if engine == "ray" else ()), tables=(input, parquet_out))
     # as given, for Ray: a URI (s3://bucket/texts/) would lose a slash as a Path
     uris = (str(input) if input is not None else None, str(output) if output is not None else None)
     input = Path(input) if input is not None else None
@@ -368,10 +372,10 @@ def _print_similarities(embedder, model: str | None, vectors, texts: list[str]) 
     table.add_column("#")
     table.add_column("sentence", max_width=SHOWN_CHARS + 1)
     for j in range(len(texts)):
-        table.add_column(str(j), justify="right")
+        table.add_column(str(j + 1), justify="right")  # numbered from 1, as "line" in JSONL
     for i, t in enumerate(texts):
         table.add_row(
-            str(i), escape(shorten(t)), *[fmt_score(sims[i, j]) for j in range(len(texts))]
+            str(i + 1), escape(shorten(t)), *[fmt_score(sims[i, j]) for j in range(len(texts))]
         )
     console.print(table)
 
@@ -531,7 +535,8 @@ def search(
     corpus: Path | None = typer.Option(
         None,
         metavar="FILE",
-        help="UTF-8 text file, one document per line (line numbers count every line, from 1; "
+        help="UTF-8 text file, one document per line, or - for standard input (line numbers "
+        "count every line, from 1; "
         "blank lines are never hits). A table (.csv, .jsonl, …) is refused: index its text "
         "column with `index build` and search --index.",
     ),

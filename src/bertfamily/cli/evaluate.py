@@ -49,6 +49,7 @@ def evaluate(
     from ..data.pairs import read_pairs
     from ..evaluation.metrics import evaluate_sts, regression_metrics
     from ..files import write_text_atomic
+    from ..notices import waiting
     from .common import model_path as resolve_model
 
     if kind not in ("sts", "sts-rerank", "retrieval"):
@@ -67,7 +68,8 @@ def evaluate(
             name = prompt_name if prompt_name in names else None
             return lambda t: embedder.encode(t, batch_size=batch_size, prompt_name=name)
 
-        metrics = evaluate_retrieval(embed("query"), embed("document"), queries, corpus, qrels)
+        with waiting(f"embedding {len(queries):,} queries and {len(corpus):,} documents"):
+            metrics = evaluate_retrieval(embed("query"), embed("document"), queries, corpus, qrels)
         result = {"kind": kind, "model": str(path), "data": str(data), "queries": len(queries),
                   "documents": len(corpus), **metrics}  # fmt: skip
         if output is not None:
@@ -81,18 +83,21 @@ def evaluate(
         from ..pipelines.embedding.embed import SentenceEmbedder
 
         embedder = SentenceEmbedder(path, dtype="fp32", device=device)
-        result = evaluate_sts(
-            lambda t: embedder.encode(t, batch_size=batch_size),
-            table.column(0),
-            table.column(1),
-            table.labels,
-        )
+        with waiting(f"embedding {2 * len(table):,} sentences of {len(table):,} pairs"):
+            result = evaluate_sts(
+                lambda t: embedder.encode(t, batch_size=batch_size),
+                table.column(0),
+                table.column(1),
+                table.labels,
+            )
     else:
         from ..pipelines.reranking.rerank import Reranker
 
-        scores = Reranker(path, device=device).predict(
-            list(zip(table.column(0), table.column(1))), batch_size=batch_size
-        )
+        reranker = Reranker(path, device=device)
+        with waiting(f"scoring {len(table):,} pairs"):
+            scores = reranker.predict(
+                list(zip(table.column(0), table.column(1))), batch_size=batch_size
+            )
         m = regression_metrics(table.labels, scores)
         result = {"spearman": m["spearman"], "pearson": m["pearson"]}
     result = {"kind": kind, "model": str(path), "data": str(data), "rows": len(table), **result}

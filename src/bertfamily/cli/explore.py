@@ -41,6 +41,8 @@ def attention(
 ):
     """Attention-weight heatmap of one layer and head, with token labels."""
     from ..inspect.attention_plot import attention_heatmap
+    from .common import require_extras
 
+    require_extras("plots")
     path = attention_heatmap(text, output, model, layer=layer, head=head)
     err.print(f"wrote {path}")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import typer
 from rich.markup import escape
 from rich.table import Table
@@ -49,10 +51,17 @@ def fetch(
     from ..resources import cache as f
 
     if list_:
+        rows = [
+            (r.name, f"{r.package}=={r.version}", r.ready or ("(the directory)",), r.description)
+            for r in f.RESOURCES.values()
+        ]
+        if not console.is_terminal:  # a pipe or file: whole lines, tab-separated, never cut
+            lines = ["\t".join((n, p, ",".join(ready), d)) for n, p, ready, d in rows]
+            sys.stdout.write("\n".join(lines) + f"\ncache: {f.cache_dir()}\n")
+            return
         table = Table("name", "package", "ready files", "description")
-        for r in f.RESOURCES.values():
-            ready = "\n".join(r.ready) or "(the directory)"
-            table.add_row(r.name, f"{r.package}=={r.version}", ready, r.description)
+        for n, p, ready, d in rows:
+            table.add_row(n, p, "\n".join(ready), d)
         console.print(table)
         console.print(f"cache: {f.cache_dir()}")
         return

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import typer
 from rich.markup import escape
 from rich.table import Table
 
+from ..errors import InputError
 from .common import (
     DEVICE_HELP,
     THREADS_HELP,
@@ -15,6 +18,7 @@ from .common import (
     fmt_score,
     handle_errors,
     model_path,
+    read_lines,
     shorten,
     torch_device,
 )
@@ -25,8 +29,15 @@ commands = App()
 @commands.command("fill-mask")
 @handle_errors
 def fill_mask(
-    text: list[str] = typer.Argument(
-        ..., metavar="TEXT", help="Texts with [MASK] or <mask>.", show_default=False
+    text: list[str] | None = typer.Argument(
+        None, metavar="TEXT", help="Texts with [MASK] or <mask>.", show_default=False
+    ),
+    input: Path | None = typer.Option(
+        None,
+        "--input",
+        "-i",
+        metavar="FILE",
+        help="Also read texts from a UTF-8 file, one a line (- for standard input).",
     ),
     model: str = typer.Option(
         ...,
@@ -43,8 +54,11 @@ def fill_mask(
     device = torch_device(device)
     from ..pipelines.tasks.fill_mask import FillMask
 
+    texts = list(text or []) + (read_lines(input) if input is not None else [])
+    if not texts:
+        raise InputError("give texts as arguments or --input FILE (- for standard input)")
     pipe = FillMask(model_path(model), device=device)
-    for t in text:
+    for t in texts:
         for m, preds in enumerate(pipe(t, top_k=top_k)):
             table = Table(
                 "rank",

@@ -45,7 +45,8 @@ LENGTH_HELP = "Tokens per example (longer inputs are truncated; qa: windows)."
 FORMAT_HELP = (
     "Data format: csv, tsv, jsonl or text (one text a line; pair: text TAB text; ner: raw "
     "sentences; qa: question TAB context; choice: context TAB choices); default: from the "
-    "suffix (.csv .tsv .jsonl/.json .txt; ner otherwise CoNLL, qa SQuAD JSON)."
+    "suffix (.csv .tsv .jsonl/.json .txt); ner and qa: .txt is text, any other name by its "
+    "content (ner: CoNLL or raw sentences; qa: SQuAD JSON or question TAB context)."
 )
 
 
@@ -231,6 +232,7 @@ def _report_finetune(res: dict, output: Path, eval: Path | None) -> None:
     if res.get("label_notes"):
         summary["label_notes"] = res["label_notes"]
     summary["planned_steps"] = res["train"].get("planned_steps")
+    summary["steps"], summary["stopped"] = res["train"].get("step"), res["train"].get("stopped")
     summary["model"] = str(output / ("best" if eval else "model"))
     if res.get("self_distill"):
         sd = res["self_distill"]
@@ -283,7 +285,9 @@ def _pair_task(
 def predict(
     task: str = typer.Option(..., help=TASK_HELP),
     model: Path = typer.Option(..., help="A fine-tuned model directory."),
-    input: Path = typer.Option(..., "--input", "-i", help="Data file."),
+    input: Path = typer.Option(
+        ..., "--input", "-i", help="Data file (- for standard input, with --format)."
+    ),
     output: Path | None = typer.Option(None, "--output", "-o", help="Write predictions as JSONL."),
     labelled: bool = typer.Option(
         False, help="The file has labels (CSV/TSV/JSONL, CoNLL, SQuAD): also print metrics."

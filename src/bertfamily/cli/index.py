@@ -21,6 +21,7 @@ from .common import (
     handle_errors,
     load_embedder,
     model_path,
+    require_extras,
     torch_device,
     torch_dtype,
 )
@@ -41,7 +42,7 @@ CORPUS_HELP = (
     "UTF-8 text file, one document per line (blank lines skipped; a document's id is its line "
     "number, from 1), .csv / .tsv (a header row) or .jsonl (one object a line), with "
     "--text-column and --id-column (default id: the line number), or .parquet / a directory of "
-    "Parquet files (default id: the row number)."
+    "Parquet files (default id: the row number); - or /dev/stdin: text lines from standard input."
 )
 ID_COLUMN = typer.Option(
     "id", "--id-column", help="Column (CSV header name or JSON key) of the ids of a table."
@@ -139,7 +140,8 @@ def index_build(
 
     if kind not in INDEX_KINDS:
         raise InputError(f"--kind must be one of {', '.join(INDEX_KINDS)}, got {kind!r}")
-    check_runtime(runtime, device=device)
+    check_runtime(runtime, device=device, packages=False)  # packages: load_embedder
+    require_extras(*(() if kind == "sparse" else ("faiss",)), tables=(corpus, embeddings))
     if (corpus is None) == (embeddings is None):
         raise InputError("give --corpus FILE or --embeddings FILE|DIR (one of them)")
     settings = dict(kind=kind, hnsw_m=hnsw_m, ef_construction=ef_construction, ef_search=ef_search)
@@ -152,7 +154,7 @@ def index_build(
             embeddings, embedder=embedder, id_column=id_column, text_column=text_column, **settings
         )
         index.save(output)
-        err.print(f"wrote {len(index)} × {index.identity.dimension} ({kind}) to {output}")
+        _wrote(index, kind, output)
         return
     texts, ids = read_corpus(corpus, id_column, text_column)
     encoder = index_encoder(kind, model, dtype, device, runtime)
@@ -164,7 +166,14 @@ def index_build(
 
     index = _with_bar(len(texts), build)
     index.save(output)
-    err.print(f"wrote {len(index)} × {index.identity.dimension} ({kind}) to {output}")
+    _wrote(index, kind, output)
+
+
+def _wrote(index, kind: str, output: Path) -> None:
+    """Say what `index build` wrote, naming the FAISS file other tools read (docs/retrieval.md):
+    ``DIR/index.faiss`` (``faiss.read_index``; binary: ``faiss.read_index_binary``)."""
+    where = "" if kind == "sparse" else f"; FAISS file: {output / 'index.faiss'}"
+    err.print(f"wrote {len(index)} × {index.identity.dimension} ({kind}) to {output}{where}")
 
 
 @index_app.command("add")
@@ -192,6 +201,7 @@ def index_add(
     from ..pipelines.retrieval import open_index
 
     check_runtime(runtime, device=device)
+    require_extras(tables=(corpus,))
     index = open_index(index_dir)
     texts, ids = read_corpus(corpus, id_column, text_column)
     taken = set(map(json.dumps, index.ids))

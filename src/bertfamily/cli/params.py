@@ -95,6 +95,7 @@ def dataflow(
 ):
     """The traced dataflow of one forward pass with every shape; with --text (and
     --text-pair), on that text, showing the rows each embedding table looks up."""
+    from ..config import EncoderConfig
     from ..inspect.compare import REFERENCE, diff_traces
     from ..inspect.render import (
         WIDE,
@@ -132,15 +133,25 @@ def dataflow(
     )
     diff = None
     if compare and tr.name != REFERENCE:
+        # the reference traced at the longest T it accepts (bert-base: 512 positions), so a
+        # long-input model (Longformer at 1100) is still compared, step by step, symbolically
+        ref_limit = EncoderConfig.from_preset(REFERENCE).max_sequence_length
+        ref_len = min(tr.symbols["T"], ref_limit)
         ref = trace(
             REFERENCE,
             heads=head,
             batch=tr.symbols["B"],
-            seq_len=tr.symbols["T"],
+            seq_len=ref_len,
             vocab_size=tr.config.vocab_size,
             teacher_hidden_size=teacher_hidden_size,
         )
         diff = diff_traces(ref, tr)
+        if ref_len < tr.symbols["T"]:
+            diff.notes.insert(
+                0,
+                f"{REFERENCE} traced at T={ref_len}, its longest input (this model's T is "
+                f"{tr.symbols['T']}); shapes are compared by their symbols",
+            )
     if json_out:
         out = tr.to_dict()
         if diff:

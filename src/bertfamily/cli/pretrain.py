@@ -85,8 +85,12 @@ def pretrain(
     from ..objectives.masking import MaskingConfig
     from ..recipes.pretrain import PretrainConfig
     from ..recipes.pretrain import pretrain as run
-    from .common import model_path
+    from .common import model_path, require_extras
 
+    require_extras(
+        *(("jieba",) if chinese_words or phrases == "chinese" else ()),
+        *(("phrases",) if phrases == "english" else ()),
+    )
     sizes = model_overrides(layers, hidden, heads, dropout)
     if init_from and sizes:
         raise InputError(

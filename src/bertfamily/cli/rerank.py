@@ -10,6 +10,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
+from ..data.text_input import read_text_lines
 from ..errors import InputError
 from .common import (
     DEVICE_HELP,
@@ -23,7 +24,6 @@ from .common import (
     fmt_score,
     handle_errors,
     model_path,
-    read_lines,
     shorten,
     torch_device,
     torch_dtype,
@@ -40,7 +40,11 @@ def rerank(
         None, metavar="DOCUMENT", help="Documents to order.", show_default=False
     ),
     input: Path | None = typer.Option(
-        None, "--input", "-i", metavar="FILE", help="UTF-8 file, one document per line."
+        None,
+        "--input",
+        "-i",
+        metavar="FILE",
+        help="UTF-8 file, one document per line (- for standard input).",
     ),
     model: str = typer.Option(
         ...,
@@ -53,34 +57,49 @@ def rerank(
         False, "--raw-scores", help="Print logits, without the model's activation (Sigmoid)."
     ),
     batch_size: int = typer.Option(32, min=1, help="Pairs per forward pass."),
-    dtype: str = typer.Option("fp32", help=DTYPE_HELP),
+    dtype: str = typer.Option("auto", help=DTYPE_HELP),
     fmt: str = typer.Option("table", "--format", help=FORMAT_HELP),
     threads: int = typer.Option(0, min=0, help=THREADS_HELP),
     device: str = typer.Option("auto", help=DEVICE_HELP),
 ):
     """Order DOCUMENTs (or --input lines) by a cross-encoder's score against QUERY, best first.
-    JSONL rows carry "rank", "index" (0-based, in the order given), "score" and "text"."""
+    JSONL rows carry "rank", "line" (from 1: the DOCUMENT arguments first, then the file's
+    lines as an editor numbers them, blank lines counted but never ranked), "score", "text"."""
     compute_threads(threads)
     device = torch_device(device)
     from ..pipelines.reranking.rerank import Reranker
 
     check_format(fmt)
-    docs = list(documents or []) + (read_lines(input) if input is not None else [])
-    if not docs:
+    # every item keeps its 1-based number: arguments, then each line of the file (blank too)
+    numbered = [
+        (n, d)
+        for n, d in enumerate(
+            list(documents or []) + (read_text_lines(input, blank="keep") if input else []), 1
+        )
+        if d.strip()
+    ]
+    if not numbered:
         raise InputError("give documents as arguments or --input FILE")
     reranker = Reranker(model_path(model), dtype=torch_dtype(dtype, device), device=device)
     ranked = reranker.rank(
-        query, docs, top_k, return_documents=True, batch_size=batch_size, raw_scores=raw_scores
+        query,
+        [d for _, d in numbered],
+        top_k,
+        return_documents=True,
+        batch_size=batch_size,
+        raw_scores=raw_scores,
     )
+    rows = [
+        {"rank": r, "line": numbered[d.corpus_id][0], "score": d.score, "text": d.text}
+        for r, d in enumerate(ranked, 1)
+    ]
     if fmt == "jsonl":
-        rows = [
-            {"rank": r, "index": d.corpus_id, "score": d.score, "text": d.text}
-            for r, d in enumerate(ranked, 1)
-        ]
         sys.stdout.write("".join(json.dumps(x, ensure_ascii=False) + "\n" for x in rows))
         sys.stdout.flush()
         return
-    table = Table("rank", "score", "index", "text", title=escape(f"query: {shorten(query)}"))
-    for r, d in enumerate(ranked, 1):
-        table.add_row(str(r), fmt_score(d.score, 4), str(d.corpus_id), escape(shorten(d.text)))
+    table = Table("rank", "score", "line", "text", title=escape(f"query: {shorten(query)}"))
+    for x in rows:
+        table.add_row(
+            str(x["rank"]), fmt_score(x["score"], 4), str(x["line"]), escape(shorten(x["text"]))
+        )
     console.print(table)

@@ -28,15 +28,20 @@ commands = App()
 
 MODEL_OPTION = typer.Option(
     None,
+    "--model",
+    "--model-id",
+    envvar="MODEL_ID",
     metavar="DIR|NAME",
-    help="Model directory, resource name (default: all-MiniLM-L6-v2) or cached org/name: an "
-    "embedding model (/embed, /v1/embeddings, /embed_all, /similarity), a cross-encoder "
-    "(/rerank, /predict), a SPLADE model (/embed_sparse) or a (token-)classification model "
-    "(/predict); every model answers /tokenize and /decode.",
+    help="Model directory, resource name (default: all-MiniLM-L6-v2) or cached org/name "
+    "(TEI: --model-id, MODEL_ID): an embedding model (/embed, /v1/embeddings, /embed_all, "
+    "/similarity), a cross-encoder (/rerank, /predict), a SPLADE model (/embed_sparse) or a "
+    "(token-)classification model (/predict); every model answers /tokenize and /decode, "
+    "and POST / answers as its kind's route.",
 )
 MAX_BATCH_TOKENS_OPTION = typer.Option(
-    16384, min=1, help="Token budget of the requests gathered into one model call."
-)
+    16384, min=1, envvar="MAX_BATCH_TOKENS",
+    help="Token budget of the requests gathered into one model call.",
+)  # fmt: skip
 BATCH_SIZE_OPTION = typer.Option(
     32, min=1, help="Most sequences in one forward pass (a gathered call runs several)."
 )
@@ -45,10 +50,14 @@ BATCHING_OPTION = typer.Option(
 )
 MAX_BODY_BYTES_OPTION = typer.Option(
     None,
+    "--max-body-bytes",
+    "--payload-limit",
+    envvar="PAYLOAD_LIMIT",
     min=1,
-    help="Largest request body in bytes: 413 from its Content-Length before it is read, or "
-    "as soon as a chunked body passes it (default: room for --max-client-batch-size "
-    "inputs of --max-input-chars characters, written as JSON escapes).",
+    help="Largest request body in bytes (TEI: --payload-limit): 413 from its Content-Length "
+    "before it is read, or as soon as a chunked body passes it (default: room for "
+    "--max-client-batch-size inputs of --max-input-chars characters, written as JSON "
+    "escapes).",
 )
 TIMEOUT_KEEP_ALIVE_OPTION = typer.Option(
     5.0,
@@ -56,17 +65,29 @@ TIMEOUT_KEEP_ALIVE_OPTION = typer.Option(
     help="Seconds a connection may stay open without a complete request header (idle, or "
     "half a header) before the server closes it.",
 )
+BODY_TIMEOUT_OPTION = typer.Option(
+    30.0, min=0.001,
+    help="Seconds a request body may take to arrive once its header has (408 and the "
+    "connection closed beyond).",
+)  # fmt: skip
+CONNECTIONS_OPTION = typer.Option(
+    64, min=1,
+    help="Most open connections from one client address (per replica); one more is "
+    "answered 429 and closed.",
+)  # fmt: skip
 API_KEY_OPTION = typer.Option(
     None,
-    envvar="BERTFAMILY_API_KEY",
-    help="Require 'Authorization: Bearer KEY' on every route but /health "
-    "(or set BERTFAMILY_API_KEY, which keeps the key out of the process list).",
+    envvar=["API_KEY", "BERTFAMILY_API_KEY"],
+    help="Require 'Authorization: Bearer KEY' on every route but GET /health, / and /ping "
+    "(or set API_KEY / BERTFAMILY_API_KEY, which keeps the key out of the process list).",
 )
 DTYPE_OPTION = typer.Option(
     "auto",
-    metavar="auto|fp32|bf16|fastest",
+    envvar="DTYPE",
+    metavar="auto|fp32|bf16|fastest|float32|bfloat16",
     help=DTYPE_HELP + " Every kind of model (a self-distilled classifier runs fp32 only); "
-    "/info and the start-up line say the dtype it runs in.",
+    "/info and the start-up line say the dtype it runs in. TEI's float32 and bfloat16 are "
+    "fp32 and bf16.",
 )
 SPEED_OPTION = typer.Option(
     None,
@@ -79,7 +100,56 @@ WORKERS_OPTION = typer.Option(
     1,
     min=1,
     help="Replicas behind the one address (uvicorn worker processes; each loads the model "
-    "and batches its own requests; responses name theirs in X-Replica).",
+    "and batches its own requests; responses name theirs in X-Replica; /metrics adds up "
+    "every replica's series).",
+)
+HOST_OPTION = typer.Option(
+    "127.0.0.1", "--host", "--hostname",
+    help="Address to listen on (0.0.0.0: every one). TEI's HOSTNAME variable is not read: "
+    "shells set it to the machine's name.",
+)  # fmt: skip
+PORT_OPTION = typer.Option(8080, min=0, max=65535, envvar="PORT", help="Port to listen on.")
+CLIENT_BATCH_OPTION = typer.Option(
+    32, min=1, envvar="MAX_CLIENT_BATCH_SIZE",
+    help="Most inputs in one request on every route (413 beyond); /v1/embeddings takes "
+    "--openai-max-inputs.",
+)  # fmt: skip
+OPENAI_INPUTS_OPTION = typer.Option(
+    2048, min=1, help="Most inputs in one /v1/embeddings request (OpenAI's limit)."
+)
+CONCURRENT_OPTION = typer.Option(
+    512, min=1, envvar="MAX_CONCURRENT_REQUESTS",
+    help="Most requests computed or queued at once; one more is answered 429.",
+)  # fmt: skip
+BATCH_REQUESTS_OPTION = typer.Option(
+    None, min=1, envvar="MAX_BATCH_REQUESTS", help="Most requests in one model call."
+)
+AUTO_TRUNCATE_OPTION = typer.Option(
+    False, envvar="AUTO_TRUNCATE",
+    help="Truncate long inputs of requests that do not say (else 413).",
+)  # fmt: skip
+POOLING_OPTION = typer.Option(
+    None, envvar="POOLING", metavar="cls|mean|last-token",
+    help="An embedding model's pooling, instead of its directory's.",
+)  # fmt: skip
+PROMPT_NAME_OPTION = typer.Option(
+    None, envvar="DEFAULT_PROMPT_NAME",
+    help="The model's prompt for requests that name none (embedding routes).",
+)  # fmt: skip
+PROMPT_OPTION = typer.Option(
+    None, envvar="DEFAULT_PROMPT", help="A prompt text for requests that name none."
+)
+REVISION_OPTION = typer.Option(
+    None, envvar="REVISION", help="The revision of a cached org/name model (never downloaded)."
+)
+JSON_OUTPUT_OPTION = typer.Option(
+    False, envvar="JSON_OUTPUT", help="Log lines as JSON objects (one a line)."
+)
+ACCESS_LOG_OPTION = typer.Option(
+    True, help="One log line per request on stdout (client, method, path, status)."
+)
+UDS_OPTION = typer.Option(
+    None, envvar="UDS_PATH", help="Listen on this Unix socket instead of --host/--port."
 )
 
 
@@ -87,20 +157,27 @@ WORKERS_OPTION = typer.Option(
 @handle_errors
 def serve(
     model: str | None = MODEL_OPTION,
-    host: str = typer.Option("127.0.0.1", help="Address to listen on (0.0.0.0: every one)."),
-    port: int = typer.Option(8080, min=0, max=65535, help="Port to listen on."),
+    host: str = HOST_OPTION,
+    port: int = PORT_OPTION,
     max_batch_tokens: int = MAX_BATCH_TOKENS_OPTION,
     batch_size: int = BATCH_SIZE_OPTION,
     batching: bool = BATCHING_OPTION,
-    max_client_batch_size: int = typer.Option(32, min=1, help="Most inputs in one request."),
+    max_client_batch_size: int = CLIENT_BATCH_OPTION,
+    openai_max_inputs: int = OPENAI_INPUTS_OPTION,
+    max_concurrent_requests: int = CONCURRENT_OPTION,
+    max_batch_requests: int | None = BATCH_REQUESTS_OPTION,
     max_input_chars: int = typer.Option(100_000, min=1, help="Most characters in one input."),
-    auto_truncate: bool = typer.Option(
-        False, help="Truncate long inputs of requests that do not say (else 413)."
-    ),
+    auto_truncate: bool = AUTO_TRUNCATE_OPTION,
     max_body_bytes: int | None = MAX_BODY_BYTES_OPTION,
     timeout_keep_alive: float = TIMEOUT_KEEP_ALIVE_OPTION,
+    body_timeout: float = BODY_TIMEOUT_OPTION,
+    max_connections_per_client: int = CONNECTIONS_OPTION,
     api_key: str | None = API_KEY_OPTION,
     dtype: str = DTYPE_OPTION,
+    pooling: str | None = POOLING_OPTION,
+    default_prompt_name: str | None = PROMPT_NAME_OPTION,
+    default_prompt: str | None = PROMPT_OPTION,
+    revision: str | None = REVISION_OPTION,
     quantize: str | None = typer.Option(
         None, metavar="int8", help=QUANTIZE_HELP + " Embedding models only."
     ),
@@ -114,42 +191,69 @@ def serve(
         30.0, min=0, help="Seconds to finish the requests in flight after SIGTERM / Ctrl-C."
     ),
     workers: int = WORKERS_OPTION,
+    json_output: bool = JSON_OUTPUT_OPTION,
+    access_log: bool = ACCESS_LOG_OPTION,
+    uds_path: str | None = UDS_OPTION,
 ):
     """Serve a model over HTTP: POST /embed, /v1/embeddings, /embed_all, /similarity,
-    /embed_sparse, /rerank, /predict, /tokenize, /decode; GET /health, /info, /metrics
-    (Prometheus). Routes and JSON as Hugging Face's text-embeddings-inference."""
+    /embed_sparse, /rerank, /predict, /tokenize, /decode, / and /invocations (the model's
+    kind); GET /health, /, /ping, /info, /v1/models, /metrics (Prometheus). Routes, JSON,
+    flags and environment variables as Hugging Face's text-embeddings-inference."""
+    dtype = TEI_DTYPES.get(dtype, dtype)
     device = _checked_options(dtype, quantize, runtime, device)  # the serve extra too
     import uvicorn
 
     from ..serve.app import ServeSettings, create_app
     from ..serve.http import connection_limits
+    from ..serve.logs import log_config
 
     settings = ServeSettings(
-        max_batch_tokens=max_batch_tokens,
-        batch_size=batch_size,
-        batching=batching,
-        max_client_batch_size=max_client_batch_size,
-        max_input_chars=max_input_chars,
-        auto_truncate=auto_truncate,
-        max_body_bytes=max_body_bytes,
-        timeout_keep_alive=timeout_keep_alive,
-        api_key=api_key,
+        max_batch_tokens=max_batch_tokens, batch_size=batch_size, batching=batching,
+        max_client_batch_size=max_client_batch_size, max_input_chars=max_input_chars,
+        auto_truncate=auto_truncate, max_body_bytes=max_body_bytes,
+        timeout_keep_alive=timeout_keep_alive, api_key=api_key,
         model_id=model if model and not Path(model).exists() else None,  # org/name
-    )
-    path = model_path(model)
+        openai_max_inputs=openai_max_inputs, max_concurrent_requests=max_concurrent_requests,
+        max_batch_requests=max_batch_requests, body_timeout=body_timeout,
+        max_connections_per_client=max_connections_per_client,
+        default_prompt_name=default_prompt_name, default_prompt=default_prompt,
+    )  # fmt: skip
+    path = _model_dir(model, revision)
     err.print(_threads(threads, workers), soft_wrap=True, markup=False, highlight=False)
+    where = dict(uds=uds_path) if uds_path else dict(host=host, port=port)
     run = dict(
-        host=host, port=port, log_level="warning", timeout_graceful_shutdown=graceful_timeout
-    )
-    run |= connection_limits(settings.timeout_keep_alive)  # every replica's
+        **where, log_level=None, log_config=log_config(json_output, access_log),
+        access_log=access_log, timeout_graceful_shutdown=graceful_timeout,
+    )  # fmt: skip
+    run |= connection_limits(timeout_keep_alive, body_timeout, max_connections_per_client)
+    options = dict(dtype=dtype, quantize=quantize, speed=speed, device=device, runtime=runtime,
+                   pooling=pooling)  # fmt: skip
     if workers > 1:
-        _serve_replicas(path, settings, workers, run, dtype=dtype, quantize=quantize,
-                        threads=threads, speed=speed, device=device, runtime=runtime)  # fmt: skip
+        _serve_replicas(path, settings, workers, run, threads=threads, **options)
         return
-    served = _load(path, dtype, quantize, speed, device, runtime)
+    served = _load(path, **options)
     app = create_app(served, settings, model_dir=path)
-    err.print(f"serving {path} on http://{host}:{port}", soft_wrap=True)
+    err.print(f"serving {path} on {_address(run)}", soft_wrap=True)
     uvicorn.run(app, **run)
+
+
+#: TEI's ``--dtype`` names and ours.
+TEI_DTYPES = {"float32": "fp32", "bfloat16": "bf16"}
+
+
+def _address(run: dict) -> str:
+    """Where the server listens, for the start-up line."""
+    return f"unix:{run['uds']}" if run.get("uds") else f"http://{run['host']}:{run['port']}"
+
+
+def _model_dir(model: str | None, revision: str | None) -> Path:
+    """The ``--model`` directory (`common.model_path`), or with ``--revision`` that revision
+    of a cached org/name (`resources.resolve.resolve_model`, offline)."""
+    if revision is None:
+        return model_path(model)
+    from ..resources.resolve import resolve_model
+
+    return resolve_model(model, revision)
 
 
 def _checked_options(dtype: str, quantize: str | None, runtime: str, device: str) -> str:
@@ -194,7 +298,15 @@ def _dtype_line(name: str, dtype: str, device: str, quantize: str | None, runtim
     return f"dtype: {name} ({why})"
 
 
-def _load(path: Path, dtype: str, quantize: str | None, speed, device: str, runtime: str):
+def _load(
+    path: Path,
+    dtype: str,
+    quantize: str | None,
+    speed,
+    device: str,
+    runtime: str,
+    pooling: str | None = None,
+):
     """The served pipeline (`serve.app.load_served_model`), printing the dtype it runs in
     (read from the loaded model, as /info says it) and the int8 plan or OpenVINO check."""
     from ..serve.adapters import served_dtype
@@ -206,7 +318,10 @@ def _load(path: Path, dtype: str, quantize: str | None, speed, device: str, runt
             "[yellow]warning:[/] this CPU has no native bf16 matrix units; bf16 runs emulated "
             "and is slower than fp32 here (--dtype fastest picks fp32)"
         )
-    options = dict(dtype=dtype, speed=speed, device=device, runtime=runtime, quantize=quantize)
+    options = dict(
+        dtype=dtype, speed=speed, device=device, runtime=runtime, quantize=quantize,
+        pooling=pooling,
+    )  # fmt: skip
     if quantize is not None and runtime == "torch":
         served = load_int8(lambda: load_served_model(path, **options))
     else:
@@ -222,20 +337,29 @@ def _serve_replicas(path: Path, settings, workers: int, run: dict, **options) ->
     """``workers`` uvicorn processes behind one address, each building its app from the
     environment (`serve.replicas.app_from_environment`)."""
     import os
+    import shutil
+    import tempfile
 
     import uvicorn
 
     from ..inference.precision import resolve_dtype
+    from ..serve.metrics import MULTIPROCESS_ENV
     from ..serve.replicas import ENV, replica_environment
 
     os.environ[ENV] = replica_environment(path, settings, processes=workers, **options)
+    own_dir = not os.environ.get(MULTIPROCESS_ENV)
+    if own_dir:  # the replicas' metrics add up in files here (prometheus_client multiprocess)
+        os.environ[MULTIPROCESS_ENV] = tempfile.mkdtemp(prefix="bertfamily-metrics-")
     dtype, quantize, runtime = options["dtype"], options["quantize"], options["runtime"]
     if runtime == "torch":  # each replica loads it so (its /info says it too)
         name = "int8" if quantize else str(resolve_dtype(dtype, options["device"])[0])
         line = _dtype_line(name.removeprefix("torch."), dtype, options["device"], quantize, runtime)
         err.print(line + " in each replica", soft_wrap=True, markup=False, highlight=False)
-    err.print(f"serving {path} on http://{run['host']}:{run['port']} ({workers} replicas)",
-              soft_wrap=True)  # fmt: skip
-    uvicorn.run(
-        "bertfamily.serve.replicas:app_from_environment", factory=True, workers=workers, **run
-    )
+    err.print(f"serving {path} on {_address(run)} ({workers} replicas)", soft_wrap=True)
+    try:
+        uvicorn.run(
+            "bertfamily.serve.replicas:app_from_environment", factory=True, workers=workers, **run
+        )
+    finally:
+        if own_dir:
+            shutil.rmtree(os.environ.pop(MULTIPROCESS_ENV), ignore_errors=True)

@@ -169,6 +169,11 @@ def export_onnx(model: Model, path: str | Path, opset: int = 17) -> Path:
                 # every family's trace-friendly paths) is the legacy one, with URLs
                 warnings.filterwarnings("ignore", "You are using the legacy TorchScript")
                 warnings.filterwarnings("ignore", "The feature will be removed")
+                # a Python branch of ours on a traced size: the branches the export takes are
+                # the padded path's, the same for every size (checked against ONNX Runtime)
+                warnings.filterwarnings(
+                    "ignore", category=torch.jit.TracerWarning, module=r"bertfamily\."
+                )
                 torch.onnx.export(
                     _OnnxWrapper(model, with_tt),
                     inputs,
@@ -186,6 +191,50 @@ def export_onnx(model: Model, path: str | Path, opset: int = 17) -> Path:
         model.encoder.unpad = unpad
     log.info("exported %s to %s", type(model).__name__, path)
     return path
+
+
+#: What `export_onnx_directory` leaves out of the copied model directory: other weight files
+#: and other runtimes' graphs (the directory gets the ONNX graph as its weights).
+_NOT_COPIED = ("*.safetensors", "*.bin", "*.pt", "*.h5", "*.msgpack", "*.onnx", "*.onnx_data",
+               "onnx", "openvino", ".git", ".cache")  # fmt: skip
+ONNX_FILE = "model.onnx"
+
+
+def export_onnx_directory(
+    model_dir: str | Path, output: str | Path, opset: int = 17, *, model: Model | None = None
+) -> Path:
+    """Write ``output``, a model directory whose weights are an ONNX graph: ``model.onnx``
+    (`export_onnx` of the directory's model) beside every other file of ``model_dir``
+    (config.json, the tokenizer files, sentence-transformers' module files), so that optimum's
+    ``ORTModelForFeatureExtraction.from_pretrained(output)`` and sentence-transformers'
+    ``SentenceTransformer(output, backend="onnx")`` (which looks for ``model.onnx``, then
+    ``onnx/model.onnx``) load it without exporting again. Other weight files are not copied.
+    Replaces ``output`` all-or-nothing. ``model``: the directory's model when already loaded.
+
+    Raises:
+        ValueError: see `check_exportable`.
+        MissingDependency: onnx is not installed.
+        InputError: ``model_dir`` is not a directory.
+    """
+    import shutil
+
+    from ..files import atomic_directory
+    from ..pretrained import from_pretrained
+
+    source, output = Path(model_dir), Path(output)
+    if not source.is_dir():
+        raise InputError(f"{source} is not a model directory")
+    model = model if model is not None else from_pretrained(source)
+    with atomic_directory(output, keep_existing=False) as tmp:
+        for item in source.iterdir():
+            if any(item.match(p) for p in _NOT_COPIED):
+                continue
+            if item.is_dir():
+                shutil.copytree(item, tmp / item.name, ignore=shutil.ignore_patterns(*_NOT_COPIED))
+            else:
+                shutil.copy2(item, tmp / item.name)
+        export_onnx(model, tmp / ONNX_FILE, opset=opset)
+    return output
 
 
 def onnx_node_name(linear: str) -> str:

@@ -49,11 +49,13 @@ class ScoredPair:
 
 @dataclass(frozen=True)
 class PairTable:
-    """Text columns (``rows[i][j]`` = row i's text of column j) and optional float labels."""
+    """Text columns (``rows[i][j]`` = row i's text of column j), optional float labels and,
+    when read from a file, each row's 1-based file line (``lines[i]``, for messages)."""
 
     columns: tuple[str, ...]
     rows: list[tuple[str, ...]]
     labels: list[float] | None = None
+    lines: list[int] | None = None
 
     def column(self, j: int) -> list[str]:
         """Every row's text of column ``j``."""
@@ -137,10 +139,11 @@ def read_pairs(
         path.suffix.lower(), "txt" if path.suffix.lower() == ".txt" else None
     )
     if fmt == "txt":
-        texts = [line.strip() for line in text_lines(read_text(path)) if line.strip()]
-        if not texts:
+        numbered = [(n, t.strip()) for n, t in enumerate(text_lines(read_text(path)), 1)]
+        numbered = [(n, t) for n, t in numbered if t]
+        if not numbered:
             raise DataError(f"{path} holds no rows")
-        return PairTable(("text",), [(t,) for t in texts])
+        return PairTable(("text",), [(t,) for _, t in numbered], lines=[n for n, _ in numbered])
     if fmt not in ("csv", "tsv", "jsonl"):
         raise DataError(f"cannot tell the format of {path.name}; use .csv, .tsv, .jsonl or .txt")
     header, found = _table_rows(path, read_text(path), fmt)
@@ -151,8 +154,9 @@ def read_pairs(
     names = tuple(columns) if columns else tuple(c for c in keys if c != label)
     if not names:
         raise DataError(f"{path}: no text column (columns: {keys})")
-    rows, labels = [], [] if label is not None else None
+    rows, labels, lines = [], [] if label is not None else None, []
     for n, row in found:
+        lines.append(n)
         texts = []
         for c in names:
             value = row.get(c)
@@ -162,7 +166,7 @@ def read_pairs(
         rows.append(tuple(texts))
         if labels is not None:
             labels.append(_label(path, n, row.get(label)))
-    return PairTable(names, rows, labels)
+    return PairTable(names, rows, labels, lines)
 
 
 def read_retrieval(directory: str | Path) -> tuple[dict[str, str], dict[str, str], dict]:

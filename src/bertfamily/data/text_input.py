@@ -22,8 +22,11 @@ Tables (CSV/TSV/JSONL/Parquet) are read by `table_io`, whose plain-text kind str
 from __future__ import annotations
 
 import codecs
+import contextlib
 import os
+import shutil
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -37,6 +40,7 @@ __all__ = [
     "iter_input_lines",
     "read_input_text",
     "read_text_lines",
+    "spooled_input",
     "text_lines",
 ]
 
@@ -176,3 +180,26 @@ def _decoded(fh, name: str) -> Iterator[tuple[int, str]]:
         except UnicodeDecodeError as e:
             raise _not_utf8(name, n, e.start + 1, raw[e.start : e.start + 1]) from None
         yield n, line.removesuffix("\n").removesuffix("\r")
+
+
+@contextlib.contextmanager
+def spooled_input(path: str | os.PathLike[str]) -> Iterator[Path]:
+    """``path`` as a file that can be read more than once: standard input (``-``,
+    ``/dev/stdin``) is copied once into a temporary file (removed on exit), for readers that
+    pass over their input twice (`pipelines.embedding.bulk.embed_file` hashes it first);
+    any other path is given back as it is.
+
+    Raises:
+        DataError: the temporary file could not be written.
+    """
+    if not is_stdin(path):
+        yield Path(path)
+        return
+    with tempfile.TemporaryDirectory(prefix="bertfamily-stdin-") as tmp:
+        spool = Path(tmp) / "stdin.txt"
+        try:
+            with open(spool, "wb") as fh:
+                shutil.copyfileobj(sys.stdin.buffer, fh)
+        except OSError as e:
+            raise DataError(f"cannot keep standard input in {tmp}: {e.strerror or e}") from e
+        yield spool

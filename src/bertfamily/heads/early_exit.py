@@ -27,6 +27,7 @@ from torch.nn import functional as F
 from ..errors import InputError, ModelDirectoryError
 from ..files import atomic_write, read_json, write_text_atomic
 from ..modules.skeleton import storage_free
+from ..modules.stored import check_stored_tensors
 
 
 def normalized_entropy(probs: torch.Tensor) -> torch.Tensor:
@@ -151,8 +152,9 @@ def load_students(directory: str | Path) -> StudentClassifiers:
     """The students saved by `save_students` in ``directory``.
 
     Raises:
-        ModelDirectoryError: no students there (the model was not self-distilled), or a file
-            that does not match its sizes.
+        ModelDirectoryError: no students there (the model was not self-distilled), a file
+            that does not match its sizes, or a weight a model directory would refuse too
+            (`modules.stored.check_stored_tensors`: NaN/±inf, an integer dtype).
     """
     from safetensors.torch import load_file
 
@@ -177,7 +179,7 @@ def load_students(directory: str | Path) -> StudentClassifiers:
             differ = sorted(set(have) ^ set(want) | {k for k in have if have[k] != want.get(k)})
             raise ValueError(f"{STUDENTS_CONFIG} does not match {STUDENTS_WEIGHTS} ({differ[:5]})")
         students = StudentClassifiers(**sizes)
-        students.load_state_dict(load_file(str(weights)))
+        students.load_state_dict(check_stored_tensors(load_file(str(weights)), weights))
     except Exception as e:  # bad JSON or sizes, safetensors' own errors (no ValueError)
         raise ModelDirectoryError(f"{directory}: unreadable early-exit students: {e}") from e
     return students.eval()

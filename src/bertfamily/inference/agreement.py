@@ -49,7 +49,7 @@ class AccuracyBar:
 def _check_number(name: str, value: object, low: float, high: float) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(f"{name} is {value!r}, not a number")
-    if not math.isfinite(value) or not low <= value <= high:
+    if not low <= value <= high or not math.isfinite(value):  # range first: 10**400 is no float
         raise ValueError(f"{name} is {value}, outside [{low}, {high}]")
 
 

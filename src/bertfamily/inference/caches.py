@@ -9,8 +9,13 @@ readable, names its own key, is unedited (its own digest), lists exactly the fil
 their digests (`resources.cache.digest_problem`, what fetched resources are checked with) and
 when what it claims holds (`Int8Plan.from_record`, `Agreement.from_record`: a plan that names
 this model's layers, quantises its least damaging ones and meets its bar). Anything else is
-logged and measured again. (The record's own digest sees an edit, not a forgery: whoever can
-write the cache can also write a consistent record, as they can edit the model.)
+logged and measured again. The record's own digest sees an edit, not a forgery (whoever can
+write the cache can also write a consistent record), so a recorded agreement is trusted only
+when this installation measured it: the record carries an HMAC (``mac``) keyed by a secret
+made on first use (``cache_dir()/.record-key``, mode 0600). A record without a valid one (an
+older cache, a copied one, a forged one) is *re-measured against the bar* before use: its
+plan or graph runs on the calibration text again (seconds, not the minutes of the search), is
+refused and rebuilt when it misses the bar, and is signed for the next loads when it meets it.
 
 - `cached_int8_plan`: ``int8-plans/KEY/``, the record alone (`plan_int8` on
   `austen_calibration`);
@@ -23,9 +28,11 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import hmac
 import importlib.metadata
 import json
 import logging
+import os
 import shutil
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -34,7 +41,7 @@ from typing import TypeVar
 
 import torch
 
-from ..errors import BertFamilyError
+from ..errors import BertFamilyError, QuantizationError
 from ..files import (
     atomic_directory,
     check_inside,
@@ -51,7 +58,7 @@ from .agreement import (
     austen_calibration,
     swapped_agreement,
 )
-from .int8 import PLAN_MARGIN, Int8Plan, linear_layers, plan_int8
+from .int8 import PLAN_MARGIN, Int8Plan, apply_int8, linear_layers, plan_int8
 from .int8_graphs import int8_onnx_model, openvino_int8
 
 __all__ = [
@@ -85,6 +92,33 @@ class _Unusable(Exception):
 
 
 _CLAIMS = (ValueError, TypeError, KeyError, IndexError, AttributeError)
+KEY_FILE = ".record-key"  # in the cache root: the secret of the records' HMAC
+
+
+def _record_key(root: Path) -> bytes | None:
+    """The secret that signs this installation's records (made on first use, 32 random bytes,
+    mode 0600), or None when it cannot be read or made (then no record is trusted)."""
+    path = root / KEY_FILE
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        except FileExistsError:
+            pass
+        else:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(os.urandom(32))
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        with os.fdopen(fd, "rb") as fh:
+            key = fh.read(33)
+    except OSError:
+        return None
+    return key if len(key) == 32 else None
+
+
+def _mac(root: Path, digest: str) -> str | None:
+    key = _record_key(root)
+    return None if key is None else hmac.new(key, digest.encode(), hashlib.sha256).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -116,21 +150,43 @@ class VerifiedEntry:
         """The entry's directory."""
         return self.root / self.kind / self.key
 
-    def read(self, claims: Callable[[dict], T]) -> T | None:
+    def read(
+        self,
+        claims: Callable[[dict], T],
+        remeasure: Callable[[T], tuple[Mapping, T]] | None = None,
+    ) -> T | None:
         """The entry's measurement when the entry can be used, else None, with a warning that
         says why and what happens instead (``then``): absent (no warning), a link, an
         unreadable, foreign or edited record, a file missing, added, not regular or altered,
         or ``claims(data)`` raising. The files are hashed once per call (once per load, not
-        per batch).
+        per batch). A record this installation did not sign (no valid ``mac``) is trusted
+        only after ``remeasure`` (none given: not used); what it measured is then signed.
 
         Args:
             claims: reads the record's ``data`` back and checks what it claims (against the
                 bar, the model); raises ValueError / TypeError / KeyError when a claim fails.
+            remeasure: measures what ``claims`` returned again and returns (the new data, the
+                new result); raises ValueError (a `QuantizationError`) when it misses the bar.
         """
         if not (self.path / RECORD).is_file() and not self.path.is_symlink():
             return None
         try:
-            return claims(self._checked_record()["data"])
+            record = self._checked_record()
+            found = claims(record["data"])
+            mac = _mac(self.root, record["sha256"])
+            if mac is not None and hmac.compare_digest(str(record.get("mac", "")), mac):
+                return found
+            if remeasure is None:
+                raise _Unusable("its measurement was not made by this installation (no valid mac)")
+            log.warning(
+                "the cached %s %s was not measured by this installation: measuring it again "
+                "against the accuracy bar",
+                self.what,
+                self.path,
+            )
+            data, found = remeasure(found)
+            self._sign(record, data)
+            return found
         except _Unusable as e:
             problem = str(e)
         except RecursionError:
@@ -160,7 +216,8 @@ class VerifiedEntry:
             )
         if record.get("key") != self.key:
             raise _Unusable(f"it records the key {record.get('key')!r}, not {self.key!r}")
-        if record.get("sha256") != sha256_json({k: v for k, v in record.items() if k != "sha256"}):
+        body = {k: v for k, v in record.items() if k not in ("sha256", "mac")}
+        if record.get("sha256") != sha256_json(body):
             raise _Unusable(f"{RECORD} is not the record that was written (altered)")
         files = record.get("files")
         if not isinstance(files, dict) or not isinstance(record.get("data"), dict):
@@ -197,9 +254,23 @@ class VerifiedEntry:
                     raise TypeError(f"a cache entry holds plain files only, not {path.name}")
                 files[path.name] = sha256_file(path)
             body = {"format": RECORD_FORMAT, "key": self.key, "files": files, "data": dict(data)}
-            record = body | {"sha256": sha256_json(body)}
-            write_text_atomic(tmp / RECORD, json.dumps(record, indent=1) + "\n", inside=tmp)
+            write_text_atomic(tmp / RECORD, self._record_text(body), inside=tmp)
         return result
+
+    def _record_text(self, body: dict) -> str:
+        """``record.json`` for ``body``: its digest and this installation's HMAC of it."""
+        digest = sha256_json(body)
+        record = body | {"sha256": digest, "mac": _mac(self.root, digest)}
+        return json.dumps(record, indent=1) + "\n"
+
+    def _sign(self, record: dict, data: Mapping) -> None:
+        """Rewrite the record with re-measured ``data`` and this installation's HMAC (a cache
+        that cannot be written is left as it is: it is measured again at the next load)."""
+        body = {k: record[k] for k in ("format", "key", "files")} | {"data": dict(data)}
+        try:
+            write_text_atomic(self.path / RECORD, self._record_text(body), inside=self.path)
+        except OSError as e:
+            log.info("cannot sign the re-measured %s %s: %s", self.what, self.path, e)
 
 
 def _version(package: str) -> str | None:
@@ -247,6 +318,34 @@ def _plan_claims(embedder, bar: AccuracyBar) -> Callable[[Mapping], Int8Plan]:
     return claims
 
 
+def _checked_again(what: str, got: Agreement, bar: AccuracyBar) -> Agreement:
+    """``got``, a re-measured agreement, when it meets ``bar``.
+
+    Raises:
+        QuantizationError: it misses the bar (the numbers named).
+    """
+    if not got.meets(bar):
+        raise QuantizationError(
+            f"measured again, {what} gives min cosine {got.min_cosine:.4f}, top-{got.k} overlap "
+            f"{got.top_k_overlap:.3f}, under the bar ({bar.min_cosine}, {bar.min_overlap})"
+        )
+    return got
+
+
+def _plan_remeasure(embedder, bar: AccuracyBar) -> Callable[[Int8Plan], tuple[dict, Int8Plan]]:
+    """Runs a cached plan's layers in int8 on the calibration text again (`VerifiedEntry.read`'s
+    ``remeasure``): the plan with the agreement measured now, when that meets ``bar``."""
+
+    def remeasure(plan: Int8Plan) -> tuple[dict, Int8Plan]:
+        texts, queries = austen_calibration()
+        int8 = apply_int8(embedder.model, plan.quantized)  # a copy: the fp32 model stays
+        got = swapped_agreement(embedder, int8, texts, queries, bar.k)
+        plan = dataclasses.replace(plan, agreement=_checked_again("the int8 plan", got, bar))
+        return plan.to_record(), plan
+
+    return remeasure
+
+
 def cached_int8_plan(
     embedder, bar: AccuracyBar = AccuracyBar(), key: str | None = None
 ) -> tuple[Int8Plan, bool]:
@@ -270,7 +369,7 @@ def cached_int8_plan(
     entry = VerifiedEntry(
         PLAN_CACHE, key or int8_plan_key(embedder, bar), "int8 plan", "measuring again"
     )
-    plan = entry.read(_plan_claims(embedder, bar))
+    plan = entry.read(_plan_claims(embedder, bar), _plan_remeasure(embedder, bar))
     if plan is not None:
         return plan, True
 
@@ -326,7 +425,13 @@ def cached_int8(embedder, bar: AccuracyBar = AccuracyBar()):
             raise ValueError(f"the graph's agreement {check} misses the bar {bar}")
         return plan, check
 
-    found = entry.read(claims)
+    def remeasure(found: tuple[Int8Plan, Agreement]) -> tuple[dict, tuple[Int8Plan, Agreement]]:
+        plan, model = found[0], OnnxRuntimeModel(graph, torch.get_num_threads())
+        got = swapped_agreement(embedder, model, *austen_calibration(), bar.k)
+        got = _checked_again("the int8 ONNX Runtime graph", got, bar)
+        return {"plan": plan.to_record(), "onnx_agreement": dataclasses.asdict(got)}, (plan, got)
+
+    found = entry.read(claims, remeasure)
     if found is not None:
         plan, check = found
         return plan, OnnxRuntimeModel(graph, torch.get_num_threads()), check, graph, True
@@ -420,7 +525,16 @@ def cached_openvino(
             raise ValueError("the record does not match the quantisation asked for")
         return Agreement.from_record(data["agreement"]), step
 
-    found = entry.read(claims)
+    def remeasure(found: tuple[Agreement, str | None]):
+        step = found[1]
+        model = OpenVinoModel(embedder.model, threads, precision, ir=entry.path / "model.xml")
+        texts, queries = austen_calibration(held_out=step is not None)  # as when it was built
+        got = swapped_agreement(embedder, model, texts, queries, bar.k)
+        got = _checked_again("the OpenVINO graph", got, bar)
+        data = {"precision": model.precision, "int8": step, "agreement": dataclasses.asdict(got)}
+        return data, (got, step)
+
+    found = entry.read(claims, remeasure)
     if found is not None:
         got, step = found
         model = OpenVinoModel(embedder.model, threads, precision, ir=entry.path / "model.xml")

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..config import EncoderConfig
 from ..errors import InputError, UnknownNameError
-from ..presets import FAMILY, PRESETS, PUBLISHED_PARAMETERS
+from ..presets import FAMILY, PRESETS, PUBLISHED_PARAMETERS, STATED_PARAMETERS
 from .notes import FIELD_NOTES
 
 if TYPE_CHECKING:  # this module imports no torch: `bertfamily models` starts without it
@@ -204,6 +204,7 @@ COLUMNS = [
     "special",
     "parameters",
     "published",
+    "stated",
     "pretraining",
     "tasks",
 ]
@@ -242,6 +243,7 @@ def comparison_rows(names: list[str] | None = None) -> list[dict[str, Any]]:
         row.update(
             model=name,
             published=PUBLISHED_PARAMETERS.get(name),
+            stated=STATED_PARAMETERS.get(name),
             pretraining=desc.get("pretraining", ""),
             tasks=desc.get("tasks", ""),
         )

@@ -212,7 +212,9 @@ def models_rich(rows: list[dict[str, Any]]) -> Table:
     t = Table(title="The BERT family (parameters counted from the code)")
     for col in COLUMNS:
         t.add_column(
-            col, justify="right" if col in ("parameters", "published") else "left", overflow="fold"
+            col,
+            justify="right" if col in ("parameters", "published", "stated") else "left",
+            overflow="fold",
         )
     for r in rows:
         cells = [
@@ -239,12 +241,18 @@ def models_folded(rows: list[dict[str, Any]], width: int = 80) -> str:
         lines = [f"{r['model']}: {cell(r.get('parameters'))} parameters"]
         if r.get("published") is not None:
             lines[0] += f" (published {cell(r['published'])})"
+        if r.get("stated") is not None:
+            lines[0] += f", stated {r['stated']}"
         packed = [f"{c} {cell(r[c])}" for c in COLUMNS if c in _PACKED and r.get(c) is not None]
         lines += textwrap.wrap(
             " · ".join(packed), width, initial_indent="  ", subsequent_indent="    "
         )
         for c in COLUMNS:
-            if c in _PACKED or c in ("model", "parameters", "published") or r.get(c) is None:
+            if (
+                c in _PACKED
+                or c in ("model", "parameters", "published", "stated")
+                or r.get(c) is None
+            ):
                 continue
             lines += textwrap.wrap(
                 f"{c}: {cell(r[c])}", width, initial_indent="  ", subsequent_indent="    "

@@ -31,7 +31,13 @@ from .models import (
     objective_heads,
     shrink_layers,
 )
-from .symbols import choose_batch_shape, config_sizes, shape_symbols, symbol_table
+from .symbols import (
+    choose_batch_shape,
+    config_sizes,
+    dim_symbol,
+    shape_symbols,
+    symbol_table,
+)
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +60,8 @@ TRACED_OPS = {
 RESHAPE_OPS = {"view", "reshape", "permute", "transpose", "flatten", "unflatten", "split", "chunk"}
 SKIPPED_MODULES = (nn.Dropout,)
 PRODUCT_OPS = {"matmul", "bmm", "baddbmm", "einsum"}
+# Symbols that count things (rows, tokens, heads, layers): never the width of a Linear's output.
+COUNT_SYMBOLS = ("B", "T", "S", "N", "G", "M", "L")
 
 
 @dataclass
@@ -276,7 +284,24 @@ class _Tracer(TorchFunctionMode):
             return
         outs = [(n, tuple(t.shape)) for n, t in _tensors(output)]
         call.step.outputs = outs
-        call.step.output_symbols = [shape_symbols(s, self.symbols) for _, s in outs]
+        call.step.output_symbols = [self._output_symbols(call, module, s) for _, s in outs]
+
+    def _output_symbols(self, call: _Call, module: nn.Module, shape: tuple[int, ...]) -> str:
+        """A module output's shape in symbols, from what the trace knows of where each size came
+        from rather than from the first symbol with that value (bert-tiny's 2 classes are not
+        its 2 heads, N): a Linear's last size is its width, named only by a width symbol
+        (`COUNT_SYMBOLS` never name one); a container's output is its last traced step of that
+        shape, whose symbols it keeps."""
+        if isinstance(module, nn.Linear) and shape:
+            widths = {k: v for k, v in self.symbols.items() if k not in COUNT_SYMBOLS}
+            lead = [dim_symbol(int(d), self.symbols) for d in shape[:-1]]
+            return "(" + ", ".join([*lead, dim_symbol(int(shape[-1]), widths)]) + ")"
+        start = self.steps.index(call.step)
+        for step in reversed(self.steps[start + 1 :]):
+            for (_, inner), symbols in zip(step.outputs, step.output_symbols, strict=False):
+                if tuple(inner) == shape:
+                    return symbols
+        return shape_symbols(shape, self.symbols)
 
     # -- operations ----------------------------------------------------------------------------
     def __torch_function__(self, func, types, args=(), kwargs=None):

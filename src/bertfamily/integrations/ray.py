@@ -18,23 +18,25 @@ that is ours::
     )
     ds.write_parquet("s3://bucket/vectors/")  # columns: id, vector
 
-`embed_dataset` (``bertfamily embed --engine ray``) runs that pipeline so that it never
-hangs: its actors are sized from ``ray.cluster_resources()`` to leave a CPU to Ray Data's read
-tasks (`plan_actors`; a setting that would starve them is refused before any job starts); each
-actor writes its own shards (`WriteShards`) and hands the driver one small ``(file, rows)``
-row per batch, so a job with no finished batch for ``stall_timeout`` seconds stops with a
-`DataEngineError` naming the stalled operator; the model identity ``_bertfamily.json`` is
-written last, after every shard. The columns are checked in the source's metadata and the
-rows counted from what was written. Rows are checked by the rule of every table reader in
-bertfamily (`data.table_io.check_rows`: a null, non-string or empty text, or a null id, is a
-bad row): `embed_dataset` first reads the id and text columns through once (`check_dataset`)
-and refuses the input, counting every bad row and naming the first three in input order, with
-the message of a local read, before any actor starts; an `EmbedBatch` handed a bad row raises
-`DataError`, which stops the job (Ray retries a dead actor, not an exception). Output rows keep
-their ids and, with ``with_text``, their text; ``vector`` is a fixed-size list of float32, so
-`pipelines.index.VectorIndex.from_embeddings` (``bertfamily index build --embeddings DIR``)
-reads the directory as it is.
-"""
+`embed_dataset` (``bertfamily embed --engine ray``) runs that pipeline so that it never hangs:
+its actors are sized from ``ray.cluster_resources()`` to leave a CPU to Ray Data's read tasks
+(`plan_actors`; a setting that would starve them is refused before any job starts); each actor
+writes its own shards (`WriteShards`) and hands the driver one small ``(file, rows)`` row per
+batch, so a job with no finished batch for ``stall_timeout`` seconds stops with a
+`DataEngineError` naming the stalled operator; the model identity is in every shard's Parquet
+schema metadata (``bertfamily``, as in a single-file output), and ``_bertfamily.parquet``, an
+empty table of the same schema, is written last, after every shard (a directory without it is
+not a finished job): the directory holds only ``.parquet`` files, which polars, duckdb, pandas
+and pyarrow read whole. The columns are checked
+in the source's metadata and the rows counted from what was written. Rows are checked by the
+rule of every table reader in bertfamily (`data.table_io.check_rows`: a null, non-string or
+empty text, or a null id, is a bad row): `embed_dataset` first reads the id and text columns
+through once (`check_dataset`) and refuses the input, counting every bad row and naming the
+first three in input order, with the message of a local read, before any actor starts; an
+`EmbedBatch` handed a bad row raises `DataError`, which stops the job (Ray retries a dead actor,
+not an exception). Output rows keep their ids and, with ``with_text``, their text; ``vector`` is
+a fixed-size list of float32, so `pipelines.index.VectorIndex.from_embeddings` (``bertfamily
+index build --embeddings DIR``) reads the directory as it is."""
 
 from __future__ import annotations
 
@@ -154,6 +156,7 @@ class EmbedBatch:
 
 DEFAULT_STALL_TIMEOUT = 300.0  # seconds without a finished batch before a job is stopped
 SHARD_PREFIX = "part-"  # the shards' names: part-<32 hex digits>.parquet
+DONE_FILE = "_bertfamily.parquet"  # written last: no rows, the shards' schema and metadata
 
 
 def read_reserve(cluster_cpus: float) -> float:
@@ -212,11 +215,19 @@ class WriteShards:
     """A Ray Data actor that embeds a batch with ``batch_class`` (`EmbedBatch` or a subclass)
     and writes it itself, as one Parquet shard ``part-<hex>.parquet`` of ``output``; it
     returns one small row per batch, ``(file, rows)``, so the driver sees every finished batch
-    (the stall watchdog) and counts the rows from what was written."""
+    (the stall watchdog) and counts the rows from what was written. ``metadata`` (the model
+    identity) goes into each shard's schema metadata under ``bertfamily``."""
 
-    def __init__(self, output: str, batch_class: type, embed_kwargs: dict[str, Any]) -> None:
+    def __init__(
+        self,
+        output: str,
+        batch_class: type,
+        embed_kwargs: dict[str, Any],
+        metadata: dict[str, Any] | None = None,
+    ) -> None:
         self.embed = batch_class(**embed_kwargs)
         self.fs, self.path = _output_fs(output)
+        self.metadata = json.dumps(metadata).encode("utf-8") if metadata else None
 
     def __call__(self, batch):
         """A pyarrow batch of (id, text) rows in; ``(file, rows)`` of its shard out."""
@@ -226,6 +237,10 @@ class WriteShards:
         import pyarrow.parquet as pq
 
         table = self.embed(batch)
+        if self.metadata is not None:
+            table = table.replace_schema_metadata(
+                {**(table.schema.metadata or {}), b"bertfamily": self.metadata}
+            )
         name = f"{SHARD_PREFIX}{uuid.uuid4().hex}.parquet"
         pq.write_table(table, f"{self.path}/{name}", filesystem=self.fs)
         return pa.table({"file": [name], "rows": [table.num_rows]})
@@ -439,9 +454,12 @@ def embed_dataset(
 ) -> dict[str, Any]:
     """Read ``source`` with Ray Data, embed it with ``concurrency`` `EmbedBatch` actors, each
     writing its batches as Parquet shards ``part-<hex>.parquet`` (id, vector[, text]) to the
-    directory ``output``, and write the model identity ``output/_bertfamily.json`` last, once
-    every shard is written. Uses the running Ray instance, else ``ray.init()`` (which joins
-    the cluster of ``RAY_ADDRESS`` when it is set).
+    directory ``output``, the model identity in each shard's schema metadata, and
+    ``_bertfamily.parquet`` (no rows, the same schema) last, once every shard is written (only
+    Parquet files: ``polars.read_parquet(output)`` and duckdb's ``read_parquet('output/*')``
+    read it). Uses
+    the running Ray instance, else ``ray.init()`` (which joins the cluster of ``RAY_ADDRESS``
+    when it is set).
 
     The actors are sized from ``ray.cluster_resources()`` (`plan_actors`: they leave a CPU, or
     half of a smaller cluster, to Ray Data's read tasks). The id and text columns are checked
@@ -470,11 +488,10 @@ def embed_dataset(
         DataError: bad rows (`check_dataset`); nothing is written.
         DataEngineError: no progress for ``stall_timeout`` seconds (the message names the
             stalled operator and the CPUs Ray reports), or a failure of Ray's; the shards
-            written so far are deleted and no ``_bertfamily.json`` is written.
+            written so far are deleted and no ``_bertfamily.parquet`` is written.
     """
     ray = require("ray", "ray", "bertfamily embed --engine ray")
     require("ray.data", "ray", "bertfamily embed --engine ray")
-    from ..data.table_io import IDENTITY_FILE
     from ..pipelines.embedding.embed import SentenceEmbedder
     from ..pipelines.retrieval.dense import model_identity
 
@@ -504,6 +521,7 @@ def embed_dataset(
             "output": output,
             "batch_class": batch_class,
             "embed_kwargs": embed_kwargs,
+            "metadata": {"format_version": 1, "model": asdict(identity)},
         },
         batch_size=rows_per_call,
         batch_format="pyarrow",
@@ -520,9 +538,12 @@ def embed_dataset(
         _remove_shards(output)  # nothing half-written is left looking like a result
         raise
     _remove_shards(output, keep=set(files))  # a dead actor's shard, written before its retry
-    body = {"format_version": 1, "model": asdict(identity)}
-    with fs.open_output_stream(f"{path}/{IDENTITY_FILE}") as f:  # last: the job is complete
-        f.write((json.dumps(body, indent=1) + "\n").encode("utf-8"))
+    if files:  # last: the job is complete. An empty table of the shards' schema and metadata,
+        # so readers of the directory (polars, duckdb: only .parquet files) add no rows
+        import pyarrow.parquet as pq
+
+        schema = pq.read_schema(f"{path}/{min(files)}", filesystem=fs)
+        pq.write_table(schema.empty_table(), f"{path}/{DONE_FILE}", filesystem=fs)
     return {
         "rows": sum(files.values()),
         "files": len(files),

@@ -77,17 +77,17 @@ def attend(
     """
     b, n, t, d = q.shape
     if (
-        k.shape[-2] > SHORT_ATTENTION
+        _exporting()  # first: under a trace a size is a tensor, and comparing it warns
+        or k.shape[-2] > SHORT_ATTENTION
         or q.device.type != "cpu"
         or q.dtype != torch.float32
         or dropout_p
         or (mask is not None and mask.dtype == torch.bool)
         or (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad))
-        or _exporting()
     ):
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
     s = k.shape[-2]
-    q, k, v = (x.reshape(b * n, -1, d) for x in (q, k, v))
+    q, k, v = (x.reshape(b * n, x.shape[-2], d) for x in (q, k, v))  # no -1: B may be 0
     scale = 1.0 / math.sqrt(d)
     if mask is None:
         scores = torch.bmm(q, k.transpose(1, 2)).mul_(scale)

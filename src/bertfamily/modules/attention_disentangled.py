@@ -182,7 +182,8 @@ def _per_head_products(x: torch.Tensor, rel: torch.Tensor, fold: bool = True) ->
         return x @ rel.transpose(-1, -2)
     B, N, T, Dh = x.shape
     flat = x.transpose(0, 1).reshape(N, B * T, Dh)  # a view when B, T are adjacent in memory
-    return (flat @ rel.transpose(-1, -2)).view(N, B, T, -1).transpose(0, 1)
+    # R named, not -1: an empty batch (B = 0) has no size to infer
+    return (flat @ rel.transpose(-1, -2)).view(N, B, T, rel.shape[-2]).transpose(0, 1)
 
 
 class DisentangledSelfAttention(nn.Module):

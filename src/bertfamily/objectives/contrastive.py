@@ -36,6 +36,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from ..data.validate import DataRules
 from ..errors import InputError
 
 __all__ = [
@@ -78,11 +79,31 @@ class EmbeddingLoss:
         name: the loss's name in `LOSSES` (and the model card).
         needs_labels: the batch must carry ``labels``.
         min_columns / max_columns: text columns the loss takes (None: any number).
+        in_batch_negatives, label_range, ordered_labels: what the loss needs of its rows
+            (`data_rules`).
     """
 
     name = ""
     needs_labels = False
     min_columns, max_columns = 2, 2
+    in_batch_negatives = False
+    label_range: tuple[float, float] | None = None
+    ordered_labels = False
+
+    @property
+    def data_rules(self) -> DataRules:
+        """What this loss needs of its training rows (`data.validate.check_training_table`)."""
+        return DataRules(
+            self.name,
+            in_batch_negatives=self.in_batch_negatives,
+            label_range=self.label_range,
+            ordered_labels=self.ordered_labels,
+        )
+
+    def _rules_of(self, base: EmbeddingLoss) -> None:
+        """A wrapper's rules are its base loss's."""
+        self.in_batch_negatives, self.label_range = base.in_batch_negatives, base.label_range
+        self.ordered_labels = base.ordered_labels
 
     def from_embeddings(self, embeddings: list[Tensor], labels: Tensor | None) -> Tensor:
         """The loss of one batch's column embeddings (each (B, D))."""
@@ -115,6 +136,7 @@ class MultipleNegativesRanking(EmbeddingLoss):
 
     name = "mnrl"
     max_columns = None
+    in_batch_negatives = True
 
     def __init__(self, scale: float = 20.0, symmetric: bool = False) -> None:
         if not scale > 0:
@@ -141,6 +163,7 @@ class CoSENT(EmbeddingLoss):
 
     name = "cosent"
     needs_labels = True
+    ordered_labels = True
 
     def __init__(self, scale: float = 20.0) -> None:
         self.scale = scale
@@ -161,6 +184,7 @@ class CosineSimilarity(EmbeddingLoss):
 
     name = "cosine"
     needs_labels = True
+    label_range = (-1.0, 1.0)  # what a cosine can reach
 
     def from_embeddings(self, embeddings: list[Tensor], labels: Tensor | None) -> Tensor:
         """See `EmbeddingLoss`."""
@@ -191,6 +215,7 @@ class Matryoshka(EmbeddingLoss):
         self.base, self.dims, self.weights = base, tuple(dims), tuple(weights)
         self.needs_labels = base.needs_labels
         self.min_columns, self.max_columns = base.min_columns, base.max_columns
+        self._rules_of(base)
 
     def from_embeddings(self, embeddings: list[Tensor], labels: Tensor | None) -> Tensor:
         """See `EmbeddingLoss`."""
@@ -244,6 +269,7 @@ class GradCache(EmbeddingLoss):
         self.name = f"cached_{base.name}"
         self.needs_labels = base.needs_labels
         self.min_columns, self.max_columns = base.min_columns, base.max_columns
+        self._rules_of(base)
 
     def from_embeddings(self, embeddings: list[Tensor], labels: Tensor | None) -> Tensor:
         """See `EmbeddingLoss`."""

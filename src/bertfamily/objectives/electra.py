@@ -26,7 +26,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from ..config import EncoderConfig
+from ..config import EncoderConfig, as_config
 from ..data.batching import IGNORE_INDEX
 from ..errors import InputError
 from .pretraining import reduce_term
@@ -47,6 +47,7 @@ def generator_config(config: EncoderConfig, size: float) -> EncoderConfig:
     Raises:
         ValueError: ``size`` not in (0, 1].
     """
+    config = as_config(config)  # a preset name too
     if not 0.0 < size <= 1.0:
         raise InputError(
             f"the generator size is a fraction of the discriminator's, in (0, 1]: {size}"

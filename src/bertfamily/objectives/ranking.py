@@ -34,6 +34,7 @@ from torch import Tensor
 
 from ..data.batching import IndexedBatches
 from ..data.pairs import PairTable
+from ..data.validate import DataRules
 from ..errors import InputError
 
 __all__ = [
@@ -68,6 +69,19 @@ class RerankLoss:
 
     name = ""
     needs_labels = True
+    in_batch_negatives = False
+    label_range: tuple[float, float] | None = None
+    query_groups = False
+
+    @property
+    def data_rules(self) -> DataRules:
+        """What this loss needs of its training rows (`data.validate.check_training_table`)."""
+        return DataRules(
+            self.name,
+            in_batch_negatives=self.in_batch_negatives,
+            label_range=self.label_range,
+            query_groups=self.query_groups,
+        )
 
     def check(self, table: PairTable, spec: Any) -> None:
         """Raise InputError unless ``table`` (read from ``spec``) fits this loss."""
@@ -123,6 +137,7 @@ class BinaryCrossEntropy(RerankLoss):
     """See the module docstring."""
 
     name = "bce"
+    label_range = (0.0, 1.0)  # targets are probabilities
 
     def check(self, table: PairTable, spec: Any) -> None:
         """Two text columns and labels in [0, 1]."""
@@ -151,6 +166,7 @@ class ListNet(RerankLoss):
     −inf, so a padded slot has target probability 0)."""
 
     name = "listnet"
+    query_groups = True
 
     def __init__(self) -> None:
         self.groups: list[list[int]] = []
@@ -201,6 +217,7 @@ class MultipleNegativesRanking(RerankLoss):
 
     name = "mnrl"
     needs_labels = False
+    in_batch_negatives = True
 
     def __init__(self, num_negatives: int | None = 4, scale: float = 10.0) -> None:
         if num_negatives is not None and num_negatives < 1:

@@ -29,12 +29,13 @@ import torch
 
 from ..data.batching import IndexedBatches
 from ..data.pairs import PairTable, read_pairs, resolve_pair_file
+from ..data.validate import check_training_table
 from ..errors import InputError
 from ..evaluation.metrics import evaluate_sts
 from ..files import write_text_atomic
 from ..objectives.contrastive import LOSSES, EmbeddingLoss, build_loss, simcse_columns
 from ..pipelines.embedding.embed import SentenceEmbedder
-from ..pipelines.embedding.saving import model_card
+from ..pipelines.embedding.saving import model_card, public_name, training_hyperparameters
 from ..resources.resolve import resolve_model
 from ..train.distributed import init_distributed
 from ..train.loop import TrainConfig, Trainer, unwrap
@@ -89,19 +90,27 @@ class EmbeddingConfig:
 
 
 def _prepare_table(cfg: EmbeddingConfig, table: PairTable, loss: EmbeddingLoss) -> PairTable:
+    """The rows the loss trains on, checked by the one training-data validator
+    (`data.validate.check_training_table`: refused or warned before the model loads)."""
     if cfg.loss == "simcse":
-        return PairTable(("anchor", "positive"), simcse_columns(table.column(0)))
+        table = PairTable(
+            ("anchor", "positive"), simcse_columns(table.column(0)), lines=table.lines
+        )
+        check_training_table(table, cfg.train_file, loss.data_rules)
+        return table
     if cfg.min_score is not None:
         if table.labels is None:
             raise InputError("min_score needs a label (or score) column")
         keep = [i for i, y in enumerate(table.labels) if y >= cfg.min_score]
-        table = PairTable(table.columns, [table.rows[i] for i in keep])
+        lines = [table.lines[i] for i in keep] if table.lines else None
+        table = PairTable(table.columns, [table.rows[i] for i in keep], lines=lines)
         log.info("kept %d rows with a label >= %s", len(keep), cfg.min_score)
     loss.check_columns(len(table.columns))
     if loss.needs_labels and table.labels is None:
         raise InputError(f"the {cfg.loss} loss needs a label (or score) column")
     if not loss.needs_labels and table.labels is not None:
-        table = PairTable(table.columns, table.rows)  # MNRL-style losses take no labels
+        table = PairTable(table.columns, table.rows, lines=table.lines)  # MNRL: no labels
+    check_training_table(table, cfg.train_file, loss.data_rules)
     return table
 
 
@@ -192,7 +201,8 @@ def _train_embedding(cfg: EmbeddingConfig, train: TrainConfig) -> dict[str, Any]
     steps = max(1, int(cfg.epochs * len(source))) if cfg.epochs is not None else train.max_steps
     card = {
         "base_model": str(cfg.model),
-        "train_data": f"{cfg.train_file} ({len(table)} rows, columns {list(table.columns)})",
+        "train_data": f"{public_name(cfg.train_file)} ({len(table)} rows, columns "
+        f"{list(table.columns)})",
         "loss": cfg.loss
         + (f" (matryoshka {list(cfg.matryoshka_dims)})" if cfg.matryoshka_dims else ""),
     }
@@ -220,6 +230,9 @@ def _train_embedding(cfg: EmbeddingConfig, train: TrainConfig) -> dict[str, Any]
                 metric_for_best="spearman", greater_is_better=True, load_best_at_end=True
             )
     config = dataclasses.replace(train, **derived)
+    card["hyperparameters"] = training_hyperparameters(
+        config, epochs=cfg.epochs, scale=cfg.scale, shuffle=cfg.shuffle
+    )
     if dist.is_main:  # run.json: what repeats this run
         files = [cfg.train_file, *([cfg.eval_file] if cfg.eval_file is not None else [])]
         write_run_record(
@@ -236,6 +249,7 @@ def _train_embedding(cfg: EmbeddingConfig, train: TrainConfig) -> dict[str, Any]
         eval_fn if eval_pairs is not None else None,
         dist=dist,
         save_fn=save_fn,
+        save_fn_holds_weights=True,  # one copy of the weights in model/ and best/
     ).train()
     if not dist.is_main:
         return {"train": summary, "loss": cfg.loss, "rows": len(table)}

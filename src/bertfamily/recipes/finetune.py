@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -34,10 +35,12 @@ from ..data.task_data import (
     model_problem_type,
     pad_batch,
 )
+from ..data.text_input import check_input_file, is_stdin
 from ..errors import InputError
 from ..files import atomic_write, write_text_atomic
 from ..heads.losses import task_counts, task_loss
 from ..inference.limits import input_limit
+from ..notices import waiting
 from ..pretrained import from_pretrained
 from ..tokenization.tokenizer import load_tokenizer
 from ..train.loop import TrainConfig, Trainer
@@ -159,7 +162,7 @@ def finetune(
 @locks_run_directory
 def _finetune(cfg: FinetuneConfig, train: TrainConfig, on_labels=None) -> dict[str, Any]:
     """`finetune` with its `TrainConfig` resolved, under the run directory's lock."""
-    t0 = time.time()
+    t0, began = time.time(), time.monotonic()  # --max-time counts from here
     opts = cfg.data
     if cfg.self_distill and HEAD_OF_TASK[cfg.task] != "classify":
         raise InputError(f"--self-distill is for classification tasks, not {cfg.task!r}")
@@ -170,7 +173,8 @@ def _finetune(cfg: FinetuneConfig, train: TrainConfig, on_labels=None) -> dict[s
     tok = load_tokenizer(cfg.model)
     opts = fit_max_length(opts, model_config, tok)
     data = TaskData(cfg.task, tok, opts)
-    train_rows = data.load(cfg.train_file)
+    with waiting(f"reading and tokenizing {Path(cfg.train_file).name}"):
+        train_rows = data.load(cfg.train_file)
     if data.label_counts is not None:
         log.info(
             "labels (%d): %s",
@@ -185,7 +189,8 @@ def _finetune(cfg: FinetuneConfig, train: TrainConfig, on_labels=None) -> dict[s
             cfg.task, tok, opts, label_names=data.label_names, problem_type=data.problem_type
         )
         eval_data.scheme = getattr(data, "scheme", "BIO")
-        eval_rows = eval_data.load(cfg.eval_file)
+        with waiting(f"reading and tokenizing {Path(cfg.eval_file).name}"):
+            eval_rows = eval_data.load(cfg.eval_file)
     head = HEAD_OF_TASK[cfg.task]
     problem_type = data.problem_type if head == "classify" else None
     if eval_data is not None:
@@ -194,7 +199,8 @@ def _finetune(cfg: FinetuneConfig, train: TrainConfig, on_labels=None) -> dict[s
     if head == "classify":
         overrides["problem_type"] = problem_type
     seed_all(train.seed)  # the new head's weights depend on the seed alone
-    model = from_pretrained(cfg.model, heads=[head], new_heads=True, **overrides)
+    with waiting(f"loading {Path(cfg.model).name}"):
+        model = from_pretrained(cfg.model, heads=[head], new_heads=True, **overrides)
     new_head = f"{head} head, {len(data.label_names or []) or 1} output(s)"
     log.info("new task head: initialised %s (normal for fine-tuning)", new_head)
     model.train()
@@ -225,6 +231,8 @@ def _finetune(cfg: FinetuneConfig, train: TrainConfig, on_labels=None) -> dict[s
         return metrics
 
     derived: dict[str, Any] = dict(max_steps=steps, batch_size=batch_size)
+    if train.budget_start is None:  # the whole command's budget: data and model load count
+        derived["budget_start"] = began
     if not train.log_every:
         derived["log_every"] = max(1, min(50, steps // 10))
     if cfg.patience is not None:
@@ -232,6 +240,9 @@ def _finetune(cfg: FinetuneConfig, train: TrainConfig, on_labels=None) -> dict[s
             raise InputError("early stopping (patience) needs an evaluation file")
         derived["early_stopping_patience"] = cfg.patience
     if eval_data is not None:
+        # the starting model is evaluated once: a run that makes it worse keeps it as best;
+        # the predictions' evaluation after training is planned into --max-time
+        derived.update(eval_at_start=True, evals_after=1)
         if not train.eval_every:
             derived["eval_every"] = max(1, len(source))
         if train.metric_for_best is None:
@@ -447,9 +458,47 @@ def confusion_png(gold: list[int], pred: list[int], names, path: Path) -> Path:
     return path
 
 
-def _is_text(file: str | Path, opts: TaskOptions) -> bool:
-    """Whether ``file`` is read as plain text (``opts.format`` "text", or a .txt file)."""
-    return opts.format == "text" or (opts.format is None and Path(file).suffix.lower() == ".txt")
+# What `predict` reads for NER and QA, for the message that refuses anything else.
+_RAW_FORMATS = {
+    "qa": 'SQuAD JSON ({"data": [{"paragraphs": ...}]}) or plain text, one question TAB '
+    "context a line",
+    "ner": "CoNLL (one word and its tag a line, a blank line between sentences) or plain "
+    "text, one raw sentence a line",
+}
+_CONLL_TAG = re.compile(r"^(O|[BIESLU]-\S+|[BIESLU]|-X-)$")
+_SNIFF_BYTES = 1 << 16
+
+
+def _is_text(file: str | Path, opts: TaskOptions, task: str = "qa") -> bool:
+    """Whether NER/QA ``file`` is plain text rather than CoNLL / SQuAD JSON: ``opts.format``
+    "text", a .txt name, else by its content, whatever its name (.tsv, .text, none): QA
+    text when it does not start with ``{``; NER text when some line of its first 64 KiB is
+    not ``word ... TAG`` with a BIO/BIOES tag as its last field. Standard input follows
+    the name rule (it is read once).
+
+    Raises:
+        DataError: QA text without a TAB on its first line: neither format (both named).
+    """
+    if opts.format is not None or is_stdin(file):
+        return opts.format == "text"
+    if Path(file).suffix.lower() == ".txt":
+        return True
+    check_input_file(file)
+    with open(file, "rb") as fh:
+        head = fh.read(_SNIFF_BYTES).decode("utf-8", errors="replace").lstrip("\ufeff")
+    lines = [line for line in head.splitlines()[:-1] or head.splitlines() if line.strip()]
+    if task == "ner":
+        return not all(
+            len(line.split()) >= 2 and _CONLL_TAG.match(line.split()[-1]) for line in lines
+        )
+    if head.lstrip().startswith("{"):
+        return False
+    if not lines or "\t" not in lines[0]:
+        raise DataError(
+            f"{file}: qa reads {_RAW_FORMATS['qa']} (any file name); this is neither: its "
+            "first line has no TAB"
+        )
+    return True
 
 
 def predict(
@@ -465,7 +514,8 @@ def predict(
     """Predictions of a fine-tuned model directory on a data file (and metrics when the file
     has labels and ``labelled``).
 
-    Every task reads plain text (a .txt file or ``opts.format == "text"``): one example a
+    Every task reads plain text (a .txt file, ``opts.format == "text"``, or for NER and QA
+    a file whose content is not CoNLL / SQuAD JSON, whatever its name): one example a
     line, blank lines skipped; classify: the text; pair: text TAB second text; ner: the raw
     sentence; qa: question TAB context; choice: context TAB choice TAB choice... Rows carry
     ``"line"``, the example's 1-based line in the file (CSV/TSV/JSONL and text files).
@@ -512,7 +562,7 @@ def predict(
         )
     tok = load_tokenizer(model_dir)
     opts = fit_max_length(opts, model.config, tok)
-    if task in ("ner", "qa") and _is_text(file, opts):
+    if task in ("ner", "qa") and _is_text(file, opts, task):
         if labelled:
             raise DataError(
                 f"{file}: a plain text file holds no labels; --labelled needs "

@@ -28,6 +28,7 @@ from ..build import build_model, build_span_boundary_head
 from ..checkpoints.io import config_from_hf, read_hf_config
 from ..config import EncoderConfig
 from ..errors import InputError
+from ..notices import waiting
 from ..objectives.electra import RTD_WEIGHT, ReplacedTokenDetection, evaluate_rtd, generator_config
 from ..objectives.instances import PACKINGS
 from ..objectives.masking import MaskingConfig
@@ -250,25 +251,8 @@ def _pretrain(cfg: PretrainConfig, train: TrainConfig) -> dict[str, Any]:
         raise InputError(
             f"packing {cfg.packing!r} packs single segments; {pair} builds sentence pairs"
         )
-    data = mlm_data(
-        cfg.corpus,
-        tok,
-        train,
-        dist,
-        kind=pair or ("doc_packed" if cfg.packing == "doc_sentences" else "packed"),
-        max_length=cfg.max_length,
-        masking=cfg.masking,
-        eval_documents=cfg.eval_documents,
-        eval_batches=cfg.eval_batches,
-        short_seq_prob=cfg.short_seq_prob,
-        static_copies=cfg.static_copies,
-        sbo=sbo,
-        chinese_words=cfg.chinese_words,
-        phrases=cfg.phrases,
-        split_sentences=cfg.split_sentences,
-        text_field=cfg.text_field,
-        eval_corpus=cfg.eval_corpus,
-    )
+    with waiting("reading, tokenizing and masking the corpus"):
+        data = _mlm_data(cfg, tok, train, dist, pair, sbo)
     train_inst, eval_inst = data.train_instances, data.eval_instances
     unigram = unigram_log_probs(train_inst, tok.vocab_size, tok.all_special_ids)
     generator_parameters = 0
@@ -333,3 +317,26 @@ def _pretrain(cfg: PretrainConfig, train: TrainConfig) -> dict[str, Any]:
     if dist.is_main:
         finish_run(train.output_dir, tok, summary)
     return summary
+
+
+def _mlm_data(cfg: PretrainConfig, tok, train: TrainConfig, dist, pair, sbo):
+    """The pretraining instances of ``cfg`` (`recipes.common.mlm_data`)."""
+    return mlm_data(
+        cfg.corpus,
+        tok,
+        train,
+        dist,
+        kind=pair or ("doc_packed" if cfg.packing == "doc_sentences" else "packed"),
+        max_length=cfg.max_length,
+        masking=cfg.masking,
+        eval_documents=cfg.eval_documents,
+        eval_batches=cfg.eval_batches,
+        short_seq_prob=cfg.short_seq_prob,
+        static_copies=cfg.static_copies,
+        sbo=sbo,
+        chinese_words=cfg.chinese_words,
+        phrases=cfg.phrases,
+        split_sentences=cfg.split_sentences,
+        text_field=cfg.text_field,
+        eval_corpus=cfg.eval_corpus,
+    )

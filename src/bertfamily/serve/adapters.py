@@ -20,7 +20,7 @@ Every adapter answers /tokenize, /decode, /info, /health and /metrics.
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +35,14 @@ from ..pipelines.reranking.rerank import Reranker
 from ..pipelines.tasks.classify import TextClassifier
 from ..pipelines.tasks.early_exit import EarlyExitClassifier
 from ..pipelines.tasks.ner import EntityTagger
-from .admission import check_speed, check_texts, check_token_counts, check_truncation
+from .admission import (
+    check_ids,
+    check_speed,
+    check_texts,
+    check_token_counts,
+    check_truncation,
+    truncates,
+)
 from .settings import ServeSettings
 
 __all__ = [
@@ -67,6 +74,33 @@ def served_dtype(pipeline: Any) -> str:
         dtype = {"f32": "float32", "bf16": "bfloat16"}.get(precision, precision)
         return f"int8+{dtype}" if getattr(pipeline.model, "quantized", None) else dtype
     return str(next(pipeline.model.parameters()).dtype).removeprefix("torch.")
+
+
+#: TEI's ``--pooling`` values and the pooling mode of each.
+TEI_POOLING = {"cls": "cls", "mean": "mean", "last-token": "lasttoken", "lasttoken": "lasttoken"}
+
+
+def with_pooling(embedder: SentenceEmbedder, pooling: str | None) -> SentenceEmbedder:
+    """``embedder`` pooling by TEI's ``--pooling`` mode (None: the directory's), its
+    normalisation and prompt handling kept.
+
+    Raises:
+        InputError: an unknown mode ("splade" is a SPLADE directory's own), or a directory
+            whose pooling concatenates several modes (its width would change).
+    """
+    if pooling is None:
+        return embedder
+    if pooling not in TEI_POOLING:
+        raise InputError(
+            f"--pooling must be one of {', '.join(TEI_POOLING)} for an embedding model, got "
+            f"{pooling!r} (splade: serve a SPLADE directory)"
+        )
+    if len(embedder.pooling.modes) != 1:
+        raise InputError(
+            f"--pooling cannot replace this model's concatenated pooling {embedder.pooling.modes}"
+        )
+    embedder.pooling = replace(embedder.pooling, mode=TEI_POOLING[pooling])
+    return embedder
 
 
 def split_rows(tokens: TokenRows) -> list[TokenRows]:
@@ -164,8 +198,12 @@ class ServedModel:
             raise ServeError(
                 422, f"unknown prompt_name {prompt_name!r}; this model has {sorted(prompts)}"
             )
+        if prompt_name is None and self.settings.default_prompt is not None:
+            return self.settings.default_prompt
         if prompt_name is None:
-            prompt_name = getattr(self.pipeline, "default_prompt_name", None)
+            prompt_name = self.settings.default_prompt_name or getattr(
+                self.pipeline, "default_prompt_name", None
+            )
         return prompts.get(prompt_name, "") if prompt_name is not None else ""
 
     def admit(
@@ -224,13 +262,17 @@ class EmbeddingModel(ServedModel):
     refusal = "this is an embedding"
 
     @classmethod
-    def load(cls, path, hf_config, *, dtype, device, quantize, runtime, **_):  # noqa: D102
+    def load(cls, path, hf_config, *, dtype, device, quantize, runtime, pooling=None, **_):  # noqa: D102
         if quantize is not None and runtime == "torch":  # the int8 plan is measured on fp32
-            return SentenceEmbedder(path, dtype="fp32", quantize=quantize, config_json=hf_config)
-        return SentenceEmbedder(
-            path, dtype=dtype, config_json=hf_config, device=device, runtime=runtime,
-            quantize=quantize,
-        )  # fmt: skip
+            embedder = SentenceEmbedder(
+                path, dtype="fp32", quantize=quantize, config_json=hf_config
+            )
+        else:
+            embedder = SentenceEmbedder(
+                path, dtype=dtype, config_json=hf_config, device=device, runtime=runtime,
+                quantize=quantize,
+            )  # fmt: skip
+        return with_pooling(embedder, pooling)
 
     @property
     def dimension(self) -> int:  # noqa: D102
@@ -241,19 +283,58 @@ class EmbeddingModel(ServedModel):
         pooling = mode if isinstance(mode, str) else list(mode)
         return {"embedding": {"pooling": pooling, "dimension": self.dimension}}
 
-    def tokenize(
-        self, texts: list[str], truncate: bool | None, prompt_name: str | None, side: str
+    @property
+    def vocab_size(self) -> int:
+        """The token ids this model embeds: [0, vocab_size) (its embedding table's rows, else
+        the tokenizer's vocabulary)."""
+        rows = getattr(getattr(self.pipeline.model, "config", None), "vocab_size", None)
+        return int(rows) if rows else int(self.tokenizer.vocab_size)
+
+    def tokenize_ids(
+        self, ids: list, truncate: bool | None, side: str, max_inputs: int | None = None
     ) -> TokenRows:
-        """The one tokenization of an embedding request (on a worker thread): limits checked,
+        """Token-id inputs (one sequence or a batch: TEI's and OpenAI's ``Input`` of ids) as
+        token rows, used as they are (no prompt, no special tokens added, as TEI), cut to
+        the model's limit on ``side`` when the request truncates.
+
+        Raises:
+            ServeError: 422/413 as `admission.check_ids` (default ``max_inputs``:
+                ``max_client_batch_size``); 413 a sequence over the limit in a request that
+                does not truncate.
+        """
+        limit = self.settings.max_client_batch_size if max_inputs is None else max_inputs
+        batch = check_ids(ids, self.vocab_size, limit)
+        cut = [len(row) > self.max_length for row in batch]
+        if not truncates(truncate, self.settings) and any(cut):
+            check_token_counts([len(r) for r in batch], self.max_length, False, self.settings)
+        n = self.max_length
+        rows = [list(r[-n:]) if side == "left" else list(r[:n]) for r in batch]
+        fields = self.pipeline.tokenize(["a"]).rows  # the fields this model's rows carry
+        out = {"input_ids": rows, "attention_mask": [[1] * len(r) for r in rows]}
+        if "token_type_ids" in fields:
+            out["token_type_ids"] = [[0] * len(r) for r in rows]
+        return TokenRows(out, cut, 0)
+
+    def tokenize(
+        self,
+        texts: list[str],
+        truncate: bool | None,
+        prompt_name: str | None,
+        side: str,
+        max_inputs: int | None = None,
+    ) -> TokenRows:
+        """The one tokenization of an embedding request (on a worker thread): limits checked
+        (``max_inputs``: the route's inputs per request, default ``max_client_batch_size``),
         the prompt prepended, cut to the model's limit (or refused when not truncating).
 
         Raises:
             ServeError: as `admission.check_texts` and `checked`.
         """
-        check_texts(texts, self.settings)
-        encoded = self.pipeline.tokenize(texts, prompt_name=prompt_name, truncation_side=side)
+        check_texts(texts, self.settings, max_inputs=max_inputs)
+        prompt = self.prompt_text(prompt_name)  # the server's default prompt when not named
+        encoded = self.pipeline.tokenize(texts, prompt=prompt, truncation_side=side)
         tokens = TokenRows(dict(encoded.rows), list(encoded.truncated), encoded.skip)
-        return self.checked(tokens, texts, None, truncate, self.prompt_text(prompt_name))
+        return self.checked(tokens, texts, None, truncate, prompt)
 
     def embed(self, rows: list[TokenRows], normalize: bool, skip: int) -> np.ndarray:
         """(N, dimension) float32 vectors of gathered token rows (`split_rows`; ``skip``, the

@@ -13,6 +13,7 @@ from .settings import ServeSettings
 
 __all__ = [
     "as_list",
+    "check_count",
     "check_dimensions",
     "check_ids",
     "check_speed",
@@ -20,6 +21,7 @@ __all__ = [
     "check_token_counts",
     "check_truncation",
     "predict_items",
+    "token_inputs",
     "truncates",
 ]
 
@@ -35,24 +37,40 @@ def truncates(truncate: bool | None, settings: ServeSettings) -> bool:
     return settings.auto_truncate if truncate is None else truncate
 
 
+def check_count(count: int, limit: int, name: str = "max_client_batch_size") -> None:
+    """Refuse a request of ``count`` inputs over ``limit`` (the one inputs-per-request check
+    of every route: TEI's routes take ``max_client_batch_size``, /v1/embeddings
+    ``openai_max_inputs``).
+
+    Raises:
+        ServeError: 413 ``count`` > ``limit``.
+    """
+    if count > limit:
+        raise ServeError(413, f"{count} inputs in one request; the maximum is {limit} ({name})")
+
+
 def check_texts(
-    texts: Sequence[str], settings: ServeSettings, pairs: Sequence[str] | None = None
+    texts: Sequence[str],
+    settings: ServeSettings,
+    pairs: Sequence[str] | None = None,
+    max_inputs: int | None = None,
 ) -> None:
     """Refuse a request's texts (with ``pairs``: the second segments) before tokenizing.
 
+    Args:
+        max_inputs: the route's inputs per request (default ``max_client_batch_size``).
+
     Raises:
         ServeError: 422 no texts, an empty text or segment, or one that is not valid Unicode
-            (a lone surrogate escape); 413 more than ``max_client_batch_size`` texts, or a
-            text (both segments together) over ``max_input_chars`` characters.
+            (a lone surrogate escape); 413 more than ``max_inputs`` texts, or a text (both
+            segments together) over ``max_input_chars`` characters.
     """
     if not texts:
         raise ServeError(422, "inputs cannot be empty", "Empty")
-    if len(texts) > settings.max_client_batch_size:
-        raise ServeError(
-            413,
-            f"{len(texts)} inputs in one request; the maximum is "
-            f"{settings.max_client_batch_size} (max_client_batch_size)",
-        )
+    if max_inputs is None:
+        check_count(len(texts), settings.max_client_batch_size)
+    else:
+        check_count(len(texts), max_inputs, "openai_max_inputs")
     for i, t in enumerate(texts):
         second = pairs[i] if pairs is not None else ""
         try:
@@ -166,12 +184,7 @@ def predict_items(
             raise ServeError(
                 422, f"input {i} has {len(x)} texts; give one text [a] or a pair [a, b]"
             )
-    if len(items) > settings.max_client_batch_size:
-        raise ServeError(
-            413,
-            f"{len(items)} inputs in one request; the maximum is "
-            f"{settings.max_client_batch_size} (max_client_batch_size)",
-        )
+    check_count(len(items), settings.max_client_batch_size)
     return items, single
 
 
@@ -189,15 +202,36 @@ def check_speed(speed: float | None, early_exit: bool) -> None:
         raise ServeError(422, f"speed must lie in [0, 1], got {speed}")
 
 
-def check_ids(ids: list[int] | list[list[int]], vocab_size: int) -> list[list[int]]:
-    """/decode's ``ids`` (one sequence or a batch) as a batch of sequences.
+def check_ids(
+    ids: list[int] | list[list[int]], vocab_size: int, max_inputs: int | None = None
+) -> list[list[int]]:
+    """Token ids (one sequence or a batch: /decode's ``ids``, the token-id ``inputs`` of
+    /embed and /v1/embeddings) as a batch of sequences.
 
     Raises:
-        ServeError: 422 no ids, or an id outside [0, ``vocab_size``).
+        ServeError: 422 no ids, an empty sequence, or an id outside [0, ``vocab_size``) (the
+            message names the sequence, the position and the id); 413 more than
+            ``max_inputs`` sequences.
     """
     batch = ids if ids and isinstance(ids[0], list) else [ids]
     if not batch or not batch[0]:
         raise ServeError(422, "ids cannot be empty", "Empty")
-    if any(not 0 <= i < vocab_size for row in batch for i in row):
-        raise ServeError(422, f"ids must be in [0, {vocab_size})", "Validation")
+    if max_inputs is not None:
+        check_count(len(batch), max_inputs)
+    for r, row in enumerate(batch):
+        if not row:
+            raise ServeError(422, f"input {r} has no token ids", "Empty")
+        bad = next((j for j, i in enumerate(row) if not 0 <= i < vocab_size), None)
+        if bad is not None:
+            raise ServeError(
+                422,
+                f"input {r}: token id {row[bad]} at position {bad} is outside this model's "
+                f"vocabulary, ids must be in [0, {vocab_size})",
+            )
     return batch  # type: ignore[return-value]
+
+
+def token_inputs(inputs: object) -> bool:
+    """Whether a TEI ``inputs`` / OpenAI ``input`` holds token ids (a list of ints, or a list
+    of lists of ints) rather than texts."""
+    return isinstance(inputs, list) and bool(inputs) and not isinstance(inputs[0], str)

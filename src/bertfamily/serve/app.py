@@ -6,11 +6,15 @@ Routes and shapes follow Hugging Face's text-embeddings-inference (TEI) router
 /v1/embeddings`` (→ ``{"object": "list", "data", "model", "usage"}``) for embedding models;
 ``/embed_sparse`` for SPLADE models; ``/rerank`` and ``/predict`` for cross-encoders;
 ``/predict`` for classification and token-classification directories; ``/tokenize`` and
-``/decode`` for all; ``GET /health``, ``GET /info`` and ``GET /metrics`` (Prometheus text).
-Unknown body fields are ignored, as TEI and OpenAI ignore them. Errors are TEI's JSON, ``{"error",
-"error_type"}`` (``{"message", "code", "type"}`` on ``/v1/``): 413 for a request over a limit
-(inputs per request, characters per input, tokens without ``truncate``), 422 for an empty or
-malformed request, 401 for a missing or wrong API key (checked before anything is read).
+``/decode`` for all; TEI's root routes (``POST /`` and ``/invocations`` answer as the route of
+the model's kind, `routes.root`); ``GET /health``, ``/``, ``/ping`` (liveness, no key),
+``/info``, ``/v1/models`` and ``/metrics`` (Prometheus text, TEI's ``te_*`` names too).
+Unknown body fields are ignored, as TEI and OpenAI ignore them. Errors take one shape per wire
+(`http.error_body`): TEI's ``{"error", "error_type"}``, and OpenAI's ``{"error": {"message",
+"type", "param", "code"}}`` on ``/v1/``: 413 for a request over a limit (inputs per request,
+characters per input, tokens without ``truncate``), 422 for an empty or malformed request, 429
+over ``max_concurrent_requests``, 401 for a missing or wrong API key (checked before anything
+is read).
 
 Requests that arrive together run together (`batcher.DynamicBatcher`), up to
 ``max_batch_tokens``; each is answered with its own rows in its own order.
@@ -53,8 +57,15 @@ __all__ = ["ServeSettings", "ServeError", "create_app", "load_served_model", "se
 
 log = logging.getLogger(__name__)
 
-#: Routes anyone may call without the API key (load balancers' liveness probes).
-OPEN_ROUTES = ("/health",)
+#: Routes anyone may GET without the API key (load balancers' liveness probes; TEI's
+#: ``/`` and SageMaker's ``/ping`` too).
+OPEN_ROUTES = ("/health", "/", "/ping")
+
+#: The routes that compute: counted in TEI's series and held to ``max_concurrent_requests``.
+INFERENCE_ROUTES = frozenset(
+    ("/", "/invocations", "/embed", "/embed_all", "/embed_sparse", "/similarity",
+     "/v1/embeddings", "/rerank", "/predict")
+)  # fmt: skip
 
 
 def served_kind(path: Path) -> tuple[type[ServedModel], Path, dict | None]:
@@ -92,6 +103,7 @@ def load_served_model(
     speed: float | None = None,
     device: str = "cpu",
     runtime: str = "torch",
+    pooling: str | None = None,
 ):
     """The pipeline that serves ``model_dir``, loaded by the adapter of its kind
     (`served_kind`): a `Reranker`, `SparseEncoder`, `EntityTagger`, `TextClassifier`,
@@ -108,53 +120,87 @@ def load_served_model(
         device: where the model runs ("cpu", "cuda", "cuda:N").
         runtime: "torch", or "openvino" for an embedding model (`SentenceEmbedder`'s
             accuracy-checked OpenVINO graph; CPU only).
+        pooling: TEI's ``--pooling`` ("cls", "mean", "last-token") for an embedding model
+            (`adapters.with_pooling`); None: the directory's.
 
     Raises:
         ModelDirectoryError: and the loaders' other errors (CheckpointError,
             SentenceModulesError, ...).
         QuantizationError: int8 asked for a model other than an embedding one, or off the CPU;
             see `SentenceEmbedder`.
-        InputError: the OpenVINO runtime asked for a model other than an embedding one; a
-            dtype other than fp32 for an early-exit classifier.
+        InputError: the OpenVINO runtime or ``pooling`` asked for a model other than an
+            embedding one; a dtype other than fp32 for an early-exit classifier.
     """
     path = resolve_model(model_dir)  # the one lookup; the loaders below get the directory
     adapter, directory, hf_config = served_kind(path)
     if runtime != "torch" and adapter is not EmbeddingModel:
         raise InputError(f"--runtime {runtime} is for embedding models; {adapter.refusal}")
+    if pooling is not None and adapter is not EmbeddingModel:
+        raise InputError(f"--pooling is for embedding models; {adapter.refusal}")
     if quantize is not None and adapter is not EmbeddingModel:
         raise QuantizationError(f"--quantize int8 is for embedding models; {adapter.refusal}")
     if quantize is not None and device != "cpu":
         raise QuantizationError(f"--quantize int8 runs on the CPU, not on {device}")
     return adapter.load(
         directory, hf_config, dtype=dtype, device=device, quantize=quantize, runtime=runtime,
-        speed=speed,
+        speed=speed, pooling=pooling,
     )  # fmt: skip
 
 
+def _authorized(request: Request, api_key: str | None) -> bool:
+    """Whether ``request`` may run: no key set, an open liveness route, or the right bearer
+    token (compared in constant time)."""
+    if api_key is None or (request.method == "GET" and request.url.path in OPEN_ROUTES):
+        return True
+    scheme, _, token = request.headers.get("authorization", "").partition(" ")
+    return scheme.lower() == "bearer" and hmac.compare_digest(
+        token.strip().encode(), api_key.encode()
+    )
+
+
 def _guard(app: FastAPI, state: ServeState) -> None:
-    """The API key (every route but `OPEN_ROUTES`, checked before the body is read) and the
-    per-route request count and latency."""
+    """The API key (every route but the GET of `OPEN_ROUTES`, checked before the body is
+    read), the cap on requests in flight (`INFERENCE_ROUTES`: 429 beyond
+    ``max_concurrent_requests``), the per-route request count and latency, and TEI's
+    request series."""
     settings, metrics = state.settings, state.metrics
     known = {getattr(r, "path", None) for r in app.routes}  # FastAPI's own (/docs, ...)
     known |= {r.path for router in ROUTERS for r in router.routes}
+    in_flight = [0]
 
     @app.middleware("http")
     async def auth_and_metrics(request: Request, call_next):
         route = request.url.path
         start = time.perf_counter()
-        if settings.api_key is not None and route not in OPEN_ROUTES:
-            scheme, _, token = request.headers.get("authorization", "").partition(" ")
-            ok = scheme.lower() == "bearer" and hmac.compare_digest(
-                token.strip().encode(), settings.api_key.encode()
+        if not _authorized(request, settings.api_key):
+            metrics.requests.labels(route if route in known else "other", "401").inc()
+            return error_response(request, 401, "missing or wrong API key", "Unauthorized")
+        inference = request.method == "POST" and route in INFERENCE_ROUTES
+        if inference and in_flight[0] >= settings.max_concurrent_requests:
+            metrics.requests.labels(route, "429").inc()
+            metrics.request(route, 429, "Overloaded", 0.0)
+            message = (
+                f"model is overloaded: {in_flight[0]} requests in flight (max_concurrent_requests)"
             )
-            if not ok:
-                metrics.requests.labels(route, "401").inc()
-                return error_response(request, 401, "missing or wrong API key", "Unauthorized")
-        response = await call_next(request)
+            return error_response(request, 429, message, "Overloaded")
+        in_flight[0] += inference
+        try:
+            response = await call_next(request)
+        finally:
+            in_flight[0] -= inference
         label = route if route in known else "other"
+        seconds = time.perf_counter() - start
         metrics.requests.labels(label, str(response.status_code)).inc()
-        metrics.latency.labels(label).observe(time.perf_counter() - start)
+        metrics.latency.labels(label).observe(seconds)
+        if inference:
+            kind = _ERROR_TYPES.get(response.status_code, "Validation")
+            metrics.request(route, response.status_code, kind, seconds)
         return response
+
+
+#: TEI's ``error_type`` of a failed request's status, for ``te_request_failure{err}``.
+_ERROR_TYPES = {401: "Unauthorized", 413: "Validation", 422: "Validation", 429: "Overloaded",
+                500: "Backend", 503: "Unhealthy"}  # fmt: skip
 
 
 def create_app(
@@ -173,10 +219,18 @@ def create_app(
 
     Raises:
         ArgumentTypeError: ``model`` is none of these pipelines.
-        InputError: no ``model_dir`` for a classifier.
+        InputError: no ``model_dir`` for a classifier; a ``default_prompt_name`` the model
+            does not have.
     """
     settings = settings or ServeSettings()
     served = adapter_for(model, settings)
+    if settings.default_prompt_name is not None:
+        prompts = getattr(model, "prompts", {})
+        if settings.default_prompt_name not in prompts:
+            raise InputError(
+                f"default_prompt_name {settings.default_prompt_name!r} is not a prompt of this "
+                f"model; it has {sorted(prompts)}"
+            )
     if model_dir is None:
         if served.directory is None:
             raise InputError("give model_dir: the directory the classifier was loaded from")

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import time
 from collections.abc import Callable, Hashable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -33,6 +34,7 @@ class _Job:
     tokens: int
     key: Hashable
     future: asyncio.Future = field(repr=False)
+    queued: float = field(default_factory=time.perf_counter)
 
 
 class DynamicBatcher:
@@ -45,6 +47,11 @@ class DynamicBatcher:
         batching: False runs every request alone (the baseline the load benchmark compares).
         on_round: called (on the event loop) with (requests, inputs) of each model call, for
             metrics.
+        max_batch_requests: most requests in one gathered round (None: no cap but the
+            token budget).
+        on_computed: called (on the event loop) after each successful model call with the
+            seconds each of its requests waited in the queue, the call's seconds, its inputs
+            and its tokens, for metrics.
 
     Raises:
         ValueError: max_batch_tokens < 1.
@@ -57,6 +64,8 @@ class DynamicBatcher:
         *,
         batching: bool = True,
         on_round: Callable[[int, int], None] | None = None,
+        max_batch_requests: int | None = None,
+        on_computed: Callable[[list[float], float, int, int], None] | None = None,
     ) -> None:
         if max_batch_tokens < 1:
             raise InputError(f"max_batch_tokens must be >= 1, got {max_batch_tokens}")
@@ -64,6 +73,8 @@ class DynamicBatcher:
         self.max_batch_tokens = max_batch_tokens
         self.batching = batching
         self.on_round = on_round
+        self.max_batch_requests = max_batch_requests
+        self.on_computed = on_computed
         self._pending: collections.deque[_Job] = collections.deque()
         self._wake: asyncio.Event | None = None
         self._task: asyncio.Task | None = None
@@ -102,11 +113,20 @@ class DynamicBatcher:
 
     def _take(self) -> list[_Job]:
         """The next round: the oldest job, then (batching on) every following job that still
-        fits the token budget, in arrival order."""
+        fits the token budget, in arrival order; jobs whose request was cancelled (its client
+        went away) are dropped, never computed."""
+        while self._pending and self._pending[0].future.done():  # cancelled: client gone
+            self._pending.popleft()
+        if not self._pending:
+            return []
         jobs = [self._pending.popleft()]
         tokens = jobs[0].tokens
-        while self.batching and self._pending:
+        cap = self.max_batch_requests or len(self._pending) + 1
+        while self.batching and self._pending and len(jobs) < cap:
             nxt = self._pending[0]
+            if nxt.future.done():  # cancelled while queued: never computed
+                self._pending.popleft()
+                continue
             if tokens + nxt.tokens > self.max_batch_tokens:
                 break
             jobs.append(self._pending.popleft())
@@ -124,6 +144,8 @@ class DynamicBatcher:
                 await self._wake.wait()
                 continue
             jobs = self._take()
+            if not jobs:
+                continue
             groups: dict[Hashable, list[_Job]] = {}
             for job in jobs:
                 groups.setdefault(job.key, []).append(job)
@@ -131,8 +153,13 @@ class DynamicBatcher:
                 inputs = [x for job in group for x in job.inputs]
                 if self.on_round is not None:
                     self.on_round(len(group), len(inputs))
+                started = time.perf_counter()
                 try:
                     results = await loop.run_in_executor(self._executor, self.run, key, inputs)
+                    if self.on_computed is not None:
+                        waits = [started - job.queued for job in group]
+                        tokens = sum(job.tokens for job in group)
+                        self.on_computed(waits, time.perf_counter() - started, len(inputs), tokens)
                 except Exception as e:
                     if len(group) == 1:
                         log.warning("model call failed: %s: %s", type(e).__name__, e)

@@ -1,7 +1,7 @@
-"""The server's error answers: TEI's JSON ``{"error", "error_type"}`` (OpenAI's ``{"message",
-"code", "type"}`` under ``/v1/``) for every refusal, ours (`ServeError`) and FastAPI's (a body
-it cannot parse, a field of the wrong type), and for a body too deep or not UTF-8: never a
-500 for a bad request."""
+"""The server's error answers, one shape per wire: TEI's JSON ``{"error", "error_type"}``,
+and OpenAI's ``{"error": {"message", "type", "param", "code"}}`` under ``/v1/``, for every
+refusal, ours (`ServeError`) and FastAPI's (a body it cannot parse, a field of the wrong
+type), and for a body too deep or not UTF-8: never a 500 for a bad request."""
 
 from __future__ import annotations
 

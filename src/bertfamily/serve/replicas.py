@@ -35,6 +35,7 @@ def replica_environment(
     device: str = "cpu",
     speed: float | None = None,
     runtime: str = "torch",
+    pooling: str | None = None,
 ) -> str:
     """The ``BERTFAMILY_SERVE_REPLICA`` value describing one replica (JSON): what
     `app_from_environment` needs to build the app ``bertfamily serve`` would build (the model,
@@ -51,6 +52,7 @@ def replica_environment(
         "device": device,
         "speed": speed,
         "runtime": runtime,
+        "pooling": pooling,
     }
     return json.dumps(body)
 
@@ -74,6 +76,7 @@ def app_from_environment():
         speed=body.get("speed"),
         device=body.get("device", "cpu"),
         runtime=body.get("runtime", "torch"),
+        pooling=body.get("pooling"),
     )
     app = create_app(served, ServeSettings(**body["settings"]), model_dir=path)
     replica = str(os.getpid())

@@ -32,6 +32,21 @@ class ServeSettings:
             ``\\uXXXX`` escapes, plus 64 KiB.
         timeout_keep_alive: seconds an idle connection (one that sends no request, or no
             complete header) is kept open (uvicorn's ``timeout_keep_alive``).
+        openai_max_inputs: most inputs one /v1/embeddings request may hold (OpenAI's 2,048;
+            never fewer than ``max_client_batch_size``); a large request runs as several
+            forward passes.
+        max_concurrent_requests: most requests computed or queued at once; one more is
+            answered 429 (TEI ``--max-concurrent-requests``).
+        max_batch_requests: most requests gathered into one model call (None: as many as
+            ``max_batch_tokens`` allows; TEI ``--max-batch-requests``).
+        body_timeout: seconds a request body may take to arrive once its header has (408 and
+            the connection closed beyond; `http.HeaderTimeoutProtocol`).
+        max_connections_per_client: most open connections from one client address, per
+            process (429 beyond).
+        default_prompt_name: the prompt (of the model's) of requests that name none (TEI
+            ``--default-prompt-name``; None: the model's default).
+        default_prompt: a prompt text for requests that name none (TEI ``--default-prompt``;
+            not with ``default_prompt_name``).
     """
 
     max_batch_tokens: int = 16384
@@ -44,6 +59,18 @@ class ServeSettings:
     model_id: str | None = None
     max_body_bytes: int | None = None
     timeout_keep_alive: float = 5.0
+    openai_max_inputs: int = 2048
+    max_concurrent_requests: int = 512
+    max_batch_requests: int | None = None
+    body_timeout: float = 30.0
+    max_connections_per_client: int = 64
+    default_prompt_name: str | None = None
+    default_prompt: str | None = None
+
+    @property
+    def openai_limit(self) -> int:
+        """Inputs per /v1/embeddings request."""
+        return max(self.openai_max_inputs, self.max_client_batch_size)
 
     @property
     def body_limit(self) -> int:
@@ -53,12 +80,27 @@ class ServeSettings:
         return self.max_client_batch_size * self.max_input_chars * 6 + 65536
 
     def __post_init__(self) -> None:
-        for name in ("max_batch_tokens", "batch_size", "max_client_batch_size", "max_input_chars"):
+        names = (
+            "max_batch_tokens",
+            "batch_size",
+            "max_client_batch_size",
+            "max_input_chars",
+            "openai_max_inputs",
+            "max_concurrent_requests",
+            "max_connections_per_client",
+        )
+        for name in names:
             if getattr(self, name) < 1:
                 raise InputError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.max_body_bytes is not None and self.max_body_bytes < 1:
             raise InputError(f"max_body_bytes must be >= 1, got {self.max_body_bytes}")
+        if self.max_batch_requests is not None and self.max_batch_requests < 1:
+            raise InputError(f"max_batch_requests must be >= 1, got {self.max_batch_requests}")
+        if self.body_timeout <= 0:
+            raise InputError(f"body_timeout must be > 0, got {self.body_timeout}")
         if self.timeout_keep_alive <= 0:
             raise InputError(f"timeout_keep_alive must be > 0, got {self.timeout_keep_alive}")
+        if self.default_prompt is not None and self.default_prompt_name is not None:
+            raise InputError("give default_prompt or default_prompt_name, not both")
         if self.api_key is not None and not self.api_key.strip():
             raise InputError("api_key must not be empty")

@@ -4,7 +4,9 @@ route (`serving`)."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Hashable, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -21,6 +23,10 @@ from .settings import ServeSettings
 __all__ = ["ServeState", "serving"]
 
 M = TypeVar("M", bound=ServedModel)
+
+#: Seconds between two looks at whether a waiting request's client is still there.
+DISCONNECT_POLL_S = 0.25
+_REQUEST: ContextVar[Request | None] = ContextVar("bertfamily_serve_request", default=None)
 
 
 @dataclass
@@ -52,6 +58,8 @@ class ServeState:
             self.settings.max_batch_tokens,
             batching=self.settings.batching,
             on_round=self.metrics.on_round,
+            max_batch_requests=self.settings.max_batch_requests,
+            on_computed=self.metrics.on_computed,
         )
 
     def need(self, kind: type[M]) -> M:
@@ -68,13 +76,23 @@ class ServeState:
         """The batcher's answer for one request's ``inputs`` (``key``: ``(model call,
         *options)``, `adapters.run_key`); a request the model refuses (ValueError: a token id
         outside the vocabulary, non-finite output, ...) fails alone with 422 (the batcher
-        reruns the others of its group without it).
+        reruns the others of its group without it). While it waits, a client that closes
+        its connection has its rows taken out of the queue (checked every
+        `DISCONNECT_POLL_S` seconds): abandoned requests never hold up the others.
 
         Raises:
-            ServeError: 422 as above.
+            ServeError: 422 as above; 499 the client went away.
         """
+        job = asyncio.ensure_future(self.batcher.submit(inputs, tokens, key))
+        request = _REQUEST.get()
         try:
-            return await self.batcher.submit(inputs, tokens, key)
+            while True:  # a client that went away: its queued rows are dropped, never computed
+                done, _ = await asyncio.wait({job}, timeout=DISCONNECT_POLL_S)
+                if done:
+                    return job.result()
+                if request is not None and await request.is_disconnected():
+                    job.cancel()
+                    raise ServeError(499, "the client closed the connection", "Cancelled")
         except ValueError as e:
             detail = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             raise ServeError(422, f"the model cannot run this request: {detail}") from None
@@ -103,5 +121,7 @@ class ServeState:
 
 
 def serving(request: Request) -> ServeState:
-    """The `ServeState` of the app answering ``request`` (a FastAPI dependency)."""
+    """The `ServeState` of the app answering ``request`` (a FastAPI dependency; it also
+    notes the request, for `ServeState.submit` to see its client leave)."""
+    _REQUEST.set(request)
     return request.app.state.serve

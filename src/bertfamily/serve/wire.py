@@ -25,6 +25,7 @@ __all__ = [
     "SimilarityInputs",
     "SimilarityRequest",
     "SparseRequest",
+    "TextsOrIds",
     "TokenizeRequest",
 ]
 
@@ -56,18 +57,24 @@ class SparseRequest(EmbedAllRequest):
     """TEI ``/embed_sparse``."""
 
 
-class EmbedRequest(EmbedAllRequest):
-    """TEI ``/embed``."""
+#: Texts, or token ids of the model's vocabulary: one sequence or a batch (TEI's and OpenAI's
+#: ``Input``; ids are used as they are, special tokens not added).
+TextsOrIds = str | list[str] | list[int] | list[list[int]]
 
+
+class EmbedRequest(EmbedAllRequest):
+    """TEI ``/embed``: texts, or token ids (`TextsOrIds`)."""
+
+    inputs: TextsOrIds  # type: ignore[assignment]
     normalize: bool = True
     dimensions: int | None = Field(default=None, ge=1)
 
 
 class OpenAIEmbedRequest(_Body):
-    """OpenAI ``/v1/embeddings`` (``input``, ``model``, ``encoding_format``, ``dimensions``,
-    ``user``)."""
+    """OpenAI ``/v1/embeddings`` (``input``: texts or token ids, `TextsOrIds`; ``model``,
+    ``encoding_format``, ``dimensions``, ``user``)."""
 
-    input: str | list[str]
+    input: TextsOrIds
     model: str | None = None
     user: str | None = None
     encoding_format: Literal["float", "base64"] = "float"

@@ -395,6 +395,14 @@ class Tokenizer:
         if return_token_type_ids is None:
             return_token_type_ids = self.has_token_type_ids
 
+        if max_length is not None:  # checked here: the Rust side would index or overflow
+            if (
+                isinstance(max_length, bool)
+                or not hasattr(max_length, "__index__")
+                or (max_length < 0)
+            ):
+                raise InputError(f"max_length must be None or an integer >= 0, got {max_length!r}")
+            max_length = min(int(max_length), _ABSURD_MAX_LENGTH)  # longer than any input: no cut
         limit = max_length if max_length is not None else self.model_max_length
         if limit is None:
             strategy = None

@@ -16,9 +16,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..checkpoints.io import check_stored_tensors
 from ..errors import ModelDirectoryError
 from ..files import atomic_directory, atomic_write
+from ..modules.stored import check_stored_tensors
 from .config import (
     _CHECKPOINT_KEYS,
     CHECKPOINT_FILE,
@@ -232,17 +232,22 @@ class CheckpointMixin:
     def _check_model_state(self, saved: Any, path: Path) -> None:
         """Check that ``saved`` (read from ``path``) names the model's tensors with the same
         (full, unsharded) shapes, and that they pass the one check of stored weights that model
-        directories pass too (`checkpoints.io.check_stored_tensors`: stored dtypes, every value
+        directories pass too (`modules.stored.check_stored_tensors`: stored dtypes, every value
         finite); raises `RunDirectoryError` otherwise."""
         if not isinstance(saved, dict):
             raise RunDirectoryError(f"{path}: the model state is a {type(saved).__name__}")
-        floats = {
-            k: v.float()
-            for k, v in saved.items()
-            if isinstance(v, torch.Tensor) and v.is_floating_point()
-        }
+        odd = [k for k, v in saved.items() if not isinstance(v, torch.Tensor)]
+        if odd:
+            raise RunDirectoryError(
+                f"{path}: model state entry {odd[0]!r} is a {type(saved[odd[0]]).__name__}, "
+                "not a tensor; the checkpoint is corrupt, it is not loaded"
+            )
+        # every tensor, integers included (an int64 weight is refused, not cast); a half-precision
+        # model's own weights are widened here (exact) so the check does not warn about them
+        halves = (torch.float16, torch.bfloat16)
+        tensors = {k: v.float() if v.dtype in halves else v for k, v in saved.items()}
         try:
-            check_stored_tensors(floats, path)  # the finite and dtype check, nothing converted
+            check_stored_tensors(tensors, path)  # the finite and dtype check, nothing converted
         except ModelDirectoryError as e:
             raise RunDirectoryError(str(e)) from e
         own = self.model.state_dict()
@@ -286,7 +291,13 @@ class CheckpointMixin:
         if not self.dist.is_main:
             return
         state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
+        # a save_fn that writes the weights itself leaves model_state.pt out of its directories
+        # (one copy each), but for ``best/`` while the run may still load it back at the end
+        keep = not self.save_fn_holds_weights or (
+            directory.name == "best" and self.config.load_best_at_end
+        )
         with atomic_directory(directory, keep_existing=False, inside=self.output_dir) as tmp:
-            atomic_write(tmp / MODEL_STATE_FILE, lambda t: torch.save(state, t))
+            if keep:
+                atomic_write(tmp / MODEL_STATE_FILE, lambda t: torch.save(state, t))
             if self.save_fn is not None:
                 self.save_fn(model, tmp)

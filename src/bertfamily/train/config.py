@@ -36,8 +36,11 @@ class TrainConfig:
     Attributes:
         output_dir: where metrics, checkpoints and the final model go.
         max_steps: optimizer steps to train for (also the length of the "linear" schedule).
-        max_time_s: wall-clock budget in seconds for this call of `Trainer.train` (None: no
-            limit); the loop stops after the step that crosses it and saves a checkpoint.
+        max_time_s: wall-clock budget in seconds of the whole run (None: no limit), counted
+            from ``budget_start`` (default: when `Trainer.train` is called) and including
+            the final evaluation and saving: the loop stops when the time left is what those
+            need (`Trainer.reserve_s`: the last evaluation's duration, measured, and the
+            model's and optimizer's bytes at `SAVE_BYTES_PER_S`), then saves a checkpoint.
             The learning-rate schedule (its length, and warm-up from ``warmup_ratio``) is
             then planned for the steps that fit: measured over steps 2-3 of the run, when
             fewer than ``max_steps`` fit (`Trainer`); a run that stops in warm-up says so.
@@ -73,6 +76,13 @@ class TrainConfig:
         device: "auto" | "cpu" | "cuda".
         progress: show a progress bar (rank 0 only).
         find_unused_parameters: passed to DistributedDataParallel.
+        budget_start: the `time.monotonic` at which ``max_time_s`` began (a recipe passes
+            its own start, so reading the data and loading the model count too).
+        eval_at_start: evaluate the starting model once at step 0 (a fresh run with an
+            evaluation and ``metric_for_best``): it is the first ``best``, so a run that only
+            makes the model worse keeps the starting one (and `Trainer.train` says so).
+        evals_after: evaluations the caller runs after `Trainer.train` returns (finetune's
+            predictions file), kept out of ``max_time_s`` like the loop's own last one.
     """
 
     output_dir: str | Path
@@ -103,6 +113,9 @@ class TrainConfig:
     device: str = "auto"
     progress: bool = True
     find_unused_parameters: bool = False
+    budget_start: float | None = None
+    eval_at_start: bool = False
+    evals_after: int = 0
 
     def __post_init__(self) -> None:
         self.output_dir = Path(self.output_dir)

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +27,7 @@ from torch import nn
 
 from ..errors import InputError
 from ..modules.encoder import Encoder
+from ..runtime import MAX_PROCESSES, env_int
 
 __all__ = [
     "DistInfo",
@@ -82,16 +82,17 @@ def init_distributed(device: str = "auto") -> DistInfo:
         The process's `DistInfo`; ``world_size`` 1 and no process group outside torchrun.
 
     Raises:
-        ValueError: unknown ``device`` or "cuda" without a GPU.
+        InputError: unknown ``device``, "cuda" without a GPU, or ``WORLD_SIZE`` / ``RANK`` /
+            ``LOCAL_RANK`` not a whole number in range (`runtime.env_int`).
     """
     if device not in ("auto", "cpu", "cuda"):
         raise InputError(f"device must be 'auto', 'cpu' or 'cuda', got {device!r}")
     use_cuda = torch.cuda.is_available() if device == "auto" else device == "cuda"
     if use_cuda and not torch.cuda.is_available():
         raise InputError("device='cuda' but torch.cuda.is_available() is False")
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    rank = int(os.environ.get("RANK", "0"))
-    local = int(os.environ.get("LOCAL_RANK", "0"))
+    world = env_int("WORLD_SIZE", 1, minimum=1, maximum=MAX_PROCESSES)
+    rank = env_int("RANK", 0, maximum=world - 1)
+    local = env_int("LOCAL_RANK", 0, maximum=MAX_PROCESSES)
     if use_cuda:
         torch.cuda.set_device(local)
         dev = torch.device("cuda", local)

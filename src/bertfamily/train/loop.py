@@ -82,6 +82,7 @@ from torch import nn
 from ..data.batching import as_batch_source
 from ..errors import ArgumentTypeError, InputError
 from ..modules.encoder import Encoder
+from ..notices import waiting
 from ..objectives.units import denominators_of_step
 from ..runtime import adapt_threads
 from .checkpoint import CheckpointMixin, _rng_state, _set_rng_state
@@ -169,6 +170,10 @@ def _positional_arity(fn: Callable) -> int:
 
 #: With a time budget the schedule is planned after this many steps of a run (`Trainer`).
 PLAN_AFTER = 3
+# Bytes a second assumed for writing the checkpoint and the model (a slow disk), in `reserve_s`.
+SAVE_BYTES_PER_S = 100e6
+# Seconds kept for drawing loss.png at the end (matplotlib's first import is most of it).
+PLOT_S = 1.0
 
 
 class _Stop(Exception):
@@ -195,6 +200,9 @@ class Trainer(CheckpointMixin, ProgressMixin):
             ``lambda m, d: m.save_pretrained(d)``); None: ``model_state.pt`` only.
             ``directory`` is a fresh temporary sibling that replaces ``model/``/``best/`` whole
             once ``save_fn`` returns (files of the previous version are not kept).
+        save_fn_holds_weights: ``save_fn`` writes the weights (e.g. model.safetensors), so
+            ``model/`` gets no ``model_state.pt`` (one copy of the weights per directory) and
+            ``best/`` keeps it only until `train` has loaded it back (``load_best_at_end``).
         count_fn: ``(batch) -> {term: units}`` on the micro-batch as the source yields it
             (before it moves to the device); the same keys for every batch and every rank.
             None (default): the model's own ``counts`` when it has one (every objective of
@@ -215,9 +223,11 @@ class Trainer(CheckpointMixin, ProgressMixin):
         dist: DistInfo | None = None,
         save_fn: SaveFn | None = None,
         count_fn: CountFn | None | bool = None,
+        save_fn_holds_weights: bool = False,
     ) -> None:
         self.config = config
         self.save_fn = save_fn
+        self.save_fn_holds_weights = save_fn is not None and save_fn_holds_weights
         self._implicit_units = False  # the objective reads the step's denominators itself
         if count_fn is None and callable(getattr(model, "counts", None)):
             count_fn = model.counts  # the objective knows its units
@@ -316,17 +326,35 @@ class Trainer(CheckpointMixin, ProgressMixin):
         Keys get an ``eval_`` prefix. Under FSDP every rank must call it: the shards are
         gathered into a plain copy of the model on rank 0, which ``eval_fn`` gets."""
         result: dict[str, float] = {}
+        began = time.monotonic()
         model = self._plain_model() if self.eval_fn is not None else None
         if self.eval_fn is not None and self.dist.is_main:
             was_training = model.training
             model.eval()
-            with torch.no_grad(), self._autocast():
+            with (
+                self._phase(f"evaluating at step {self.state.step}"),
+                torch.no_grad(),
+                self._autocast(),
+            ):
                 raw = self.eval_fn(model)
             model.train(was_training)
             result = {
                 (k if k.startswith("eval_") else f"eval_{k}"): float(v) for k, v in raw.items()
             }
-        return broadcast_object(result)
+        result = broadcast_object(result)
+        self._eval_s = time.monotonic() - began
+        return result
+
+    def reserve_s(self) -> float:
+        """Seconds the end of a run needs after the loop, kept out of ``max_time_s``: the last
+        evaluation's duration (measured; 0 before the first) for the loop's last evaluation
+        and each of ``evals_after``, and
+        writing the checkpoint and the model: 4 bytes of state a parameter byte (weights, two
+        Adam moments, the saved model) at `SAVE_BYTES_PER_S`; `PLOT_S` for loss.png."""
+        weights = sum(p.numel() * p.element_size() for p in self.model.parameters())
+        evals = (self.eval_fn is not None) + self.config.evals_after
+        evaluation = getattr(self, "_eval_s", 0.0) * evals
+        return evaluation + 4 * weights / SAVE_BYTES_PER_S + PLOT_S
 
     def _autocast(self):
         return autocast(self.config.precision, self.dist.device)
@@ -482,13 +510,22 @@ class Trainer(CheckpointMixin, ProgressMixin):
         self.wrapped.train()
         self._batches = None
         start, stopped = time.monotonic(), "max_steps"
+        budget_start = cfg.budget_start if cfg.budget_start is not None else start
+        if (
+            cfg.eval_at_start
+            and self.eval_fn is not None
+            and cfg.metric_for_best is not None
+            and self.state.step == 0
+            and self.state.best_step is None
+        ):
+            self._eval_and_check()  # the starting model: the first "best"
         window: dict[str, float] = {}
         window_n, last_train = 0, {}
         previous = None
         if self.dist.is_main:
             with contextlib.suppress(ValueError):  # not the main thread: keep the default
                 previous = signal.signal(signal.SIGTERM, self._on_sigterm)
-        bar = self._progress()
+        bar = self._bar = self._progress()
         step0 = self.state.step
         first_done: float | None = None  # when this call's first step ended (its speed excluded)
         if self.state.planned_steps is not None:  # resumed: the plan of the earlier call
@@ -496,7 +533,7 @@ class Trainer(CheckpointMixin, ProgressMixin):
         try:
             while self.state.step < cfg.max_steps:
                 if cfg.max_time_s is not None and self._all_agree(
-                    time.monotonic() - start >= cfg.max_time_s
+                    time.monotonic() - budget_start >= cfg.max_time_s - self.reserve_s()
                 ):
                     stopped = "time"
                     break
@@ -508,13 +545,17 @@ class Trainer(CheckpointMixin, ProgressMixin):
                 if step - step0 == 1:
                     first_done = time.monotonic()
                 elif step - step0 == PLAN_AFTER and cfg.max_time_s is not None:
-                    self._plan_for_time(step, time.monotonic(), start, first_done)
+                    self._plan_for_time(step, time.monotonic(), budget_start, first_done)
                 if bar is not None:
                     bar[0].update(
                         bar[1],
                         completed=step,
                         total=budget_total(
-                            step, cfg.max_steps, time.monotonic() - start, cfg.max_time_s, step0
+                            step,
+                            cfg.max_steps,
+                            time.monotonic() - budget_start,
+                            cfg.max_time_s and cfg.max_time_s - self.reserve_s(),
+                            step0,
                         ),
                         description=f"loss {values['loss']:.4f}",
                     )
@@ -550,6 +591,7 @@ class Trainer(CheckpointMixin, ProgressMixin):
             if previous is not None:
                 signal.signal(signal.SIGTERM, previous)
             self._finish_bar(bar)
+            self._bar = None
         if window_n:
             last_train = all_reduce_mean(
                 {n: v / window_n for n, v in window.items()}, self.dist.device
@@ -566,13 +608,26 @@ class Trainer(CheckpointMixin, ProgressMixin):
         if self.eval_fn is not None and self.state.last_eval.get("step") != self.state.step:
             if stopped != "early_stopping":
                 self._eval_and_check()
-        self.save_checkpoint()
-        self._save_model(self.output_dir / "model")
+        with waiting(f"saving the checkpoint and the model to {self.output_dir}"):
+            self.save_checkpoint()
+            self._save_model(self.output_dir / "model")
         if self.dist.is_main:
             plot_metrics(self.output_dir / METRICS_FILE, self.output_dir / PLOT_FILE)
+        if cfg.eval_at_start and self.state.best_step == 0 and self.state.step > 0:
+            logger.warning(
+                "the trained model evaluates worse than the starting model on the eval set "
+                "(%s %.4g at step 0, never bettered): best/ keeps the starting model%s",
+                cfg.metric_for_best,
+                self.state.best_metric,
+                ", which is the model loaded at the end" if cfg.load_best_at_end else "",
+            )
         if cfg.load_best_at_end and self.state.best_step is not None:
             best_path = self.output_dir / "best" / MODEL_STATE_FILE
             self._load_model_state(load_tensor_file(best_path, "model state"), best_path)
+            if self.save_fn_holds_weights:
+                self._all_agree(True)  # a barrier: every rank has read it before it goes
+                if self.dist.is_main:  # loaded: best/ keeps the one copy save_fn wrote
+                    best_path.unlink(missing_ok=True)
         return self._summary(stopped, start, last_train)
 
     def _all_agree(self, flag: bool) -> bool:
@@ -609,7 +664,8 @@ class Trainer(CheckpointMixin, ProgressMixin):
         per_step = all_reduce_mean({"s": (now - first_done) / (PLAN_AFTER - 1)}, self.dist.device)[
             "s"
         ]
-        fits = step + int(max(0.0, cfg.max_time_s - (now - start)) / max(per_step, 1e-9))
+        left = cfg.max_time_s - self.reserve_s() - (now - start)
+        fits = step + int(max(0.0, left) / max(per_step, 1e-9))
         if fits < cfg.max_steps:
             self._plan_schedule(max(fits, step))
             logger.info(

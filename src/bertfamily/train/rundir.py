@@ -39,7 +39,14 @@ import torch
 
 from ..checkpoints.io import torch_archive_problem
 from ..errors import RunDirectoryError
-from ..files import OLD_TAG, TMP_TAG, atomic_write, is_own_temporary, recover_directory
+from ..files import (
+    OLD_TAG,
+    TMP_TAG,
+    atomic_write,
+    is_own_temporary,
+    parse_json,
+    recover_directory,
+)
 
 __all__ = [
     "RunDirectoryError",
@@ -241,11 +248,10 @@ def clean_run_directory(output_dir: str | Path, subdirs: tuple[str, ...] = ()) -
 
 
 def _parse(line: bytes) -> dict | None:
-    try:
-        record = json.loads(line)
-    except (ValueError, RecursionError):  # JSONDecodeError, UnicodeDecodeError, too deep
+    try:  # the bounded parser (files.parse_json): a torn, undecodable or too deep line is None
+        return parse_json(line, source="a metrics line", error=ValueError)
+    except ValueError:
         return None
-    return record if isinstance(record, dict) else None
 
 
 def read_metrics(path: str | Path) -> list[dict[str, Any]]:

@@ -39,8 +39,15 @@ from pathlib import Path
 
 import numpy as np
 
+from ...data.text_input import is_stdin, spooled_input
 from ...errors import BulkEmbedError, DataError, NonFiniteOutputError
-from ...files import atomic_write, read_json, remove_stale_temporaries, write_text_atomic
+from ...files import (
+    atomic_write,
+    json_field,
+    read_json,
+    remove_stale_temporaries,
+    write_text_atomic,
+)
 from ..retrieval.dense import ModelIdentity, model_identity
 
 __all__ = [
@@ -142,25 +149,32 @@ class BulkPlan:
                 f"(this version reads {FORMAT_VERSION})"
             )
         model, source = body.get("model"), body.get("input")
-        fields = {
-            "shard_size": (body.get("shard_size"), int, 1),
-            "model.dimension": ((model or {}).get("dimension"), int, 1),
-            "input.lines": ((source or {}).get("lines"), int, 1),
-            "input.bytes": ((source or {}).get("bytes"), int, 0),
-            "model.digest": ((model or {}).get("digest"), str, None),
-            "model.pooling": ((model or {}).get("pooling"), str, None),
-            "input.name": ((source or {}).get("name"), str, None),
-            "input.sha256": ((source or {}).get("sha256"), str, None),
-        }
-        if not isinstance(model, dict) or not isinstance(source, dict):
-            raise bad("model and input must be objects")
-        for name, (value, kind, low) in fields.items():
-            if not isinstance(value, kind) or isinstance(value, bool):
-                raise bad(f"{name} is {value!r}, not a {kind.__name__}")
-            if low is not None and value < low:
-                raise bad(f"{name} is {value!r}, below {low}")
+        schema = (  # the one type and range check of metadata fields (files.json_field)
+            ("model", dict, None),
+            ("input", dict, None),
+            ("shard_size", int, 1),
+            ("model.dimension", int, 1),
+            ("input.lines", int, 1),
+            ("input.bytes", int, 0),
+            ("model.digest", str, None),
+            ("model.pooling", str, None),
+            ("input.name", str, None),
+            ("input.sha256", str, None),
+        )
+        for name, kind, low in schema:
+            json_field(body, name, kind, source="", low=low, error=bad)
         if len(source["sha256"]) != 64:
             raise bad(f"input.sha256 {source['sha256']!r} is not a SHA-256")
+        # the claims are checked against each other before any list is built from them: a
+        # line takes at least one byte (the last may lack its newline), and the manifest
+        # lists every shard, so a claim of 10^12 lines costs nothing to refuse
+        if source["lines"] > source["bytes"] + 1:
+            raise bad(f"input.lines {source['lines']:,} exceeds input.bytes {source['bytes']:,}")
+        shards = body.get("shards")
+        claimed = -(-source["lines"] // body["shard_size"])
+        if not isinstance(shards, list) or len(shards) != claimed:
+            raise bad(f"shards is not what a plan of {source['lines']:,} lines in shards of "
+                      f"{body['shard_size']:,} writes")  # fmt: skip
         try:
             plan = cls(ModelIdentity(**model), InputIdentity(**source), int(body["shard_size"]))
         except TypeError as e:
@@ -198,11 +212,13 @@ def process_slot() -> tuple[int, int]:
     Raises:
         BulkEmbedError: values that are not integers, or not 0 <= rank < world_size.
     """
+    from ...runtime import MAX_PROCESSES, env_int
+
     try:
-        rank = int(os.environ.get("RANK", "0"))
-        world = int(os.environ.get("WORLD_SIZE", "1"))
+        rank = env_int("RANK", 0, maximum=MAX_PROCESSES)
+        world = env_int("WORLD_SIZE", 1, minimum=1, maximum=MAX_PROCESSES)
     except ValueError as e:
-        raise BulkEmbedError(f"RANK and WORLD_SIZE must be integers: {e}") from e
+        raise BulkEmbedError(str(e)) from e
     if world < 1 or not 0 <= rank < world:
         raise BulkEmbedError(f"need 0 <= RANK < WORLD_SIZE, got RANK={rank} WORLD_SIZE={world}")
     return rank, world
@@ -372,6 +388,8 @@ def embed_file(
 
     Args:
         embedder: a `SentenceEmbedder`.
+        input_path: a UTF-8 text file, or ``-`` / ``/dev/stdin`` (kept once in a temporary
+            file, `data.text_input.spooled_input`; the same content piped again resumes).
         shard_size: lines per shard (memory grows with it, not with the file).
         batch_size: texts per forward pass (`SentenceEmbedder.encode`).
         rank: this process embeds the shards s with s % world_size == rank.
@@ -391,6 +409,19 @@ def embed_file(
         raise BulkEmbedError(f"shard_size and batch_size must be >= 1: {shard_size}, {batch_size}")
     if world_size < 1 or not 0 <= rank < world_size:
         raise BulkEmbedError(f"need 0 <= rank < world_size, got rank {rank}, world {world_size}")
+    if is_stdin(input_path):  # read once into a file: the plan hashes the input first
+        with spooled_input(input_path) as spool:
+            return embed_file(
+                embedder,
+                spool,
+                output_dir,
+                shard_size=shard_size,
+                batch_size=batch_size,
+                rank=rank,
+                world_size=world_size,
+                progress=progress,
+                on_plan=on_plan,
+            )
     input_path, directory = Path(input_path), Path(output_dir)
     plan = BulkPlan(model_identity(embedder), input_identity(input_path), shard_size)
     _prepare(directory, plan)

@@ -398,19 +398,27 @@ class SentenceEmbedder(nn.Module):
     @torch.inference_mode()
     def encode(
         self,
-        texts: Sequence[str],
+        texts: Sequence[str] | str,
         *,
-        batch_size: int = 32,
-        progress: Callable[[int], None] | None = None,
         prompt_name: str | None = None,
         prompt: str | None = None,
+        batch_size: int = 32,
+        show_progress_bar: bool | None = False,
+        output_value: str = "sentence_embedding",
+        precision: str = "float32",
+        convert_to_numpy: bool = True,
+        convert_to_tensor: bool = False,
+        normalize_embeddings: bool = False,
+        truncate_dim: int | None = None,
+        progress: Callable[[int], None] | None = None,
         max_batch_tokens: int | None = None,
         normalize: bool | None = None,
         dimensions: int | None = None,
-        precision: str = "float32",
         truncation_side: str = "right",
-    ) -> np.ndarray:
-        """Embed texts.
+        **unknown,
+    ) -> np.ndarray | torch.Tensor | list[torch.Tensor]:
+        """Embed texts; takes sentence-transformers' ``encode`` keywords (`st_calls`) and
+        returns its shapes.
 
         Texts are sorted by token count so each batch pads little, then restored to input
         order. Texts longer than ``max_length`` tokens (prompt included) are truncated (the
@@ -421,63 +429,129 @@ class SentenceEmbedder(nn.Module):
         Args:
             texts: N strings, or one string (then one (dimension,) vector is returned, as
                 sentence-transformers does; a bare string is never N one-character texts).
-            batch_size: sequences per forward pass.
-            progress: called with the number of texts done after each batch.
             prompt_name: a key of ``prompts`` (the directory's
                 config_sentence_transformers.json); default ``default_prompt_name``.
             prompt: a prompt text, instead of ``prompt_name``; "" for none.
+            batch_size: sequences per forward pass.
+            show_progress_bar: a tqdm bar over the texts (None: when logging is at INFO).
+            output_value: "sentence_embedding", or "token_embeddings": the encoder's last
+                hidden state, one (T_i, H) tensor per text (prompt and special tokens in).
+            precision: "float32", or "int8", "uint8", "binary", "ubinary" as
+                sentence-transformers' ``quantize_embeddings`` (int8 ranges from these rows;
+                `quantize.quantize_embeddings` takes calibration ranges).
+            convert_to_numpy: return the (N, D) numpy array (default); False: a list of N
+                (D,) tensors.
+            convert_to_tensor: return one (N, D) torch tensor (wins over convert_to_numpy).
+            normalize_embeddings: L2-normalise the rows last (after ``truncate_dim``), as
+                sentence-transformers does; False keeps what the model's modules do.
+            truncate_dim: keep the first ``truncate_dim`` coordinates, not renormalised
+                unless ``normalize_embeddings`` (sentence-transformers' rule).
+            progress: called with the number of texts done after each batch.
             max_batch_tokens: also cap each batch's padded size (sequences × longest) at this
                 many tokens (`train.data.sorted_batches`), as a server's token budget does.
             normalize: L2-normalise the rows; None = as the model's modules say (a
                 ``Normalize`` module, or the pooling's ``normalize``).
             dimensions: keep the first ``dimensions`` coordinates (Matryoshka), renormalised
                 when ``normalize`` (`quantize.truncate_dimensions`).
-            precision: "float32", or "int8", "uint8", "binary", "ubinary" as
-                sentence-transformers' ``quantize_embeddings`` (int8 ranges from these rows;
-                `quantize.quantize_embeddings` takes calibration ranges).
             truncation_side: "right" (default) or "left": which end of a long text is cut.
 
         Returns:
-            (N, dimension or ``dimensions``) float32 array (or the precision's integers).
+            (N, dimension or ``dimensions``) float32 array (or the precision's integers), or
+            the form ``convert_to_tensor`` / ``convert_to_numpy`` / ``output_value`` ask for.
 
         Raises:
-            ValueError: both ``prompt`` and ``prompt_name``, an unknown ``prompt_name``,
-                ``max_batch_tokens`` < 1, or a text that is not a str (None, a list, ...).
+            ValueError (InputError): an unknown keyword (``device``, ``pool``, ... are named),
+                both ``prompt`` and ``prompt_name``, an unknown ``prompt_name``,
+                ``max_batch_tokens`` < 1, a text that is not a str (None, a list, ...),
+                ``dimensions`` with ``truncate_dim``, ``normalize=False`` with
+                ``normalize_embeddings=True``.
             NonFiniteOutputError: a row came out NaN or infinite (the message lists the rows,
                 counting from 0 in ``texts``); nothing is returned.
         """
-        if isinstance(texts, str):  # one text, as sentence-transformers takes it: one vector
-            return self.encode(
-                [texts],
-                batch_size=batch_size,
-                progress=progress,
-                prompt_name=prompt_name,
-                prompt=prompt,
-                max_batch_tokens=max_batch_tokens,
-                normalize=normalize,
-                dimensions=dimensions,
-                precision=precision,
-                truncation_side=truncation_side,
-            )[0]
-        texts = text_list(texts)
+        from . import st_calls
         from .quantize import quantize_embeddings, truncate_dimensions
 
-        if dimensions is not None:  # checked before any work
-            truncate_dimensions(np.zeros((1, self.dimension), np.float32), dimensions, False)
-        if not texts:
-            return np.zeros((0, dimensions or self.dimension), dtype=np.float32)
+        st_calls.check_keywords(
+            unknown,
+            normalize=normalize,
+            normalize_embeddings=normalize_embeddings,
+            dimensions=dimensions,
+            truncate_dim=truncate_dim,
+            output_value=output_value,
+        )
+        one = isinstance(texts, str)  # one text, as sentence-transformers takes it: one vector
+        texts = text_list([texts] if one else texts)
+        width = truncate_dim if truncate_dim is not None else dimensions
+        if width is not None:  # checked before any work
+            truncate_dimensions(np.zeros((1, self.dimension), np.float32), width, False)
         encoded = self.tokenize(
             texts, prompt=prompt, prompt_name=prompt_name, truncation_side=truncation_side
         )
-        out = self.encode_tokenized(
-            encoded,
-            batch_size=batch_size,
-            progress=progress,
-            max_batch_tokens=max_batch_tokens,
-            normalize=normalize,
+        bar_progress, bar = st_calls.progress_bar(len(texts), show_progress_bar)
+        try:
+            if output_value == "token_embeddings":
+                out = self.token_states(
+                    encoded, batch_size=batch_size, max_batch_tokens=max_batch_tokens
+                )
+            else:
+                out = self._embed(
+                    encoded,
+                    batch_size=batch_size,
+                    progress=progress or bar_progress,
+                    max_batch_tokens=max_batch_tokens,
+                    normalize=True if normalize_embeddings and truncate_dim is None else normalize,
+                    dimensions=dimensions,
+                    truncate_dim=truncate_dim,
+                    normalize_embeddings=normalize_embeddings,
+                )
+                if precision != "float32" and len(out):
+                    out = quantize_embeddings(out, precision)
+        finally:
+            if bar is not None:
+                bar.close()
+        out = st_calls.shape(
+            out, convert_to_numpy=convert_to_numpy, convert_to_tensor=convert_to_tensor
         )
-        out = truncate_dimensions(out, dimensions, self._normalize(normalize))
-        return quantize_embeddings(out, precision) if precision != "float32" else out
+        return out[0] if one else out
+
+    def _embed(
+        self,
+        encoded: TokenRows,
+        *,
+        normalize: bool | None,
+        dimensions: int | None,
+        truncate_dim: int | None,
+        normalize_embeddings: bool,
+        **loop,
+    ) -> np.ndarray:
+        """(N, D) float32 rows of `encode_tokenized`, cut to ``dimensions`` (renormalised when
+        the rows are) or ``truncate_dim`` (renormalised only for ``normalize_embeddings``)."""
+        from .quantize import truncate_dimensions
+
+        if not len(encoded):
+            width = truncate_dim or dimensions or self.dimension
+            return np.zeros((0, width), dtype=np.float32)
+        out = self.encode_tokenized(encoded, normalize=normalize, **loop)
+        if truncate_dim is not None:
+            return truncate_dimensions(out, truncate_dim, normalize_embeddings)
+        return truncate_dimensions(out, dimensions, self._normalize(normalize))
+
+    def encode_query(self, texts: Sequence[str] | str, **kwargs):
+        """`encode` with the model's "query" prompt when it has one and none is given
+        (sentence-transformers' ``encode_query``; else ``default_prompt_name`` applies)."""
+        if kwargs.get("prompt_name") is None and kwargs.get("prompt") is None:
+            if "query" in self.prompts:
+                kwargs["prompt_name"] = "query"
+        return self.encode(texts, **kwargs)
+
+    def encode_document(self, texts: Sequence[str] | str, **kwargs):
+        """`encode` with the model's first prompt of "document", "passage", "corpus" when it
+        has one and none is given (sentence-transformers' ``encode_document``)."""
+        from .st_calls import document_prompt_name
+
+        if kwargs.get("prompt_name") is None and kwargs.get("prompt") is None:
+            kwargs["prompt_name"] = document_prompt_name(self.prompts)
+        return self.encode(texts, **kwargs)
 
     def _normalize(self, normalize: bool | None) -> bool:
         return self.pooling.normalize if normalize is None else normalize

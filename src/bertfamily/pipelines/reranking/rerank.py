@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -26,14 +25,34 @@ from ..embedding.sentence_modules import read_cross_encoder
 __all__ = ["RankedDocument", "Reranker"]
 
 
-@dataclass(frozen=True)
-class RankedDocument:
-    """One document of `Reranker.rank`: its index in the documents given, its score and
-    (when asked) its text (sentence-transformers' ``corpus_id``, ``score``, ``text``)."""
+class RankedDocument(dict):
+    """One document of `Reranker.rank`, as sentence-transformers' ``CrossEncoder.rank`` gives
+    it: a dict with ``"corpus_id"`` (its index in the documents given), ``"score"`` and, when
+    asked, ``"text"``; the same values are attributes too (``d.corpus_id``, ``d.score``,
+    ``d.text``, None when not asked), as earlier bertfamily versions returned them."""
 
-    corpus_id: int
-    score: float
-    text: str | None = None
+    def __init__(self, corpus_id: int, score: float, text: str | None = None) -> None:
+        super().__init__(corpus_id=corpus_id, score=score)
+        if text is not None:
+            self["text"] = text
+
+    @property
+    def corpus_id(self) -> int:
+        """The document's index in the documents given."""
+        return self["corpus_id"]
+
+    @property
+    def score(self) -> float:
+        """Its score against the query."""
+        return self["score"]
+
+    @property
+    def text(self) -> str | None:
+        """Its text, None unless ``return_documents``."""
+        return self.get("text")
+
+    def __repr__(self) -> str:
+        return f"RankedDocument({dict.__repr__(self)})"
 
 
 class Reranker:
@@ -198,8 +217,8 @@ class Reranker:
         query: str,
         documents: Sequence[str],
         top_k: int | None = None,
-        *,
         return_documents: bool = False,
+        *,
         batch_size: int = 32,
         raw_scores: bool = False,
         truncation_side: str = "right",
@@ -210,6 +229,9 @@ class Reranker:
         Args:
             top_k: keep the best ``top_k`` (all when None).
             return_documents: fill each result's ``text``.
+
+        Returns:
+            `RankedDocument` dicts ``{"corpus_id", "score"[, "text"]}`` (also attributes).
 
         Raises:
             InputError: a model with more than one label, or ``top_k`` < 1.

@@ -35,7 +35,13 @@ import numpy as np
 
 from ...data.tables import read_utf8, text_lines
 from ...errors import InputError, VectorIndexError
-from ...files import atomic_directory, directory_digest, read_json, write_text_atomic
+from ...files import (
+    atomic_directory,
+    directory_digest,
+    parse_json,
+    read_json,
+    write_text_atomic,
+)
 
 __all__ = [
     "ALL_KINDS",
@@ -523,6 +529,8 @@ class Index:
         Raises:
             UnsafePathError: ``path`` is a symbolic link (the swap would replace the link).
             OSError: the disk is full or not writable (the previous version stays).
+            VectorIndexError: the kind's writer (FAISS) failed, e.g. the disk is full; one line
+                with its message (the previous version stays).
         """
         path = Path(path)
         meta = {
@@ -533,7 +541,13 @@ class Index:
             "model": None if self.identity is None else asdict(self.identity),
         }
         with atomic_directory(path, keep_existing=False) as tmp:
-            self._write(tmp)
+            try:
+                self._write(tmp)
+            except RuntimeError as e:  # FAISS reports a failed write (a full disk) this way
+                raise VectorIndexError(
+                    f"cannot write the index to {path}: {str(e).strip().splitlines()[-1][:300]} "
+                    "(the previous version, if any, stays; free some space or write elsewhere)"
+                ) from e
             write_index_rows(tmp, self.ids, self.texts)
             if self.recorded_files:
                 meta["files"] = {name: _file_record(tmp / name) for name in self.recorded_files}
@@ -616,10 +630,7 @@ def _read_rows(file: Path, count: int) -> list[dict[str, Any]]:
         )
     rows, seen = [], set()
     for n, line in enumerate(lines, 1):
-        try:
-            row = json.loads(line)
-        except (ValueError, RecursionError) as e:
-            raise VectorIndexError(f"{file}, line {n}: not JSON ({e})") from None
+        row = parse_json(line, source=f"{file}, line {n}", kind=None, error=VectorIndexError)
         if not isinstance(row, dict) or not isinstance(row.get("text"), str) or "id" not in row:
             raise VectorIndexError(f'{file}, line {n}: not an {{"id", "text"}} row: {line[:80]}')
         key = json.dumps(row["id"])

@@ -81,6 +81,9 @@ _is_int = is_int  # its name before `base`
 
 KINDS = DENSE_KINDS
 HNSW_DEFAULTS = {"m": 32, "ef_construction": 200, "ef_search": 128}
+# the largest HNSW setting meta.json may hold: far above any useful one (FAISS takes C ints,
+# and sizes its search heaps by ef)
+HNSW_MAX = 2**16
 METRIC = "cosine (inner product of L2-normalised rows)"
 
 
@@ -259,9 +262,13 @@ class VectorIndex(Index):
         (the defaults when absent); the vector count and dimension must agree."""
         faiss = _faiss()
         hnsw = meta.get("hnsw", HNSW_DEFAULTS)
-        if not isinstance(hnsw, dict) or not all(is_int(hnsw.get(k), 1) for k in HNSW_DEFAULTS):
+        if not isinstance(hnsw, dict) or not all(
+            is_int(hnsw.get(k), 1) and hnsw[k] <= HNSW_MAX for k in HNSW_DEFAULTS
+        ):
             raise meta_error(
-                path, f"hnsw {hnsw!r} must hold m, ef_construction and ef_search, each >= 1"
+                path,
+                f"hnsw {hnsw!r} must hold m, ef_construction and ef_search, each in "
+                f"[1, {HNSW_MAX:,}]",
             )
         try:
             index = faiss.read_index(str(path / INDEX_FILE))

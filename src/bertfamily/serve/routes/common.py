@@ -103,5 +103,5 @@ async def tokenize(body: TokenizeRequest, state: ServeState = Depends(serving)) 
 async def decode(body: DecodeRequest, state: ServeState = Depends(serving)) -> list[str]:
     """TEI's /decode: the text of each id sequence."""
     tokenizer = state.model.tokenizer
-    batch = check_ids(body.ids, tokenizer.vocab_size)
+    batch = check_ids(body.ids, tokenizer.vocab_size, state.settings.max_client_batch_size)
     return [tokenizer.decode(row, body.skip_special_tokens) for row in batch]
