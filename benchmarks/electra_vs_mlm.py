@@ -74,12 +74,15 @@ MODEL = dict(
 MAX_LENGTH, BATCH, MASK_RATE = 64, 32, 0.15
 
 
-def step_flops(config: EncoderConfig, generator_size: float) -> dict[str, int]:
-    """Forward + backward FLOPs of one training step of each objective, on a batch of BATCH
-    full 64-token rows with 15% of the positions masked (what packed instances give)."""
+def step_flops(
+    config: EncoderConfig, generator_size: float, batch_size: int = BATCH, length: int = MAX_LENGTH
+) -> dict[str, int]:
+    """Forward + backward FLOPs of one training step of each objective, on a batch of
+    ``batch_size`` full ``length``-token rows with 15% of the positions masked (what packed
+    instances give); also used by ablations.py."""
     g = torch.Generator().manual_seed(0)
-    ids = torch.randint(5, config.vocab_size, (BATCH, MAX_LENGTH), generator=g)
-    selected = torch.rand(BATCH, MAX_LENGTH, generator=g) < MASK_RATE
+    ids = torch.randint(5, config.vocab_size, (batch_size, length), generator=g)
+    selected = torch.rand(batch_size, length, generator=g) < MASK_RATE
     selected[:, 0] = selected[:, -1] = False
     batch = {
         "input_ids": torch.where(selected, torch.full_like(ids, 4), ids),

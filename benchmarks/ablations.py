@@ -1,0 +1,533 @@
+"""The source documents' claims about BERT's improvement directions, measured: one small
+pretraining setup, one arm per direction (each differing from its reference arm in exactly
+one switch), the same downstream evaluation for every arm, seeds, and a paired test.
+
+    nice -n 5 python benchmarks/ablations.py                      # the committed study
+    python benchmarks/ablations.py --toy --out /tmp/a.json        # seconds (the CI test)
+    python benchmarks/ablations.py --scale 4 --seeds 0,1,2,3,4 --device cuda   # further
+
+1. Pretraining: preset bert-tiny (tiny-electra for the RTD arm: the same encoder at E = H)
+   at L=2, H=E=128, A=2, FFN 512 (``--scale`` multiplies width and steps), 64-token
+   instances, batch 32, the same steps, learning rate, schedule and seed for every MLM arm.
+   English arms: Austen (`fetch("janeausten")`, the novels of `ENGLISH_TRAIN`; `ENGLISH_EVAL`
+   held out) with a WordPiece vocabulary trained on the training novels; Chinese arms: People's
+   Daily 1998 (pretrain.jsonl; heldout.jsonl held out) with bert-base-chinese's vocabulary.
+2. Arms (`ARMS`): a dict of overrides on `BASELINE` and the arm it is compared with. ELECTRA
+   trains the steps whose FLOPs equal the MLM baseline's (`electra_vs_mlm.step_flops`).
+3. Evaluation, the same for every arm and seed: held-out MLM accuracy (each arm's own masking,
+   so comparable between arms of equal masking only; none for ELECTRA, whose saved model is
+   the discriminator), then fine-tuning of the saved model with the seed of its pretraining:
+   English: tweet sentiment (accuracy) and WNUT-2016 NER (entity F1); Chinese: product-review
+   sentiment (accuracy). Fixed steps, no dev set, test metrics of the last step.
+4. Statistics: per metric, the paired t-test (scipy.stats.ttest_rel) of the arm against its
+   reference over the same seeds. A claim's verdict reads its primary metric (`CLAIMS`):
+   "reproduces" when p < ALPHA and the difference has the claimed sign, "contradicted" when
+   p < ALPHA and the opposite sign, "no signal" when the metric has one value in every run
+   of both arms (no test possible), else "within noise".
+
+Writes the JSON after every run (a partial study is usable): machine, versions, the resolved
+configuration per arm, per-seed metrics, and the table; `render_table` turns it into the
+Markdown table of docs/ablations.md (``--render`` rewrites the page's table from the JSON).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import hashlib
+import json
+import logging
+import os
+import platform
+import shutil
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+OUT = ROOT / "benchmarks" / "results" / "ablations.json"
+PAGE = ROOT / "docs" / "ablations.md"
+TABLE_START, TABLE_END = "<!-- ablations-table:start -->", "<!-- ablations-table:end -->"
+ALPHA = 0.05
+ENGLISH_TRAIN = ("northanger_abbey", "persuasion")
+ENGLISH_EVAL = ("sense_and_sensibility",)
+
+# The one configuration every arm starts from: its pretraining switches (the study's axes).
+BASELINE: dict[str, Any] = {
+    "language": "en",
+    "objectives": ("mlm",),
+    "masking": "token",
+    "static_copies": 0,  # 0 = dynamic masking (RoBERTa §4.1)
+    "packing": "full_sentences",
+    "phrases": None,
+}
+# name -> (reference arm, overrides of the reference's switches: exactly one).
+ARMS: dict[str, tuple[str | None, dict[str, Any]]] = {
+    "baseline": (None, {}),
+    "whole_word": ("baseline", {"masking": "whole_word"}),
+    "ngram": ("baseline", {"masking": "ngram"}),
+    "span": ("baseline", {"masking": "span"}),
+    "static": ("baseline", {"static_copies": 1}),
+    "nsp": ("baseline", {"objectives": ("mlm", "nsp")}),
+    "sop": ("nsp", {"objectives": ("mlm", "sop")}),
+    "doc_sentences": ("baseline", {"packing": "doc_sentences"}),
+    "span_sbo": ("span", {"objectives": ("mlm", "sbo")}),
+    "phrases": ("baseline", {"phrases": "english"}),
+    "electra": ("baseline", {"objectives": ("rtd",)}),
+    "zh_baseline": ("baseline", {"language": "zh"}),
+    "zh_whole_word": ("zh_baseline", {"masking": "whole_word"}),
+}
+# arm -> (the claim of the source documents, its primary metric, the claimed sign of
+# arm − reference on it); zh_baseline is a reference only (a language, not a claim).
+CLAIMS: dict[str, tuple[str, str, int]] = {
+    "whole_word": ("whole-word masking beats token masking", "mean_downstream", +1),
+    "ngram": ("n-gram masking beats token masking", "mean_downstream", +1),
+    "span": ("span masking helps span tasks", "ner_f1", +1),
+    "static": ("dynamic masking beats static masking (RoBERTa)", "mean_downstream", -1),
+    "nsp": ("dropping NSP helps (RoBERTa)", "mean_downstream", -1),
+    "sop": ("SOP is a better sentence objective than NSP (ALBERT)", "mean_downstream", +1),
+    "doc_sentences": ("DOC-SENTENCES packing beats FULL-SENTENCES", "mean_downstream", +1),
+    "span_sbo": ("the span boundary objective helps span tasks (SpanBERT)", "ner_f1", +1),
+    "phrases": ("ERNIE phrase masking beats token masking", "mean_downstream", +1),
+    "electra": ("RTD beats MLM at equal compute (ELECTRA)", "mean_downstream", +1),
+    "zh_whole_word": ("whole-word masking beats token masking for Chinese", "zh_acc", +1),
+}
+RULE = (
+    f"paired t-test over seeds (scipy ttest_rel, two-sided); p < {ALPHA} and the claimed sign: "
+    "reproduces; p < ALPHA, opposite sign: contradicted; the metric has one value in every run "
+    "of both arms: no signal; else within noise"
+)
+METRICS = ("mlm_acc", "sentiment_acc", "ner_f1", "zh_acc", "mean_downstream")
+
+# Sizes at scale 1 (the committed study) and for the CI toy run.
+SIZES = {
+    "full": dict(
+        layers=2, hidden=128, max_length=64, batch=32, steps=300, lr=1e-3, vocab=6000,
+        ft_steps=100, ft_batch=32, ft_lr=1e-3, sentiment_train=2560, sentiment_test=1000,
+        ner_train=1675, zh_train=2560, zh_test=1000, corpus_lines=None, eval_batches=20,
+    ),
+    "toy": dict(
+        layers=1, hidden=32, max_length=32, batch=8, steps=3, lr=1e-3, vocab=400,
+        ft_steps=2, ft_batch=8, ft_lr=5e-4, sentiment_train=40, sentiment_test=30,
+        ner_train=600, zh_train=40, zh_test=30, corpus_lines=400, eval_batches=2,
+    ),
+}  # fmt: skip
+
+
+def resolved(arm: str) -> dict[str, Any]:
+    """The switches of ``arm``: `BASELINE` with the overrides of the chain of reference arms
+    that leads to it (sop = baseline + nsp's + its own).
+
+    Raises:
+        KeyError: an unknown arm.
+    """
+    reference, overrides = ARMS[arm]
+    base = dict(BASELINE) if reference is None else resolved(reference)
+    return {**base, **overrides}
+
+
+def pretrain_fields(switches: dict[str, Any]) -> dict[str, Any]:
+    """The `PretrainConfig` fields that a resolved arm sets. Three switches set two fields, as
+    the recipe asks: RTD trains an ELECTRA-layout model (preset tiny-electra; at E = H the
+    same encoder as bert-tiny's, see docs/ablations.md), phrase masking masks its phrases with
+    the "entity" strategy, and Chinese whole-word masking takes its word boundaries from jieba
+    (``chinese_words``)."""
+    from bertfamily.objectives.masking import MaskingConfig
+
+    strategy = "entity" if switches["phrases"] else switches["masking"]
+    return dict(
+        preset="tiny-electra" if switches["objectives"] == ("rtd",) else "bert-tiny",
+        objectives=tuple(switches["objectives"]),
+        masking=MaskingConfig(strategy=strategy),
+        static_copies=switches["static_copies"],
+        packing=switches["packing"],
+        phrases=switches["phrases"],
+        chinese_words=switches["language"] == "zh" and switches["masking"] == "whole_word",
+    )
+
+
+def sizes(toy: bool, scale: float) -> dict[str, Any]:
+    """`SIZES` with ``scale`` applied: hidden size (multiple of 64, heads of 64), layers and
+    pretraining steps grow with it; fine-tuning stays as it is."""
+    s = dict(SIZES["toy" if toy else "full"])
+    if scale != 1:
+        s["hidden"] = max(64, int(s["hidden"] * scale) // 64 * 64)
+        s["layers"] = min(12, max(s["layers"], round(s["layers"] * scale)))
+        s["steps"] = round(s["steps"] * scale)
+    return s
+
+
+def model_overrides(s: dict[str, Any]) -> dict[str, Any]:
+    heads = max(1, s["hidden"] // 64)
+    return dict(
+        num_hidden_layers=s["layers"],
+        hidden_size=s["hidden"],
+        embedding_size=s["hidden"],
+        num_attention_heads=heads,
+        intermediate_size=4 * s["hidden"],
+    )
+
+
+# ---------------------------------------------------------------- data (written once)
+
+
+def _first_lines(src: Path, dst: Path, n: int | None) -> Path:
+    if n is None:
+        return src
+    with open(src, encoding="utf-8") as f:
+        dst.write_text("".join(line for _, line in zip(range(n), f)), encoding="utf-8")
+    return dst
+
+
+def prepare_data(work: Path, s: dict[str, Any]) -> dict[str, Any]:
+    """Corpora, tokenizers and downstream splits under ``work`` (reused when present).
+
+    Splits (numpy default_rng(0) permutations, as finetune_acceptance.py): tweets: test = the
+    first ``sentiment_test`` rows, train = ``sentiment_train`` rows from position 2,500 on
+    (past that script's dev rows); WNUT-2016: test = the first 479, train = up to
+    ``ner_train`` from position 719 on; Chinese reviews: the first ``zh_train`` rows of a
+    permutation of train.jsonl, the first ``zh_test`` of test.jsonl's.
+    """
+    from bertfamily.data.tables import read_conll, read_table
+    from bertfamily.resources.cache import fetch
+    from bertfamily.tokenization.training import train_tokenizer
+
+    work.mkdir(parents=True, exist_ok=True)
+    austen, daily = fetch("janeausten"), fetch("peoples-daily-1998")
+    n = s["corpus_lines"]
+    en = [_first_lines(austen / f"{b}.txt", work / f"{b}.txt", n) for b in ENGLISH_TRAIN]
+    en_eval = [_first_lines(austen / f"{b}.txt", work / f"{b}.txt", n) for b in ENGLISH_EVAL]
+    zh = [_first_lines(daily / "pretrain.jsonl", work / "zh.jsonl", n and n // 4)]
+    zh_eval = [_first_lines(daily / "heldout.jsonl", work / "zh_eval.jsonl", n and n // 4)]
+    tok = work / "tokenizer"
+    if not (tok / "tokenizer.json").exists():
+        train_tokenizer(en, "wordpiece", s["vocab"], output_dir=tok)
+
+    def write_csv(path: Path, rows) -> Path:
+        with open(path, "w", newline="", encoding="utf-8") as f:
+            w = csv.writer(f)
+            w.writerow(["text", "label"])
+            w.writerows([r.text, r.label] for r in rows)
+        return path
+
+    tweets = read_table(fetch("tweet-sentiment") / "tweets.csv")
+    order = np.random.default_rng(0).permutation(len(tweets))
+    sent_test = [tweets[i] for i in order[: s["sentiment_test"]]]
+    sent_train = [tweets[i] for i in order[2500 : 2500 + s["sentiment_train"]]]
+    sents = read_conll(fetch("wnut16-ner") / "train.conll")
+    order = np.random.default_rng(0).permutation(len(sents))
+    ner = {"test": order[:479], "train": order[719 : 719 + s["ner_train"]]}
+    if s["corpus_lines"] is not None:
+        ner["test"] = ner["test"][: s["sentiment_test"]]
+    for name, idx in ner.items():
+        text = "\n\n".join(
+            "\n".join(f"{w}\t{t}" for w, t in zip(sents[i].words, sents[i].tags)) for i in idx
+        )
+        (work / f"ner_{name}.conll").write_text(text + "\n", encoding="utf-8")
+    reviews = fetch("chinese-reviews")
+    zh_rows = {}
+    for name, size in (("train", s["zh_train"]), ("test", s["zh_test"])):
+        rows = read_table(reviews / f"{name}.jsonl")
+        order = np.random.default_rng(0).permutation(len(rows))
+        zh_rows[name] = write_csv(work / f"zh_{name}.csv", [rows[i] for i in order[:size]])
+    return {
+        "en": {"corpus": en, "eval_corpus": en_eval, "tokenizer": tok},
+        "zh": {"corpus": zh, "eval_corpus": zh_eval, "tokenizer": fetch("bert-base-chinese-vocab")},
+        "sentiment": (write_csv(work / "sent_train.csv", sent_train),
+                      write_csv(work / "sent_test.csv", sent_test)),
+        "ner": (work / "ner_train.conll", work / "ner_test.conll"),
+        "zh_reviews": (zh_rows["train"], zh_rows["test"]),
+        "rows": {"sentiment": [len(sent_train), len(sent_test)],
+                 "ner": [len(ner["train"]), len(ner["test"])], "zh_reviews": [*map(len, (
+                     read_table(zh_rows["train"]), read_table(zh_rows["test"])))]},
+    }  # fmt: skip
+
+
+# ---------------------------------------------------------------- one arm × seed
+
+
+def electra_steps(s: dict[str, Any], tok_dir: Path, generator_size: float = 0.25) -> dict:
+    """RTD steps whose training FLOPs equal ``s["steps"]`` MLM steps (FlopCounterMode, one
+    forward + backward of each objective on a full batch; electra_vs_mlm.step_flops)."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    from electra_vs_mlm import step_flops
+
+    from bertfamily.config import EncoderConfig
+    from bertfamily.recipes.common import config_for_tokenizer
+    from bertfamily.tokenization import load_tokenizer
+
+    config = config_for_tokenizer(
+        EncoderConfig.from_preset("tiny-electra", **model_overrides(s)),
+        load_tokenizer(tok_dir),
+        s["max_length"],
+        pair_head=None,
+    )
+    flops = step_flops(config, generator_size, batch_size=s["batch"], length=s["max_length"])
+    return {"flops_per_step": flops, "steps": round(s["steps"] * flops["mlm"] / flops["rtd"])}
+
+
+def run_arm(arm: str, seed: int, data: dict, s: dict, work: Path, device: str, rtd: dict):
+    """Pretrain ``arm`` with ``seed``, fine-tune the saved model on the downstream tasks of
+    its language with the same seed; returns its metrics and times."""
+    from bertfamily.data.task_data import TaskOptions
+    from bertfamily.recipes.finetune import FinetuneConfig, finetune, predict
+    from bertfamily.recipes.pretrain import PretrainConfig, pretrain
+    from bertfamily.train import TrainConfig
+
+    sw = resolved(arm)
+    lang = data[sw["language"]]
+    out = work / f"{arm}-{seed}"
+    shutil.rmtree(out, ignore_errors=True)  # a fresh run, never a resumed one
+    steps = rtd["steps"] if sw["objectives"] == ("rtd",) else s["steps"]
+    t0 = time.time()
+    summary = pretrain(
+        PretrainConfig(
+            corpus=lang["corpus"],
+            eval_corpus=lang["eval_corpus"],
+            tokenizer=lang["tokenizer"],
+            overrides=model_overrides(s),
+            max_length=s["max_length"],
+            eval_batches=s["eval_batches"],
+            **pretrain_fields(sw),
+        ),
+        TrainConfig(
+            output_dir=out, max_steps=steps, batch_size=s["batch"], learning_rate=s["lr"],
+            warmup_ratio=0.1, schedule="linear", log_every=0, eval_every=0, save_every=0,
+            progress=False, device=device, seed=seed,
+        ),
+    )  # fmt: skip
+    ev = summary.get("eval") or {}
+    metrics: dict[str, float] = {}
+    if "rtd" not in sw["objectives"]:  # RTD: eval_accuracy is the discriminator's
+        metrics["mlm_acc"] = ev["eval_accuracy"]
+    record: dict[str, Any] = {"pretrain_steps": summary["step"], "eval": ev}
+    record["pretrain_seconds"] = round(time.time() - t0, 1)
+    tasks = (
+        [("sentiment", "classify", "accuracy", "sentiment_acc"), ("ner", "ner", "f1", "ner_f1")]
+        if sw["language"] == "en"
+        else [("zh_reviews", "classify", "accuracy", "zh_acc")]
+    )
+    opts = TaskOptions(max_length=s["max_length"], eval_batch_size=128)
+    t1 = time.time()
+    for name, task, key, metric in tasks:
+        train_file, test_file = data[name]
+        ft_dir = out / f"ft-{name}"
+        finetune(
+            FinetuneConfig(task, out / "model", train_file, None, opts, epochs=None),
+            TrainConfig(
+                output_dir=ft_dir, max_steps=s["ft_steps"], batch_size=s["ft_batch"],
+                learning_rate=s["ft_lr"], warmup_ratio=0.1, schedule="linear", log_every=0,
+                eval_every=0, save_every=0, progress=False, device=device, seed=seed,
+            ),
+        )  # fmt: skip
+        _, test = predict(task, ft_dir / "model", test_file, opts, labelled=True)
+        metrics[metric] = test[key]
+    record["finetune_seconds"] = round(time.time() - t1, 1)
+    down = [metrics[m] for m in ("sentiment_acc", "ner_f1", "zh_acc") if m in metrics]
+    metrics["mean_downstream"] = sum(down) / len(down)
+    record["metrics"] = metrics
+    return record
+
+
+# ---------------------------------------------------------------- statistics and table
+
+
+def compare(result: dict) -> dict[str, dict]:
+    """Per arm: per metric, mean ± std over seeds; against a reference of the same language,
+    the paired difference (arm − reference over the seeds both have) and its two-sided paired
+    t-test p-value; the claim's verdict on its primary metric (rule in `RULE`)."""
+    from scipy.stats import ttest_rel
+
+    runs = result["runs"]
+    table = {}
+    for arm, (reference, _) in ARMS.items():
+        if arm not in runs:
+            continue
+        row: dict[str, Any] = {"reference": reference, "seeds": sorted(runs[arm], key=int)}
+        for m in METRICS:
+            vals = [r["metrics"][m] for r in runs[arm].values() if m in r["metrics"]]
+            if not vals:
+                continue
+            cell = {"mean": statistics.fmean(vals), "std": statistics.pstdev(vals)}
+            ref = runs.get(reference, {})
+            both = [k for k in runs[arm] if k in ref and m in ref[k]["metrics"]]
+            # a language switch changes the tasks: nothing to pair (zh_baseline vs baseline)
+            same_tasks = reference and resolved(arm)["language"] == resolved(reference)["language"]
+            if same_tasks:
+                a = [runs[arm][k]["metrics"][m] for k in both]
+                b = [ref[k]["metrics"][m] for k in both]
+                if len(both) >= 2:
+                    diff = statistics.fmean(x - y for x, y in zip(a, b))
+                    p = float(ttest_rel(a, b).pvalue) if any(x != y for x, y in zip(a, b)) else 1.0
+                    cell.update(diff=diff, p=p if p == p else 1.0, paired=len(both))
+                    cell["constant"] = len(set(a + b)) == 1  # e.g. F1 = 0 everywhere
+            row[m] = cell
+        if arm in CLAIMS:
+            claim, metric, sign = CLAIMS[arm]
+            cell = row.get(metric, {})
+            verdict = "too few seeds"
+            if "p" in cell:
+                verdict = "no signal" if cell["constant"] else "within noise"
+                if cell["p"] < ALPHA:
+                    same = (cell["diff"] > 0) == (sign > 0)
+                    verdict = "reproduces" if same else "contradicted"
+            row["claim"] = {"text": claim, "metric": metric, "sign": sign, "verdict": verdict}
+        table[arm] = row
+    return table
+
+
+def _cell(c: dict | None, percent: bool = True) -> str:
+    if not c:
+        return "–"
+    k = 100 if percent else 1
+    text = f"{c['mean'] * k:.1f} ± {c['std'] * k:.1f}"
+    if "diff" in c:
+        text += f" ({c['diff'] * k:+.1f}, p={c['p']:.2f})"
+    return text
+
+
+def render_table(result: dict) -> str:
+    """The Markdown table of docs/ablations.md from the study's JSON: per arm, mean ± std
+    over seeds (in %) of each metric, with (difference to the reference, paired-t p), and
+    the claim's verdict."""
+    head = (
+        "| arm | vs | MLM acc | tweet acc | WNUT F1 | zh reviews acc | mean downstream "
+        "| claim (primary metric) | verdict |\n"
+        "|---|---|---|---|---|---|---|---|---|\n"
+    )
+    lines = []
+    for arm, row in result["table"].items():
+        claim = row.get("claim")
+        cells = [_cell(row.get(m)) for m in METRICS]
+        lines.append(
+            f"| {arm} | {row['reference'] or '–'} | "
+            + " | ".join(cells)
+            + f" | {claim['text'] + ' (' + claim['metric'] + ')' if claim else '–'}"
+            + f" | {claim['verdict'] if claim else '–'} |"
+        )
+    return head + "\n".join(lines) + "\n"
+
+
+def page_table(page: str) -> str:
+    """The table between the markers of docs/ablations.md (without the blank lines that
+    Markdown wants around it)."""
+    return page.split(TABLE_START, 1)[1].split(TABLE_END, 1)[0].strip("\n") + "\n"
+
+
+def write_page_table(result: dict, page: Path = PAGE) -> None:
+    """Replace the table between the markers of ``page`` by the one ``result`` renders."""
+    text = page.read_text(encoding="utf-8")
+    head, rest = text.split(TABLE_START, 1)
+    tail = rest.split(TABLE_END, 1)[1]
+    table = render_table(result)
+    page.write_text(f"{head}{TABLE_START}\n\n{table}\n{TABLE_END}{tail}", encoding="utf-8")
+
+
+# ---------------------------------------------------------------- main
+
+
+def machine() -> dict[str, Any]:
+    import torch
+    from machine import cpu_model
+
+    import bertfamily
+
+    return {
+        "cpu": cpu_model(),
+        "cores": os.cpu_count(),
+        "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
+        "torch_threads": torch.get_num_threads(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "bertfamily": getattr(bertfamily, "__version__", "unknown"),
+    }
+
+
+def main(argv: list[str] | None = None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--toy", action="store_true", help="tiny sizes, seconds (the CI test)")
+    ap.add_argument("--scale", type=float, default=1.0, help="multiplies width and steps")
+    ap.add_argument("--seeds", default="0,1,2")
+    ap.add_argument("--arms", default=",".join(ARMS), help="comma-separated subset of ARMS")
+    ap.add_argument("--device", default="cpu", help="cpu | cuda (one device; no DDP here)")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--work", type=Path, default=Path("/tmp/ablations"))
+    ap.add_argument("--out", type=Path, default=OUT)
+    ap.add_argument("--resume", action="store_true", help="keep the runs already in --out")
+    ap.add_argument("--render", action="store_true", help="only rewrite the page's table")
+    ap.add_argument("--merge", type=Path, nargs="+", help="join the runs of these JSONs")
+    args = ap.parse_args(argv)
+    sys.path.insert(0, str(Path(__file__).parent))
+    if args.merge:  # studies split over processes (disjoint --arms): one JSON, one table
+        parts = [json.loads(p.read_text()) for p in args.merge]
+        result = parts[0]
+        for part in parts[1:]:
+            result["runs"].update(part["runs"])
+        result["parts"] = [
+            {k: p[k] for k in ("command", "machine", "tokenizer_sha256", "total_seconds")}
+            for p in parts
+        ]
+        result["table"], result["rule"] = compare(result), RULE
+        result["command"] = " ".join(["python", "benchmarks/ablations.py", *(argv or sys.argv[1:])])
+        result["total_seconds"] = max(p["total_seconds"] for p in parts)  # ran side by side
+        args.out.write_text(json.dumps(result, indent=1, default=list) + "\n")
+        return result
+    if args.render:
+        result = json.loads(args.out.read_text())
+        write_page_table(result)
+        return result
+    import torch
+
+    logging.basicConfig(level=logging.WARNING)
+    torch.set_num_threads(args.threads)
+    arms = [a for a in args.arms.split(",") if a]
+    unknown = set(arms) - set(ARMS)
+    if unknown:
+        ap.error(f"unknown arms {sorted(unknown)}; known: {list(ARMS)}")
+    seeds = [int(x) for x in args.seeds.split(",")]
+    s = sizes(args.toy, args.scale)
+    start = time.time()
+    data = prepare_data(args.work, s)
+    rtd = electra_steps(s, data["en"]["tokenizer"])
+    result: dict[str, Any] = {
+        "script": "benchmarks/ablations.py",
+        "command": " ".join(["python", "benchmarks/ablations.py", *(argv or sys.argv[1:])]),
+        "machine": machine(),
+        "sizes": s,
+        "model": model_overrides(s),
+        "preset": "bert-tiny (MLM arms), tiny-electra (RTD), with the model's overrides",
+        "corpora": {"en": [*ENGLISH_TRAIN], "en_eval": [*ENGLISH_EVAL],
+                    "zh": "peoples-daily-1998 pretrain.jsonl", "zh_eval": "heldout.jsonl"},
+        "downstream_rows": data["rows"],
+        "tokenizer_sha256": hashlib.sha256(
+            (data["en"]["tokenizer"] / "tokenizer.json").read_bytes()
+        ).hexdigest(),
+        "electra": rtd,
+        "rule": RULE,
+        "arms": {a: {"reference": ARMS[a][0], "overrides": ARMS[a][1], "switches": resolved(a)}
+                 for a in ARMS},
+        "runs": {},
+    }  # fmt: skip
+    if args.resume and args.out.exists():
+        result["runs"] = json.loads(args.out.read_text()).get("runs", {})
+    for seed in seeds:  # seeds outermost: a partial study has every arm at its first seeds
+        for arm in arms:
+            if str(seed) in result["runs"].get(arm, {}):
+                continue
+            rec = run_arm(arm, seed, data, s, args.work, args.device, rtd)
+            result["runs"].setdefault(arm, {})[str(seed)] = rec
+            result["table"] = compare(result)
+            result["total_seconds"] = round(time.time() - start, 1)
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.write_text(json.dumps(result, indent=1, default=list) + "\n")
+            print(arm, seed, json.dumps(rec["metrics"]), rec["pretrain_seconds"],
+                  rec["finetune_seconds"], flush=True)  # fmt: skip
+    return result
+
+
+if __name__ == "__main__":
+    main()

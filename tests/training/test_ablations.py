@@ -1,0 +1,126 @@
+"""benchmarks/ablations.py: every arm differs from its reference in exactly its switch, the
+harness runs end to end at toy size, the verdict follows its rule, and the committed page's
+table is the one the committed JSON renders."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import ablations  # noqa: E402
+
+# The PretrainConfig fields each switch may change (language changes the data, not them).
+FIELDS = {
+    "masking": {"masking"},
+    "static_copies": {"static_copies"},
+    "packing": {"packing"},
+    "objectives": {"objectives"},
+    "phrases": {"phrases"},
+    "language": set(),
+}
+
+
+@pytest.mark.parametrize("arm", [a for a, (ref, _) in ablations.ARMS.items() if ref])
+def test_arm_differs_from_its_reference_in_exactly_its_switch(arm):
+    reference, overrides = ablations.ARMS[arm]
+    mine, theirs = ablations.resolved(arm), ablations.resolved(reference)
+    assert set(mine) == set(theirs) == set(ablations.BASELINE)
+    changed = {k for k in mine if mine[k] != theirs[k]}
+    assert len(overrides) == 1 and changed == set(overrides)
+    (switch,) = changed
+    a, b = ablations.pretrain_fields(mine), ablations.pretrain_fields(theirs)
+    differ = {k for k in a if a[k] != b[k]}
+    allowed = set(FIELDS[switch])
+    if arm == "electra":
+        allowed.add("preset")  # RTD trains the ELECTRA layout (the recipe refuses others)
+    if arm == "phrases":
+        allowed.add("masking")  # phrases are masked as units by the "entity" strategy
+    if arm == "zh_whole_word":
+        allowed.add("chinese_words")  # jieba's word boundaries
+    assert switch == "language" or differ & FIELDS[switch]
+    assert differ <= allowed, (arm, differ)
+
+
+def test_every_claim_has_an_arm_and_a_reference():
+    assert set(ablations.CLAIMS) == {a for a, (ref, _) in ablations.ARMS.items() if ref} - {
+        "zh_baseline"
+    }
+    assert ablations.resolved("sop")["objectives"] == ("mlm", "sop")
+    assert ablations.resolved("span_sbo") == {
+        **ablations.BASELINE,
+        "masking": "span",
+        "objectives": ("mlm", "sbo"),
+    }
+
+
+def _study(arm_values: list[float], ref_values: list[float]) -> dict:
+    runs = {
+        name: {str(i): {"metrics": {"mean_downstream": v}} for i, v in enumerate(vals)}
+        for name, vals in (("whole_word", arm_values), ("baseline", ref_values))
+    }
+    return ablations.compare({"runs": runs})
+
+
+def test_verdict_rule():
+    up = _study([0.52, 0.55, 0.61], [0.50, 0.52, 0.59])  # +2, +3, +2: consistent
+    cell = up["whole_word"]["mean_downstream"]
+    assert cell["diff"] == pytest.approx(0.07 / 3)
+    assert cell["p"] == pytest.approx(0.0198, abs=1e-4)  # t = 7.0 on 2 degrees of freedom
+    assert up["whole_word"]["claim"]["verdict"] == "reproduces"
+    down = _study([0.50, 0.52, 0.59], [0.52, 0.55, 0.61])
+    assert down["whole_word"]["claim"]["verdict"] == "contradicted"
+    noisy = _study([0.55, 0.50, 0.60], [0.50, 0.55, 0.59])
+    assert noisy["whole_word"]["claim"]["verdict"] == "within noise"
+    flat = _study([0.0, 0.0, 0.0], [0.0, 0.0, 0.0])  # e.g. NER F1 of untrained models
+    assert flat["whole_word"]["claim"]["verdict"] == "no signal"
+    assert noisy["baseline"]["mean_downstream"]["mean"] == pytest.approx(1.64 / 3)
+
+
+def test_toy_study_runs_and_renders(tmp_path):
+    out = tmp_path / "a.json"
+    arms = "baseline,static,electra"
+    args = ["--toy", "--seeds", "0,1", "--arms", arms, "--work", str(tmp_path / "w")]
+    threads = torch.get_num_threads()
+    try:
+        ablations.main([*args, "--out", str(out)])
+    finally:
+        torch.set_num_threads(threads)  # main sets --threads for the process
+    result = json.loads(out.read_text())
+    assert set(result["runs"]) == set(arms.split(","))
+    assert result["machine"]["cpu"] and result["machine"]["cores"] >= 1
+    for arm, seeds in result["runs"].items():
+        assert set(seeds) == {"0", "1"}
+        for run in seeds.values():
+            m = run["metrics"]
+            assert 0 <= m["sentiment_acc"] <= 1 and 0 <= m["ner_f1"] <= 1
+            assert m["mean_downstream"] == pytest.approx((m["sentiment_acc"] + m["ner_f1"]) / 2)
+            assert ("mlm_acc" in m) == (arm != "electra")  # RTD saves no MLM head
+    rtd = result["electra"]
+    assert rtd["steps"] == round(3 * rtd["flops_per_step"]["mlm"] / rtd["flops_per_step"]["rtd"])
+    assert result["runs"]["electra"]["0"]["pretrain_steps"] == rtd["steps"]
+    row = result["table"]["static"]
+    runs = result["runs"]
+    diffs = [
+        runs["static"][s]["metrics"]["sentiment_acc"]
+        - runs["baseline"][s]["metrics"]["sentiment_acc"]
+        for s in ("0", "1")
+    ]
+    assert row["sentiment_acc"]["diff"] == pytest.approx(sum(diffs) / 2)
+    assert row["claim"]["verdict"] in {"reproduces", "contradicted", "within noise", "no signal"}
+    table = ablations.render_table(result)
+    assert table.count("\n") == 2 + 3
+    assert "| static | baseline |" in table and row["claim"]["verdict"] in table
+
+
+def test_committed_page_table_is_rendered_from_the_committed_json():
+    result = json.loads(ablations.OUT.read_text())
+    page = ablations.PAGE.read_text(encoding="utf-8")
+    assert ablations.page_table(page) == ablations.render_table(result)
+    for arm in ablations.ARMS:  # the committed study covers every arm with >= 3 seeds
+        assert len(result["runs"][arm]) >= 3, arm
