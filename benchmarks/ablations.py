@@ -5,6 +5,8 @@ one switch), the same downstream evaluation for every arm, seeds, and a paired t
     nice -n 5 python benchmarks/ablations.py                      # the committed study
     python benchmarks/ablations.py --toy --out /tmp/a.json        # seconds (the CI test)
     python benchmarks/ablations.py --scale 4 --seeds 0,1,2,3,4 --device cuda   # further
+    python benchmarks/ablations.py --only-task ner --work /tmp/ablations --out /tmp/ner.json
+    python benchmarks/ablations.py --merge benchmarks/results/ablations.json /tmp/ner.json
 
 1. Pretraining: preset bert-tiny (tiny-electra for the RTD arm: the same encoder at E = H)
    at L=2, H=E=128, A=2, FFN 512 (``--scale`` multiplies width and steps), 64-token
@@ -17,8 +19,10 @@ one switch), the same downstream evaluation for every arm, seeds, and a paired t
 3. Evaluation, the same for every arm and seed: held-out MLM accuracy (each arm's own masking,
    so comparable between arms of equal masking only; none for ELECTRA, whose saved model is
    the discriminator), then fine-tuning of the saved model with the seed of its pretraining:
-   English: tweet sentiment (accuracy) and WNUT-2016 NER (entity F1); Chinese: product-review
-   sentiment (accuracy). Fixed steps, no dev set, test metrics of the last step.
+   English: tweet sentiment (accuracy) and WNUT-2016 NER (entity F1, and the token-level F1
+   of `entity_token_f1`, the span claims' metric); Chinese: product-review sentiment
+   (accuracy). Fixed steps (NER its own, ``ner_ft_steps``), no dev set, test metrics of the
+   last step. ``--only-task ner`` redoes only the NER fine-tune of saved runs (see `main`).
 4. Statistics: per metric, the paired t-test (scipy.stats.ttest_rel) of the arm against its
    reference over the same seeds. A claim's verdict reads its primary metric (`CLAIMS`):
    "reproduces" when p < ALPHA and the difference has the claimed sign, "contradicted" when
@@ -86,12 +90,12 @@ ARMS: dict[str, tuple[str | None, dict[str, Any]]] = {
 CLAIMS: dict[str, tuple[str, str, int]] = {
     "whole_word": ("whole-word masking beats token masking", "mean_downstream", +1),
     "ngram": ("n-gram masking beats token masking", "mean_downstream", +1),
-    "span": ("span masking helps span tasks", "ner_f1", +1),
+    "span": ("span masking helps span tasks", "ner_token_f1", +1),
     "static": ("dynamic masking beats static masking (RoBERTa)", "mean_downstream", -1),
     "nsp": ("dropping NSP helps (RoBERTa)", "mean_downstream", -1),
     "sop": ("SOP is a better sentence objective than NSP (ALBERT)", "mean_downstream", +1),
     "doc_sentences": ("DOC-SENTENCES packing beats FULL-SENTENCES", "mean_downstream", +1),
-    "span_sbo": ("the span boundary objective helps span tasks (SpanBERT)", "ner_f1", +1),
+    "span_sbo": ("the span boundary objective helps span tasks (SpanBERT)", "ner_token_f1", +1),
     "phrases": ("ERNIE phrase masking beats token masking", "mean_downstream", +1),
     "electra": ("RTD beats MLM at equal compute (ELECTRA)", "mean_downstream", +1),
     "zh_whole_word": ("whole-word masking beats token masking for Chinese", "zh_acc", +1),
@@ -101,18 +105,20 @@ RULE = (
     "reproduces; p < ALPHA, opposite sign: contradicted; the metric has one value in every run "
     "of both arms: no signal; else within noise"
 )
-METRICS = ("mlm_acc", "sentiment_acc", "ner_f1", "zh_acc", "mean_downstream")
+METRICS = ("mlm_acc", "sentiment_acc", "ner_f1", "ner_token_f1", "zh_acc", "mean_downstream")
 
 # Sizes at scale 1 (the committed study) and for the CI toy run.
 SIZES = {
     "full": dict(
         layers=2, hidden=128, max_length=64, batch=32, steps=300, lr=1e-3, vocab=6000,
-        ft_steps=100, ft_batch=32, ft_lr=1e-3, sentiment_train=2560, sentiment_test=1000,
+        ft_steps=100, ft_batch=32, ft_lr=1e-3, ner_ft_steps=300, ner_ft_lr=1e-3,
+        sentiment_train=2560, sentiment_test=1000,
         ner_train=1675, zh_train=2560, zh_test=1000, corpus_lines=None, eval_batches=20,
     ),
     "toy": dict(
         layers=1, hidden=32, max_length=32, batch=8, steps=3, lr=1e-3, vocab=400,
-        ft_steps=2, ft_batch=8, ft_lr=5e-4, sentiment_train=40, sentiment_test=30,
+        ft_steps=2, ft_batch=8, ft_lr=5e-4, ner_ft_steps=3, ner_ft_lr=5e-4,
+        sentiment_train=40, sentiment_test=30,
         ner_train=600, zh_train=40, zh_test=30, corpus_lines=400, eval_batches=2,
     ),
 }  # fmt: skip
@@ -273,8 +279,6 @@ def electra_steps(s: dict[str, Any], tok_dir: Path, generator_size: float = 0.25
 def run_arm(arm: str, seed: int, data: dict, s: dict, work: Path, device: str, rtd: dict):
     """Pretrain ``arm`` with ``seed``, fine-tune the saved model on the downstream tasks of
     its language with the same seed; returns its metrics and times."""
-    from bertfamily.data.task_data import TaskOptions
-    from bertfamily.recipes.finetune import FinetuneConfig, finetune, predict
     from bertfamily.recipes.pretrain import PretrainConfig, pretrain
     from bertfamily.train import TrainConfig
 
@@ -306,31 +310,71 @@ def run_arm(arm: str, seed: int, data: dict, s: dict, work: Path, device: str, r
         metrics["mlm_acc"] = ev["eval_accuracy"]
     record: dict[str, Any] = {"pretrain_steps": summary["step"], "eval": ev}
     record["pretrain_seconds"] = round(time.time() - t0, 1)
-    tasks = (
-        [("sentiment", "classify", "accuracy", "sentiment_acc"), ("ner", "ner", "f1", "ner_f1")]
-        if sw["language"] == "en"
-        else [("zh_reviews", "classify", "accuracy", "zh_acc")]
-    )
-    opts = TaskOptions(max_length=s["max_length"], eval_batch_size=128)
     t1 = time.time()
-    for name, task, key, metric in tasks:
-        train_file, test_file = data[name]
-        ft_dir = out / f"ft-{name}"
-        finetune(
-            FinetuneConfig(task, out / "model", train_file, None, opts, epochs=None),
-            TrainConfig(
-                output_dir=ft_dir, max_steps=s["ft_steps"], batch_size=s["ft_batch"],
-                learning_rate=s["ft_lr"], warmup_ratio=0.1, schedule="linear", log_every=0,
-                eval_every=0, save_every=0, progress=False, device=device, seed=seed,
-            ),
-        )  # fmt: skip
-        _, test = predict(task, ft_dir / "model", test_file, opts, labelled=True)
-        metrics[metric] = test[key]
+    for name in ("sentiment", "ner") if sw["language"] == "en" else ("zh_reviews",):
+        metrics.update(finetune_task(name, out, data, s, device, seed))
     record["finetune_seconds"] = round(time.time() - t1, 1)
-    down = [metrics[m] for m in ("sentiment_acc", "ner_f1", "zh_acc") if m in metrics]
-    metrics["mean_downstream"] = sum(down) / len(down)
-    record["metrics"] = metrics
+    record["metrics"] = with_mean(metrics)
     return record
+
+
+def with_mean(metrics: dict[str, float]) -> dict[str, float]:
+    """``metrics`` with ``mean_downstream``: the mean of the task scores it holds (tweet
+    accuracy and NER entity F1, or Chinese review accuracy)."""
+    down = [metrics[m] for m in ("sentiment_acc", "ner_f1", "zh_acc") if m in metrics]
+    return {**metrics, "mean_downstream": sum(down) / len(down)}
+
+
+def finetune_task(name: str, run: Path, data: dict, s: dict, device: str, seed: int) -> dict:
+    """Fine-tune the saved model ``run/model`` on task ``name`` (sentiment, ner, zh_reviews)
+    with ``seed`` into ``run/ft-<name>`` and return its test metrics: ``sentiment_acc`` /
+    ``zh_acc`` (accuracy), or for NER ``ner_f1`` (entity F1) and ``ner_token_f1``
+    (`entity_token_f1`). NER trains ``ner_ft_steps`` at ``ner_ft_lr``, the others
+    ``ft_steps`` at ``ft_lr``; batch ``ft_batch``, 10 % warm-up, linear decay."""
+    from bertfamily.data.task_data import TaskOptions
+    from bertfamily.recipes.finetune import FinetuneConfig, finetune, predict
+    from bertfamily.train import TrainConfig
+
+    task = "ner" if name == "ner" else "classify"
+    ner = task == "ner"
+    steps, lr = (s["ner_ft_steps"], s["ner_ft_lr"]) if ner else (s["ft_steps"], s["ft_lr"])
+    opts = TaskOptions(max_length=s["max_length"], eval_batch_size=128)
+    train_file, test_file = data[name]
+    ft_dir = run / f"ft-{name}"
+    shutil.rmtree(ft_dir, ignore_errors=True)
+    finetune(
+        FinetuneConfig(task, run / "model", train_file, None, opts, epochs=None),
+        TrainConfig(
+            output_dir=ft_dir, max_steps=steps, batch_size=s["ft_batch"], learning_rate=lr,
+            warmup_ratio=0.1, schedule="linear", log_every=0, eval_every=0, save_every=0,
+            progress=False, device=device, seed=seed,
+        ),
+    )  # fmt: skip
+    preds, test = predict(task, ft_dir / "model", test_file, opts, labelled=True)
+    if task == "ner":
+        return {"ner_f1": test["f1"], "ner_token_f1": entity_token_f1(preds)}
+    return {"zh_acc" if name == "zh_reviews" else "sentiment_acc": test["accuracy"]}
+
+
+def entity_token_f1(rows: list[dict]) -> float:
+    """Token-level F1 of the entity words: micro-averaged over the words whose gold or
+    predicted tag is an entity tag, a word counting as a true positive when its predicted
+    entity type equals the gold one (the B-/I- prefix dropped, so a span found with a wrong
+    boundary still earns its correct words). ``rows``: `predict`'s CoNLL rows (``tags``,
+    ``gold``: one tag per word). 0.0 when no word is a true positive.
+
+    This study's measure (not a standard of the WNUT task, whose metric is entity F1, the
+    ``ner_f1``): it gives partial credit to models too small to get whole entities right."""
+    tp = fp = fn = 0
+    for row in rows:
+        for pred, gold in zip(row["tags"], row["gold"]):
+            p, g = pred.split("-", 1)[-1], gold.split("-", 1)[-1]  # "O" stays "O"
+            if p != "O" and p == g:
+                tp += 1
+                continue
+            fp += p != "O"
+            fn += g != "O"
+    return 2 * tp / (2 * tp + fp + fn) if tp else 0.0
 
 
 # ---------------------------------------------------------------- statistics and table
@@ -395,9 +439,9 @@ def render_table(result: dict) -> str:
     over seeds (in %) of each metric, with (difference to the reference, paired-t p), and
     the claim's verdict."""
     head = (
-        "| arm | vs | MLM acc | tweet acc | WNUT F1 | zh reviews acc | mean downstream "
-        "| claim (primary metric) | verdict |\n"
-        "|---|---|---|---|---|---|---|---|---|\n"
+        "| arm | vs | MLM acc | tweet acc | WNUT F1 | WNUT token F1 | zh reviews acc "
+        "| mean downstream | claim (primary metric) | verdict |\n"
+        "|---|---|---|---|---|---|---|---|---|---|\n"
     )
     lines = []
     for arm, row in result["table"].items():
@@ -447,6 +491,42 @@ def machine() -> dict[str, Any]:
     }
 
 
+def redo_ner(args, argv, arms: list[str], seeds: list[int], data: dict, s: dict) -> dict:
+    """``--only-task ner``: fine-tune NER again (``ner_ft_steps``, ``ner_ft_lr`` of the
+    current `SIZES`) from the pretrained ``model/`` that a study's runs left in ``--work``
+    (``<arm>-<seed>/``), without pretraining again. Writes to ``--out`` the study ``--base``
+    restricted to ``arms``, each run's NER metrics (and mean downstream) replaced, the sizes
+    updated and ``ner_rerun`` (command, machine, budget, seconds); join it with the base by
+    ``--merge BASE OUT``.
+
+    Raises:
+        FileNotFoundError: a run's saved model is not under ``--work``.
+    """
+    base = json.loads(args.base.read_text())
+    command = " ".join(["python", "benchmarks/ablations.py", *(argv or sys.argv[1:])])
+    budget = {k: s[k] for k in ("ner_ft_steps", "ner_ft_lr", "ft_batch", "max_length")}
+    result = {**base, "sizes": {**base["sizes"], **budget}, "runs": {}}
+    result["ner_rerun"] = {"command": command, "machine": machine(), "budget": budget}
+    start = time.time()
+    for seed in seeds:
+        for arm in arms:
+            run = args.work / f"{arm}-{seed}"
+            if not (run / "model" / "config.json").exists():
+                raise FileNotFoundError(f"{run}/model: no saved pretrained model to fine-tune")
+            t0 = time.time()
+            metrics = finetune_task("ner", run, data, s, args.device, seed)
+            rec = dict(base["runs"][arm][str(seed)])
+            rec["metrics"] = with_mean({**rec["metrics"], **metrics})
+            rec["ner_finetune_seconds"] = round(time.time() - t0, 1)
+            result["runs"].setdefault(arm, {})[str(seed)] = rec
+            result["table"] = compare(result)
+            result["ner_rerun"]["total_seconds"] = round(time.time() - start, 1)
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.write_text(json.dumps(result, indent=1, default=list) + "\n")
+            print(arm, seed, json.dumps(metrics), rec["ner_finetune_seconds"], flush=True)
+    return result
+
+
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--toy", action="store_true", help="tiny sizes, seconds (the CI test)")
@@ -460,17 +540,18 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--resume", action="store_true", help="keep the runs already in --out")
     ap.add_argument("--render", action="store_true", help="only rewrite the page's table")
     ap.add_argument("--merge", type=Path, nargs="+", help="join the runs of these JSONs")
+    ap.add_argument("--only-task", choices=["ner"], help="redo only this fine-tune (see main)")
+    ap.add_argument("--base", type=Path, default=OUT, help="--only-task: the study to redo")
     args = ap.parse_args(argv)
     sys.path.insert(0, str(Path(__file__).parent))
     if args.merge:  # studies split over processes (disjoint --arms): one JSON, one table
         parts = [json.loads(p.read_text()) for p in args.merge]
-        result = parts[0]
-        for part in parts[1:]:
-            result["runs"].update(part["runs"])
-        result["parts"] = [
-            {k: p[k] for k in ("command", "machine", "tokenizer_sha256", "total_seconds")}
-            for p in parts
-        ]
+        runs: dict[str, Any] = {}
+        for part in parts:  # a later part's arms replace an earlier part's
+            runs.update(part["runs"])
+        result = {**parts[-1], "runs": runs}  # the last part's sizes and setup
+        keys = ("command", "machine", "tokenizer_sha256", "total_seconds", "parts", "ner_rerun")
+        result["parts"] = [{k: p[k] for k in keys if k in p} for p in parts]
         result["table"], result["rule"] = compare(result), RULE
         result["command"] = " ".join(["python", "benchmarks/ablations.py", *(argv or sys.argv[1:])])
         result["total_seconds"] = max(p["total_seconds"] for p in parts)  # ran side by side
@@ -492,6 +573,9 @@ def main(argv: list[str] | None = None) -> dict:
     s = sizes(args.toy, args.scale)
     start = time.time()
     data = prepare_data(args.work, s)
+    if args.only_task:
+        return redo_ner(args, argv, [a for a in arms if resolved(a)["language"] == "en"], seeds,
+                        data, s)  # fmt: skip
     rtd = electra_steps(s, data["en"]["tokenizer"])
     result: dict[str, Any] = {
         "script": "benchmarks/ablations.py",

@@ -82,6 +82,20 @@ def test_verdict_rule():
     assert noisy["baseline"]["mean_downstream"]["mean"] == pytest.approx(1.64 / 3)
 
 
+def test_entity_token_f1_counts_words_by_type_without_the_prefix():
+    rows = [
+        # person/person: tp; person/O: fp; O/O: nothing; loc/geo-loc: fp and fn
+        {
+            "tags": ["B-person", "I-person", "O", "B-loc"],
+            "gold": ["B-person", "O", "O", "B-geo-loc"],
+        },
+        # I- against B- of the same type: tp (a boundary error keeps its words); O/company: fn
+        {"tags": ["I-person", "O"], "gold": ["B-person", "B-company"]},
+    ]
+    assert ablations.entity_token_f1(rows) == pytest.approx(2 * 2 / (2 * 2 + 2 + 2))
+    assert ablations.entity_token_f1([{"tags": ["O", "O"], "gold": ["B-person", "O"]}]) == 0.0
+
+
 def test_toy_study_runs_and_renders(tmp_path):
     out = tmp_path / "a.json"
     arms = "baseline,static,electra"
@@ -99,6 +113,7 @@ def test_toy_study_runs_and_renders(tmp_path):
         for run in seeds.values():
             m = run["metrics"]
             assert 0 <= m["sentiment_acc"] <= 1 and 0 <= m["ner_f1"] <= 1
+            assert 0 <= m["ner_token_f1"] <= 1
             assert m["mean_downstream"] == pytest.approx((m["sentiment_acc"] + m["ner_f1"]) / 2)
             assert ("mlm_acc" in m) == (arm != "electra")  # RTD saves no MLM head
     rtd = result["electra"]
@@ -116,6 +131,26 @@ def test_toy_study_runs_and_renders(tmp_path):
     table = ablations.render_table(result)
     assert table.count("\n") == 2 + 3
     assert "| static | baseline |" in table and row["claim"]["verdict"] in table
+
+    # --only-task ner: NER fine-tuned again from the saved models, nothing else touched
+    redo = tmp_path / "ner.json"
+    ner_args = ["--only-task", "ner", "--base", str(out), "--out", str(redo)]
+    try:
+        ablations.main([*args, *ner_args])
+    finally:
+        torch.set_num_threads(threads)
+    again = json.loads(redo.read_text())
+    assert set(again["runs"]) == set(arms.split(","))
+    assert again["ner_rerun"]["budget"]["ner_ft_steps"] == ablations.SIZES["toy"]["ner_ft_steps"]
+    for arm, seeds in again["runs"].items():
+        for seed, run in seeds.items():
+            old, new = runs[arm][seed]["metrics"], run["metrics"]
+            assert new["sentiment_acc"] == old["sentiment_acc"]
+            assert new["mean_downstream"] == pytest.approx(
+                (new["sentiment_acc"] + new["ner_f1"]) / 2
+            )
+    merged = ablations.main(["--merge", str(out), str(redo), "--out", str(tmp_path / "m.json")])
+    assert merged["runs"] == again["runs"] and "ner_rerun" in merged["parts"][1]
 
 
 def test_committed_page_table_is_rendered_from_the_committed_json():
