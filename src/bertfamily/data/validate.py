@@ -59,6 +59,14 @@ class DataRules:
     ordered_labels: bool = False
     query_groups: bool = False
 
+    @classmethod
+    def of(cls, loss: Any) -> DataRules:
+        """The rules a loss object declares as class attributes of these names (``name`` for
+        ``loss``); an attribute it lacks keeps the default. The one reading of them for every
+        loss family (embedding losses, reranker losses)."""
+        fields = ("in_batch_negatives", "label_range", "ordered_labels", "query_groups")
+        return cls(loss.name, **{f: getattr(loss, f) for f in fields if hasattr(loss, f)})
+
 
 def _where(table: PairTable, source: Any, i: int) -> str:
     """Row ``i`` as ``file:line`` when the table knows its file lines, else ``file row i+1``."""

@@ -93,12 +93,7 @@ class EmbeddingLoss:
     @property
     def data_rules(self) -> DataRules:
         """What this loss needs of its training rows (`data.validate.check_training_table`)."""
-        return DataRules(
-            self.name,
-            in_batch_negatives=self.in_batch_negatives,
-            label_range=self.label_range,
-            ordered_labels=self.ordered_labels,
-        )
+        return DataRules.of(self)
 
     def _rules_of(self, base: EmbeddingLoss) -> None:
         """A wrapper's rules are its base loss's."""

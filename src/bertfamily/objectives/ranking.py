@@ -76,12 +76,7 @@ class RerankLoss:
     @property
     def data_rules(self) -> DataRules:
         """What this loss needs of its training rows (`data.validate.check_training_table`)."""
-        return DataRules(
-            self.name,
-            in_batch_negatives=self.in_batch_negatives,
-            label_range=self.label_range,
-            query_groups=self.query_groups,
-        )
+        return DataRules.of(self)
 
     def check(self, table: PairTable, spec: Any) -> None:
         """Raise InputError unless ``table`` (read from ``spec``) fits this loss."""
