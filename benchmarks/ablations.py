@@ -15,7 +15,10 @@ one switch), the same downstream evaluation for every arm, seeds, and a paired t
    held out) with a WordPiece vocabulary trained on the training novels; Chinese arms: People's
    Daily 1998 (pretrain.jsonl; heldout.jsonl held out) with bert-base-chinese's vocabulary.
 2. Arms (`ARMS`): a dict of overrides on `BASELINE` and the arm it is compared with. ELECTRA
-   trains the steps whose FLOPs equal the MLM baseline's (`electra_vs_mlm.step_flops`).
+   trains the steps whose FLOPs equal the MLM baseline's (`electra_vs_mlm.step_flops`). The
+   fine-tuning arms (`DOWNSTREAM` switches: K-BERT's WordNet, FastBERT, TinyBERT distillation
+   and its augmentation) pretrain nothing: they fine-tune the baseline's saved run of the same
+   seed (`run_downstream`), so the baseline runs first.
 3. Evaluation, the same for every arm and seed: held-out MLM accuracy (each arm's own masking,
    so comparable between arms of equal masking only; none for ELECTRA, whose saved model is
    the discriminator), then fine-tuning of the saved model with the seed of its pretraining:
@@ -68,7 +71,18 @@ BASELINE: dict[str, Any] = {
     "static_copies": 0,  # 0 = dynamic masking (RoBERTa §4.1)
     "packing": "full_sentences",
     "phrases": None,
+    # fine-tuning switches (the downstream directions; pretraining as the baseline's):
+    "knowledge": None,  # K-BERT: the graph injected while fine-tuning (Liu et al. 2020 §3)
+    "self_distill": False,  # FastBERT: students + early exit (Liu et al. 2020 §3.2)
+    "task_distill": False,  # TinyBERT task distillation into a 1-layer student (§3.2)
+    "augment": False,  # TinyBERT's data augmentation of the distillation set (§3.2, Alg. 1)
 }
+# The switches that leave pretraining alone: their arms fine-tune the baseline's saved model of
+# the same seed (``<work>/baseline-<seed>/``) instead of pretraining again.
+DOWNSTREAM = ("knowledge", "self_distill", "task_distill", "augment")
+# FastBERT's claim is read at this speed (the uncertainty threshold; Liu et al. 2020 §4).
+FASTBERT_SPEED = 0.5
+FASTBERT_SPEEDS = (0.1, 0.3, 0.5, 0.8)
 # name -> (reference arm, overrides of the reference's switches: exactly one).
 ARMS: dict[str, tuple[str | None, dict[str, Any]]] = {
     "baseline": (None, {}),
@@ -84,7 +98,13 @@ ARMS: dict[str, tuple[str | None, dict[str, Any]]] = {
     "electra": ("baseline", {"objectives": ("rtd",)}),
     "zh_baseline": ("baseline", {"language": "zh"}),
     "zh_whole_word": ("zh_baseline", {"masking": "whole_word"}),
+    "kbert": ("baseline", {"knowledge": "wordnet"}),
+    "fastbert": ("baseline", {"self_distill": True}),
+    "distill": ("baseline", {"task_distill": True}),
+    "distill_augment": ("distill", {"augment": True}),
 }
+# Arms that are references only (a language, a distillation without augmentation), no claim.
+REFERENCE_ONLY = ("zh_baseline", "distill")
 # arm -> (the claim of the source documents, its primary metric, the claimed sign of
 # arm − reference on it); zh_baseline is a reference only (a language, not a claim).
 CLAIMS: dict[str, tuple[str, str, int]] = {
@@ -99,27 +119,45 @@ CLAIMS: dict[str, tuple[str, str, int]] = {
     "phrases": ("ERNIE phrase masking beats token masking", "mean_downstream", +1),
     "electra": ("RTD beats MLM at equal compute (ELECTRA)", "mean_downstream", +1),
     "zh_whole_word": ("whole-word masking beats token masking for Chinese", "zh_acc", +1),
+    "kbert": ("K-BERT's WordNet injection helps fine-tuning", "sentiment_acc", +1),
+    # sign 0: the claim is "no loss" (FastBERT keeps accuracy while exiting early)
+    "fastbert": (
+        f"FastBERT's early exit keeps accuracy (speed {FASTBERT_SPEED})",
+        "sentiment_acc",
+        0,
+    ),
+    "distill_augment": (
+        "data augmentation helps task distillation (TinyBERT)",
+        "sentiment_acc",
+        +1,
+    ),
 }
 RULE = (
     f"paired t-test over seeds (scipy ttest_rel, two-sided); p < {ALPHA} and the claimed sign: "
     "reproduces; p < ALPHA, opposite sign: contradicted; the metric has one value in every run "
-    "of both arms: no signal; else within noise"
+    "of both arms: no signal; else within noise. A claim of no loss (sign 0, FastBERT): no "
+    "signal when no text exited early in any run, contradicted when p < ALPHA and the arm is "
+    "lower, else reproduces"
 )
 METRICS = ("mlm_acc", "sentiment_acc", "ner_f1", "ner_token_f1", "zh_acc", "mean_downstream")
+# the downstream arms' extra metrics (in the second table)
+DOWNSTREAM_METRICS = ("sentiment_acc_full", "mean_exit_layer", "layers_saved")
 
 # Sizes at scale 1 (the committed study) and for the CI toy run.
 SIZES = {
     "full": dict(
         layers=2, hidden=128, max_length=64, batch=32, steps=300, lr=1e-3, vocab=6000,
         ft_steps=100, ft_batch=32, ft_lr=1e-3, ner_ft_steps=300, ner_ft_lr=1e-3,
-        sentiment_train=2560, sentiment_test=1000,
+        sentiment_train=2560, sentiment_test=1000, distill_train=300,
         ner_train=1675, zh_train=2560, zh_test=1000, corpus_lines=None, eval_batches=20,
+        knowledge="wordnet",
     ),
     "toy": dict(
-        layers=1, hidden=32, max_length=32, batch=8, steps=3, lr=1e-3, vocab=400,
+        layers=2, hidden=32, max_length=32, batch=8, steps=3, lr=1e-3, vocab=400,
         ft_steps=2, ft_batch=8, ft_lr=5e-4, ner_ft_steps=3, ner_ft_lr=5e-4,
-        sentiment_train=40, sentiment_test=30,
+        sentiment_train=40, sentiment_test=30, distill_train=16,
         ner_train=600, zh_train=40, zh_test=30, corpus_lines=400, eval_batches=2,
+        knowledge="toy",  # a few hand-written triples (prepare_data), not the 5 s WordNet load
     ),
 }  # fmt: skip
 
@@ -240,14 +278,21 @@ def prepare_data(work: Path, s: dict[str, Any]) -> dict[str, Any]:
         rows = read_table(reviews / f"{name}.jsonl")
         order = np.random.default_rng(0).permutation(len(rows))
         zh_rows[name] = write_csv(work / f"zh_{name}.csv", [rows[i] for i in order[:size]])
+    distill_rows = sent_train[: s["distill_train"]]  # the low-resource set distillation needs
+    knowledge = s["knowledge"]
+    if knowledge == "toy":
+        knowledge = work / "toy_knowledge.tsv"
+        knowledge.write_text("good\tis a\tfeeling\nflight\tis a\ttrip\nbad\tsynonym\tpoor\n")
     return {
+        "knowledge": knowledge,
+        "distill_train": write_csv(work / "sent_distill.csv", distill_rows),
         "en": {"corpus": en, "eval_corpus": en_eval, "tokenizer": tok},
         "zh": {"corpus": zh, "eval_corpus": zh_eval, "tokenizer": fetch("bert-base-chinese-vocab")},
         "sentiment": (write_csv(work / "sent_train.csv", sent_train),
                       write_csv(work / "sent_test.csv", sent_test)),
         "ner": (work / "ner_train.conll", work / "ner_test.conll"),
         "zh_reviews": (zh_rows["train"], zh_rows["test"]),
-        "rows": {"sentiment": [len(sent_train), len(sent_test)],
+        "rows": {"sentiment": [len(sent_train), len(sent_test)], "distill": len(distill_rows),
                  "ner": [len(ner["train"]), len(ner["test"])], "zh_reviews": [*map(len, (
                      read_table(zh_rows["train"]), read_table(zh_rows["test"])))]},
     }  # fmt: skip
@@ -283,6 +328,8 @@ def run_arm(arm: str, seed: int, data: dict, s: dict, work: Path, device: str, r
     from bertfamily.train import TrainConfig
 
     sw = resolved(arm)
+    if any(sw[k] != BASELINE[k] for k in DOWNSTREAM):
+        return run_downstream(arm, seed, data, s, work, device)
     lang = data[sw["language"]]
     out = work / f"{arm}-{seed}"
     shutil.rmtree(out, ignore_errors=True)  # a fresh run, never a resumed one
@@ -315,6 +362,91 @@ def run_arm(arm: str, seed: int, data: dict, s: dict, work: Path, device: str, r
         metrics.update(finetune_task(name, out, data, s, device, seed))
     record["finetune_seconds"] = round(time.time() - t1, 1)
     record["metrics"] = with_mean(metrics)
+    return record
+
+
+def run_downstream(arm: str, seed: int, data: dict, s: dict, work: Path, device: str) -> dict:
+    """A fine-tuning arm (a `DOWNSTREAM` switch) on the baseline's saved run of ``seed``:
+    tweet sentiment with the baseline's budget (``ft_steps``, ``ft_lr``, ``ft_batch``, the
+    seed), changed in its one switch:
+
+    - ``knowledge``: K-BERT fine-tuning and prediction with the graph injected (WordNet 3.0,
+      138,589 entities; the toy study a three-triple file);
+    - ``self_distill``: FastBERT: the same fine-tuning, then ``ft_steps`` steps of
+      self-distillation of the students (training texts, labels unread); test accuracy at
+      `FASTBERT_SPEEDS` with the mean exit layer; ``sentiment_acc`` is the one at
+      `FASTBERT_SPEED`, ``sentiment_acc_full`` the full model's;
+    - ``task_distill``: TinyBERT task distillation of the baseline's fine-tuned sentiment model
+      (the teacher) into a 1-layer student (teacher layer 1 copied, fresh head) on the first
+      ``distill_train`` training rows, ``ft_steps`` intermediate + ``ft_steps`` prediction
+      steps; ``augment`` adds TinyBERT's augmentation (p_t 0.4, N_a 20, K 15; masked-LM
+      candidates from the baseline's pretrained model) of those rows.
+
+    Raises:
+        FileNotFoundError: the baseline run of ``seed`` is not under ``work`` (run it first).
+    """
+    from bertfamily.data.augment import AugmentConfig
+    from bertfamily.data.task_data import TaskOptions
+    from bertfamily.recipes.distill import TaskDistillConfig, distill_task
+    from bertfamily.recipes.finetune import FinetuneConfig, finetune, predict
+    from bertfamily.train import TrainConfig
+
+    sw, base = resolved(arm), work / f"baseline-{seed}"
+    teacher = base / "ft-sentiment" / "model"
+    if not (teacher / "config.json").exists():
+        raise FileNotFoundError(f"{teacher}: run the baseline arm of seed {seed} first")
+    out = work / f"{arm}-{seed}"
+    shutil.rmtree(out, ignore_errors=True)
+    opts = TaskOptions(max_length=s["max_length"], eval_batch_size=128)
+    train_file, test_file = data["sentiment"]
+    train = TrainConfig(
+        output_dir=out, max_steps=s["ft_steps"], batch_size=s["ft_batch"],
+        learning_rate=s["ft_lr"], warmup_ratio=0.1, schedule="linear", log_every=0,
+        eval_every=0, save_every=0, progress=False, device=device, seed=seed,
+    )  # fmt: skip
+    t0, record, metrics = time.time(), {}, {}
+    if sw["task_distill"]:
+        augment = AugmentConfig() if sw["augment"] else None
+        cfg = TaskDistillConfig(
+            teacher, data["distill_train"], student=None, max_length=s["max_length"],
+            intermediate_steps=s["ft_steps"], prediction_steps=s["ft_steps"],
+            augment=augment, augment_model=base / "model" if augment else None,
+        )  # fmt: skip
+        summary = distill_task(cfg, train)
+        record["distill"] = {k: summary[k] for k in ("examples", "parameters", "augmentation")
+                             if k in summary}  # fmt: skip
+        _, test = predict("classify", out / "model", test_file, opts, labelled=True)
+        metrics["sentiment_acc"] = test["accuracy"]
+    else:
+        knowledge = None
+        if sw["knowledge"]:
+            from bertfamily.data.knowledge import load_knowledge
+
+            knowledge = load_knowledge(data["knowledge"])
+            record["knowledge_entities"] = len(knowledge)
+        finetune(
+            FinetuneConfig("classify", base / "model", train_file, None, opts, epochs=None,
+                           self_distill=sw["self_distill"], knowledge=knowledge),
+            train,
+        )  # fmt: skip
+        _, test = predict("classify", out / "model", test_file, opts, labelled=True,
+                          knowledge=knowledge)  # fmt: skip
+        metrics["sentiment_acc"] = test["accuracy"]
+        if sw["self_distill"]:
+            metrics["sentiment_acc_full"] = metrics["sentiment_acc"]
+            record["speeds"] = {}
+            for speed in FASTBERT_SPEEDS:
+                _, at = predict("classify", out / "model", test_file, opts, labelled=True,
+                                speed=speed)  # fmt: skip
+                record["speeds"][str(speed)] = {
+                    "accuracy": at["accuracy"], "mean_exit_layer": at["mean_exit_layer"],
+                }  # fmt: skip
+            metrics["sentiment_acc"] = record["speeds"][str(FASTBERT_SPEED)]["accuracy"]
+            metrics["mean_exit_layer"] = record["speeds"][str(FASTBERT_SPEED)]["mean_exit_layer"]
+            layers = s["layers"]  # the layers an exit saved, on average (0: no text exited)
+            metrics["layers_saved"] = layers - metrics["mean_exit_layer"]
+    record["finetune_seconds"] = round(time.time() - t0, 1)
+    record["metrics"] = metrics
     return record
 
 
@@ -392,7 +524,7 @@ def compare(result: dict) -> dict[str, dict]:
         if arm not in runs:
             continue
         row: dict[str, Any] = {"reference": reference, "seeds": sorted(runs[arm], key=int)}
-        for m in METRICS:
+        for m in METRICS + DOWNSTREAM_METRICS:
             vals = [r["metrics"][m] for r in runs[arm].values() if m in r["metrics"]]
             if not vals:
                 continue
@@ -416,7 +548,13 @@ def compare(result: dict) -> dict[str, dict]:
             verdict = "too few seeds"
             if "p" in cell:
                 verdict = "no signal" if cell["constant"] else "within noise"
-                if cell["p"] < ALPHA:
+                saved = [r["metrics"].get("layers_saved") for r in runs[arm].values()]
+                if sign == 0 and all(x == 0 for x in saved):
+                    verdict = "no signal"  # nothing exited early: the claim was not exercised
+                elif sign == 0:  # a claim of no loss
+                    lower = cell["p"] < ALPHA and cell["diff"] < 0
+                    verdict = "contradicted" if lower else "reproduces"
+                elif cell["p"] < ALPHA:
                     same = (cell["diff"] > 0) == (sign > 0)
                     verdict = "reproduces" if same else "contradicted"
             row["claim"] = {"text": claim, "metric": metric, "sign": sign, "verdict": verdict}
@@ -434,26 +572,50 @@ def _cell(c: dict | None, percent: bool = True) -> str:
     return text
 
 
+def is_downstream(arm: str) -> bool:
+    """Whether ``arm`` changes a fine-tuning switch (`DOWNSTREAM`) and pretrains nothing."""
+    sw = resolved(arm)
+    return any(sw[k] != BASELINE[k] for k in DOWNSTREAM)
+
+
 def render_table(result: dict) -> str:
-    """The Markdown table of docs/ablations.md from the study's JSON: per arm, mean ± std
+    """The Markdown tables of docs/ablations.md from the study's JSON: per arm, mean ± std
     over seeds (in %) of each metric, with (difference to the reference, paired-t p), and
-    the claim's verdict."""
+    the claim's verdict; the pretraining arms first, then the fine-tuning arms (`DOWNSTREAM`:
+    tweet accuracy, FastBERT's full-model accuracy and mean exit layer, in layers)."""
     head = (
         "| arm | vs | MLM acc | tweet acc | WNUT F1 | WNUT token F1 | zh reviews acc "
         "| mean downstream | claim (primary metric) | verdict |\n"
         "|---|---|---|---|---|---|---|---|---|---|\n"
     )
-    lines = []
+    down_head = (
+        "| fine-tuning arm | vs | switch | tweet acc | full model acc | mean exit layer "
+        "| claim (primary metric) | verdict |\n"
+        "|---|---|---|---|---|---|---|---|\n"
+    )
+    lines, down = [], []
     for arm, row in result["table"].items():
         claim = row.get("claim")
-        cells = [_cell(row.get(m)) for m in METRICS]
-        lines.append(
-            f"| {arm} | {row['reference'] or '–'} | "
-            + " | ".join(cells)
-            + f" | {claim['text'] + ' (' + claim['metric'] + ')' if claim else '–'}"
+        end = (
+            f" | {claim['text'] + ' (' + claim['metric'] + ')' if claim else '–'}"
             + f" | {claim['verdict'] if claim else '–'} |"
         )
-    return head + "\n".join(lines) + "\n"
+        if arm in ARMS and is_downstream(arm):
+            (switch,) = ARMS[arm][1].items()
+            cells = [_cell(row.get("sentiment_acc")), _cell(row.get("sentiment_acc_full")),
+                     _cell(row.get("mean_exit_layer"), percent=False)]  # fmt: skip
+            down.append(
+                f"| {arm} | {row['reference']} | {switch[0]}={switch[1]} | "
+                + " | ".join(cells)
+                + end
+            )
+            continue
+        cells = [_cell(row.get(m)) for m in METRICS]
+        lines.append(f"| {arm} | {row['reference'] or '–'} | " + " | ".join(cells) + end)
+    text = head + "\n".join(lines) + "\n"
+    if down:
+        text += "\n" + down_head + "\n".join(down) + "\n"
+    return text
 
 
 def page_table(page: str) -> str:
@@ -569,12 +731,14 @@ def main(argv: list[str] | None = None) -> dict:
     unknown = set(arms) - set(ARMS)
     if unknown:
         ap.error(f"unknown arms {sorted(unknown)}; known: {list(ARMS)}")
+    arms.sort(key=list(ARMS).index)  # the baseline before the arms that fine-tune its model
     seeds = [int(x) for x in args.seeds.split(",")]
     s = sizes(args.toy, args.scale)
     start = time.time()
     data = prepare_data(args.work, s)
     if args.only_task:
-        return redo_ner(args, argv, [a for a in arms if resolved(a)["language"] == "en"], seeds,
+        english = [a for a in arms if resolved(a)["language"] == "en" and not is_downstream(a)]
+        return redo_ner(args, argv, english, seeds,
                         data, s)  # fmt: skip
     rtd = electra_steps(s, data["en"]["tokenizer"])
     result: dict[str, Any] = {
@@ -608,7 +772,7 @@ def main(argv: list[str] | None = None) -> dict:
             result["total_seconds"] = round(time.time() - start, 1)
             args.out.parent.mkdir(parents=True, exist_ok=True)
             args.out.write_text(json.dumps(result, indent=1, default=list) + "\n")
-            print(arm, seed, json.dumps(rec["metrics"]), rec["pretrain_seconds"],
+            print(arm, seed, json.dumps(rec["metrics"]), rec.get("pretrain_seconds", 0),
                   rec["finetune_seconds"], flush=True)  # fmt: skip
     return result
 

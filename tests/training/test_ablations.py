@@ -23,6 +23,8 @@ FIELDS = {
     "objectives": {"objectives"},
     "phrases": {"phrases"},
     "language": set(),
+    # the fine-tuning switches leave every pretraining field alone
+    **{switch: set() for switch in ablations.DOWNSTREAM},
 }
 
 
@@ -43,13 +45,21 @@ def test_arm_differs_from_its_reference_in_exactly_its_switch(arm):
         allowed.add("masking")  # phrases are masked as units by the "entity" strategy
     if arm == "zh_whole_word":
         allowed.add("chinese_words")  # jieba's word boundaries
-    assert switch == "language" or differ & FIELDS[switch]
+    assert switch in ("language", *ablations.DOWNSTREAM) or differ & FIELDS[switch]
     assert differ <= allowed, (arm, differ)
+    assert ablations.is_downstream(arm) == (
+        switch in ablations.DOWNSTREAM or arm == "distill_augment"
+    )
 
 
 def test_every_claim_has_an_arm_and_a_reference():
-    assert set(ablations.CLAIMS) == {a for a, (ref, _) in ablations.ARMS.items() if ref} - {
-        "zh_baseline"
+    assert set(ablations.CLAIMS) == {a for a, (ref, _) in ablations.ARMS.items() if ref} - set(
+        ablations.REFERENCE_ONLY
+    )
+    assert ablations.resolved("distill_augment") == {
+        **ablations.BASELINE,
+        "task_distill": True,
+        "augment": True,
     }
     assert ablations.resolved("sop")["objectives"] == ("mlm", "sop")
     assert ablations.resolved("span_sbo") == {
@@ -82,6 +92,29 @@ def test_verdict_rule():
     assert noisy["baseline"]["mean_downstream"]["mean"] == pytest.approx(1.64 / 3)
 
 
+def test_verdict_of_a_claim_of_no_loss():
+    """FastBERT claims no loss (sign 0): only a significant drop contradicts it."""
+
+    def study(arm_values, ref_values):
+        runs = {
+            name: {
+                str(i): {"metrics": {"sentiment_acc": v, "layers_saved": saved}}
+                for i, v in enumerate(vals)
+            }
+            for name, vals in (("fastbert", arm_values), ("baseline", ref_values))
+        }
+        return ablations.compare({"runs": runs})["fastbert"]["claim"]["verdict"]
+
+    saved = 0.0  # no text exited early: the claim was not exercised
+    assert study([0.50, 0.52, 0.59], [0.52, 0.55, 0.61]) == "no signal"
+    saved = 0.4
+
+    assert ablations.CLAIMS["fastbert"][2] == 0
+    assert study([0.50, 0.52, 0.59], [0.52, 0.55, 0.61]) == "contradicted"  # -2, -3, -2
+    assert study([0.55, 0.50, 0.60], [0.50, 0.55, 0.59]) == "reproduces"  # within noise
+    assert study([0.52, 0.55, 0.61], [0.50, 0.52, 0.59]) == "reproduces"  # better still
+
+
 def test_entity_token_f1_counts_words_by_type_without_the_prefix():
     rows = [
         # person/person: tp; person/O: fp; O/O: nothing; loc/geo-loc: fp and fn
@@ -98,7 +131,7 @@ def test_entity_token_f1_counts_words_by_type_without_the_prefix():
 
 def test_toy_study_runs_and_renders(tmp_path):
     out = tmp_path / "a.json"
-    arms = "baseline,static,electra"
+    arms = "baseline,static,electra,kbert,fastbert,distill,distill_augment"
     args = ["--toy", "--seeds", "0,1", "--arms", arms, "--work", str(tmp_path / "w")]
     threads = torch.get_num_threads()
     try:
@@ -108,8 +141,15 @@ def test_toy_study_runs_and_renders(tmp_path):
     result = json.loads(out.read_text())
     assert set(result["runs"]) == set(arms.split(","))
     assert result["machine"]["cpu"] and result["machine"]["cores"] >= 1
+    pretrained = ("baseline", "static", "electra")
     for arm, seeds in result["runs"].items():
         assert set(seeds) == {"0", "1"}
+        if arm not in pretrained:  # fine-tuning arms: tweet accuracy of the baseline's model
+            for seed, run in seeds.items():
+                assert 0 <= run["metrics"]["sentiment_acc"] <= 1
+                assert "pretrain_steps" not in run and "mlm_acc" not in run["metrics"]
+                assert (tmp_path / "w" / f"{arm}-{seed}" / "model" / "config.json").exists()
+            continue
         for run in seeds.values():
             m = run["metrics"]
             assert 0 <= m["sentiment_acc"] <= 1 and 0 <= m["ner_f1"] <= 1
@@ -128,9 +168,27 @@ def test_toy_study_runs_and_renders(tmp_path):
     ]
     assert row["sentiment_acc"]["diff"] == pytest.approx(sum(diffs) / 2)
     assert row["claim"]["verdict"] in {"reproduces", "contradicted", "within noise", "no signal"}
+    fast = runs["fastbert"]["0"]
+    assert set(fast["speeds"]) == {str(s) for s in ablations.FASTBERT_SPEEDS}
+    at = fast["speeds"][str(ablations.FASTBERT_SPEED)]
+    assert fast["metrics"]["sentiment_acc"] == at["accuracy"]
+    assert 1 <= fast["metrics"]["mean_exit_layer"] == at["mean_exit_layer"] <= 2
+    assert fast["metrics"]["layers_saved"] == pytest.approx(2 - at["mean_exit_layer"])
+    # FastBERT's fine-tuning is the baseline's (same seed, steps, data): the same full model
+    for seed in ("0", "1"):
+        assert runs["fastbert"][seed]["metrics"]["sentiment_acc_full"] == pytest.approx(
+            runs["baseline"][seed]["metrics"]["sentiment_acc"]
+        )
+    aug = runs["distill_augment"]["0"]["distill"]
+    rows = result["downstream_rows"]["distill"]
+    assert runs["distill"]["0"]["distill"]["examples"] == rows
+    assert aug["examples"] == rows * (1 + 20) and aug["augmentation"]["samples"] == rows * 20
+    assert runs["kbert"]["0"]["knowledge_entities"] == 3  # the toy triples
+    assert result["table"]["distill_augment"]["reference"] == "distill"
     table = ablations.render_table(result)
-    assert table.count("\n") == 2 + 3
+    assert table.count("\n") == 2 + 3 + 1 + 2 + 4
     assert "| static | baseline |" in table and row["claim"]["verdict"] in table
+    assert "| distill_augment | distill | augment=True |" in table
 
     # --only-task ner: NER fine-tuned again from the saved models, nothing else touched
     redo = tmp_path / "ner.json"
@@ -140,7 +198,7 @@ def test_toy_study_runs_and_renders(tmp_path):
     finally:
         torch.set_num_threads(threads)
     again = json.loads(redo.read_text())
-    assert set(again["runs"]) == set(arms.split(","))
+    assert set(again["runs"]) == set(pretrained)  # NER again: the pretrained arms only
     assert again["ner_rerun"]["budget"]["ner_ft_steps"] == ablations.SIZES["toy"]["ner_ft_steps"]
     for arm, seeds in again["runs"].items():
         for seed, run in seeds.items():
@@ -150,7 +208,7 @@ def test_toy_study_runs_and_renders(tmp_path):
                 (new["sentiment_acc"] + new["ner_f1"]) / 2
             )
     merged = ablations.main(["--merge", str(out), str(redo), "--out", str(tmp_path / "m.json")])
-    assert merged["runs"] == again["runs"] and "ner_rerun" in merged["parts"][1]
+    assert merged["runs"] == {**runs, **again["runs"]} and "ner_rerun" in merged["parts"][1]
 
 
 def test_committed_page_table_is_rendered_from_the_committed_json():
