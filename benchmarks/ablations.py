@@ -5,6 +5,7 @@ one switch), the same downstream evaluation for every arm, seeds, and a paired t
     nice -n 5 python benchmarks/ablations.py                      # the committed study
     python benchmarks/ablations.py --toy --out /tmp/a.json        # seconds (the CI test)
     python benchmarks/ablations.py --scale 4 --seeds 0,1,2,3,4 --device cuda   # further
+    torchrun --nproc-per-node 8 benchmarks/ablations.py --scale 8 --device cuda  # DDP
     python benchmarks/ablations.py --only-task ner --work /tmp/ablations --out /tmp/ner.json
     python benchmarks/ablations.py --merge benchmarks/results/ablations.json /tmp/ner.json
 
@@ -301,6 +302,28 @@ def prepare_data(work: Path, s: dict[str, Any]) -> dict[str, Any]:
 # ---------------------------------------------------------------- one arm × seed
 
 
+def is_main() -> bool:
+    """Rank 0 of a torchrun study, or a study of one process (the one that writes the JSON)."""
+    import torch.distributed as dist
+
+    return not dist.is_initialized() or dist.get_rank() == 0
+
+
+def sync() -> None:
+    """Wait for every rank of a torchrun study (nothing without one)."""
+    import torch.distributed as dist
+
+    if dist.is_initialized() and dist.get_world_size() > 1:
+        dist.barrier()
+
+
+def clear(path: Path) -> None:
+    """Remove ``path`` (a run is always fresh) on rank 0, every rank waiting for it."""
+    if is_main():
+        shutil.rmtree(path, ignore_errors=True)
+    sync()
+
+
 def electra_steps(s: dict[str, Any], tok_dir: Path, generator_size: float = 0.25) -> dict:
     """RTD steps whose training FLOPs equal ``s["steps"]`` MLM steps (FlopCounterMode, one
     forward + backward of each objective on a full batch; electra_vs_mlm.step_flops)."""
@@ -332,7 +355,7 @@ def run_arm(arm: str, seed: int, data: dict, s: dict, work: Path, device: str, r
         return run_downstream(arm, seed, data, s, work, device)
     lang = data[sw["language"]]
     out = work / f"{arm}-{seed}"
-    shutil.rmtree(out, ignore_errors=True)  # a fresh run, never a resumed one
+    clear(out)  # a fresh run, never a resumed one
     steps = rtd["steps"] if sw["objectives"] == ("rtd",) else s["steps"]
     t0 = time.time()
     summary = pretrain(
@@ -351,6 +374,7 @@ def run_arm(arm: str, seed: int, data: dict, s: dict, work: Path, device: str, r
             progress=False, device=device, seed=seed,
         ),
     )  # fmt: skip
+    sync()  # rank 0 has saved the model
     ev = summary.get("eval") or {}
     metrics: dict[str, float] = {}
     if "rtd" not in sw["objectives"]:  # RTD: eval_accuracy is the discriminator's
@@ -396,7 +420,7 @@ def run_downstream(arm: str, seed: int, data: dict, s: dict, work: Path, device:
     if not (teacher / "config.json").exists():
         raise FileNotFoundError(f"{teacher}: run the baseline arm of seed {seed} first")
     out = work / f"{arm}-{seed}"
-    shutil.rmtree(out, ignore_errors=True)
+    clear(out)
     opts = TaskOptions(max_length=s["max_length"], eval_batch_size=128)
     train_file, test_file = data["sentiment"]
     train = TrainConfig(
@@ -413,6 +437,7 @@ def run_downstream(arm: str, seed: int, data: dict, s: dict, work: Path, device:
             augment=augment, augment_model=base / "model" if augment else None,
         )  # fmt: skip
         summary = distill_task(cfg, train)
+        sync()
         record["distill"] = {k: summary[k] for k in ("examples", "parameters", "augmentation")
                              if k in summary}  # fmt: skip
         _, test = predict("classify", out / "model", test_file, opts, labelled=True)
@@ -429,6 +454,7 @@ def run_downstream(arm: str, seed: int, data: dict, s: dict, work: Path, device:
                            self_distill=sw["self_distill"], knowledge=knowledge),
             train,
         )  # fmt: skip
+        sync()
         _, test = predict("classify", out / "model", test_file, opts, labelled=True,
                           knowledge=knowledge)  # fmt: skip
         metrics["sentiment_acc"] = test["accuracy"]
@@ -473,7 +499,7 @@ def finetune_task(name: str, run: Path, data: dict, s: dict, device: str, seed: 
     opts = TaskOptions(max_length=s["max_length"], eval_batch_size=128)
     train_file, test_file = data[name]
     ft_dir = run / f"ft-{name}"
-    shutil.rmtree(ft_dir, ignore_errors=True)
+    clear(ft_dir)
     finetune(
         FinetuneConfig(task, run / "model", train_file, None, opts, epochs=None),
         TrainConfig(
@@ -482,6 +508,7 @@ def finetune_task(name: str, run: Path, data: dict, s: dict, device: str, seed: 
             progress=False, device=device, seed=seed,
         ),
     )  # fmt: skip
+    sync()
     preds, test = predict(task, ft_dir / "model", test_file, opts, labelled=True)
     if task == "ner":
         return {"ner_f1": test["f1"], "ner_token_f1": entity_token_f1(preds)}
@@ -695,7 +722,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--scale", type=float, default=1.0, help="multiplies width and steps")
     ap.add_argument("--seeds", default="0,1,2")
     ap.add_argument("--arms", default=",".join(ARMS), help="comma-separated subset of ARMS")
-    ap.add_argument("--device", default="cpu", help="cpu | cuda (one device; no DDP here)")
+    ap.add_argument("--device", default="cpu", help="cpu | cuda (several: torchrun, DDP)")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--work", type=Path, default=Path("/tmp/ablations"))
     ap.add_argument("--out", type=Path, default=OUT)
@@ -735,7 +762,14 @@ def main(argv: list[str] | None = None) -> dict:
     seeds = [int(x) for x in args.seeds.split(",")]
     s = sizes(args.toy, args.scale)
     start = time.time()
-    data = prepare_data(args.work, s)
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # under torchrun: one group for the study
+        from bertfamily.train.distributed import broadcast_object, init_distributed
+
+        init_distributed(args.device)
+        data = prepare_data(args.work, s) if is_main() else None
+        data = broadcast_object(data)
+    else:
+        data = prepare_data(args.work, s)
     if args.only_task:
         english = [a for a in arms if resolved(a)["language"] == "en" and not is_downstream(a)]
         return redo_ner(args, argv, english, seeds,
@@ -770,6 +804,8 @@ def main(argv: list[str] | None = None) -> dict:
             result["runs"].setdefault(arm, {})[str(seed)] = rec
             result["table"] = compare(result)
             result["total_seconds"] = round(time.time() - start, 1)
+            if not is_main():
+                continue
             args.out.parent.mkdir(parents=True, exist_ok=True)
             args.out.write_text(json.dumps(result, indent=1, default=list) + "\n")
             print(arm, seed, json.dumps(rec["metrics"]), rec.get("pretrain_seconds", 0),

@@ -217,3 +217,23 @@ def test_committed_page_table_is_rendered_from_the_committed_json():
     assert ablations.page_table(page) == ablations.render_table(result)
     for arm in ablations.ARMS:  # the committed study covers every arm with >= 3 seeds
         assert len(result["runs"][arm]) >= 3, arm
+
+
+def test_toy_study_under_torchrun_pretrains_with_ddp(tmp_path):
+    """Two processes (gloo on the CPU): pretraining and fine-tuning run as DDP, rank 0 alone
+    writes the JSON, and the fine-tuning arm waits for the baseline's saved model."""
+    import os
+    import subprocess
+
+    out, work = tmp_path / "a.json", tmp_path / "w"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2"]
+    cmd += [str(ROOT / "benchmarks" / "ablations.py"), "--toy", "--seeds", "0"]
+    cmd += ["--arms", "baseline,kbert", "--work", str(work), "--out", str(out)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+    assert res.returncode == 0, res.stderr[-3000:]
+    result = json.loads(out.read_text())
+    assert set(result["runs"]) == {"baseline", "kbert"}
+    summary = json.loads((work / "baseline-0" / "summary.json").read_text())
+    assert summary["world_size"] == 2
+    assert res.stdout.count("baseline 0 ") == 1  # one rank prints and writes
