@@ -14,7 +14,9 @@ embedding|rerank`) and, where the row has a ``theirs`` side, by sentence-transfo
   batch dropped by both;
 - the same optimisation, sentence-transformers' (transformers') defaults: AdamW lr 5e-5
   (SimCSE 3e-5), betas (0.9, 0.999), eps 1e-8, weight decay 0.0, linear decay after a linear
-  warm-up of ceil(10 % of the steps), gradient clipping at 1.0, fp32, dropout on, seed 0;
+  warm-up of ceil(10 % of the steps), gradient clipping at 1.0, fp32, dropout on, seed 0
+  (the ``rerank`` row: transformers' warm-up, the first update at rate 0, which the reranker
+  recipe defaults to; the embedding rows: ours, the first update at 1/warm-up);
 - batch 16 (SimCSE 64), max_seq_length 64 (SimCSE 32; the cross-encoder's pairs 128).
 
 The two runs then differ only by the implementation (and by the dropout masks, which each draws
@@ -223,6 +225,8 @@ def train_ours(row: str, s: dict, start: Path, data: Path, out: Path, seed: int)
         weight_decay=s["weight_decay"],
         adam_eps=s["adam_eps"],
         warmup_steps=s["warmup_steps"],
+        # the reranker recipe's default: transformers' warm-up (the first update at rate 0)
+        transformers_warmup=row == "rerank",
         max_grad_norm=s["max_grad_norm"],
         seed=seed,
         log_every=1,

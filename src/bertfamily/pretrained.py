@@ -11,6 +11,7 @@ from typing import Any
 import torch
 
 from .build import build_model
+from .checkpoints.adapters import apply_adapter
 from .checkpoints.convert import (
     CheckpointError,
     LoadReport,
@@ -31,6 +32,7 @@ from .checkpoints.io import (
 )
 from .checkpoints.keymaps import FamilyMap
 from .config import ConfigError, check_parameter_budget
+from .errors import InputError
 from .heads.task_heads import TASK_HEADS
 from .modules.skeleton import storage_free
 from .resources.resolve import resolve_model
@@ -49,6 +51,8 @@ def model_from_directory(
     config_overrides: dict[str, Any] | None = None,
     max_parameters: int | None = None,
     config_json: dict[str, Any] | None = None,
+    adapter: str | os.PathLike[str] | None = None,
+    merge: bool | None = None,
     **more_overrides: Any,
 ):
     """Load a resolved local Hugging Face model directory into a `bertfamily.Model` (what
@@ -76,6 +80,11 @@ def model_from_directory(
             ``label_names``. Fields may also be given as keyword arguments.
         max_parameters: the largest model to build (estimated from config.json before
             anything is allocated); None = ``BERTFAMILY_MAX_PARAMETERS`` or 2·10^10.
+        adapter: a PEFT LoRA adapter directory (adapter_config.json +
+            adapter_model.safetensors) trained on this base model, put on it after loading
+            (`checkpoints.adapters.apply_adapter`; LoRA only).
+        merge: with ``adapter``: True (default) folds W + (α/r)·B A into the weights; False
+            keeps the update apart (`modules.lora.LoraLinear`, trainable).
 
     Returns:
         The model in eval mode (or (model, LoadReport)).
@@ -87,8 +96,12 @@ def model_from_directory(
             truncated, refused (a ``.bin`` pickling code) or names files outside the
             directory. The message names the file.
         ConfigError: an override out of range.
-        CheckpointError: when strict, every missing or unexpected key and shape mismatch.
+        CheckpointError: when strict, every missing or unexpected key and shape mismatch;
+            an adapter that does not match the model (every key listed).
+        InputError: ``merge`` without ``adapter``.
     """
+    if adapter is None and merge is not None:
+        raise InputError("merge applies to an adapter: give adapter=DIR too")
     path = Path(path)
     with reading_directory(path):  # no save swaps the directory while it is read
         hf_config = read_hf_config(path) if config_json is None else config_json
@@ -168,6 +181,8 @@ def model_from_directory(
     if skeleton:  # the shapes match: now allocate
         model = build_model(build_config, heads=heads, max_parameters=max_parameters)
     model.load_state_dict(state, strict=False)
+    if adapter is not None:
+        apply_adapter(model, adapter, merge=True if merge is None else merge)
     model.eval()
     if dtype is not None:
         model.to(dtype)
@@ -192,8 +207,8 @@ def from_pretrained(path: str | os.PathLike[str], *, revision: str | None = None
         path: the directory, resource name or cache id (a local directory always wins).
         revision: for a cache id: a branch or tag (default ``main``) or a commit.
         **kwargs: ``heads``, ``strict``, ``return_report``, ``dtype``, ``new_heads``,
-            ``config_overrides``, ``max_parameters`` and config fields, as described in
-            `model_from_directory`.
+            ``config_overrides``, ``max_parameters``, ``adapter``, ``merge`` and config
+            fields, as described in `model_from_directory`.
 
     Returns:
         The model in eval mode (or (model, LoadReport) with ``return_report=True``).

@@ -21,6 +21,7 @@ OPTIONAL = [
     ("pysbd", "pysbd", ("corpora",)),
     ("mwparserfromhell", "mwparserfromhell", ("corpora",)),
     ("jieba", "jieba", ("corpora", "chinese")),
+    ("bm25s", "bm25s", ("bm25",)),
 ]
 
 

@@ -252,10 +252,12 @@ def load_embedder(
     quantize: str | None = None,
     device: str = "cpu",
     runtime: str = "torch",
+    adapter: Path | None = None,
 ):
     """The `SentenceEmbedder` of a command (embed, search, index, mine-negatives) on
     ``device`` (a `torch_device` value), with ``--runtime`` and ``--quantize``; the dtype
-    choice, the runtime's check or the int8 plan on stderr.
+    choice, the runtime's check or the int8 plan on stderr. ``adapter``: a PEFT LoRA adapter
+    directory merged into the encoder (``--adapter``).
 
     Raises:
         InputError: see `check_runtime`; int8 asked for off the CPU (its engine is ONNX
@@ -266,17 +268,25 @@ def load_embedder(
     check_runtime(runtime, quantize, device)
     if runtime != "torch":
         path = model_path(model)
-        embedder = SentenceEmbedder(path, dtype=dtype, runtime=runtime, quantize=quantize)
+        embedder = SentenceEmbedder(
+            path, dtype=dtype, runtime=runtime, quantize=quantize, adapter=adapter
+        )
         err.print(f"runtime: {embedder.dtype_reason}", soft_wrap=True)
         return embedder
     check_quantize(quantize, dtype)
     if quantize is None:
-        return SentenceEmbedder(model_path(model), dtype=torch_dtype(dtype, device), device=device)
+        return SentenceEmbedder(
+            model_path(model), dtype=torch_dtype(dtype, device), device=device, adapter=adapter
+        )
     if device != "cpu":
         raise InputError(
             f"--quantize int8 runs on the CPU; drop it or use --device cpu, not {device}"
         )
-    return load_int8(lambda: SentenceEmbedder(model_path(model), dtype="fp32", quantize=quantize))
+    return load_int8(
+        lambda: SentenceEmbedder(
+            model_path(model), dtype="fp32", quantize=quantize, adapter=adapter
+        )
+    )
 
 
 def model_overrides(

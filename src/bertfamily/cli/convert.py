@@ -34,10 +34,18 @@ def export(
         "layers of the measured int8 plan; written only if the graph keeps min cosine >= 0.99 "
         "and top-10 overlap >= 0.95 to fp32 on the calibration sentences.",
     ),
+    pooling: bool = typer.Option(
+        False,
+        "--pooling",
+        help="Sentence embedders: put the directory's pooling, Dense layers and normalisation "
+        "in the graph, one more output sentence_embedding (B, D): ONNX Runtime alone then "
+        "gives the sentence vectors.",
+    ),
 ):
     """Export a model to ONNX with dynamic batch and sequence axes: a directory that optimum
     and sentence-transformers' ONNX backend load (config, tokenizer, model.onnx), or with an
-    OUTPUT ending in .onnx the bare graph."""
+    OUTPUT ending in .onnx the bare graph; with --pooling the graph ends in the sentence
+    vector."""
     from ..convert.onnx import ONNX_FILE, export_onnx, export_onnx_directory, output_names
     from ..pretrained import from_pretrained
     from .common import model_path, require_extras
@@ -50,6 +58,8 @@ def export(
             f"OUTPUT {output}: give a directory (no suffix, or an existing directory) or a "
             "file ending in .onnx"
         )
+    if quantize is not None and pooling:
+        raise InputError("--quantize int8 and --pooling do not combine; export one or the other")
     if quantize is not None and not one_file:
         raise InputError("--quantize int8 writes one .onnx file; give an OUTPUT ending in .onnx")
     require_extras("onnx", *(("onnxruntime",) if quantize is not None else ()))
@@ -60,11 +70,15 @@ def export(
     directory = model_path(model)
     with waiting(f"exporting {directory.name} to ONNX (tracing the model, opset {opset})"):
         m = from_pretrained(directory)
-        if one_file:
+        if pooling:
+            from ..pipelines.embedding.onnx_export import export_sentence_onnx
+
+            export_sentence_onnx(directory, output, opset=opset, model=m)
+        elif one_file:
             export_onnx(m, output, opset=opset)
         else:
             export_onnx_directory(directory, output, opset=opset, model=m)
-    names = ", ".join(output_names(m))
+    names = ", ".join(output_names(m, sentence=pooling))
     if not one_file:
         err.print(f"wrote {output}/{ONNX_FILE} (outputs: {names}) with the model's config and "
                   "tokenizer files")  # fmt: skip

@@ -217,3 +217,36 @@ def distill_init(
         f"{student.config.num_hidden_layers}-layer student from teacher layers "
         f"{chosen} ({student.num_parameters():,} parameters) -> {output}"
     )
+
+
+@distill_group.command("static")
+@handle_errors
+def distill_static_command(
+    model: str = typer.Argument(..., help="Sentence model: directory, resource or org/name."),
+    output: Path = typer.Argument(..., help="Directory for the static model (replaced)."),
+    dims: int = typer.Option(256, min=0, help="PCA dimensions (0: no PCA)."),
+    sif: float = typer.Option(1e-4, min=0.0, help="SIF coefficient of the Zipf weights (0: none)."),
+    remove_pattern: str = typer.Option(
+        r"\[unused\d+\]", help="Regex of tokens to leave out ('' keeps every token)."
+    ),
+    batch_size: int = typer.Option(256, min=1, help="Tokens per forward pass."),
+    normalize: bool = typer.Option(True, help="The static model L2-normalises its vectors."),
+    threads: int = typer.Option(0, min=0, help="Torch threads (0: the engine's policy)."),
+):
+    """A Model2Vec-style static model (vocabulary forward pass, PCA, Zipf/SIF weights), in
+    model2vec's layout (loads in model2vec, sentence-transformers and bertfamily); prints a
+    JSON summary."""
+    from ..recipes.static import distill_static
+    from .common import model_path
+
+    summary = distill_static(
+        model_path(model),
+        output,
+        dims=dims or None,
+        sif_coefficient=sif or None,
+        remove_pattern=remove_pattern or None,
+        batch_size=batch_size,
+        normalize=normalize,
+        threads=threads,
+    )
+    print_json(summary)

@@ -186,6 +186,25 @@ PRECISION_OPTION = typer.Option(
     "for bulk shards or --engine ray.",
 )
 
+ADAPTER_OPTION = typer.Option(
+    None,
+    metavar="DIR",
+    help="A PEFT LoRA adapter directory trained on --model (e.g. by finetune --lora), merged "
+    "into its weights.",
+)
+NPY_JSONL = (".npy", ".jsonl")
+
+
+OUTPUT_VALUE_OPTION = typer.Option(
+    None,
+    "--output-value",
+    help="A BGE-M3 directory (an XLM-R model with colbert_linear.pt and sparse_linear.pt): "
+    "dense, sparse, colbert or all, from one encoder pass, as JSONL rows (line, text and "
+    '"dense": H floats, "sparse": {"token id": weight}, "colbert": one D-float vector per '
+    "token after the first) on standard output or to --output FILE.jsonl.",
+    show_default=False,
+)
+
 
 @commands.command()
 @handle_errors
@@ -211,6 +230,8 @@ def embed(
     threads: int = typer.Option(0, min=0, help=THREADS_HELP),
     device: str = typer.Option("auto", help=DEVICE_HELP),
     runtime: str = typer.Option("torch", help=RUNTIME_HELP),
+    adapter: Path | None = ADAPTER_OPTION,
+    output_value: str | None = OUTPUT_VALUE_OPTION,
 ):
     """Sentence embeddings; prints the cosine-similarity matrix (or writes --output, or JSONL
     with --format jsonl). Inputs longer than the model's limit are truncated, with a warning.
@@ -230,6 +251,21 @@ def embed(
     kind = table_kind(input) if input is not None else None
     columns = dict(id_column=id_column, text_column=text_column)
     _check_output_options(output, engine, dimensions, precision)
+    if output_value is not None:  # BGE-M3's three outputs (pipelines.embedding.bge_m3)
+        others = dict(quantize=quantize, dimensions=dimensions, shard_size=shard_size)
+        others |= {"precision": precision != "float32", "engine": engine != "local"}
+        others |= {"runtime": runtime != "torch"}
+        given = [f"--{k.replace('_', '-')}" for k, v in others.items() if v not in (None, False)]
+        if given:
+            raise InputError(f"--output-value writes BGE-M3 JSONL rows; drop {', '.join(given)}")
+        ids, texts = _gather_texts(sentences, input, kind, columns)
+        _embed_m3(texts, ids, output, model, output_value, batch_size, dtype, device)
+        return
+    if adapter is not None and (engine == "ray" or (output and output.suffix not in NPY_JSONL)):
+        raise InputError(
+            "--adapter embeds SENTENCEs or --input printed or written to .npy/.jsonl (not bulk "
+            "shards, Parquet or --engine ray)"
+        )
     if engine == "ray" or (output is not None and output.suffix == ".parquet"):
         if sentences or input is None:
             raise InputError("Parquet output and --engine ray embed --input FILE, not SENTENCEs")
@@ -267,7 +303,7 @@ def embed(
             f"--output must end in .npy or .jsonl, or be a directory (a path without a "
             f"suffix) for bulk mode, got {output.name}"
         )
-    embedder = load_embedder(model, dtype, quantize, device, runtime)
+    embedder = load_embedder(model, dtype, quantize, device, runtime, adapter=adapter)
     vectors = _encode_with_progress(embedder, texts, batch_size)
     _report_truncation(embedder, texts)
     if dimensions is not None or precision != "float32":
@@ -526,6 +562,34 @@ def _embed_ray(input, output, model, batch_size, dtype, ray_args, with_text, col
     )
 
 
+def _embed_m3(texts, ids, output, model, output_value, batch_size, dtype, device) -> None:
+    """`embed --output-value`: a BGE-M3 directory's dense, sparse and/or ColBERT outputs of
+    ``texts`` (`BGEM3Encoder`, one encoder pass), as JSONL rows on stdout or to FILE.jsonl."""
+    from ..files import atomic_write
+    from ..pipelines.embedding.bge_m3 import OUTPUTS, BGEM3Encoder, m3_json_rows
+
+    if output_value not in (*OUTPUTS, "all"):
+        raise InputError(
+            f"--output-value must be dense, sparse, colbert or all, got {output_value!r}"
+        )
+    if output is not None and output.suffix != ".jsonl":
+        raise InputError("--output-value writes JSONL: give --output FILE.jsonl, or no --output")
+    encoder = BGEM3Encoder(model_path(model), device=device, dtype=torch_dtype(dtype, device))
+    chosen = OUTPUTS if output_value == "all" else (output_value,)
+    result = encoder.encode(texts, outputs=chosen, batch_size=batch_size)
+    _report_truncation(encoder, texts)
+    body = "".join(
+        json.dumps({"line": i, **({"id": ids[i - 1]} if ids else {}), **row}, ensure_ascii=False)
+        + "\n"
+        for i, row in enumerate(m3_json_rows(result, texts), 1)
+    )
+    if output is None:
+        write_out(body)
+        return
+    atomic_write(output, lambda tmp: tmp.write_text(body, encoding="utf-8"))
+    err.print(f"wrote {len(texts)} BGE-M3 rows ({output_value}) to {output}", soft_wrap=True)
+
+
 @commands.command()
 @handle_errors
 def search(
@@ -545,8 +609,9 @@ def search(
         "--index",
         metavar="DIR",
         help="Query an index built by `bertfamily index build` (any kind) instead of --corpus "
-        "(the corpus is not embedded again; the model must be the index's). Give it twice, a "
-        "dense or binary index and a sparse one of the same corpus, for hybrid search (--fusion).",
+        "(the corpus is not embedded again; the model must be the index's). Give it two or more "
+        "times, indexes of the same corpus (at most one dense or binary, one sparse, one bm25), "
+        "for hybrid search (--fusion).",
         show_default=False,
     ),
     sparse_model: str | None = typer.Option(
@@ -557,8 +622,8 @@ def search(
     ),
     fusion: str = typer.Option(
         "rrf",
-        help="Hybrid search: rrf (reciprocal rank fusion, 1/(60 + rank)) or linear (0.5 · dense "
-        "+ 0.5 · sparse, each min-max normalised); over the top 100 of each index.",
+        help="Hybrid search: rrf (reciprocal rank fusion, Σ 1/(60 + rank)) or linear (the mean "
+        "of each index's min-max normalised scores); over the top 100 of each index.",
     ),
     rescore: int = typer.Option(
         40,
@@ -583,7 +648,8 @@ def search(
     JSONL rows carry the query, its 1-based "query_number", the hit's "rank", "score", "text"
     and its "line" in the corpus (with --index: its "id", the line number for a plain text
     corpus), all counting from 1. With a sparse index, only documents sharing a vocabulary
-    entry with the query are hits; with two indexes the score is the fused one."""
+    entry with the query are hits (with a bm25 index: sharing a word); with two or more
+    indexes the score is the fused one."""
     compute_threads(threads)
     device = torch_device(device)
     from ..pipelines.embedding.embed import semantic_search
@@ -597,10 +663,8 @@ def search(
         opts |= dict(device=device, runtime=runtime)
         if len(index) == 1:
             results = _search_index(index[0], list(query), model, **opts)
-        elif len(index) == 2:
-            results = _search_hybrid(index, list(query), model, sparse_model, fusion, **opts)
         else:
-            raise InputError("give --index once, or twice (a dense or binary and a sparse index)")
+            results = _search_hybrid(index, list(query), model, sparse_model, fusion, **opts)
         _print_hits(list(query), results, fmt, "id", lambda h: h.id)
         return
     docs = read_input_lines(corpus)
@@ -614,6 +678,8 @@ def search(
 
 FUSION_DEPTH = 100  # hits of each index that hybrid search fuses
 SPARSE_RUNTIME = {"runtime": "torch"}  # hybrid search: --runtime is the dense model's
+#: the kinds hybrid search takes at most one of (a dense model serves flat, hnsw and binary)
+HYBRID_GROUPS = {"flat": "dense", "hnsw": "dense", "binary": "dense"}
 
 
 def _query_index(
@@ -628,10 +694,13 @@ def _query_index(
     device="cpu",
     runtime="torch",
 ):
-    """One opened index's hits (`IndexHit`) for ``queries``, with the model its kind needs."""
+    """One opened index's hits (`IndexHit`) for ``queries``, with the model its kind needs
+    (none for bm25: ``model`` is then ignored)."""
     from .index import index_encoder, index_kind
 
     kind = index_kind(index)
+    if kind == "bm25":
+        return index.search_texts(queries, top_k=top_k)
     encoder = index_encoder(kind, model, dtype, device, runtime)
     extra = {"rescore": rescore or None} if kind == "binary" else {}
     return index.search_texts(encoder, queries, top_k=top_k, batch_size=batch_size, **extra)
@@ -644,8 +713,9 @@ def _search_index(path: Path, queries: list[str], model, **opts):
 
 
 def _search_hybrid(paths, queries: list[str], model, sparse_model, fusion, *, top_k, **opts):
-    """Dense (or binary) + sparse hits fused (`retrieval.fuse`) over each index's top
-    `FUSION_DEPTH`; the two indexes must hold the same documents in the same order."""
+    """The hits of two or more indexes of the same documents fused (`retrieval.fuse`) over
+    each index's top `FUSION_DEPTH`: a dense or binary index (``model``), a sparse one
+    (``sparse_model``) and a bm25 one (no model), at most one of each group."""
     from ..errors import VectorIndexError
     from ..pipelines.retrieval.dense import IndexHit
     from ..pipelines.retrieval.indexes import fuse, open_index
@@ -653,28 +723,35 @@ def _search_hybrid(paths, queries: list[str], model, sparse_model, fusion, *, to
 
     if fusion not in ("rrf", "linear"):
         raise InputError(f"--fusion must be rrf or linear, got {fusion!r}")
-    a, b = (open_index(p) for p in paths)
-    kinds = [index_kind(a), index_kind(b)]
-    if kinds.count("sparse") != 1:
+    indexes = [open_index(p) for p in paths]
+    kinds = [index_kind(i) for i in indexes]
+    groups = [HYBRID_GROUPS.get(k, k) for k in kinds]
+    if len(set(groups)) != len(groups):
         raise InputError(
-            f"hybrid search takes one dense or binary index and one sparse index, got {kinds}"
+            "hybrid search fuses different retrievers: at most one dense or binary index and "
+            f"one sparse index (SPLADE) and one bm25 index, got {kinds}"
         )
-    (dense, dense_path), (sparse, sparse_path) = sorted(
-        zip((a, b), paths), key=lambda ip: index_kind(ip[0]) == "sparse"
-    )
-    if dense.ids != sparse.ids or dense.texts != sparse.texts:
-        raise VectorIndexError(
-            f"{dense_path} and {sparse_path} do not hold the same documents in the same order: "
-            "build both from the same corpus"
-        )
-    if sparse_model is None:
+    first, first_path = indexes[0], paths[0]
+    for other, other_path in zip(indexes[1:], paths[1:]):
+        if other.ids != first.ids or other.texts != first.texts:
+            raise VectorIndexError(
+                f"{first_path} and {other_path} do not hold the same documents in the same "
+                "order: build both from the same corpus"
+            )
+    if "sparse" in kinds and sparse_model is None:
         raise InputError("hybrid search: give --sparse-model (the sparse index's SPLADE model)")
     depth = max(FUSION_DEPTH, top_k)
-    d_hits = _query_index(dense, queries, model, top_k=depth, **opts)
-    s_hits = _query_index(sparse, queries, sparse_model, top_k=depth, **(opts | SPARSE_RUNTIME))
-    fused = [fuse(d, s, top_k=top_k, method=fusion) for d, s in zip(d_hits, s_hits)]
+    lists = []
+    for index, kind in zip(indexes, kinds):
+        if kind == "sparse":
+            lists.append(
+                _query_index(index, queries, sparse_model, top_k=depth, **(opts | SPARSE_RUNTIME))
+            )
+        else:
+            lists.append(_query_index(index, queries, model, top_k=depth, **opts))
+    fused = [fuse(*per_query, top_k=top_k, method=fusion) for per_query in zip(*lists)]
     return [
-        [IndexHit(h.index, dense.ids[h.index], h.score, dense.texts[h.index]) for h in row]
+        [IndexHit(h.index, first.ids[h.index], h.score, first.texts[h.index]) for h in row]
         for row in fused
     ]
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import typer
 
+from ..errors import InputError
 from .common import (
     THREADS_HELP,
     App,
@@ -27,7 +28,7 @@ KNOWLEDGE_HELP = (
 )
 
 
-TASK_HELP = "Task: classify | pair | ner | qa | choice | embedding | rerank."
+TASK_HELP = "Task: classify | pair | ner | qa | choice | embedding | rerank | colbert."
 
 
 TEXT_HELP = "Column of the text (CSV/TSV/JSONL)."
@@ -95,7 +96,7 @@ LOSS_OPTION = typer.Option(
     None,
     help="embedding: mnrl | mnrl_symmetric | cached_mnrl | cosent | cosine | simcse "
     "(default mnrl); rerank: bce (default) | listnet (listwise, rows grouped by query) | "
-    "mnrl (in-batch negatives).",
+    "mnrl (in-batch negatives); colbert: contrastive (default) | distillation.",
 )
 MATRYOSHKA_OPTION = typer.Option(
     None, help="embedding: wrap the loss in Matryoshka over these dims, e.g. 384,256,128,64."
@@ -124,6 +125,36 @@ SHUFFLE_OPTION = typer.Option(
 )
 TRAIN_FORMAT_OPTION = typer.Option(
     None, help="embedding/rerank: 'sts' for STS Benchmark TSV files (stsb:SPLIT implies it)."
+)
+
+LORA_OPTION = typer.Option(
+    False,
+    help="embedding: train a LoRA adapter only (the encoder frozen); model/ and best/ are PEFT "
+    "adapter directories (load with --adapter, or peft.PeftModel.from_pretrained).",
+)
+LORA_R_OPTION = typer.Option(8, "--lora-r", min=1, help="--lora: the rank r.")
+LORA_ALPHA_OPTION = typer.Option(16.0, min=1e-6, help="--lora: alpha (updates scaled by alpha/r).")
+LORA_DROPOUT_OPTION = typer.Option(
+    0.0, min=0.0, max=0.99, help="--lora: dropout on the adapted layers' inputs."
+)
+LORA_TARGETS_OPTION = typer.Option(
+    "query,value",
+    help="--lora: Hugging Face module names to adapt, joined by ',' (a module matches when its "
+    "name ends with one, as in PEFT), e.g. query,key,value,dense.",
+)
+LORA_MERGE_OPTION = typer.Option(
+    False, help="--lora: save whole models with the update merged in, not adapters."
+)
+
+QUERY_LENGTH_OPTION = typer.Option(
+    32, min=3, help="colbert: tokens per query ([Q] and the [MASK] expansion included)."
+)
+DOCUMENT_LENGTH_OPTION = typer.Option(
+    180, min=3, help="colbert: at most this many tokens a document."
+)
+COLBERT_DIM_OPTION = typer.Option(128, min=1, help="colbert: the size of each token vector.")
+TEMPERATURE_OPTION = typer.Option(
+    1.0, min=1e-6, help="colbert contrastive: the MaxSim scores are divided by it."
 )
 
 
@@ -163,17 +194,33 @@ def finetune(
     num_negatives: int = NUM_NEGATIVES_OPTION,
     shuffle: bool = SHUFFLE_OPTION,
     train_format: str | None = TRAIN_FORMAT_OPTION,
+    lora: bool = LORA_OPTION,
+    lora_r: int = LORA_R_OPTION,
+    lora_alpha: float = LORA_ALPHA_OPTION,
+    lora_dropout: float = LORA_DROPOUT_OPTION,
+    lora_targets: str = LORA_TARGETS_OPTION,
+    lora_merge: bool = LORA_MERGE_OPTION,
+    query_length: int = QUERY_LENGTH_OPTION,
+    document_length: int = DOCUMENT_LENGTH_OPTION,
+    colbert_dim: int = COLBERT_DIM_OPTION,
+    temperature: float = TEMPERATURE_OPTION,
 ):
     """Fine-tune an encoder on a task; writes metrics.jsonl, best/, model/, confusion PNG.
 
     --task embedding trains a sentence-embedding model (sentence-transformers directories in
     model/ and best/); --task rerank a cross-encoder. --train/--eval also take stsb:train,
-    stsb:dev, stsb:test (the fetched STS Benchmark)."""
+    stsb:dev, stsb:test (the fetched STS Benchmark); with --lora, a LoRA adapter only."""
+    spec = _lora_spec(task, lora, lora_r, lora_alpha, lora_dropout, lora_targets, lora_merge)
+    if task == "colbert":  # late interaction (recipes/colbert.py)
+        return _colbert_task(
+            model, str(train), output, training, epochs, loss, min_score, train_format, shuffle,
+            query_length, document_length, colbert_dim, temperature,
+        )  # fmt: skip
     if task in ("embedding", "rerank"):
         return _pair_task(
             task, model, str(train), None if eval is None else str(eval), output, training,
             epochs, loss, matryoshka_dims, min_score, max_seq_length, mini_batch_size, scale,
-            train_format, num_negatives, shuffle,
+            train_format, num_negatives, shuffle, spec, lora_merge,
         )  # fmt: skip
     from ..data.task_data import TaskOptions
     from ..recipes.finetune import FinetuneConfig
@@ -212,6 +259,21 @@ def finetune(
     _report_finetune(res, output, eval)
 
 
+def _lora_spec(task, lora, r, alpha, dropout, targets, merge):
+    """The `LoraSpec` of --lora (None without it); --lora-* options without --lora, and
+    --lora on a task other than embedding, are refused."""
+    if not lora:
+        if merge or r != 8 or alpha != 16.0 or dropout != 0.0 or targets != "query,value":
+            raise InputError("the --lora-* options apply with --lora")
+        return None
+    if task != "embedding":
+        raise InputError(f"--lora trains --task embedding adapters (not {task!r}) for now")
+    from ..checkpoints.adapters import LoraSpec
+
+    names = tuple(t.strip() for t in targets.split(",") if t.strip())
+    return LoraSpec(r=r, alpha=alpha, dropout=dropout, targets=names)
+
+
 def _show_labels(counts: dict[str, int], notes: list[str]) -> None:
     """The label set, before training starts (the notes are logged as warnings)."""
     listed = ", ".join(f"{name} ({n:,})" for name, n in counts.items())
@@ -241,9 +303,29 @@ def _report_finetune(res: dict, output: Path, eval: Path | None) -> None:
     print_json(summary)  # stdout holds only this JSON (notes above went to stderr)
 
 
+def _colbert_task(
+    model, train, output, training, epochs, loss, min_score, train_format, shuffle, query_length,
+    document_length, dim, temperature,
+):  # fmt: skip
+    """``--task colbert``: `recipes.colbert.train_colbert`; the JSON summary on stdout."""
+    from ..recipes.colbert import ColBERTConfig, train_colbert
+    from .common import model_path
+
+    fields = training.train_config_fields()
+    cfg = ColBERTConfig(
+        model_path(model), train, loss or "contrastive", dim=dim, query_length=query_length,
+        document_length=document_length, temperature=temperature, min_score=min_score,
+        epochs=None if "max_steps" in fields else epochs, train_format=train_format,
+        shuffle=shuffle,
+    )  # fmt: skip
+    with training_threads(training.threads):
+        res = train_colbert(cfg, output_dir=output, **fields)
+    print_json({k: res.get(k) for k in ("loss", "rows", "seconds", "model")})
+
+
 def _pair_task(
     task, model, train, eval, output, training, epochs, loss, dims, min_score, max_len,
-    mini_batch_size, scale, train_format, num_negatives, shuffle,
+    mini_batch_size, scale, train_format, num_negatives, shuffle, lora=None, lora_merge=False,
 ):  # fmt: skip
     from .common import model_path
 
@@ -262,6 +344,7 @@ def _pair_task(
             model_path(model), train, loss or "mnrl", eval, scale=20.0 if scale is None else scale,
             mini_batch_size=mini_batch_size, matryoshka_dims=parsed, min_score=min_score,
             max_seq_length=max_len, epochs=epochs_, train_format=train_format, shuffle=shuffle,
+            lora=lora, lora_merge=lora_merge,
         )  # fmt: skip
         with training_threads(training.threads):
             res = train_embedding(cfg, output_dir=output, **fields)

@@ -1,6 +1,6 @@
 """`bertfamily index build|add`: the persisted indexes that `search --index` reads: dense
-(FAISS flat or HNSW), binary (FAISS binary flat, float rescoring) and sparse (SPLADE, an
-inverted index)."""
+(FAISS flat or HNSW), binary (FAISS binary flat, float rescoring), sparse (SPLADE, an
+inverted index) and bm25 (lexical, bm25s; no model)."""
 
 from __future__ import annotations
 
@@ -30,7 +30,8 @@ commands = App()
 
 
 index_app = App(
-    help="A persisted index of a corpus (dense FAISS flat/HNSW, binary, or sparse SPLADE): "
+    help="A persisted index of a corpus (dense FAISS flat/HNSW, binary, sparse SPLADE, or "
+    "lexical BM25): "
     "build, add; query with `bertfamily search --index DIR`."
 )
 
@@ -68,21 +69,36 @@ def read_corpus(path: Path, id_column: str = "id", text_column: str = "text") ->
 
 KIND_HELP = (
     "flat (exact search), hnsw (approximate, large corpora), binary (1 bit per dimension, the "
-    "best candidates rescored in float) or sparse (SPLADE vectors, an inverted index; --model "
-    "is then a SPLADE directory)."
+    "best candidates rescored in float), sparse (SPLADE vectors, an inverted index; --model "
+    "is then a SPLADE directory), bm25 (lexical BM25 with bm25s's tokenizer; no --model) or "
+    "colbert (late interaction: every token's vector, MaxSim; --model is a ColBERT directory)."
 )
-INDEX_KINDS = ("flat", "hnsw", "binary", "sparse")
+INDEX_KINDS = ("flat", "hnsw", "binary", "sparse", "bm25", "colbert")
 
 
 def index_encoder(
     kind: str, model: str | None, dtype: str, device: str = "cpu", runtime: str = "torch"
 ):
-    """The model of an index kind on ``device``: a `SparseEncoder` (SPLADE) for "sparse", else
-    a `SentenceEmbedder` (`common.load_embedder`, with ``runtime``).
+    """The model of an index kind on ``device``: a `SparseEncoder` (SPLADE) for "sparse", None
+    for "bm25" (no model), else a `SentenceEmbedder` (`common.load_embedder`, with
+    ``runtime``).
 
     Raises:
-        InputError: ``runtime`` other than torch for a sparse index (SPLADE runs in torch).
+        InputError: ``runtime`` other than torch for a sparse index (SPLADE runs in torch), or
+            a model for a bm25 index.
     """
+    if kind == "bm25":
+        if model is not None:
+            raise InputError("a bm25 index has no model: leave out --model")
+        return None
+    if kind == "colbert":  # late interaction: a ColBERT (PyLate) directory
+        from ..pipelines.embedding.colbert import ColBERTEncoder
+
+        if model is None:
+            raise InputError("a colbert index needs --model DIR (a ColBERT directory, PyLate's)")
+        if runtime != "torch":
+            raise InputError(f"--runtime {runtime} is for dense models; ColBERT runs in torch")
+        return ColBERTEncoder(model_path(model), dtype=torch_dtype(dtype, device), device=device)
     if kind != "sparse":
         return load_embedder(model, dtype, device=device, runtime=runtime)
     if runtime != "torch":
@@ -141,7 +157,7 @@ def index_build(
     if kind not in INDEX_KINDS:
         raise InputError(f"--kind must be one of {', '.join(INDEX_KINDS)}, got {kind!r}")
     check_runtime(runtime, device=device, packages=False)  # packages: load_embedder
-    require_extras(*(() if kind == "sparse" else ("faiss",)), tables=(corpus, embeddings))
+    require_extras(*(() if kind in ("sparse", "bm25") else ("faiss",)), tables=(corpus, embeddings))
     if (corpus is None) == (embeddings is None):
         raise InputError("give --corpus FILE or --embeddings FILE|DIR (one of them)")
     settings = dict(kind=kind, hnsw_m=hnsw_m, ef_construction=ef_construction, ef_search=ef_search)
@@ -160,6 +176,8 @@ def index_build(
     encoder = index_encoder(kind, model, dtype, device, runtime)
 
     def build(progress):
+        if encoder is None:  # bm25: texts, no model
+            return KIND_CLASSES[kind].build(texts, ids, progress=progress)
         return KIND_CLASSES[kind].build(
             encoder, texts, ids, batch_size=batch_size, progress=progress, **kind_settings
         )
@@ -172,6 +190,16 @@ def index_build(
 def _wrote(index, kind: str, output: Path) -> None:
     """Say what `index build` wrote, naming the FAISS file other tools read (docs/retrieval.md):
     ``DIR/index.faiss`` (``faiss.read_index``; binary: ``faiss.read_index_binary``)."""
+    if kind == "bm25":
+        terms = len(index.retriever.vocab_dict)
+        err.print(f"wrote {len(index)} documents, {terms} terms (bm25) to {output}")
+        return
+    if kind == "colbert":
+        err.print(
+            f"wrote {len(index)} documents, {len(index.vectors)} token vectors × "
+            f"{index.identity.dimension} (colbert) to {output}"
+        )
+        return
     where = "" if kind == "sparse" else f"; FAISS file: {output / 'index.faiss'}"
     err.print(f"wrote {len(index)} × {index.identity.dimension} ({kind}) to {output}{where}")
 
@@ -213,14 +241,19 @@ def index_add(
             'numbers its documents by line); add a .jsonl corpus whose rows give new "id"s'
         )
     encoder = index_encoder(index_kind(index), model, dtype, device, runtime)
-    _with_bar(
-        len(texts),
-        lambda progress: index.add(encoder, texts, ids, batch_size=batch_size, progress=progress),
-    )
+    if encoder is None:  # bm25: texts, no model
+        index.add(texts, ids)
+    else:
+        _with_bar(
+            len(texts),
+            lambda progress: index.add(
+                encoder, texts, ids, batch_size=batch_size, progress=progress
+            ),
+        )
     index.save(index_dir)
     err.print(f"{index_dir}: {len(index)} rows")
 
 
 def index_kind(index) -> str:
-    """ "flat", "hnsw", "binary" or "sparse" of an opened index (`retrieval.Index.kind`)."""
+    """ "flat", "hnsw", "binary", "sparse" or "bm25" of an opened index (`retrieval.Index.kind`)."""
     return index.kind

@@ -1,4 +1,5 @@
-"""`bertfamily rerank`: a cross-encoder orders documents for a query."""
+"""`bertfamily rerank`: a cross-encoder (or a ColBERT model, by MaxSim) orders documents for a
+query."""
 
 from __future__ import annotations
 
@@ -50,7 +51,8 @@ def rerank(
         ...,
         metavar="DIR|NAME",
         help="Cross-encoder directory (a sequence-classification model, plain or saved by "
-        "sentence-transformers), resource name or cached org/name.",
+        "sentence-transformers), or a ColBERT directory (PyLate's: MaxSim scores), resource "
+        "name or cached org/name.",
     ),
     top_k: int | None = typer.Option(None, "--top-k", "-k", min=1, help="Keep the best K."),
     raw_scores: bool = typer.Option(
@@ -67,6 +69,7 @@ def rerank(
     lines as an editor numbers them, blank lines counted but never ranked), "score", "text"."""
     compute_threads(threads)
     device = torch_device(device)
+    from ..pipelines.embedding.colbert import ColBERTEncoder, is_colbert_directory
     from ..pipelines.reranking.rerank import Reranker
 
     check_format(fmt)
@@ -80,15 +83,20 @@ def rerank(
     ]
     if not numbered:
         raise InputError("give documents as arguments or --input FILE")
-    reranker = Reranker(model_path(model), dtype=torch_dtype(dtype, device), device=device)
-    ranked = reranker.rank(
-        query,
-        [d for _, d in numbered],
-        top_k,
-        return_documents=True,
-        batch_size=batch_size,
-        raw_scores=raw_scores,
-    )
+    path = model_path(model)
+    if is_colbert_directory(path):  # late interaction: MaxSim, no activation to leave out
+        reranker = ColBERTEncoder(path, dtype=torch_dtype(dtype, device), device=device)
+        ranked = reranker.rank(query, [d for _, d in numbered], top_k, True, batch_size=batch_size)
+    else:
+        reranker = Reranker(path, dtype=torch_dtype(dtype, device), device=device)
+        ranked = reranker.rank(
+            query,
+            [d for _, d in numbered],
+            top_k,
+            return_documents=True,
+            batch_size=batch_size,
+            raw_scores=raw_scores,
+        )
     rows = [
         {"rank": r, "line": numbered[d.corpus_id][0], "score": d.score, "text": d.text}
         for r, d in enumerate(ranked, 1)

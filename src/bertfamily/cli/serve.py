@@ -3,6 +3,7 @@ batching."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import typer
@@ -30,13 +31,15 @@ MODEL_OPTION = typer.Option(
     None,
     "--model",
     "--model-id",
-    envvar="MODEL_ID",
-    metavar="DIR|NAME",
+    metavar="[NAME=]DIR|NAME",
     help="Model directory, resource name (default: all-MiniLM-L6-v2) or cached org/name "
     "(TEI: --model-id, MODEL_ID): an embedding model (/embed, /v1/embeddings, /embed_all, "
-    "/similarity), a cross-encoder (/rerank, /predict), a SPLADE model (/embed_sparse) or a "
-    "(token-)classification model (/predict); every model answers /tokenize and /decode, "
-    "and POST / answers as its kind's route.",
+    "/similarity), a cross-encoder (/rerank, /v1/rerank, /predict), a SPLADE model "
+    "(/embed_sparse) or a (token-)classification model (/predict); every model answers "
+    "/tokenize and /decode, and POST / answers as its kind's route. Repeat it to serve "
+    "several models (NAME=DIR names one; default its directory's name): the first answers "
+    "the plain routes, /models/NAME/ROUTE any one, and /v1/embeddings and /v1/rerank choose "
+    "by the body's model.",
 )
 MAX_BATCH_TOKENS_OPTION = typer.Option(
     16384, min=1, envvar="MAX_BATCH_TOKENS",
@@ -156,7 +159,7 @@ UDS_OPTION = typer.Option(
 @commands.command()
 @handle_errors
 def serve(
-    model: str | None = MODEL_OPTION,
+    model: list[str] | None = MODEL_OPTION,
     host: str = HOST_OPTION,
     port: int = PORT_OPTION,
     max_batch_tokens: int = MAX_BATCH_TOKENS_OPTION,
@@ -196,10 +199,16 @@ def serve(
     uds_path: str | None = UDS_OPTION,
 ):
     """Serve a model over HTTP: POST /embed, /v1/embeddings, /embed_all, /similarity,
-    /embed_sparse, /rerank, /predict, /tokenize, /decode, / and /invocations (the model's
-    kind); GET /health, /, /ping, /info, /v1/models, /metrics (Prometheus). Routes, JSON,
-    flags and environment variables as Hugging Face's text-embeddings-inference."""
+    /embed_sparse, /rerank, /v1/rerank, /predict, /tokenize, /decode, / and /invocations
+    (the model's kind); GET /health, /, /ping, /info, /v1/models, /metrics (Prometheus).
+    Routes, JSON, flags and environment variables as Hugging Face's
+    text-embeddings-inference; /v1/rerank as Jina's and Cohere's rerank APIs. Several
+    --model: one server, each model with its own batcher (the flags apply to each)."""
     dtype = TEI_DTYPES.get(dtype, dtype)
+    given = model or [os.environ.get("MODEL_ID") or None]
+    specs = [_model_spec(m) for m in dict.fromkeys(given)]  # one given twice: served once
+    if len(specs) > 1 and workers > 1:
+        raise typer.BadParameter("--workers N serves one model; give one --model")
     device = _checked_options(dtype, quantize, runtime, device)  # the serve extra too
     import uvicorn
 
@@ -212,13 +221,14 @@ def serve(
         max_client_batch_size=max_client_batch_size, max_input_chars=max_input_chars,
         auto_truncate=auto_truncate, max_body_bytes=max_body_bytes,
         timeout_keep_alive=timeout_keep_alive, api_key=api_key,
-        model_id=model if model and not Path(model).exists() else None,  # org/name
+        model_id=_model_id(*specs[0]) if len(specs) == 1 else None,
         openai_max_inputs=openai_max_inputs, max_concurrent_requests=max_concurrent_requests,
         max_batch_requests=max_batch_requests, body_timeout=body_timeout,
         max_connections_per_client=max_connections_per_client,
         default_prompt_name=default_prompt_name, default_prompt=default_prompt,
     )  # fmt: skip
-    path = _model_dir(model, revision)
+    paths = [_model_dir(where, revision) for _, where in specs]
+    path = paths[0]
     err.print(_threads(threads, workers), soft_wrap=True, markup=False, highlight=False)
     where = dict(uds=uds_path) if uds_path else dict(host=host, port=port)
     run = dict(
@@ -231,10 +241,52 @@ def serve(
     if workers > 1:
         _serve_replicas(path, settings, workers, run, threads=threads, **options)
         return
-    served = _load(path, **options)
-    app = create_app(served, settings, model_dir=path)
-    err.print(f"serving {path} on {_address(run)}", soft_wrap=True)
+    if len(specs) == 1:
+        served = _load(path, **options)
+        app = create_app(served, settings, model_dir=path)
+        err.print(f"serving {path} on {_address(run)}", soft_wrap=True)
+    else:
+        names = _model_names(specs, paths)
+        models = {n: (_load(p, **options), p) for n, p in zip(names, paths)}
+        app = create_app(models, settings)
+        listing = ", ".join(f"{n} ({p})" for n, p in zip(names, paths))
+        err.print(f"serving {listing} on {_address(run)}", soft_wrap=True)
     uvicorn.run(app, **run)
+
+
+def _model_spec(spec: str | None) -> tuple[str | None, str | None]:
+    """A ``--model`` value as (its name, where the model is): ``NAME=DIR`` names it, unless
+    the whole value is an existing path."""
+    if spec is None or "=" not in spec or Path(spec).exists():
+        return None, spec
+    name, _, where = spec.partition("=")
+    if not name.strip() or not where:
+        raise typer.BadParameter(f"--model {spec!r}: give NAME=DIR, DIR or NAME")
+    return name, where
+
+
+def _model_id(name: str | None, where: str | None) -> str | None:
+    """The served name of one ``--model``: its ``NAME=``, an org/name as given, else None
+    (the directory's name)."""
+    if name is not None:
+        return name
+    return where if where and not Path(where).exists() else None  # org/name
+
+
+def _model_names(specs: list[tuple[str | None, str | None]], paths: list[Path]) -> list[str]:
+    """The served names of several ``--model`` values (`_model_id`, else the directory's
+    name).
+
+    Raises:
+        typer.BadParameter: two models of one name.
+    """
+    names = [_model_id(*spec) or p.name for spec, p in zip(specs, paths)]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise typer.BadParameter(
+            f"two models are named {', '.join(twice)}: name them with --model NAME=DIR"
+        )
+    return names
 
 
 #: TEI's ``--dtype`` names and ours.
@@ -336,7 +388,6 @@ def _load(
 def _serve_replicas(path: Path, settings, workers: int, run: dict, **options) -> None:
     """``workers`` uvicorn processes behind one address, each building its app from the
     environment (`serve.replicas.app_from_environment`)."""
-    import os
     import shutil
     import tempfile
 

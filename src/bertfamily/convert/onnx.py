@@ -40,9 +40,16 @@ class _Output:
     axes: dict[int, str]
 
 
-def _outputs(model: Model) -> list[_Output]:
-    """The graph outputs of ``model``, under transformers' names."""
+#: The graph output of a sentence head (`export_onnx` ``sentence``): sentence-transformers' name.
+SENTENCE_OUTPUT = "sentence_embedding"
+
+
+def _outputs(model: Model, sentence: bool = False) -> list[_Output]:
+    """The graph outputs of ``model``, under transformers' names (``sentence``: and the
+    sentence head's, last)."""
     bt = {0: "B", 1: "T"}
+    if sentence:
+        return [*_outputs(model), _Output(SENTENCE_OUTPUT, SENTENCE_OUTPUT, {0: "B"})]
     if model.task == "qa":
         return [_Output(n, n, bt) for n in ("start_logits", "end_logits")]
     if model.task is not None:
@@ -60,33 +67,40 @@ def _outputs(model: Model) -> list[_Output]:
     return outs
 
 
-def output_names(model: Model) -> list[str]:
+def output_names(model: Model, sentence: bool = False) -> list[str]:
     """Output names of ``model``'s ONNX graph, under transformers' names.
 
     Base model and pretraining heads: last_hidden_state (B, T, H), then pooler_output (B, H)
     where the model has a pooler, logits (B, T, V) with an MLM head, and the pair (NSP/SOP)
     head's (B, 2) scores as logits (pair head alone) or seq_relationship_logits (beside the
     MLM head). Task heads: logits ("classify" (B, C), "tokens" (B, T, C), "choice" (B, K)), or
-    start_logits and end_logits (B, T) ("qa").
+    start_logits and end_logits (B, T) ("qa"). ``sentence`` (a graph exported with a sentence
+    head): then sentence_embedding (B, D), last.
     """
-    return [o.name for o in _outputs(model)]
+    return [o.name for o in _outputs(model, sentence)]
 
 
 class _OnnxWrapper(nn.Module):
     """Positional inputs and outputs for the exporter: (input_ids, attention_mask
     [, token_type_ids]) → the tensors named by `output_names`."""
 
-    def __init__(self, model: Model, with_token_types: bool) -> None:
+    def __init__(
+        self, model: Model, with_token_types: bool, sentence: nn.Module | None = None
+    ) -> None:
         super().__init__()
         self.model = model
         self.with_token_types = with_token_types
+        self.sentence = sentence
         self.fields = [o.field for o in _outputs(model)]
 
     def forward(self, input_ids, attention_mask, token_type_ids=None):
         out = self.model(
             input_ids, attention_mask, token_type_ids if self.with_token_types else None
         )
-        return tuple(getattr(out, f) for f in self.fields)
+        outs = tuple(getattr(out, f) for f in self.fields)
+        if self.sentence is None:
+            return outs
+        return outs + (self.sentence(out.last_hidden_state, attention_mask),)
 
 
 def _example(model: Model) -> tuple[torch.Tensor, torch.Tensor]:
@@ -111,13 +125,18 @@ def _example(model: Model) -> tuple[torch.Tensor, torch.Tensor]:
     return ids, mask
 
 
-def check_exportable(model: Model, opset: int = 17) -> None:
+def check_exportable(model: Model, opset: int = 17, sentence: bool = False) -> None:
     """Raise ``ValueError`` for what the exported graph could not compute correctly.
 
     Raises:
         ValueError: an opset below `MIN_OPSET`; a model with conditional norms (the graph has
-            no ``condition`` input).
+            no ``condition`` input); a sentence head on a model with a task head.
     """
+    if sentence and model.task is not None:
+        raise InputError(
+            f"a sentence head (pooling) exports on a base encoder, not on a {model.task!r} "
+            "task head"
+        )
     if opset < MIN_OPSET:
         raise InputError(f"ONNX export needs opset >= {MIN_OPSET} (attention), got {opset}")
     if model.takes_condition:
@@ -126,8 +145,16 @@ def check_exportable(model: Model, opset: int = 17) -> None:
         )
 
 
-def export_onnx(model: Model, path: str | Path, opset: int = 17) -> Path:
+def export_onnx(
+    model: Model, path: str | Path, opset: int = 17, *, sentence: nn.Module | None = None
+) -> Path:
     """Write ``model`` as an ONNX graph with dynamic batch (B) and sequence (T) axes.
+
+    ``sentence``: a module ``(last_hidden_state (B, T, H) float32, attention_mask (B, T)
+    int64) → (B, D) float32`` traced into the graph after the encoder, whose result is one
+    more output, ``sentence_embedding`` (`SENTENCE_OUTPUT`; a sentence-transformers
+    directory's pooling, Dense layers and normalisation:
+    `pipelines.embedding.onnx_export.SentenceOnnxHead`). Base encoders only.
 
     Inputs: input_ids (B, T) int64, attention_mask (B, T) int64 (0/1, any padding), and
     token_type_ids (B, T) int64 for models with a segment embedding; with the "choice" head
@@ -148,19 +175,24 @@ def export_onnx(model: Model, path: str | Path, opset: int = 17) -> Path:
         ValueError: see `check_exportable`.
         MissingDependency: onnx is not installed (``pip install "bertfamily[onnx]"``).
     """
-    check_exportable(model, opset)
+    with_sentence = sentence is not None
+    check_exportable(model, opset, with_sentence)
     for module in ONNX_MODULES:
         require(module, "onnx", "ONNX export (bertfamily export)")
     path = Path(path)
     was_training, unpad = model.training, model.encoder.unpad
+    head_training = sentence.training if with_sentence else False
     model.eval()
+    if with_sentence:
+        sentence.eval()
     model.encoder.unpad = False
     with_tt = model.config.type_vocab_size > 0
     ids, mask = _example(model)
     inputs = (ids, mask) + ((torch.zeros_like(ids),) if with_tt else ())
     names_in = ["input_ids", "attention_mask"] + (["token_type_ids"] if with_tt else [])
     in_axes = {0: "B", 1: "K", 2: "T"} if model.task == "choice" else {0: "B", 1: "T"}
-    axes = {n: in_axes for n in names_in} | {o.name: o.axes for o in _outputs(model)}
+    outputs = _outputs(model, with_sentence)
+    axes = {n: in_axes for n in names_in} | {o.name: o.axes for o in outputs}
     try:
 
         def write(tmp: Path) -> None:
@@ -174,12 +206,15 @@ def export_onnx(model: Model, path: str | Path, opset: int = 17) -> Path:
                 warnings.filterwarnings(
                     "ignore", category=torch.jit.TracerWarning, module=r"bertfamily\."
                 )
+                # the sentence head's first/last-token pick: its indices come from argmax, so
+                # the negative indices this notice warns about never occur
+                warnings.filterwarnings("ignore", "Exporting aten::index operator of advanced")
                 torch.onnx.export(
-                    _OnnxWrapper(model, with_tt),
+                    _OnnxWrapper(model, with_tt, sentence),
                     inputs,
                     str(tmp),
                     input_names=names_in,
-                    output_names=output_names(model),
+                    output_names=[o.name for o in outputs],
                     dynamic_axes=axes,
                     opset_version=opset,
                     dynamo=False,
@@ -188,6 +223,8 @@ def export_onnx(model: Model, path: str | Path, opset: int = 17) -> Path:
         atomic_write(path, write)
     finally:
         model.train(was_training)
+        if with_sentence:
+            sentence.train(head_training)
         model.encoder.unpad = unpad
     log.info("exported %s to %s", type(model).__name__, path)
     return path
@@ -201,7 +238,12 @@ ONNX_FILE = "model.onnx"
 
 
 def export_onnx_directory(
-    model_dir: str | Path, output: str | Path, opset: int = 17, *, model: Model | None = None
+    model_dir: str | Path,
+    output: str | Path,
+    opset: int = 17,
+    *,
+    model: Model | None = None,
+    sentence: nn.Module | None = None,
 ) -> Path:
     """Write ``output``, a model directory whose weights are an ONNX graph: ``model.onnx``
     (`export_onnx` of the directory's model) beside every other file of ``model_dir``
@@ -209,7 +251,8 @@ def export_onnx_directory(
     ``ORTModelForFeatureExtraction.from_pretrained(output)`` and sentence-transformers'
     ``SentenceTransformer(output, backend="onnx")`` (which looks for ``model.onnx``, then
     ``onnx/model.onnx``) load it without exporting again. Other weight files are not copied.
-    Replaces ``output`` all-or-nothing. ``model``: the directory's model when already loaded.
+    Replaces ``output`` all-or-nothing. ``model``: the directory's model when already loaded;
+    ``sentence``: a sentence head traced into the graph (see `export_onnx`).
 
     Raises:
         ValueError: see `check_exportable`.
@@ -233,7 +276,7 @@ def export_onnx_directory(
                 shutil.copytree(item, tmp / item.name, ignore=shutil.ignore_patterns(*_NOT_COPIED))
             else:
                 shutil.copy2(item, tmp / item.name)
-        export_onnx(model, tmp / ONNX_FILE, opset=opset)
+        export_onnx(model, tmp / ONNX_FILE, opset=opset, sentence=sentence)
     return output
 
 

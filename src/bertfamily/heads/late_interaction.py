@@ -6,7 +6,7 @@ token, summed over the query tokens:
 
     S(q, d) = Σ_i max_j  E_q[i] · E_d[j]
 
-PyLate and ColBERT sum; BGE-M3 (Chen et al. 2024, §3.1, "multi-vector retrieval") divides that
+PyLate and ColBERT sum; BGE-M3 (Chen et al. 2024, §3.2, "multi-vector retrieval") divides that
 sum by the number of query tokens (``reduce="mean"``). With unit vectors each term is a cosine.
 """
 
@@ -16,7 +16,7 @@ import torch
 
 from ..errors import InputError
 
-__all__ = ["maxsim"]
+__all__ = ["maxsim", "maxsim_packed"]
 
 
 def maxsim(
@@ -81,3 +81,36 @@ def maxsim(
         )
         scores = scores / count.clamp(min=1)
     return scores
+
+
+def maxsim_packed(
+    query: torch.Tensor, tokens: torch.Tensor, owner: torch.Tensor, count: int
+) -> torch.Tensor:
+    """MaxSim (ColBERT Eq. 3, summed) of one query against documents stored packed, token
+    after token, with no padding (an index's storage): the same scores as `maxsim` with masks.
+
+    Args:
+        query: (Tq, D) float token vectors of the query (every row counts).
+        tokens: (M, D) float token vectors of the documents, same dtype and D.
+        owner: (M,) int64, the document (0..count-1) each token belongs to.
+        count: N, the number of documents; one with no token scores 0.
+
+    Returns:
+        (N,) float scores, the dtype of ``query``.
+
+    Raises:
+        InputError: shapes that do not fit, or an owner outside [0, count).
+    """
+    if query.dim() != 2 or tokens.dim() != 2 or query.shape[-1] != tokens.shape[-1]:
+        raise InputError(
+            f"maxsim_packed needs a (Tq, D) query and (M, D) tokens of one D, got "
+            f"{tuple(query.shape)} and {tuple(tokens.shape)}"
+        )
+    if owner.shape != tokens.shape[:1] or (len(owner) and not 0 <= int(owner.min())):
+        raise InputError(f"owner must give one document in [0, {count}) per token")
+    if len(owner) and int(owner.max()) >= count:
+        raise InputError(f"owner must give one document in [0, {count}) per token")
+    sims = tokens @ query.T  # (M, Tq)
+    best = torch.full((count, query.shape[0]), float("-inf"), dtype=sims.dtype)  # (N, Tq)
+    best = best.scatter_reduce(0, owner[:, None].expand_as(sims), sims, reduce="amax")
+    return torch.nan_to_num(best, neginf=0.0).sum(dim=-1)  # (N,)

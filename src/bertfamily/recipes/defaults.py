@@ -54,6 +54,18 @@ TRAIN_DEFAULTS: dict[str, dict[str, Any]] = {
     "rerank": {
         "learning_rate": 5e-5,
         "warmup_ratio": 0.1,
+        "transformers_warmup": True,  # sentence-transformers' CrossEncoderTrainer schedule
+        "weight_decay": 0.0,
+        "adam_eps": 1e-8,
+        "save_every": 0,
+        "log_every": 0,
+    },
+    # PyLate trains ColBERT with sentence-transformers' trainer: transformers' defaults (lr
+    # 5e-5, AdamW eps 1e-8, no weight decay, no warm-up, linear decay, clipping at norm 1)
+    "colbert": {
+        "learning_rate": 5e-5,
+        "warmup_ratio": 0.0,
+        "transformers_warmup": True,
         "weight_decay": 0.0,
         "adam_eps": 1e-8,
         "save_every": 0,

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..checkpoints.adapters import LoraSpec, add_lora, lora_merged, save_adapter
 from ..data.batching import IndexedBatches
 from ..data.pairs import PairTable, read_pairs, resolve_pair_file
 from ..data.validate import check_training_table
@@ -73,6 +74,12 @@ class EmbeddingConfig:
         shuffle: reshuffle the rows every epoch (seeded by ``TrainConfig.seed`` and the epoch);
             False keeps the file's order, e.g. data already shuffled or ordered for its
             in-batch negatives (sentence-transformers' trainer with a sequential sampler).
+        lora: train a LoRA adapter (`checkpoints.adapters.add_lora`) instead of the whole
+            model: only its A and B matrices train (the encoder and Dense layers frozen), and
+            ``model/`` and ``best/`` are PEFT adapter directories (adapter_config.json,
+            adapter_model.safetensors) of the encoder. None: train every weight.
+        lora_merge: with ``lora``: save whole sentence-transformers directories with the
+            update merged into the weights instead of adapters.
     """
 
     model: str | Path
@@ -87,6 +94,8 @@ class EmbeddingConfig:
     epochs: float | None = 1.0
     train_format: str | None = None
     shuffle: bool = True
+    lora: LoraSpec | None = None
+    lora_merge: bool = False
 
 
 def _prepare_table(cfg: EmbeddingConfig, table: PairTable, loss: EmbeddingLoss) -> PairTable:
@@ -184,6 +193,10 @@ def _train_embedding(cfg: EmbeddingConfig, train: TrainConfig) -> dict[str, Any]
     )
     table = _prepare_table(cfg, read_pairs(cfg.train_file, format=cfg.train_format), loss)
     model = SentenceEmbedder.for_training(cfg.model, max_seq_length=cfg.max_seq_length)
+    if cfg.lora is not None:
+        adapted = add_lora(model.model, cfg.lora)  # freezes the rest of the encoder
+        model.dense.requires_grad_(False)
+        log.info("LoRA r=%d on %d modules", cfg.lora.r, len(adapted))
     eval_pairs = read_pairs(cfg.eval_file) if cfg.eval_file is not None else None
     if eval_pairs is not None and (eval_pairs.labels is None or len(eval_pairs.columns) != 2):
         raise InputError(f"{cfg.eval_file}: STS evaluation needs two text columns and a score")
@@ -217,7 +230,11 @@ def _train_embedding(cfg: EmbeddingConfig, train: TrainConfig) -> dict[str, Any]
         )
 
     def save_fn(m, directory: Path) -> None:
-        m.save(directory, {**card, "steps": "see metrics.jsonl"})
+        if cfg.lora is not None and not cfg.lora_merge:
+            save_adapter(m.model, directory, base_model=public_name(cfg.model))
+            return
+        with lora_merged(m.model):
+            m.save(directory, {**card, "steps": "see metrics.jsonl"})
 
     derived: dict[str, Any] = dict(max_steps=steps, batch_size=batch_size)
     if not train.log_every:
@@ -258,9 +275,10 @@ def _train_embedding(cfg: EmbeddingConfig, train: TrainConfig) -> dict[str, Any]
     if eval_pairs is not None:
         result["eval"] = eval_fn(model)
     final = {**card, "steps": summary.get("step")}
-    if (out / "model").is_dir():  # the last weights (their metrics are in metrics.jsonl)
+    cards = cfg.lora is None or cfg.lora_merge  # adapters (model/, best/): PEFT's files only
+    if cards and (out / "model").is_dir():  # the last weights (metrics in metrics.jsonl)
         write_text_atomic(out / "model" / "README.md", model_card(model, final))
-    if (out / "best").is_dir():  # the weights `model` holds now (loaded at the end)
+    if cards and (out / "best").is_dir():  # the weights `model` holds now (loaded at the end)
         best = {**final, "metrics": result.get("eval") or {}}
         write_text_atomic(out / "best" / "README.md", model_card(model, best))
     result["seconds"] = time.time() - t0

@@ -97,8 +97,11 @@ def train_reranker(
          "seconds"}.
 
     ``train``: the run's `TrainConfig`; or its fields as keywords (``output_dir=...``), which
-    start from ``TRAIN_DEFAULTS["rerank"]`` as the command line does. The seed is applied before
-    anything random is built, and the run directory is locked while the run writes it.
+    start from ``TRAIN_DEFAULTS["rerank"]`` as the command line does: sentence-transformers'
+    ``CrossEncoderTrainer`` settings, its warm-up included (``transformers_warmup``), so that
+    from the same weights and rows every step equals its run
+    (tests/training/test_rerank_trainer_parity.py). The seed is applied before anything random
+    is built, and the run directory is locked while the run writes it.
     """
     return _train_reranker(cfg, train_config("rerank", train, **train_fields))
 

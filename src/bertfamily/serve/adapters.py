@@ -9,10 +9,12 @@ are its first argument).
 |---|---|---|
 | `EmbeddingModel` | `SentenceEmbedder` | /embed, /embed_all, /similarity, /v1/embeddings |
 | `SparseModel` | `SparseEncoder` | /embed_sparse |
-| `RerankerModel` | `Reranker` | /rerank, /predict (pairs) |
+| `RerankerModel` | `Reranker` | /rerank, /v1/rerank, /predict (pairs) |
 | `ClassifierModel` | `TextClassifier` | /predict |
 | `EarlyExitModel` | `EarlyExitClassifier` | /predict (with ``speed``) |
 | `TaggerModel` | `EntityTagger` | /predict (single texts) |
+| `ColBERTModel` | `ColBERTEncoder` | /embed_multivector (token matrices) |
+| `M3Model` | `BGEM3Encoder` | /embed_m3 (dense, sparse, multi-vector), /embed_multivector |
 
 Every adapter answers /tokenize, /decode, /info, /health and /metrics.
 """
@@ -29,6 +31,8 @@ import numpy as np
 from ..errors import ArgumentTypeError, InputError, ServeError
 from ..inference.batches import TokenRows
 from ..inference.precision import resolve_dtype
+from ..pipelines.embedding.bge_m3 import BGEM3Encoder, m3_json_rows
+from ..pipelines.embedding.colbert import ColBERTEncoder
 from ..pipelines.embedding.embed import SentenceEmbedder
 from ..pipelines.embedding.sparse import SparseEncoder, SparseVector
 from ..pipelines.reranking.rerank import Reranker
@@ -47,6 +51,8 @@ from .settings import ServeSettings
 
 __all__ = [
     "ClassifierModel",
+    "ColBERTModel",
+    "M3Model",
     "EarlyExitModel",
     "EmbeddingModel",
     "PredictingModel",
@@ -66,7 +72,9 @@ def served_dtype(pipeline: Any) -> str:
     """The dtype ``pipeline`` computes in, as /info and the start-up line say it: "int8"
     (torch's dynamic int8, `SentenceEmbedder(quantize="int8")`), OpenVINO's precision
     ("float32", "bfloat16", "int8+float32" for NNCF's int8), else its torch parameters'
-    dtype ("float32", "bfloat16")."""
+    dtype ("float32", "bfloat16"); a pipeline over a `SentenceEmbedder` (``embedder``: a
+    `ColBERTEncoder`) computes in the embedder's."""
+    pipeline = getattr(pipeline, "embedder", pipeline)
     if getattr(pipeline, "int8_plan", None) is not None:
         return "int8"
     if getattr(pipeline, "runtime", "torch") == "openvino":  # no torch parameters
@@ -395,9 +403,16 @@ class PredictingModel(ServedModel):
         """
         check_speed(speed, self.early_exit)
 
-    def tokenize(self, items: list[list[str]], truncate: bool | None, side: str) -> TokenRows:
+    def tokenize(
+        self,
+        items: list[list[str]],
+        truncate: bool | None,
+        side: str,
+        max_inputs: int | None = None,
+    ) -> TokenRows:
         """The one tokenization of a group of inputs, all texts ``[a]`` or all pairs ``[a, b]``
-        (on a worker thread): limits checked, each cut to the model's limit (or refused when
+        (on a worker thread): limits checked (``max_inputs``: the route's inputs per request,
+        default ``max_client_batch_size``), each cut to the model's limit (or refused when
         not truncating).
 
         Raises:
@@ -405,7 +420,7 @@ class PredictingModel(ServedModel):
         """
         texts = [x[0] for x in items]
         pairs = [x[1] for x in items] if len(items[0]) == 2 else None
-        check_texts(texts, self.settings, pairs)
+        check_texts(texts, self.settings, pairs, max_inputs)
         tokens = self.tokenize_group(texts, pairs, side)
         return self.checked(tokens, texts, pairs, truncate)
 
@@ -528,8 +543,95 @@ class TaggerModel(PredictingModel):
         return (self.tag,)
 
 
+class ColBERTModel(ServedModel):
+    """A `ColBERTEncoder` (late interaction): /embed_multivector, each text's (T_i, D) token
+    matrix as PyLate's ``ColBERT.encode`` gives it, queries (``is_query``: the query marker,
+    [MASK] expansion, cut at ``query_length``) or documents (cut at ``document_length``)."""
+
+    pipeline_class = ColBERTEncoder
+    describe = "a ColBERT model: use /embed_multivector"
+    refusal = "this is a ColBERT"
+
+    def __init__(self, pipeline: Any, settings: ServeSettings) -> None:  # noqa: D107
+        self.pipeline, self.settings = pipeline, settings
+        self.tokenizer = pipeline.tokenizer
+        self.max_length = pipeline.settings.document_length
+        self.sizes = {
+            "batch_size": settings.batch_size,
+            "max_batch_tokens": settings.max_batch_tokens,
+        }
+
+    @property
+    def dimension(self) -> int:  # noqa: D102
+        return self.pipeline.dimension
+
+    def model_type(self) -> dict:  # noqa: D102
+        return {"embedding": {"pooling": "colbert", "dimension": self.dimension}}
+
+    def tokenize_multivector(
+        self, texts: list[str], truncate: bool | None, is_query: bool
+    ) -> TokenRows:
+        """The one tokenization of a request (on a worker thread): limits checked, cut at the
+        query or document length (or refused when not truncating).
+
+        Raises:
+            ServeError: as `admission.check_texts`; 413 a text over its length in a request
+                that does not truncate.
+        """
+        check_texts(texts, self.settings)
+        tokens = self.pipeline.tokenize(texts, is_query=is_query)
+        s = self.pipeline.settings
+        limit = s.query_length if is_query else s.document_length
+        marker = self.pipeline.query_prefix_id if is_query else self.pipeline.document_prefix_id
+
+        def full_length(i: int) -> int:
+            ids = self.tokenizer([texts[i]], truncation=False, padding=False)["input_ids"][0]
+            return len(ids) + (marker is not None)
+
+        check_truncation(tokens.truncated, limit, truncate, self.settings, full_length)
+        return tokens
+
+    def multivector(self, rows: list[TokenRows], is_query: bool) -> list[np.ndarray]:
+        """(T_i, D) float32 token matrices of gathered token rows."""
+        return self.pipeline.encode_tokenized(join_rows(rows), is_query=is_query, **self.sizes)
+
+
+class M3Model(ServedModel):
+    """A `BGEM3Encoder`: /embed_m3 (dense, lexical weights and multi-vectors from one pass,
+    as FlagEmbedding's ``BGEM3FlagModel.encode``) and /embed_multivector (its multi-vectors)."""
+
+    pipeline_class = BGEM3Encoder
+    describe = "a BGE-M3 model: use /embed_m3 or /embed_multivector"
+    refusal = "this is a BGE-M3"
+
+    @property
+    def dimension(self) -> int:  # noqa: D102
+        return self.pipeline.dimension
+
+    def model_type(self) -> dict:  # noqa: D102
+        return {"embedding": {"pooling": "bge-m3", "dimension": self.dimension}}
+
+    def tokenize_m3(self, texts: list[str], truncate: bool | None, side: str) -> TokenRows:
+        """The one tokenization of a request (on a worker thread), limits checked.
+
+        Raises:
+            ServeError: as `admission.check_texts` and `checked`.
+        """
+        check_texts(texts, self.settings)
+        tokens = self.pipeline.tokenize(texts, truncation_side=side)
+        return self.checked(tokens, texts, None, truncate)
+
+    def outputs(self, rows: list[TokenRows], outputs: tuple[str, ...]) -> list[dict]:
+        """Per gathered row, its JSON-ready ``{"dense", "sparse", "colbert"}`` (the asked-for
+        ``outputs``; `bge_m3.m3_json_rows`)."""
+        result = self.pipeline.run_tokenized(join_rows(rows), outputs=outputs, **self.sizes)
+        return m3_json_rows(result)
+
+
 #: Most specific first: an `EarlyExitClassifier` is a `TextClassifier`.
 ADAPTERS: tuple[type[ServedModel], ...] = (
+    ColBERTModel,
+    M3Model,
     EarlyExitModel,
     ClassifierModel,
     TaggerModel,

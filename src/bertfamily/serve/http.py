@@ -169,9 +169,9 @@ OPENAI_TYPES = {401: "authentication_error", 403: "permission_error", 404: "not_
 
 
 def openai_wire(path: str) -> bool:
-    """Whether ``path`` is a route of OpenAI's wire (``/v1/...``), whose errors take
-    OpenAI's shape."""
-    return path.startswith("/v1/")
+    """Whether ``path`` is a route of OpenAI's wire (``/v1/...``; Cohere's ``/v2/rerank``
+    too), whose errors take OpenAI's shape."""
+    return path.startswith(("/v1/", "/v2/"))
 
 
 def error_body(path: str, status: int, message: str, error_type: str) -> dict[str, Any]:

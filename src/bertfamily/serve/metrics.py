@@ -21,7 +21,7 @@ from prometheus_client import (
 )
 from prometheus_client.metrics_core import Metric
 
-__all__ = ["CONTENT_TYPE_LATEST", "MULTIPROCESS_ENV", "ServeMetrics"]
+__all__ = ["CONTENT_TYPE_LATEST", "MULTIPROCESS_ENV", "ServeMetrics", "models_text"]
 
 #: prometheus_client's multiprocess directory: set, the series of every process add up.
 MULTIPROCESS_ENV = "PROMETHEUS_MULTIPROC_DIR"
@@ -47,6 +47,29 @@ class _TeiNames:
                 if sample.name.endswith("_total"):
                     plain.add_sample(family.name, sample.labels, sample.value)
             yield plain
+
+
+class _ModelLabelled:
+    """A collector of several models' series (``sources``: name → collector), each family
+    written once with every model's samples, labelled ``model``."""
+
+    def __init__(self, sources: dict) -> None:
+        self.sources = sources
+
+    def collect(self):
+        families: dict[str, Metric] = {}
+        for model, source in self.sources.items():
+            for family in source.collect():
+                merged = families.get(family.name)
+                if merged is None:
+                    merged = Metric(family.name, family.documentation, family.type, family.unit)
+                    families[family.name] = merged
+                for sample in family.samples:
+                    labels = {**sample.labels, "model": model}
+                    merged.add_sample(
+                        sample.name, labels, sample.value, sample.timestamp, sample.exemplar
+                    )
+        yield from families.values()
 
 
 class _TeiSeries:
@@ -139,7 +162,7 @@ class ServeMetrics:
         """A request of ``route`` answered: ``inputs`` inputs, ``tokens`` tokens computed."""
         self.tokens.labels(route).inc(tokens)
         self.inputs.labels(route).inc(inputs)
-        if route in ("/predict", "/rerank"):
+        if route in ("/predict", "/rerank", "/v1/rerank"):
             self.tei.predict.inc()
             self.tei.predict_ok.inc()
         else:
@@ -169,3 +192,13 @@ class ServeMetrics:
             multiprocess.MultiProcessCollector(registry)
             return generate_latest(_TeiNames(registry))
         return generate_latest(_TeiNames(self.registry))
+
+
+def models_text(metrics: dict[str, ServeMetrics]) -> bytes:
+    """The Prometheus text of several models' series (name → `ServeMetrics`), each sample
+    labelled ``model`` with its model's name (one model: its own text, unlabelled, as
+    `ServeMetrics.text`)."""
+    if len(metrics) == 1:
+        return next(iter(metrics.values())).text()
+    sources = {name: _TeiNames(m.registry) for name, m in metrics.items()}
+    return generate_latest(_ModelLabelled(sources))

@@ -1,6 +1,8 @@
-"""What every route of one app shares: the served model's adapter, the settings, the
-metrics and the dynamic batcher (`ServeState`), and the FastAPI dependency that hands it to a
-route (`serving`)."""
+"""What every route of one app shares: per served model, its adapter, settings, metrics and
+dynamic batcher (`ServeState`; a server of several models holds one each, `ServeState.peers`),
+and the FastAPI dependency that hands a route the state of the model its request is for
+(`serving`: the path prefix ``/models/{name}/``, else the first model; the OpenAI-style routes
+then choose by the body's ``model``, `ServeState.for_model`)."""
 
 from __future__ import annotations
 
@@ -20,13 +22,18 @@ from .batcher import DynamicBatcher
 from .metrics import ServeMetrics
 from .settings import ServeSettings
 
-__all__ = ["ServeState", "serving"]
+__all__ = ["MODEL_KEY", "SERVED_KEY", "ServeState", "serving"]
 
 M = TypeVar("M", bound=ServedModel)
 
 #: Seconds between two looks at whether a waiting request's client is still there.
 DISCONNECT_POLL_S = 0.25
 _REQUEST: ContextVar[Request | None] = ContextVar("bertfamily_serve_request", default=None)
+#: The ASGI scope key of the model a path prefix ``/models/{name}/`` named (`app.ModelPrefix`).
+MODEL_KEY = "bertfamily.model"
+#: The ASGI scope key of a one-item list the metrics middleware puts there and `ServeState.
+#: for_model` fills with the model that answered (a list: routing may copy the scope).
+SERVED_KEY = "bertfamily.served"
 
 
 @dataclass
@@ -42,6 +49,8 @@ class ServeState:
         metrics: the app's Prometheus series.
         batcher: the dynamic batcher every model call goes through (started by the app's
             lifespan).
+        peers: every served model's state by name, in serving order (the first is the
+            default; shared by all of them; this one alone on a one-model server).
     """
 
     model: ServedModel
@@ -51,8 +60,10 @@ class ServeState:
     digest: str
     metrics: ServeMetrics = field(default_factory=ServeMetrics)
     batcher: DynamicBatcher = field(init=False)
+    peers: dict[str, ServeState] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
+        self.peers = {self.model_id: self}
         self.batcher = DynamicBatcher(
             run_key,
             self.settings.max_batch_tokens,
@@ -61,6 +72,38 @@ class ServeState:
             max_batch_requests=self.settings.max_batch_requests,
             on_computed=self.metrics.on_computed,
         )
+
+    def for_model(self, name: str | None) -> ServeState:
+        """The state of the model a request's ``model`` field names (the OpenAI-style routes).
+        On a one-model server the field is ignored, as before (OpenAI clients send any name);
+        on a server of several, None is the model the path chose (``/models/{name}/``, else
+        the first).
+
+        Raises:
+            ServeError: 404 (``model_not_found``) a name the server does not serve (the
+                message lists those it does); 422 a name other than the one the path prefix
+                chose.
+        """
+        chosen = self
+        if name is not None and len(self.peers) > 1 and name != self.model_id:
+            request = _REQUEST.get()
+            if request is not None and request.scope.get(MODEL_KEY) is not None:
+                raise ServeError(
+                    422, f"the path is for the model {self.model_id!r}, the body names {name!r}"
+                )
+            if name not in self.peers:
+                raise ServeError(
+                    404,
+                    f"the model {name!r} does not exist; this server has "
+                    f"{', '.join(map(repr, self.peers))}",
+                    "model_not_found",
+                )
+            chosen = self.peers[name]
+        request = _REQUEST.get()
+        served = request.scope.get(SERVED_KEY) if request is not None else None
+        if served is not None:  # the metrics middleware's holder (the scope may be a copy)
+            served[0] = chosen.model_id
+        return chosen
 
     def need(self, kind: type[M]) -> M:
         """The model, when it is of ``kind``.
@@ -120,8 +163,13 @@ class ServeState:
         return out, tokens
 
 
-def serving(request: Request) -> ServeState:
-    """The `ServeState` of the app answering ``request`` (a FastAPI dependency; it also
-    notes the request, for `ServeState.submit` to see its client leave)."""
+async def serving(request: Request) -> ServeState:
+    """The `ServeState` of the model ``request`` is for: the one its path prefix
+    ``/models/{name}/`` named, else the app's first (a FastAPI dependency; it also notes the
+    request, for `ServeState.submit` to see its client leave and `ServeState.for_model` to
+    see the path prefix: async, so that it runs in the request's own context, where the
+    route reads it; FastAPI runs a plain function on a worker thread, in a copy)."""
     _REQUEST.set(request)
-    return request.app.state.serve
+    state: ServeState = request.app.state.serve
+    name = request.scope.get(MODEL_KEY)
+    return state.peers[name] if name is not None else state

@@ -5,11 +5,12 @@ wrong type is still a 422.
 
 TEI's ``truncation_direction`` is ``"Right"`` (default) or ``"Left"``; lower case is accepted
 too. OpenAI's ``encoding_format`` is ``"float"`` or ``"base64"`` (little-endian float32 bytes).
+``/v1/rerank`` takes the body of Jina's and Cohere's rerank APIs (`V1RerankRequest`).
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -19,6 +20,8 @@ __all__ = [
     "DecodeRequest",
     "EmbedAllRequest",
     "EmbedRequest",
+    "M3Request",
+    "MultivectorRequest",
     "OpenAIEmbedRequest",
     "PredictRequest",
     "RerankRequest",
@@ -27,6 +30,7 @@ __all__ = [
     "SparseRequest",
     "TextsOrIds",
     "TokenizeRequest",
+    "V1RerankRequest",
 ]
 
 
@@ -97,6 +101,36 @@ class RerankRequest(_Truncation):
     texts: list[str]
     raw_scores: bool = False
     return_text: bool = False
+
+
+class MultivectorRequest(EmbedAllRequest):
+    """Ours, ``/embed_multivector``: each text's token matrix (ColBERT: ``is_query`` encodes
+    queries, else documents; BGE-M3: its multi-vectors, ``is_query`` ignored)."""
+
+    is_query: bool = False
+
+
+class M3Request(EmbedAllRequest):
+    """Ours, ``/embed_m3``: BGE-M3's ``outputs`` (some of "dense", "sparse", "colbert"; all
+    by default) from one pass."""
+
+    outputs: list[Literal["dense", "sparse", "colbert"]] = ["dense", "sparse", "colbert"]
+
+
+class V1RerankRequest(_Body):
+    """Jina's and Cohere's ``/v1/rerank`` (Cohere's ``/v2/rerank`` too): ``query``,
+    ``documents`` (strings, or objects whose ``text`` is scored: Cohere's and Jina's document
+    objects; Cohere's ``rank_fields`` may name one other field), ``top_n`` (the best
+    ``top_n``; all when None), ``return_documents`` (default true, as Jina: each result's
+    ``document``), ``model``; ``truncate`` is ours (None: the server's ``auto_truncate``)."""
+
+    query: str
+    documents: list[str | dict[str, Any]]
+    model: str | None = None
+    top_n: int | None = Field(default=None, ge=1)
+    return_documents: bool = True
+    rank_fields: list[str] | None = None
+    truncate: bool | None = None
 
 
 class TokenizeRequest(_Body):

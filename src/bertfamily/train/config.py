@@ -5,6 +5,7 @@ names of the files a run directory holds, and `budget_total` (the step a time bu
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -51,6 +52,10 @@ class TrainConfig:
         learning_rate / weight_decay / adam_betas / adam_eps: AdamW (`optim.build_optimizer`).
         warmup_steps: linear warm-up length; when 0, ``warmup_ratio * max_steps`` is used.
         schedule: "linear" | "inverse_sqrt" | "constant" (`schedules.lr_factor`).
+        transformers_warmup: transformers' warm-up convention, which sentence-transformers'
+            trainers follow: ``warmup_ratio`` rounds up (ceil) instead of down, and step s of
+            the warm-up trains at s / warmup (the first update at rate 0) instead of
+            (s + 1) / warmup (`schedules.lr_factor` ``from_zero``).
         max_grad_norm: clip the global gradient L2 norm to this (None or 0: no clipping).
         precision: "fp32" | "bf16" | "fp16" (`precision`): autocast of forward passes; fp16
             adds a gradient scaler and needs CUDA; bf16 on a CPU without native bf16 warns.
@@ -97,6 +102,7 @@ class TrainConfig:
     warmup_steps: int = 0
     warmup_ratio: float = 0.0
     schedule: str = "linear"
+    transformers_warmup: bool = False
     max_grad_norm: float | None = 1.0
     precision: str = "fp32"
     checkpoint_activations: bool = False
@@ -142,14 +148,21 @@ class TrainConfig:
 
     @property
     def num_warmup_steps(self) -> int:
-        """``warmup_steps``, or if 0 ``warmup_ratio`` × ``max_steps`` (rounded down)."""
-        return self.warmup_steps or int(self.warmup_ratio * self.max_steps)
+        """``warmup_steps``, or if 0 ``warmup_ratio`` × ``max_steps`` (rounded down; up with
+        ``transformers_warmup``)."""
+        return self.warmup_steps or warmup_of(self.warmup_ratio, self.max_steps, self)
 
     def to_dict(self) -> dict[str, Any]:
         """The config as a dict, ``output_dir`` as a string."""
         d = dataclasses.asdict(self)
         d["output_dir"] = str(self.output_dir)
         return d
+
+
+def warmup_of(ratio: float, total: int, config: TrainConfig) -> int:
+    """``ratio`` × ``total`` steps, rounded down (up with ``config.transformers_warmup``)."""
+    steps = ratio * total
+    return math.ceil(steps) if config.transformers_warmup else int(steps)
 
 
 @dataclass

@@ -96,6 +96,7 @@ from .config import (
     TrainConfig,
     TrainState,
     budget_total,
+    warmup_of,
 )
 from .distributed import (
     DistInfo,
@@ -274,7 +275,11 @@ class Trainer(CheckpointMixin, ProgressMixin):
             config.adam_eps,
         )
         self.scheduler = build_scheduler(
-            self.optimizer, config.schedule, config.num_warmup_steps, config.max_steps
+            self.optimizer,
+            config.schedule,
+            config.num_warmup_steps,
+            config.max_steps,
+            from_zero=config.transformers_warmup,
         )
         self.state = TrainState()
         self.output_dir = Path(config.output_dir)
@@ -682,8 +687,8 @@ class Trainer(CheckpointMixin, ProgressMixin):
         or ``warmup_ratio`` of ``total``), from the next step on."""
         cfg = self.config
         # warmup_steps as given (a run that stops in it says so), or warmup_ratio of the plan
-        self._warmup = cfg.warmup_steps or int(cfg.warmup_ratio * total)
-        factor = lr_factor(cfg.schedule, self._warmup, total)
+        self._warmup = cfg.warmup_steps or warmup_of(cfg.warmup_ratio, total, cfg)
+        factor = lr_factor(cfg.schedule, self._warmup, total, from_zero=cfg.transformers_warmup)
         sched = self.scheduler
         sched.lr_lambdas = [factor] * len(sched.lr_lambdas)
         now = factor(sched.last_epoch)  # the next step already trains at the new plan's rate

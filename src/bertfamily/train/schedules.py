@@ -5,6 +5,11 @@
 - ``"inverse_sqrt"``: linear warm-up, then ``sqrt(warmup_steps / step)`` (Vaswani et al. 2017
   §5.3, rescaled so that the factor is 1 at the end of warm-up).
 - ``"constant"``: linear warm-up, then 1.
+
+The warm-up counts from the first update (step s trains at (s + 1) / warmup_steps) unless
+``from_zero``: then step s trains at s / warmup_steps, so the first update runs at rate 0 (its
+gradient only enters AdamW's moments), as transformers' ``get_linear_schedule_with_warmup``
+and the trainers built on it (sentence-transformers') do.
 """
 
 from __future__ import annotations
@@ -22,9 +27,14 @@ __all__ = ["SCHEDULES", "lr_factor", "build_scheduler"]
 SCHEDULES = ("linear", "inverse_sqrt", "constant")
 
 
-def lr_factor(schedule: str, warmup_steps: int, total_steps: int) -> Callable[[int], float]:
+def lr_factor(
+    schedule: str, warmup_steps: int, total_steps: int, *, from_zero: bool = False
+) -> Callable[[int], float]:
     """The factor f(step) in [0, 1] applied to the peak learning rate at optimizer step ``step``
     (0-based: ``step`` updates have been made).
+
+    ``from_zero``: warm-up at ``step / warmup_steps`` (transformers' convention, the first
+    update at rate 0) instead of ``(step + 1) / warmup_steps``; after the warm-up both agree.
 
     Raises:
         ValueError: unknown schedule, negative warm-up, or ``total_steps`` < 1 for "linear".
@@ -37,7 +47,10 @@ def lr_factor(schedule: str, warmup_steps: int, total_steps: int) -> Callable[[i
         raise InputError(f"the linear schedule needs total_steps >= 1, got {total_steps}")
 
     def factor(step: int) -> float:
-        # Step s trains with the rate of position s + 1 so that the first update is not zero.
+        # Step s trains with the rate of position s + 1 so that the first update is not zero
+        # (from_zero: of position s, transformers' convention).
+        if from_zero and step < warmup_steps:
+            return step / warmup_steps
         s = step + 1
         if warmup_steps and s <= warmup_steps:
             return s / warmup_steps
@@ -51,7 +64,12 @@ def lr_factor(schedule: str, warmup_steps: int, total_steps: int) -> Callable[[i
 
 
 def build_scheduler(
-    optimizer: torch.optim.Optimizer, schedule: str, warmup_steps: int, total_steps: int
+    optimizer: torch.optim.Optimizer,
+    schedule: str,
+    warmup_steps: int,
+    total_steps: int,
+    *,
+    from_zero: bool = False,
 ) -> LambdaLR:
     """A `LambdaLR` over ``optimizer`` following `lr_factor`; call ``.step()`` once per update."""
-    return LambdaLR(optimizer, lr_factor(schedule, warmup_steps, total_steps))
+    return LambdaLR(optimizer, lr_factor(schedule, warmup_steps, total_steps, from_zero=from_zero))

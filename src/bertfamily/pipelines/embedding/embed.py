@@ -37,7 +37,7 @@ from ...pretrained import model_from_directory
 from ...resources.resolve import resolve_model
 from ...runtime import ThreadPolicy
 from ...tokenization.tokenizer import tokenizer_from_directory
-from .sentence_modules import POOLING_MODES, PoolingSpec, read_sentence_modules
+from .sentence_modules import POOLING_MODES, PoolingSpec, SentenceModules, read_sentence_modules
 
 __all__ = [
     "POOLING_MODES",
@@ -185,6 +185,15 @@ class SentenceEmbedder(nn.Module):
             engine's thread policy (`runtime.ThreadPolicy`: a governor that follows
             the load, as on the command line, unless ``OMP_NUM_THREADS`` is set or a command
             already governs), N = exactly N.
+        adapter: a PEFT LoRA adapter directory trained on this model's encoder (e.g.
+            by ``bertfamily finetune --lora``), put on the encoder when it loads
+            (`checkpoints.adapters.apply_adapter`; LoRA only).
+        merge: with ``adapter``: True (default) folds the update into the weights (the
+            base model's speed and batch invariance); False keeps it apart
+            (`modules.lora.LoraLinear`: trainable, not batch-invariant on the CPU, and not
+            with ``quantize`` or the OpenVINO runtime).
+        sentence_modules: the directory's modules when the caller has read them (a ColBERT
+            directory: `colbert.read_colbert`); else `read_sentence_modules` reads them.
 
     Raises:
         QuantizationError: int8 asked with a dtype other than fp32 or a non-CPU device, an
@@ -214,6 +223,9 @@ class SentenceEmbedder(nn.Module):
         runtime: str = "torch",
         linear_kernel: str = "auto",
         threads: int = 0,
+        adapter: str | os.PathLike[str] | None = None,
+        merge: bool | None = None,
+        sentence_modules: SentenceModules | None = None,
     ) -> None:
         super().__init__()
         self.eval()  # an inference model until `train()` (see `for_training`)
@@ -242,7 +254,7 @@ class SentenceEmbedder(nn.Module):
             )
         log.info("dtype %s", self.dtype_reason)
         self.path = resolve_model(model_dir, revision)  # the one lookup of this load
-        modules = read_sentence_modules(self.path)
+        modules = read_sentence_modules(self.path) if sentence_modules is None else sentence_modules
         if pooling is not None:
             if pooling.max_seq_length is not None:  # the token limit left the pooling spec
                 warnings.warn(
@@ -256,12 +268,27 @@ class SentenceEmbedder(nn.Module):
         self.sentence_modules = modules
         self.pooling = modules.pooling
         self.device = torch.device(device)
-        if config_json is None:  # read once, for the model and the tokenizer
-            config_json = read_hf_config(modules.model_dir)
-        self.model = model_from_directory(
-            modules.model_dir, config_json=config_json, dtype=dtype
-        ).to(device)
-        self.tokenizer = tokenizer_from_directory(modules.model_dir, model_config=config_json)
+        if modules.static is not None:  # a table of token vectors as the trunk (`static`)
+            from .static import load_static
+
+            if runtime != "torch" or quantize is not None or adapter is not None:
+                raise InputError("a static embedding model runs on torch, unquantised, unadapted")
+            model, self.tokenizer = load_static(
+                modules.model_dir, modules.static, modules.static_max_length
+            )
+            self.model = model.to(device)
+        else:
+            if config_json is None:  # read once, for the model and the tokenizer
+                config_json = read_hf_config(modules.model_dir)
+            if merge is False and (quantize is not None or runtime != "torch"):
+                raise InputError("an unmerged adapter runs on the torch runtime without quantize")
+            adapted = (
+                {} if adapter is None and merge is None else {"adapter": adapter, "merge": merge}
+            )
+            self.model = model_from_directory(
+                modules.model_dir, config_json=config_json, dtype=dtype, **adapted
+            ).to(device)
+            self.tokenizer = tokenizer_from_directory(modules.model_dir, model_config=config_json)
         if modules.do_lower_case:  # as sentence-transformers: a Lowercase normalizer first
             backend = self.tokenizer.backend
             first = [normalizers.Lowercase()]
@@ -724,6 +751,8 @@ class SentenceEmbedder(nn.Module):
         )
         if model.do_lower_case:
             raise InputError(f"{path}: training a do_lower_case model is not supported")
+        if model.sentence_modules.static is not None:
+            raise InputError(f"{path}: training a static embedding model is not supported")
         make_batch_invariant(model, False)
         return model.train()
 

@@ -33,6 +33,7 @@ from torch import nn
 from ...checkpoints.io import inside, read_json_file, read_weights
 from ...errors import InputError, SentenceModulesError
 from ...files import read_json
+from .static import MODEL2VEC, MODEL2VEC_MAX_LENGTH, SENTENCE_TRANSFORMERS, is_model2vec_directory
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +66,7 @@ _DEFAULT_ONLY = {
     "use_residual": False,
 }
 # The module classes we run, by class name; the modules.json type must be sentence-transformers'.
-_KINDS = ("Transformer", "Pooling", "Dense", "Normalize")
+_KINDS = ("Transformer", "Pooling", "Dense", "Normalize", "StaticEmbedding")
 
 
 @dataclass(frozen=True)
@@ -134,6 +135,10 @@ class SentenceModules:
     default_prompt_name: str | None = None
     pooling_dimension: int | None = None  # the Pooling config's embedding_dimension, if any
     max_seq_length: int | None = None  # sentence_bert_config.json's token limit, if any
+    #: a static-embedding table instead of an encoder (`static`): whose rule runs it,
+    #: "model2vec" or "sentence-transformers"; None for an encoder
+    static: str | None = None
+    static_max_length: int | None = None  # model2vec's config max_length (None: no cut)
 
     def check_dimensions(self, hidden_size: int) -> int:
         """Check every stage's width against the encoder's H; returns the output width.
@@ -305,13 +310,28 @@ def _settings(directory: Path) -> tuple[int | None, bool]:
     return max_len, _bool(cfg, "do_lower_case", False, file)
 
 
+def _model2vec(path: Path) -> SentenceModules:
+    """A model2vec directory (see `static`): its config's normalize and max_length decide."""
+    file = path / "config.json"
+    cfg = read_json_file(file, "the model2vec config")
+    normalize = _bool(cfg, "normalize", False, file)
+    max_len = cfg.get("max_length", MODEL2VEC_MAX_LENGTH)
+    if max_len is not None:
+        max_len = _int(cfg, "max_length", file)
+    pooling = PoolingSpec("mean", normalize=normalize)
+    return SentenceModules(path, pooling, static=MODEL2VEC, static_max_length=max_len)
+
+
 def read_sentence_modules(path: Path) -> SentenceModules:
     """Read a model directory as sentence-transformers would run it.
 
     A directory without ``modules.json`` is a plain Hugging Face encoder: mean pooling, L2
     normalised (``sentence_bert_config.json`` is still read when present). With it, the
     modules must be one Transformer, then one Pooling, then any Dense layers, then optionally
-    Normalize (last).
+    Normalize (last); or one StaticEmbedding (a table of token vectors, mean-pooled: `static`)
+    then any Dense layers and Normalize. A model2vec directory (config.json's ``model_type:
+    model2vec``, with or without ``modules.json``) runs by model2vec's rule: its config's
+    ``normalize`` and ``max_length`` decide.
 
     Raises:
         SentenceModulesError: a module type we cannot run (named), another order, a setting
@@ -321,6 +341,8 @@ def read_sentence_modules(path: Path) -> SentenceModules:
     """
     path = Path(path)
     modules_file = path / MODULES_FILE
+    if is_model2vec_directory(path):
+        return _model2vec(path)
     if not modules_file.is_file():
         max_len, lower = _settings(path)
         prompts, default = _prompts(path)
@@ -339,14 +361,20 @@ def read_sentence_modules(path: Path) -> SentenceModules:
         )
     kinds = [_kind(e, modules_file) for e in entries]
     order = "".join(k[0] for k in kinds)  # T, P, D, N
-    if not re.fullmatch(r"TPD*N*", order):
+    if not re.fullmatch(r"TPD*N*|SD*N*", order):
         raise SentenceModulesError(
             f"{modules_file}: modules {kinds}; bertfamily runs Transformer, Pooling, then Dense "
-            "layers, then Normalize"
+            "layers, then Normalize (or StaticEmbedding, Dense layers, Normalize)"
         )
     dirs = [
         inside(path, e.get("path", ""), modules_file) if e.get("path") else path for e in entries
     ]
+    if order[0] == "S":  # a static table: mean of its token rows, as EmbeddingBag takes it
+        dense = tuple(_dense(d) for d, k in zip(dirs, kinds) if k == "Dense")
+        prompts, default = _prompts(path)
+        pooling = PoolingSpec("mean", normalize="N" in order)
+        static = SENTENCE_TRANSFORMERS
+        return SentenceModules(dirs[0], pooling, dense, False, prompts, default, static=static)
     max_len, lower = _settings(dirs[0])
     pooling, dim = _pooling(dirs[1], normalize="N" in order, max_len=max_len)
     dense = tuple(_dense(d) for d, k in zip(dirs, kinds) if k == "Dense")

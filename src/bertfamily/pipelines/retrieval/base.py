@@ -3,9 +3,10 @@ made its vectors, and one directory layout, written and read in one place (`Inde
 
 An index directory holds
 
-- ``meta.json``: the format version, the kind (``flat``, ``hnsw``, ``binary`` or ``sparse``),
-  the row count, the kind's settings, and the model identity (`ModelIdentity`: digest of the
-  model directory's files, dimension, pooling), or null for an index of bare vectors; a dense
+- ``meta.json``: the format version, the kind (``flat``, ``hnsw``, ``binary``, ``sparse`` or
+  ``bm25``), the row count, the kind's settings, and the model identity (`ModelIdentity`:
+  digest of the model directory's files, dimension, pooling), or null for an index of bare
+  vectors or a BM25 index (no model); a dense
   index also records the size and SHA-256 of its files (``files``), checked before use;
 - ``texts.jsonl``: ``{"id", "text"}`` per row, in index order;
 - the kind's vector files (`dense.VectorIndex`, `binary.BinaryIndex`,
@@ -63,12 +64,14 @@ __all__ = [
 
 FORMAT_VERSION = 1
 DENSE_KINDS = ("flat", "hnsw")
-#: Every kind an index directory can hold: `dense.VectorIndex`'s, `BinaryIndex`'s, `SparseIndex`'s.
-ALL_KINDS = (*DENSE_KINDS, "binary", "sparse")
+#: Every kind an index directory can hold: `dense.VectorIndex`'s, `BinaryIndex`'s, `SparseIndex`'s,
+#: `bm25_index.BM25Index`'s, `colbert_index.ColBERTIndex`'s.
+ALL_KINDS = (*DENSE_KINDS, "binary", "sparse", "bm25", "colbert")
 INDEX_FILE, TEXTS_FILE, META_FILE = "index.faiss", "texts.jsonl", "meta.json"
 VECTORS_FILE, SPARSE_FILE = "vectors.npy", "sparse.npz"
+COLBERT_FILE = "colbert.npz"  # `colbert_index.ColBERTIndex`'s token vectors
 #: The files whose size and SHA-256 ``meta.json`` may record (``files``).
-RECORDABLE_FILES = (INDEX_FILE, TEXTS_FILE, VECTORS_FILE, SPARSE_FILE)
+RECORDABLE_FILES = (INDEX_FILE, TEXTS_FILE, VECTORS_FILE, SPARSE_FILE, COLBERT_FILE)
 
 
 # --- the model that made the vectors --------------------------------------------------------

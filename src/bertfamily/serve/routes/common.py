@@ -1,15 +1,15 @@
 """The routes every model answers: ``GET /health``, ``/info``, ``/metrics``; ``POST
-/tokenize``, ``/decode``."""
+/tokenize``, ``/decode`` (each also under ``/models/{name}/`` on a server of several)."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response
 from starlette.concurrency import run_in_threadpool
 
 from ..admission import as_list, check_ids, check_texts
-from ..metrics import CONTENT_TYPE_LATEST
-from ..state import ServeState, serving
+from ..metrics import CONTENT_TYPE_LATEST, models_text
+from ..state import MODEL_KEY, ServeState, serving
 from ..wire import DecodeRequest, TokenizeRequest
 
 __all__ = ["router", "version"]
@@ -37,9 +37,11 @@ async def health() -> dict:
 @router.get("/info")
 async def info(state: ServeState = Depends(serving)) -> dict:
     """The model and the server's limits (TEI's /info fields, plus ``dimension`` and
-    ``runtime``)."""
+    ``runtime``): the first model's, or the one of the path prefix ``/models/{name}/``; on a
+    server of several models, ``models`` names them all."""
     model, settings = state.model, state.settings
-    return {
+    several = {"models": list(state.peers)} if len(state.peers) > 1 else {}
+    return several | {
         "model_id": state.model_id,
         "model_sha": state.digest,
         "model_dtype": model.dtype,
@@ -57,9 +59,14 @@ async def info(state: ServeState = Depends(serving)) -> dict:
 
 
 @router.get("/metrics")
-async def prometheus(state: ServeState = Depends(serving)) -> Response:
-    """Prometheus text format: requests, tokens, inputs, batch sizes, latency."""
-    return Response(state.metrics.text(), media_type=CONTENT_TYPE_LATEST)
+async def prometheus(request: Request, state: ServeState = Depends(serving)) -> Response:
+    """Prometheus text format: requests, tokens, inputs, batch sizes, latency. On a server
+    of several models every series carries a ``model`` label (`metrics.models_text`); under
+    ``/models/{name}/`` the series of that model alone, unlabelled."""
+    if request.scope.get(MODEL_KEY) is not None:
+        return Response(state.metrics.text(), media_type=CONTENT_TYPE_LATEST)
+    text = models_text({name: s.metrics for name, s in state.peers.items()})
+    return Response(text, media_type=CONTENT_TYPE_LATEST)
 
 
 @router.post("/tokenize")

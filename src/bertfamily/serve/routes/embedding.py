@@ -105,7 +105,9 @@ async def openai_embeddings(body: OpenAIEmbedRequest, state: ServeState = Depend
     """OpenAI's embeddings API: texts or token ids, up to ``openai_max_inputs`` (2,048) per
     request; ``data`` in input order, ``usage`` the input tokens (prompt and special tokens
     included, after truncation); ``dimensions`` wider than the model is refused (422)
-    before the model runs."""
+    before the model runs. On a server of several models, ``model`` chooses (404 for one
+    it does not serve; `ServeState.for_model`)."""
+    state = state.for_model(body.model)
     vectors, tokens = await embed_texts(
         state, "/v1/embeddings", body.input, None, True, None,
         dimensions=body.dimensions, max_inputs=state.settings.openai_limit,
@@ -129,14 +131,14 @@ def _model_card(state: ServeState) -> dict:
 
 @router.get("/v1/models")
 async def openai_models(state: ServeState = Depends(serving)) -> dict:
-    """OpenAI's model list: the one served model."""
-    return {"object": "list", "data": [_model_card(state)]}
+    """OpenAI's model list: every served model, the default first."""
+    return {"object": "list", "data": [_model_card(s) for s in state.peers.values()]}
 
 
 @router.get("/v1/models/{model_id:path}")
 async def openai_model(model_id: str, state: ServeState = Depends(serving)) -> dict:
-    """OpenAI's model object of ``model_id`` (404 unless it is the served model)."""
-    if model_id != state.model_id:
+    """OpenAI's model object of ``model_id`` (404 unless the server serves it)."""
+    if model_id not in state.peers:
         raise ServeError(404, f"the model {model_id!r} does not exist; this server has "
-                         f"{state.model_id!r}", "model_not_found")  # fmt: skip
-    return _model_card(state)
+                         f"{', '.join(map(repr, state.peers))}", "model_not_found")  # fmt: skip
+    return _model_card(state.peers[model_id])
