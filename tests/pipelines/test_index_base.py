@@ -126,7 +126,8 @@ def test_one_base_for_every_kind(tmp_path):
         meta = json.loads((tmp_path / kind / "meta.json").read_text())
         assert list(meta)[:3] == ["format_version", "kind", "count"]
         assert (meta["format_version"], meta["kind"], meta["count"]) == (1, kind, 3)
-        assert ("files" in meta) == (kind == "flat")  # digests: the dense index's files
+        own = {"flat": "index.faiss", "binary": "index.faiss", "sparse": "sparse.npz"}[kind]
+        assert set(meta["files"]) == {own, "texts.jsonl"}  # digests: every kind's texts too
         rows = (tmp_path / kind / "texts.jsonl").read_text().splitlines()
         assert rows == ['{"id": "a", "text": "a"}', '{"id": "b", "text": "b"}',
                         '{"id": "c", "text": "c"}']  # fmt: skip
@@ -139,7 +140,8 @@ def test_one_base_for_every_kind(tmp_path):
 
 def test_an_index_written_before_the_split_loads_and_saves_the_same_bytes(tmp_path):
     """A sparse index directory exactly as the code before `base` wrote it (meta.json's key
-    order and layout, texts.jsonl, sparse.npz) loads, searches, and is written back unchanged."""
+    order and layout, texts.jsonl, sparse.npz) loads, searches, and is written back unchanged
+    but for the digests of its files, which meta.json now records last."""
     old = tmp_path / "old"
     old.mkdir()
     meta = (
@@ -163,8 +165,11 @@ def test_an_index_written_before_the_split_loads_and_saves_the_same_bytes(tmp_pa
     query = SparseVector(np.array([5]), np.array([1.0], np.float32))
     assert [(h.index, h.score) for h in index.search([query])[0]] == [(1, 2.0), (0, 1.0)]
     index.save(tmp_path / "new")
-    for name in ("meta.json", "texts.jsonl", "sparse.npz"):
+    for name in ("texts.jsonl", "sparse.npz"):
         assert (tmp_path / "new" / name).read_bytes() == (old / name).read_bytes(), name
+    new = json.loads((tmp_path / "new" / "meta.json").read_text())
+    assert list(new)[-1] == "files" and set(new.pop("files")) == {"sparse.npz", "texts.jsonl"}
+    assert json.dumps(new, indent=2) + "\n" == meta
 
 
 DENSE_NAMES = """VectorIndexError IndexHit ModelIdentity VectorIndex check_identity check_new_ids

@@ -3,6 +3,8 @@ search, `SparseIndex` against dense dot products, and `fuse` (RRF, linear) by ha
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -164,6 +166,11 @@ def test_sparse_index_round_trip_equals_in_memory(tmp_path):
         with np.load(tmp_path / "sp" / "sparse.npz") as z:
             d = dict(z) | arrays
         np.savez(tmp_path / "sp" / "sparse.npz", **d)
+        # the recorded SHA-256 would catch any edit first: drop it, as an index written before
+        # sparse.npz was recorded, so that the structural checks below are what is tested
+        meta = json.loads((tmp_path / "sp" / "meta.json").read_text())
+        meta.get("files", {}).pop("sparse.npz", None)
+        (tmp_path / "sp" / "meta.json").write_text(json.dumps(meta))
 
     bad_idx = idx.copy()
     bad_idx[3] = 300
@@ -177,5 +184,10 @@ def test_sparse_index_round_trip_equals_in_memory(tmp_path):
     with pytest.raises(VectorIndexError, match="cannot read the index"):  # no pickle
         SparseIndex.load(tmp_path / "sp")
     (tmp_path / "sp" / "texts.jsonl").write_text('{"id": 0, "text": "a"}\n')
+    with pytest.raises(VectorIndexError, match="texts.jsonl: 23 bytes, meta.json recorded"):
+        SparseIndex.load(tmp_path / "sp")  # its recorded size and digest catch it first
+    meta = json.loads((tmp_path / "sp" / "meta.json").read_text())
+    meta["files"].pop("texts.jsonl")
+    (tmp_path / "sp" / "meta.json").write_text(json.dumps(meta))
     with pytest.raises(VectorIndexError, match="1 rows, meta.json says 80: the files disagree"):
         SparseIndex.load(tmp_path / "sp")

@@ -255,3 +255,27 @@ def test_bad_arguments_are_refused(tiny, tmp_path, cli):
     save_file({k: v for k, v in load_file(file).items() if "lora_B" not in k}, str(file))
     with pytest.raises(ModelDirectoryError, match="has lora_A only"):
         from_pretrained(tiny, adapter=tmp_path / "half")
+
+
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        ({"lora_alpha": float("nan")}, "lora_alpha nan is not a finite number"),
+        ({"lora_alpha": "16"}, "lora_alpha '16' is not a finite number"),
+        ({"r": 0}, "r 0 for .*rank 2"),
+        ({"r": 4}, "r 4 for .*rank 2"),
+        ({"r": "two"}, "r 'two' for"),
+        ({"rank_pattern": {"query": 3}}, "r 3 for .*query.*rank 2"),
+    ],
+)
+def test_an_adapter_config_that_contradicts_its_tensors_is_refused(tiny, tmp_path, edit, message):
+    """PEFT builds the matrices from r and scales by α/r: a config whose r is not the tensors'
+    rank, or whose α is no finite number, is refused with the file named (found by an attack:
+    NaN blamed the base model's weights, r = 0 loaded silently)."""
+    _peft_adapter(tiny, tmp_path / "ad", r=2, lora_alpha=2, target_modules=["query"])
+    path = tmp_path / "ad" / "adapter_config.json"
+    text = json.dumps({**json.loads(path.read_text()), **edit})  # NaN as JSON's NaN
+    path.write_text(text)
+    with pytest.raises(ModelDirectoryError, match=message) as e:
+        from_pretrained(tiny, adapter=tmp_path / "ad")
+    assert "adapter_config.json" in str(e.value)

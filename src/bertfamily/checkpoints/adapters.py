@@ -181,14 +181,29 @@ def _scaling(config: dict[str, Any], module: str, r: int, path: Path) -> float:
     """α/r of one module (α/√r with ``use_rslora``, Kalajdzievski 2023); α from the first
     ``alpha_pattern`` key that matches the module's name as PEFT matches it (the key is a
     regular expression for the name's end, after a dot or at its start), else ``lora_alpha``.
-    r is the tensors' own (``rank_pattern`` needs no reading)."""
-    alpha = config.get("lora_alpha", 8)
+    r is the tensors' own; the config's (``rank_pattern``'s first match, else ``r``) must be
+    a positive whole number equal to it, as PEFT builds the matrices from it.
+
+    Raises:
+        ModelDirectoryError: an α that is not a finite number, or an r that is not the
+            tensors' rank.
+    """
+    alpha, rank = config.get("lora_alpha", 8), config.get("r", r)
     for pattern, value in (config.get("alpha_pattern") or {}).items():
         if re.match(rf"(.*\.)?({pattern})$", module):
             alpha = value
             break
-    if not isinstance(alpha, (int, float)) or isinstance(alpha, bool):
-        raise ModelDirectoryError(f"{path / ADAPTER_CONFIG}: lora_alpha {alpha!r} is no number")
+    for pattern, value in (config.get("rank_pattern") or {}).items():
+        if re.match(rf"(.*\.)?({pattern})$", module):
+            rank = value
+            break
+    where = path / ADAPTER_CONFIG
+    if not isinstance(alpha, (int, float)) or isinstance(alpha, bool) or not math.isfinite(alpha):
+        raise ModelDirectoryError(f"{where}: lora_alpha {alpha!r} is not a finite number")
+    if not isinstance(rank, int) or isinstance(rank, bool) or rank != r:
+        raise ModelDirectoryError(
+            f"{where}: r {rank!r} for {module}, but its lora_A/lora_B tensors have rank {r}"
+        )
     return alpha / math.sqrt(r) if config.get("use_rslora") else alpha / r
 
 

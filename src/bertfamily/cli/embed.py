@@ -717,20 +717,25 @@ def _search_hybrid(paths, queries: list[str], model, sparse_model, fusion, *, to
     each index's top `FUSION_DEPTH`: a dense or binary index (``model``), a sparse one
     (``sparse_model``) and a bm25 one (no model), at most one of each group."""
     from ..errors import VectorIndexError
+    from ..pipelines.retrieval.base import read_index_meta
     from ..pipelines.retrieval.dense import IndexHit
     from ..pipelines.retrieval.indexes import fuse, open_index
-    from .index import index_kind
 
     if fusion not in ("rrf", "linear"):
         raise InputError(f"--fusion must be rrf or linear, got {fusion!r}")
-    indexes = [open_index(p) for p in paths]
-    kinds = [index_kind(i) for i in indexes]
+    kinds = [read_index_meta(p)["kind"] for p in paths]  # checked before any index is read
     groups = [HYBRID_GROUPS.get(k, k) for k in kinds]
     if len(set(groups)) != len(groups):
         raise InputError(
             "hybrid search fuses different retrievers: at most one dense or binary index and "
             f"one sparse index (SPLADE) and one bm25 index, got {kinds}"
         )
+    if "dense" in groups and "colbert" in groups:  # both read --model: one model per search
+        raise InputError(
+            "a dense and a ColBERT index both take their model from --model: fuse either one "
+            f"with the sparse and bm25 indexes, got {kinds}"
+        )
+    indexes = [open_index(p) for p in paths]
     first, first_path = indexes[0], paths[0]
     for other, other_path in zip(indexes[1:], paths[1:]):
         if other.ids != first.ids or other.texts != first.texts:

@@ -191,7 +191,7 @@ def _wrote(index, kind: str, output: Path) -> None:
     """Say what `index build` wrote, naming the FAISS file other tools read (docs/retrieval.md):
     ``DIR/index.faiss`` (``faiss.read_index``; binary: ``faiss.read_index_binary``)."""
     if kind == "bm25":
-        terms = len(index.retriever.vocab_dict)
+        terms = sum(1 for w in index.retriever.vocab_dict if w)  # not bm25s's "" entry
         err.print(f"wrote {len(index)} documents, {terms} terms (bm25) to {output}")
         return
     if kind == "colbert":

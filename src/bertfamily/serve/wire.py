@@ -35,7 +35,10 @@ __all__ = [
 
 
 class _Body(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    # unknown fields ignored (as TEI and OpenAI); a known field of the wrong JSON type is a
+    # 422, never coerced ("2" is not 2, true is not 1, "no" is not false: pydantic's strict
+    # mode; an int is still a float)
+    model_config = ConfigDict(extra="ignore", strict=True)
 
 
 class _Truncation(_Body):

@@ -208,3 +208,22 @@ def remap_offsets(
             start, end = start - at + origin, stop
         out.append([start, end])
     return out
+
+
+def unreadable_input(inputs: list[Any]) -> str | None:
+    """Why the tokenizer cannot read one of ``inputs`` (texts or (text, text) pairs): the
+    first that is not a string, or that holds a lone surrogate (Python's stand-in for bytes
+    that are not UTF-8, e.g. in a command-line argument); None when every input is fine."""
+    for n, item in enumerate(inputs):
+        for text in item if isinstance(item, tuple) else (item,):
+            if not isinstance(text, str):
+                return f"input {n} is a {type(text).__name__}, not a str"
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError as e:
+                bad = text[e.start].encode("utf-8", "surrogateescape")
+                return (
+                    f"input {n} is not valid Unicode: {bad!r} at character {e.start} "
+                    "(bytes that are not UTF-8, e.g. in a command-line argument)"
+                )
+    return None

@@ -53,6 +53,7 @@ from .cutting import (
     scan_cut,
     tighten,
     truncation_problem,
+    unreadable_input,
 )
 from .hf_files import (  # noqa: F401  (file names: public constants of this module too)
     _ABSURD_MAX_LENGTH,
@@ -510,7 +511,28 @@ class Tokenizer:
         direction: str = "right",
     ) -> list[tokenizers.Encoding]:
         """``encode_batch`` under one call's truncation; the backend's truncation errors
-        become ValueErrors that give the numbers."""
+        become ValueErrors that give the numbers, and its TypeError for a text it cannot
+        read (a lone surrogate: undecodable bytes of a command-line argument) an InputError
+        naming the input (`unreadable_input`)."""
+        try:
+            return self._encode_batch(
+                inputs, limit, strategy, stride, add_special_tokens, direction
+            )
+        except TypeError:
+            problem = unreadable_input(inputs)
+            if problem is None:
+                raise
+            raise InputError(problem) from None
+
+    def _encode_batch(
+        self,
+        inputs: list[Any],
+        limit: int | None,
+        strategy: str | None,
+        stride: int,
+        add_special_tokens: bool,
+        direction: str,
+    ) -> list[tokenizers.Encoding]:
         if strategy is None:
             with self._truncation(None):
                 return self.backend.encode_batch(inputs, add_special_tokens=add_special_tokens)

@@ -351,8 +351,10 @@ class Index:
     #: the kinds this class reads and writes, and its name in messages
     kinds: ClassVar[tuple[str, ...]] = ()
     label: ClassVar[str] = ""
-    #: the files whose size and SHA-256 ``save`` records in ``meta.json`` (checked by ``load``)
-    recorded_files: ClassVar[tuple[str, ...]] = ()
+    #: the files whose size and SHA-256 ``save`` records in ``meta.json`` (checked by ``load``):
+    #: ``texts.jsonl`` for every kind (an edited or reordered row would otherwise show a hit
+    #: with another document's id and text), and each kind's own files
+    recorded_files: ClassVar[tuple[str, ...]] = (TEXTS_FILE,)
     #: ``load`` refuses a ``meta.json`` that records no model
     needs_identity: ClassVar[bool] = False
 

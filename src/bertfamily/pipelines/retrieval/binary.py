@@ -26,6 +26,7 @@ from ..embedding.quantize import quantize_embeddings
 from .base import (
     INDEX_FILE,
     META_FILE,
+    TEXTS_FILE,
     VECTORS_FILE,
     Hit,
     Index,
@@ -75,6 +76,7 @@ class BinaryIndex(Index):
 
     kinds: ClassVar[tuple[str, ...]] = ("binary",)
     label: ClassVar[str] = "binary"
+    recorded_files: ClassVar[tuple[str, ...]] = (INDEX_FILE, TEXTS_FILE)
 
     def __init__(
         self,

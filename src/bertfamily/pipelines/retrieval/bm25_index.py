@@ -34,6 +34,7 @@ import numpy as np
 
 from ...errors import InputError, VectorIndexError
 from ...runtime import require
+from ...tokenization.cutting import unreadable_input
 from .base import (
     Hit,
     Index,
@@ -169,8 +170,8 @@ class BM25Index(Index):
 
         Raises:
             InputError: no texts, a blank text (it would never be found), a text that is not
-                a string, counts that differ, or an id already in the index or repeated.
-                Nothing is added then.
+                a string, no indexable word in the whole corpus, counts that differ, or an id
+                already in the index or repeated. Nothing is added then.
         """
         texts = list(texts)
         if not texts:
@@ -179,6 +180,9 @@ class BM25Index(Index):
         if bad is not None:
             raise InputError(f"text {bad} (0-based) is a {type(texts[bad]).__name__}, not a str")
         check_texts(texts)
+        problem = unreadable_input(texts)
+        if problem is not None:
+            raise InputError(f"text {problem.removeprefix('input ')}")
         ids = list(range(len(self), len(self) + len(texts))) if ids is None else list(ids)
         if len(ids) != len(texts):
             raise InputError(f"{len(texts)} texts, {len(ids)} ids")
@@ -214,7 +218,14 @@ class BM25Index(Index):
         bm25s = _bm25s()
         retriever = bm25s.BM25(k1=self.k1, b=self.b, method=self.method)
         logging.getLogger("bm25s").setLevel(logging.WARNING)
-        retriever.index(self._tokenize(texts, return_ids=True), show_progress=False)
+        tokens = self._tokenize(texts, return_ids=True)
+        if not tokens.vocab:  # bm25s would fail deep inside (max() of no terms)
+            raise InputError(
+                f"none of the {len(texts)} texts holds an indexable word (BM25 keeps words of "
+                "2+ letters or digits, lower-cased"
+                + (", stopwords removed)" if self.stopwords else ")")
+            )
+        retriever.index(tokens, show_progress=False)
         return retriever
 
     # --- persistence (the hooks of `base.Index`) -----------------------------------------
@@ -330,6 +341,9 @@ class BM25Index(Index):
         """
         if top_k < 1:
             raise InputError(f"top_k must be >= 1, got {top_k}")
+        problem = unreadable_input(list(queries))
+        if problem is not None:  # bm25s would drop the bad characters and find nothing
+            raise InputError(f"query {problem.removeprefix('input ')}")
         out = []
         for tokens in self._query_tokens(queries):
             scores, touched = self._scores(tokens)

@@ -22,6 +22,7 @@ from ...errors import InputError, VectorIndexError
 from ..embedding.sparse import SparseVector
 from .base import (
     SPARSE_FILE,
+    TEXTS_FILE,
     Hit,
     Index,
     IndexHit,
@@ -79,6 +80,7 @@ class SparseIndex(Index):
 
     kinds: ClassVar[tuple[str, ...]] = ("sparse",)
     label: ClassVar[str] = "sparse"
+    recorded_files: ClassVar[tuple[str, ...]] = (SPARSE_FILE, TEXTS_FILE)
 
     def __init__(
         self,
