@@ -279,3 +279,22 @@ def test_an_adapter_config_that_contradicts_its_tensors_is_refused(tiny, tmp_pat
     with pytest.raises(ModelDirectoryError, match=message) as e:
         from_pretrained(tiny, adapter=tmp_path / "ad")
     assert "adapter_config.json" in str(e.value)
+
+
+def test_served_embedding_model_carries_the_adapter(tiny, adapter, cli, tmp_path):
+    """`serve --adapter`: the served pipeline is the adapted embedder (through the one loader
+    of every served model, replicas included); one model only; embedding models only."""
+    from bertfamily.serve.app import load_served_model
+    from bertfamily.serve.replicas import replica_environment
+
+    directory, _ = adapter
+    served = load_served_model(tiny, adapter=directory)
+    want = SentenceEmbedder(tiny, adapter=directory).encode(TEXTS)
+    np.testing.assert_allclose(served.encode(TEXTS), want, atol=1e-6, rtol=0)
+    assert np.abs(load_served_model(tiny).encode(TEXTS) - want).max() > 1e-3
+    from bertfamily.serve.app import ServeSettings
+
+    env = json.loads(replica_environment(tiny, ServeSettings(), adapter=directory))
+    assert env["adapter"] == str(directory)
+    res = cli("serve", "--model", f"a={tiny}", "--model", f"b={tiny}", "--adapter", directory)
+    assert res.exit_code == 2 and "--adapter applies to one model" in res.output

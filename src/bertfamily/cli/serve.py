@@ -156,6 +156,13 @@ UDS_OPTION = typer.Option(
 )
 
 
+ADAPTER_OPTION = typer.Option(
+    None,
+    help="A PEFT LoRA adapter directory merged into the embedding model's encoder "
+    "(`finetune --lora`). One --model only.",
+)
+
+
 @commands.command()
 @handle_errors
 def serve(
@@ -197,6 +204,7 @@ def serve(
     json_output: bool = JSON_OUTPUT_OPTION,
     access_log: bool = ACCESS_LOG_OPTION,
     uds_path: str | None = UDS_OPTION,
+    adapter: Path | None = ADAPTER_OPTION,
 ):
     """Serve a model over HTTP: POST /embed, /v1/embeddings, /embed_all, /similarity,
     /embed_sparse, /rerank, /v1/rerank, /predict, /tokenize, /decode, / and /invocations
@@ -209,6 +217,8 @@ def serve(
     specs = [_model_spec(m) for m in dict.fromkeys(given)]  # one given twice: served once
     if len(specs) > 1 and workers > 1:
         raise typer.BadParameter("--workers N serves one model; give one --model")
+    if len(specs) > 1 and adapter is not None:
+        raise typer.BadParameter("--adapter applies to one model; give one --model")
     device = _checked_options(dtype, quantize, runtime, device)  # the serve extra too
     import uvicorn
 
@@ -237,7 +247,7 @@ def serve(
     )  # fmt: skip
     run |= connection_limits(timeout_keep_alive, body_timeout, max_connections_per_client)
     options = dict(dtype=dtype, quantize=quantize, speed=speed, device=device, runtime=runtime,
-                   pooling=pooling)  # fmt: skip
+                   pooling=pooling, adapter=adapter)  # fmt: skip
     if workers > 1:
         _serve_replicas(path, settings, workers, run, threads=threads, **options)
         return
@@ -358,6 +368,7 @@ def _load(
     device: str,
     runtime: str,
     pooling: str | None = None,
+    adapter: Path | None = None,
 ):
     """The served pipeline (`serve.app.load_served_model`), printing the dtype it runs in
     (read from the loaded model, as /info says it) and the int8 plan or OpenVINO check."""
@@ -372,7 +383,7 @@ def _load(
         )
     options = dict(
         dtype=dtype, speed=speed, device=device, runtime=runtime, quantize=quantize,
-        pooling=pooling,
+        pooling=pooling, adapter=adapter,
     )  # fmt: skip
     if quantize is not None and runtime == "torch":
         served = load_int8(lambda: load_served_model(path, **options))

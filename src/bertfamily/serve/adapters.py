@@ -270,15 +270,17 @@ class EmbeddingModel(ServedModel):
     refusal = "this is an embedding"
 
     @classmethod
-    def load(cls, path, hf_config, *, dtype, device, quantize, runtime, pooling=None, **_):  # noqa: D102
+    def load(  # noqa: D102
+        cls, path, hf_config, *, dtype, device, quantize, runtime, pooling=None, adapter=None, **_
+    ):
         if quantize is not None and runtime == "torch":  # the int8 plan is measured on fp32
             embedder = SentenceEmbedder(
-                path, dtype="fp32", quantize=quantize, config_json=hf_config
+                path, dtype="fp32", quantize=quantize, config_json=hf_config, adapter=adapter
             )
         else:
             embedder = SentenceEmbedder(
                 path, dtype=dtype, config_json=hf_config, device=device, runtime=runtime,
-                quantize=quantize,
+                quantize=quantize, adapter=adapter,
             )  # fmt: skip
         return with_pooling(embedder, pooling)
 

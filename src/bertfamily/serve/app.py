@@ -135,6 +135,7 @@ def load_served_model(
     device: str = "cpu",
     runtime: str = "torch",
     pooling: str | None = None,
+    adapter: str | Path | None = None,
 ):
     """The pipeline that serves ``model_dir``, loaded by the adapter of its kind
     (`served_kind`): a `Reranker`, `SparseEncoder`, `EntityTagger`, `TextClassifier`,
@@ -153,6 +154,8 @@ def load_served_model(
             accuracy-checked OpenVINO graph; CPU only).
         pooling: TEI's ``--pooling`` ("cls", "mean", "last-token") for an embedding model
             (`adapters.with_pooling`); None: the directory's.
+        adapter: a PEFT LoRA adapter directory merged into an embedding model's encoder
+            (`SentenceEmbedder`'s ``adapter``); None: none.
 
     Raises:
         ModelDirectoryError: and the loaders' other errors (CheckpointError,
@@ -163,18 +166,21 @@ def load_served_model(
             embedding one; a dtype other than fp32 for an early-exit classifier.
     """
     path = resolve_model(model_dir)  # the one lookup; the loaders below get the directory
+    lora = adapter  # below, "adapter" is the served kind's class (`adapters`)
     adapter, directory, hf_config = served_kind(path)
     if runtime != "torch" and adapter is not EmbeddingModel:
         raise InputError(f"--runtime {runtime} is for embedding models; {adapter.refusal}")
     if pooling is not None and adapter is not EmbeddingModel:
         raise InputError(f"--pooling is for embedding models; {adapter.refusal}")
+    if lora is not None and adapter is not EmbeddingModel:
+        raise InputError(f"--adapter (LoRA) is for embedding models; {adapter.refusal}")
     if quantize is not None and adapter is not EmbeddingModel:
         raise QuantizationError(f"--quantize int8 is for embedding models; {adapter.refusal}")
     if quantize is not None and device != "cpu":
         raise QuantizationError(f"--quantize int8 runs on the CPU, not on {device}")
     return adapter.load(
         directory, hf_config, dtype=dtype, device=device, quantize=quantize, runtime=runtime,
-        speed=speed, pooling=pooling,
+        speed=speed, pooling=pooling, **({} if lora is None else {"adapter": lora}),
     )  # fmt: skip
 
 

@@ -36,6 +36,7 @@ def replica_environment(
     speed: float | None = None,
     runtime: str = "torch",
     pooling: str | None = None,
+    adapter: str | Path | None = None,
 ) -> str:
     """The ``BERTFAMILY_SERVE_REPLICA`` value describing one replica (JSON): what
     `app_from_environment` needs to build the app ``bertfamily serve`` would build (the model,
@@ -44,6 +45,7 @@ def replica_environment(
     free cores are shared among (`runtime.apply_threads`)."""
     body = {
         "model_dir": str(model_dir),
+        "adapter": None if adapter is None else str(adapter),
         "settings": asdict(settings),
         "dtype": dtype,
         "quantize": quantize,
@@ -77,6 +79,7 @@ def app_from_environment():
         device=body.get("device", "cpu"),
         runtime=body.get("runtime", "torch"),
         pooling=body.get("pooling"),
+        adapter=body.get("adapter"),
     )
     app = create_app(served, ServeSettings(**body["settings"]), model_dir=path)
     replica = str(os.getpid())
