@@ -42,7 +42,7 @@ from ...heads.late_interaction import maxsim
 from ...inference.batches import FEATURE_KEYS, TokenRows, run_batches, text_list, tokenize_rows
 from ...inference.limits import input_limit
 from ...resources.resolve import resolve_model
-from ..reranking.rerank import RankedDocument
+from ..reranking.rerank import RankedDocument, check_top_k, ranked_documents
 from .embed import SentenceEmbedder
 from .sentence_modules import (
     MODEL_SETTINGS_FILE,
@@ -556,15 +556,10 @@ class ColBERTEncoder(nn.Module):
         """
         if not isinstance(query, str):
             raise InputError(f"query must be a string, got {type(query).__name__}")
-        if top_k is not None and top_k < 1:
-            raise InputError(f"top_k must be None or at least 1, got {top_k}")
+        check_top_k(top_k)
         documents = _nonempty(documents, "documents")
         scores = self.score([query], documents, batch_size=batch_size)[0]
-        order = np.argsort(-scores, kind="stable")[:top_k]
-        return [
-            RankedDocument(int(i), float(scores[i]), documents[i] if return_documents else None)
-            for i in order
-        ]
+        return ranked_documents(scores, documents, top_k, return_documents)
 
     def save(self, directory: str | os.PathLike[str]) -> Path:
         """Write the model as PyLate's ``ColBERT.save`` lays it out (what `read_colbert` and

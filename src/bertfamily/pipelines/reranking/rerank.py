@@ -22,7 +22,7 @@ from ...inference.loading import load_model_and_tokenizer
 from ...resources.resolve import resolve_model
 from ..embedding.sentence_modules import read_cross_encoder
 
-__all__ = ["RankedDocument", "Reranker"]
+__all__ = ["RankedDocument", "Reranker", "check_top_k", "ranked_documents"]
 
 
 class RankedDocument(dict):
@@ -53,6 +53,29 @@ class RankedDocument(dict):
 
     def __repr__(self) -> str:
         return f"RankedDocument({dict.__repr__(self)})"
+
+
+def check_top_k(top_k: int | None) -> None:
+    """Refuse a ``top_k`` of a ranking that is neither None (all) nor >= 1, before any work.
+
+    Raises:
+        InputError: ``top_k`` < 1.
+    """
+    if top_k is not None and top_k < 1:
+        raise InputError(f"top_k must be None or at least 1, got {top_k}")
+
+
+def ranked_documents(
+    scores: np.ndarray, documents: Sequence[str], top_k: int | None, return_documents: bool
+) -> list[RankedDocument]:
+    """``documents`` by (N,) ``scores``, best first, ties in input order (a stable sort, as
+    sentence-transformers' ``CrossEncoder.rank``), the best ``top_k`` (all when None), each a
+    `RankedDocument` with its ``text`` when ``return_documents``."""
+    order = np.argsort(-scores, kind="stable")[:top_k]
+    return [
+        RankedDocument(int(i), float(scores[i]), documents[i] if return_documents else None)
+        for i in order
+    ]
 
 
 class Reranker:
@@ -238,16 +261,11 @@ class Reranker:
         """
         if self.num_labels != 1:
             raise InputError(f"rank needs a one-label cross-encoder; this one has {self.labels}")
-        if top_k is not None and top_k < 1:
-            raise InputError(f"top_k must be None or at least 1, got {top_k}")
+        check_top_k(top_k)
         scores = self.predict(
             [(query, d) for d in documents],
             batch_size=batch_size,
             raw_scores=raw_scores,
             truncation_side=truncation_side,
         )
-        order = np.argsort(-scores, kind="stable")[:top_k]
-        return [
-            RankedDocument(int(i), float(scores[i]), documents[i] if return_documents else None)
-            for i in order
-        ]
+        return ranked_documents(scores, documents, top_k, return_documents)
