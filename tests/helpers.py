@@ -236,24 +236,30 @@ def mlm_loss(model, batch):
     return loss, {"mlm_loss": loss.item()}
 
 
-def _tiny_vocab() -> list[str]:
+def tiny_wordpiece_vocab() -> list[str]:
+    """[PAD] [UNK] [CLS] [SEP] [MASK] (ids 0-4), then a-z and ##a-##z."""
     letters = [chr(c) for c in range(ord("a"), ord("z") + 1)]
     return ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + letters + ["##" + c for c in letters]
 
 
-def make_tiny(directory: Path, *, dropout: float = 0.0, seed: int = 0) -> Path:
-    """A tiny random BERT (H=32, L=2) as a sentence-transformers directory (mean, normalised)."""
+def save_wordpiece_bert(
+    directory: Path, vocab: list[str], *, dropout: float = 0.0, seed: int = 0
+) -> Path:
+    """A tiny random BERT (H=32, L=2, 64 positions, ``seed``) with an uncased WordPiece
+    tokenizer over ``vocab`` (which holds [PAD], [UNK], [CLS], [SEP] and [MASK]), as a plain
+    Hugging Face directory; ``dropout``: its two dropout probabilities."""
     import tokenizers
     import transformers
 
     directory.mkdir(parents=True, exist_ok=True)
-    vocab = _tiny_vocab()
     backend = tokenizers.Tokenizer(
         tokenizers.models.WordPiece({t: i for i, t in enumerate(vocab)}, unk_token="[UNK]")
     )
     backend.normalizer = tokenizers.normalizers.BertNormalizer(lowercase=True)
     backend.pre_tokenizer = tokenizers.pre_tokenizers.BertPreTokenizer()
-    backend.post_processor = tokenizers.processors.BertProcessing(("[SEP]", 3), ("[CLS]", 2))
+    backend.post_processor = tokenizers.processors.BertProcessing(
+        ("[SEP]", vocab.index("[SEP]")), ("[CLS]", vocab.index("[CLS]"))
+    )
     backend.decoder = tokenizers.decoders.WordPiece()
     tok = transformers.PreTrainedTokenizerFast(
         tokenizer_object=backend,
@@ -276,6 +282,12 @@ def make_tiny(directory: Path, *, dropout: float = 0.0, seed: int = 0) -> Path:
     )
     torch.manual_seed(seed)
     transformers.BertModel(cfg).save_pretrained(directory)
+    return directory
+
+
+def make_tiny(directory: Path, *, dropout: float = 0.0, seed: int = 0) -> Path:
+    """A tiny random BERT (H=32, L=2) as a sentence-transformers directory (mean, normalised)."""
+    save_wordpiece_bert(directory, tiny_wordpiece_vocab(), dropout=dropout, seed=seed)
     from bertfamily.pipelines.embedding.bi_encoder import BiEncoder
 
     BiEncoder.from_directory(directory, max_seq_length=32).save(directory)
@@ -296,12 +308,17 @@ def save_tiny(path: Path, minilm_dir: Path, seed: int = 0) -> Path:
 
 def save_tiny_files(model, path: Path, minilm_dir: Path) -> None:
     """``model.save_pretrained(path)`` with MiniLM's tokenizer files beside it."""
+    model.save_pretrained(path)
+    copy_tokenizer_files(minilm_dir, path)
+
+
+def copy_tokenizer_files(source: Path, path: Path) -> None:
+    """Copy the tokenizer files of ``source`` (MiniLM's) that exist into ``path``."""
     import shutil
 
-    model.save_pretrained(path)
     for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt"):
-        if (minilm_dir / name).exists():
-            shutil.copy(minilm_dir / name, path / name)
+        if (source / name).exists():
+            shutil.copy(source / name, path / name)
 
 
 def save_tiny_splade(path: Path, minilm_dir: Path, seed: int = 1, bias: float = -0.3) -> Path:
@@ -332,3 +349,60 @@ def save_tiny_splade(path: Path, minilm_dir: Path, seed: int = 1, bias: float = 
     pooling = {"pooling_strategy": "max", "activation_function": "relu"}
     (path / "1_SpladePooling" / "config.json").write_text(json.dumps(pooling), encoding="utf-8")
     return path
+
+
+def write_jsonl(path: Path, rows) -> Path:
+    """``rows`` (JSON values) written to ``path``, one a line; returns ``path``."""
+    import json
+
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def save_tiny_pylate_colbert(root: Path, minilm_dir: Path) -> Path:
+    """A random tiny BERT (H=32, 64 positions, MiniLM's tokenizer) made a ColBERT (D=16,
+    query length 12, document length 20) by PyLate and saved by it in ``root / "colbert"``
+    (needs pylate: `reference.pylate_colbert.make_pylate_colbert`)."""
+    from reference.pylate_colbert import make_pylate_colbert
+
+    base = root / "bert"
+    save_hf_tiny(
+        "bert", "BertModel", base, vocab_size=30522, max_position_embeddings=64, hidden_size=32
+    )
+    copy_tokenizer_files(minilm_dir, base)
+    return make_pylate_colbert(
+        base, root / "colbert", embedding_size=16, query_length=12, document_length=20
+    )
+
+
+def save_tiny_bge_m3(directory: Path, texts: list[str], colbert_dim: int = 24) -> Path:
+    """A tiny BGE-M3 directory in FlagEmbedding's layout: an XLM-R tokenizer whose Unigram
+    vocabulary holds the words of ``texts`` (with and without their punctuation) and each of
+    their characters, a random XLM-R trunk (H=32, initializer range 0.4: distinct first-token
+    vectors), and the heads ``colbert_linear.pt`` (32 → ``colbert_dim``) and
+    ``sparse_linear.pt`` (32 → 1, bias 0.5: some weights > 0, some cut to 0 by the ReLU)."""
+    import transformers
+
+    # laid out as XLM-R's vocabulary: fairseq's first four ids, <mask> last; words as "▁" pieces
+    words = {w for line in texts for w in line.split()}
+    words |= {w.strip(".,") for w in words} - {""}
+    chars = sorted({c for line in texts for c in line if not c.isspace()})
+    vocab = [("<s>", 0.0), ("<pad>", 0.0), ("</s>", 0.0), ("<unk>", 0.0), ("▁", -3.0)]
+    vocab += [("▁" + w, -2.0 - 0.1 * len(w)) for w in sorted(words)]
+    vocab += [(c, -6.0) for c in chars] + [("<mask>", 0.0)]
+    tokenizer = transformers.XLMRobertaTokenizer(vocab=vocab)
+    tokenizer.save_pretrained(directory)
+    save_hf_tiny(
+        "xlm-roberta",
+        "XLMRobertaModel",
+        directory,
+        vocab_size=len(tokenizer),
+        initializer_range=0.4,
+    )
+    torch.manual_seed(3)
+    colbert, sparse = torch.nn.Linear(32, colbert_dim), torch.nn.Linear(32, 1)
+    with torch.no_grad():
+        sparse.bias.fill_(0.5)
+    torch.save(colbert.state_dict(), directory / "colbert_linear.pt")
+    torch.save(sparse.state_dict(), directory / "sparse_linear.pt")
+    return directory

@@ -20,7 +20,7 @@ from bertfamily.pipelines.embedding.bge_m3 import (
     lexical_matching_score,
     m3_json_rows,
 )
-from helpers import save_hf_tiny
+from helpers import save_tiny_bge_m3
 
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("FlagEmbedding")
@@ -47,29 +47,8 @@ COLBERT_DIM = 24
 
 @pytest.fixture(scope="module")
 def m3_dir(tmp_path_factory) -> Path:
-    """A tiny BGE-M3 directory: tokenizer, XLM-R trunk and the two heads."""
-    d = tmp_path_factory.mktemp("bge-m3")
-    # a Unigram vocabulary laid out as XLM-R's (fairseq's first four ids, <mask> last): the
-    # words of TRAIN (with and without their punctuation) and every character, as "▁" pieces
-    words = {w for line in TRAIN for w in line.split()}
-    words |= {w.strip(".,") for w in words} - {""}
-    chars = sorted({c for line in TRAIN for c in line if not c.isspace()})
-    vocab = [("<s>", 0.0), ("<pad>", 0.0), ("</s>", 0.0), ("<unk>", 0.0), ("▁", -3.0)]
-    vocab += [("▁" + w, -2.0 - 0.1 * len(w)) for w in sorted(words)]
-    vocab += [(c, -6.0) for c in chars] + [("<mask>", 0.0)]
-    tokenizer = transformers.XLMRobertaTokenizer(vocab=vocab)
-    tokenizer.save_pretrained(d)
-    # initializer_range 0.4: distinct first-token vectors (at 0.02 their cosines are all ~1)
-    save_hf_tiny(
-        "xlm-roberta", "XLMRobertaModel", d, vocab_size=len(tokenizer), initializer_range=0.4
-    )
-    torch.manual_seed(3)
-    colbert, sparse = torch.nn.Linear(32, COLBERT_DIM), torch.nn.Linear(32, 1)
-    with torch.no_grad():
-        sparse.bias.fill_(0.5)  # some weights > 0, some cut to 0 by the ReLU
-    torch.save(colbert.state_dict(), d / "colbert_linear.pt")
-    torch.save(sparse.state_dict(), d / "sparse_linear.pt")
-    return d
+    """A tiny BGE-M3 directory: tokenizer (the words of TRAIN), XLM-R trunk and the two heads."""
+    return save_tiny_bge_m3(tmp_path_factory.mktemp("bge-m3"), TRAIN, COLBERT_DIM)
 
 
 @pytest.fixture(scope="module")
@@ -114,11 +93,12 @@ def test_three_outputs_equal_flagembedding(ours, reference):
         want = reference.compute_lexical_matching_score(
             theirs["lexical_weights"][a], theirs["lexical_weights"][b]
         )
+        # a sum of products of weights each ≤ 2e-6 apart: 1e-5 relative (5.16 here)
         assert lexical_matching_score(mine.sparse[a], mine.sparse[b]) == pytest.approx(
-            float(want), abs=1e-5
+            float(want), rel=1e-5, abs=1e-5
         )
         assert lexical_matching_score(mine.sparse[a], theirs["lexical_weights"][b]) == (
-            pytest.approx(float(want), abs=1e-5)
+            pytest.approx(float(want), rel=1e-5, abs=1e-5)
         )
     for i in (0, 3):  # weights by token text, as convert_id_to_token decodes them
         want = reference.convert_id_to_token(theirs["lexical_weights"][i])

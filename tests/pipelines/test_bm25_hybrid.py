@@ -21,6 +21,7 @@ from bertfamily.pipelines.retrieval import (  # noqa: E402
     fuse,
     open_index,
 )
+from helpers import save_tiny, write_jsonl  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -197,10 +198,9 @@ def test_fuse_three_lists_by_hand_computed_rrf():
 @pytest.fixture(scope="module")
 def tiny_dense_and_splade(minilm_dir, tmp_path_factory):
     from retrieval_dirs import splade
-    from test_serve import tiny_dir
 
     base = tmp_path_factory.mktemp("bm25-hybrid")
-    return tiny_dir(base / "dense", minilm_dir), splade(base / "splade", minilm_dir, bias=-0.7)
+    return save_tiny(base / "dense", minilm_dir), splade(base / "splade", minilm_dir, bias=-0.7)
 
 
 def _jsonl(result) -> list[list[tuple]]:
@@ -220,23 +220,24 @@ def test_cli_bm25_index_and_hybrid_search_end_to_end(cli, tiny_dense_and_splade,
     from bertfamily.pipelines.retrieval import SparseIndex, VectorIndex
 
     dense_dir, splade_dir = tiny_dense_and_splade
-    corpus = tmp_path / "corpus.jsonl"
-    corpus.write_text("".join(json.dumps({"id": i, "text": t}) + "\n" for i, t in zip(IDS, CORPUS)))
-    for kind, extra in (("bm25", ()), ("flat", ("--model", dense_dir)),
-                        ("sparse", ("--model", splade_dir))):  # fmt: skip
+    rows = [{"id": i, "text": t} for i, t in zip(IDS, CORPUS)]
+    corpus = write_jsonl(tmp_path / "corpus.jsonl", rows)
+    fp32 = ("--dtype", "fp32")  # for the indexes with a model (bm25 refuses it: no model)
+    for kind, extra in (("bm25", ()), ("flat", ("--model", dense_dir, *fp32)),
+                        ("sparse", ("--model", splade_dir, *fp32))):  # fmt: skip
         r = cli("index", "build", "--corpus", corpus, "-o", tmp_path / kind, "--kind", kind,
-                *extra, "--dtype", "fp32")  # fmt: skip
+                *extra)  # fmt: skip
         assert r.exit_code == 0, r.output
     queries = ["cat on a mat", "coffee music"]
 
-    def search(*args):
-        r = cli("search", *queries, "--format", "jsonl", "-k", "4", "--dtype", "fp32", *args)
+    def search(*args, dtype=fp32):
+        r = cli("search", *queries, "--format", "jsonl", "-k", "4", *dtype, *args)
         assert r.exit_code == 0, r.output
         return _jsonl(r)
 
     bm25 = BM25Index.build(CORPUS, IDS)
     want = bm25.search(queries, top_k=4)
-    got = search("--index", tmp_path / "bm25")
+    got = search("--index", tmp_path / "bm25", dtype=())
     assert [[g[0] for g in row] for row in got] == [[IDS[h.index] for h in row] for row in want]
     np.testing.assert_allclose([g[1] for g in got[0]], [h.score for h in want[0]], atol=1e-6)
 

@@ -30,7 +30,7 @@ from bertfamily.pipelines.embedding.colbert import (
     padded_matrices,
 )
 from bertfamily.pipelines.retrieval import ColBERTIndex, open_index
-from helpers import save_hf_tiny
+from helpers import save_tiny_pylate_colbert
 
 pylate = pytest.importorskip("pylate")
 from pylate import rank, scores  # noqa: E402
@@ -52,27 +52,12 @@ DOCS = [
     "Paris is the capital of France; it is large, old, and crowded. " * 4,
     "Whales -- large marine mammals -- appear in the novel.",
 ]
-TOKENIZER_FILES = (
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "vocab.txt",
-    "special_tokens_map.json",
-)
 
 
 @pytest.fixture(scope="module")
 def tiny_colbert(tmp_path_factory, minilm_dir):
     """A random tiny BERT (MiniLM's tokenizer) made a ColBERT by PyLate and saved by it."""
-    root = tmp_path_factory.mktemp("colbert")
-    base = root / "bert"
-    save_hf_tiny(
-        "bert", "BertModel", base, vocab_size=30522, max_position_embeddings=64, hidden_size=32
-    )
-    for name in TOKENIZER_FILES:
-        shutil.copy(minilm_dir / name, base / name)
-    return make_pylate_colbert(
-        base, root / "colbert", embedding_size=16, query_length=12, document_length=20
-    )
+    return save_tiny_pylate_colbert(tmp_path_factory.mktemp("colbert"), minilm_dir)
 
 
 def _variant(src, dst, **settings):
@@ -270,8 +255,10 @@ def test_index_refuses(tiny_colbert, tmp_path, minilm_dir):
         index.search_texts(ColBERTEncoder(other), ["cat"])
     from bertfamily.pipelines.embedding.embed import SentenceEmbedder
 
-    with pytest.raises(VectorIndexError, match="ColBERT"):
+    with pytest.raises(VectorIndexError, match="needs a ColBERT model"):
         index.search_texts(SentenceEmbedder(minilm_dir), ["cat"])
+    with pytest.raises(InputError, match="needs a ColBERT model"):  # `base.Index.build`'s hook
+        ColBERTIndex.build(SentenceEmbedder(minilm_dir), ["a cat"])
     index.save(tmp_path / "idx")
     (tmp_path / "idx" / "colbert.npz").write_bytes(b"not numpy")
     with pytest.raises(VectorIndexError, match="colbert.npz"):

@@ -18,7 +18,7 @@ import pytest
 pytest.importorskip("faiss")
 
 from bertfamily.pipelines.retrieval.dense import ModelIdentity, VectorIndex, VectorIndexError  # noqa: E402
-from test_serve import tiny_dir  # noqa: E402
+from helpers import save_tiny  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -83,8 +83,8 @@ def tiny_models(minilm_dir, tmp_path_factory):
     from bertfamily.pipelines.embedding.embed import SentenceEmbedder
 
     base = tmp_path_factory.mktemp("tiny-index")
-    a = tiny_dir(base / "a", minilm_dir)
-    b = tiny_dir(base / "b", minilm_dir)
+    a = save_tiny(base / "a", minilm_dir)
+    b = save_tiny(base / "b", minilm_dir)
     (b / "extra.txt").write_text("another directory, another digest")  # same weights
     return a, b, SentenceEmbedder(a), SentenceEmbedder(b)
 
@@ -313,3 +313,66 @@ def test_cli_binary_sparse_and_hybrid_indexes(cli, tiny_models, tiny_splade, tmp
     assert "--embeddings builds flat or hnsw" in fails(
         "index", "build", "--embeddings", tmp_path / "e.parquet", "-o", tmp_path / "x",
         "--kind", "binary")  # fmt: skip
+
+
+def test_cli_options_an_index_kind_does_not_use_are_refused(
+    cli, tiny_models, tiny_splade, tmp_path
+):
+    """One sparse index takes its SPLADE model from --sparse-model as from --model (the same
+    hits); an option no index of the search (or build, add) uses is an error naming it, never
+    ignored (issue #48: --sparse-model was ignored with one sparse index)."""
+    pytest.importorskip("bm25s")
+    from bertfamily.pipelines.retrieval.indexes import SparseIndex
+
+    a = tiny_models[0]
+    splade_dir, encoder = tiny_splade
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(DOCS) + "\n", encoding="utf-8")
+    for kind, extra in (("flat", ("--model", a)), ("sparse", ("--model", splade_dir)),
+                        ("bm25", ())):  # fmt: skip
+        r = cli("index", "build", "--corpus", corpus, "-o", tmp_path / kind, "--kind", kind, *extra)
+        assert r.exit_code == 0, r.output
+    queries = ["about cats and coffee", "document number 7"]
+    want = SparseIndex.build(encoder, DOCS).search(encoder.encode(queries), top_k=4)
+    ids = list(range(1, len(DOCS) + 1))
+    for model in (("--sparse-model", splade_dir), ("--model", splade_dir),
+                  ("--model", splade_dir, "--sparse-model", splade_dir)):  # fmt: skip
+        r = cli("search", *queries, "--index", tmp_path / "sparse", *model, "--format", "jsonl",
+                "-k", "4")  # fmt: skip
+        assert r.exit_code == 0, r.output
+        _same(_jsonl(r), want, ids, atol=1e-5)
+
+    def fails(*args) -> str:
+        r = cli(*args)
+        assert r.exit_code == 2, r.output
+        return " ".join(r.output.split())
+
+    flat, sparse, bm25 = (tmp_path / k for k in ("flat", "sparse", "bm25"))
+    different = fails("search", "q", "--index", sparse, "--model", splade_dir, "--sparse-model", a)
+    assert "a sparse index has one model" in different and different.endswith("give one of them")
+    assert "needs its SPLADE model" in fails("search", "q", "--index", sparse)
+    for args, says in [
+        (("--index", flat, "--model", a, "--sparse-model", splade_dir),
+         "--sparse-model: not used by a flat index; leave it out"),
+        (("--index", flat, "--model", a, "--rescore", "10", "--fusion", "linear"),
+         "--fusion, --rescore: not used by a flat index; leave them out"),
+        (("--index", sparse, "--index", bm25, "--sparse-model", splade_dir, "--runtime",
+          "torch"), "--runtime: not used by a hybrid search of sparse, bm25 indexes"),
+        (("--index", bm25, "--dtype", "fp32"), "--dtype: not used by a bm25 index (it has no"),
+        (("--index", bm25, "--index", sparse, "--model", a, "--sparse-model", splade_dir),
+         "--model: not used by a hybrid search of bm25, sparse indexes"),
+        (("--index", flat, "--index", bm25, "--model", a, "--sparse-model", splade_dir),
+         "--sparse-model: not used by a hybrid search of flat, bm25 indexes"),
+        (("--corpus", corpus, "--model", a, "--rescore", "3"),
+         "--rescore: not used by a search of --corpus"),
+    ]:  # fmt: skip
+        assert says in fails("search", "q", *args), args
+    build = ("index", "build", "--corpus", corpus, "-o", tmp_path / "x")
+    assert "--ef-search: not used by a flat index" in fails(*build, "--model", a,
+                                                           "--ef-search", "5")  # fmt: skip
+    assert "--batch-size: not used by a bm25 index" in fails(*build, "--kind", "bm25",
+                                                            "--batch-size", "4")  # fmt: skip
+    assert not (tmp_path / "x").exists()
+    assert "--device: not used by a bm25 index" in fails(
+        "index", "add", "--index", bm25, "--corpus", corpus, "--device", "cpu"
+    )

@@ -470,3 +470,88 @@ def test_encode_refuses_unknown_keywords(tiny_hf, tmp_path, kw, message):
     ours = SentenceEmbedder(_save(tiny_hf, tmp_path / "m"), dtype="fp32")
     with pytest.raises(InputError, match=message):
         ours.encode(TEXTS, **kw)
+
+
+def _classifier(tiny_hf: Path, out: Path, labels: int, **config) -> Path:
+    """``tiny_hf``'s trunk as a random BertForSequenceClassification saved by transformers
+    (``labels`` labels, ``config`` added to its config.json), with its tokenizer."""
+    import transformers
+
+    cfg = transformers.BertConfig.from_pretrained(tiny_hf, num_labels=labels)
+    torch.manual_seed(3)
+    transformers.BertForSequenceClassification(cfg).eval().save_pretrained(out)
+    for file in tiny_hf.glob("*token*"):
+        shutil.copy(file, out / file.name)
+    if config:
+        data = json.loads((out / "config.json").read_text())
+        (out / "config.json").write_text(json.dumps(data | config))
+    return out
+
+
+SIGMOID = {"sentence_transformers": {"activation_fn": "torch.nn.modules.activation.Sigmoid"}}
+
+
+@pytest.mark.parametrize(
+    "labels,config,says",
+    [
+        (None, {}, "has no sentence-transformers modules.json: embedding it assumes mean"),
+        (1, {}, "is a cross-encoder (BertForSequenceClassification), not a sentence embedder"),
+        (3, SIGMOID, "is a cross-encoder (BertForSequenceClassification), not a sentence"),
+        (3, {}, "is a sequence classifier (BertForSequenceClassification, 3 labels), not a"),
+    ],
+)
+def test_directory_without_modules_warns_that_mean_pooling_is_assumed(
+    tiny_hf, tmp_path, caplog, labels, config, says
+):
+    """As sentence-transformers ("No sentence-transformers model found ... mean pooling"): a
+    directory without modules.json is embedded with mean pooling, L2-normalised, and a
+    warning says so, naming the directory, and naming a cross-encoder or classifier as one."""
+    d = tiny_hf if labels is None else _classifier(tiny_hf, tmp_path / "clf", labels, **config)
+    with caplog.at_level("WARNING"):
+        ours = SentenceEmbedder(d).encode(TEXTS[:3])
+    notes = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(notes) == 1 and notes[0].startswith(str(d)) and "\n" not in notes[0]
+    assert says in notes[0] and notes[0].endswith("mean pooling of its token states, L2-normalised")
+    # the vectors are sentence-transformers' mean pooling of the same directory, normalised
+    ref = st.SentenceTransformer(str(d), device="cpu").encode(TEXTS[:3], convert_to_numpy=True)
+    ref /= np.linalg.norm(ref, axis=1, keepdims=True)
+    np.testing.assert_allclose(ours, ref, atol=1e-5, rtol=0)
+    caplog.clear()
+    with caplog.at_level("WARNING"):  # a pooling given, or a sentence-transformers directory
+        SentenceEmbedder(d, pooling=PoolingSpec("cls"))
+        SentenceEmbedder(_save(tiny_hf, tmp_path / "st"))
+    assert not [r for r in caplog.records if r.levelname == "WARNING"]
+
+
+def test_embed_command_says_the_cross_encoder_on_one_stderr_line(tiny_hf, tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    d = _classifier(tiny_hf, tmp_path / "ce", 1)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bertfamily",
+            "embed",
+            "the cat",
+            "--model",
+            str(d),
+            "--format",
+            "jsonl",
+        ],
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert len(json.loads(proc.stdout.splitlines()[0])["embedding"]) == H
+    warned = [line for line in proc.stderr.splitlines() if line.startswith("WARNING")]
+    assert warned == [
+        f"WARNING bertfamily.pipelines.embedding.embed: {d} is a cross-encoder "
+        "(BertForSequenceClassification), not a sentence embedder: it scores text pairs (load "
+        "it with Reranker, `bertfamily rerank`); embedding it assumes mean pooling of its token "
+        "states, L2-normalised"
+    ]

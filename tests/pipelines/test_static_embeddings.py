@@ -17,6 +17,7 @@ import torch
 from bertfamily.errors import InputError, SentenceModulesError, TokenizerNotFoundError
 from bertfamily.pipelines.embedding.embed import SentenceEmbedder
 from bertfamily.recipes.static import distill_static, sif_weights
+from helpers import save_wordpiece_bert
 
 st = pytest.importorskip("sentence_transformers")
 stm = pytest.importorskip("sentence_transformers.sentence_transformer.modules")
@@ -35,34 +36,7 @@ def _vocab() -> list[str]:
 @pytest.fixture(scope="module")
 def tiny_bert(tmp_path_factory) -> Path:
     """A tiny random BERT (H=32, L=2, V=64, two [unusedN] tokens), uncased WordPiece."""
-    import tokenizers
-    import transformers
-
-    d = tmp_path_factory.mktemp("tiny-bert")
-    vocab = _vocab()
-    backend = tokenizers.Tokenizer(
-        tokenizers.models.WordPiece({t: i for i, t in enumerate(vocab)}, unk_token="[UNK]")
-    )
-    backend.normalizer = tokenizers.normalizers.BertNormalizer(lowercase=True)
-    backend.pre_tokenizer = tokenizers.pre_tokenizers.BertPreTokenizer()
-    backend.post_processor = tokenizers.processors.BertProcessing(("[SEP]", 5), ("[CLS]", 4))
-    backend.decoder = tokenizers.decoders.WordPiece()
-    specials = dict(pad_token="[PAD]", unk_token="[UNK]", cls_token="[CLS]", sep_token="[SEP]")
-    tok = transformers.PreTrainedTokenizerFast(
-        tokenizer_object=backend, mask_token="[MASK]", **specials
-    )
-    tok.save_pretrained(d)
-    cfg = transformers.BertConfig(
-        vocab_size=len(vocab),
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        intermediate_size=37,
-        max_position_embeddings=64,
-    )
-    torch.manual_seed(0)
-    transformers.BertModel(cfg).eval().save_pretrained(d)
-    return d
+    return save_wordpiece_bert(tmp_path_factory.mktemp("tiny-bert"), _vocab(), dropout=0.1)
 
 
 def _backend(tiny_bert: Path):
@@ -281,3 +255,24 @@ def test_byte_level_bpe_distillation_equals_model2vec(hf_checkpoint, tmp_path):
     np.testing.assert_allclose(ours.embedding, ref.embedding, atol=1e-6, rtol=0)
     texts = ["hello world", "the cat sat", " on the mat"]
     np.testing.assert_allclose(_ours(tmp_path / "ours", texts), ref.encode(texts), atol=1e-5)
+
+
+@pytest.mark.parametrize("layout", ["sentence-transformers", "model2vec"])
+def test_texts_without_tokens_are_the_zero_vector_as_their_libraries(tiny_bert, tmp_path, layout):
+    """A text with no token to average (empty; for model2vec's rule, only [UNK]) is the zero
+    vector, normalised or not, equal to its library's and never NaN, even when every text of
+    a batch is such a text (a (B, 0) batch)."""
+    if layout == "model2vec":
+        d = _m2v_static(tiny_bert, tmp_path / "m2v", normalize=True)
+        texts, ref = ["☃", "", "☃ ☃"], model2vec.StaticModel.from_pretrained(d).encode
+    else:
+        d = _st_static(tiny_bert, tmp_path / "st", normalize=True)
+        texts = ["", ""]
+        ref = st.SentenceTransformer(str(d), device="cpu").encode
+    embedder = SentenceEmbedder(d)
+    for batch in (texts, [*texts, "the cat"]):  # alone in their batch, and beside a text
+        ours = embedder.encode(batch, batch_size=8)
+        assert np.isfinite(ours).all()
+        np.testing.assert_array_equal(ours[: len(texts)], np.zeros((len(texts), 12), "f4"))
+        np.testing.assert_allclose(ours, ref(batch), atol=1e-5, rtol=0)
+    assert np.linalg.norm(ours[-1]) == pytest.approx(1, abs=1e-6)  # "the cat": normalised

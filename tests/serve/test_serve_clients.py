@@ -35,7 +35,7 @@ def embedder(tiny):
 
 @pytest.fixture(scope="module")
 def server(tiny):
-    s = Server(tiny, "--dtype", "fp32", "--model-id", str(tiny), env={"API_KEY": KEY})
+    s = Server(tiny, "--dtype", "fp32", env={"API_KEY": KEY})
     yield s
     s.stop()
 

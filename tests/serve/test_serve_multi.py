@@ -211,8 +211,8 @@ def test_command_line_names_the_models_and_refuses_what_it_cannot(cli, ce_dirs, 
     assert list(ran["app"].state.serve.peers) == ["ce", "other", "x"]
     result = cli("serve", "--model", f"one={ce}")  # one model, named
     assert result.exit_code == 0 and ran["app"].state.serve.model_id == "one"
-    result = cli("serve", "--model", ce, "--model-id", ce)  # one given twice: served once
-    assert result.exit_code == 0 and list(ran["app"].state.serve.peers) == ["ce"]
+    result = cli("serve", "--model", ce, "--model-id", ce)  # one given twice: refused
+    assert result.exit_code == 2 and "is given twice" in result.output
     result = cli("serve", "--model", f"a={ce}", "--model", f"a={ce_dirs[0]}")
     assert result.exit_code == 2 and "two models are named a" in result.output
     result = cli("serve", "--model", ce, "--model", f"b={ce}", "--workers", "2")

@@ -36,6 +36,7 @@ from bertfamily.train.config import TrainConfig
 from bertfamily.train.loop import Trainer
 
 pylate_losses = pytest.importorskip("pylate.losses")
+from helpers import save_wordpiece_bert, tiny_wordpiece_vocab, write_jsonl  # noqa: E402
 from reference.pylate_colbert import load_pylate_colbert  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -58,41 +59,8 @@ def sentences(n: int, seed: int) -> list[str]:
 def tiny_hf(tmp_path_factory) -> Path:
     """A tiny random BERT (H=32, L=2) whose vocabulary has a few punctuation marks (so the
     skiplist masks real tokens), as a plain Hugging Face directory."""
-    import tokenizers
-    import transformers
-
-    directory = tmp_path_factory.mktemp("tiny-colbert-base")
-    letters = [chr(c) for c in range(ord("a"), ord("z") + 1)]
-    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *letters]
-    vocab += ["##" + c for c in letters] + list(".,!?")
-    backend = tokenizers.Tokenizer(
-        tokenizers.models.WordPiece({t: i for i, t in enumerate(vocab)}, unk_token="[UNK]")
-    )
-    backend.normalizer = tokenizers.normalizers.BertNormalizer(lowercase=True)
-    backend.pre_tokenizer = tokenizers.pre_tokenizers.BertPreTokenizer()
-    backend.post_processor = tokenizers.processors.BertProcessing(("[SEP]", 3), ("[CLS]", 2))
-    backend.decoder = tokenizers.decoders.WordPiece()
-    transformers.PreTrainedTokenizerFast(
-        tokenizer_object=backend,
-        pad_token="[PAD]",
-        unk_token="[UNK]",
-        cls_token="[CLS]",
-        sep_token="[SEP]",
-        mask_token="[MASK]",
-    ).save_pretrained(directory)
-    cfg = transformers.BertConfig(
-        vocab_size=len(vocab),
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        intermediate_size=37,
-        max_position_embeddings=64,
-        hidden_dropout_prob=0.0,
-        attention_probs_dropout_prob=0.0,
-    )
-    torch.manual_seed(0)
-    transformers.BertModel(cfg).save_pretrained(directory)
-    return directory
+    vocab = [*tiny_wordpiece_vocab(), *".,!?"]
+    return save_wordpiece_bert(tmp_path_factory.mktemp("tiny-colbert-base"), vocab)
 
 
 @pytest.fixture(scope="module")
@@ -246,8 +214,7 @@ def test_training_steps_equal_pylate_loss_loop(initial, tmp_path, kind):
 
 def test_recipe_saves_a_directory_pylate_loads(tiny_hf, tmp_path):
     rows = [{"query": q, "positive": p} for q, p in zip(sentences(8, 1), sentences(8, 2))]
-    data = tmp_path / "train.jsonl"
-    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    data = write_jsonl(tmp_path / "train.jsonl", rows)
     cfg = ColBERTConfig(tiny_hf, data, **SETTINGS)
     res = train_colbert(
         cfg, output_dir=tmp_path / "run", batch_size=4, learning_rate=1e-3, progress=False
@@ -261,12 +228,11 @@ def test_recipe_saves_a_directory_pylate_loads(tiny_hf, tmp_path):
     query = ref.encode(["a red car."], is_query=True)[0]
     assert query.shape == (12, 16)  # [CLS] [Q] the text [SEP] and the [MASK] expansion
     # distillation rows, and a ColBERT directory trained further (its own settings)
-    kd = tmp_path / "kd.jsonl"
     lines = [
         {"query": q, "documents": sentences(3, 20 + i), "scores": [3.0, 1.0, -2.0]}
         for i, q in enumerate(sentences(4, 9))
     ]
-    kd.write_text("".join(json.dumps(r) + "\n" for r in lines))
+    kd = write_jsonl(tmp_path / "kd.jsonl", lines)
     more = train_colbert(
         ColBERTConfig(res["model"], kd, loss="distillation"),
         output_dir=tmp_path / "kd-run", batch_size=2, learning_rate=1e-3, progress=False,
@@ -359,8 +325,7 @@ def test_padding_one_more_equals_pylate_padding_to_document_length(tok, initial)
 
 def test_cli_trains_a_colbert(cli, tiny_hf, tmp_path):
     rows = [{"query": q, "positive": p} for q, p in zip(sentences(6, 3), sentences(6, 4))]
-    data = tmp_path / "pairs.jsonl"
-    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    data = write_jsonl(tmp_path / "pairs.jsonl", rows)
     res = cli(
         "finetune", "--task", "colbert", "--model", tiny_hf, "--train", data,
         "-o", tmp_path / "run", "--batch-size", "3", "--epochs", "1", "--query-length", "10",
@@ -391,8 +356,7 @@ def test_recipe_equals_pylate_trainer(tiny_hf, tmp_path):
     from torch.utils.data import SequentialSampler
 
     rows = [{"query": q, "positive": p} for q, p in zip(sentences(16, 5), sentences(16, 6))]
-    data = tmp_path / "train.jsonl"
-    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    data = write_jsonl(tmp_path / "train.jsonl", rows)
     lr, fields = 1e-3, dict(batch_size=4, warmup_ratio=0.1, log_every=1, progress=False)
     res = train_colbert(
         ColBERTConfig(tiny_hf, data, shuffle=False, **SETTINGS),

@@ -283,7 +283,8 @@ def test_an_adapter_config_that_contradicts_its_tensors_is_refused(tiny, tmp_pat
 
 def test_served_embedding_model_carries_the_adapter(tiny, adapter, cli, tmp_path):
     """`serve --adapter`: the served pipeline is the adapted embedder (through the one loader
-    of every served model, replicas included); one model only; embedding models only."""
+    of every served model, replicas included); DIR alone with one model only (NAME=DIR
+    targets one of several: tests/serve/test_serve_search.py); embedding models only."""
     from bertfamily.serve.app import load_served_model
     from bertfamily.serve.replicas import replica_environment
 
@@ -297,4 +298,5 @@ def test_served_embedding_model_carries_the_adapter(tiny, adapter, cli, tmp_path
     env = json.loads(replica_environment(tiny, ServeSettings(), adapter=directory))
     assert env["adapter"] == str(directory)
     res = cli("serve", "--model", f"a={tiny}", "--model", f"b={tiny}", "--adapter", directory)
-    assert res.exit_code == 2 and "--adapter applies to one model" in res.output
+    said = " ".join(res.output.split())  # several models: DIR alone is refused
+    assert res.exit_code == 2 and "give --adapter NAME=DIR for the model it adapts" in said

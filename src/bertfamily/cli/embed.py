@@ -593,6 +593,7 @@ def _embed_m3(texts, ids, output, model, output_value, batch_size, dtype, device
 @commands.command()
 @handle_errors
 def search(
+    ctx: typer.Context,
     query: list[str] = typer.Argument(
         ..., metavar="QUERY", help="One or more queries.", show_default=False
     ),
@@ -618,7 +619,9 @@ def search(
         None,
         "--sparse-model",
         metavar="DIR|NAME",
-        help="Hybrid search: the SPLADE model of the sparse index (--model is the dense one's).",
+        help="The SPLADE model of the sparse index (hybrid search: --model is the dense one's; "
+        "one sparse index: --model or --sparse-model). An option that no index of the search "
+        "uses is refused.",
     ),
     fusion: str = typer.Option(
         "rrf",
@@ -658,10 +661,17 @@ def search(
     check_runtime(runtime, device=device)
     if (corpus is None) == (not index):
         raise InputError("give --corpus FILE or --index DIR (one of them)")
+    from ..pipelines.retrieval.base import read_index_meta
+    from .index import described, refuse_unused, search_options, sparse_index_model
+
+    kinds = [read_index_meta(p)["kind"] for p in index] if index else ["corpus"]
+    refuse_unused(ctx, search_options(kinds), described(kinds))  # an option no index uses: refused
     if index:
         opts = dict(top_k=top_k, dtype=dtype, batch_size=batch_size, rescore=rescore)
         opts |= dict(device=device, runtime=runtime)
         if len(index) == 1:
+            if kinds == ["sparse"]:  # its SPLADE model: --model or --sparse-model
+                model = sparse_index_model(model, sparse_model)
             results = _search_index(index[0], list(query), model, **opts)
         else:
             results = _search_hybrid(index, list(query), model, sparse_model, fusion, **opts)
@@ -676,7 +686,6 @@ def search(
     _print_hits(list(query), results, fmt, "line", lambda h: h.index + 1)  # lines count from 1
 
 
-FUSION_DEPTH = 100  # hits of each index that hybrid search fuses
 SPARSE_RUNTIME = {"runtime": "torch"}  # hybrid search: --runtime is the dense model's
 #: the kinds hybrid search takes at most one of (a dense model serves flat, hnsw and binary)
 HYBRID_GROUPS = {"flat": "dense", "hnsw": "dense", "binary": "dense"}
@@ -695,7 +704,7 @@ def _query_index(
     runtime="torch",
 ):
     """One opened index's hits (`IndexHit`) for ``queries``, with the model its kind needs
-    (none for bm25: ``model`` is then ignored)."""
+    (none for bm25: ``model`` is then another index's)."""
     from .index import index_encoder, index_kind
 
     kind = index_kind(index)
@@ -713,15 +722,20 @@ def _search_index(path: Path, queries: list[str], model, **opts):
 
 
 def _search_hybrid(paths, queries: list[str], model, sparse_model, fusion, *, top_k, **opts):
-    """The hits of two or more indexes of the same documents fused (`retrieval.fuse`) over
-    each index's top `FUSION_DEPTH`: a dense or binary index (``model``), a sparse one
-    (``sparse_model``) and a bm25 one (no model), at most one of each group."""
-    from ..errors import VectorIndexError
+    """The hits of two or more indexes of the same documents fused over each index's top
+    `retrieval.hybrid.FUSION_DEPTH` (`retrieval.hybrid.fused_hits`, as the server's /search):
+    a dense or binary index (``model``), a sparse one (``sparse_model``) and a bm25 one (no
+    model), at most one of each group."""
     from ..pipelines.retrieval.base import read_index_meta
-    from ..pipelines.retrieval.dense import IndexHit
-    from ..pipelines.retrieval.indexes import fuse, open_index
+    from ..pipelines.retrieval.hybrid import (
+        FUSIONS,
+        check_same_documents,
+        fused_hits,
+        query_depth,
+    )
+    from ..pipelines.retrieval.indexes import open_index
 
-    if fusion not in ("rrf", "linear"):
+    if fusion not in FUSIONS:
         raise InputError(f"--fusion must be rrf or linear, got {fusion!r}")
     kinds = [read_index_meta(p)["kind"] for p in paths]  # checked before any index is read
     groups = [HYBRID_GROUPS.get(k, k) for k in kinds]
@@ -736,16 +750,10 @@ def _search_hybrid(paths, queries: list[str], model, sparse_model, fusion, *, to
             f"with the sparse and bm25 indexes, got {kinds}"
         )
     indexes = [open_index(p) for p in paths]
-    first, first_path = indexes[0], paths[0]
-    for other, other_path in zip(indexes[1:], paths[1:]):
-        if other.ids != first.ids or other.texts != first.texts:
-            raise VectorIndexError(
-                f"{first_path} and {other_path} do not hold the same documents in the same "
-                "order: build both from the same corpus"
-            )
+    check_same_documents(indexes, paths)
     if "sparse" in kinds and sparse_model is None:
         raise InputError("hybrid search: give --sparse-model (the sparse index's SPLADE model)")
-    depth = max(FUSION_DEPTH, top_k)
+    depth = query_depth(len(indexes), top_k)
     lists = []
     for index, kind in zip(indexes, kinds):
         if kind == "sparse":
@@ -754,11 +762,7 @@ def _search_hybrid(paths, queries: list[str], model, sparse_model, fusion, *, to
             )
         else:
             lists.append(_query_index(index, queries, model, top_k=depth, **opts))
-    fused = [fuse(*per_query, top_k=top_k, method=fusion) for per_query in zip(*lists)]
-    return [
-        [IndexHit(h.index, first.ids[h.index], h.score, first.texts[h.index]) for h in row]
-        for row in fused
-    ]
+    return fused_hits(indexes[0], lists, top_k, fusion)
 
 
 def _print_hits(queries: list[str], results, fmt: str, column: str, ref) -> None:

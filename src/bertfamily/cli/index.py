@@ -76,6 +76,110 @@ KIND_HELP = (
 INDEX_KINDS = ("flat", "hnsw", "binary", "sparse", "bm25", "colbert")
 
 
+#: The options of `search` and `index build|add` that only some index kinds use; one given on
+#: the command line to a kind that does not use it is refused (`refuse_unused`), never ignored.
+KIND_OPTIONS = (
+    "model",
+    "sparse_model",
+    "rescore",
+    "fusion",
+    "hnsw_m",
+    "ef_construction",
+    "ef_search",
+    "dtype",
+    "device",
+    "runtime",
+    "batch_size",
+)
+GIVEN = ("COMMANDLINE", "ENVIRONMENT")  # click's sources of a value the user gave
+#: Index kinds whose model is ``--model``'s kind of model, a dense embedder or a ColBERT one
+#: ("corpus": `search --corpus`, embedded with --model).
+_DENSE_MODEL_KINDS = ("corpus", "flat", "hnsw", "binary", "colbert")
+
+
+def search_options(kinds: list[str]) -> set[str]:
+    """The `KIND_OPTIONS` a `search` of ``kinds`` uses: the kind of each ``--index``, or
+    ``["corpus"]`` for ``--corpus``. --model and --runtime: a dense, binary or ColBERT index,
+    or one sparse index alone (its SPLADE model: --model or --sparse-model; SPLADE runs in
+    torch, `index_encoder`); --sparse-model: a sparse index; --rescore: a binary index;
+    --fusion: two or more indexes; --dtype, --device, --batch-size: any index with a model
+    (every kind but bm25)."""
+    used = set()
+    if any(k != "bm25" for k in kinds):
+        used |= {"dtype", "device", "batch_size"}
+    if any(k in _DENSE_MODEL_KINDS for k in kinds):
+        used |= {"model", "runtime"}
+    if "sparse" in kinds:
+        used |= {"sparse_model"} | ({"model", "runtime"} if len(kinds) == 1 else set())
+    if "binary" in kinds:
+        used.add("rescore")
+    if len(kinds) > 1:
+        used.add("fusion")
+    return used
+
+
+def build_options(kind: str, from_embeddings: bool = False, with_model: bool = True) -> set[str]:
+    """The `KIND_OPTIONS` that `index build` (``from_embeddings``: with --embeddings; then the
+    model, if any, only names the query model) or `index add` uses for an index of ``kind``:
+    the HNSW settings for hnsw; the model and how it runs for every kind but bm25."""
+    used = {"hnsw_m", "ef_construction", "ef_search"} if kind == "hnsw" else set()
+    if kind != "bm25":
+        used.add("model")
+        if with_model:
+            used |= {"dtype", "device", "runtime"}
+        if not from_embeddings:
+            used.add("batch_size")
+    return used
+
+
+def refuse_unused(ctx: typer.Context, used: set[str], what: str) -> None:
+    """Refuse the `KIND_OPTIONS` of the command of ``ctx`` given on the command line (or by
+    the environment) that ``what`` does not use (``used``).
+
+    Raises:
+        InputError: naming each such option and ``what``.
+    """
+    unused = [
+        p.opts[0]
+        for p in ctx.command.params
+        if p.name in KIND_OPTIONS
+        and p.name not in used
+        and getattr(ctx.get_parameter_source(p.name), "name", None) in GIVEN
+    ]
+    if unused:
+        it = "it" if len(unused) == 1 else "them"
+        raise InputError(f"{', '.join(unused)}: not used by {what}; leave {it} out")
+
+
+def described(kinds: list[str]) -> str:
+    """``kinds`` in a message: "a flat index", "a search of --corpus", "a hybrid search of
+    flat, sparse indexes"."""
+    if kinds == ["corpus"]:
+        return "a search of --corpus"
+    if kinds == ["bm25"]:
+        return "a bm25 index (it has no model)"
+    if len(kinds) == 1:
+        return f"a {kinds[0]} index"
+    return f"a hybrid search of {', '.join(kinds)} indexes"
+
+
+def sparse_index_model(model: str | None, sparse_model: str | None) -> str | None:
+    """The SPLADE model of a `search` of one sparse index: --model or --sparse-model (either
+    names it; the index refuses a model other than the one that built it).
+
+    Raises:
+        InputError: neither given, or both, naming different models.
+    """
+    if model is None and sparse_model is None:
+        raise InputError("a sparse index needs its SPLADE model: give --model or --sparse-model")
+    if model is not None and sparse_model is not None and model != sparse_model:
+        raise InputError(
+            f"a sparse index has one model: --model {model} and --sparse-model {sparse_model} "
+            "differ; give one of them"
+        )
+    return model if sparse_model is None else sparse_model
+
+
 def index_encoder(
     kind: str, model: str | None, dtype: str, device: str = "cpu", runtime: str = "torch"
 ):
@@ -123,6 +227,7 @@ def _with_bar(total: int, work):
 @index_app.command("build")
 @handle_errors
 def index_build(
+    ctx: typer.Context,
     corpus: Path | None = typer.Option(None, metavar="FILE", help=CORPUS_HELP),
     embeddings: Path | None = typer.Option(
         None,
@@ -160,6 +265,11 @@ def index_build(
     require_extras(*(() if kind in ("sparse", "bm25") else ("faiss",)), tables=(corpus, embeddings))
     if (corpus is None) == (embeddings is None):
         raise InputError("give --corpus FILE or --embeddings FILE|DIR (one of them)")
+    refuse_unused(
+        ctx,
+        build_options(kind, embeddings is not None, embeddings is None or model is not None),
+        described([kind]) + (" from --embeddings" if embeddings is not None else ""),
+    )
     settings = dict(kind=kind, hnsw_m=hnsw_m, ef_construction=ef_construction, ef_search=ef_search)
     kind_settings = settings if kind in ("flat", "hnsw") else {}  # binary and sparse: none
     if embeddings is not None:
@@ -207,6 +317,7 @@ def _wrote(index, kind: str, output: Path) -> None:
 @index_app.command("add")
 @handle_errors
 def index_add(
+    ctx: typer.Context,
     index_dir: Path = typer.Option(..., "--index", metavar="DIR", help="Index directory."),
     corpus: Path = typer.Option(..., metavar="FILE", help=CORPUS_HELP),
     id_column: str = ID_COLUMN,
@@ -231,6 +342,7 @@ def index_add(
     check_runtime(runtime, device=device)
     require_extras(tables=(corpus,))
     index = open_index(index_dir)
+    refuse_unused(ctx, build_options(index_kind(index)), described([index_kind(index)]))
     texts, ids = read_corpus(corpus, id_column, text_column)
     taken = set(map(json.dumps, index.ids))
     clash = next((i for i in ids if json.dumps(i) in taken), None)

@@ -158,8 +158,20 @@ UDS_OPTION = typer.Option(
 
 ADAPTER_OPTION = typer.Option(
     None,
-    help="A PEFT LoRA adapter directory merged into the embedding model's encoder "
-    "(`finetune --lora`). One --model only.",
+    "--adapter",
+    metavar="[NAME=]DIR",
+    help="A PEFT LoRA adapter directory merged into an embedding model's encoder "
+    "(`finetune --lora`): DIR for the one --model, NAME=DIR for the served model NAME "
+    "(required with several --model; repeat it for several models).",
+)
+INDEX_OPTION = typer.Option(
+    None,
+    "--index",
+    metavar="[NAME=]DIR",
+    help="An index built by `bertfamily index build` that POST /search searches (NAME=DIR "
+    "names it; default its directory's name); repeat it for several, which /search fuses "
+    "(indexes of the same documents). Each is checked at start-up against the served "
+    "models: the one that built it encodes its queries (a bm25 index needs none).",
 )
 
 
@@ -204,25 +216,29 @@ def serve(
     json_output: bool = JSON_OUTPUT_OPTION,
     access_log: bool = ACCESS_LOG_OPTION,
     uds_path: str | None = UDS_OPTION,
-    adapter: Path | None = ADAPTER_OPTION,
+    adapter: list[str] | None = ADAPTER_OPTION,
+    index: list[str] | None = INDEX_OPTION,
 ):
     """Serve a model over HTTP: POST /embed, /v1/embeddings, /embed_all, /similarity,
     /embed_sparse, /rerank, /v1/rerank, /predict, /tokenize, /decode, / and /invocations
     (the model's kind); GET /health, /, /ping, /info, /v1/models, /metrics (Prometheus).
     Routes, JSON, flags and environment variables as Hugging Face's
     text-embeddings-inference; /v1/rerank as Jina's and Cohere's rerank APIs. Several
-    --model: one server, each model with its own batcher (the flags apply to each)."""
+    --model: one server, each model with its own batcher (the flags apply to each). With
+    --index: POST /search over persisted indexes (hybrid: fused)."""
     dtype = TEI_DTYPES.get(dtype, dtype)
     given = model or [os.environ.get("MODEL_ID") or None]
-    specs = [_model_spec(m) for m in dict.fromkeys(given)]  # one given twice: served once
+    _given_once(given)
+    specs = [_model_spec(m) for m in given]
     if len(specs) > 1 and workers > 1:
         raise typer.BadParameter("--workers N serves one model; give one --model")
-    if len(specs) > 1 and adapter is not None:
-        raise typer.BadParameter("--adapter applies to one model; give one --model")
+    if index and workers > 1:
+        raise typer.BadParameter("--index is searched by one replica: leave out --workers")
+    indexes = _index_dirs(index or [])  # every meta.json read before any model loads
     device = _checked_options(dtype, quantize, runtime, device)  # the serve extra too
     import uvicorn
 
-    from ..serve.app import ServeSettings, create_app
+    from ..serve.app import ServeSettings
     from ..serve.http import connection_limits
     from ..serve.logs import log_config
 
@@ -239,6 +255,8 @@ def serve(
     )  # fmt: skip
     paths = [_model_dir(where, revision) for _, where in specs]
     path = paths[0]
+    names = _model_names(specs, paths)
+    adapters = _adapters(adapter or [], names)
     err.print(_threads(threads, workers), soft_wrap=True, markup=False, highlight=False)
     where = dict(uds=uds_path) if uds_path else dict(host=host, port=port)
     run = dict(
@@ -247,32 +265,111 @@ def serve(
     )  # fmt: skip
     run |= connection_limits(timeout_keep_alive, body_timeout, max_connections_per_client)
     options = dict(dtype=dtype, quantize=quantize, speed=speed, device=device, runtime=runtime,
-                   pooling=pooling, adapter=adapter)  # fmt: skip
+                   pooling=pooling)  # fmt: skip
     if workers > 1:
-        _serve_replicas(path, settings, workers, run, threads=threads, **options)
+        adapter_dir = adapters.get(names[0])
+        _serve_replicas(path, settings, workers, run, threads=threads, adapter=adapter_dir,
+                        **options)  # fmt: skip
         return
-    if len(specs) == 1:
-        served = _load(path, **options)
-        app = create_app(served, settings, model_dir=path)
-        err.print(f"serving {path} on {_address(run)}", soft_wrap=True)
-    else:
-        names = _model_names(specs, paths)
-        models = {n: (_load(p, **options), p) for n, p in zip(names, paths)}
-        app = create_app(models, settings)
-        listing = ", ".join(f"{n} ({p})" for n, p in zip(names, paths))
-        err.print(f"serving {listing} on {_address(run)}", soft_wrap=True)
+    app = _app(names, paths, adapters, indexes, settings, options)
+    listing = (
+        str(path) if len(paths) == 1 else ", ".join(f"{n} ({p})" for n, p in zip(names, paths))
+    )
+    err.print(f"serving {listing} on {_address(run)}", soft_wrap=True)
     uvicorn.run(app, **run)
 
 
-def _model_spec(spec: str | None) -> tuple[str | None, str | None]:
-    """A ``--model`` value as (its name, where the model is): ``NAME=DIR`` names it, unless
-    the whole value is an existing path."""
+def _app(names: list[str], paths: list[Path], adapters: dict, indexes: dict, settings, options):
+    """The app of `serve.app.create_app` over the ``--model`` directories (each loaded by
+    `_load` with its ``--adapter``) and the ``--index`` directories."""
+    from ..serve.app import create_app
+
+    if len(paths) == 1:
+        served = _load(paths[0], **options, adapter=adapters.get(names[0]))
+        return create_app(served, settings, model_dir=paths[0], indexes=indexes)
+    models = {n: (_load(p, **options, adapter=adapters.get(n)), p) for n, p in zip(names, paths)}
+    return create_app(models, settings, indexes=indexes)
+
+
+def _model_spec(spec: str | None, option: str = "--model") -> tuple[str | None, str | None]:
+    """A ``--model`` (``--index``, ``--adapter``) value as (its name, where the model is):
+    ``NAME=DIR`` names it, unless the whole value is an existing path."""
     if spec is None or "=" not in spec or Path(spec).exists():
         return None, spec
     name, _, where = spec.partition("=")
     if not name.strip() or not where:
-        raise typer.BadParameter(f"--model {spec!r}: give NAME=DIR, DIR or NAME")
+        raise typer.BadParameter(f"{option} {spec!r}: give NAME=DIR, DIR or NAME")
     return name, where
+
+
+def _given_once(models: list[str | None]) -> None:
+    """Refuse a ``--model`` value given twice (it would be served once, silently).
+
+    Raises:
+        typer.BadParameter: the value repeated.
+    """
+    twice = next((m for i, m in enumerate(models) if m in models[:i]), None)
+    if twice is not None:
+        raise typer.BadParameter(
+            f"--model {twice} is given twice: serve each model once (two copies need two "
+            "names, --model NAME=DIR)"
+        )
+
+
+def _index_dirs(values: list[str]) -> dict[str, Path]:
+    """The ``--index [NAME=]DIR`` values as name → directory (default name: the directory's),
+    each directory's ``meta.json`` read (`retrieval.read_index_meta`) before anything loads.
+
+    Raises:
+        typer.BadParameter: a value without a name or a directory, two indexes of one name.
+        VectorIndexError: a directory that is not an index (missing, no or bad meta.json).
+    """
+    from ..errors import VectorIndexError
+    from ..pipelines.retrieval import read_index_meta
+
+    dirs: dict[str, Path] = {}
+    for value in values:
+        name, where = _model_spec(value, "--index")
+        directory = Path(where)
+        name = name or directory.resolve().name
+        if name in dirs:
+            raise typer.BadParameter(
+                f"two indexes are named {name!r}: name them with --index NAME=DIR"
+            )
+        try:
+            read_index_meta(directory)
+        except VectorIndexError as e:
+            raise VectorIndexError(f"--index {value}: {e}") from None
+        dirs[name] = directory
+    return dirs
+
+
+def _adapters(values: list[str], names: list[str]) -> dict[str, Path]:
+    """The ``--adapter [NAME=]DIR`` values as served model name → LoRA adapter directory: DIR
+    alone is the one model's.
+
+    Raises:
+        typer.BadParameter: DIR alone with several models, a NAME not served, one model
+            given two adapters.
+    """
+    chosen: dict[str, Path] = {}
+    for value in values:
+        name, where = _model_spec(value, "--adapter")
+        if name is None and len(names) > 1:
+            raise typer.BadParameter(
+                f"--adapter {value}: several models are served ({', '.join(names)}): give "
+                "--adapter NAME=DIR for the model it adapts"
+            )
+        name = names[0] if name is None else name
+        if name not in names:
+            raise typer.BadParameter(
+                f"--adapter {value}: no served model is named {name!r}; the served models "
+                f"are {', '.join(names)}"
+            )
+        if name in chosen:
+            raise typer.BadParameter(f"--adapter: the model {name!r} is given two adapters")
+        chosen[name] = Path(where)
+    return chosen
 
 
 def _model_id(name: str | None, where: str | None) -> str | None:
@@ -294,7 +391,8 @@ def _model_names(specs: list[tuple[str | None, str | None]], paths: list[Path]) 
     twice = sorted({n for n in names if names.count(n) > 1})
     if twice:
         raise typer.BadParameter(
-            f"two models are named {', '.join(twice)}: name them with --model NAME=DIR"
+            f"two models are named {', '.join(twice)}: give each --model a name of its own "
+            "(--model NAME=DIR)"
         )
     return names
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -21,7 +22,7 @@ from ..resources.resolve import resolve_model
 from ..tokenization.tokenizer import Tokenizer, tokenizer_from_directory
 from .dtype import resolve_dtype
 
-__all__ = ["LoadedModel", "load_model_and_tokenizer", "to_device"]
+__all__ = ["LoadedModel", "load_into", "load_model_and_tokenizer", "to_device"]
 
 
 @dataclass
@@ -80,6 +81,23 @@ def load_model_and_tokenizer(
     apply_linear_kernel(model, linear_kernel, torch_dtype, device)
     tokenizer = tokenizer_from_directory(directory, model_config=config_json)
     return LoadedModel(directory, model, tokenizer, device, torch_dtype, reason)
+
+
+def load_into(pipeline: Any, path: str | os.PathLike[str], **options: Any) -> LoadedModel:
+    """`load_model_and_tokenizer` (``options``: its keywords), its parts kept on ``pipeline``
+    as every task pipeline holds them: ``model`` (eval mode, on the device), ``tokenizer``,
+    ``device`` (a `torch.device`) and ``dtype_reason``.
+
+    Returns:
+        The `LoadedModel` (its ``directory`` and ``dtype`` for what a pipeline loads beside).
+
+    Raises:
+        As `load_model_and_tokenizer`.
+    """
+    loaded = load_model_and_tokenizer(path, **options)
+    pipeline.model, pipeline.tokenizer = loaded.model, loaded.tokenizer
+    pipeline.device, pipeline.dtype_reason = loaded.device, loaded.dtype_reason
+    return loaded
 
 
 def to_device(batch: dict[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:

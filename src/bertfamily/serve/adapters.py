@@ -40,6 +40,8 @@ from ..pipelines.tasks.classify import TextClassifier
 from ..pipelines.tasks.early_exit import EarlyExitClassifier
 from ..pipelines.tasks.ner import EntityTagger
 from .admission import (
+    INPUTS,
+    InputNames,
     check_ids,
     check_speed,
     check_texts,
@@ -241,9 +243,11 @@ class ServedModel:
         pairs: list[str] | None,
         truncate: bool | None,
         prefix: str = "",
+        names: InputNames = INPUTS,
     ) -> TokenRows:
         """``tokens`` (the one tokenization of ``texts``, with ``pairs``, ``prefix`` prepended)
-        once no input was cut in a request that does not truncate.
+        once no input was cut in a request that does not truncate (``names``: how the
+        refusal names it).
 
         Raises:
             ServeError: 413 as `admission.check_truncation` (the refused input alone is
@@ -257,7 +261,9 @@ class ServedModel:
             )
             return len(enc["input_ids"][0])
 
-        check_truncation(tokens.truncated, self.max_length, truncate, self.settings, full_length)
+        check_truncation(
+            tokens.truncated, self.max_length, truncate, self.settings, full_length, names
+        )
         return tokens
 
 
@@ -411,20 +417,22 @@ class PredictingModel(ServedModel):
         truncate: bool | None,
         side: str,
         max_inputs: int | None = None,
+        names: InputNames = INPUTS,
     ) -> TokenRows:
         """The one tokenization of a group of inputs, all texts ``[a]`` or all pairs ``[a, b]``
         (on a worker thread): limits checked (``max_inputs``: the route's inputs per request,
         default ``max_client_batch_size``), each cut to the model's limit (or refused when
-        not truncating).
+        not truncating); ``names``: how refusals name the inputs (a rerank's query and
+        documents).
 
         Raises:
             ServeError: as `admission.check_texts` and `checked`.
         """
         texts = [x[0] for x in items]
         pairs = [x[1] for x in items] if len(items[0]) == 2 else None
-        check_texts(texts, self.settings, pairs, max_inputs)
+        check_texts(texts, self.settings, pairs, max_inputs, names)
         tokens = self.tokenize_group(texts, pairs, side)
-        return self.checked(tokens, texts, pairs, truncate)
+        return self.checked(tokens, texts, pairs, truncate, names=names)
 
     def tokenize_group(self, texts: list[str], pairs: list[str] | None, side: str) -> TokenRows:
         """The pipeline's tokenization of ``texts`` (with ``pairs``)."""

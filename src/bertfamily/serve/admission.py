@@ -7,11 +7,14 @@ limit, 422 for an empty or malformed one (the routes turn it into TEI's JSON).""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from ..errors import ServeError
 from .settings import ServeSettings
 
 __all__ = [
+    "INPUTS",
+    "InputNames",
     "as_list",
     "check_count",
     "check_dimensions",
@@ -24,6 +27,37 @@ __all__ = [
     "token_inputs",
     "truncates",
 ]
+
+
+@dataclass(frozen=True)
+class InputNames:
+    """How a refusal names a request's inputs: "input 3" (TEI's routes, /predict), or a
+    rerank's one query and its "documents[3]" (``query``: the name of the first segment,
+    the same text in every pair; ``items``: the field holding the second ones).
+
+    Attributes:
+        query: the name of every pair's first segment (None: each input is named alone).
+        items: the field of the inputs ("input": named "input i"; else "items[i]").
+    """
+
+    query: str | None = None
+    items: str = "input"
+
+    def item(self, i: int) -> str:
+        """The name of input ``i`` (of its second segment, with ``query``)."""
+        return f"input {i}" if self.items == "input" else f"{self.items}[{i}]"
+
+    def segment(self, i: int, second: bool) -> str:
+        """The name of input ``i``'s first (the query) or second segment."""
+        return self.item(i) if second or self.query is None else self.query
+
+    def whole(self, i: int) -> str:
+        """The name of input ``i`` as one sequence (both segments)."""
+        return self.item(i) if self.query is None else f"the {self.query} with {self.item(i)}"
+
+
+#: The names of TEI's routes: "input i".
+INPUTS = InputNames()
 
 
 def as_list(inputs: str | list[str]) -> list[str]:
@@ -54,11 +88,13 @@ def check_texts(
     settings: ServeSettings,
     pairs: Sequence[str] | None = None,
     max_inputs: int | None = None,
+    names: InputNames = INPUTS,
 ) -> None:
     """Refuse a request's texts (with ``pairs``: the second segments) before tokenizing.
 
     Args:
         max_inputs: the route's inputs per request (default ``max_client_batch_size``).
+        names: how the messages name the inputs (default "input i").
 
     Raises:
         ServeError: 422 no texts, an empty text or segment, or one that is not valid Unicode
@@ -73,28 +109,30 @@ def check_texts(
         check_count(len(texts), max_inputs, "openai_max_inputs")
     for i, t in enumerate(texts):
         second = pairs[i] if pairs is not None else ""
-        try:
-            t.encode("utf-8")
-            second.encode("utf-8")
-        except UnicodeEncodeError:
-            raise ServeError(
-                422, f"input {i} is not valid Unicode (a lone surrogate escape)", "Validation"
-            ) from None
+        for is_second, segment in ((False, t), (True, second)):
+            try:
+                segment.encode("utf-8")
+            except UnicodeEncodeError:
+                where = names.segment(i, is_second)
+                raise ServeError(
+                    422, f"{where} is not valid Unicode (a lone surrogate escape)", "Validation"
+                ) from None
         if not t.strip() or (pairs is not None and not second.strip()):
-            raise ServeError(422, f"input {i} is empty", "Empty")
+            where = names.segment(i, bool(t.strip()))
+            raise ServeError(422, f"{where} is empty", "Empty")
         chars = len(t) + len(second)
         if chars > settings.max_input_chars:
             raise ServeError(
                 413,
-                f"input {i} has {chars:,} characters; the maximum is "
+                f"{names.whole(i)} has {chars:,} characters; the maximum is "
                 f"{settings.max_input_chars:,} (max_input_chars)",
             )
 
 
-def _too_long(index: int, tokens: int, max_length: int) -> ServeError:
+def _too_long(index: int, tokens: int, max_length: int, names: InputNames = INPUTS) -> ServeError:
     return ServeError(
         413,
-        f"input {index} has {tokens} tokens; this model takes at most {max_length} tokens "
+        f"{names.whole(index)} has {tokens} tokens; this model takes at most {max_length} tokens "
         '(send "truncate": true to cut it)',
     )
 
@@ -122,10 +160,12 @@ def check_truncation(
     truncate: bool | None,
     settings: ServeSettings,
     full_length: Callable[[int], int],
+    names: InputNames = INPUTS,
 ) -> None:
     """Refuse inputs that were cut to ``max_length`` (``truncated``: per input, from the one
     tokenization) in a request that does not truncate; ``full_length(i)`` is input i's token
-    count uncut, for the message (only the refused input is counted again).
+    count uncut, for the message (only the refused input is counted again; ``names``: how
+    it is named).
 
     Raises:
         ServeError: 413 as `check_token_counts`.
@@ -134,7 +174,7 @@ def check_truncation(
         return
     over = next((i for i, cut in enumerate(truncated) if cut), None)
     if over is not None:
-        raise _too_long(over, full_length(over), max_length)
+        raise _too_long(over, full_length(over), max_length, names)
 
 
 def check_dimensions(dimensions: int | None, width: int) -> None:

@@ -8,7 +8,8 @@ Routes and shapes follow Hugging Face's text-embeddings-inference (TEI) router
 ``/predict`` for classification and token-classification directories; ``/tokenize`` and
 ``/decode`` for all; TEI's root routes (``POST /`` and ``/invocations`` answer as the route of
 the model's kind, `routes.root`); ``GET /health``, ``/``, ``/ping`` (liveness, no key),
-``/info``, ``/v1/models`` and ``/metrics`` (Prometheus text, TEI's ``te_*`` names too).
+``/info``, ``/v1/models`` and ``/metrics`` (Prometheus text, TEI's ``te_*`` names too); ours,
+``POST /search`` over the persisted indexes given to `create_app` (`search`, `routes.search`).
 Unknown body fields are ignored, as TEI and OpenAI ignore them. Errors take one shape per wire
 (`http.error_body`): TEI's ``{"error", "error_type"}``, and OpenAI's ``{"error": {"message",
 "type", "param", "code"}}`` on ``/v1/``: 413 for a request over a limit (inputs per request,
@@ -64,6 +65,7 @@ from .errors import error_response, install_error_handlers
 from .http import BodyLimit
 from .routes import ROUTERS
 from .routes.common import version
+from .search import load_indexes
 from .settings import ServeSettings
 from .state import MODEL_KEY, SERVED_KEY, ServeState
 
@@ -89,7 +91,7 @@ UNKNOWN_MODEL_KEY = "bertfamily.unknown_model"
 INFERENCE_ROUTES = frozenset(
     ("/", "/invocations", "/embed", "/embed_all", "/embed_sparse", "/similarity",
      "/v1/embeddings", "/rerank", "/v1/rerank", "/v2/rerank", "/predict", "/embed_multivector",
-     "/embed_m3")
+     "/embed_m3", "/search")
 )  # fmt: skip
 
 
@@ -280,7 +282,11 @@ _ERROR_TYPES = {401: "Unauthorized", 413: "Validation", 422: "Validation", 429: 
 
 
 def create_app(
-    model, settings: ServeSettings | None = None, *, model_dir: str | Path | None = None
+    model,
+    settings: ServeSettings | None = None,
+    *,
+    model_dir: str | Path | None = None,
+    indexes: Mapping[str, Any] | None = None,
 ) -> FastAPI:
     """The FastAPI app serving ``model`` (a `SentenceEmbedder`, `Reranker`, `SparseEncoder`,
     `TextClassifier`, `EarlyExitClassifier` or `EntityTagger`; see `load_served_model`),
@@ -297,11 +303,16 @@ def create_app(
             model's unless it has its own; ``model_id`` is then the mapping's name).
         model_dir: the directory it was loaded from (for /info's ``model_sha``, the digest of
             its files); default the pipeline's ``path``. One model only.
+        indexes: name → index directory (or opened `retrieval.Index`) that ``POST /search``
+            searches, each bound to the served model that built it (`search.load_indexes`).
 
     Raises:
         ArgumentTypeError: ``model`` is none of these pipelines.
         InputError: no ``model_dir`` for a classifier; a ``default_prompt_name`` the model
-            does not have; an empty mapping, an empty name, or ``model_dir`` with a mapping.
+            does not have; an empty mapping, an empty name, or ``model_dir`` with a mapping;
+            an index no served model of its kind encodes.
+        VectorIndexError: an index directory missing or unreadable, or built by none of the
+            served models (`search.load_indexes`).
     """
     settings = settings or ServeSettings()
     if isinstance(model, Mapping):
@@ -323,6 +334,7 @@ def create_app(
     peers = {s.model_id: s for s in states}
     for s in states:
         s.peers = peers
+    searched = load_indexes(indexes or {}, peers)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -341,6 +353,7 @@ def create_app(
     app.state.serve = state
     app.state.model, app.state.settings = state.model.pipeline, settings
     app.state.metrics = state.metrics
+    app.state.indexes = searched
     install_error_handlers(app)
     for router in ROUTERS:
         app.include_router(router)

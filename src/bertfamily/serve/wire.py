@@ -6,6 +6,8 @@ wrong type is still a 422.
 TEI's ``truncation_direction`` is ``"Right"`` (default) or ``"Left"``; lower case is accepted
 too. OpenAI's ``encoding_format`` is ``"float"`` or ``"base64"`` (little-endian float32 bytes).
 ``/v1/rerank`` takes the body of Jina's and Cohere's rerank APIs (`V1RerankRequest`).
+``/search`` is ours alone (no client of another server sends it): its body refuses unknown
+fields (422), so that a misspelt option is never silently ignored (`SearchRequest`).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ __all__ = [
     "OpenAIEmbedRequest",
     "PredictRequest",
     "RerankRequest",
+    "SearchRequest",
     "SimilarityInputs",
     "SimilarityRequest",
     "SparseRequest",
@@ -163,3 +166,20 @@ class SimilarityRequest(_Truncation):
 
     inputs: SimilarityInputs
     prompt_name: str | None = None
+
+
+class SearchRequest(_Body):
+    """Ours, ``/search``: ``query`` (one text or several), the ``top_k`` hits of each (>= 1),
+    from the loaded indexes ``index`` names (one name or several; None: every one), fused by
+    ``fusion`` ("rrf" or "linear", `retrieval.fuse`) with ``weights`` (one per index, in the
+    order ``index`` names them); ``return_documents`` adds each hit's text. Unknown fields
+    are refused (422)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    query: str | list[str]
+    top_k: int = Field(default=10, ge=1)
+    index: str | list[str] | None = None
+    fusion: Literal["rrf", "linear"] = "rrf"
+    weights: list[float] | None = None
+    return_documents: bool = True

@@ -36,7 +36,7 @@ from ...errors import InputError, ModelDirectoryError
 from ...heads.late_interaction import maxsim
 from ...inference.batches import FEATURE_KEYS, TokenRows, run_batches, text_list, tokenize_rows
 from ...inference.limits import checked_max_length, input_limit
-from ...inference.loading import load_model_and_tokenizer
+from ...inference.loading import load_into
 from ...resources.resolve import resolve_model
 from .sparse import SparseVector, sparse_dot
 
@@ -245,9 +245,7 @@ class BGEM3Encoder:
                 "BGE-M3 directory is an XLM-RoBERTa directory with FlagEmbedding's "
                 f"{' and '.join(HEAD_FILES)} beside it)"
             )
-        loaded = load_model_and_tokenizer(self.path, device=device, dtype=dtype)
-        self.model, self.tokenizer, self.device = loaded.model, loaded.tokenizer, loaded.device
-        self.dtype_reason = loaded.dtype_reason
+        loaded = load_into(self, self.path, device=device, dtype=dtype)
         self.heads = self._read_heads(self.model.config.hidden_size)
         self.heads.to(device=self.device, dtype=loaded.dtype).eval()
         self.max_length = input_limit(self.model.config, self.tokenizer)

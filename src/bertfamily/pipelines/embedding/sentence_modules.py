@@ -139,6 +139,9 @@ class SentenceModules:
     #: "model2vec" or "sentence-transformers"; None for an encoder
     static: str | None = None
     static_max_length: int | None = None  # model2vec's config max_length (None: no cut)
+    #: for a directory without modules.json, the warning that says the pooling is assumed
+    #: (and, for a sequence classifier or cross-encoder, that it is one); the embedder logs it
+    assumed: str | None = None
 
     def check_dimensions(self, hidden_size: int) -> int:
         """Check every stage's width against the encoder's H; returns the output width.
@@ -347,7 +350,15 @@ def read_sentence_modules(path: Path) -> SentenceModules:
         max_len, lower = _settings(path)
         prompts, default = _prompts(path)
         return SentenceModules(
-            path, PoolingSpec(normalize=True), (), lower, prompts, default, None, max_len
+            path,
+            PoolingSpec(normalize=True),
+            (),
+            lower,
+            prompts,
+            default,
+            None,
+            max_len,
+            assumed=assumed_pooling(path),
         )
     entries = read_json(
         modules_file, what="a list of modules", kind=list, error=SentenceModulesError
@@ -398,6 +409,7 @@ __all__ = [
     "SentenceModules",
     "SentenceModulesError",
     "activation_module",
+    "assumed_pooling",
     "read_sentence_modules",
 ]
 
@@ -476,15 +488,48 @@ def directory_kind(path: str | Path) -> str:
     return kind
 
 
+def _label_count(cfg: dict[str, Any]) -> Any:
+    """config.json's ``num_labels``, else the size of ``id2label``, else 2 (transformers')."""
+    return cfg.get("num_labels", len(cfg.get("id2label") or {}) or 2)
+
+
 def _marked_cross_encoder(path: Path) -> bool:
     cfg = read_json_file(path / "config.json", "the model config")
     if "sentence_transformers" in cfg or cfg.get("sbert_ce_default_activation_function"):
         return True
-    labels = cfg.get("num_labels", len(cfg.get("id2label") or {}) or 2)
+    labels = _label_count(cfg)
     if labels == 1:
         return True
     file = path / MODEL_SETTINGS_FILE
     return file.is_file() and read_json_file(file).get("model_type") == "CrossEncoder"
+
+
+def assumed_pooling(path: str | Path) -> str:
+    """The warning for a directory read as a sentence embedder without sentence-transformers'
+    ``modules.json`` (sentence-transformers warns too, "No sentence-transformers model found
+    ... Creating a new one with mean pooling"): mean pooling, L2-normalised, is assumed. It
+    names a cross-encoder as one (`directory_kind`'s marks: one label, sentence-transformers'
+    CrossEncoder keys) and any other ``*ForSequenceClassification`` as a classifier with its
+    labels: their pooled token states are not embeddings they were trained to give.
+
+    Returns:
+        One line that names the directory.
+    """
+    path = Path(path)
+    how = "embedding it assumes mean pooling of its token states, L2-normalised"
+    arch = next((a for a in _architectures(path) if a.endswith(_CLASSIFY_SUFFIX)), None)
+    if arch is None:
+        return f"{path} has no sentence-transformers {MODULES_FILE}: {how}"
+    if _marked_cross_encoder(path):
+        return (
+            f"{path} is a cross-encoder ({arch}), not a sentence embedder: it scores text pairs "
+            f"(load it with Reranker, `bertfamily rerank`); {how}"
+        )
+    labels = _label_count(read_json_file(path / "config.json", "the model config"))
+    return (
+        f"{path} is a sequence classifier ({arch}, {labels} labels), not a sentence embedder "
+        f"(its labels: TextClassifier); {how}"
+    )
 
 
 @dataclass(frozen=True)

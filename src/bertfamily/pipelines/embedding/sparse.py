@@ -16,7 +16,7 @@ import torch
 
 from ...errors import InputError
 from ...inference.batches import FEATURE_KEYS, TokenRows, run_batches, text_list, tokenize_rows
-from ...inference.loading import load_model_and_tokenizer
+from ...inference.loading import load_into
 from ...resources.resolve import resolve_model
 from .sentence_modules import read_splade
 
@@ -85,9 +85,7 @@ class SparseEncoder:
     ) -> None:
         self.path = resolve_model(path, revision)
         self.spec = read_splade(self.path)
-        loaded = load_model_and_tokenizer(self.spec.model_dir, device=device, dtype=dtype)
-        self.model, self.tokenizer, self.device = loaded.model, loaded.tokenizer, loaded.device
-        self.dtype_reason = loaded.dtype_reason
+        load_into(self, self.spec.model_dir, device=device, dtype=dtype)
         if self.model.mlm_head is None:
             raise InputError(f"{path} has no masked-LM head; SPLADE needs one")
         self.prompts = dict(self.spec.prompts)

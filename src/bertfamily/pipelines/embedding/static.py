@@ -18,6 +18,12 @@ Two directory layouts hold them, and both run here as their own library runs the
   directory also carries a ``modules.json`` for sentence-transformers, which keeps ``[UNK]``:
   the two libraries differ on a text with unknown tokens, and here model2vec's rule runs.)
 
+A text with no token left to average (empty, or, by model2vec's rule, of unknown tokens only)
+is the zero vector, normalised or not, as both libraries return it (model2vec divides by the
+norm + 1e-32, sentence-transformers' empty ``EmbeddingBag`` bag and ``Normalize`` give zeros;
+the mean pooling here divides by max(count, 1e-9) and the normalisation by max(norm, 1e-12)):
+never NaN.
+
 The table runs as a trunk (`StaticEncoder`: ``last_hidden_state`` (B, T, D) = the rows of the
 token ids) under `embed.SentenceEmbedder`'s one batch loop, mean pooling and normalisation.
 `write_static` saves a directory in model2vec's layout, which both libraries load.

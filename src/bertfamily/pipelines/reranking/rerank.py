@@ -18,7 +18,7 @@ import torch
 
 from ...errors import InputError
 from ...inference.batches import FEATURE_KEYS, TokenRows, run_batches, tokenize_rows
-from ...inference.loading import load_model_and_tokenizer
+from ...inference.loading import load_into
 from ...resources.resolve import resolve_model
 from ..embedding.sentence_modules import read_cross_encoder
 
@@ -111,11 +111,13 @@ class Reranker:
     ) -> None:
         self.path = resolve_model(path, revision)
         self.spec = read_cross_encoder(self.path)
-        loaded = load_model_and_tokenizer(
-            self.spec.model_dir, device=device, dtype=dtype, head=("classify", "a cross-encoder")
+        load_into(
+            self,
+            self.spec.model_dir,
+            device=device,
+            dtype=dtype,
+            head=("classify", "a cross-encoder"),
         )
-        self.model, self.tokenizer, self.device = loaded.model, loaded.tokenizer, loaded.device
-        self.dtype_reason = loaded.dtype_reason
         self.labels = self.model.config.label_names
         self.num_labels = len(self.labels)
         self.activation = self.spec.activation_module(self.num_labels)

@@ -20,7 +20,8 @@ and non-finite vectors; a query with a model other than the one that built the i
 
 A kind (a subclass of `Index`) holds only its vector storage and its scoring: the hooks
 ``create``, ``_prepare``, ``_finite``, ``_append``, ``_settings``, ``_write``, ``_read`` and
-``_search_encoded``.
+``_search_encoded``; where its model is not a `SentenceEmbedder`'s kind, also ``_encode``,
+``_encode_queries`` and ``_model_identity``.
 """
 
 from __future__ import annotations
@@ -413,6 +414,22 @@ class Index:
         """The vectors of ``texts`` (a `SentenceEmbedder`'s encode; a kind may override)."""
         return encoder.encode(texts, batch_size=batch_size, progress=progress)
 
+    def _encode_queries(self, encoder, queries: list[str], batch_size: int) -> Any:
+        """The encoded ``queries`` `_search_encoded` takes (a `SentenceEmbedder`'s encode; a
+        kind may override)."""
+        return encoder.encode(queries, batch_size=batch_size)
+
+    @classmethod
+    def _model_identity(cls, encoder) -> ModelIdentity:
+        """The `ModelIdentity` of ``encoder`` as this kind records it (`model_identity`; a
+        kind whose vectors come from another model class overrides it). Used by `build` and
+        `check_model`.
+
+        Raises:
+            InputError: ``encoder`` is not a model this kind can use.
+        """
+        return model_identity(encoder)
+
     # --- adding rows ---------------------------------------------------------------------
     def add_vectors(
         self, vectors: Any, texts: Sequence[str] | None = None, ids: Sequence[Any] | None = None
@@ -480,16 +497,17 @@ class Index:
         **settings: Any,
     ) -> Index:
         """Encode ``texts`` with ``encoder`` (a `SentenceEmbedder`; a `SparseEncoder` for a
-        sparse index) into a new index.
+        sparse index, a `ColBERTEncoder` for a ColBERT one) into a new index.
 
         Args:
             ids: one per text (default 0..N-1).
             settings: the kind's ``create`` settings.
 
         Raises:
-            InputError: see ``create`` and `add`.
+            InputError: ``encoder`` is not a model of this kind (`_model_identity`); see
+                ``create`` and `add`.
         """
-        index = cls.create(model_identity(encoder), **settings)
+        index = cls.create(cls._model_identity(encoder), **settings)
         index.add(encoder, texts, ids, batch_size=batch_size, progress=progress)
         return index
 
@@ -499,23 +517,28 @@ class Index:
 
         Raises:
             VectorIndexError: the index records no model, or another model directory,
-                dimension or pooling; the message names both.
+                dimension or pooling (the message names both), or ``encoder`` is not a model
+                of this kind (`_model_identity`).
         """
-        check_identity(self.identity, model_identity(encoder))
+        try:
+            theirs = self._model_identity(encoder)
+        except InputError as e:  # not a model of this kind: its message names both
+            raise VectorIndexError(str(e)) from None
+        check_identity(self.identity, theirs)
 
     def search_texts(
         self, encoder, queries: Sequence[str], top_k: int = 5, batch_size: int = 32, **options
     ) -> list[list[IndexHit]]:
         """Encode ``queries`` with the index's model and return the ``top_k`` hits of each,
         best first, with their ids and texts; the corpus is not re-encoded. ``options``: the
-        kind's (binary: ``rescore``).
+        kind's (binary: ``rescore``; ColBERT: ``token_k``, ``exhaustive``).
 
         Raises:
             VectorIndexError: ``encoder`` is not the model that built the index.
-            InputError: top_k < 1.
+            InputError: top_k < 1; the kind's ``search`` refusals.
         """
         self.check_model(encoder)
-        vectors = encoder.encode(list(queries), batch_size=batch_size)
+        vectors = self._encode_queries(encoder, list(queries), batch_size)
         return self._search_encoded(vectors, top_k, **options)
 
     def hits(self, rows: Sequence[Sequence[Hit]]) -> list[list[IndexHit]]:

@@ -47,7 +47,6 @@ from .base import (
     Index,
     IndexHit,
     ModelIdentity,
-    check_identity,
     files_disagree,
     is_int,
     top_hits,
@@ -156,25 +155,13 @@ class ColBERTIndex(Index):
         return self
 
     @classmethod
-    def build(
-        cls,
-        encoder,
-        texts: Sequence[str],
-        ids: Sequence[Any] | None = None,
-        *,
-        batch_size: int = 32,
-        progress: Callable[[int], None] | None = None,
-        **settings: Any,
-    ) -> ColBERTIndex:
-        """Encode ``texts`` as documents with ``encoder`` (a `ColBERTEncoder`) into a new index;
-        ``settings``: `create`'s (``candidates``, ``nlist``, ``nprobe``).
+    def _model_identity(cls, encoder) -> ModelIdentity:
+        """`colbert_identity` (`base.Index.build` and ``check_model`` use it).
 
         Raises:
-            InputError: not a ColBERT encoder, bad settings; see `base.Index.add`.
+            InputError: not a ColBERT encoder.
         """
-        index = cls.create(colbert_identity(encoder), **settings)
-        index.add(encoder, texts, ids, batch_size=batch_size, progress=progress)
-        return index
+        return colbert_identity(encoder)
 
     # --- storage (the hooks of `base.Index`) ---------------------------------------------
     def _prepare(self, vectors: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
@@ -211,6 +198,9 @@ class ColBERTIndex(Index):
         self, encoder, texts: list[str], batch_size: int, progress: Callable[[int], None] | None
     ) -> list[np.ndarray]:
         return encoder.encode(texts, is_query=False, batch_size=batch_size, progress=progress)
+
+    def _encode_queries(self, encoder, queries: list[str], batch_size: int) -> list[np.ndarray]:
+        return encoder.encode(queries, is_query=True, batch_size=batch_size)
 
     def _settings(self) -> dict[str, Any]:
         return {
@@ -263,18 +253,6 @@ class ColBERTIndex(Index):
         self.vectors, self.offsets = vectors, offsets.astype(np.int64)
 
     # --- queries ---------------------------------------------------------------------------
-    def check_model(self, encoder) -> None:
-        """Refuse an encoder that did not make the index's vectors.
-
-        Raises:
-            VectorIndexError: another model (or no ColBERT model); the message names both.
-        """
-        try:
-            identity = colbert_identity(encoder)
-        except InputError as e:
-            raise VectorIndexError(f"this is a ColBERT index: {e}") from None
-        check_identity(self.identity, identity)
-
     def document(self, row: int) -> np.ndarray:
         """(T, D) float32 token matrix of the document at ``row``."""
         return self.vectors[self.offsets[row] : self.offsets[row + 1]]
@@ -368,17 +346,3 @@ class ColBERTIndex(Index):
         self, queries: list[np.ndarray], top_k: int, **options: Any
     ) -> list[list[IndexHit]]:
         return self.hits(self.search(queries, top_k, **options))
-
-    def search_texts(
-        self, encoder, queries: Sequence[str], top_k: int = 5, batch_size: int = 32, **options
-    ) -> list[list[IndexHit]]:
-        """Encode ``queries`` (as queries) with the index's model and return the ``top_k``
-        hits of each, best first; ``options``: `search`'s ``token_k``, ``exhaustive``.
-
-        Raises:
-            VectorIndexError: ``encoder`` is not the model that built the index.
-            InputError: see `search`.
-        """
-        self.check_model(encoder)
-        vectors = encoder.encode(list(queries), is_query=True, batch_size=batch_size)
-        return self._search_encoded(vectors, top_k, **options)

@@ -10,7 +10,7 @@ import torch
 from ...errors import InputError
 from ...inference.batches import FEATURE_KEYS, TokenRows, run_batches, text_list, tokenize_rows
 from ...inference.limits import checked_max_length, input_limit
-from ...inference.loading import load_model_and_tokenizer
+from ...inference.loading import load_into
 
 FUNCTIONS = ("default", "softmax", "sigmoid", "none")
 
@@ -55,11 +55,9 @@ class TextClassifier:
         device: str | torch.device = "cpu",
         dtype: str | torch.dtype | None = "auto",
     ) -> None:
-        loaded = load_model_and_tokenizer(
-            path, device=device, dtype=dtype, head=("classify", "a sequence classifier")
+        loaded = load_into(
+            self, path, device=device, dtype=dtype, head=("classify", "a sequence classifier")
         )
-        self.model, self.tokenizer, self.device = loaded.model, loaded.tokenizer, loaded.device
-        self.dtype_reason = loaded.dtype_reason
         self.directory = loaded.directory
         self.max_length = checked_max_length(
             max_length, input_limit(self.model.config, self.tokenizer)

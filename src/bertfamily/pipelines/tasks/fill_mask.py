@@ -16,7 +16,7 @@ import torch
 from ...errors import InputError
 from ...inference.batches import FEATURE_KEYS, TokenRows, run_batches, tokenize_rows
 from ...inference.limits import input_limit
-from ...inference.loading import load_model_and_tokenizer
+from ...inference.loading import load_into
 
 __all__ = ["FillMask", "Prediction", "MASK_SPELLINGS"]
 
@@ -55,9 +55,7 @@ class FillMask:
         device: str | torch.device = "cpu",
         dtype: str | torch.dtype | None = "auto",
     ) -> None:
-        loaded = load_model_and_tokenizer(path, device=device, dtype=dtype)
-        self.path, self.model, self.tokenizer = loaded.directory, loaded.model, loaded.tokenizer
-        self.device, self.dtype_reason = loaded.device, loaded.dtype_reason
+        self.path = load_into(self, path, device=device, dtype=dtype).directory
         if self.model.mlm_head is None:
             raise InputError(
                 f"{self.path} has no masked-LM head; fill-mask needs one "

@@ -11,7 +11,7 @@ import torch
 from ...data.tables import repair_bio, tokenizer_words, word_ids_from_offsets, word_predictions
 from ...inference.batches import FEATURE_KEYS, TokenRows, run_batches, text_list, tokenize_rows
 from ...inference.limits import checked_max_length, input_limit
-from ...inference.loading import load_model_and_tokenizer
+from ...inference.loading import load_into
 
 
 @dataclass
@@ -73,11 +73,7 @@ class EntityTagger:
         device: str | torch.device = "cpu",
         dtype: str | torch.dtype | None = "auto",
     ) -> None:
-        loaded = load_model_and_tokenizer(
-            path, device=device, dtype=dtype, head=("tokens", "a token classifier")
-        )
-        self.model, self.tokenizer, self.device = loaded.model, loaded.tokenizer, loaded.device
-        self.dtype_reason = loaded.dtype_reason
+        load_into(self, path, device=device, dtype=dtype, head=("tokens", "a token classifier"))
         self.max_length = checked_max_length(
             max_length, input_limit(self.model.config, self.tokenizer)
         )

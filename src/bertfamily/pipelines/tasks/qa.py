@@ -12,7 +12,7 @@ from ...data.squad import Answer, QAExample, postprocess, prepare_windows
 from ...errors import InputError
 from ...inference.batches import FEATURE_KEYS, TokenRows, run_batches
 from ...inference.limits import checked_max_length, input_limit
-from ...inference.loading import load_model_and_tokenizer
+from ...inference.loading import load_into
 
 
 class QuestionAnswerer:
@@ -45,11 +45,7 @@ class QuestionAnswerer:
         device: str | torch.device = "cpu",
         dtype: str | torch.dtype | None = "auto",
     ) -> None:
-        loaded = load_model_and_tokenizer(
-            path, device=device, dtype=dtype, head=("qa", "extractive QA")
-        )
-        self.model, self.tokenizer, self.device = loaded.model, loaded.tokenizer, loaded.device
-        self.dtype_reason = loaded.dtype_reason
+        load_into(self, path, device=device, dtype=dtype, head=("qa", "extractive QA"))
         limit = input_limit(self.model.config, self.tokenizer)
         max_length = checked_max_length(max_length, limit) if max_length else min(384, limit)
         doc_stride = max_length // 3 if doc_stride is None else doc_stride

@@ -14,6 +14,7 @@ from starlette.concurrency import run_in_threadpool
 
 from ...errors import ServeError
 from ..adapters import RerankerModel, split_rows
+from ..admission import InputNames
 from ..state import ServeState, serving
 from ..wire import RerankRequest, V1RerankRequest
 
@@ -31,11 +32,13 @@ async def score_pairs(
     side: str = "right",
     raw_scores: bool = False,
     max_inputs: int | None = None,
+    field: str = "texts",
 ) -> tuple[np.ndarray, int]:
     """(N,) float32 scores of ``(query, text)`` pairs (through the model's activation unless
     ``raw_scores``) and the tokens they took. The pairs are tokenized once, on a worker
     thread (``max_inputs``: the route's inputs per request, default
-    ``max_client_batch_size``); their token rows go through the batcher.
+    ``max_client_batch_size``); their token rows go through the batcher. Refusals name the
+    query "query" and text i ``field[i]`` (the body's field: TEI's "texts", "documents").
 
     Raises:
         ServeError: 400 not a cross-encoder; 422 no texts or an empty query; 413/422 as
@@ -43,11 +46,12 @@ async def score_pairs(
     """
     model = state.need(RerankerModel)
     if not texts:
-        raise ServeError(422, "texts cannot be empty", "Empty")
+        raise ServeError(422, f"{field} cannot be empty", "Empty")
     if not query.strip():
         raise ServeError(422, "query is empty", "Empty")
     pairs = [[query, t] for t in texts]
-    tokens = await run_in_threadpool(model.tokenize, pairs, truncate, side, max_inputs)
+    names = InputNames("query", field)
+    tokens = await run_in_threadpool(model.tokenize, pairs, truncate, side, max_inputs, names)
     n = sum(tokens.lengths)
     key = model.predict_key(True, raw_scores, None)
     scores = np.asarray(await state.submit(split_rows(tokens), n, key))
@@ -117,7 +121,7 @@ async def v1_rerank(body: V1RerankRequest, state: ServeState = Depends(serving))
     route = "/v1/rerank"
     limit = state.settings.openai_limit
     scores, tokens = await score_pairs(
-        state, route, body.query, texts, body.truncate, max_inputs=limit
+        state, route, body.query, texts, body.truncate, max_inputs=limit, field="documents"
     )
     order = np.argsort(-scores, kind="stable")[: body.top_n]
     results = []
