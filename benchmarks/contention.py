@@ -5,7 +5,8 @@ Each measurement runs in a fresh worker process (``--worker``), because the Open
 is read once, when torch loads, and the thread count is chosen when a command starts: a worker
 sees exactly what a user's process sees. Every system is what its users get by default:
 
-- "bertfamily": `import bertfamily` first (it sets ``OMP_WAIT_POLICY=PASSIVE`` when unset), the
+- "bertfamily": `import bertfamily` first (it sets its OpenMP wait default: ``PASSIVE`` until
+  issue 45, a bounded ``GOMP_SPINCOUNT`` since; committed results are of the former), the
   thread count of every command (`runtime.apply_threads(0)`: one per free core), the main job
   (`SentenceEmbedder.encode`, what ``bertfamily embed`` runs) or a fine-tuning step;
 - "sentence-transformers" / "transformers": torch's defaults (one thread per core, spinning

@@ -17,7 +17,7 @@ _workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
 if "OMP_NUM_THREADS" not in os.environ or os.environ.get("_BERTFAMILY_TESTS_SET_OMP"):
     os.environ["OMP_NUM_THREADS"] = str(max(1, min(2, (os.cpu_count() or 1) // _workers)))
     os.environ["_BERTFAMILY_TESTS_SET_OMP"] = "1"
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # what `import bertfamily` sets
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # test workers share the cores: no spinning
 
 import sys  # noqa: E402
 

@@ -86,10 +86,10 @@ def tiny_sentence_model(directory: Path) -> Path:
 
     import bertfamily as bf
     from bertfamily.pipelines.embedding.bi_encoder import BiEncoder
-    from helpers import _tiny_vocab
+    from helpers import tiny_wordpiece_vocab
 
     directory.mkdir(parents=True, exist_ok=True)
-    vocab = _tiny_vocab()
+    vocab = tiny_wordpiece_vocab()
     (directory / "vocab.txt").write_text("\n".join(vocab) + "\n", encoding="utf-8")
     config = {"tokenizer_class": "BertTokenizer", "do_lower_case": True, "model_max_length": 64}
     (directory / "tokenizer_config.json").write_text(json.dumps(config), encoding="utf-8")

@@ -21,7 +21,7 @@ import sys
 import time
 from collections.abc import Iterator
 
-__all__ = ["show_progress", "silence_root_warnings", "waiting"]
+__all__ = ["Steps", "show_progress", "silence_root_warnings", "waiting"]
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +42,7 @@ def _console():
 
 
 @contextlib.contextmanager
-def waiting(what: str, *, done: str = "done") -> Iterator[None]:
+def waiting(what: str, *, done: str = "done", total: int | None = None) -> Iterator[Steps]:
     """Say that ``what`` is under way, for as long as the block runs.
 
     Not displayed (the default outside the command line): INFO records ``what…`` and ``what:
@@ -52,15 +52,25 @@ def waiting(what: str, *, done: str = "done") -> Iterator[None]:
     Either way ``what: done in 7.2 s`` when the block ends normally (nothing more when it
     raises: the error says why).
 
+    With ``total`` (a wait of counted steps: the int8 plan's layers, NNCF's tries), the
+    yielded `Steps` counts them (``steps.advance()``): on a terminal a progress bar
+    ``what… ━━━━━╺━━ 12/40 0:00:07`` instead of the spinner; elsewhere the lines that say the
+    wait is still running name the step (``12/40``); not displayed, DEBUG records.
+
     Args:
         what: what is being waited for, e.g. ``"fetching janeausten (apt-get download,
             unpacking)"``; plain text (no markup).
         done: the word of the closing line.
+        total: the steps the wait counts (None: not counted; ``advance`` still works).
+
+    Yields:
+        `Steps` of this wait.
     """
     start = time.monotonic()
+    steps = Steps(what, total)
     if not _display:
         log.info("%s…", what)
-        yield
+        yield steps
         log.info("%s: %s in %.1f s", what, done, time.monotonic() - start)
         return
     console = _console()
@@ -68,31 +78,41 @@ def waiting(what: str, *, done: str = "done") -> Iterator[None]:
         progress, task, outer = _active[-1]
         progress.update(task, description=f"{what}…")
         try:
-            yield
+            yield steps
         finally:
             progress.update(task, description=outer)
         return
     if console.is_terminal:
-        from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            SpinnerColumn,
+            TextColumn,
+            TimeElapsedColumn,
+        )
 
+        counted = (BarColumn(), MofNCompleteColumn()) if total else ()
         progress = Progress(
             SpinnerColumn(),
             TextColumn("{task.description}", markup=False),
+            *counted,
             TimeElapsedColumn(),
             console=console,
             transient=True,
         )
         with progress:
-            task = progress.add_task(f"{what}…", total=None)
+            task = progress.add_task(f"{what}…", total=total)
+            steps._bar = (progress, task)
             _active.append((progress, task, f"{what}…"))
             try:
-                yield
+                yield steps
             finally:
                 _active.pop()
     else:
         console.print(f"{what}…", markup=False)
-        with _heartbeat(console, what, start):
-            yield
+        with _heartbeat(console, what, start, steps=steps):
+            yield steps
     console.print(f"{what}: {done} in {time.monotonic() - start:.1f} s", markup=False)
 
 
@@ -100,11 +120,32 @@ def waiting(what: str, *, done: str = "done") -> Iterator[None]:
 PROGRESS_EVERY_S = 10.0
 
 
+class Steps:
+    """The steps done of a counted wait (`waiting` yields one): ``advance()`` after each.
+
+    Attributes:
+        what: the wait's text; total: its steps (None: not counted); done: steps done.
+    """
+
+    def __init__(self, what: str, total: int | None) -> None:
+        self.what, self.total, self.done = what, total, 0
+        self._bar = None  # (rich Progress, task) on a terminal
+
+    def advance(self, n: int = 1) -> None:
+        """Count ``n`` more steps done (the bar never runs past ``total``)."""
+        self.done = self.done + n if self.total is None else min(self.total, self.done + n)
+        if self._bar is not None:
+            self._bar[0].update(self._bar[1], completed=self.done)
+        log.debug("%s: step %d/%s", self.what, self.done, self.total)
+
+
 @contextlib.contextmanager
-def _heartbeat(console, what: str, start: float, every: float | None = None) -> Iterator[None]:
-    """While the block runs, a line ``what… still running, 20 s`` every ``every`` seconds
-    (default `PROGRESS_EVERY_S`), from a daemon thread: a log or a pipe shows that a long
-    wait is alive without a redrawn bar."""
+def _heartbeat(
+    console, what: str, start: float, every: float | None = None, steps: Steps | None = None
+) -> Iterator[None]:
+    """While the block runs, a line ``what… still running, 20 s`` (``…, step 12/40, 20 s``
+    for counted ``steps``) every ``every`` seconds (default `PROGRESS_EVERY_S`), from a daemon
+    thread: a log or a pipe shows that a long wait is alive without a redrawn bar."""
     import threading
 
     every = PROGRESS_EVERY_S if every is None else every
@@ -112,7 +153,9 @@ def _heartbeat(console, what: str, start: float, every: float | None = None) -> 
 
     def beat() -> None:
         while not stop.wait(every):
-            console.print(f"{what}… still running, {time.monotonic() - start:.0f} s", markup=False)
+            step = f"step {steps.done}/{steps.total}, " if steps and steps.total else ""
+            elapsed = time.monotonic() - start
+            console.print(f"{what}… still running, {step}{elapsed:.0f} s", markup=False)
 
     thread = threading.Thread(target=beat, name="bertfamily-heartbeat", daemon=True)
     thread.start()

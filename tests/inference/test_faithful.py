@@ -7,6 +7,7 @@ documented exception: a change of the thread count moves fp32 results by float r
 
 from __future__ import annotations
 
+import json
 import threading
 from pathlib import Path
 
@@ -15,6 +16,7 @@ import pytest
 import torch
 
 from bertfamily.inference.precision import resolve_dtype
+from bertfamily.modules import kernels
 from bertfamily.modules.kernels import INVARIANT_ROWS, RowBlockedLinear, row_blocked
 from bertfamily.pipelines.embedding.embed import SentenceEmbedder
 from test_sentence_transformers import _minilm_with_dense
@@ -93,6 +95,90 @@ def test_row_blocked_products_do_not_depend_on_the_other_rows():
         assert torch.equal(y[-1], ref[0]) and y.shape == (rows, 40)
     np.testing.assert_allclose(y.detach().numpy(), lin(mixed).detach().numpy(), atol=1e-5)
     assert row_blocked(x[:0], lin, 40).shape == (0, 40)
+
+
+@pytest.fixture
+def fresh_probe(tmp_path, monkeypatch):
+    """`row_invariance` with an empty memory and its store under ``tmp_path``."""
+    monkeypatch.setattr(kernels, "_ROW_INVARIANCE", {})
+    store = tmp_path / "kernels" / "row-invariance.json"
+    monkeypatch.setattr(kernels, "_store", lambda: store)
+    return store
+
+
+def _linear_that_changes_below(rows_from: int, w: torch.Tensor):
+    """A fake kernel whose result moves by one rounding step when a call has fewer than
+    ``rows_from`` rows (as MKL's and oneDNN's small-row paths do), else a row-wise product
+    that depends on nothing else (x[:, :24] * w, w (24,))."""
+
+    def matmul(x: torch.Tensor) -> torch.Tensor:
+        y = x[:, :24] * w
+        return torch.nextafter(y, torch.full_like(y, 1e9)) if x.shape[0] < rows_from else y
+
+    return matmul
+
+
+@pytest.mark.parametrize(("rows_from", "expected"), [(1, 1), (8, 8), (16, 16), (17, 0), (64, 0)])
+def test_row_invariance_is_measured_and_decides_one_call_or_blocks(
+    fresh_probe, rows_from, expected
+):
+    """A kernel that agrees with the blocked products from m rows on runs as one call padded
+    to m rows; one that needs more than MAX_MIN_ROWS keeps the fixed blocks. Either way every
+    row gets the bits of the blocked products, whatever its batch."""
+    torch.manual_seed(0)
+    w = torch.randn(24)
+    matmul = _linear_that_changes_below(rows_from, w)
+    calls = []
+
+    def counted(x):
+        calls.append(x.shape[0])
+        return matmul(x)
+
+    assert kernels.row_invariance(matmul, torch.zeros(1, 40), ("fake", rows_from)) == expected
+    x = torch.randn(150, 40)
+    blocked = kernels._blocks(x, matmul)
+    for rows in (1, 3, 16, 70, 150):
+        calls.clear()
+        y = row_blocked(x[:rows], counted, 24, ("fake", rows_from))
+        assert torch.equal(y, blocked[:rows])
+        want = [max(rows, expected)] if expected else [INVARIANT_ROWS] * -(-rows // INVARIANT_ROWS)
+        assert calls == want
+
+
+def test_row_invariance_is_kept_for_the_next_process(fresh_probe):
+    w = torch.randn(24)
+    assert kernels.row_invariance(_linear_that_changes_below(4, w), torch.zeros(1, 40), ("k",)) == 4
+    stored = json.loads(fresh_probe.read_text())
+    assert list(stored.values()) == [4] and kernels._machine_key() in next(iter(stored))
+    kernels._ROW_INVARIANCE.clear()  # a new process: read, not measured again
+
+    def fails(x):
+        raise AssertionError("measured again")
+
+    assert kernels.row_invariance(fails, torch.zeros(1, 40), ("k",)) == 4
+    threads = torch.get_num_threads()
+    torch.set_num_threads(threads + 1)  # another thread count is another entry: measured
+    try:
+        with pytest.raises(AssertionError, match="measured again"):
+            kernels.row_invariance(fails, torch.zeros(1, 40), ("k",))
+    finally:
+        torch.set_num_threads(threads)
+    fresh_probe.write_text("not json")  # an unreadable store: measured again
+    kernels._ROW_INVARIANCE.clear()
+    assert kernels.row_invariance(_linear_that_changes_below(2, w), torch.zeros(1, 40), ("k",)) == 2
+
+
+def test_the_cpu_kernels_of_the_default_path_are_measured_row_invariant(minilm_dir, fresh_probe):
+    """On this CPU the default path's linears run as single calls where the kernel passed the
+    probe, and a text's vector is the same bits alone, in a batch of 100 and in a batch of 1,000
+    tokens as before."""
+    model = SentenceEmbedder(minilm_dir)
+    texts = [f"sentence number {i} about rivers and mountains" for i in range(100)]
+    alone = model.encode(texts[:1], batch_size=1)
+    np.testing.assert_array_equal(model.encode(texts, batch_size=100)[:1], alone)
+    assert fresh_probe.exists() and set(json.loads(fresh_probe.read_text()).values()) <= set(
+        range(kernels.MAX_MIN_ROWS + 1)
+    )
 
 
 def test_training_keeps_plain_linears_and_gradients(minilm_dir):

@@ -162,15 +162,12 @@ def test_subclasses_are_left_alone():
     assert use_kernel(model, "onednn") == 1 and type(model[0]) is Other
 
 
-def test_auto_follows_the_cpu_vendor(monkeypatch):
+def test_auto_is_onednn_where_torch_has_it(monkeypatch):
     monkeypatch.setattr(kernels, "_onednn_available", lambda: True)
-    monkeypatch.setattr(kernels, "cpu_vendor", lambda: "AuthenticAMD")
-    assert resolve_linear_kernel("auto")[0] == "onednn"
-    for vendor in ("GenuineIntel", ""):
+    for vendor in ("AuthenticAMD", "GenuineIntel", ""):  # every CPU, fp32 and bf16
         monkeypatch.setattr(kernels, "cpu_vendor", lambda v=vendor: v)
         kernel, reason = resolve_linear_kernel("auto")
-        assert kernel == "blas" and "no faster" in reason
-        # bf16 runs oneDNN on every CPU (as torch's compiler emits it)
+        assert kernel == "onednn" and "row-invariant" in reason
         assert resolve_linear_kernel("auto", torch.bfloat16)[0] == "onednn"
     assert resolve_linear_kernel("onednn") == ("onednn", "onednn (asked)")
     monkeypatch.setattr(kernels, "_onednn_available", lambda: False)

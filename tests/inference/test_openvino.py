@@ -241,16 +241,16 @@ def test_int8_graph_keeps_the_bar_on_held_out_text_and_is_cached(
     minilm_dir, reference, real_calibration_cache, monkeypatch
 ):
     """`runtime="openvino", quantize="int8"`: NNCF's int8, calibrated on one sample and
-    checked on another (held out), the step that met the bar named and cached."""
+    checked on every kind of held-out text (the accuracy gate), the step that met the bar
+    and each kind's agreement recorded and cached."""
     pytest.importorskip("nncf")
     from bertfamily.convert import openvino
-    from bertfamily.inference import caches, int8_graphs
-    from bertfamily.inference.agreement import austen_calibration, swapped_agreement
+    from bertfamily.inference import agreement, caches, int8_graphs
+    from bertfamily.inference.agreement import GATE_KINDS, gate_texts, swapped_agreement
     from bertfamily.pipelines.embedding.embed import SentenceEmbedder
 
     own_cache = real_calibration_cache
-    held_out = austen_calibration(held_out=True)[0]
-    assert not set(held_out) & set(austen_calibration()[0])
+    held_out = [sentences for sentences, _ in gate_texts().values()]
 
     checked: list[list[str]] = []
     real = swapped_agreement
@@ -259,11 +259,13 @@ def test_int8_graph_keeps_the_bar_on_held_out_text_and_is_cached(
         checked.append(list(texts))
         return real(embedder, model, texts, queries, k)
 
-    monkeypatch.setattr(int8_graphs, "swapped_agreement", spy)
+    monkeypatch.setattr(agreement, "swapped_agreement", spy)
     embedder = SentenceEmbedder(minilm_dir, runtime="openvino", quantize="int8")
-    assert checked and all(t == held_out for t in checked)  # never its calibration text
+    assert checked and all(t in held_out for t in checked)  # never its calibration text
+    assert set(embedder.model.held_out) == set(GATE_KINDS)
     got = embedder.runtime_check
     assert got.min_cosine >= 0.99 and got.top_k_overlap >= 0.95
+    assert got.min_cosine == min(a.min_cosine for a in embedder.model.held_out.values())
     steps = [step for step, _ in openvino.INT8_STEPS]
     assert embedder.model.quantized in steps
     assert embedder.dtype_reason.startswith(f"OpenVINO int8 in {embedder.model.quantized}")
@@ -272,13 +274,17 @@ def test_int8_graph_keeps_the_bar_on_held_out_text_and_is_cached(
     (entry,) = own_cache.iterdir()
     record = json.loads((entry / "record.json").read_text())
     assert record["data"]["int8"] == embedder.model.quantized
+    assert set(record["data"]["held_out"]) == set(GATE_KINDS)
     assert sorted(p.name for p in entry.iterdir()) == ["model.bin", "model.xml", "record.json"]
     # used again without quantising or measuring
     monkeypatch.setattr(openvino, "quantize_openvino_ir", lambda *a, **k: 1 / 0)
+    monkeypatch.setattr(agreement, "swapped_agreement", lambda *a, **k: 1 / 0)
     monkeypatch.setattr(int8_graphs, "swapped_agreement", lambda *a, **k: 1 / 0)
     monkeypatch.setattr(caches, "swapped_agreement", lambda *a, **k: 1 / 0)
     again = SentenceEmbedder(minilm_dir, runtime="openvino", quantize="int8")
     assert again.model.quantized == embedder.model.quantized
+    assert again.model.held_out == embedder.model.held_out
+    assert again.dtype_reason.endswith("graph from the cache")
     np.testing.assert_allclose(again.encode(TEXTS), embedder.encode(TEXTS), atol=1e-6)
 
 

@@ -114,26 +114,28 @@ def test_every_computing_command_has_threads():
             assert "threads" in {p.name for p in c.params}, f"{name} {c.name} lacks --threads"
 
 
-def _policy_after(code: str, env_policy: str | None) -> str:
+def _policy_after(code: str, env: dict[str, str]) -> str:
+    """OMP_WAIT_POLICY and GOMP_SPINCOUNT after ``code`` runs in a fresh Python with ``env``
+    (neither set otherwise)."""
     import os
     import subprocess
     import sys
 
-    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
-    if env_policy is not None:
-        env["OMP_WAIT_POLICY"] = env_policy
+    keep = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
+    show = "; import os; print(os.environ.get('OMP_WAIT_POLICY'), os.environ.get('GOMP_SPINCOUNT'))"
     out = subprocess.run(
-        [sys.executable, "-c", code + "; import os; print(os.environ.get('OMP_WAIT_POLICY'))"],
-        env=env, capture_output=True, text=True, check=True, timeout=120,
+        [sys.executable, "-c", code + show],
+        env={**keep, **env}, capture_output=True, text=True, check=True, timeout=120,
     )  # fmt: skip
     return out.stdout.strip().splitlines()[-1]
 
 
-def test_import_sets_a_passive_wait_policy_unless_the_user_chose():
-    assert _policy_after("import bertfamily", None) == "PASSIVE"
-    assert _policy_after("import bertfamily", "ACTIVE") == "ACTIVE"
+def test_import_bounds_the_openmp_spin_unless_the_user_chose():
+    assert _policy_after("import bertfamily", {}) == "None 30000"
+    assert _policy_after("import bertfamily", {"OMP_WAIT_POLICY": "PASSIVE"}) == "PASSIVE None"
+    assert _policy_after("import bertfamily", {"GOMP_SPINCOUNT": "5"}) == "None 5"
     # torch already loaded: libgomp has read its environment, so nothing is pretended
-    assert _policy_after("import torch, bertfamily", None) == "None"
+    assert _policy_after("import torch, bertfamily", {}) == "None None"
 
 
 def test_device_option(cli, minilm_dir, monkeypatch):

@@ -45,7 +45,21 @@ def _plan(embedder):
     half = len(layers) // 2
     errors = {n: (0.999 - 0.001 * i, 0.9995 - 0.001 * i) for i, n in enumerate(layers)}
     good = Agreement(0.01, 0.995, 0.998, 1.0, 10)
-    return Int8Plan(tuple(layers[:half]), tuple(layers[half:]), errors, good, AccuracyBar())
+    held = dict.fromkeys(GATE, good)  # checked on every kind of the gate's text
+    return Int8Plan(tuple(layers[:half]), tuple(layers[half:]), errors, good, AccuracyBar(), held)
+
+
+GATE = {"long prose": (["a long line"], ["a line"]), "STS-B": (["A man sings."], ["A man"])}
+
+
+def _small_gate(monkeypatch, got) -> None:
+    """The accuracy gate on two one-line kinds (`GATE`), each measuring ``got``."""
+    from bertfamily.inference import caches
+
+    monkeypatch.setattr(caches, "gate_texts", lambda: GATE)
+    monkeypatch.setattr(
+        caches, "measure_gate", lambda e, m, k, texts, step=None: {t: got for t in texts}
+    )
 
 
 @pytest.fixture
@@ -69,6 +83,7 @@ def int8_cache(tmp_path, monkeypatch, embedder):
         return plan
 
     monkeypatch.setattr(caches, "austen_calibration", lambda **k: (["a text"], ["a query"]))
+    _small_gate(monkeypatch, plan.agreement)
     monkeypatch.setattr(caches, "plan_int8", measure_plan)
     monkeypatch.setattr(caches, "int8_onnx_model", measure)
     monkeypatch.setattr(onnx_mod, "OnnxRuntimeModel", lambda path, threads: ("onnx", Path(path)))
@@ -337,6 +352,7 @@ def openvino_cache(tmp_path, monkeypatch):
     monkeypatch.setattr(caches, "austen_calibration", lambda **k: (["a text"], ["a query"]))
     agreement = Agreement(1e-6, 0.99999, 0.999995, 1.0, 10)
     monkeypatch.setattr(caches, "swapped_agreement", lambda *a: agreement)
+    _small_gate(monkeypatch, agreement)
     return built
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import logging
+import time
 
 import pytest
 import torch
@@ -61,6 +62,45 @@ def test_on_a_terminal_a_spinner_with_the_elapsed_time(monkeypatch):
     assert "int8: measuring…" in text and "0:00:0" in text  # the spinner line, elapsed time
     assert "int8: measuring: done in " in text
     assert notices._active == []
+
+
+@pytest.mark.usefixtures("shown")
+def test_a_counted_wait_draws_a_progress_bar_on_a_terminal(monkeypatch):
+    """The first use of int8 (the plan's layers, NNCF's tries) counts its steps: a bar."""
+    screen = io.StringIO()
+    console = Console(file=screen, force_terminal=True, width=100, soft_wrap=True)
+    monkeypatch.setattr(notices, "_console", lambda: console)
+    with notices.waiting("int8: measuring", total=4) as steps:
+        for _ in range(3):
+            steps.advance()
+        progress = notices._active[-1][0]
+        assert progress.tasks[0].completed == 3 and progress.tasks[0].total == 4
+        progress.refresh()
+        assert "3/4" in screen.getvalue() and "━" in screen.getvalue()  # the bar, M of N
+        steps.advance(5)
+        assert steps.done == 4  # never past the total
+    assert "int8: measuring: done in " in screen.getvalue()
+
+
+@pytest.mark.usefixtures("shown")
+def test_a_counted_wait_off_a_terminal_names_the_step_and_draws_no_bar(monkeypatch, capsys):
+    monkeypatch.setattr(notices, "PROGRESS_EVERY_S", 0.05)
+    with notices.waiting("int8: measuring", total=10) as steps:
+        steps.advance(2)
+        time.sleep(0.3)
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0] == "int8: measuring…" and lines[-1].startswith("int8: measuring: done in")
+    assert "int8: measuring… still running, step 2/10, " in lines[1]
+    assert not any("━" in line for line in lines)
+
+
+def test_a_counted_wait_in_library_code_stays_quiet(monkeypatch, capsys, caplog):
+    monkeypatch.setattr(notices, "_display", False)
+    with caplog.at_level(logging.DEBUG, logger="bertfamily.notices"):
+        with notices.waiting("int8: measuring", total=2) as steps:
+            steps.advance()
+    assert capsys.readouterr() == ("", "")
+    assert "int8: measuring: step 1/2" in caplog.text
 
 
 def test_root_logger_advice_is_dropped_and_other_records_pass(caplog):

@@ -178,6 +178,8 @@ class OpenVinoModel:
         threads: the inference threads it compiled for.
         quantized: for an int8 graph, which products are int8 (a step of `INT8_STEPS`, set by
             `pipelines.precision.openvino_int8` or read from its cache); None otherwise.
+        held_out: for an int8 graph, its `Agreement` with torch fp32 on each kind of the
+            accuracy gate's held-out text (`inference.agreement.measure_gate`); None otherwise.
 
     Raises:
         MissingDependency: openvino (or onnx, for the export) is not installed.
@@ -204,6 +206,7 @@ class OpenVinoModel:
         self.precision = compiled.get_property("INFERENCE_PRECISION_HINT").to_string()
         self.threads = int(compiled.get_property("INFERENCE_NUM_THREADS"))
         self.quantized: str | None = None
+        self.held_out: dict | None = None
         self.config = model.config
         self.encoder = _OpenVinoEncoder(compiled)
 

@@ -18,7 +18,7 @@ plan or graph runs on the calibration text again (seconds, not the minutes of th
 refused and rebuilt when it misses the bar, and is signed for the next loads when it meets it.
 
 - `cached_int8_plan`: ``int8-plans/KEY/``, the record alone (`plan_int8` on
-  `austen_calibration`);
+  `austen_calibration`, then the accuracy gate on every kind of `gate_texts`);
 - `cached_int8`: ``int8-onnx/KEY/model.onnx`` (`int8_onnx_model` of that plan);
 - `cached_openvino`: ``openvino-graphs/KEY/model.xml`` and ``model.bin``
   (`convert.openvino.save_openvino_ir`, or `openvino_int8`).
@@ -56,9 +56,13 @@ from .agreement import (
     AccuracyBar,
     Agreement,
     austen_calibration,
+    gate_texts,
+    gate_version,
+    measure_gate,
+    require_gate,
     swapped_agreement,
 )
-from .int8 import PLAN_MARGIN, Int8Plan, apply_int8, linear_layers, plan_int8
+from .int8 import PLAN_MARGIN, Int8Plan, apply_int8, linear_layers, plan_int8, plan_steps
 from .int8_graphs import int8_onnx_model, openvino_int8
 
 __all__ = [
@@ -289,8 +293,9 @@ def _key(parts: list) -> str:
 
 def int8_plan_key(embedder, bar: AccuracyBar) -> str:
     """The cache name of ``embedder``'s int8 plan alone (`cached_int8_plan`): linear kernel,
-    model content, bar, margin, calibration and torch version (the plan is measured with
-    torch's int8)."""
+    model content, bar, margin, calibration, the accuracy gate's held-out text
+    (`gate_version`: a plan checked on Austen lines alone is not used again) and torch version
+    (the plan is measured with torch's int8)."""
     return _key(
         [
             "plan",
@@ -299,6 +304,7 @@ def int8_plan_key(embedder, bar: AccuracyBar) -> str:
             dataclasses.asdict(bar),
             list(PLAN_MARGIN),
             CALIBRATION_VERSION,
+            gate_version(gate_texts()),
             torch.__version__,
         ]
     )
@@ -306,13 +312,16 @@ def int8_plan_key(embedder, bar: AccuracyBar) -> str:
 
 def _plan_claims(embedder, bar: AccuracyBar) -> Callable[[Mapping], Int8Plan]:
     """Reads a recorded plan back (`Int8Plan.from_record`: this model's layers, the least
-    damaging quantised, its agreement meeting its bar) measured for ``bar``."""
+    damaging quantised, its agreement meeting its bar) measured for ``bar`` and checked on
+    every kind of the gate's held-out text."""
     layers = linear_layers(embedder.model)
 
     def claims(data: Mapping) -> Int8Plan:
         plan = Int8Plan.from_record(data, layers)
         if plan.bar != bar:
             raise ValueError(f"it was measured for {plan.bar}, not {bar}")
+        if set(plan.held_out) != set(gate_texts()):
+            raise ValueError(f"it was checked on {sorted(plan.held_out)}, not every gate kind")
         return plan
 
     return claims
@@ -333,14 +342,18 @@ def _checked_again(what: str, got: Agreement, bar: AccuracyBar) -> Agreement:
 
 
 def _plan_remeasure(embedder, bar: AccuracyBar) -> Callable[[Int8Plan], tuple[dict, Int8Plan]]:
-    """Runs a cached plan's layers in int8 on the calibration text again (`VerifiedEntry.read`'s
-    ``remeasure``): the plan with the agreement measured now, when that meets ``bar``."""
+    """Runs a cached plan's layers in int8 on the calibration text and the gate's held-out
+    text again (`VerifiedEntry.read`'s ``remeasure``): the plan with the agreements measured
+    now, when they meet ``bar``."""
 
     def remeasure(plan: Int8Plan) -> tuple[dict, Int8Plan]:
         texts, queries = austen_calibration()
         int8 = apply_int8(embedder.model, plan.quantized)  # a copy: the fp32 model stays
         got = swapped_agreement(embedder, int8, texts, queries, bar.k)
-        plan = dataclasses.replace(plan, agreement=_checked_again("the int8 plan", got, bar))
+        held = measure_gate(embedder, int8, bar.k, gate_texts())
+        require_gate("measured again, the int8 plan", held, bar, "measuring it again")
+        got = _checked_again("the int8 plan", got, bar)
+        plan = dataclasses.replace(plan, agreement=got, held_out=held)
         return plan.to_record(), plan
 
     return remeasure
@@ -349,10 +362,13 @@ def _plan_remeasure(embedder, bar: AccuracyBar) -> Callable[[Int8Plan], tuple[di
 def cached_int8_plan(
     embedder, bar: AccuracyBar = AccuracyBar(), key: str | None = None
 ) -> tuple[Int8Plan, bool]:
-    """`plan_int8` on `austen_calibration`, measured once per `int8_plan_key` and kept under
-    ``cache_dir()/int8-plans/KEY/`` (a `VerifiedEntry`: an edited, foreign or inconsistent
-    plan is logged and measured again). What ``quantize="int8"`` runs: the plan's layers
-    quantised by torch (`apply_int8`), the engine the plan is measured on.
+    """`plan_int8` on `austen_calibration`, then the accuracy gate (`require_gate`: the plan's
+    agreement with fp32 on every kind of `gate_texts`, held out from the calibration, the
+    worst kind deciding; recorded per kind in ``Int8Plan.held_out``), measured once per
+    `int8_plan_key` and kept under ``cache_dir()/int8-plans/KEY/`` (a `VerifiedEntry`: an
+    edited, foreign or inconsistent plan is logged and measured again). What
+    ``quantize="int8"`` runs: the plan's layers quantised by torch (`apply_int8`), the engine
+    the plan is measured on. The first use shows a progress bar (`notices.waiting`, counted).
 
     Args:
         embedder: a `SentenceEmbedder` with its fp32 model on the CPU (left unchanged).
@@ -363,7 +379,9 @@ def cached_int8_plan(
         (plan, whether it came from the cache).
 
     Raises:
-        QuantizationError / FetchError: see `plan_int8`, `austen_calibration`.
+        QuantizationError: see `plan_int8`; or a kind of held-out text misses ``bar`` (the
+            message names it and its numbers; nothing is cached).
+        FetchError: see `austen_calibration`, `gate_texts`.
         UnsafePathError: ``int8-plans`` is a symbolic link out of the cache.
     """
     entry = VerifiedEntry(
@@ -371,15 +389,22 @@ def cached_int8_plan(
     )
     plan = entry.read(_plan_claims(embedder, bar), _plan_remeasure(embedder, bar))
     if plan is not None:
+        log.info("int8 plan read from the cache %s", entry.path)
         return plan, True
 
     def make(directory: Path) -> tuple[dict, Int8Plan]:
         what = (
-            "int8: measuring each layer's error on calibration sentences (first use of this "
-            "model; the plan is cached for the next runs)"
+            "int8: measuring each layer's error on calibration sentences, then the plan on "
+            "held-out text (first use of this model; the plan is cached for the next runs)"
         )
-        with waiting(what):
-            plan = plan_int8(embedder, *austen_calibration(), bar=bar)
+        held_texts = gate_texts()
+        total = plan_steps(len(linear_layers(embedder.model))) + len(held_texts)
+        with waiting(what, total=total) as steps:
+            plan = plan_int8(embedder, *austen_calibration(), bar=bar, step=steps.advance)
+            int8 = apply_int8(embedder.model, plan.quantized)  # a copy: the fp32 model stays
+            held = measure_gate(embedder, int8, bar.k, held_texts, steps.advance)
+        require_gate("the int8 plan", held, bar, "run it in fp32")
+        plan = dataclasses.replace(plan, held_out=held)
         return plan.to_record(), plan
 
     return entry.write(make), False
@@ -455,9 +480,9 @@ def openvino_cache_key(
     embedder, precision: str | None, bar: AccuracyBar, quantize: str | None = None
 ) -> str:
     """The cache name of ``embedder``'s OpenVINO graph and its measured agreement: model
-    content, precision hint, bar, calibration, torch and openvino versions (and nncf's for
-    int8), and this CPU's instruction-set flags (OpenVINO's default precision and kernels
-    follow them)."""
+    content, precision hint, bar, calibration, torch and openvino versions (and, for int8,
+    nncf's and the accuracy gate's held-out text, `gate_version`), and this CPU's
+    instruction-set flags (OpenVINO's default precision and kernels follow them)."""
     from ..train.mixed_precision import cpu_flags
 
     parts = [
@@ -470,7 +495,7 @@ def openvino_cache_key(
         sorted(cpu_flags()),
     ]
     if quantize is not None:
-        parts += [quantize, _version("nncf")]
+        parts += [quantize, _version("nncf"), gate_version(gate_texts())]
     return _key(parts)
 
 
@@ -489,8 +514,10 @@ def cached_openvino(
     agreement allows (`SentenceEmbedder` refuses a graph under its bar).
 
     With ``quantize="int8"`` the graph is `openvino_int8`'s: calibrated on `austen_calibration`
-    and checked on its held-out lines (``austen_calibration(held_out=True)``); the record names
-    the step that kept the bar.
+    and checked on every kind of the accuracy gate's held-out text (`gate_texts`; the returned
+    agreement is the worst kind's, each kind's in the model's ``held_out``); the record names
+    the step that kept the bar and each kind's agreement. The first build shows a progress bar
+    (`notices.waiting`, counted).
 
     Args:
         embedder: a `SentenceEmbedder` with its torch fp32 model (left in place).
@@ -517,28 +544,37 @@ def cached_openvino(
     )
     threads = inference_threads()
 
-    def claims(data: Mapping) -> tuple[Agreement, str | None]:
+    def claims(data: Mapping) -> tuple[Agreement, str | None, dict | None]:
         step = data["int8"]
         if step is not None and step not in {name for name, _ in INT8_STEPS}:
             raise ValueError(f"unknown int8 step {step!r}")
         if (step is None) != (quantize is None):
             raise ValueError("the record does not match the quantisation asked for")
-        return Agreement.from_record(data["agreement"]), step
+        held = None
+        if step is not None:  # int8: checked on every kind of held-out text
+            held = {k: Agreement.from_record(v) for k, v in data["held_out"].items()}
+            if set(held) != set(gate_texts()):
+                raise ValueError(f"it was checked on {sorted(held)}, not every gate kind")
+        return Agreement.from_record(data["agreement"]), step, held
 
-    def remeasure(found: tuple[Agreement, str | None]):
+    def remeasure(found: tuple[Agreement, str | None, dict | None]):
         step = found[1]
         model = OpenVinoModel(embedder.model, threads, precision, ir=entry.path / "model.xml")
-        texts, queries = austen_calibration(held_out=step is not None)  # as when it was built
-        got = swapped_agreement(embedder, model, texts, queries, bar.k)
-        got = _checked_again("the OpenVINO graph", got, bar)
-        data = {"precision": model.precision, "int8": step, "agreement": dataclasses.asdict(got)}
-        return data, (got, step)
+        held = None
+        if step is None:
+            got = swapped_agreement(embedder, model, *austen_calibration(), bar.k)
+            got = _checked_again("the OpenVINO graph", got, bar)
+        else:  # as when it was built: the gate's kinds
+            held = measure_gate(embedder, model, bar.k, gate_texts())
+            got = require_gate("measured again, the OpenVINO graph", held, bar, "building again")
+        return _openvino_record(model.precision, step, got, held), (got, step, held)
 
     found = entry.read(claims, remeasure)
     if found is not None:
-        got, step = found
+        got, step, held = found
         model = OpenVinoModel(embedder.model, threads, precision, ir=entry.path / "model.xml")
-        model.quantized = step
+        model.quantized, model.held_out = step, held
+        log.info("OpenVINO graph read from the cache %s", entry.path)
         return model, got, True
 
     def make(directory: Path):
@@ -548,7 +584,9 @@ def cached_openvino(
             + " and checking it on calibration sentences (first use of this model; the graph "
             "is cached for the next runs)"
         )
-        with waiting(what):
+        held_texts = gate_texts() if quantize else {}
+        total = len(INT8_STEPS) * (1 + len(held_texts)) if quantize else None
+        with waiting(what, total=total) as steps:
             texts, queries = austen_calibration()
             if quantize is None:
                 xml = save_openvino_ir(embedder.model, directory / "model.xml")
@@ -558,17 +596,31 @@ def cached_openvino(
             else:
                 (directory / "fp32").mkdir()
                 fp32 = save_openvino_ir(embedder.model, directory / "fp32" / "model.xml")
-                check = austen_calibration(held_out=True)
                 model, got = openvino_int8(
-                    embedder, fp32, directory / "model.xml", (texts, queries), check, bar, precision
+                    embedder,
+                    fp32,
+                    directory / "model.xml",
+                    (texts, queries),
+                    held_texts,
+                    bar,
+                    precision,
+                    steps.advance,
                 )
                 shutil.rmtree(directory / "fp32")
-        data = {
-            "precision": model.precision,
-            "int8": model.quantized,
-            "agreement": dataclasses.asdict(got),
-        }
+        held = model.held_out if quantize else None
+        data = _openvino_record(model.precision, model.quantized, got, held)
         return data, (model, got)
 
     model, got = entry.write(make)
     return model, got, False
+
+
+def _openvino_record(
+    precision: str, step: str | None, got: Agreement, held: Mapping[str, Agreement] | None
+) -> dict:
+    """An OpenVINO graph's record data: its precision, int8 step, agreement (the worst kind's
+    for int8) and, for int8, each held-out kind's agreement."""
+    data = {"precision": precision, "int8": step, "agreement": dataclasses.asdict(got)}
+    if held is not None:
+        data["held_out"] = {k: dataclasses.asdict(v) for k, v in held.items()}
+    return data

@@ -14,7 +14,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from ..errors import QuantizationError
-from .agreement import AccuracyBar, Agreement, _check_number, _unit, agreement
+from .agreement import AccuracyBar, Agreement, _check_number, _unit, agreement, worst
 
 __all__ = [
     "PLAN_MARGIN",
@@ -31,6 +31,7 @@ __all__ = [
     "layer_errors",
     "linear_layers",
     "plan_int8",
+    "plan_steps",
 ]
 
 
@@ -91,7 +92,9 @@ class Int8Plan:
     """Which Linear layers run int8, which stay fp32, and the evidence.
 
     ``layer_errors``: name → (min cosine, mean cosine) of the calibration embeddings with that
-    layer alone quantised; ``agreement``: the whole plan's agreement with fp32 on calibration.
+    layer alone quantised; ``agreement``: the whole plan's agreement with fp32 on calibration;
+    ``held_out``: its agreement on each kind of the accuracy gate's held-out text
+    (`agreement.gate_texts`; empty when the plan was measured on a caller's calibration only).
     """
 
     quantized: tuple[str, ...]
@@ -99,15 +102,24 @@ class Int8Plan:
     layer_errors: dict[str, tuple[float, float]] = field(repr=False)
     agreement: Agreement
     bar: AccuracyBar
+    held_out: dict[str, Agreement] = field(default_factory=dict)
 
     def summary(self) -> str:
         """One line for a log or stderr."""
         n = len(self.quantized) + len(self.kept)
         a = self.agreement
+        held = ""
+        if self.held_out:
+            kind = min(self.held_out, key=lambda k: self.held_out[k].min_cosine)
+            w = worst(self.held_out)
+            held = (
+                f"; held-out ({', '.join(self.held_out)}) worst min cosine {w.min_cosine:.4f} "
+                f"({kind}), top-{w.k} overlap {w.top_k_overlap:.3f}"
+            )
         return (
             f"int8: {len(self.quantized)} of {n} Linear layers quantised (per-channel dynamic), "
             f"{len(self.kept)} kept fp32; calibration min cosine {a.min_cosine:.4f}, "
-            f"top-{a.k} overlap {a.top_k_overlap:.3f} (bar {self.bar.min_cosine}, "
+            f"top-{a.k} overlap {a.top_k_overlap:.3f}{held} (bar {self.bar.min_cosine}, "
             f"{self.bar.min_overlap})"
         )
 
@@ -119,6 +131,7 @@ class Int8Plan:
             "layer_errors": {k: list(v) for k, v in self.layer_errors.items()},
             "agreement": dataclasses.asdict(self.agreement),
             "bar": dataclasses.asdict(self.bar),
+            "held_out": {k: dataclasses.asdict(v) for k, v in self.held_out.items()},
         }
 
     @classmethod
@@ -127,7 +140,8 @@ class Int8Plan:
         against the model: every layer named once, quantised or kept; exactly the model's
         ``layers`` (`linear_layers`) when given; at least one layer quantised, and the
         quantised ones the least damaging by their recorded errors (what `plan_int8` picks);
-        every number in range; and the recorded agreement meeting the recorded bar.
+        every number in range; and the recorded agreement, and every held-out kind's, meeting
+        the recorded bar.
 
         Raises:
             ValueError / TypeError / KeyError: a claim that does not hold (the caller measures
@@ -159,15 +173,21 @@ class Int8Plan:
             errors,
             Agreement.from_record(data["agreement"]),
             AccuracyBar.from_record(data["bar"]),
+            {str(k): Agreement.from_record(v) for k, v in data.get("held_out", {}).items()},
         )
         if not plan.agreement.meets(plan.bar):
             raise ValueError(f"its agreement {plan.agreement} misses its bar {plan.bar}")
+        if plan.held_out and not worst(plan.held_out).meets(plan.bar):
+            raise ValueError(f"its held-out agreement {plan.held_out} misses its bar {plan.bar}")
         return plan
 
 
-def layer_errors(embedder, texts: Sequence[str], ref: np.ndarray) -> dict[str, tuple[float, float]]:
+def layer_errors(
+    embedder, texts: Sequence[str], ref: np.ndarray, step: Callable[[], None] | None = None
+) -> dict[str, tuple[float, float]]:
     """Each encoder Linear layer's damage alone: the (min, mean) cosine of ``texts``' vectors
-    with only that layer quantised (per-channel int8) to the fp32 vectors ``ref`` (N, D)."""
+    with only that layer quantised (per-channel int8) to the fp32 vectors ``ref`` (N, D).
+    ``step``: called after each layer (a progress bar's ``advance``)."""
     fp32 = embedder.model
     out = {}
     try:
@@ -175,6 +195,8 @@ def layer_errors(embedder, texts: Sequence[str], ref: np.ndarray) -> dict[str, t
             embedder.model = apply_int8(fp32, [name])
             cos = (_unit(ref) * _unit(embedder.encode(texts))).sum(1)
             out[name] = (float(cos.min()), float(cos.mean()))
+            if step is not None:
+                step()
     finally:
         embedder.model = fp32
     return out
@@ -183,12 +205,19 @@ def layer_errors(embedder, texts: Sequence[str], ref: np.ndarray) -> dict[str, t
 PLAN_MARGIN = (0.002, 0.02)  # (cosine, overlap) the plan keeps above the bar on calibration
 
 
+def plan_steps(layers: int) -> int:
+    """The most measurements `plan_int8` makes on a model of ``layers`` Linear layers: one
+    per layer, then the binary search's (and one more when it fails)."""
+    return layers + max(1, layers).bit_length() + 1
+
+
 def plan_int8(
     embedder,
     texts: Sequence[str],
     queries: Sequence[str],
     bar: AccuracyBar = AccuracyBar(),
     margin: tuple[float, float] = PLAN_MARGIN,
+    step: Callable[[], None] | None = None,
 ) -> Int8Plan:
     """Choose the Linear layers to quantise: measure each alone (`layer_errors`), order them
     from least to most damaging (mean cosine), and keep the longest prefix whose quantised model
@@ -201,6 +230,8 @@ def plan_int8(
         texts: calibration sentences; queries: calibration queries searched among them.
         bar: the accuracy to keep.
         margin: (cosine, overlap) added to the bar during the search (capped at 1).
+        step: called after each measurement (one per layer, then one per search step: at most
+            `plan_steps` in all), for a progress bar.
 
     Raises:
         QuantizationError: no texts or queries; not even the least damaging layer meets the bar.
@@ -209,7 +240,7 @@ def plan_int8(
         raise QuantizationError("int8 calibration needs sentences and queries")
     fp32 = embedder.model
     ref, ref_q = embedder.encode(texts), embedder.encode(queries)
-    errors = layer_errors(embedder, texts, ref)
+    errors = layer_errors(embedder, texts, ref, step)
     order = sorted(errors, key=lambda n: -errors[n][1])
     search = AccuracyBar(
         min(1.0, bar.min_cosine + margin[0]), min(1.0, bar.min_overlap + margin[1]), bar.k
@@ -221,6 +252,8 @@ def plan_int8(
             return agreement(ref, embedder.encode(texts), ref_q, embedder.encode(queries), bar.k)
         finally:
             embedder.model = fp32
+            if step is not None:
+                step()
 
     lo, hi, best = 0, len(order), None  # invariant: prefix lo meets the bar
     while lo < hi:

@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 
 from ..errors import QuantizationError
-from .agreement import AccuracyBar, swapped_agreement
+from .agreement import AccuracyBar, measure_gate, swapped_agreement, worst
 from .int8 import Int8Plan
 
 __all__ = ["int8_onnx_model", "openvino_int8"]
@@ -64,19 +64,30 @@ def int8_onnx_model(embedder, plan: Int8Plan, texts, queries, path: str | Path |
 
 
 def openvino_int8(
-    embedder, xml: Path, out: Path, calibration, check, bar: AccuracyBar, precision: str | None
+    embedder,
+    xml: Path,
+    out: Path,
+    calibration,
+    check,
+    bar: AccuracyBar,
+    precision: str | None,
+    step=None,
 ):
     """The int8 OpenVINO graph of ``embedder``'s fp32 IR ``xml`` that keeps ``bar``: NNCF
     post-training quantisation calibrated on ``calibration`` ((sentences, queries), tokenised
     by ``embedder``, batches of 32), each step of `convert.openvino.INT8_STEPS` in turn (fewer
-    products in int8 at each) until the graph's agreement with torch fp32 on ``check`` (text
-    disjoint from the calibration) meets ``bar``. ``precision``: OpenVINO's precision hint for
-    what stays in float (None: its default).
+    products in int8 at each) until the graph's agreement with torch fp32 on every kind of
+    ``check`` (kind → (sentences, queries), text disjoint from the calibration:
+    `agreement.gate_texts`) meets ``bar`` (`agreement.measure_gate`, the worst kind decides).
+    ``precision``: OpenVINO's precision hint for what stays in float (None: its default).
+    ``step``: called after each quantisation and each kind measured (a progress bar's
+    ``advance``; at most ``len(INT8_STEPS) * (1 + len(check))`` calls).
 
     Returns:
         (`OpenVinoModel` of the graph saved at ``out``, its ``quantized`` the step's
-        description; its `Agreement` on ``check``), or the last step's when none meets the bar
-        (the caller refuses it).
+        description and its ``held_out`` the agreement per kind; the worst of those
+        `Agreement` s, `agreement.worst`), or the last step's when none meets the bar (the
+        caller refuses it, naming the kind: `agreement.gate_failure`).
 
     Raises:
         MissingDependency: openvino or nncf is not installed.
@@ -98,12 +109,15 @@ def openvino_int8(
         padded = embedder.tokenizer.pad_rows(chunk, max(len(r) for r in chunk["input_ids"]))
         batches.append({k: np.asarray(v, dtype=np.int64) for k, v in padded.items()})
     threads = inference_threads()
-    for step, keep in INT8_STEPS:
+    for products, keep in INT8_STEPS:
         quantize_openvino_ir(xml, out, batches, keep)
+        if step is not None:
+            step()
         model = OpenVinoModel(embedder.model, threads, precision, ir=out)
-        got = swapped_agreement(embedder, model, *check, bar.k)
-        log.info("OpenVINO int8, %s: %s", step, got)
+        per_kind = measure_gate(embedder, model, bar.k, check, step)
+        got = worst(per_kind)
+        log.info("OpenVINO int8, %s: %s", products, per_kind)
         if got.meets(bar):
             break
-    model.quantized = step
+    model.quantized, model.held_out = products, per_kind
     return model, got

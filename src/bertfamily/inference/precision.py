@@ -4,7 +4,7 @@ them.
 
 - `inference.dtype`: the dtype policy (fp32 by default; bf16 as ``"bf16"`` or ``"fastest"``);
 - `inference.agreement`: the accuracy bar, how agreement with fp32 is measured, the
-  calibration text;
+  calibration text, the accuracy gate on several kinds of held-out text;
 - `inference.int8`: int8 dynamic quantisation and its per-layer plan;
 - `inference.int8_graphs`: the int8 graphs of ONNX Runtime and OpenVINO;
 - `inference.caches`: the verified caches of plans and graphs (`VerifiedEntry`).
@@ -19,11 +19,18 @@ from ..errors import QuantizationError
 from ..train.mixed_precision import cpu_bf16_units, cpu_int8_units
 from .agreement import (
     CALIBRATION_VERSION,
+    GATE_KINDS,
     AccuracyBar,
     Agreement,
     agreement,
     austen_calibration,
+    gate_failure,
+    gate_texts,
+    gate_version,
+    measure_gate,
+    require_gate,
     swapped_agreement,
+    worst,
 )
 from .caches import (
     INT8_ONNX_CACHE,
@@ -38,12 +45,21 @@ from .caches import (
     openvino_cache_key,
 )
 from .dtype import DTYPE_NAMES, fastest_dtype, resolve_dtype
-from .int8 import PLAN_MARGIN, Int8Plan, apply_int8, layer_errors, linear_layers, plan_int8
+from .int8 import (
+    PLAN_MARGIN,
+    Int8Plan,
+    apply_int8,
+    layer_errors,
+    linear_layers,
+    plan_int8,
+    plan_steps,
+)
 from .int8_graphs import int8_onnx_model, openvino_int8
 
 __all__ = [
     "CALIBRATION_VERSION",
     "DTYPE_NAMES",
+    "GATE_KINDS",
     "INT8_ONNX_CACHE",
     "OPENVINO_CACHE",
     "PLAN_CACHE",
@@ -62,14 +78,21 @@ __all__ = [
     "cpu_bf16_units",
     "cpu_int8_units",
     "fastest_dtype",
+    "gate_failure",
+    "gate_texts",
+    "gate_version",
     "int8_cache_key",
     "int8_onnx_model",
     "int8_plan_key",
     "layer_errors",
     "linear_layers",
+    "measure_gate",
     "openvino_cache_key",
     "openvino_int8",
     "plan_int8",
+    "plan_steps",
+    "require_gate",
     "resolve_dtype",
     "swapped_agreement",
+    "worst",
 ]

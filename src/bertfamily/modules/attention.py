@@ -216,7 +216,11 @@ class SelfAttention(nn.Module):
         return out
 
     def _packed(self, x: torch.Tensor, lengths: list[int], ctx: AttentionContext) -> torch.Tensor:
-        """Attention over packed sequences: one SDPA call per sequence, no mask, no padding.
+        """Attention over packed sequences, no mask, no padding: one SDPA call per sequence,
+        or on the CPU per run of adjacent sequences of equal length (a length-sorted batch has
+        many), stacked as a batch — the CPU kernel splits its work by (sequence, head, query
+        block) and never over the keys, so a sequence's result does not depend on the others in
+        its call (tested bit for bit).
 
         x: (total_tokens, H) with rows grouped by sequence (``lengths`` rows each) →
         (total_tokens, H) context vectors before the output projection.
@@ -225,19 +229,23 @@ class SelfAttention(nn.Module):
         qkv = self.qkv(x).view(Ntot, 3, self.num_heads, self.head_dim)  # (Ntot, 3, N, Dh)
         y = torch.empty(Ntot, self.num_heads, self.head_dim, dtype=x.dtype, device=x.device)
         p = self.dropout if self.training else 0.0
-        start = 0
-        for n in lengths:
+        stack = x.device.type == "cpu"
+        start = i = 0
+        while i < len(lengths):
+            n, b = lengths[i], 1
+            while stack and i + b < len(lengths) and lengths[i + b] == n:
+                b += 1
             if n:
-                # 4-D (1, N, n, Dh) inputs: the fused CPU/GPU kernels need a batch dimension.
-                q, k, v = qkv[start : start + n].permute(1, 2, 0, 3)[:, None].unbind(0)
+                rows = qkv[start : start + b * n].view(b, n, 3, self.num_heads, self.head_dim)
+                q, k, v = rows.permute(2, 0, 3, 1, 4).unbind(0)  # (b, N, n, Dh) each
                 q, k, v = self._positions(q, k, v, ctx, n)
                 mask = self._add_bias(None, None, ctx, n, n)
                 if mask is not None:
                     mask = mask.to(q.dtype)
-                y[start : start + n] = F.scaled_dot_product_attention(
-                    q, k, v, attn_mask=mask, dropout_p=p
-                )[0].transpose(0, 1)  # (n, N, Dh)
-            start += n
+                out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
+                y[start : start + b * n] = out.transpose(1, 2).reshape(b * n, *y.shape[1:])
+            start += b * n
+            i += b
         return y.view(Ntot, H)
 
     def _packed_bucketed(self, x: torch.Tensor, ctx: AttentionContext) -> torch.Tensor:

@@ -6,7 +6,10 @@ PyTorch's own compiler emits for CPU linears) was faster on a 2-core AMD EPYC (A
 on MiniLM's three Linear shapes at 400 and 1,000 tokens, and 1.03× (Austen lines) / 1.05×
 (short queries) for the whole embedding in one interleaved run (benchmarks/embed.py →
 results/embed_epyc_kernels.json), outputs within 2e-7. On an Intel Xeon (AVX-512) it was no
-faster than MKL. So "auto" uses oneDNN on CPUs that are not Intel's.
+faster than MKL when both ran unconstrained; in the batch-invariant default (`row_blocked`)
+oneDNN is the faster one there too, because it gives a row the same bits whatever the row count
+of its call (measured per shape: `row_invariance`) while MKL does not and must run fixed blocks.
+So "auto" uses oneDNN on every CPU.
 
 The weight is handed to oneDNN **pre-packed**: reordered once into oneDNN's blocked layout
 (``torch.ops.mkldnn._reorder_linear_weight``, what torch's compiler does for CPU linears) and kept
@@ -28,14 +31,21 @@ names and the state dict stay the same.
 
 from __future__ import annotations
 
+import hashlib
+import json
+import logging
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from ..errors import InputError
+from ..files import write_text_atomic
 from ..runtime import cpu_info_field
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "INVARIANT_ROWS",
@@ -78,10 +88,15 @@ def resolve_linear_kernel(
     """(kernel, reason) for the CPU inference Linear layers of a ``dtype`` model: "blas"
     (``F.linear``) or "onednn" (`OneDnnLinear`: oneDNN on a pre-packed weight).
 
-    "auto": for bf16, oneDNN on every CPU (what torch's own compiler emits for bf16 CPU
-    linears; 1.24× / 1.20× the whole embedding on a Zen 5, benchmarks/embed.py); for fp32,
-    oneDNN where the CPU is not Intel's (measured faster there, see the module docstring),
-    else BLAS; BLAS where this torch has no oneDNN.
+    "auto": oneDNN on every CPU, fp32 and bf16 (what torch's own compiler emits for CPU
+    linears), BLAS where this torch has no oneDNN. In the batch-invariant default each row's
+    result must not depend on its call's row count: oneDNN measured invariant from 1–2 rows on
+    an Intel Xeon (Sapphire Rapids), so it runs one call per product, while MKL splits its
+    reduction by the row count (its 1536 → 384 product at 2 threads) and keeps fixed 64-row
+    blocks (`row_invariance`); on that Xeon the whole embedding ran 1.10× (Austen lines) / 1.11×
+    (short queries) faster on oneDNN than on BLAS idle, level with a core busy
+    (benchmarks/embed.py → results/embed_xeon_spr.json). On AMD EPYCs oneDNN was faster before
+    that too (1.03–1.05× on a Zen 1, 2.1–2.5× MKL's products on a Zen 5).
 
     Raises:
         InputError: an unknown name, or "onednn" on a torch built without oneDNN.
@@ -96,10 +111,7 @@ def resolve_linear_kernel(
         return "blas", "blas (auto: this torch has no oneDNN linear kernel)"
     if dtype == torch.bfloat16:
         return "onednn", "onednn (auto: bf16, pre-packed weights as torch's compiler uses)"
-    vendor = cpu_vendor()
-    if vendor in ("", "GenuineIntel"):
-        return "blas", f"blas (auto: {vendor or 'unknown CPU'}, where oneDNN measured no faster)"
-    return "onednn", f"onednn (auto: {vendor}, where it measured faster than BLAS)"
+    return "onednn", "onednn (auto: pre-packed weights, one call per product where row-invariant)"
 
 
 def _exporting() -> bool:
@@ -108,22 +120,127 @@ def _exporting() -> bool:
     return torch.jit.is_tracing() or torch.onnx.is_in_onnx_export() or torch.compiler.is_compiling()
 
 
-def row_blocked(
-    flat: torch.Tensor, matmul: Callable[[torch.Tensor], torch.Tensor], out_features: int
-) -> torch.Tensor:
-    """``matmul`` applied to ``flat`` (M, in_features) in blocks of exactly `INVARIANT_ROWS`
-    rows (the last one zero-padded): every product has the same shape whatever M, so each
-    row's result depends on that row alone, not on how many rows its batch has or where the
-    row sits (fp32 and bf16 on the CPU; tests/inference/test_faithful.py). Returns
-    (M, out_features)."""
+# The row counts `row_invariance` tries: every count up to 40 (where kernels switch paths: MKL on
+# a Xeon has one for 1 row, one for 2..15 and one from 16, and oneDNN a matrix-vector path for
+# 1 row), then the block edges of the sizes kernels tile by and a few large counts (a kernel splits
+# the reduction over threads only when there are too few row and column blocks to share out).
+PROBE_ROWS = (*range(1, 41), 63, 64, 65, 127, 128, 129, 255, 256, 257, 512)
+# The most padding rows `row_blocked` adds to a short call of an invariant kernel.
+MAX_MIN_ROWS = 16
+_ROW_INVARIANCE: dict[tuple, int] = {}
+
+
+def _machine_key() -> str:
+    """What a kernel's row invariance can depend on besides its shapes and thread count: the
+    CPU model and its flags, torch's version and its oneDNN's."""
+    flags = hashlib.sha256((cpu_info_field("flags") or "").encode()).hexdigest()[:16]
+    onednn = getattr(torch.backends.mkldnn, "version", lambda: "")()
+    return f"{cpu_info_field('model name') or '?'}|{flags}|torch {torch.__version__}|{onednn}"
+
+
+def _store() -> Path:
+    from ..resources.cache import cache_dir
+
+    return cache_dir() / "kernels" / "row-invariance.json"
+
+
+def _read_store() -> dict[str, int]:
+    """The measured row counts of earlier runs on this machine ({} when none can be read)."""
+    try:
+        data = json.loads(_store().read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return {k: v for k, v in data.items() if isinstance(v, int)} if isinstance(data, dict) else {}
+
+
+def _remember(text: str, value: int) -> None:
+    """Add one measurement to the store (atomic; a store that cannot be written is skipped:
+    the measurement is only repeated by the next process)."""
+    data = _read_store()
+    data[text] = value
+    try:
+        write_text_atomic(_store(), json.dumps(data, indent=0, sort_keys=True))
+    except OSError as exc:
+        log.debug("row invariance not stored: %s", exc)
+
+
+def row_invariance(
+    matmul: Callable[[torch.Tensor], torch.Tensor], like: torch.Tensor, key: tuple
+) -> int:
+    """Whether ``matmul`` (rows (M, in_features) → (M, out)) gives every row the same bits
+    whatever M, measured on this CPU and thread count: each row count of `PROBE_ROWS` is
+    multiplied in one call (seeded random rows, ``matmul``'s own weight) and compared bit for
+    bit with the same rows multiplied in `INVARIANT_ROWS`-row blocks (what `row_blocked` does
+    where a kernel is not invariant).
+
+    A kernel's path depends on the shapes, the thread count and the machine, not on the
+    values, so the answer is kept per ``key`` (the kernel, shapes, dtype, post-op), thread
+    count, CPU and torch build: in memory, and in the cache directory
+    (``kernels/row-invariance.json``) for the next process on this machine. ``like``: a tensor
+    of the rows' dtype and width.
+
+    Returns:
+        The smallest row count m such that every probed count ≥ m agreed (a call of fewer rows
+        is padded to m), or 0 when that is above `MAX_MIN_ROWS` (the kernel's result depends on
+        how many rows share a call: `row_blocked` keeps fixed blocks).
+    """
+    key = (*key, torch.get_num_threads())
+    found = _ROW_INVARIANCE.get(key)
+    if found is not None:
+        return found
+    text = "|".join(map(str, key)) + "|" + _machine_key()
+    found = _read_store().get(text)
+    if found is None:
+        gen = torch.Generator().manual_seed(0)
+        x = torch.randn(max(PROBE_ROWS), like.shape[1], generator=gen).to(like.dtype)
+        ref = _blocks(x, matmul)
+        good = 0
+        for rows in sorted(PROBE_ROWS, reverse=True):
+            if not torch.equal(matmul(x[:rows]), ref[:rows]):
+                break
+            good = rows
+        found = good if 0 < good <= MAX_MIN_ROWS else 0
+        _remember(text, found)
+    _ROW_INVARIANCE[key] = found
+    return found
+
+
+def _blocks(flat: torch.Tensor, matmul: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+    """``matmul`` of ``flat`` (M ≥ 1 rows) in blocks of exactly `INVARIANT_ROWS` rows, the last
+    one zero-padded."""
     n = flat.shape[0]
-    if n == 0:
-        return flat.new_zeros(0, out_features)
     pad = (-n) % INVARIANT_ROWS
     if pad:
         flat = torch.cat([flat, flat.new_zeros(pad, flat.shape[1])])
     blocks = [matmul(flat[i : i + INVARIANT_ROWS]) for i in range(0, len(flat), INVARIANT_ROWS)]
     return torch.cat(blocks)[:n]
+
+
+def row_blocked(
+    flat: torch.Tensor,
+    matmul: Callable[[torch.Tensor], torch.Tensor],
+    out_features: int,
+    key: tuple | None = None,
+) -> torch.Tensor:
+    """``matmul`` applied to ``flat`` (M, in_features) so that each row's result depends on
+    that row alone, not on how many rows its batch has or where the row sits (fp32 and bf16 on
+    the CPU; tests/inference/test_faithful.py). Returns (M, out_features).
+
+    Where the kernel was measured row-invariant on this CPU and thread count
+    (`row_invariance`, under ``key``), one call on all M rows (padded to its smallest invariant
+    row count when M is below it); otherwise, or without a ``key``, blocks of exactly
+    `INVARIANT_ROWS` rows (the last one zero-padded), so every product has the same shape. Both
+    give the same bits.
+    """
+    n = flat.shape[0]
+    if n == 0:
+        return flat.new_zeros(0, out_features)
+    min_rows = row_invariance(matmul, flat, key) if key is not None else 0
+    if not min_rows:
+        return _blocks(flat, matmul)
+    if n >= min_rows:
+        return matmul(flat)
+    return matmul(torch.cat([flat, flat.new_zeros(min_rows - n, flat.shape[1])]))[:n]
 
 
 def _invariant(module: nn.Linear, x: torch.Tensor) -> bool:
@@ -147,9 +264,15 @@ class RowBlockedLinear(nn.Linear):
         if not _invariant(self, x):
             return F.linear(x, self.weight, self.bias)
         flat = x.reshape(-1, x.shape[-1])
-        return blas_row_blocked(flat, self.weight, self.bias).reshape(
-            *x.shape[:-1], self.out_features
-        )
+        key = ("blas", self.in_features, flat.dtype, self.out_features)
+        if flat.shape[0] and row_invariance(self._matmul, flat, key):
+            y = row_blocked(flat, self._matmul, self.out_features, key)
+        else:
+            y = blas_row_blocked(flat, self.weight, self.bias)
+        return y.reshape(*x.shape[:-1], self.out_features)
+
+    def _matmul(self, rows: torch.Tensor) -> torch.Tensor:
+        return F.linear(rows, self.weight, self.bias)
 
 
 def blas_row_blocked(
@@ -268,7 +391,11 @@ class OneDnnLinear(nn.Linear):
                 rows, weight, self.bias, post_op, [], algorithm
             )
 
-        y = row_blocked(flat, matmul, self.out_features) if _invariant(self, x) else matmul(flat)
+        if _invariant(self, x):
+            key = ("onednn", self.in_features, weight.dtype, self.out_features, post_op, algorithm)
+            y = row_blocked(flat, matmul, self.out_features, key)
+        else:
+            y = matmul(flat)
         return y.reshape(*x.shape[:-1], self.out_features)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
