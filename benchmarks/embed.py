@@ -6,7 +6,8 @@ int8, in one process with interleaved rounds, idle and with one core taken by an
 
 Sentence sets (real text, fetched resource ``janeausten``): "austen", every k-th line of the six
 novels with at least 3 words (``--sentences``, default 300); "queries", short lines of 4–10 words
-(``--queries``, default 100), timed as a set of their own and used as the search queries.
+(``--queries``, default 100), timed as a set of their own and used as the search queries;
+"sixteen", STS-B sentences of exactly 16 MiniLM tokens (``--sixteen``, default 128; timing only).
 Every system gets the same threads (``OMP_NUM_THREADS``, else min(2, CPUs)), the same texts, the
 same truncation (MiniLM's ``max_seq_length``, 256 tokens) and batches of 32 (``--batch-size``),
 length-sorted where the engine sorts (bertfamily, sentence-transformers) and sorted by the
@@ -128,6 +129,27 @@ def sentence_sets(n_sentences: int, n_queries: int) -> tuple[list[str], list[str
     return lines[:: len(lines) // n_sentences][:n_sentences], short[1 :: len(short) // n_queries][
         :n_queries
     ]
+
+
+def sixteen_token_set(n: int) -> list[str]:
+    """``n`` distinct STS-B sentences (test, then train) that MiniLM's tokenizer makes exactly 16
+    tokens with [CLS] and [SEP]: the issue's "16-token batches", real text of one length."""
+    from bertfamily.data.pairs import read_pairs
+    from bertfamily.resources.cache import fetch
+    from bertfamily.tokenization import load_tokenizer
+
+    tokenizer = load_tokenizer(fetch("all-MiniLM-L6-v2"))
+    found: list[str] = []
+    for split in ("stsb:test", "stsb:train"):
+        pairs = read_pairs(split)
+        texts = dict.fromkeys(t for col in (0, 1) for t in pairs.column(col))
+        for text in texts:
+            ids = tokenizer(text, return_tensors=None)["input_ids"][0]
+            if text not in found and len(ids) == 16:
+                found.append(text)
+                if len(found) == n:
+                    return found
+    return found
 
 
 def cpu_flags() -> list[str]:
@@ -776,6 +798,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3, help="rounds per phase")
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument(
+        "--sixteen", type=int, default=128, help="STS-B sentences of exactly 16 tokens (0: none)"
+    )
+    parser.add_argument(
         "--sts-pairs",
         type=int,
         default=None,
@@ -810,6 +835,8 @@ def main() -> None:
     torch.set_num_threads(threads)
     sentences, queries = sentence_sets(args.sentences, args.queries)
     sets = {"austen": sentences, "queries": queries}
+    if args.sixteen:
+        sets["sixteen"] = sixteen_token_set(args.sixteen)
     clock = Clock()
     load_start = [round(x, 2) for x in os.getloadavg()]
     work = Path(tempfile.mkdtemp(prefix="embed-bench-"))
@@ -949,6 +976,7 @@ def main() -> None:
                 "max_words": max(lengths),
             },
             "queries": {"sentences": len(queries)},
+            "sixteen": {"sentences": len(sets.get("sixteen", [])), "tokens": 16},
             "stsb_test_pairs": n_pairs,
             "stsb_test_sentences": len(stsb_texts),
         },

@@ -92,7 +92,7 @@ def load_into(pipeline: Any, path: str | os.PathLike[str], **options: Any) -> Lo
         The `LoadedModel` (its ``directory`` and ``dtype`` for what a pipeline loads beside).
 
     Raises:
-        As `load_model_and_tokenizer`.
+        ModelNotFoundError: and the other errors of `load_model_and_tokenizer`.
     """
     loaded = load_model_and_tokenizer(path, **options)
     pipeline.model, pipeline.tokenizer = loaded.model, loaded.tokenizer
