@@ -190,6 +190,8 @@ def test_fuse_three_lists_by_hand_computed_rrf():
         (lambda: fuse(dense, sparse, weight=0.5, weights=[1, 1]), "not both"),
         (lambda: fuse(dense, sparse, method="borda"), "method"),
         (lambda: fuse(dense, sparse, top_k=0), "top_k"),
+        (lambda: fuse(dense, sparse, weights=[0, 0]), "not all be 0"),  # every score 0
+        (lambda: fuse(dense, sparse, method="linear", weights=[1e308] * 2), "at most"),  # inf
     ):
         with pytest.raises(InputError, match=words):
             bad()

@@ -162,6 +162,14 @@ def test_hybrid_equals_fuse_of_the_lists(client, world):
         ({"query": "cat", "fusion": "max"}, 422, "fusion"),
         ({"query": "cat", "index": ["flat", "bm25"], "weights": [1]}, 422, "weights must be 2"),
         ({"query": "cat", "index": ["flat", "bm25"], "weights": [1, -1]}, 422, "weights must"),
+        ({"query": "cat", "index": ["flat", "bm25"], "weights": [0, 0]}, 422, "not all be 0"),
+        (  # a linear sum of these overflowed to a null score at rank 1
+            {"query": "cat", "index": ["flat", "bm25"], "fusion": "linear", "weights": [1e308] * 2},
+            422,
+            "at most 1e+06",
+        ),
+        ({"query": "cat", "index": "flat", "fusion": "linear"}, 422, "fusion: not used when one"),
+        ({"query": "cat", "index": "flat", "weights": [3]}, 422, "weights: not used when one"),
     ],
 )
 def test_search_refusals(client, body, status, says):
@@ -183,6 +191,9 @@ def test_indexes_checked_at_start_up(world, cli, monkeypatch):
         r = c.post("/search", json={"query": "cat", "index": ["flat", "other"]})
         assert r.status_code == 422 and "do not hold the same documents" in r.json()["error"]
         assert c.post("/search", json={"query": "cat", "index": "other"}).status_code == 200
+    with TestClient(create_app(dense, indexes={"a": root / "flat", "b": root / "flat"})) as c:
+        r = c.post("/search", json={"query": "cat", "index": ["a", "b"]})  # as the CLI refuses
+        assert r.status_code == 422 and "fuses different retrievers" in r.json()["error"]
     with TestClient(create_app(dense)) as c:
         r = c.post("/search", json={"query": "cat"})
         assert r.status_code == 404 and "holds no index" in r.json()["error"]

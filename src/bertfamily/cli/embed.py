@@ -688,7 +688,6 @@ def search(
 
 SPARSE_RUNTIME = {"runtime": "torch"}  # hybrid search: --runtime is the dense model's
 #: the kinds hybrid search takes at most one of (a dense model serves flat, hnsw and binary)
-HYBRID_GROUPS = {"flat": "dense", "hnsw": "dense", "binary": "dense"}
 
 
 def _query_index(
@@ -729,6 +728,7 @@ def _search_hybrid(paths, queries: list[str], model, sparse_model, fusion, *, to
     from ..pipelines.retrieval.base import read_index_meta
     from ..pipelines.retrieval.hybrid import (
         FUSIONS,
+        check_kinds,
         check_same_documents,
         fused_hits,
         query_depth,
@@ -738,17 +738,7 @@ def _search_hybrid(paths, queries: list[str], model, sparse_model, fusion, *, to
     if fusion not in FUSIONS:
         raise InputError(f"--fusion must be rrf or linear, got {fusion!r}")
     kinds = [read_index_meta(p)["kind"] for p in paths]  # checked before any index is read
-    groups = [HYBRID_GROUPS.get(k, k) for k in kinds]
-    if len(set(groups)) != len(groups):
-        raise InputError(
-            "hybrid search fuses different retrievers: at most one dense or binary index and "
-            f"one sparse index (SPLADE) and one bm25 index, got {kinds}"
-        )
-    if "dense" in groups and "colbert" in groups:  # both read --model: one model per search
-        raise InputError(
-            "a dense and a ColBERT index both take their model from --model: fuse either one "
-            f"with the sparse and bm25 indexes, got {kinds}"
-        )
+    check_kinds(kinds)
     indexes = [open_index(p) for p in paths]
     check_same_documents(indexes, paths)
     if "sparse" in kinds and sparse_model is None:

@@ -48,7 +48,7 @@ def fuse(
         InputError: fewer than two lists, an argument that is not a list of `Hit` (top_k
             given positionally), another method, ``weight`` with more than two lists or
             outside [0, 1], both ``weight`` and ``weights``, weights of another count or
-            negative or not finite, top_k < 1 or k < 1.
+            negative or not finite, all 0, or one above `MAX_WEIGHT`; top_k < 1 or k < 1.
     """
     if len(hit_lists) < 2:
         raise InputError(f"fuse takes two or more hit lists, got {len(hit_lists)}")
@@ -91,6 +91,10 @@ def _seq(hits, n: int):
         raise InputError(f"argument {n} of fuse is not a list of Hit") from None
 
 
+# The largest weight: a fused score is at most the sum of the weights, and must stay finite.
+MAX_WEIGHT = 1e6
+
+
 def _weights(n: int, method: str, weight, weights) -> list[float]:
     """One weight per list (see `fuse`)."""
     if weight is not None and weights is not None:
@@ -106,4 +110,8 @@ def _weights(n: int, method: str, weight, weights) -> list[float]:
     w = [float(x) for x in weights]
     if len(w) != n or not all(np.isfinite(x) and x >= 0 for x in w):
         raise InputError(f"weights must be {n} finite numbers >= 0, got {list(weights)}")
+    if not sum(w) > 0:
+        raise InputError(f"weights must not all be 0 (every score would be 0), got {w}")
+    if max(w) > MAX_WEIGHT:
+        raise InputError(f"weights must be at most {MAX_WEIGHT:g} (finite scores), got {w}")
     return w

@@ -70,6 +70,32 @@ def check_fusion(count: int, fusion: str = "rrf", weights: Sequence[float] | Non
     _weights(count, fusion, None, weights)  # `fuse`'s own check
 
 
+#: The retriever each index kind is, for hybrid search: at most one of each is fused.
+HYBRID_GROUPS = {"flat": "dense", "hnsw": "dense", "binary": "dense"}
+
+
+def check_kinds(kinds: Sequence[str]) -> None:
+    """Refuse to fuse index kinds that are not different retrievers (the rule of
+    ``bertfamily search --index`` and ``/search``): at most one dense or binary index, one
+    sparse, one bm25, one ColBERT — and not a dense and a ColBERT one together (both read the
+    one embedding model).
+
+    Raises:
+        InputError: two of one group, or dense with ColBERT (the message lists ``kinds``).
+    """
+    groups = [HYBRID_GROUPS.get(k, k) for k in kinds]
+    if len(set(groups)) != len(groups):
+        raise InputError(
+            "hybrid search fuses different retrievers: at most one dense or binary index and "
+            f"one sparse index (SPLADE) and one bm25 index, got {list(kinds)}"
+        )
+    if "dense" in groups and "colbert" in groups:
+        raise InputError(
+            "a dense and a ColBERT index both take their model from --model: fuse either one "
+            f"with the sparse and bm25 indexes, got {list(kinds)}"
+        )
+
+
 def check_same_documents(indexes: Sequence[Index], names: Sequence[Any]) -> None:
     """Refuse to fuse indexes that do not hold the same documents (ids and texts) in the same
     order: fusing counts rows.

@@ -13,7 +13,13 @@ from fastapi import APIRouter, Depends, Request
 from starlette.concurrency import run_in_threadpool
 
 from ...errors import InputError, ServeError
-from ...pipelines.retrieval.hybrid import check_fusion, fused_hits, query_depth, search_encoded
+from ...pipelines.retrieval.hybrid import (
+    check_fusion,
+    check_kinds,
+    fused_hits,
+    query_depth,
+    search_encoded,
+)
 from ..adapters import EmbeddingModel, SparseModel, split_rows
 from ..admission import as_list, check_count
 from ..search import ServedIndex
@@ -39,7 +45,9 @@ async def search(
 
     Raises:
         ServeError: 404 no index loaded, or an ``index`` name not loaded; 422 an empty
-            ``query`` or ``index``, a name twice, indexes of different documents, an index
+            ``query`` or ``index``, a name twice, indexes of different documents or of one
+            retriever kind (`retrieval.hybrid.check_kinds`), ``fusion`` or ``weights`` with
+            one index, weights that are all 0 or above `retrieval.fusion.MAX_WEIGHT`, an index
             of another model than the path's, weights that are not one finite number >= 0
             per index; 413 more queries than ``max_client_batch_size``; and the admission
             checks of the models that encode the queries.
@@ -47,6 +55,11 @@ async def search(
     queries = _queries(body.query, state)
     chosen = _chosen(request, state, body.index)
     try:
+        if len(chosen) == 1 and {"fusion", "weights"} & body.model_fields_set:
+            used = sorted({"fusion", "weights"} & body.model_fields_set)
+            raise InputError(f"{' and '.join(used)}: not used when one index is searched")
+        if len(chosen) > 1:
+            check_kinds([s.index.kind for s in chosen])
         check_fusion(len(chosen), body.fusion, body.weights)
     except InputError as e:
         raise ServeError(422, str(e)) from None
