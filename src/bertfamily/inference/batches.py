@@ -11,7 +11,8 @@ loop of its own.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from ..data.batching import TokenRows, run_batches
@@ -20,10 +21,28 @@ from ..errors import InputError
 __all__ = [
     "FEATURE_KEYS",
     "TokenRows",
+    "eval_mode",
     "run_batches",
     "text_list",
     "tokenize_rows",
 ]  # the loop: data.batching
+
+
+@contextlib.contextmanager
+def eval_mode(module: Any) -> Iterator[None]:
+    """``module`` (a torch ``nn.Module``) in eval mode for the block, its training mode given
+    back after; a module already in eval mode throughout is not walked (each ``train()`` sets
+    the flag on every submodule: 0.6 ms a call for MiniLM, paid by every encode call)."""
+    was_training = module.training
+    switch = was_training or any(m.training for m in module.modules())
+    if switch:
+        module.eval()
+    try:
+        yield
+    finally:
+        if switch:
+            module.train(was_training)
+
 
 #: The tokenizer outputs an encoder reads.
 FEATURE_KEYS = ("input_ids", "attention_mask", "token_type_ids")

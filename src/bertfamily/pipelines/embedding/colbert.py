@@ -39,7 +39,14 @@ from torch import nn
 from ...checkpoints.io import inside, read_json_file
 from ...errors import InputError, ModelDirectoryError, SentenceModulesError
 from ...heads.late_interaction import maxsim
-from ...inference.batches import FEATURE_KEYS, TokenRows, run_batches, text_list, tokenize_rows
+from ...inference.batches import (
+    FEATURE_KEYS,
+    TokenRows,
+    eval_mode,
+    run_batches,
+    text_list,
+    tokenize_rows,
+)
 from ...inference.limits import input_limit
 from ...resources.resolve import resolve_model
 from ..reranking.rerank import RankedDocument, check_top_k, ranked_documents
@@ -462,9 +469,7 @@ class ColBERTEncoder(nn.Module):
             vectors, keep = self(**batch, is_query=is_query)
             return vectors.cpu().numpy(), keep.cpu().numpy()
 
-        was_training = self.training
-        self.eval()
-        try:
+        with eval_mode(self):
             for idx, (vectors, keep) in run_batches(
                 tokens,
                 step,
@@ -479,8 +484,6 @@ class ColBERTEncoder(nn.Module):
                 for row, i in enumerate(idx):
                     n = lengths[i]
                     out[i] = vectors[row, :n][keep[row, :n]]
-        finally:
-            self.train(was_training)
         if out:
             self.embedder._check_finite(np.stack([m.sum(0) for m in out]))
         return out
